@@ -1,0 +1,106 @@
+"""cachewatch: every ``jax.jit`` trace and compile, why it happened, and what it cost.
+
+    import cachewatch
+
+    @cachewatch.jit                      # drop-in for jax.jit
+    def step(params, batch): ...
+
+    cachewatch.configure(store="sqlite:///cachewatch.db", run_name="exp-42")
+    cachewatch.install()                 # observe every jax.jit in the process
+    with cachewatch.expect_compiles(step, at_most=1):
+        step(params, batch)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Callable, Iterator
+
+import jax
+
+from . import _guard
+from .config import ConfigError
+from .events import CAUSES, CompileEvent
+from .jit import JitFunction, jit
+from .recorder import configure, flush
+
+__version__ = "0.1.0"
+
+__all__ = ["CAUSES", "CompileEvent", "ConfigError", "JitFunction", "UnexpectedCompiles", "configure",
+           "expect_compiles", "flush", "install", "installed", "jit", "uninstall"]
+
+_install_lock = threading.Lock()
+_original_jax_jit: Callable[..., Any] | None = None
+
+
+def install() -> None:
+    """Make ``jax.jit`` itself record: every library that calls ``jax.jit(...)`` after this is watched.
+
+    Code that did ``from jax import jit`` before ``install()`` keeps the name it bound.
+    """
+    global _original_jax_jit
+    with _install_lock:
+        if _original_jax_jit is None:
+            _original_jax_jit = jax.jit
+            jax.jit = jit  # type: ignore[assignment]
+
+
+def uninstall() -> None:
+    global _original_jax_jit
+    with _install_lock:
+        if _original_jax_jit is not None:
+            jax.jit = _original_jax_jit  # type: ignore[assignment]
+            _original_jax_jit = None
+
+
+def installed() -> bool:
+    return _original_jax_jit is not None
+
+
+class UnexpectedCompiles(AssertionError):
+    """More compiles happened inside ``expect_compiles`` than allowed."""
+
+    def __init__(self, name: str, at_most: int, events: list[CompileEvent]):
+        self.events = events
+        lines = [f"`{name}` compiled {len(events)} time(s), at most {at_most} expected:"]
+        for event in events:
+            lines.append(f"  - {event.cause}: {event.explanation}"
+                         + (f" (at {event.call_site})" if event.call_site else ""))
+        super().__init__("\n".join(lines))
+
+
+@contextlib.contextmanager
+def expect_compiles(fn: Any, at_most: int = 0) -> Iterator[list[CompileEvent]]:
+    """Fail (in CI, say) when ``fn`` compiles more than ``at_most`` times inside the block.
+
+        with cachewatch.expect_compiles(step, at_most=1):
+            for batch in batches:
+                step(params, batch)
+
+    The list it yields fills with the compile events seen so far.
+    """
+    if not isinstance(fn, JitFunction):
+        raise TypeError("expect_compiles needs a function wrapped by cachewatch.jit "
+                        f"(or jax.jit after cachewatch.install()), got {type(fn).__name__}")
+    target = fn._state.info.function_hash
+    seen: list[CompileEvent] = []
+
+    def listener(event: CompileEvent) -> None:
+        if event.function.function_hash == target and event.compiled:
+            seen.append(event)
+
+    from . import recorder
+
+    recorder.add_listener(listener)
+    try:
+        yield seen
+    finally:
+        recorder.remove_listener(listener)
+    if len(seen) > at_most:
+        raise UnexpectedCompiles(fn._state.info.qualname, at_most, seen)
+
+
+def internal_error_count() -> int:
+    """How many errors cachewatch swallowed in this process (each was logged once)."""
+    return _guard.internal_error_count()

@@ -1,0 +1,184 @@
+"""Attribution of traces and compiles to the call that caused them.
+
+The hot path of a wrapped call reads one integer, ``activity``, before and after the
+call. Only the trace hook and the ``jax.monitoring`` listener change it, and they do
+so under a lock, so it only ever grows: a call that sees it unchanged did not trace
+or compile, and pays nothing more. A call that sees it change claims, from its own
+thread's pending list, the records made since it started.
+
+Records are made by the trace hook (one per trace, carrying the abstract signature)
+and by the listener (durations, persistent-cache hits, and a backend compile that
+happened with no trace). JAX reports all of them on the thread that traces and
+compiles, which is the calling thread, so concurrent calls on other threads never
+mix their records.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from . import _guard
+
+TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+CACHE_MISS_EVENT = "/jax/compilation_cache/cache_misses"
+CACHE_SAVED_EVENT = "/jax/compilation_cache/compile_time_saved_sec"
+
+# Records nobody claims (a compile of a watched function that JAX ran outside the
+# function's own call, such as the backward pass of grad) are kept at most this long.
+_MAX_PENDING = 256
+
+activity = 0
+_activity_lock = threading.Lock()
+_tls = threading.local()
+
+# Module and trace names of watched functions, so the listener ignores the op-by-op
+# compiles of everything else.
+_watched_lock = threading.Lock()
+_watched_modules: dict[str, int] = {}
+_watched_traces: dict[str, int] = {}
+
+
+def bump() -> int:
+    """Advance the activity counter; returns the new value (a sequence number)."""
+    global activity
+    with _activity_lock:
+        activity += 1
+        return activity
+
+
+def watch_names(trace_name: str, module_name: str) -> None:
+    with _watched_lock:
+        _watched_traces[trace_name] = _watched_traces.get(trace_name, 0) + 1
+        _watched_modules[module_name] = _watched_modules.get(module_name, 0) + 1
+
+
+class Record:
+    """One trace, or one compile without a trace, being filled in on this thread."""
+
+    __slots__ = ("seq", "state", "module_name", "kind", "signature", "error", "timestamp",
+                 "trace_seconds", "lower_seconds", "compile_seconds", "compiles",
+                 "persistent_cache_hit", "cache_time_saved", "jaxpr_eqns", "thread")
+
+    def __init__(self, state: Any, module_name: str, kind: str, signature: Any = None):
+        self.state = state
+        self.module_name = module_name
+        self.kind = kind
+        self.signature = signature
+        self.error: str | None = None
+        self.timestamp = time.time()
+        self.trace_seconds: float | None = None
+        self.lower_seconds: float | None = None
+        self.compile_seconds: float | None = None
+        self.compiles = 0
+        self.persistent_cache_hit: bool | None = None
+        self.cache_time_saved: float | None = None
+        self.jaxpr_eqns: int | None = None
+        self.thread = threading.current_thread().name
+        self.seq = bump()
+
+
+def _pending() -> list[Record]:
+    try:
+        return _tls.pending
+    except AttributeError:
+        _tls.pending = []
+        return _tls.pending
+
+
+def push(record: Record) -> None:
+    pending = _pending()
+    pending.append(record)
+    if len(pending) > _MAX_PENDING:
+        del pending[: len(pending) - _MAX_PENDING]
+
+
+def claim(state: Any, module_name: str, since: int) -> list[Record]:
+    """Take this thread's records made after ``since`` that belong to ``state``.
+
+    Trace records belong to the state whose hook made them; compiles without a trace
+    belong to whichever watched call of the same module name is finishing.
+    """
+    pending = _pending()
+    mine: list[Record] = []
+    keep: list[Record] = []
+    for record in pending:
+        if record.seq > since and (record.state is state
+                                   or (record.state is None and record.module_name == module_name)):
+            mine.append(record)
+        else:
+            keep.append(record)
+    if mine:
+        pending[:] = keep
+    return mine
+
+
+def _latest(predicate) -> Record | None:
+    pending = getattr(_tls, "pending", None)
+    if not pending:
+        return None
+    for record in reversed(pending):
+        if predicate(record):
+            return record
+    return None
+
+
+@_guard.guarded(where="monitoring.duration")
+def on_duration(event: str, duration: float, **kwargs: Any) -> None:
+    if event == TRACE_EVENT:
+        name = kwargs.get("fun_name")
+        if name not in _watched_traces:
+            return
+        record = _latest(lambda r: r.kind == "trace" and r.trace_seconds is None
+                         and r.state is not None and r.state.trace_name == name)
+        if record is not None:
+            record.trace_seconds = duration
+    elif event == LOWER_EVENT or event == COMPILE_EVENT:
+        name = kwargs.get("fun_name")
+        if name not in _watched_modules:
+            return
+        record = _latest(lambda r: r.module_name == name and r.compiles == 0)
+        if record is None or (event == LOWER_EVENT and record.lower_seconds is not None):
+            # Lowered or compiled with no trace of its own: a new device or sharding, or
+            # a jaxpr that JAX had cached from an earlier trace.
+            record = Record(None, name, "compile")
+            push(record)
+        if event == LOWER_EVENT:
+            record.lower_seconds = duration
+        else:
+            record.compile_seconds = duration
+            record.compiles += 1
+        bump()
+    elif event == CACHE_SAVED_EVENT:
+        record = _latest(lambda r: r.compiles == 0)
+        if record is not None:
+            record.cache_time_saved = duration
+
+
+@_guard.guarded(where="monitoring.event")
+def on_event(event: str, **kwargs: Any) -> None:
+    if event == CACHE_HIT_EVENT or event == CACHE_MISS_EVENT:
+        record = _latest(lambda r: r.compiles == 0 and r.lower_seconds is not None)
+        if record is not None:
+            record.persistent_cache_hit = event == CACHE_HIT_EVENT
+
+
+_installed = False
+_install_lock = threading.Lock()
+
+
+def install_listeners() -> None:
+    """Register the listeners with jax.monitoring once per process."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        from jax import monitoring
+
+        monitoring.register_event_duration_secs_listener(on_duration)
+        monitoring.register_event_listener(on_event)
+        _installed = True

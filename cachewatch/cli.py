@@ -1,0 +1,152 @@
+"""The ``cachewatch`` command (also ``python -m cachewatch``).
+
+    cachewatch report [--store URL] [--run RUN_ID] [--format table|json]
+    cachewatch events [--store URL] [--function NAME] [--limit N] [--format table|json]
+    cachewatch db upgrade [--store URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from typing import Any, Sequence
+
+from . import config as configmod
+
+
+def _store_url(args: argparse.Namespace) -> str:
+    if args.store:
+        return args.store
+    return configmod.resolve().store
+
+
+def _add_store(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", help="store URL (default: $CACHEWATCH_STORE, else the shared "
+                        f"SQLite file {configmod.default_store_url()})")
+
+
+def _add_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", dest="run_id", help="only this run id")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cachewatch", description="Why did jax.jit compile, and what did it cost?")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    report = sub.add_parser("report", help="per-function compiles, causes and cost")
+    _add_store(report)
+    _add_filters(report)
+
+    events = sub.add_parser("events", help="compile events with cause, explanation and diff")
+    _add_store(events)
+    _add_filters(events)
+    events.add_argument("--function", help="function name, qualified name or hash prefix")
+    events.add_argument("--limit", type=int, default=1000, help="most events to show (default 1000)")
+
+    db = sub.add_parser("db", help="store maintenance")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_sub.add_parser("upgrade", help="migrate the store's schema to this version")
+    _add_store(upgrade)
+
+    sub.add_parser("settings", help="list the CACHEWATCH_* settings and their defaults")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .store import engine as enginemod
+
+    try:
+        if args.command == "report":
+            return _report(args)
+        if args.command == "events":
+            return _events(args)
+        if args.command == "db":
+            url = _store_url(args)
+            revision = enginemod.upgrade(url)
+            print(f"store {enginemod._redact(enginemod.normalize_url(url))} is at revision {revision}")
+            return 0
+        if args.command == "settings":
+            print(configmod.describe())
+            return 0
+    except (enginemod.StoreError, configmod.ConfigError) as exc:
+        print(f"cachewatch: {exc}", file=sys.stderr)
+        return 2
+    return 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .store import engine as enginemod
+    from .store import queries
+
+    url = _store_url(args)
+    with enginemod.connection(url) as conn:
+        rows = queries.function_report(conn, queries.Filters(run_id=args.run_id))
+    if args.format == "json":
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    if not rows:
+        print(f"No compile events in {enginemod._redact(enginemod.normalize_url(url))} yet. Wrap a function with "
+              "cachewatch.jit (or call cachewatch.install()) and run your program with the same "
+              "CACHEWATCH_STORE.")
+        return 0
+    table = []
+    for r in rows:
+        causes = ", ".join(f"{c}={n}" for c, n in sorted(r["causes"].items(), key=lambda kv: -kv[1]))
+        table.append([r["qualname"], f"{_basename(r['file'])}:{r['line']}", r["compiles"], r["recompiles"],
+                      f"{r['compile_seconds']:.3f}", r["calls"],
+                      "-" if r["run_seconds_est"] is None else f"{r['run_seconds_est']:.3f}", causes])
+    _print_table(["function", "defined at", "compiles", "recompiles", "compile s", "calls", "run s (est)",
+                  "causes"], table)
+    return 0
+
+
+def _events(args: argparse.Namespace) -> int:
+    from .store import engine as enginemod
+    from .store import queries
+
+    url = _store_url(args)
+    with enginemod.connection(url) as conn:
+        hashes = None
+        if args.function:
+            hashes = queries.find_functions(conn, args.function)
+            if not hashes:
+                print(f"cachewatch: no function named {args.function!r} in the store", file=sys.stderr)
+                return 1
+        rows = queries.list_events(conn, queries.Filters(run_id=args.run_id), hashes, limit=args.limit)
+    for row in rows:
+        row.pop("id", None)
+    if args.format == "json":
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    table = []
+    for r in rows:
+        when = dt.datetime.fromtimestamp(r["timestamp"]).strftime("%H:%M:%S")
+        cost = sum(r[k] or 0.0 for k in ("trace_seconds", "lower_seconds", "compile_seconds"))
+        kind = r["kind"] + ("" if r["compiled"] else " (no compile)")
+        table.append([when, r["qualname"], kind, r["cause"], f"{cost:.3f}", r["call_site"] or "",
+                      r["error"] or r["explanation"]])
+    _print_table(["time", "function", "kind", "cause", "seconds", "call site", "why"], table)
+    return 0
+
+
+def _basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _print_table(headers: list[str], rows: list[list[Any]]) -> None:
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, c in enumerate(row[:-1]):
+            widths[i] = min(max(widths[i], len(c)), 60)
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The plain, frozen objects that travel from the traced program to the store.
+
+They are built off the hot path (only when JAX traces or compiles), carry nothing
+but JSON-ready values, and convert to row dictionaries with :meth:`as_dict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+CAUSES: tuple[str, ...] = (
+    "first_call",
+    "new_shape",
+    "new_dtype",
+    "weak_type",
+    "new_static_value",
+    "new_structure",
+    "new_function_object",
+    "cache_cleared",
+    "new_device_or_sharding",
+    "unknown",
+)
+
+KINDS: tuple[str, ...] = ("trace", "compile")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FunctionInfo:
+    """Where a jitted function comes from; ``function_hash`` is stable across processes and hosts."""
+
+    function_hash: str
+    name: str
+    qualname: str
+    module: str
+    file: str
+    line: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One process that records events."""
+
+    run_id: str
+    run_name: str
+    host: str
+    pid: int
+    started_at: float
+    jax_version: str
+    jaxlib_version: str
+    backend: str
+    devices: tuple[str, ...]
+    python_version: str
+
+    def as_dict(self) -> dict[str, Any]:
+        row = dataclasses.asdict(self)
+        row["devices"] = list(self.devices)
+        return row
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompileEvent:
+    """One trace, or one backend compile that happened without a trace."""
+
+    event_id: str
+    function: FunctionInfo
+    run_id: str
+    timestamp: float
+    kind: str
+    cause: str
+    explanation: str
+    diff: tuple[dict[str, Any], ...]
+    signature: tuple[dict[str, Any], ...]
+    signature_hash: str
+    compiled: bool
+    nested: bool
+    trace_seconds: float | None = None
+    lower_seconds: float | None = None
+    compile_seconds: float | None = None
+    persistent_cache_hit: bool | None = None
+    cache_time_saved_seconds: float | None = None
+    device: str | None = None
+    backend: str | None = None
+    call_site: str | None = None
+    jaxpr_eqns: int | None = None
+    flops: float | None = None
+    bytes_accessed: float | None = None
+    error: str | None = None
+    thread: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "function"}
+        row["function_hash"] = self.function.function_hash
+        row["diff"] = list(self.diff)
+        row["signature"] = list(self.signature)
+        return row
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallStats:
+    """Calls of one function since the previous flush, with the sampled run time."""
+
+    run_id: str
+    function: FunctionInfo
+    timestamp: float
+    calls: int
+    sampled_calls: int
+    sampled_seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "function_hash": self.function.function_hash,
+                "timestamp": self.timestamp, "calls": self.calls,
+                "sampled_calls": self.sampled_calls, "sampled_seconds": self.sampled_seconds}
+
+
+def event_from_dict(data: dict[str, Any]) -> CompileEvent:
+    """Inverse of ``CompileEvent.as_dict`` plus its ``function`` (for spool files and ingest)."""
+    fields = {f.name for f in dataclasses.fields(CompileEvent)}
+    values = {k: v for k, v in data.items() if k in fields and k != "function"}
+    values["function"] = FunctionInfo(**data["function"])
+    values["diff"] = tuple(data.get("diff") or ())
+    values["signature"] = tuple(data.get("signature") or ())
+    return CompileEvent(**values)
+
+
+def event_to_dict(event: CompileEvent) -> dict[str, Any]:
+    row = event.as_dict()
+    row["function"] = event.function.as_dict()
+    return row
+
+
+def run_from_dict(data: dict[str, Any]) -> RunInfo:
+    values = dict(data)
+    values["devices"] = tuple(values.get("devices") or ())
+    return RunInfo(**values)
+
+
+def stats_to_dict(stats: CallStats) -> dict[str, Any]:
+    row = stats.as_dict()
+    row["function"] = stats.function.as_dict()
+    return row
+
+
+def stats_from_dict(data: dict[str, Any]) -> CallStats:
+    return CallStats(run_id=data["run_id"], function=FunctionInfo(**data["function"]),
+                     timestamp=data["timestamp"], calls=data["calls"],
+                     sampled_calls=data["sampled_calls"], sampled_seconds=data["sampled_seconds"])

@@ -1,0 +1,442 @@
+"""``cachewatch.jit``: ``jax.jit`` that records why and at what cost it traces and compiles.
+
+    @cachewatch.jit
+    def step(params, batch): ...
+
+    @cachewatch.jit(static_argnames="n", donate_argnums=0)
+    def g(x, n): ...
+
+The user's function is wrapped once, at decoration time, in a *trace hook* that reads
+the abstract signature of every trace, and that hook is what ``jax.jit`` compiles. The
+hook is cached on the user's function (per set of jit options), so re-wrapping the
+same function shares JAX's caches exactly as ``jax.jit`` does, and re-wrapping a new
+lambda or partial does not, exactly as ``jax.jit`` does not.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+import threading
+import time
+import types
+import uuid
+import weakref
+from typing import Any, Callable
+
+import jax
+
+from . import _guard, _tracking, causes, recorder
+from . import signature as sigmod
+from .events import CompileEvent, FunctionInfo
+from .identity import describe_function, unwrap_callable
+
+_jax_jit = jax.jit  # the original, kept before install() may replace jax.jit
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
+_SKIP_DIRS = tuple(d + os.sep for d in (_PACKAGE_DIR, _JAX_DIR, os.path.dirname(functools.__file__)))
+_NEVER_SAMPLE = 1 << 62
+
+
+class CallStats:
+    """Calls of one function (by hash), shared by every jit object around it."""
+
+    __slots__ = ("function", "calls", "countdown", "sample_every", "sampled_calls",
+                 "sampled_seconds", "window_start", "window_samples", "max_per_second",
+                 "flushed_calls", "flushed_sampled", "flushed_seconds")
+
+    def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
+        self.function = function
+        self.calls = 0
+        self.sample_every = sample_every if sample_every > 0 else _NEVER_SAMPLE
+        self.countdown = self.sample_every
+        self.max_per_second = max_per_second
+        self.sampled_calls = 0
+        self.sampled_seconds = 0.0
+        self.window_start = 0.0
+        self.window_samples = 0
+        self.flushed_calls = 0
+        self.flushed_sampled = 0
+        self.flushed_seconds = 0.0
+
+
+_stats_lock = threading.Lock()
+_stats: dict[str, CallStats] = {}
+
+
+def all_call_stats() -> list[CallStats]:
+    with _stats_lock:
+        return list(_stats.values())
+
+
+def _stats_for(info: FunctionInfo) -> CallStats:
+    with _stats_lock:
+        stats = _stats.get(info.function_hash)
+        if stats is None:
+            cfg = recorder.config()
+            stats = _stats[info.function_hash] = CallStats(info, cfg.sample_every, cfg.sample_max_per_second)
+        return stats
+
+
+class HookState:
+    """Everything fixed at decoration time for one (function, jit options) pair."""
+
+    _serials = iter(range(1, 1 << 62))
+    _serial_lock = threading.Lock()
+
+    def __init__(self, fun: Callable[..., Any], options: dict[str, Any]):
+        self.info = describe_function(fun)
+        self.layout = sigmod.ParamLayout.from_function(
+            fun, options.get("static_argnums"), options.get("static_argnames"))
+        self.trace_name = _jax_fun_name(fun)
+        self.module_name = f"jit({self.trace_name})"
+        with HookState._serial_lock:
+            self.serial = next(HookState._serials)
+        _tracking.watch_names(self.trace_name, self.module_name)
+
+
+def _jax_fun_name(fun: Callable[..., Any]) -> str:
+    # The name JAX puts in its monitoring events: jax._src.util.fun_name.
+    while True:
+        name = getattr(fun, "__name__", None)
+        if name is not None:
+            return name
+        if isinstance(fun, functools.partial):
+            fun = fun.func
+        else:
+            return "<unnamed function>"
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    hash(value)
+    return value
+
+
+def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
+    self_ref = None
+    target = fun
+    if isinstance(fun, types.MethodType):
+        # Hold the instance weakly: the hook is cached per instance and must not keep it alive.
+        self_ref = weakref.ref(fun.__self__)
+        target = fun.__func__
+
+    def hook(*args, **kwargs):
+        record = _begin_trace(state, args, kwargs)
+        try:
+            if self_ref is None:
+                out = target(*args, **kwargs)
+            else:
+                out = target(self_ref(), *args, **kwargs)
+        except BaseException as exc:
+            if record is not None:
+                _trace_failed(record, exc)
+            raise
+        if record is not None:
+            _end_trace(record)
+        return out
+
+    for attr in ("__module__", "__doc__"):
+        try:
+            setattr(hook, attr, getattr(fun, attr))
+        except (AttributeError, TypeError):
+            pass
+    inner, _ = unwrap_callable(fun)
+    hook.__name__ = state.trace_name
+    hook.__qualname__ = getattr(inner, "__qualname__", state.trace_name)
+    # JAX reads the parameters through inspect.signature and the source location
+    # through __wrapped__ (for its error messages); both must show the user's function.
+    try:
+        hook.__signature__ = inspect.signature(fun)
+    except (TypeError, ValueError):
+        pass
+    hook.__wrapped__ = target if self_ref is not None else fun
+    return hook
+
+
+_method_hooks: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_method_lock = threading.Lock()
+_HOOKS_ATTR = "__cachewatch_hooks__"
+
+
+def _hook_for(fun: Callable[..., Any], options: dict[str, Any]) -> tuple[Callable[..., Any], HookState]:
+    """The cached hook for this function and options, made on first use."""
+    try:
+        options_key = _freeze(options)
+    except TypeError:
+        options_key = None  # unhashable options: no sharing, like a fresh jax.jit
+    if isinstance(fun, types.MethodType):
+        try:
+            with _method_lock:
+                table = _method_hooks.setdefault(fun.__self__, {})
+            cache_key = (fun.__func__, options_key)
+        except TypeError:
+            table, cache_key = None, None
+    else:
+        table = getattr(fun, "__dict__", None)
+        if table is not None:
+            table = table.setdefault(_HOOKS_ATTR, {}) if isinstance(table, dict) else None
+        cache_key = options_key
+    if table is not None and options_key is not None:
+        found = table.get(cache_key)
+        if found is not None:
+            return found
+    state = HookState(fun, options)
+    made = (_make_hook(fun, state), state)
+    if table is not None and options_key is not None:
+        table[cache_key] = made
+    return made
+
+
+# ----------------------------------------------------------------- trace hook side
+
+
+@_guard.guarded(where="hook.begin")
+def _begin_trace(state: HookState, args: tuple, kwargs: dict) -> _tracking.Record:
+    sig = sigmod.build(state.layout, args, kwargs)
+    record = _tracking.Record(state, state.module_name, "trace", sig)
+    _tracking.push(record)
+    return record
+
+
+@_guard.guarded(where="hook.failed")
+def _trace_failed(record: _tracking.Record, exc: BaseException) -> None:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    record.error = f"{type(exc).__name__}: {message[:500]}"
+
+
+@_guard.guarded(where="hook.end")
+def _end_trace(record: _tracking.Record) -> None:
+    record.jaxpr_eqns = _count_traced_eqns()
+
+
+def _count_traced_eqns() -> int | None:
+    # The jaxpr being built is not handed to us; count the equations of the trace
+    # frame JAX is filling (dead ones excluded), which is what lowering will see.
+    try:
+        from jax._src import core
+
+        frame = core.trace_ctx.trace.frame
+        eqns = frame.tracing_eqns
+    except Exception:
+        return None
+    count = 0
+    for eqn in eqns:
+        if isinstance(eqn, weakref.ReferenceType):
+            if eqn() is None:
+                continue
+        count += 1
+    return count
+
+
+# ------------------------------------------------------------------ call side
+
+
+class JitFunction:
+    """What ``cachewatch.jit`` returns: behaves like the object ``jax.jit`` returns."""
+
+    def __init__(self, fun: Callable[..., Any], jitted: Any, state: HookState):
+        self._jitted = jitted
+        self._state = state
+        self._stats = _stats_for(state.info)
+        functools.update_wrapper(self, fun, updated=())
+
+    def __call__(self, *args, **kwargs):
+        stats = self._stats
+        stats.calls += 1
+        mark = _tracking.activity
+        stats.countdown -= 1
+        try:
+            if stats.countdown > 0:
+                out = self._jitted(*args, **kwargs)
+            else:
+                out = _timed_call(self, stats, mark, args, kwargs)
+        except BaseException as exc:
+            if _tracking.activity != mark:
+                _finish(self._state, mark, args, kwargs, exc)
+            raise
+        if _tracking.activity != mark:
+            _finish(self._state, mark, args, kwargs, None)
+        return out
+
+    def _observed(self, method: str, args: tuple, kwargs: dict) -> Any:
+        mark = _tracking.activity
+        try:
+            out = getattr(self._jitted, method)(*args, **kwargs)
+        except BaseException as exc:
+            if _tracking.activity != mark:
+                _finish(self._state, mark, args, kwargs, exc)
+            raise
+        if _tracking.activity != mark:
+            _finish(self._state, mark, args, kwargs, None)
+        return out
+
+    def lower(self, *args, **kwargs):
+        return self._observed("lower", args, kwargs)
+
+    def trace(self, *args, **kwargs):
+        return self._observed("trace", args, kwargs)
+
+    def eval_shape(self, *args, **kwargs):
+        return self._observed("eval_shape", args, kwargs)
+
+    def clear_cache(self) -> None:
+        self._jitted.clear_cache()
+        with _guard.guard("jit.clear_cache"):
+            causes.mark_cleared(self._state.info.function_hash, self._state.serial)
+
+    def __get__(self, obj: Any, objtype: Any = None):
+        if obj is None:
+            return self
+        return types.MethodType(self, obj)
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else jax.jit's object offers (_cache_size, ...) is the jitted object's.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.__dict__["_jitted"], name)
+
+    def __repr__(self) -> str:
+        return f"<cachewatch.jit of {self._state.info.qualname}>"
+
+
+def _timed_call(fn: JitFunction, stats: CallStats, mark: int, args: tuple, kwargs: dict) -> Any:
+    """A sampled call: block on the result to learn the run time."""
+    stats.countdown = stats.sample_every
+    now = time.monotonic()
+    if now - stats.window_start >= 1.0:
+        stats.window_start = now
+        stats.window_samples = 0
+    if stats.window_samples >= stats.max_per_second:
+        return fn._jitted(*args, **kwargs)
+    stats.window_samples += 1
+    start = time.perf_counter()
+    out = fn._jitted(*args, **kwargs)
+    jax.block_until_ready(out)
+    elapsed = time.perf_counter() - start
+    if _tracking.activity == mark:  # a call that compiled would count compile time as run time
+        stats.sampled_calls += 1
+        stats.sampled_seconds += elapsed
+    return out
+
+
+@_guard.guarded(where="jit.finish")
+def _finish(state: HookState, mark: int, args: tuple, kwargs: dict, exc: BaseException | None) -> None:
+    records = _tracking.claim(state, state.module_name, mark)
+    if not records:
+        return
+    call_site = _call_site()
+    device = _device_of(args, kwargs)
+    for record in records:
+        event = _to_event(state, record, args, kwargs, call_site, device)
+        if event is not None:
+            recorder.record_event(event)
+
+
+def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: dict,
+              call_site: str | None, device: str | None) -> CompileEvent | None:
+    info = state.info
+    compiled = record.compiles > 0
+    if record.kind == "trace":
+        sig = record.signature
+        nested = record.trace_seconds is None and not compiled
+        verdict = causes.explain_trace(info.function_hash, state.serial, info.name, sig,
+                                       succeeded=record.error is None, compiled=compiled,
+                                       device=device, call_site=call_site)
+    else:
+        sig = _concrete_signature(state, args, kwargs)
+        nested = False
+        verdict = causes.explain_compile(info.function_hash, state.serial, info.name, sig, device)
+    signature_json = sig.as_json() if sig is not None else ()
+    return CompileEvent(
+        event_id=uuid.uuid4().hex,
+        function=info,
+        run_id=recorder.run_id(),
+        timestamp=record.timestamp,
+        kind=record.kind,
+        cause=verdict.cause,
+        explanation=verdict.explanation,
+        diff=verdict.diff,
+        signature=signature_json,
+        signature_hash=sig.stable_hash() if sig is not None else "",
+        compiled=compiled,
+        nested=nested,
+        trace_seconds=record.trace_seconds,
+        lower_seconds=record.lower_seconds,
+        compile_seconds=record.compile_seconds,
+        persistent_cache_hit=record.persistent_cache_hit,
+        cache_time_saved_seconds=record.cache_time_saved,
+        device=device,
+        backend=_backend(),
+        call_site=call_site,
+        jaxpr_eqns=record.jaxpr_eqns,
+        error=record.error,
+        thread=record.thread,
+    )
+
+
+def _concrete_signature(state: HookState, args: tuple, kwargs: dict) -> sigmod.Signature | None:
+    try:
+        return sigmod.build(state.layout, args, kwargs)
+    except Exception:
+        return None
+
+
+def _call_site() -> str | None:
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_SKIP_DIRS) and not filename.startswith("<frozen"):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def _device_of(args: tuple, kwargs: dict) -> str | None:
+    for leaf in jax.tree_util.tree_leaves((args, kwargs)):
+        devices = getattr(leaf, "devices", None)
+        if devices is None or isinstance(leaf, jax.core.Tracer):
+            continue
+        try:
+            found = sorted(str(d) for d in devices())
+        except Exception:
+            continue
+        return ",".join(found)
+    try:
+        return str(jax.devices()[0])
+    except Exception:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _backend() -> str | None:
+    try:
+        return jax.default_backend()
+    except Exception:
+        return None
+
+
+# ------------------------------------------------------------------ public entry
+
+
+def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
+    """Drop-in for ``jax.jit``: same arguments, same behaviour, plus a record of every compile."""
+    if fun is None:
+        return lambda f: jit(f, **jit_options)
+    if isinstance(fun, JitFunction):
+        fun = fun.__wrapped__
+    if not recorder.config().enabled:
+        return _jax_jit(fun, **jit_options)
+    hook = None
+    with _guard.guard("jit.wrap"):
+        _tracking.install_listeners()
+        hook, state = _hook_for(fun, jit_options)
+    if hook is None:
+        return _jax_jit(fun, **jit_options)
+    return JitFunction(fun, _jax_jit(hook, **jit_options), state)

@@ -1,0 +1,408 @@
+"""The bounded queue and the background writer between the traced program and the store.
+
+The program's threads only ``put_nowait`` small frozen events; a full queue drops
+the event and counts it. One daemon thread, started lazily and restarted in a forked
+child, batches events into the sink, retries with backoff and jitter, spools what
+the sink would not take to disk, writes per-function call statistics periodically,
+and flushes at exit within a deadline.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import platform
+import queue
+import random
+import socket
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+from . import _guard
+from . import config as configmod
+from .events import CallStats, CompileEvent, RunInfo
+
+logger = logging.getLogger("cachewatch")
+
+_lock = threading.RLock()
+_config: configmod.Config | None = None
+_overrides: dict[str, Any] = {}
+_run: RunInfo | None = None
+_run_id: str | None = None
+_writer: "Writer | None" = None
+_owner_pid = os.getpid()
+
+
+def config() -> configmod.Config:
+    global _config
+    cfg = _config
+    if cfg is None:
+        with _lock:
+            if _config is None:
+                _config = configmod.resolve(_overrides)
+                _guard.raise_errors = _config.raise_internal_errors
+            cfg = _config
+    return cfg
+
+
+def configure(**settings: Any) -> configmod.Config:
+    """Change settings; events already queued go to the store they were meant for."""
+    global _config, _overrides
+    with _lock:
+        merged = {**_overrides, **settings}
+        new = configmod.resolve(merged)  # raises ConfigError before anything changes
+        old_writer = _writer
+        if old_writer is not None and new.store != (_config.store if _config else None):
+            old_writer.flush(new.exit_timeout)
+            old_writer.stop(new.exit_timeout)
+            _set_writer(None)
+        _overrides = merged
+        _config = new
+        _guard.raise_errors = new.raise_internal_errors
+        if _run is not None and new.run_name != _run.run_name:
+            _new_run()
+    return new
+
+
+def _set_writer(writer: "Writer | None") -> None:
+    global _writer
+    _writer = writer
+
+
+def run_id() -> str:
+    global _run_id
+    if _run_id is None:
+        with _lock:
+            if _run_id is None:
+                _run_id = uuid.uuid4().hex
+    return _run_id
+
+
+def _new_run() -> None:
+    global _run, _run_id
+    _run = None
+    _run_id = uuid.uuid4().hex
+
+
+def run_info() -> RunInfo:
+    global _run
+    if _run is None:
+        with _lock:
+            if _run is None:
+                _run = _describe_run()
+    return _run
+
+
+def _describe_run() -> RunInfo:
+    import jax
+    import jaxlib
+
+    try:
+        backend = jax.default_backend()
+        devices = tuple(str(d) for d in jax.devices())
+    except Exception:
+        backend, devices = "", ()
+    return RunInfo(
+        run_id=run_id(),
+        run_name=config().run_name,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=_process_start,
+        jax_version=jax.__version__,
+        jaxlib_version=getattr(jaxlib, "__version__", ""),
+        backend=backend,
+        devices=devices,
+        python_version=platform.python_version(),
+    )
+
+
+_process_start = time.time()
+
+
+def _get_writer() -> "Writer":
+    writer = _writer
+    if writer is None or writer.pid != os.getpid():
+        with _lock:
+            if _writer is None or _writer.pid != os.getpid():
+                _set_writer(Writer(config()))
+            writer = _writer
+    return writer  # type: ignore[return-value]
+
+
+def record_event(event: CompileEvent) -> None:
+    """Hand an event to the writer (never blocks; drops and counts when full)."""
+    _get_writer().put(event)
+    for listener in list(_event_listeners):
+        with _guard.guard("recorder.listener"):
+            listener(event)
+
+
+_event_listeners: list = []
+
+
+def add_listener(callback) -> None:
+    """Call ``callback(event)`` for every recorded event, in the recording thread."""
+    _event_listeners.append(callback)
+
+
+def remove_listener(callback) -> None:
+    try:
+        _event_listeners.remove(callback)
+    except ValueError:
+        pass
+
+
+def flush(timeout: float = 5.0) -> bool:
+    """Block until every event recorded so far is written (or spooled); False on timeout."""
+    writer = _writer
+    if writer is None or writer.pid != os.getpid():
+        writer = _get_writer()
+    return writer.flush(timeout)
+
+
+def dropped_events() -> int:
+    writer = _writer
+    return writer.dropped if writer is not None else 0
+
+
+def written_events() -> int:
+    writer = _writer
+    return writer.written if writer is not None else 0
+
+
+class _FlushRequest:
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+class Writer:
+    """One daemon thread draining the queue into a sink."""
+
+    def __init__(self, cfg: configmod.Config):
+        self.cfg = cfg
+        self.pid = os.getpid()
+        self.queue: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
+        self.dropped = 0
+        self.written = 0
+        self.failed_batches = 0
+        self._sink = None
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._stopping = False
+        self._run_written: str | None = None
+        self._last_stats = time.monotonic()
+        self._last_warning = 0.0
+
+    # -- producer side (any thread)
+
+    def put(self, item: Any) -> None:
+        self._ensure_thread()
+        try:
+            self.queue.put_nowait(item)
+        except queue.Full:
+            self.dropped += 1
+            self._warn(f"cachewatch queue full ({self.cfg.queue_size} events): "
+                       f"{self.dropped} event(s) dropped so far")
+
+    def flush(self, timeout: float) -> bool:
+        self._ensure_thread()
+        request = _FlushRequest()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.queue.put(request, timeout=max(0.01, deadline - time.monotonic()))
+                break
+            except queue.Full:
+                if time.monotonic() >= deadline:
+                    return False
+        return request.done.wait(max(0.0, deadline - time.monotonic()))
+
+    def stop(self, timeout: float) -> None:
+        self._stopping = True
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            try:
+                self.queue.put(None, timeout=timeout)
+            except queue.Full:
+                return
+            thread.join(timeout)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is not None:
+            return
+        with self._start_lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._loop, name="cachewatch-writer", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def _warn(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last_warning >= 60.0:
+            self._last_warning = now
+            logger.warning(message)
+
+    # -- writer thread
+
+    def _loop(self) -> None:
+        while True:
+            batch: list[CompileEvent] = []
+            flushes: list[_FlushRequest] = []
+            stop = False
+            try:
+                item = self.queue.get(timeout=min(self.cfg.flush_interval, self.cfg.stats_interval) or 0.1)
+            except queue.Empty:
+                item = _EMPTY
+            deadline = time.monotonic() + self.cfg.flush_interval
+            while item is not _EMPTY:
+                if item is None:
+                    stop = True
+                    break
+                if isinstance(item, _FlushRequest):
+                    flushes.append(item)
+                    break
+                batch.append(item)
+                if len(batch) >= self.cfg.batch_size:
+                    break
+                remaining = deadline - time.monotonic()
+                try:
+                    item = self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait()
+                except queue.Empty:
+                    item = _EMPTY
+            with _guard.guard("writer.loop"):
+                self._write(batch, with_stats=bool(flushes) or stop)
+            for request in flushes:
+                request.done.set()
+            if stop:
+                return
+
+    def _write(self, batch: list[CompileEvent], with_stats: bool) -> None:
+        now = time.monotonic()
+        stats: list[CallStats] = []
+        if with_stats or now - self._last_stats >= self.cfg.stats_interval:
+            self._last_stats = now
+            stats = _collect_call_stats()
+        if not batch and not stats:
+            self._drain_spool()
+            return
+        sink = self._get_sink()
+        payload = Batch(run=run_info(), events=batch, stats=stats)
+        if self._send(sink, payload):
+            self.written += len(batch)
+            self._drain_spool()
+        else:
+            self.failed_batches += 1
+            from .store import spool
+
+            spooled = spool.save(self.cfg, payload)
+            if not spooled:
+                self.dropped += len(batch)
+            self._warn(f"cachewatch could not write to {_safe_url(self.cfg.store)}; "
+                       f"{'spooled' if spooled else 'dropped'} {len(batch)} event(s)")
+
+    def _send(self, sink: Any, payload: "Batch", attempts: int = 4) -> bool:
+        delay = 0.1
+        for attempt in range(attempts):
+            try:
+                sink.write(payload)
+                return True
+            except Exception as exc:  # the store is down, locked, or refuses the batch
+                if attempt == attempts - 1 or self._stopping or not getattr(exc, "retryable", True):
+                    self._warn(f"cachewatch store write failed: {type(exc).__name__}: {exc}")
+                    if _guard.raise_errors and not getattr(exc, "retryable", True):
+                        raise
+                    return False
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 2.0)
+        return False
+
+    def _drain_spool(self) -> None:
+        from .store import spool
+
+        if not spool.has_pending(self.cfg):
+            return
+        sink = self._get_sink()
+        spool.replay(self.cfg, lambda payload: self._send(sink, payload, attempts=1))
+
+    def _get_sink(self) -> Any:
+        if self._sink is None:
+            from .store.sinks import open_sink
+
+            self._sink = open_sink(self.cfg)
+        return self._sink
+
+
+_EMPTY = object()
+
+
+class Batch:
+    """What the writer hands a sink: the run, compile events, and call statistics."""
+
+    __slots__ = ("run", "events", "stats")
+
+    def __init__(self, run: RunInfo, events: list[CompileEvent], stats: list[CallStats]):
+        self.run = run
+        self.events = events
+        self.stats = stats
+
+
+def _collect_call_stats() -> list[CallStats]:
+    from .jit import all_call_stats
+
+    rows = []
+    now = time.time()
+    rid = run_id()
+    for stats in all_call_stats():
+        calls, sampled, seconds = stats.calls, stats.sampled_calls, stats.sampled_seconds
+        if calls == stats.flushed_calls and sampled == stats.flushed_sampled:
+            continue
+        rows.append(CallStats(run_id=rid, function=stats.function, timestamp=now,
+                              calls=calls - stats.flushed_calls, sampled_calls=sampled - stats.flushed_sampled,
+                              sampled_seconds=seconds - stats.flushed_seconds))
+        stats.flushed_calls, stats.flushed_sampled, stats.flushed_seconds = calls, sampled, seconds
+    return rows
+
+
+def _safe_url(url: str) -> str:
+    # Never print credentials: keep scheme, host and path.
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+def _at_exit() -> None:
+    writer = _writer
+    if writer is None or writer.pid != os.getpid():
+        return
+    timeout = writer.cfg.exit_timeout
+    if not writer.flush(timeout):
+        left = writer.queue.qsize()
+        logger.warning("cachewatch: %d event(s) not written within %.1fs at exit", left, timeout)
+
+
+def _after_fork_in_child() -> None:
+    # The child is a new process: a new run, a new writer thread, a fresh history.
+    global _writer, _run, _run_id, _lock
+    _lock = threading.RLock()
+    _writer = None
+    _run = None
+    _run_id = None
+    from . import causes
+    from .jit import all_call_stats
+
+    causes.reset()
+    for stats in all_call_stats():  # the parent's calls were the parent's to report
+        stats.flushed_calls, stats.flushed_sampled = stats.calls, stats.sampled_calls
+        stats.flushed_seconds = stats.sampled_seconds
+
+
+atexit.register(_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,208 @@
+"""Engines, sessions and the schema check for SQL stores.
+
+One cached engine per URL; ``session_scope`` commits, rolls back, and turns driver
+errors into :class:`StoreError`. An empty database is migrated on first use; a
+database at an older revision is refused with the command that upgrades it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+
+class StoreError(RuntimeError):
+    """The store could not be reached or refused an operation."""
+
+    retryable = True
+
+
+class SchemaOutdated(StoreError):
+    """The database schema is older (or newer) than this cachewatch."""
+
+    retryable = False
+
+
+class InvalidStoreURL(StoreError, ValueError):
+    retryable = False
+
+
+_engines: dict[str, Engine] = {}
+_engine_lock = threading.Lock()
+_verified: set[str] = set()
+
+
+def normalize_url(url: str) -> str:
+    """Accept the URLs people type and name the driver cachewatch ships with."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://"):]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    if not (url.startswith("sqlite:") or url.startswith("postgresql+")):
+        raise InvalidStoreURL(f"unsupported store URL {url!r}: use sqlite:///path/to/file.db "
+                              "or postgresql://user@host/db")
+    return url
+
+
+def get_engine(url: str) -> Engine:
+    url = normalize_url(url)
+    with _engine_lock:
+        engine = _engines.get(url)
+        if engine is None or engine.pool is None:
+            engine = _engines[url] = _create_engine(url)
+        return engine
+
+
+def _create_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        path = sa.engine.make_url(url).database
+        if path and path != ":memory:":
+            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record):
+            cursor = dbapi_connection.cursor()
+            # WAL lets the server read while a training process writes; NORMAL sync is
+            # durable across application crashes, which is what telemetry needs.
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+
+
+def dispose_engines() -> None:
+    with _engine_lock:
+        for engine in _engines.values():
+            engine.dispose()
+        _engines.clear()
+        _verified.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    # A forked child must not share its parent's connections.
+    os.register_at_fork(after_in_child=lambda: (_engines.clear(), _verified.clear()))
+
+
+@contextlib.contextmanager
+def session_scope(url: str) -> Iterator[Session]:
+    engine = get_engine(url)
+    session = sessionmaker(bind=engine, expire_on_commit=False)()
+    try:
+        yield session
+        session.commit()
+    except SQLAlchemyError as exc:
+        session.rollback()
+        raise StoreError(f"{type(exc).__name__}: {exc.orig if hasattr(exc, 'orig') else exc}") from exc
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+@contextlib.contextmanager
+def connection(url: str, *, ensure: bool = True) -> Iterator[sa.Connection]:
+    """A transaction on the store (migrated if it is empty and ``ensure`` is set)."""
+    if ensure:
+        ensure_schema(url)
+    try:
+        with get_engine(url).begin() as conn:
+            yield conn
+    except SQLAlchemyError as exc:
+        raise StoreError(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}") from exc
+
+
+# ------------------------------------------------------------------ migrations
+
+
+def migrations_dir() -> str:
+    return str(resources.files("cachewatch.migrations"))
+
+
+def alembic_config(url: str):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", migrations_dir())
+    cfg.set_main_option("sqlalchemy.url", normalize_url(url).replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    heads = ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads()
+    if len(heads) != 1:
+        raise StoreError(f"cachewatch migrations must have one head, found {heads}")
+    return heads[0]
+
+
+def current_revision(url: str) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with get_engine(url).connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(url: str, revision: str = "head") -> str:
+    """Bring the store to ``revision`` (the latest by default); returns the new revision."""
+    from alembic import command
+
+    engine = get_engine(url)
+    cfg = alembic_config(url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+    _verified.discard(normalize_url(url))
+    return current_revision(url) or ""
+
+
+def upgrade_command(url: str) -> str:
+    return f"cachewatch db upgrade --store '{_redact(url)}'"
+
+
+def _redact(url: str) -> str:
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
+
+
+def ensure_schema(url: str, *, migrate_empty: bool = True) -> None:
+    """Migrate an empty store; refuse one at another revision with the fixing command."""
+    key = normalize_url(url)
+    if key in _verified:
+        return
+    try:
+        current = current_revision(url)
+        head = head_revision()
+        if current is None:
+            has_tables = bool(sa.inspect(get_engine(url)).get_table_names())
+            if has_tables:
+                raise SchemaOutdated(f"the store at {_redact(url)} has tables but no cachewatch schema "
+                                     f"revision; point cachewatch at an empty database, or run: "
+                                     f"{upgrade_command(url)}")
+            if not migrate_empty:
+                raise SchemaOutdated(f"the store at {_redact(url)} is empty; run: {upgrade_command(url)}")
+            upgrade(url)
+        elif current != head:
+            raise SchemaOutdated(f"the store at {_redact(url)} is at schema revision {current}, this "
+                                 f"cachewatch needs {head}; run: {upgrade_command(url)}")
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot open store {_redact(url)}: {getattr(exc, 'orig', None) or exc}") from exc
+    _verified.add(key)

@@ -1,0 +1,106 @@
+"""SQLAlchemy models: the schema of a cachewatch store (SQLite or PostgreSQL).
+
+Rows stay inside the store package; callers get plain dictionaries or the frozen
+objects of ``cachewatch.events``. Timestamps are seconds since the epoch (double
+precision), which sort and subtract the same way on every backend.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+
+    run_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    run_name: Mapped[str] = mapped_column(String(200), default="")
+    host: Mapped[str] = mapped_column(String(255), default="")
+    pid: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[float] = mapped_column(Float, index=True)
+    jax_version: Mapped[str] = mapped_column(String(64), default="")
+    jaxlib_version: Mapped[str] = mapped_column(String(64), default="")
+    backend: Mapped[str] = mapped_column(String(64), default="")
+    devices: Mapped[list] = mapped_column(JSON, default=list)
+    python_version: Mapped[str] = mapped_column(String(32), default="")
+
+
+class FunctionRow(Base):
+    __tablename__ = "functions"
+
+    function_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    qualname: Mapped[str] = mapped_column(String(512))
+    module: Mapped[str] = mapped_column(String(512), default="")
+    file: Mapped[str] = mapped_column(String(1024), default="")
+    line: Mapped[int] = mapped_column(Integer, default=0)
+    first_seen: Mapped[float] = mapped_column(Float)
+
+
+class CompileEventRow(Base):
+    __tablename__ = "compile_events"
+
+    # A surrogate key keeps indexes small and gives a stable cursor order; the
+    # client-made event_id makes a retried batch idempotent.
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    event_id: Mapped[str] = mapped_column(String(32), unique=True)
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"))
+    run_id: Mapped[str] = mapped_column(String(32), ForeignKey("runs.run_id"))
+    timestamp: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(16))
+    cause: Mapped[str] = mapped_column(String(32))
+    explanation: Mapped[str] = mapped_column(Text, default="")
+    diff: Mapped[list] = mapped_column(JSON, default=list)
+    signature: Mapped[list] = mapped_column(JSON, default=list)
+    signature_hash: Mapped[str] = mapped_column(String(40), default="")
+    compiled: Mapped[bool] = mapped_column(Boolean, default=False)
+    nested: Mapped[bool] = mapped_column(Boolean, default=False)
+    trace_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lower_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    compile_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    persistent_cache_hit: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    cache_time_saved_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    device: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    backend: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    call_site: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    jaxpr_eqns: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    flops: Mapped[float | None] = mapped_column(Float, nullable=True)
+    bytes_accessed: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    thread: Mapped[str | None] = mapped_column(String(255), nullable=True)
+
+    __table_args__ = (
+        Index("ix_compile_events_function_time", "function_hash", "timestamp"),
+        Index("ix_compile_events_run_time", "run_id", "timestamp"),
+        Index("ix_compile_events_time", "timestamp"),
+    )
+
+
+class CallStatsRow(Base):
+    __tablename__ = "call_stats"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(32), ForeignKey("runs.run_id"))
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"))
+    timestamp: Mapped[float] = mapped_column(Float)
+    calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    sampled_calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    sampled_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+    __table_args__ = (
+        Index("ix_call_stats_function_time", "function_hash", "timestamp"),
+        Index("ix_call_stats_run", "run_id"),
+    )
+
+
+runs = RunRow.__table__
+functions = FunctionRow.__table__
+compile_events = CompileEventRow.__table__
+call_stats = CallStatsRow.__table__

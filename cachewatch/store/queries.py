@@ -1,0 +1,143 @@
+"""Read queries shared by the command line and the server. They return plain dicts.
+
+Field names follow DESIGN.md: a report row carries ``name``, ``qualname``, ``module``,
+``file``, ``line``, ``function_hash``, ``traces``, ``compiles``, ``recompiles``,
+``causes``, ``compile_seconds``, ``calls``, ``run_seconds_est``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from . import engine as enginemod
+from . import models
+
+_EVENT_COLUMNS = [c for c in models.compile_events.c if c.name != "id"]
+
+
+@dataclass(frozen=True)
+class Filters:
+    run_id: str | None = None
+    since: float | None = None
+    until: float | None = None
+
+    def apply(self, table: sa.Table, query: sa.Select) -> sa.Select:
+        if self.run_id:
+            query = query.where(table.c.run_id == self.run_id)
+        if self.since is not None:
+            query = query.where(table.c.timestamp >= self.since)
+        if self.until is not None:
+            query = query.where(table.c.timestamp < self.until)
+        return query
+
+
+def _cost_expr(e: sa.Table) -> sa.ColumnElement:
+    return (sa.func.coalesce(e.c.trace_seconds, 0.0) + sa.func.coalesce(e.c.lower_seconds, 0.0)
+            + sa.func.coalesce(e.c.compile_seconds, 0.0))
+
+
+def function_report(conn: sa.Connection, filters: Filters = Filters(),
+                    function_hashes: list[str] | None = None) -> list[dict[str, Any]]:
+    """One row per function, most compile seconds first.
+
+    ``compile_seconds`` is the whole cost of (re)compiling: trace + lowering + XLA
+    compile. ``run_seconds_est`` is the sampled mean run time times the calls.
+    """
+    e = models.compile_events
+    compiled = sa.case((e.c.compiled, 1), else_=0)
+    agg = filters.apply(e, sa.select(
+        e.c.function_hash,
+        sa.func.sum(sa.case((e.c.kind == "trace", 1), else_=0)).label("traces"),
+        sa.func.sum(compiled).label("compiles"),
+        sa.func.sum(sa.case((sa.and_(e.c.compiled, e.c.cause != "first_call"), 1), else_=0)).label("recompiles"),
+        sa.func.sum(_cost_expr(e)).label("compile_seconds"),
+        sa.func.max(e.c.timestamp).label("last_compile"),
+        sa.func.min(e.c.timestamp).label("first_compile"),
+    ).group_by(e.c.function_hash))
+    if function_hashes is not None:
+        agg = agg.where(e.c.function_hash.in_(function_hashes))
+    rows = {r.function_hash: dict(r._mapping) for r in conn.execute(agg)}
+    if not rows:
+        return []
+    causes_q = filters.apply(e, sa.select(e.c.function_hash, e.c.cause, sa.func.count().label("n"))
+                             .group_by(e.c.function_hash, e.c.cause))
+    if function_hashes is not None:
+        causes_q = causes_q.where(e.c.function_hash.in_(function_hashes))
+    causes: dict[str, dict[str, int]] = {}
+    for r in conn.execute(causes_q):
+        causes.setdefault(r.function_hash, {})[r.cause] = int(r.n)
+    s = models.call_stats
+    stats_q = filters.apply(s, sa.select(
+        s.c.function_hash, sa.func.sum(s.c.calls).label("calls"),
+        sa.func.sum(s.c.sampled_calls).label("sampled_calls"),
+        sa.func.sum(s.c.sampled_seconds).label("sampled_seconds")).group_by(s.c.function_hash))
+    stats = {r.function_hash: r for r in conn.execute(stats_q)}
+    f = models.functions
+    meta = {r.function_hash: r for r in conn.execute(sa.select(f).where(f.c.function_hash.in_(list(rows))))}
+    report = []
+    for function_hash, row in rows.items():
+        info = meta.get(function_hash)
+        stat = stats.get(function_hash)
+        calls = int(stat.calls or 0) if stat else 0
+        sampled = int(stat.sampled_calls or 0) if stat else 0
+        mean = (float(stat.sampled_seconds) / sampled) if stat and sampled else None
+        compile_seconds = float(row["compile_seconds"] or 0.0)
+        run_est = mean * calls if mean is not None else None
+        report.append({
+            "name": info.name if info else "",
+            "qualname": info.qualname if info else "",
+            "module": info.module if info else "",
+            "file": info.file if info else "",
+            "line": info.line if info else 0,
+            "function_hash": function_hash,
+            "traces": int(row["traces"] or 0),
+            "compiles": int(row["compiles"] or 0),
+            "recompiles": int(row["recompiles"] or 0),
+            "causes": causes.get(function_hash, {}),
+            "compile_seconds": compile_seconds,
+            "calls": calls,
+            "sampled_calls": sampled,
+            "run_seconds_mean": mean,
+            "run_seconds_est": run_est,
+            "compile_share": (compile_seconds / (compile_seconds + run_est)
+                              if run_est is not None and compile_seconds + run_est > 0 else None),
+            "first_compile": row["first_compile"],
+            "last_compile": row["last_compile"],
+        })
+    report.sort(key=lambda r: (-r["compile_seconds"], r["qualname"]))
+    return report
+
+
+def find_functions(conn: sa.Connection, name: str) -> list[str]:
+    """Hashes of functions whose name, qualified name or hash prefix matches ``name``."""
+    f = models.functions
+    q = sa.select(f.c.function_hash).where(sa.or_(f.c.name == name, f.c.qualname == name,
+                                                  f.c.function_hash.startswith(name)))
+    return [r.function_hash for r in conn.execute(q)]
+
+
+def list_events(conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None,
+                limit: int = 1000, after_id: int | None = None) -> list[dict[str, Any]]:
+    """Compile events, oldest first, with the function's name; ``after_id`` pages on."""
+    e, f = models.compile_events, models.functions
+    q = filters.apply(e, sa.select(e.c.id, *_EVENT_COLUMNS, f.c.name, f.c.qualname)
+                      .join(f, f.c.function_hash == e.c.function_hash))
+    if function_hashes is not None:
+        q = q.where(e.c.function_hash.in_(function_hashes))
+    if after_id is not None:
+        q = q.where(e.c.id > after_id)
+    q = q.order_by(e.c.id).limit(limit)
+    return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def list_runs(conn: sa.Connection, limit: int = 100) -> list[dict[str, Any]]:
+    r = models.runs
+    return [dict(row._mapping) for row in conn.execute(sa.select(r).order_by(r.c.started_at.desc()).limit(limit))]
+
+
+def open_report(url: str, filters: Filters = Filters()) -> list[dict[str, Any]]:
+    with enginemod.connection(url) as conn:
+        return function_report(conn, filters)

@@ -1,0 +1,88 @@
+"""Where the writer sends batches, chosen by the store URL.
+
+``sqlite:///...`` and ``postgresql://...`` write straight into the SQL store (one
+transaction per batch, many rows per statement, idempotent on event ids);
+``http(s)://...`` posts to a cachewatch server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+
+from ..config import Config
+from . import engine as enginemod
+from . import models
+
+
+class Sink(Protocol):
+    def write(self, batch: Any) -> None: ...
+
+
+def open_sink(cfg: Config) -> Sink:
+    url = cfg.store
+    if url.startswith(("http://", "https://")):
+        from .http import HttpSink
+
+        return HttpSink(url, token=cfg.write_token)
+    return SqlSink(url)
+
+
+def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]],
+                                key: str) -> None:
+    if not rows:
+        return
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:  # pragma: no cover - only the two dialects above are supported
+        raise enginemod.InvalidStoreURL(f"unsupported dialect {dialect}")
+    conn.execute(insert(table).on_conflict_do_nothing(index_elements=[key]), rows)
+
+
+def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], events: list[dict],
+               stats: list[dict]) -> None:
+    """Insert one batch in one transaction; repeats of the same ids are ignored."""
+    _insert_ignoring_duplicates(conn, models.runs, _unique(runs, "run_id"), "run_id")
+    _insert_ignoring_duplicates(conn, models.functions, _unique(functions, "function_hash"), "function_hash")
+    _insert_ignoring_duplicates(conn, models.compile_events, events, "event_id")
+    if stats:
+        conn.execute(sa.insert(models.call_stats), stats)
+
+
+def _unique(rows: list[dict], key: str) -> list[dict]:
+    seen: dict[Any, dict] = {}
+    for row in rows:
+        seen.setdefault(row[key], row)
+    return list(seen.values())
+
+
+def batch_rows(batch: Any) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """Rows for one recorder batch: the run, the functions it mentions, events, stats."""
+    first_seen: dict[str, float] = {}
+    functions: dict[str, dict] = {}
+    for event in batch.events:
+        info = event.function
+        first_seen[info.function_hash] = min(first_seen.get(info.function_hash, event.timestamp),
+                                             event.timestamp)
+        functions[info.function_hash] = info.as_dict()
+    for stat in batch.stats:
+        info = stat.function
+        first_seen.setdefault(info.function_hash, stat.timestamp)
+        functions.setdefault(info.function_hash, info.as_dict())
+    function_rows = [{**row, "first_seen": first_seen[h]} for h, row in functions.items()]
+    return ([batch.run.as_dict()], function_rows, [e.as_dict() for e in batch.events],
+            [s.as_dict() for s in batch.stats])
+
+
+class SqlSink:
+    def __init__(self, url: str):
+        self.url = url
+
+    def write(self, batch: Any) -> None:
+        runs, functions, events, stats = batch_rows(batch)
+        with enginemod.connection(self.url) as conn:
+            write_rows(conn, runs, functions, events, stats)
