@@ -3,6 +3,7 @@
     cachewatch report [--store URL] [--run RUN_ID] [--format table|json]
     cachewatch events [--store URL] [--function NAME] [--limit N] [--format table|json]
     cachewatch db upgrade [--store URL]
+    cachewatch serve [--store URL] [--host H] [--port P] [--workers N]
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     upgrade = db_sub.add_parser("upgrade", help="migrate the store's schema to this version")
     _add_store(upgrade)
 
+    serve = sub.add_parser("serve", help="run the web service: dashboard, query API, ingest, /metrics")
+    _add_store(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
+
     sub.add_parser("settings", help="list the CACHEWATCH_* settings and their defaults")
     return parser
 
@@ -69,6 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             revision = enginemod.upgrade(url)
             print(f"store {enginemod._redact(enginemod.normalize_url(url))} is at revision {revision}")
             return 0
+        if args.command == "serve":
+            from server.main import serve
+
+            return serve(store=_store_url(args), host=args.host, port=args.port, workers=args.workers)
         if args.command == "settings":
             print(configmod.describe())
             return 0

@@ -1,0 +1,100 @@
+"""Shared fixtures: real SQLite and PostgreSQL stores, a fresh run per test, and a
+guard that fails any test during which cachewatch swallowed an internal error."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+# cachewatch's own bugs must fail its tests, not be swallowed.
+os.environ["CACHEWATCH_RAISE_INTERNAL_ERRORS"] = "1"
+os.environ.setdefault("CACHEWATCH_SPOOL_DIR", os.path.join("/tmp", f"cachewatch-test-spool-{os.getpid()}"))
+
+import pytest
+import sqlalchemy as sa
+
+import cachewatch
+from cachewatch import _guard, causes, recorder
+from cachewatch.store import engine as enginemod
+
+PG_ADMIN_URL = os.environ.get("CACHEWATCH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+def _pg_admin_engine() -> sa.Engine:
+    return sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+
+
+@pytest.fixture(scope="session")
+def pg_available() -> None:
+    try:
+        with _pg_admin_engine().connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except Exception as exc:  # the suite needs the real server; say so plainly
+        pytest.fail(f"PostgreSQL is not reachable at {PG_ADMIN_URL}: {exc}")
+
+
+def create_pg_database() -> str:
+    name = f"cachewatch_test_{uuid.uuid4().hex[:12]}"
+    with _pg_admin_engine().connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_pg_database(url: str) -> None:
+    enginemod.dispose_engines()
+    name = url.rsplit("/", 1)[1]
+    with _pg_admin_engine().connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+@pytest.fixture
+def pg_url(pg_available) -> str:
+    url = create_pg_database()
+    yield url
+    drop_pg_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path) -> str:
+    """A fresh, empty store of each kind."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+    else:
+        request.getfixturevalue("pg_available")
+        url = create_pg_database()
+        yield url
+        drop_pg_database(url)
+
+
+@pytest.fixture
+def use_store(request):
+    """Point the library at a store for this test, in a run of its own."""
+
+    def _use(url: str, **settings) -> str:
+        recorder.configure(store=url, **settings)
+        new_run()
+        return url
+
+    yield _use
+    recorder.flush(10)
+
+
+def new_run() -> None:
+    """Start a fresh run: a new run id and no memory of earlier traces."""
+    recorder.flush(10)
+    causes.reset()
+    recorder._new_run()
+
+
+@pytest.fixture(autouse=True)
+def no_internal_errors():
+    before = _guard.internal_error_count()
+    yield
+    cachewatch.flush(10)
+    errors = _guard.internal_errors()
+    assert _guard.internal_error_count() == before, f"cachewatch swallowed internal errors: {errors}"
