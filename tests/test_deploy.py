@@ -83,7 +83,8 @@ GRAFANA_VARS = {
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     kwargs.setdefault("cwd", ROOT)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kwargs)
+    kwargs.setdefault("timeout", 300)
+    return subprocess.run(cmd, capture_output=True, text=True, **kwargs)
 
 
 def _assert_ok(proc: subprocess.CompletedProcess) -> None:
@@ -201,17 +202,21 @@ def _threshold_values(panel: dict) -> set[float]:
     return {s["value"] for s in steps if s.get("value") is not None}
 
 
-@pytest.fixture(scope="module")
-def compose_config(ops_tools, tmp_path_factory) -> dict:
-    """docker-compose's own rendering of docker-compose.yml (no engine needed)."""
-    home = tmp_path_factory.mktemp("home")
+def _compose_config(tools: dict[str, str], home: Path, compose_file: Path) -> dict:
+    """docker-compose's own rendering of a compose file (no engine needed)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEWATCH_", "GRAFANA_"))}
     env.update(HOME=str(home), DOCKER_CONFIG=str(home / ".docker"))
     env.pop("DOCKER_HOST", None)
     env.pop("COMPOSE_FILE", None)
-    proc = _run([ops_tools["docker-compose"], "-f", str(COMPOSE), "config"], env=env)
+    cmd = [tools["docker-compose"], "--project-directory", str(ROOT), "-f", str(compose_file), "config"]
+    proc = _run(cmd, env=env)
     _assert_ok(proc)
     return yaml.safe_load(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def compose_config(ops_tools, tmp_path_factory) -> dict:
+    return _compose_config(ops_tools, tmp_path_factory.mktemp("home"), COMPOSE)
 
 
 def _volumes(service: dict) -> list[tuple[str, str]]:
@@ -569,6 +574,7 @@ def test_dashboard_structure(dashboard):
 
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     fn = variables["function"]
+    assert fn["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
     query = fn["query"]["query"] if isinstance(fn["query"], dict) else fn["query"]
     assert " ".join(query.split()) == "label_values(cachewatch_compiles_total, function)"
     assert fn["includeAll"] and fn["multi"]
@@ -703,6 +709,21 @@ def test_compose_file_is_valid_and_wires_the_stack(compose_config):
     assert published["cachewatch"] == {(8000, 8000)}
     assert published["prometheus"] == {(9090, 9090)}
     assert published["grafana"] == {(3000, 3000)}
+
+
+def test_compose_file_is_also_valid_compose_spec(ops_tools, compose_config, tmp_path):
+    """Without the version key docker-compose 1.29 validates against the Compose
+    Specification schema, the one Compose v2 uses; both readings must agree."""
+    text = COMPOSE.read_text()
+    assert re.search(r'^version: "3\.9"$', text, re.M)
+    spec_file = tmp_path / "docker-compose.yml"
+    spec_file.write_text(re.sub(r"^version:.*\n", "", text, flags=re.M))
+    spec = _compose_config(ops_tools, tmp_path, spec_file)
+    assert spec["services"].keys() == compose_config["services"].keys()
+    for name in SERVICES:
+        assert spec["services"][name].get("depends_on") == compose_config["services"][name].get(
+            "depends_on"
+        ), name
 
 
 def test_compose_mounts_the_prometheus_config(compose_config):

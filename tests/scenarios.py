@@ -1,0 +1,232 @@
+"""Small real programs with the classic recompilation pitfalls.
+
+Each scenario defines its jitted functions afresh (so JAX's own caches start cold on
+every run), runs them, and returns the function names it exercised. The tests run
+them with ``jax_log_compiles`` on and compare cachewatch's record with JAX's log.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import jax
+import jax.numpy as jnp
+
+import cachewatch
+
+
+def lambda_in_loop():
+    def unjitted_loop_body(prev_i):
+        return prev_i + 1
+
+    i = 0
+    while i < 20:
+        i = cachewatch.jit(lambda x: unjitted_loop_body(x))(i)
+    return ["<lambda>"]
+
+
+def lambda_hoisted():
+    def hoisted_body(prev_i):
+        return prev_i + 1
+
+    step = cachewatch.jit(hoisted_body)
+    i = 0
+    while i < 20:
+        i = step(i)
+    return ["hoisted_body"]
+
+
+def same_function_rewrapped():
+    # jax.jit(f) in a loop with the same f shares JAX's cache: one compile.
+    def rewrapped_body(prev_i):
+        return prev_i + 1
+
+    i = 0
+    while i < 20:
+        i = cachewatch.jit(rewrapped_body)(i)
+    return ["rewrapped_body"]
+
+
+def partial_in_loop():
+    def partial_body(prev_i):
+        return prev_i + 1
+
+    i = 0
+    while i < 20:
+        i = cachewatch.jit(functools.partial(partial_body))(i)
+    return ["partial_body"]
+
+
+def static_values():
+    @functools.partial(cachewatch.jit, static_argnames="n")
+    def repeat_add(x, n):
+        for _ in range(n):
+            x = x + 1
+        return x
+
+    for n in range(5):
+        repeat_add(jnp.ones(4), n=n)
+    repeat_add(jnp.ones(4), n=2)  # seen before: no compile
+    return ["repeat_add"]
+
+
+def batch_sizes():
+    @cachewatch.jit
+    def train_step(params, batch):
+        return jnp.tanh(batch["x"] @ params["w"]).sum()
+
+    params = {"w": jnp.ones((3, 2))}
+    for size in (8, 16, 8, 32):
+        train_step(params, {"x": jnp.ones((size, 3))})
+    return ["train_step"]
+
+
+def dtype_change():
+    @cachewatch.jit
+    def scale(x):
+        return x * 2
+
+    scale(jnp.ones(3, jnp.float32))
+    scale(jnp.ones(3, jnp.int32))
+    return ["scale"]
+
+
+def weak_type_flip():
+    @cachewatch.jit
+    def h(d):
+        return d["a"] * 2
+
+    h({"a": 1.0})
+    h({"a": 1.0, "b": 2.0})
+    h({"a": jnp.float32(1.0)})
+    return ["h"]
+
+
+def scalar_flip():
+    @cachewatch.jit
+    def add_bias(x, bias):
+        return x + bias
+
+    add_bias(jnp.ones(3), 0.5)
+    add_bias(jnp.ones(3), jnp.float32(0.5))
+    return ["add_bias"]
+
+
+def dict_keys_change():
+    @cachewatch.jit
+    def loss(batch):
+        return sum(v.sum() for v in batch.values())
+
+    loss({"x": jnp.ones(2)})
+    loss({"x": jnp.ones(2), "mask": jnp.ones(2)})
+    return ["loss"]
+
+
+def positional_vs_keyword():
+    @cachewatch.jit
+    def affine(x, w):
+        return x * w
+
+    affine(jnp.ones(2), jnp.ones(2))
+    affine(jnp.ones(2), w=jnp.ones(2))
+    return ["affine"]
+
+
+def clear_cache():
+    @cachewatch.jit
+    def cleared(x):
+        return x - 1
+
+    cleared(jnp.ones(2))
+    cleared.clear_cache()
+    cleared(jnp.ones(2))
+    return ["cleared"]
+
+
+def nested_jit():
+    @cachewatch.jit
+    def inner(x):
+        return jnp.sin(x)
+
+    @cachewatch.jit
+    def outer(x):
+        return inner(x) * 2
+
+    outer(jnp.ones(3))
+    outer(jnp.ones(3))
+    # The jaxpr of inner is cached from the nested trace: a compile with no trace.
+    inner(jnp.ones(3))
+    return ["inner", "outer"]
+
+
+def threads():
+    @cachewatch.jit
+    def per_thread(x):
+        return jnp.cumsum(x * x)
+
+    barrier = threading.Barrier(8)
+    errors = []
+
+    def work(n):
+        try:
+            barrier.wait(timeout=30)
+            per_thread(jnp.ones(n))
+        except Exception as exc:  # surfaced by the test below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(n,), name=f"worker-{n}") for n in range(1, 9)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    if errors:
+        raise errors[0]
+    return ["per_thread"]
+
+
+def failing_traces():
+    @cachewatch.jit
+    def branchy(x):
+        if x > 0:
+            return x
+        return -x
+
+    @cachewatch.jit
+    def get_negatives(x):
+        return x[x < 0]
+
+    raised = []
+    for fn, arg in ((branchy, 1.0), (get_negatives, jnp.arange(-3.0, 3.0))):
+        try:
+            fn(arg)
+        except Exception as exc:
+            raised.append(type(exc).__name__)
+    assert raised == ["TracerBoolConversionError", "NonConcreteBooleanIndexError"], raised
+    return ["branchy", "get_negatives"]
+
+
+ALL = {f.__name__: f for f in (lambda_in_loop, lambda_hoisted, same_function_rewrapped, partial_in_loop,
+                               static_values, batch_sizes, dtype_change, weak_type_flip, scalar_flip,
+                               dict_keys_change, positional_vs_keyword, clear_cache, nested_jit, threads,
+                               failing_traces)}
+
+# (function name, cause) of every *compiled* event each scenario must produce, in order
+# (order is free for the threads scenario).
+EXPECTED_COMPILES = {
+    "lambda_in_loop": [("<lambda>", "first_call")] + [("<lambda>", "new_function_object")] * 19,
+    "lambda_hoisted": [("hoisted_body", "first_call")],
+    "same_function_rewrapped": [("rewrapped_body", "first_call")],
+    "partial_in_loop": [("partial_body", "first_call")] + [("partial_body", "new_function_object")] * 19,
+    "static_values": [("repeat_add", "first_call")] + [("repeat_add", "new_static_value")] * 4,
+    "batch_sizes": [("train_step", "first_call"), ("train_step", "new_shape"), ("train_step", "new_shape")],
+    "dtype_change": [("scale", "first_call"), ("scale", "new_dtype")],
+    "weak_type_flip": [("h", "first_call"), ("h", "new_structure"), ("h", "weak_type")],
+    "scalar_flip": [("add_bias", "first_call"), ("add_bias", "weak_type")],
+    "dict_keys_change": [("loss", "first_call"), ("loss", "new_structure")],
+    "positional_vs_keyword": [("affine", "first_call"), ("affine", "new_structure")],
+    "clear_cache": [("cleared", "first_call"), ("cleared", "cache_cleared")],
+    "nested_jit": [("outer", "first_call"), ("inner", "first_call")],
+    "threads": [("per_thread", "first_call")] + [("per_thread", "new_shape")] * 7,
+    "failing_traces": [],
+}

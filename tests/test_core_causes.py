@@ -1,0 +1,184 @@
+"""Every classic pitfall gets the right cause, diff and count, matching JAX's own log."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import jax
+import pytest
+
+from cachewatch.store import engine as enginemod
+from cachewatch.store import queries
+
+import scenarios
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def jax_compile_log():
+    """JAX's own account: jax_log_compiles on, its log lines captured through logging."""
+    handler = _ListHandler()
+    logger = logging.getLogger("jax")
+    logger.addHandler(handler)
+    previous = jax.config.jax_log_compiles
+    jax.config.update("jax_log_compiles", True)
+    try:
+        yield handler.messages
+    finally:
+        jax.config.update("jax_log_compiles", previous)
+        logger.removeHandler(handler)
+
+
+def jax_compile_count(messages: list[str], name: str) -> int:
+    return sum(1 for m in messages if m.startswith(f"Finished XLA compilation of jit({name}) "))
+
+
+def stored_events(url: str, names: list[str]) -> list[dict]:
+    with enginemod.connection(url) as conn:
+        rows = queries.list_events(conn, limit=10_000)
+    return [r for r in rows if r["name"] in names]
+
+
+def run_scenario(name: str, url: str, use_store) -> tuple[list[dict], list[str]]:
+    use_store(url)
+    with jax_compile_log() as messages:
+        names = scenarios.ALL[name]()
+    import cachewatch
+
+    assert cachewatch.flush(30)
+    return stored_events(url, names), messages
+
+
+@pytest.mark.parametrize("name", list(scenarios.ALL))
+def test_scenario_counts_and_causes(name, sqlite_url, use_store):
+    events, messages = run_scenario(name, sqlite_url, use_store)
+    compiled = [(e["name"], e["cause"]) for e in events if e["compiled"]]
+    expected = scenarios.EXPECTED_COMPILES[name]
+    if name == "threads":
+        assert sorted(compiled) == sorted(expected)
+    else:
+        assert compiled == expected
+    for function_name in {n for n, _ in expected} | {e["name"] for e in events}:
+        ours = sum(1 for e in events if e["compiled"] and e["name"] == function_name)
+        assert ours == jax_compile_count(messages, function_name), function_name
+    for event in events:
+        assert event["explanation"]
+        if event["cause"] not in ("first_call", "cache_cleared"):
+            assert event["diff"] or event["cause"] == "new_function_object", event
+
+
+def _by_cause(events, cause):
+    return [e for e in events if e["cause"] == cause]
+
+
+def test_new_shape_names_path_and_axis(sqlite_url, use_store):
+    events, _ = run_scenario("batch_sizes", sqlite_url, use_store)
+    shape_events = _by_cause(events, "new_shape")
+    assert len(shape_events) == 2
+    for event, (before, after) in zip(shape_events, [(8, 16), (16, 32)]):
+        entry = event["diff"][0]
+        assert entry["path"] == "batch['x']"
+        assert entry["axes"] == [0]
+        assert entry["before"] == f"float32[{before},3]" and entry["after"] == f"float32[{after},3]"
+        assert "batch['x']" in event["explanation"] and "axis 0" in event["explanation"]
+        shapes = {leaf["path"]: leaf["shape"] for leaf in event["signature"]}
+        assert shapes == {"params['w']": [3, 2], "batch['x']": [after, 3]}
+
+
+def test_weak_type_blamed_where_jax_blames_keys(sqlite_url, use_store):
+    # JAX's explain_cache_misses compares with the latest key and blames the dict keys;
+    # the closest earlier signature has the same keys and differs only in weak type.
+    events, _ = run_scenario("weak_type_flip", sqlite_url, use_store)
+    last = events[-1]
+    assert last["cause"] == "weak_type"
+    assert [e["path"] for e in last["diff"]] == ["d['a']"]
+    assert last["diff"][0]["before"] == "float32[] weak" and last["diff"][0]["after"] == "float32[]"
+    assert events[1]["diff"][0]["change"] == "added" and events[1]["diff"][0]["path"] == "d['b']"
+
+
+def test_static_value_diff(sqlite_url, use_store):
+    events, _ = run_scenario("static_values", sqlite_url, use_store)
+    statics = _by_cause(events, "new_static_value")
+    assert [e["diff"][0]["after"] for e in statics] == ["1", "2", "3", "4"]
+    assert all(e["diff"][0]["path"] == "n" for e in statics)
+    assert "5 distinct values" in statics[-1]["explanation"]
+
+
+def test_dtype_and_structure_diffs(sqlite_url, use_store):
+    events, _ = run_scenario("dtype_change", sqlite_url, use_store)
+    assert events[1]["diff"][0]["change"] == "dtype"
+    assert (events[1]["diff"][0]["before"], events[1]["diff"][0]["after"]) == ("float32[3]", "int32[3]")
+    events, _ = run_scenario("positional_vs_keyword", sqlite_url, use_store)
+    entry = events[1]["diff"][0]
+    assert (entry["path"], entry["change"], entry["before"], entry["after"]) == ("w", "passed_as", "positional",
+                                                                                 "keyword")
+    events, _ = run_scenario("dict_keys_change", sqlite_url, use_store)
+    assert [(e["path"], e["change"]) for e in events[1]["diff"]] == [("batch['mask']", "added")]
+
+
+def test_jit_in_loop_points_at_call_site(sqlite_url, use_store):
+    events, _ = run_scenario("lambda_in_loop", sqlite_url, use_store)
+    recreated = _by_cause(events, "new_function_object")
+    assert len(recreated) == 19
+    sites = {e["call_site"] for e in recreated}
+    assert len(sites) == 1
+    site = sites.pop()
+    assert site.startswith(scenarios.__file__ + ":")
+    line = int(site.rsplit(":", 1)[1])
+    with open(scenarios.__file__) as source:
+        assert "cachewatch.jit(lambda x: unjitted_loop_body(x))(i)" in source.readlines()[line - 1]
+    assert site in recreated[0]["explanation"]
+
+
+def test_nested_trace_recorded_but_not_compiled(sqlite_url, use_store):
+    events, messages = run_scenario("nested_jit", sqlite_url, use_store)
+    inner = [e for e in events if e["name"] == "inner"]
+    outer = [e for e in events if e["name"] == "outer"]
+    assert len(inner) == 2 and inner[0]["nested"] and not inner[0]["compiled"]
+    assert inner[0]["compile_seconds"] is None and inner[0]["kind"] == "trace"
+    assert len(outer) == 1 and outer[0]["compiled"] and outer[0]["compile_seconds"] > 0
+    # Called on its own later, inner compiles from the jaxpr JAX cached: no second trace.
+    assert inner[1]["kind"] == "compile" and inner[1]["compiled"] and inner[1]["trace_seconds"] is None
+    assert jax_compile_count(messages, "inner") == 1
+
+
+def test_threads_attributed_to_their_own_call(sqlite_url, use_store):
+    events, _ = run_scenario("threads", sqlite_url, use_store)
+    assert len(events) == 8
+    for event in events:
+        (leaf,) = event["signature"]
+        assert event["thread"] == f"worker-{leaf['shape'][0]}"
+        assert event["trace_seconds"] is not None and event["compile_seconds"] is not None
+    assert sorted(e["signature"][0]["shape"][0] for e in events) == list(range(1, 9))
+
+
+def test_failing_traces_recorded_with_error(sqlite_url, use_store):
+    events, _ = run_scenario("failing_traces", sqlite_url, use_store)
+    errors = {e["name"]: e["error"] for e in events}
+    assert errors["branchy"].startswith("TracerBoolConversionError: ")
+    assert errors["get_negatives"].startswith("NonConcreteBooleanIndexError: ")
+    assert all(not e["compiled"] for e in events)
+
+
+def normalized(events: list[dict]) -> list[tuple]:
+    """The parts of a row that must not depend on the store (ids and timings do)."""
+    rows = [(e["name"], e["kind"], e["cause"], e["compiled"], e["nested"], repr(e["diff"]), repr(e["signature"]),
+             e["signature_hash"], e["error"], e["explanation"].split(" at /")[0]) for e in events]
+    return sorted(rows)
+
+
+def test_postgresql_stores_the_same_rows_as_sqlite(sqlite_url, pg_url, use_store):
+    for name in ("batch_sizes", "weak_type_flip", "static_values", "lambda_in_loop", "failing_traces",
+                 "nested_jit", "positional_vs_keyword"):
+        on_sqlite, _ = run_scenario(name, sqlite_url, use_store)
+        on_postgres, _ = run_scenario(name, pg_url, use_store)
+        assert normalized(on_postgres) == normalized(on_sqlite), name

@@ -1,0 +1,268 @@
+"""cachewatch.jit behaves like jax.jit: same results, same API, same errors."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import cachewatch
+from cachewatch import _guard, recorder
+from cachewatch import signature as sigmod
+
+
+@pytest.fixture
+def events(sqlite_url, use_store):
+    use_store(sqlite_url)
+    seen = []
+    recorder.add_listener(seen.append)
+    yield seen
+    recorder.remove_listener(seen.append)
+
+
+def test_decorator_with_and_without_arguments(events):
+    @cachewatch.jit
+    def plain(x):
+        """Doubles x."""
+        return 2 * x
+
+    @cachewatch.jit(static_argnames="n", donate_argnums=0)
+    def configured(x, n):
+        return x * n
+
+    assert plain.__name__ == "plain" and plain.__doc__ == "Doubles x."
+    assert plain.__wrapped__.__name__ == "plain"
+    np.testing.assert_allclose(plain(jnp.arange(3.0)), [0.0, 2.0, 4.0])
+    np.testing.assert_allclose(configured(jnp.arange(3.0), 3), [0.0, 3.0, 6.0])
+    assert [e.function.name for e in events] == ["plain", "configured"]
+
+
+def test_every_jit_keyword_passes_through(events):
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+    def body(x, y, flag):
+        return x + (y if flag else 0)
+
+    ours = cachewatch.jit(body, static_argnums=(2,), in_shardings=(sharding, sharding),
+                          out_shardings=sharding, keep_unused=True, inline=False, donate_argnames="x")
+    theirs = jax.jit(body, static_argnums=(2,), in_shardings=(sharding, sharding), out_shardings=sharding,
+                     keep_unused=True, inline=False, donate_argnames="x")
+    np.testing.assert_allclose(ours(jnp.ones(2), jnp.ones(2), True), theirs(jnp.ones(2), jnp.ones(2), True))
+    with pytest.raises(TypeError) as ours_error:
+        cachewatch.jit(body, no_such_option=1)
+    with pytest.raises(TypeError) as theirs_error:
+        jax.jit(body, no_such_option=1)
+    assert str(ours_error.value) == str(theirs_error.value)
+
+
+def test_lower_trace_eval_shape_clear_cache(events):
+    @cachewatch.jit
+    def f(x):
+        return jnp.sin(x) + 1
+
+    lowered = f.lower(jnp.ones(4))
+    assert "sine" in lowered.as_text()
+    assert len(f.trace(jnp.ones(4)).jaxpr.eqns) == len(jax.jit(lambda x: jnp.sin(x) + 1).trace(jnp.ones(4)).jaxpr.eqns)
+    assert f.eval_shape(jnp.ones(5)).shape == (5,)
+    f(jnp.ones(4))
+    f.clear_cache()
+    f(jnp.ones(4))
+    kinds = [(e.kind, e.cause, e.compiled) for e in events]
+    # lower() traces without compiling; the call compiles the jaxpr lower() traced.
+    assert kinds[0] == ("trace", "first_call", False)
+    assert ("trace", "cache_cleared", True) in kinds
+    assert events[0].lower_seconds is not None and events[0].jaxpr_eqns == 2
+
+
+def test_nesting_in_jit_vmap_grad_scan(events):
+    @cachewatch.jit
+    def square(x):
+        return x * x
+
+    x = jnp.arange(4.0)
+    np.testing.assert_allclose(jax.jit(lambda v: square(v) + 1)(x), x * x + 1)
+    np.testing.assert_allclose(jax.vmap(square)(x.reshape(2, 2)), (x * x).reshape(2, 2))
+    np.testing.assert_allclose(jax.grad(lambda v: square(v).sum())(x), 2 * x)
+
+    def scan_body(carry, v):
+        return carry + square(v), None
+
+    total, _ = jax.lax.scan(scan_body, 0.0, x)
+    assert float(total) == float((x * x).sum())
+    assert all(e.function.name == "square" for e in events)
+
+
+def test_methods_bind_like_jax_jit(events):
+    class Model:
+        def __init__(self, scale):
+            self.scale = scale
+
+        @functools.partial(cachewatch.jit, static_argnums=0)
+        def apply(self, x):
+            return x * self.scale
+
+        def __hash__(self):
+            return hash(self.scale)
+
+        def __eq__(self, other):
+            return isinstance(other, Model) and other.scale == self.scale
+
+    np.testing.assert_allclose(Model(3.0).apply(jnp.ones(2)), [3.0, 3.0])
+    np.testing.assert_allclose(Model(4.0).apply(jnp.ones(2)), [4.0, 4.0])
+    assert [e.cause for e in events] == ["first_call", "new_static_value"]
+    assert events[1].diff[0]["path"] == "self"
+
+    m = Model(2.0)
+    bound = cachewatch.jit(m.apply.__wrapped__.__get__(m))  # jit of a bound method
+    np.testing.assert_allclose(bound(jnp.ones(2)), [2.0, 2.0])
+
+
+def test_bound_method_rejitted_shares_the_cache(events):
+    class Counter:
+        def step(self, x):
+            return x + 1
+
+    c = Counter()
+    for _ in range(5):
+        cachewatch.jit(c.step)(jnp.ones(2))
+    assert len([e for e in events if e.compiled]) == 1
+
+
+def test_user_and_jax_errors_reach_the_caller_unchanged(events):
+    def boom(x):
+        raise KeyError("user error")
+
+    with pytest.raises(KeyError, match="user error"):
+        cachewatch.jit(boom)(1.0)
+
+    def needs_static(x, n):
+        return jnp.ones(n) * x
+
+    with pytest.raises(Exception) as ours:
+        cachewatch.jit(needs_static)(1.0, 3)
+    with pytest.raises(Exception) as theirs:
+        jax.jit(needs_static)(1.0, 3)
+    assert type(ours.value) is type(theirs.value)
+    assert str(ours.value).splitlines()[0] == str(theirs.value).splitlines()[0]
+    assert "needs_static" in str(ours.value)  # JAX still names the user's function
+
+
+def test_cache_hits_add_no_argument_flattening(events):
+    flattens = {"n": 0}
+
+    @jax.tree_util.register_pytree_node_class
+    class Pair:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+        def tree_flatten(self):
+            flattens["n"] += 1
+            return (self.a, self.b), None
+
+        @classmethod
+        def tree_unflatten(cls, aux, children):
+            return cls(*children)
+
+    def total(p):
+        return p.a + p.b
+
+    pair = Pair(jnp.ones(2), jnp.ones(2))
+    counts = []
+    for wrap in (jax.jit, functools.partial(cachewatch.jit)):
+        fn = wrap(total)
+        fn(pair)  # compile
+        flattens["n"] = 0
+        for _ in range(10):
+            fn(pair)
+        counts.append(flattens["n"])
+    assert counts[0] == counts[1]
+
+
+def test_sampling_times_calls_and_can_be_off(sqlite_url, use_store):
+    use_store(sqlite_url, sample_every=1, sample_max_per_second=1000)
+
+    @cachewatch.jit
+    def sampled(x):
+        return x @ x
+
+    for _ in range(20):
+        sampled(jnp.ones((8, 8)))
+    from cachewatch.jit import _stats
+
+    stats = _stats[sampled._state.info.function_hash]
+    assert stats.calls == 20
+    assert stats.sampled_calls == 19  # every call but the one that compiled
+    assert stats.sampled_seconds > 0
+
+    use_store(sqlite_url, sample_every=0)
+
+    @cachewatch.jit
+    def unsampled(x):
+        return x + x
+
+    for _ in range(20):
+        unsampled(jnp.ones(3))
+    stats = _stats[unsampled._state.info.function_hash]
+    assert stats.calls == 20 and stats.sampled_calls == 0
+
+
+def test_internal_failure_never_reaches_the_user(sqlite_url, use_store, monkeypatch, caplog):
+    use_store(sqlite_url, raise_internal_errors=False)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug inside cachewatch")
+
+    monkeypatch.setattr(sigmod, "build", broken)
+    with caplog.at_level(logging.WARNING, logger="cachewatch"):
+        result = cachewatch.jit(lambda x: x * 3)(jnp.ones(2))
+        cachewatch.jit(lambda x: x * 4)(jnp.ones(2))
+    np.testing.assert_allclose(result, [3.0, 3.0])
+    assert _guard.internal_error_count() >= 2
+    warnings = [r for r in caplog.records if "internal error" in r.getMessage()]
+    assert len(warnings) == 1  # reported once, not once per call
+    _guard.reset()
+    recorder.configure(raise_internal_errors=True)
+
+
+def test_disabled_is_plain_jax_jit(sqlite_url, use_store):
+    use_store(sqlite_url, enabled=False)
+    fn = cachewatch.jit(lambda x: x + 1)
+    assert not isinstance(fn, cachewatch.JitFunction)
+    np.testing.assert_allclose(fn(jnp.ones(1)), [2.0])
+    recorder.configure(enabled=True)
+
+
+def test_install_watches_every_jax_jit(events):
+    cachewatch.install()
+    try:
+        assert jax.jit is cachewatch.jit
+
+        def library_fn(x):
+            return x - 1
+
+        jax.jit(library_fn)(jnp.ones(2))
+        jax.jit(library_fn)(jnp.ones(3))
+    finally:
+        cachewatch.uninstall()
+    assert jax.jit is not cachewatch.jit
+    assert [e.cause for e in events if e.function.name == "library_fn"] == ["first_call", "new_shape"]
+
+
+def test_expect_compiles_guard(events):
+    @cachewatch.jit
+    def guarded_step(x):
+        return x * 2
+
+    with cachewatch.expect_compiles(guarded_step, at_most=1):
+        for _ in range(3):
+            guarded_step(jnp.ones(4))
+    with pytest.raises(cachewatch.UnexpectedCompiles) as info:
+        with cachewatch.expect_compiles(guarded_step, at_most=1):
+            for n in (5, 6, 7):
+                guarded_step(jnp.ones(n))
+    assert "compiled 3 time(s), at most 1 expected" in str(info.value)
+    assert "new_shape" in str(info.value)
