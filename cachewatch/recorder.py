@@ -68,6 +68,14 @@ def configure(**settings: Any) -> configmod.Config:
     return new
 
 
+def reset_configuration() -> None:
+    """Forget settings made by configure(); the environment and defaults apply again."""
+    global _overrides
+    with _lock:
+        _overrides = {}
+    configure()
+
+
 def _set_writer(writer: "Writer | None") -> None:
     global _writer
     _writer = writer

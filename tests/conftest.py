@@ -76,12 +76,14 @@ def use_store(request):
     """Point the library at a store for this test, in a run of its own."""
 
     def _use(url: str, **settings) -> str:
+        recorder.reset_configuration()
         recorder.configure(store=url, **settings)
         new_run()
         return url
 
     yield _use
     recorder.flush(10)
+    recorder.reset_configuration()
 
 
 def new_run() -> None:

@@ -1,0 +1,143 @@
+"""The writer: batching, drops, flush, spooling when the store is down, fork."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+import cachewatch
+from cachewatch import config as configmod
+from cachewatch import recorder
+from cachewatch.events import CompileEvent, FunctionInfo
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models, spool
+
+INFO = FunctionInfo(function_hash="f" * 20, name="synthetic", qualname="synthetic", module="tests", file="x.py",
+                    line=1)
+
+
+def make_event(**overrides) -> CompileEvent:
+    values = dict(event_id=uuid.uuid4().hex, function=INFO, run_id=recorder.run_id(), timestamp=time.time(),
+                  kind="trace", cause="first_call", explanation="synthetic", diff=(), signature=(),
+                  signature_hash="0" * 20, compiled=True, nested=False, compile_seconds=0.01)
+    values.update(overrides)
+    return CompileEvent(**values)
+
+
+def count_events(url: str) -> int:
+    with enginemod.connection(url) as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(models.compile_events)).scalar_one()
+
+
+def test_many_events_in_few_batches_and_flush(store_url, use_store):
+    use_store(store_url, batch_size=200)
+    for _ in range(1000):
+        recorder.record_event(make_event())
+    assert cachewatch.flush(30)
+    assert count_events(store_url) == 1000
+    assert recorder.dropped_events() == 0
+
+
+def test_full_queue_drops_and_counts(sqlite_url, use_store):
+    import threading
+
+    use_store(sqlite_url, queue_size=5, flush_interval=0.01)
+    writer = recorder._get_writer()
+    release, busy = threading.Event(), threading.Event()
+
+    class SlowSink:  # a store that takes its time: the queue fills behind it
+        def write(self, batch):
+            busy.set()
+            release.wait(30)
+
+    writer._sink = SlowSink()
+    writer.put(make_event())
+    assert busy.wait(10)
+    for _ in range(12):
+        writer.put(make_event())
+    assert writer.dropped == 12 - 5
+    release.set()
+    assert cachewatch.flush(10)
+
+
+def test_store_down_spools_then_replays_without_loss_or_duplicates(tmp_path, use_store):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the store's directory should be")
+    url = f"sqlite:///{blocker}/store.db"
+    use_store(url, spool_dir=str(tmp_path / "spool"), flush_interval=0.05)
+    ids = []
+    for _ in range(30):
+        event = make_event()
+        ids.append(event.event_id)
+        recorder.record_event(event)
+    assert cachewatch.flush(30)
+    cfg = recorder.config()
+    assert spool.has_pending(cfg)
+    assert recorder.written_events() == 0
+    # The store comes back: the next write replays the spool first.
+    blocker.unlink()
+    blocker.mkdir()
+    enginemod.dispose_engines()
+    recorder.record_event(make_event())
+    assert cachewatch.flush(30)
+    deadline = time.time() + 10
+    while spool.has_pending(cfg) and time.time() < deadline:
+        cachewatch.flush(5)
+    assert not spool.has_pending(cfg)
+    with enginemod.connection(url) as conn:
+        stored = [r.event_id for r in conn.execute(sa.select(models.compile_events.c.event_id))]
+    assert len(stored) == 31 and set(ids) <= set(stored)
+
+
+def test_spool_respects_its_byte_cap(tmp_path):
+    cfg = configmod.resolve({"store": "sqlite:///x.db", "spool_dir": str(tmp_path), "spool_max_bytes": 3000})
+    batch = recorder.Batch(run=recorder.run_info(), events=[make_event()], stats=[])
+    saved = [spool.save(cfg, batch) for _ in range(10)]
+    assert saved[0] and not all(saved)
+    assert spool.used_bytes(cfg) <= 3000
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
+def test_child_after_fork_gets_its_own_run_and_writer(sqlite_url, use_store):
+    use_store(sqlite_url)
+    recorder.record_event(make_event())
+    assert cachewatch.flush(10)
+    parent_run = recorder.run_id()
+    pid = os.fork()
+    if pid == 0:  # child: no JAX work here, only the recorder
+        code = 1
+        try:
+            assert recorder._writer is None
+            recorder.record_event(make_event(run_id=recorder.run_id()))
+            code = 0 if cachewatch.flush(20) and recorder.run_id() != parent_run else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with enginemod.connection(sqlite_url) as conn:
+        runs = conn.execute(sa.select(models.runs.c.run_id, models.runs.c.pid)).all()
+    assert len(runs) == 2 and {r.pid for r in runs} == {os.getpid(), pid}
+
+
+def test_call_statistics_are_written(sqlite_url, use_store):
+    use_store(sqlite_url, sample_every=2, sample_max_per_second=1000)
+    import jax.numpy as jnp
+
+    @cachewatch.jit
+    def counted(x):
+        return x + 1
+
+    for _ in range(10):
+        counted(jnp.ones(2))
+    assert cachewatch.flush(10)
+    for _ in range(5):
+        counted(jnp.ones(2))
+    assert cachewatch.flush(10)
+    with enginemod.connection(sqlite_url) as conn:
+        rows = conn.execute(sa.select(models.call_stats)).all()
+    assert [r.calls for r in rows] == [10, 5]
+    assert sum(r.sampled_calls for r in rows) >= 5

@@ -1,0 +1,103 @@
+"""The store: migrations give the models' schema, an outdated schema is refused, the
+command line reads what the library wrote."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+import cachewatch
+from cachewatch import cli
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models
+
+import scenarios
+
+
+def test_migrating_an_empty_store_gives_the_models_schema(store_url):
+    enginemod.ensure_schema(store_url)
+    assert enginemod.current_revision(store_url) == enginemod.head_revision()
+    with enginemod.get_engine(store_url).connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        assert compare_metadata(context, models.Base.metadata) == []
+
+
+def test_outdated_schema_is_refused_with_the_fixing_command(store_url):
+    enginemod.ensure_schema(store_url)
+    with enginemod.get_engine(store_url).begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0000'"))
+    enginemod.dispose_engines()
+    with pytest.raises(enginemod.SchemaOutdated) as info:
+        enginemod.ensure_schema(store_url)
+    assert "cachewatch db upgrade --store" in str(info.value)
+
+
+def test_foreign_tables_without_revision_are_refused(sqlite_url):
+    with enginemod.get_engine(sqlite_url).begin() as conn:
+        conn.execute(sa.text("CREATE TABLE something_else (id INTEGER)"))
+    with pytest.raises(enginemod.SchemaOutdated):
+        enginemod.ensure_schema(sqlite_url)
+
+
+def test_db_upgrade_command(sqlite_url, capsys):
+    assert cli.main(["db", "upgrade", "--store", sqlite_url]) == 0
+    assert enginemod.head_revision() in capsys.readouterr().out
+
+
+def test_bad_store_url_is_a_clear_error(capsys):
+    assert cli.main(["report", "--store", "mysql://nowhere/db"]) == 2
+    assert "unsupported store URL" in capsys.readouterr().err
+
+
+def test_report_and_events_json(store_url, use_store, capsys):
+    use_store(store_url)
+    scenarios.batch_sizes()
+    scenarios.static_values()
+    assert cachewatch.flush(30)
+    assert cli.main(["report", "--store", store_url, "--format", "json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    step = rows["train_step"]
+    for field in ("name", "qualname", "module", "file", "line", "function_hash", "traces", "compiles",
+                  "recompiles", "causes", "compile_seconds", "calls", "run_seconds_est"):
+        assert field in step
+    assert (step["traces"], step["compiles"], step["recompiles"], step["calls"]) == (3, 3, 2, 4)
+    assert step["causes"] == {"first_call": 1, "new_shape": 2}
+    assert step["file"] == scenarios.__file__ and step["compile_seconds"] > 0
+    assert rows["repeat_add"]["causes"] == {"first_call": 1, "new_static_value": 4}
+
+    assert cli.main(["events", "--store", store_url, "--function", "train_step", "--format", "json"]) == 0
+    events = json.loads(capsys.readouterr().out)
+    assert [e["cause"] for e in events] == ["first_call", "new_shape", "new_shape"]
+    assert all(e["name"] == "train_step" and e["function_hash"] == step["function_hash"] for e in events)
+    assert events[1]["diff"][0]["path"] == "batch['x']"
+
+    assert cli.main(["report", "--store", store_url]) == 0
+    table = capsys.readouterr().out
+    assert "train_step" in table and "new_shape=2" in table
+
+
+def test_python_dash_m_is_the_same_program(sqlite_url):
+    out = subprocess.run([sys.executable, "-m", "cachewatch", "report", "--store", sqlite_url],
+                         capture_output=True, text=True, check=True).stdout
+    assert "No compile events" in out
+
+
+def test_library_and_cli_share_the_default_store(tmp_path):
+    # No settings anywhere: the script and `cachewatch report` meet in one SQLite file.
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "JAX_PLATFORMS": "cpu"}
+    script = ("import cachewatch, jax.numpy as jnp\n"
+              "f = cachewatch.jit(lambda x: x + 1)\n"
+              "f(jnp.ones(2)); f(jnp.ones(3))\n")
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "cachewatch", "report", "--format", "json"], env=env,
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    (row,) = json.loads(out)
+    assert row["compiles"] == 2 and row["causes"] == {"first_call": 1, "new_shape": 1}
+    assert (tmp_path / "data" / "cachewatch" / "cachewatch.db").exists()
