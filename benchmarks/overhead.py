@@ -1,0 +1,129 @@
+"""What cachewatch costs the program it watches.
+
+    .venv/bin/python benchmarks/overhead.py [--repeats 7] [--calls 20000] [--shapes 50]
+
+(a) a cache-hit call of a tiny function: cachewatch.jit against jax.jit;
+(b) a function compiled for many distinct shapes: time per compile with
+    cachewatch.jit, with plain jax.jit, and with jax.jit under JAX's own
+    jax_explain_cache_misses.
+
+Variants run interleaved (the order rotates every repeat) in one process, and each
+figure is the median over the repeats, so drift of the machine hits all alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax
+import jax.numpy as jnp
+
+import cachewatch
+
+
+def make_tiny():
+    def tiny(x):
+        return x + 1
+
+    return tiny
+
+
+def make_model():
+    def model(x):
+        h = jnp.tanh(x @ jnp.ones((x.shape[-1], 16)))
+        return jnp.sum(h * h) + jnp.mean(x)
+
+    return model
+
+
+def time_hits(wrap, calls: int) -> float:
+    fn = wrap(make_tiny())
+    x = jnp.ones(8)
+    jax.block_until_ready(fn(x))  # compile outside the timing
+    start = time.perf_counter()
+    for _ in range(calls):
+        out = fn(x)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - start) / calls
+
+
+def time_compiles(wrap, shapes: int, explain: bool) -> float:
+    fn = wrap(make_model())  # a new function object: JAX's caches are cold for it
+    inputs = [jnp.ones((n + 1, 8)) for n in range(shapes)]
+    jax.block_until_ready(inputs)
+    previous = jax.config.jax_explain_cache_misses
+    jax.config.update("jax_explain_cache_misses", explain)
+    try:
+        start = time.perf_counter()
+        for x in inputs:
+            out = fn(x)
+        jax.block_until_ready(out)
+        elapsed = time.perf_counter() - start
+    finally:
+        jax.config.update("jax_explain_cache_misses", previous)
+    return elapsed / shapes
+
+
+def interleaved(variants: dict, repeats: int) -> dict[str, float]:
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for rep in range(repeats):
+        order = names[rep % len(names):] + names[: rep % len(names)]
+        for name in order:
+            samples[name].append(variants[name]())
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--shapes", type=int, default=50)
+    args = parser.parse_args()
+
+    # JAX's explanations go to the "jax" logger at WARNING; keep them off the terminal
+    # (the records are still built, which is their cost).
+    jax_logger = logging.getLogger("jax")
+    jax_logger.addHandler(logging.NullHandler())
+    jax_logger.propagate = False
+
+    store = tempfile.mkdtemp(prefix="cachewatch-bench-")
+    cachewatch.configure(store=f"sqlite:///{store}/bench.db", run_name="overhead-benchmark")
+
+    hits = interleaved({
+        "jax.jit": lambda: time_hits(jax.jit, args.calls),
+        "cachewatch.jit": lambda: time_hits(cachewatch.jit, args.calls),
+    }, args.repeats)
+    compiles = interleaved({
+        "jax.jit": lambda: time_compiles(jax.jit, args.shapes, explain=False),
+        "jax.jit + explain_cache_misses": lambda: time_compiles(jax.jit, args.shapes, explain=True),
+        "cachewatch.jit": lambda: time_compiles(cachewatch.jit, args.shapes, explain=False),
+    }, args.repeats)
+    cachewatch.flush(30)
+
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"jax {jax.__version__}, backend {jax.default_backend()}; medians of {args.repeats} interleaved repeats")
+    print()
+    print(f"(a) cache-hit call of a tiny function ({args.calls} calls per repeat)")
+    print(f"    {'variant':34} {'us/call':>9} {'ratio':>7}")
+    base = hits["jax.jit"]
+    for name, value in hits.items():
+        print(f"    {name:34} {value * 1e6:9.2f} {value / base:7.3f}")
+    print()
+    print(f"(b) one function compiled for {args.shapes} distinct shapes")
+    print(f"    {'variant':34} {'ms/compile':>10} {'added vs jax.jit':>17}")
+    base = compiles["jax.jit"]
+    for name, value in compiles.items():
+        print(f"    {name:34} {value * 1e3:10.2f} {100 * (value - base) / base:16.1f}%")
+
+
+if __name__ == "__main__":
+    main()

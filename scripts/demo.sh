@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The main job on the embedded default store (SQLite): set up, run the example
+# training loop that falls into the classic recompilation storms, print the report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
+.venv/bin/python examples/train_storms.py
+.venv/bin/cachewatch report

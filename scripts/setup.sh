@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create the project's virtual environment (.venv) and install cachewatch into it,
+# with the test tools. Safe to run again: an up-to-date environment is left as it is.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.cachewatch-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -e '.[test]'
+    touch "$stamp"
+fi
