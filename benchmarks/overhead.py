@@ -1,6 +1,6 @@
 """What cachewatch costs the program it watches.
 
-    .venv/bin/python benchmarks/overhead.py [--repeats 7] [--calls 20000] [--shapes 50]
+    .venv/bin/python benchmarks/overhead.py [--repeats 7] [--rounds 41] [--shapes 50]
 
 (a) a cache-hit call of a tiny function: cachewatch.jit against jax.jit;
 (b) a function compiled for many distinct shapes: time per compile with
@@ -44,15 +44,40 @@ def make_model():
     return model
 
 
-def time_hits(wrap, calls: int) -> float:
-    fn = wrap(make_tiny())
+def bare_wrapper(fn):
+    """The thinnest possible Python wrapper: the floor for any tool that counts calls."""
+    jitted = jax.jit(fn)
+
+    def call(*args):
+        return jitted(*args)
+
+    return call
+
+
+def hit_rounds(wrappers: dict, calls: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """Per variant: median seconds per call and median ratio to jax.jit in the same round."""
     x = jnp.ones(8)
-    jax.block_until_ready(fn(x))  # compile outside the timing
-    start = time.perf_counter()
-    for _ in range(calls):
-        out = fn(x)
-    jax.block_until_ready(out)
-    return (time.perf_counter() - start) / calls
+    fns = {}
+    for name, wrap in wrappers.items():
+        fns[name] = wrap(make_tiny())
+        jax.block_until_ready(fns[name](x))  # compile outside the timing
+    names = list(fns)
+    per_call: dict[str, list[float]] = {n: [] for n in names}
+    ratios: dict[str, list[float]] = {n: [] for n in names}
+    for rnd in range(rounds):
+        order = names[rnd % len(names):] + names[: rnd % len(names)]
+        times = {}
+        for name in order:
+            fn = fns[name]
+            start = time.perf_counter()
+            for _ in range(calls):
+                out = fn(x)
+            jax.block_until_ready(out)
+            times[name] = (time.perf_counter() - start) / calls
+        for name in names:
+            per_call[name].append(times[name])
+            ratios[name].append(times[name] / times["jax.jit"])
+    return {n: (statistics.median(per_call[n]), statistics.median(ratios[n])) for n in names}
 
 
 def time_compiles(wrap, shapes: int, explain: bool) -> float:
@@ -85,7 +110,7 @@ def interleaved(variants: dict, repeats: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=41, help="rounds for (a), ratios paired per round")
     parser.add_argument("--shapes", type=int, default=50)
     args = parser.parse_args()
 
@@ -98,10 +123,11 @@ def main() -> None:
     store = tempfile.mkdtemp(prefix="cachewatch-bench-")
     cachewatch.configure(store=f"sqlite:///{store}/bench.db", run_name="overhead-benchmark")
 
-    hits = interleaved({
-        "jax.jit": lambda: time_hits(jax.jit, args.calls),
-        "cachewatch.jit": lambda: time_hits(cachewatch.jit, args.calls),
-    }, args.repeats)
+    hits = hit_rounds({
+        "jax.jit": jax.jit,
+        "bare Python wrapper (floor)": bare_wrapper,
+        "cachewatch.jit": cachewatch.jit,
+    }, calls=2_000, rounds=args.rounds)
     compiles = interleaved({
         "jax.jit": lambda: time_compiles(jax.jit, args.shapes, explain=False),
         "jax.jit + explain_cache_misses": lambda: time_compiles(jax.jit, args.shapes, explain=True),
@@ -110,15 +136,15 @@ def main() -> None:
     cachewatch.flush(30)
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"jax {jax.__version__}, backend {jax.default_backend()}; medians of {args.repeats} interleaved repeats")
+          f"jax {jax.__version__}, backend {jax.default_backend()}")
     print()
-    print(f"(a) cache-hit call of a tiny function ({args.calls} calls per repeat)")
+    print(f"(a) cache-hit call of a tiny function ({args.rounds} interleaved rounds of 2000 calls)")
     print(f"    {'variant':34} {'us/call':>9} {'ratio':>7}")
-    base = hits["jax.jit"]
-    for name, value in hits.items():
-        print(f"    {name:34} {value * 1e6:9.2f} {value / base:7.3f}")
+    for name, (per_call, ratio) in hits.items():
+        print(f"    {name:34} {per_call * 1e6:9.2f} {ratio:7.3f}")
     print()
-    print(f"(b) one function compiled for {args.shapes} distinct shapes")
+    print(f"(b) one function compiled for {args.shapes} distinct shapes (medians of {args.repeats} "
+          "interleaved repeats)")
     print(f"    {'variant':34} {'ms/compile':>10} {'added vs jax.jit':>17}")
     base = compiles["jax.jit"]
     for name, value in compiles.items():

@@ -22,12 +22,12 @@ import jax
 from . import _guard
 from .config import ConfigError
 from .events import CAUSES, CompileEvent
-from .jit import JitFunction, jit
+from .jit import is_watched, jit
 from .recorder import configure, flush
 
 __version__ = "0.1.0"
 
-__all__ = ["CAUSES", "CompileEvent", "ConfigError", "JitFunction", "UnexpectedCompiles", "configure",
+__all__ = ["CAUSES", "CompileEvent", "ConfigError", "UnexpectedCompiles", "configure", "is_watched",
            "expect_compiles", "flush", "install", "installed", "jit", "uninstall"]
 
 _install_lock = threading.Lock()
@@ -80,10 +80,11 @@ def expect_compiles(fn: Any, at_most: int = 0) -> Iterator[list[CompileEvent]]:
 
     The list it yields fills with the compile events seen so far.
     """
-    if not isinstance(fn, JitFunction):
+    if not is_watched(fn):
         raise TypeError("expect_compiles needs a function wrapped by cachewatch.jit "
                         f"(or jax.jit after cachewatch.install()), got {type(fn).__name__}")
-    target = fn._state.info.function_hash
+    state = fn.__cachewatch_state__
+    target = state.info.function_hash
     seen: list[CompileEvent] = []
 
     def listener(event: CompileEvent) -> None:
@@ -98,7 +99,7 @@ def expect_compiles(fn: Any, at_most: int = 0) -> Iterator[list[CompileEvent]]:
     finally:
         recorder.remove_listener(listener)
     if len(seen) > at_most:
-        raise UnexpectedCompiles(fn._state.info.qualname, at_most, seen)
+        raise UnexpectedCompiles(state.info.qualname, at_most, seen)
 
 
 def internal_error_count() -> int:

@@ -44,7 +44,7 @@ _NEVER_SAMPLE = 1 << 62
 class CallStats:
     """Calls of one function (by hash), shared by every jit object around it."""
 
-    __slots__ = ("function", "calls", "countdown", "sample_every", "sampled_calls",
+    __slots__ = ("function", "calls", "next_sample", "sample_every", "sampled_calls",
                  "sampled_seconds", "window_start", "window_samples", "max_per_second",
                  "flushed_calls", "flushed_sampled", "flushed_seconds")
 
@@ -52,7 +52,7 @@ class CallStats:
         self.function = function
         self.calls = 0
         self.sample_every = sample_every if sample_every > 0 else _NEVER_SAMPLE
-        self.countdown = self.sample_every
+        self.next_sample = self.sample_every
         self.max_per_second = max_per_second
         self.sampled_calls = 0
         self.sampled_seconds = 0.0
@@ -238,86 +238,81 @@ def _count_traced_eqns() -> int | None:
 # ------------------------------------------------------------------ call side
 
 
-class JitFunction:
-    """What ``cachewatch.jit`` returns: behaves like the object ``jax.jit`` returns."""
+def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Callable[..., Any]:
+    """The function ``cachewatch.jit`` returns: calls ``jitted`` and notices traces and compiles.
 
-    def __init__(self, fun: Callable[..., Any], jitted: Any, state: HookState):
-        self._jitted = jitted
-        self._state = state
-        self._stats = _stats_for(state.info)
-        functools.update_wrapper(self, fun, updated=())
+    A plain closure rather than an object with ``__call__``: on a cache hit the Python
+    frame around JAX's C++ dispatch is the whole cost, and a function frame is the
+    cheapest one. Being a function, it also binds as a method exactly like ``jax.jit``.
+    """
+    stats = _stats_for(state.info)
+    tracking = _tracking
 
-    def __call__(self, *args, **kwargs):
-        stats = self._stats
+    def watched(*args, **kwargs):
+        mark = tracking.activity
         stats.calls += 1
-        mark = _tracking.activity
-        stats.countdown -= 1
         try:
-            if stats.countdown > 0:
-                out = self._jitted(*args, **kwargs)
+            if stats.calls < stats.next_sample:
+                out = jitted(*args, **kwargs) if kwargs else jitted(*args)
             else:
-                out = _timed_call(self, stats, mark, args, kwargs)
+                out = _timed_call(jitted, stats, mark, args, kwargs)
         except BaseException as exc:
-            if _tracking.activity != mark:
-                _finish(self._state, mark, args, kwargs, exc)
+            if tracking.activity != mark:
+                _finish(state, mark, args, kwargs, exc)
             raise
-        if _tracking.activity != mark:
-            _finish(self._state, mark, args, kwargs, None)
+        if tracking.activity != mark:
+            _finish(state, mark, args, kwargs, None)
         return out
 
-    def _observed(self, method: str, args: tuple, kwargs: dict) -> Any:
-        mark = _tracking.activity
-        try:
-            out = getattr(self._jitted, method)(*args, **kwargs)
-        except BaseException as exc:
-            if _tracking.activity != mark:
-                _finish(self._state, mark, args, kwargs, exc)
-            raise
-        if _tracking.activity != mark:
-            _finish(self._state, mark, args, kwargs, None)
-        return out
+    def observed(method: str) -> Callable[..., Any]:
+        def call(*args, **kwargs):
+            mark = tracking.activity
+            try:
+                out = getattr(jitted, method)(*args, **kwargs)
+            except BaseException as exc:
+                if tracking.activity != mark:
+                    _finish(state, mark, args, kwargs, exc)
+                raise
+            if tracking.activity != mark:
+                _finish(state, mark, args, kwargs, None)
+            return out
 
-    def lower(self, *args, **kwargs):
-        return self._observed("lower", args, kwargs)
+        call.__name__ = method
+        return call
 
-    def trace(self, *args, **kwargs):
-        return self._observed("trace", args, kwargs)
-
-    def eval_shape(self, *args, **kwargs):
-        return self._observed("eval_shape", args, kwargs)
-
-    def clear_cache(self) -> None:
-        self._jitted.clear_cache()
+    def clear_cache() -> None:
+        jitted.clear_cache()
         with _guard.guard("jit.clear_cache"):
-            causes.mark_cleared(self._state.info.function_hash, self._state.serial)
+            causes.mark_cleared(state.info.function_hash, state.serial)
 
-    def __get__(self, obj: Any, objtype: Any = None):
-        if obj is None:
-            return self
-        return types.MethodType(self, obj)
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything else jax.jit's object offers (_cache_size, ...) is the jitted object's.
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.__dict__["_jitted"], name)
-
-    def __repr__(self) -> str:
-        return f"<cachewatch.jit of {self._state.info.qualname}>"
+    functools.update_wrapper(watched, fun, updated=())
+    watched.lower = observed("lower")
+    watched.trace = observed("trace")
+    watched.eval_shape = observed("eval_shape")
+    watched.clear_cache = clear_cache
+    watched._cache_size = getattr(jitted, "_cache_size", None)
+    watched.__cachewatch_state__ = state
+    watched.__cachewatch_jitted__ = jitted
+    return watched
 
 
-def _timed_call(fn: JitFunction, stats: CallStats, mark: int, args: tuple, kwargs: dict) -> Any:
+def is_watched(fn: Any) -> bool:
+    """True for a function returned by ``cachewatch.jit``."""
+    return getattr(fn, "__cachewatch_state__", None) is not None
+
+
+def _timed_call(jitted: Any, stats: CallStats, mark: int, args: tuple, kwargs: dict) -> Any:
     """A sampled call: block on the result to learn the run time."""
-    stats.countdown = stats.sample_every
+    stats.next_sample = stats.calls + stats.sample_every
     now = time.monotonic()
     if now - stats.window_start >= 1.0:
         stats.window_start = now
         stats.window_samples = 0
     if stats.window_samples >= stats.max_per_second:
-        return fn._jitted(*args, **kwargs)
+        return jitted(*args, **kwargs)
     stats.window_samples += 1
     start = time.perf_counter()
-    out = fn._jitted(*args, **kwargs)
+    out = jitted(*args, **kwargs)
     jax.block_until_ready(out)
     elapsed = time.perf_counter() - start
     if _tracking.activity == mark:  # a call that compiled would count compile time as run time
@@ -429,7 +424,7 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
     """Drop-in for ``jax.jit``: same arguments, same behaviour, plus a record of every compile."""
     if fun is None:
         return lambda f: jit(f, **jit_options)
-    if isinstance(fun, JitFunction):
+    if is_watched(fun):
         fun = fun.__wrapped__
     if not recorder.config().enabled:
         return _jax_jit(fun, **jit_options)
@@ -439,4 +434,4 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
         hook, state = _hook_for(fun, jit_options)
     if hook is None:
         return _jax_jit(fun, **jit_options)
-    return JitFunction(fun, _jax_jit(hook, **jit_options), state)
+    return _make_watched(fun, _jax_jit(hook, **jit_options), state)

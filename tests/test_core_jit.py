@@ -193,7 +193,7 @@ def test_sampling_times_calls_and_can_be_off(sqlite_url, use_store):
         sampled(jnp.ones((8, 8)))
     from cachewatch.jit import _stats
 
-    stats = _stats[sampled._state.info.function_hash]
+    stats = _stats[sampled.__cachewatch_state__.info.function_hash]
     assert stats.calls == 20
     assert stats.sampled_calls == 19  # every call but the one that compiled
     assert stats.sampled_seconds > 0
@@ -206,7 +206,7 @@ def test_sampling_times_calls_and_can_be_off(sqlite_url, use_store):
 
     for _ in range(20):
         unsampled(jnp.ones(3))
-    stats = _stats[unsampled._state.info.function_hash]
+    stats = _stats[unsampled.__cachewatch_state__.info.function_hash]
     assert stats.calls == 20 and stats.sampled_calls == 0
 
 
@@ -231,7 +231,7 @@ def test_internal_failure_never_reaches_the_user(sqlite_url, use_store, monkeypa
 def test_disabled_is_plain_jax_jit(sqlite_url, use_store):
     use_store(sqlite_url, enabled=False)
     fn = cachewatch.jit(lambda x: x + 1)
-    assert not isinstance(fn, cachewatch.JitFunction)
+    assert not cachewatch.is_watched(fn)
     np.testing.assert_allclose(fn(jnp.ones(1)), [2.0])
     recorder.configure(enabled=True)
 

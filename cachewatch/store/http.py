@@ -1,0 +1,122 @@
+"""The sink for ``http(s)://`` stores: post each batch to a cachewatch server.
+
+Standard library only (the library must not pull an HTTP client into training
+images). A failure raises :class:`HttpStoreError`; ``retryable`` is False for a
+refusal that will not change on retry (a 4xx other than 408/429), so the writer
+spools rather than hammers. Every batch carries a ``batch_id`` derived from its
+content, so a batch retried after a lost response is recognised by the server.
+
+    sink = HttpSink("http://cachewatch:8000", token="...")
+    sink.write(batch)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from . import spool
+from .engine import StoreError
+
+INGEST_PATH = "/api/v1/events"
+_RETRYABLE_STATUS = {408, 425, 429}
+
+
+class HttpStoreError(StoreError):
+    """The server could not be reached, or refused the batch."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = True):
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    # Following a redirect would resend the bearer token to wherever it points.
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def ingest_url(url: str) -> str:
+    base = url.rstrip("/")
+    return base if base.endswith(INGEST_PATH) else base + INGEST_PATH
+
+
+def batch_id(payload: dict[str, Any]) -> str:
+    """Same batch, same id: its run, event ids and statistics rows, hashed."""
+    digest = hashlib.sha256(payload["run"]["run_id"].encode())
+    for event in payload["events"]:
+        digest.update(b"e" + event["event_id"].encode())
+    for row in payload["stats"]:
+        digest.update(f"s{row['function']['function_hash']}:{row['timestamp']!r}".encode())
+    return digest.hexdigest()[:32]
+
+
+class HttpSink:
+    def __init__(self, url: str, token: str | None = None, timeout: float = 10.0):
+        self.url = ingest_url(url)
+        self._token = token or None
+        self.timeout = timeout
+        self._opener = urllib.request.build_opener(_NoRedirect())
+        self._reported_dropped = 0
+
+    def __repr__(self) -> str:  # never show the token
+        return f"HttpSink({self.url!r})"
+
+    def write(self, batch: Any) -> None:
+        payload = spool.encode(batch)
+        payload["batch_id"] = batch_id(payload)
+        dropped = _dropped_so_far()
+        payload["dropped"] = max(0, dropped - self._reported_dropped)
+        self.post(payload)
+        self._reported_dropped = max(self._reported_dropped, dropped)
+
+    def post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST one JSON batch; returns the server's answer or raises :class:`HttpStoreError`."""
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json",
+                   "User-Agent": "cachewatch-http-sink"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                answer = response.read()
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+            detail = _detail(exc)
+            exc.close()
+            if 300 <= status < 400:
+                raise HttpStoreError(f"{self.url} redirected ({status}) to {exc.headers.get('Location')}; "
+                                     "set CACHEWATCH_STORE to the final address", status=status,
+                                     retryable=False) from None
+            retryable = status >= 500 or status in _RETRYABLE_STATUS
+            raise HttpStoreError(f"{self.url} answered {status}: {detail}", status=status,
+                                 retryable=retryable) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # refused, reset, timeout
+            reason = getattr(exc, "reason", exc)
+            raise HttpStoreError(f"cannot reach {self.url}: {reason}") from None
+        try:
+            return json.loads(answer) if answer else {}
+        except ValueError:
+            return {}
+
+
+def _detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        raw = exc.read(4096)
+        data = json.loads(raw)
+        text = data.get("message") or data.get("detail") if isinstance(data, dict) else None
+        return str(text or raw.decode(errors="replace"))[:500]
+    except Exception:
+        return exc.reason if isinstance(exc.reason, str) else "no detail"
+
+
+def _dropped_so_far() -> int:
+    from .. import recorder
+
+    return recorder.dropped_events()

@@ -1,0 +1,131 @@
+"""Storing an ingest batch: whole or not at all, and idempotent when a client retries.
+
+Events are idempotent through their client-made ``event_id`` (the store ignores a
+repeat). Call-statistics rows have no id in the schema yet, so a repeat is recognised
+by ``(run_id, function_hash, timestamp)`` inside the same transaction; on PostgreSQL an
+advisory lock per run keeps two concurrent retries of one batch from both passing
+that check (SQLite already serialises writers).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any
+
+import sqlalchemy as sa
+
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models, sinks, spool
+
+from .deps import invalid
+from .schemas import BatchIn
+
+_CHUNK = 900  # below SQLite's smallest bound-parameter limit
+
+
+class IngestCounters:
+    """What the service knows about lost events: drops the clients reported, batches it refused.
+
+    In memory, per process: the store has no table for them yet.
+    """
+
+    def __init__(self, remember: int = 10_000):
+        self._lock = threading.Lock()
+        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._remember = remember
+        self.reported_dropped = 0
+        self.rejected_events = 0
+        self.rejected_batches = 0
+
+    def client_dropped(self, batch_id: str | None, dropped: int) -> None:
+        if not dropped:
+            return
+        with self._lock:
+            if batch_id is not None:
+                # A retried batch repeats its count; count it once.
+                if batch_id in self._seen:
+                    return
+                self._seen[batch_id] = None
+                if len(self._seen) > self._remember:
+                    self._seen.popitem(last=False)
+            self.reported_dropped += dropped
+
+    def rejected(self, events: int) -> None:
+        with self._lock:
+            self.rejected_batches += 1
+            self.rejected_events += events
+
+    @property
+    def dropped_total(self) -> int:
+        return self.reported_dropped + self.rejected_events
+
+
+def check(batch: BatchIn, max_events: int) -> None:
+    """Refuse what the schema alone cannot: sizes from settings, and rows of another run."""
+    for name, rows in (("events", batch.events), ("stats", batch.stats)):
+        if len(rows) > max_events:
+            raise invalid(("body", name), f"{len(rows)} rows in one batch; at most {max_events} "
+                          "(send smaller batches)", len(rows))
+    run_id = batch.run.run_id
+    for name, rows in (("events", batch.events), ("stats", batch.stats)):
+        for i, row in enumerate(rows):
+            if row.run_id != run_id:
+                raise invalid(("body", name, i, "run_id"), f"must equal run.run_id ({run_id!r}); send "
+                              "one batch per run", row.run_id)
+            if row.function_hash is not None and row.function_hash != row.function.function_hash:
+                raise invalid(("body", name, i, "function_hash"), "must equal function.function_hash",
+                              row.function_hash)
+
+
+def store(url: str, batch: BatchIn) -> dict[str, Any]:
+    """Write one checked batch in one transaction; returns what was new and what was a repeat."""
+    data = batch.model_dump(exclude={"batch_id", "dropped"})
+    runs, functions, events, stats = sinks.batch_rows(spool.decode(data))
+    with enginemod.connection(url, ensure=False) as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
+                         {"key": "cachewatch-ingest:" + batch.run.run_id})
+        known_events = _existing_event_ids(conn, [e["event_id"] for e in events])
+        new_stats = _new_stats(conn, batch.run.run_id, stats)
+        sinks.write_rows(conn, runs, functions, events, new_stats)
+    return {"batch_id": batch.batch_id, "events": len(events),
+            "stored_events": len({e["event_id"] for e in events} - known_events),
+            "duplicate_events": len(events) - len({e["event_id"] for e in events} - known_events),
+            "stats": len(stats), "stored_stats": len(new_stats),
+            "duplicate_stats": len(stats) - len(new_stats)}
+
+
+def _existing_event_ids(conn: sa.Connection, ids: list[str]) -> set[str]:
+    e = models.compile_events
+    found: set[str] = set()
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start:start + _CHUNK]
+        found.update(conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(chunk))).scalars())
+    return found
+
+
+def _new_stats(conn: sa.Connection, run_id: str, rows: list[dict]) -> list[dict]:
+    if not rows:
+        return rows
+    s = models.call_stats
+    # A batch's stats share one or two flush times; (function_hash, timestamp) is indexed.
+    hashes = sorted({r["function_hash"] for r in rows})
+    stamps = sorted({r["timestamp"] for r in rows})
+    existing: set[tuple[str, float]] = set()
+    half = _CHUNK // 2
+    for start in range(0, len(hashes), half):
+        existing.update(conn.execute(
+            sa.select(s.c.function_hash, s.c.timestamp)
+            .where(s.c.function_hash.in_(hashes[start:start + half]), s.c.timestamp.in_(stamps[:half]),
+                   s.c.run_id == run_id)).tuples())
+    if len(stamps) > half:  # not what a recorder sends: fall back to the run's rows
+        existing.update(conn.execute(
+            sa.select(s.c.function_hash, s.c.timestamp).where(s.c.run_id == run_id)).tuples())
+    fresh = []
+    for row in rows:
+        key = (row["function_hash"], row["timestamp"])
+        if key not in existing:
+            existing.add(key)
+            fresh.append(row)
+    return fresh

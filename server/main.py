@@ -1,0 +1,143 @@
+"""The cachewatch service: batch ingest, the query API, and Prometheus metrics.
+
+    cachewatch serve --store postgresql://cachewatch@db/cachewatch --workers 4
+    uvicorn --factory server.main:create_app        # settings from CACHEWATCH_* variables
+
+At startup an empty store is migrated (so the zero-setup SQLite default just works)
+and a store at an older schema revision is refused with the command that upgrades it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, disable_created_metrics
+from sqlalchemy.exc import DataError, IntegrityError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cachewatch import __version__
+from cachewatch.store import engine as enginemod
+
+from .ingest import IngestCounters
+from .metrics import StoreCollector
+from .middleware import BodyLimit, RequestMetrics
+from .routes import events, functions, health, metrics, runs, storms, summary
+from .settings import ServerSettings, SettingsError, load
+
+logger = logging.getLogger("cachewatch.server")
+
+INGEST_PATH = "/api/v1/events"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def create_app(settings: ServerSettings | None = None) -> FastAPI:
+    """The ASGI app; ``settings`` default to the ``CACHEWATCH_*`` environment."""
+    settings = settings if settings is not None else load()
+    # `_created` series double the series count and nothing here reads them.
+    disable_created_metrics()
+    registry = CollectorRegistry()  # per app: tests and several apps in one process stay apart
+    counters = IngestCounters()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        await run_in_threadpool(enginemod.ensure_schema, settings.store)
+        yield
+
+    app = FastAPI(title="cachewatch", version=__version__, lifespan=lifespan,
+                  description="Why did jax.jit compile, and what did it cost? Batch ingest from "
+                  "cachewatch recorders, per-function compile history, storms, and Prometheus metrics.")
+    app.state.settings = settings
+    app.state.registry = registry
+    app.state.counters = counters
+    registry.register(StoreCollector(settings, counters))
+
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics, **RequestMetrics.metrics(registry))  # outermost: sees every status
+    for module in (events, functions, runs, storms, summary, health, metrics):
+        app.include_router(module.router)
+
+    app.add_exception_handler(enginemod.StoreError, _store_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    return app
+
+
+def _is_ingest(request: Request) -> bool:
+    return request.method == "POST" and request.url.path.rstrip("/").endswith(INGEST_PATH)
+
+
+async def _store_error(request: Request, exc: Exception) -> JSONResponse:
+    cause = exc.__cause__
+    if isinstance(cause, (IntegrityError, DataError)):
+        # The data, not the store, is at fault: a retry would fail the same way.
+        if _is_ingest(request):
+            request.app.state.counters.rejected(0)
+        return JSONResponse(status_code=422, content={"detail": f"the store refused the batch: {exc}"})
+    logger.warning("store error on %s %s: %s", request.method, request.url.path, exc)
+    return JSONResponse(status_code=503, headers={"Retry-After": "5"},
+                        content={"detail": f"the store is unavailable, retry later: {exc}"})
+
+
+def _where(loc: Any) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    return ".".join(parts) or "request"
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    body = getattr(exc, "body", None)
+    if _is_ingest(request) and isinstance(body, dict):
+        events_in = body.get("events")
+        request.app.state.counters.rejected(len(events_in) if isinstance(events_in, list) else 0)
+    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+              for e in errors]
+    lines = [f"{_where(e['loc'])}: {e['msg']}" for e in detail[:5]]
+    if len(detail) > 5:
+        lines.append(f"and {len(detail) - 5} more")
+    message = "; ".join(lines)
+    if _is_ingest(request):
+        message = "batch refused, nothing stored: " + message
+    return JSONResponse(status_code=422, content={"detail": detail, "message": message})
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException):
+    if exc.status_code == 413 and _is_ingest(request):
+        request.app.state.counters.rejected(0)
+    return await http_exception_handler(request, exc)
+
+
+def serve(store: str | None = None, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> int:
+    """Run the service with uvicorn until it is stopped; returns the exit status."""
+    import uvicorn
+
+    try:
+        settings = load(**({"store": store} if store else {}))
+    except SettingsError as exc:
+        print(f"cachewatch: {exc}", file=sys.stderr)
+        return 2
+    if workers < 1:
+        print("cachewatch: --workers must be at least 1", file=sys.stderr)
+        return 2
+    # Check (or create) the schema once, before any worker starts: workers racing to
+    # migrate one empty database would collide.
+    enginemod.ensure_schema(settings.store)
+    enginemod.dispose_engines()
+    if host not in _LOOPBACK and settings.write_token is None:
+        logger.warning("cachewatch serve listens on %s without CACHEWATCH_WRITE_TOKEN: anyone who can reach "
+                       "it can write events", host)
+    if workers == 1:
+        uvicorn.run(create_app(settings), host=host, port=port)
+    else:
+        # Worker processes build their own app from the environment.
+        os.environ["CACHEWATCH_STORE"] = settings.store
+        uvicorn.run("server.main:create_app", factory=True, host=host, port=port, workers=workers)
+    return 0

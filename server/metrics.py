@@ -1,0 +1,279 @@
+"""Prometheus metrics computed from the store at scrape time.
+
+Every worker of the service, and every restart of it, reads the same store, so they
+agree on the counters and the counters do not start over with the process. The
+``function`` label is the function's short qualified name (functions that share one
+are summed); only the top ``metrics_top_n`` names by all-time compiles keep their own
+label, the rest are summed as ``other``.
+
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(settings, counters))
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import sqlalchemy as sa
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
+
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models
+
+from . import queries
+from .ingest import IngestCounters
+from .settings import ServerSettings
+
+logger = logging.getLogger("cachewatch.server")
+
+# Upper bounds (seconds) of trace + lowering + compile per event: from a cached
+# retrace of a tiny function to a large model's XLA compile.
+BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                              120.0, 300.0)
+OTHER = "other"
+
+
+def _cost(e: sa.Table) -> sa.ColumnElement:
+    return (sa.func.coalesce(e.c.trace_seconds, 0.0) + sa.func.coalesce(e.c.lower_seconds, 0.0)
+            + sa.func.coalesce(e.c.compile_seconds, 0.0))
+
+
+@dataclass
+class Snapshot:
+    """Per-function totals read from the store in one scrape, keyed by function label."""
+
+    compiles: dict[str, collections.Counter] = field(default_factory=dict)  # label -> cause -> n
+    buckets: dict[str, list[int]] = field(default_factory=dict)  # label -> non-cumulative counts
+    seconds: dict[str, float] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+    run_seconds: dict[str, float] = field(default_factory=dict)
+    measured: set[str] = field(default_factory=set)  # labels with a sampled run time
+    storming: set[str] = field(default_factory=set)
+    events: int = 0
+
+    def labels(self) -> set[str]:
+        return set(self.compiles) | set(self.buckets) | set(self.calls)
+
+    def total_compiles(self, label: str) -> int:
+        return sum(self.compiles.get(label, {}).values())
+
+
+def function_labels(conn: sa.Connection) -> dict[str, str]:
+    f = models.functions
+    return {r.function_hash: (r.qualname or r.name or r.function_hash[:12])
+            for r in conn.execute(sa.select(f.c.function_hash, f.c.name, f.c.qualname))}
+
+
+def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | None = None) -> Snapshot:
+    labels = function_labels(conn)
+    snap = Snapshot()
+    e = models.compile_events
+    cost = _cost(e)
+    bucket = sa.case(*[(cost <= b, i) for i, b in enumerate(BUCKETS)], else_=len(BUCKETS)).label("bucket")
+    # One pass over the events: bucket counts are computed by the database, grouped by
+    # the bucket's output name (PostgreSQL cannot match a repeated expression with
+    # bound parameters in GROUP BY).
+    q = (sa.select(e.c.function_hash, e.c.cause, e.c.compiled, bucket, sa.func.count().label("n"),
+                   sa.func.sum(cost).label("seconds"))
+         .group_by(e.c.function_hash, e.c.cause, e.c.compiled, sa.literal_column("bucket")))
+    for row in conn.execute(q):
+        label = labels.get(row.function_hash, row.function_hash[:12])
+        n = int(row.n)
+        snap.events += n
+        counts = snap.buckets.setdefault(label, [0] * (len(BUCKETS) + 1))
+        counts[int(row.bucket)] += n
+        snap.seconds[label] = snap.seconds.get(label, 0.0) + float(row.seconds or 0.0)
+        per_cause = snap.compiles.setdefault(label, collections.Counter())
+        if row.compiled:
+            per_cause[row.cause] += n
+    for function_hash, calls, run_seconds, measured in _call_totals(conn):
+        label = labels.get(function_hash, function_hash[:12])
+        snap.calls[label] = snap.calls.get(label, 0) + calls
+        snap.run_seconds[label] = snap.run_seconds.get(label, 0.0) + run_seconds
+        if measured:
+            snap.measured.add(label)
+    for storm in queries.storms(conn, queries.Filters(), threshold=settings.storm_threshold,
+                                window=settings.storm_window, active_only=True, now=now):
+        snap.storming.add(labels.get(storm["function_hash"], storm["function_hash"][:12]))
+    return snap
+
+
+def _call_totals(conn: sa.Connection) -> Iterator[tuple[str, int, float, bool]]:
+    """Per function: calls, estimated run seconds, and whether any call was timed.
+
+    Each statistics row is costed at the mean run time known when it was written (rows
+    before the first timed call at the first mean). Later samples never revalue earlier
+    rows, so the estimate only grows, as a Prometheus counter must; the plain ``mean x
+    calls`` of the report can shrink when the mean drops.
+    """
+    s = models.call_stats
+    window = {"partition_by": s.c.function_hash, "order_by": (s.c.timestamp, s.c.id)}
+    inner = sa.select(
+        s.c.function_hash, s.c.calls, s.c.sampled_calls,
+        sa.cast(sa.func.sum(s.c.sampled_seconds).over(**window), sa.Float).label("cum_s"),
+        sa.cast(sa.func.sum(s.c.sampled_calls).over(**window), sa.Float).label("cum_n"),
+    ).subquery()
+    known = sa.case((inner.c.cum_n > 0, inner.c.calls * inner.c.cum_s / inner.c.cum_n), else_=0.0)
+    first_mean = sa.case((sa.and_(inner.c.cum_n > 0, inner.c.cum_n == inner.c.sampled_calls),
+                          inner.c.cum_s / inner.c.cum_n))
+    q = sa.select(inner.c.function_hash, sa.func.sum(inner.c.calls).label("calls"),
+                  sa.func.sum(known).label("known"),
+                  sa.func.sum(sa.case((inner.c.cum_n == 0, inner.c.calls), else_=0)).label("unmeasured"),
+                  sa.func.max(first_mean).label("first_mean")).group_by(inner.c.function_hash)
+    for row in conn.execute(q):
+        measured = row.first_mean is not None
+        estimate = float(row.known or 0.0)
+        if measured:
+            estimate += int(row.unmeasured or 0) * float(row.first_mean)
+        yield row.function_hash, int(row.calls or 0), estimate, measured
+
+
+class _Fold:
+    """Sums the labels outside the top N into ``other`` without letting it go down.
+
+    The top N are ranked on all-time compiles, which only grow, so the set changes
+    only when a function overtakes one in it. When that happens the newcomer leaves
+    ``other`` with all its history, and ``other`` would drop: a counter reset to
+    Prometheus, which ``increase()`` reads as a burst of compiles. So the history a
+    label takes out of ``other`` stays in it (and a label dropping back into ``other``
+    brings none): ``other`` continues from where it was. The carried amounts live in
+    this process; several workers, or a restart right after such a change, can still
+    disagree on ``other`` until the store keeps them.
+    """
+
+    def __init__(self) -> None:
+        self.labeled: set[str] = set()
+        self.seen: set[str] = set()
+        self.carry: dict[Any, float] = collections.defaultdict(float)
+
+    def fold(self, labeled: set[str], present: set[str],
+             series: dict[Any, dict[str, float]]) -> dict[Any, float]:
+        promoted = (labeled - self.labeled) & self.seen
+        demoted = (self.labeled - labeled) & present
+        for key, per_label in series.items():
+            moved = (sum(per_label.get(label, 0) for label in promoted)
+                     - sum(per_label.get(label, 0) for label in demoted))
+            if moved:
+                self.carry[key] += moved
+        other = {key: sum(v for label, v in per_label.items() if label not in labeled) + self.carry.get(key, 0)
+                 for key, per_label in series.items()}
+        for key, carried in self.carry.items():
+            other.setdefault(key, carried)
+        self.labeled = set(labeled)
+        self.seen = set(present)
+        return other
+
+
+class StoreCollector:
+    """A custom collector: reads the store on every scrape."""
+
+    def __init__(self, settings: ServerSettings, counters: IngestCounters):
+        self.settings = settings
+        self.counters = counters
+        self._fold = _Fold()
+        self._lock = threading.Lock()
+
+    def describe(self) -> list[Metric]:
+        return []  # no store query when the collector is registered
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("cachewatch_store_up", "1 if the store answered this scrape's queries.")
+        dropped = CounterMetricFamily("cachewatch_events_dropped", "Events lost before they reached the "
+                                      "store: reported by clients (queue or spool full) and refused by "
+                                      "this process (invalid or oversized batches).")
+        dropped.add_metric([], self.counters.dropped_total)
+        try:
+            with enginemod.connection(self.settings.store, ensure=False) as conn:
+                snap = read_snapshot(conn, self.settings)
+        except Exception as exc:  # a down store must not hide the request metrics
+            logger.warning("metrics: cannot read the store: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            yield dropped
+            return
+        up.add_metric([], 1)
+        yield up
+        yield dropped
+        with self._lock:  # concurrent scrapes must not both move the same carry
+            yield from self._families(snap)
+
+    def _families(self, snap: Snapshot) -> Iterator[Metric]:
+        present = snap.labels()
+        ranked = sorted(present, key=lambda label: (-snap.total_compiles(label), label))
+        labeled = set(ranked[: self.settings.metrics_top_n])
+        series: dict[Any, dict[str, float]] = collections.defaultdict(dict)
+        for label, per_cause in snap.compiles.items():
+            for cause, n in per_cause.items():
+                series[("compiles", cause)][label] = n
+        for label, counts in snap.buckets.items():
+            running = 0
+            for i, n in enumerate(counts):
+                running += n
+                series[("bucket", i)][label] = running
+            series[("seconds",)][label] = snap.seconds.get(label, 0.0)
+        for label, calls in snap.calls.items():
+            series[("calls",)][label] = calls
+            series[("run_seconds",)][label] = snap.run_seconds.get(label, 0.0)
+        other = self._fold.fold(labeled, present, series)
+        show_other = bool(present - labeled) or any(other.values())
+        shown = sorted(labeled) + ([OTHER] if show_other else [])
+
+        def value(key: Any, label: str) -> float:
+            return other.get(key, 0) if label == OTHER else series.get(key, {}).get(label, 0)
+
+        compiles = CounterMetricFamily("cachewatch_compiles", "Compiles by function and cause.",
+                                       labels=["function", "cause"])
+        for label in shown:
+            for key in sorted(k for k in series.keys() | other.keys() if k[0] == "compiles"):
+                n = value(key, label)
+                if n or (label != OTHER and key[1] in snap.compiles.get(label, {})):
+                    compiles.add_metric([label, key[1]], n)
+        yield compiles
+
+        histogram = HistogramMetricFamily("cachewatch_compile_seconds", "Trace + lowering + compile seconds "
+                                          "per event.", labels=["function"])
+        for label in shown:
+            cumulative = [value(("bucket", i), label) for i in range(len(BUCKETS) + 1)]
+            buckets = [(floatToGoString(b), cumulative[i]) for i, b in enumerate(BUCKETS)]
+            buckets.append(("+Inf", cumulative[-1]))
+            histogram.add_metric([label], buckets, sum_value=value(("seconds",), label))
+        yield histogram
+
+        calls = CounterMetricFamily("cachewatch_calls", "Calls by function.", labels=["function"])
+        run = CounterMetricFamily("cachewatch_run_seconds", "Estimated run seconds by function (sampled mean "
+                                  "run time times calls).", labels=["function"])
+        for label in shown:
+            calls.add_metric([label], value(("calls",), label))
+            run.add_metric([label], value(("run_seconds",), label))
+        yield calls
+        yield run
+
+        share = GaugeMetricFamily("cachewatch_compile_share_ratio", "Compile seconds over compile plus "
+                                  "estimated run seconds (functions with a sampled run time).",
+                                  labels=["function"])
+        for label in shown:
+            members = [label] if label != OTHER else [m for m in present - labeled]
+            measured = [m for m in members if m in snap.measured]
+            if not measured:
+                continue
+            compile_s = sum(snap.seconds.get(m, 0.0) for m in measured)
+            run_s = sum(snap.run_seconds.get(m, 0.0) for m in measured)
+            if compile_s + run_s > 0:
+                share.add_metric([label], compile_s / (compile_s + run_s))
+        yield share
+
+        storm = GaugeMetricFamily("cachewatch_storm_active", "1 while the function is in a recompilation "
+                                  "storm.", labels=["function"])
+        for label in shown:
+            members = {label} if label != OTHER else present - labeled
+            storm.add_metric([label], 1.0 if members & snap.storming else 0.0)
+        yield storm
+
+        ingested = CounterMetricFamily("cachewatch_events_ingested", "Compile events in the store.")
+        ingested.add_metric([], snap.events)
+        yield ingested

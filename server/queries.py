@@ -1,0 +1,164 @@
+"""Read queries the service needs beyond ``cachewatch.store.queries``; they return plain dicts."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import sqlalchemy as sa
+
+from cachewatch import analysis
+from cachewatch.store import models
+from cachewatch.store import queries as storequeries
+from cachewatch.store.queries import Filters
+
+
+def dominant_cause(causes: dict[str, int]) -> str | None:
+    """The most frequent cause other than ``first_call`` (ties: the earlier one in CAUSES)."""
+    from cachewatch.events import CAUSES
+
+    order = {c: i for i, c in enumerate(CAUSES)}
+    counted = [(n, -order.get(c, len(order)), c) for c, n in causes.items() if c != "first_call" and n > 0]
+    return max(counted)[2] if counted else None
+
+
+def _with_dominant(row: dict[str, Any]) -> dict[str, Any]:
+    row["dominant_cause"] = dominant_cause(row["causes"])
+    return row
+
+
+def function_rows(conn: sa.Connection, filters: Filters) -> list[dict[str, Any]]:
+    """Every function's report row, most compile seconds first."""
+    return [_with_dominant(r) for r in storequeries.function_report(conn, filters)]
+
+
+def function_exists(conn: sa.Connection, function_hash: str) -> bool:
+    f = models.functions
+    return conn.execute(sa.select(f.c.function_hash).where(f.c.function_hash == function_hash)).first() is not None
+
+
+def function_row(conn: sa.Connection, function_hash: str, filters: Filters) -> dict[str, Any] | None:
+    """One function's report row (zeros when it has no events in the filters); None if unknown."""
+    f = models.functions
+    info = conn.execute(sa.select(f).where(f.c.function_hash == function_hash)).first()
+    if info is None:
+        return None
+    rows = storequeries.function_report(conn, filters, function_hashes=[function_hash])
+    if rows:
+        return _with_dominant(rows[0])
+    return {"name": info.name, "qualname": info.qualname, "module": info.module, "file": info.file,
+            "line": info.line, "function_hash": function_hash, "traces": 0, "compiles": 0, "recompiles": 0,
+            "causes": {}, "dominant_cause": None, "compile_seconds": 0.0, "calls": 0, "sampled_calls": 0,
+            "run_seconds_mean": None, "run_seconds_est": None, "compile_share": None,
+            "first_compile": None, "last_compile": None}
+
+
+def storms(conn: sa.Connection, filters: Filters, *, threshold: int, window: float,
+           function_hashes: list[str] | None = None, active_only: bool = False,
+           now: float | None = None) -> list[dict[str, Any]]:
+    """Storms, newest first. With ``active_only`` only recent events are read.
+
+    A storm is active when its last compile is within ``window`` of now, and the
+    ``threshold`` compiles that make it span at most ``window``: so every event of an
+    active storm is younger than ``2 * window`` and older events need not be read.
+    """
+    now = time.time() if now is None else now
+    if active_only:
+        horizon = now - 2 * window
+        filters = Filters(run_id=filters.run_id, until=filters.until,
+                          since=horizon if filters.since is None else max(filters.since, horizon))
+    found = analysis.detect_storms(conn, filters, threshold=threshold, window=window, now=now,
+                                   function_hashes=function_hashes)
+    return [s for s in found if s["active"]] if active_only else found
+
+
+def run_rows(conn: sa.Connection, filters: Filters, limit: int,
+             after: tuple[float, str] | None = None) -> list[dict[str, Any]]:
+    """Runs, newest first, with their event counts; ``since``/``until`` apply to the start time."""
+    r = models.runs
+    q = sa.select(r)
+    if filters.run_id:
+        q = q.where(r.c.run_id == filters.run_id)
+    if filters.since is not None:
+        q = q.where(r.c.started_at >= filters.since)
+    if filters.until is not None:
+        q = q.where(r.c.started_at < filters.until)
+    if after is not None:
+        started, run_id = after
+        q = q.where(sa.or_(r.c.started_at < started, sa.and_(r.c.started_at == started, r.c.run_id < run_id)))
+    rows = [dict(row._mapping) for row in conn.execute(
+        q.order_by(r.c.started_at.desc(), r.c.run_id.desc()).limit(limit))]
+    if not rows:
+        return rows
+    e = models.compile_events
+    counts = {row.run_id: row for row in conn.execute(
+        sa.select(e.c.run_id, sa.func.count().label("events"),
+                  sa.func.sum(sa.case((e.c.compiled, 1), else_=0)).label("compiles"),
+                  sa.func.sum(_cost(e)).label("compile_seconds"))
+        .where(e.c.run_id.in_([row["run_id"] for row in rows])).group_by(e.c.run_id))}
+    for row in rows:
+        found = counts.get(row["run_id"])
+        row["devices"] = list(row.get("devices") or [])
+        row["events"] = int(found.events) if found else 0
+        row["compiles"] = int(found.compiles or 0) if found else 0
+        row["compile_seconds"] = float(found.compile_seconds or 0.0) if found else 0.0
+    return rows
+
+
+def _cost(e: sa.Table) -> sa.ColumnElement:
+    return (sa.func.coalesce(e.c.trace_seconds, 0.0) + sa.func.coalesce(e.c.lower_seconds, 0.0)
+            + sa.func.coalesce(e.c.compile_seconds, 0.0))
+
+
+def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: float) -> dict[str, Any]:
+    """Totals over the store (or the filtered part of it)."""
+    e = models.compile_events
+    per = conn.execute(filters.apply(e, sa.select(
+        e.c.function_hash, e.c.cause, sa.func.count().label("events"),
+        sa.func.sum(sa.case((e.c.kind == "trace", 1), else_=0)).label("traces"),
+        sa.func.sum(sa.case((e.c.compiled, 1), else_=0)).label("compiles"),
+        sa.func.sum(_cost(e)).label("seconds"),
+    ).group_by(e.c.function_hash, e.c.cause))).all()
+    runs = conn.execute(filters.apply(e, sa.select(sa.func.count(sa.distinct(e.c.run_id))))).scalar_one()
+    causes: dict[str, int] = {}
+    compile_by_function: dict[str, float] = {}
+    totals = {"events": 0, "traces": 0, "compiles": 0, "recompiles": 0}
+    for row in per:
+        causes[row.cause] = causes.get(row.cause, 0) + int(row.events)
+        totals["events"] += int(row.events)
+        totals["traces"] += int(row.traces or 0)
+        totals["compiles"] += int(row.compiles or 0)
+        if row.cause != "first_call":
+            totals["recompiles"] += int(row.compiles or 0)
+        compile_by_function[row.function_hash] = (compile_by_function.get(row.function_hash, 0.0)
+                                                  + float(row.seconds or 0.0))
+    s = models.call_stats
+    calls = 0
+    run_total = 0.0
+    measured_compile = 0.0
+    measured = False
+    for row in conn.execute(filters.apply(s, sa.select(
+            s.c.function_hash, sa.func.sum(s.c.calls).label("calls"),
+            sa.func.sum(s.c.sampled_calls).label("sampled"),
+            sa.func.sum(s.c.sampled_seconds).label("seconds")).group_by(s.c.function_hash))):
+        calls += int(row.calls or 0)
+        if row.sampled:
+            measured = True
+            run_total += float(row.seconds) / int(row.sampled) * int(row.calls or 0)
+            measured_compile += compile_by_function.get(row.function_hash, 0.0)
+    compile_seconds = sum(compile_by_function.values())
+    active = storms(conn, filters, threshold=threshold, window=window, active_only=True)
+    return {
+        "functions": len(compile_by_function),
+        "runs": int(runs or 0),
+        **totals,
+        "causes": causes,
+        "compile_seconds": compile_seconds,
+        "calls": calls,
+        "run_seconds_est": run_total if measured else None,
+        "compile_share": (measured_compile / (measured_compile + run_total)
+                          if measured and measured_compile + run_total > 0 else None),
+        "active_storms": len(active),
+        "storm_threshold": threshold,
+        "storm_window": window,
+    }

@@ -1,0 +1,69 @@
+"""``/api/v1/functions``: per-function compiles, causes and cost; one function; its events."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Query
+
+from cachewatch.store import queries as storequeries
+
+from .. import queries
+from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
+from ..schemas import EventPage, FunctionDetail, FunctionPage
+
+router = APIRouter(prefix="/api/v1", tags=["functions"])
+
+FunctionHash = Annotated[str, Path(max_length=40, description="The function's stable hash.")]
+
+
+def _offset(cursor: str | None) -> int:
+    offset = decode_cursor("functions", cursor) or 0
+    if not isinstance(offset, int) or offset < 0:
+        raise invalid(("query", "cursor"), "not a cursor of this listing", cursor)
+    return offset
+
+
+@router.get("/functions", response_model=FunctionPage, summary="Functions, most compile seconds first")
+def list_functions(_: ReadAuth, conn: Connection, filters: QueryFilters, page: Page,
+                   q: Annotated[str | None, Query(max_length=200, description="Only functions whose name or "
+                                                  "qualified name contains this text.")] = None) -> dict:
+    offset = _offset(page.cursor)
+    rows = queries.function_rows(conn, filters)
+    if q:
+        needle = q.lower()
+        rows = [r for r in rows if needle in r["qualname"].lower() or needle in r["name"].lower()]
+    end = offset + page.limit
+    return {"items": rows[offset:end],
+            "next_cursor": encode_cursor("functions", end) if end < len(rows) else None}
+
+
+@router.get("/functions/{function_hash}", response_model=FunctionDetail, summary="One function, with its storms",
+            responses={404: {"description": "No function with this hash in the store."}})
+def get_function(_: ReadAuth, conn: Connection, settings: Settings, filters: QueryFilters,
+                 function_hash: FunctionHash) -> dict:
+    row = queries.function_row(conn, function_hash, filters)
+    if row is None:
+        raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
+    row["storms"] = queries.storms(conn, filters, threshold=settings.storm_threshold,
+                                   window=settings.storm_window, function_hashes=[function_hash])
+    return row
+
+
+@router.get("/functions/{function_hash}/events", response_model=EventPage,
+            summary="A function's compile events with their diffs, oldest first",
+            responses={404: {"description": "No function with this hash in the store."}})
+def function_events(_: ReadAuth, conn: Connection, filters: QueryFilters, page: Page,
+                    function_hash: FunctionHash) -> dict:
+    if not queries.function_exists(conn, function_hash):
+        raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
+    after = decode_cursor("events", page.cursor)
+    if after is not None and not isinstance(after, int):
+        raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
+    rows = storequeries.list_events(conn, filters, [function_hash], limit=page.limit + 1, after_id=after)
+    more = len(rows) > page.limit
+    rows = rows[: page.limit]
+    last_id = rows[-1]["id"] if rows else None
+    for row in rows:
+        row.pop("id", None)
+    return {"items": rows, "next_cursor": encode_cursor("events", last_id) if more else None}

@@ -1,0 +1,26 @@
+"""``GET /healthz``: is the store reachable? (No token: load balancers and Docker ask it.)"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from cachewatch.store import engine as enginemod
+
+from ..deps import Settings
+from ..schemas import Health
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health, summary="Service and store health",
+            responses={503: {"model": Health, "description": "The store is unreachable."}})
+def healthz(settings: Settings):
+    try:
+        with enginemod.get_engine(settings.store).connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except Exception as exc:
+        return JSONResponse(status_code=503, content={"status": "error",
+                                                      "store": f"unreachable: {type(exc).__name__}"})
+    return {"status": "ok", "store": "ok"}

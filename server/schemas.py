@@ -1,0 +1,261 @@
+"""API schemas: what the service accepts and returns (pydantic models, not ORM rows).
+
+The ingest batch is exactly what ``cachewatch.store.spool.encode(batch)`` produces, plus
+an optional ``batch_id`` and ``dropped`` count, so the HTTP sink posts it unchanged.
+String limits follow the store's column sizes; unknown fields are ignored so that an
+older service accepts batches from a newer library.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from cachewatch.events import CAUSES, KINDS
+
+Cause = Literal[CAUSES]  # type: ignore[valid-type]
+Kind = Literal[KINDS]  # type: ignore[valid-type]
+
+Timestamp = Annotated[float, Field(allow_inf_nan=False, description="Seconds since the epoch.")]
+Count = Annotated[int, Field(ge=0, le=2**62)]
+
+
+def _finite_or_none(value: Any) -> Any:
+    # A measurement JAX could not make (NaN, inf) is "unknown", not a reason to refuse
+    # the whole batch and leave it stuck in a client's spool.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+Measure = Annotated[float | None, BeforeValidator(_finite_or_none)]
+
+
+def _text(max_length: int, description: str = "", min_length: int = 0):
+    return Field(min_length=min_length, max_length=max_length, description=description)
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class FunctionIn(_In):
+    function_hash: Annotated[str, _text(40, "Stable id of the function's source.", 1)]
+    name: Annotated[str, _text(255)]
+    qualname: Annotated[str, _text(512)]
+    module: Annotated[str, _text(512)] = ""
+    file: Annotated[str, _text(1024)] = ""
+    line: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+
+
+class RunIn(_In):
+    run_id: Annotated[str, _text(32, "One process that records events.", 1)]
+    run_name: Annotated[str, _text(200)] = ""
+    host: Annotated[str, _text(255)] = ""
+    pid: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    started_at: Timestamp
+    jax_version: Annotated[str, _text(64)] = ""
+    jaxlib_version: Annotated[str, _text(64)] = ""
+    backend: Annotated[str, _text(64)] = ""
+    devices: Annotated[list[Annotated[str, _text(255)]], Field(max_length=65536)] = []
+    python_version: Annotated[str, _text(32)] = ""
+
+
+class EventIn(_In):
+    event_id: Annotated[str, _text(32, "Client-made id; a retried event with the same id is stored once.", 1)]
+    function: FunctionIn
+    function_hash: Annotated[str | None, _text(40, "If given, must equal function.function_hash.")] = None
+    run_id: Annotated[str, _text(32, "Must equal the batch's run.run_id.", 1)]
+    timestamp: Timestamp
+    kind: Kind
+    cause: Cause
+    explanation: Annotated[str, _text(16384)] = ""
+    diff: list[dict[str, Any]] = []
+    signature: list[dict[str, Any]] = []
+    signature_hash: Annotated[str, _text(40)] = ""
+    compiled: bool = False
+    nested: bool = False
+    trace_seconds: Measure = None
+    lower_seconds: Measure = None
+    compile_seconds: Measure = None
+    persistent_cache_hit: bool | None = None
+    cache_time_saved_seconds: Measure = None
+    device: Annotated[str | None, _text(255)] = None
+    backend: Annotated[str | None, _text(64)] = None
+    call_site: Annotated[str | None, _text(1024)] = None
+    jaxpr_eqns: Annotated[int | None, Field(ge=0, le=2**31 - 1)] = None
+    flops: Measure = None
+    bytes_accessed: Measure = None
+    error: Annotated[str | None, _text(65536)] = None
+    thread: Annotated[str | None, _text(255)] = None
+
+
+class CallStatsIn(_In):
+    run_id: Annotated[str, _text(32, "Must equal the batch's run.run_id.", 1)]
+    function: FunctionIn
+    function_hash: Annotated[str | None, _text(40)] = None
+    timestamp: Timestamp
+    calls: Count
+    sampled_calls: Count = 0
+    sampled_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+
+
+class BatchIn(_In):
+    """One batch from a recorder: its run, compile events and call statistics."""
+
+    batch_id: Annotated[str | None, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$",
+                                          description="Client-made id of the batch; a retried batch "
+                                          "is stored once.")] = None
+    run: RunIn
+    events: list[EventIn] = []
+    stats: list[CallStatsIn] = []
+    dropped: Annotated[Count, Field(description="Events the client dropped since its previous batch "
+                                    "(queue full, spool full).")] = 0
+
+
+class IngestResult(BaseModel):
+    batch_id: str | None
+    events: int = Field(description="Events in the batch.")
+    stored_events: int = Field(description="Events new to the store.")
+    duplicate_events: int = Field(description="Events the store already had (a retried batch).")
+    stats: int
+    stored_stats: int
+    duplicate_stats: int
+
+
+# ----------------------------------------------------------------- responses
+
+
+class FunctionOut(BaseModel):
+    name: str
+    qualname: str
+    module: str
+    file: str
+    line: int
+    function_hash: str
+    traces: int
+    compiles: int
+    recompiles: int = Field(description="Compiles whose cause is not first_call.")
+    causes: dict[str, int] = Field(description="Cause -> number of events.")
+    dominant_cause: str | None = Field(description="The most frequent cause other than first_call; null when "
+                                       "the function never recompiled.")
+    compile_seconds: float = Field(description="Trace + lowering + XLA compile seconds, summed.")
+    calls: int
+    sampled_calls: int
+    run_seconds_mean: float | None
+    run_seconds_est: float | None = Field(description="Sampled mean run time times calls.")
+    compile_share: float | None = Field(description="compile_seconds / (compile_seconds + run_seconds_est).")
+    first_compile: float | None
+    last_compile: float | None
+
+
+class FunctionPage(BaseModel):
+    items: list[FunctionOut]
+    next_cursor: str | None
+
+
+class StormOut(BaseModel):
+    function_hash: str
+    name: str
+    qualname: str
+    start: float
+    end: float
+    compiles: int
+    causes: dict[str, int]
+    dominant_cause: str
+    active: bool = Field(description="The storm's last compile is within the storm window of now.")
+    run_ids: list[str]
+    fix: str = Field(description="A concrete change that stops the recompiles.")
+
+
+class StormPage(BaseModel):
+    threshold: int
+    window: float
+    items: list[StormOut]
+    next_cursor: str | None
+
+
+class FunctionDetail(FunctionOut):
+    storms: list[StormOut]
+
+
+class EventOut(BaseModel):
+    event_id: str
+    function_hash: str
+    name: str
+    qualname: str
+    run_id: str
+    timestamp: float
+    kind: str
+    cause: str
+    explanation: str
+    diff: list[dict[str, Any]]
+    signature: list[dict[str, Any]]
+    signature_hash: str
+    compiled: bool
+    nested: bool
+    trace_seconds: float | None
+    lower_seconds: float | None
+    compile_seconds: float | None
+    persistent_cache_hit: bool | None
+    cache_time_saved_seconds: float | None
+    device: str | None
+    backend: str | None
+    call_site: str | None
+    jaxpr_eqns: int | None
+    flops: float | None
+    bytes_accessed: float | None
+    error: str | None
+    thread: str | None
+
+
+class EventPage(BaseModel):
+    items: list[EventOut]
+    next_cursor: str | None
+
+
+class RunOut(BaseModel):
+    run_id: str
+    run_name: str
+    host: str
+    pid: int
+    started_at: float
+    jax_version: str
+    jaxlib_version: str
+    backend: str
+    devices: list[str]
+    python_version: str
+    events: int = Field(description="Compile events recorded by this run.")
+    compiles: int
+    compile_seconds: float
+
+
+class RunPage(BaseModel):
+    items: list[RunOut]
+    next_cursor: str | None
+
+
+class Summary(BaseModel):
+    functions: int = Field(description="Functions with at least one event.")
+    runs: int = Field(description="Runs with at least one event.")
+    events: int
+    traces: int
+    compiles: int
+    recompiles: int
+    causes: dict[str, int]
+    compile_seconds: float
+    calls: int
+    run_seconds_est: float | None = Field(description="Sum of the functions' estimated run seconds (those "
+                                          "with a sampled run time).")
+    compile_share: float | None = Field(description="Compile seconds over compile plus estimated run seconds, "
+                                        "over the functions with a sampled run time.")
+    active_storms: int
+    storm_threshold: int
+    storm_window: float
+
+
+class Health(BaseModel):
+    status: str
+    store: str
