@@ -1,0 +1,409 @@
+"""The service's HTTP API through TestClient, on a real SQLite file and a real PostgreSQL
+database: ingest (idempotent, whole or nothing, limits, auth), the query endpoints with
+filters and cursors, storms, the summary, the schema check at startup, /healthz."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from cachewatch import recorder
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models
+from cachewatch.store import queries as storequeries
+from server.main import create_app
+from server.settings import ServerSettings, SettingsError, load
+
+import serverkit as kit
+from serverkit import TOKEN, READ_TOKEN, auth
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> kit.Recorded:
+    # The library writes to a scratch store; the tests post the same events to the service.
+    recorder.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
+    try:
+        return kit.run_jax_workload()
+    finally:
+        recorder.configure(store=None)
+
+
+def make_client(url: str, **settings) -> TestClient:
+    return TestClient(create_app(ServerSettings(store=url, write_token=settings.pop("write_token", None),
+                                                read_token=settings.pop("read_token", None), **settings)))
+
+
+@pytest.fixture
+def client(store_url):
+    with make_client(store_url) as c:
+        yield c
+
+
+def count(url: str, table: sa.Table) -> int:
+    with enginemod.connection(url) as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+
+
+def test_ingest_then_query(client, store_url, recorded):
+    now = time.time()
+    step = recorded.function("step")
+    body = kit.payload(recorded.run, recorded.events, [kit.stats(recorded.run, step, now, calls=40, sampled=4,
+                                                                 seconds=0.2)])
+    r = client.post("/api/v1/events", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"batch_id": None, "events": len(recorded.events), "stored_events": len(recorded.events),
+                        "duplicate_events": 0, "stats": 1, "stored_stats": 1, "duplicate_stats": 0}
+
+    items = client.get("/api/v1/functions").json()["items"]
+    by_name = {row["name"]: row for row in items}
+    assert set(by_name) == {"step", "<lambda>", "scale"}
+    row = by_name["step"]
+    assert row["function_hash"] == step.function_hash
+    assert (row["compiles"], row["recompiles"]) == (8, 7)
+    assert row["causes"] == {"first_call": 1, "new_shape": 7}
+    assert row["dominant_cause"] == "new_shape"
+    assert row["calls"] == 40 and row["run_seconds_est"] == pytest.approx(2.0)
+    assert by_name["<lambda>"]["dominant_cause"] == "new_function_object"
+    assert by_name["scale"]["causes"] == {"first_call": 1, "new_static_value": 1}
+    # Same numbers as the store's own report (the CLI's).
+    with enginemod.connection(store_url) as conn:
+        report = {r["function_hash"]: r for r in storequeries.function_report(conn)}
+    for item in items:
+        expected = report[item["function_hash"]]
+        assert {k: item[k] for k in expected} == pytest.approx(expected)
+
+    detail = client.get(f"/api/v1/functions/{step.function_hash}").json()
+    assert detail["qualname"] == step.qualname and detail["compiles"] == 8
+    assert [s["dominant_cause"] for s in detail["storms"]] == ["new_shape"]
+    assert "pad" in detail["storms"][0]["fix"]
+
+    events = client.get(f"/api/v1/functions/{step.function_hash}/events").json()
+    assert events["next_cursor"] is None
+    assert [e["cause"] for e in events["items"]] == ["first_call"] + ["new_shape"] * 7
+    second = events["items"][1]
+    assert second["diff"][0]["path"] == "x" and second["diff"][0]["change"] == "shape"
+    assert second["signature"] and second["name"] == "step" and "id" not in second
+    assert {e["event_id"] for e in events["items"]} == {e.event_id for e in recorded.by_name("step")}
+
+    runs = client.get("/api/v1/runs").json()["items"]
+    assert [(r["run_id"], r["events"]) for r in runs] == [(recorded.run.run_id, len(recorded.events))]
+    assert runs[0]["jax_version"] == recorded.run.jax_version
+
+    summary = client.get("/api/v1/summary").json()
+    assert summary["functions"] == 3 and summary["runs"] == 1
+    assert summary["events"] == len(recorded.events)
+    assert summary["compiles"] == sum(e.compiled for e in recorded.events)
+    assert summary["recompiles"] == 7 + 2 + 1
+    assert summary["compile_seconds"] == pytest.approx(sum(r["compile_seconds"] for r in items))
+    assert summary["calls"] == 40
+    assert summary["active_storms"] == 1
+    share = by_name["step"]["compile_seconds"] / (by_name["step"]["compile_seconds"] + 2.0)
+    assert summary["compile_share"] == pytest.approx(share)
+
+
+def test_retried_batch_is_stored_once(client, store_url, recorded):
+    now = time.time()
+    step = recorded.function("step")
+    body = kit.payload(recorded.run, recorded.events, [kit.stats(recorded.run, step, now, calls=10)],
+                       batch_id="b-1", dropped=2)
+    first = client.post("/api/v1/events", json=body)
+    again = client.post("/api/v1/events", json=body)
+    assert first.status_code == again.status_code == 200
+    assert again.json()["stored_events"] == 0 and again.json()["duplicate_events"] == len(recorded.events)
+    assert again.json()["stored_stats"] == 0 and again.json()["duplicate_stats"] == 1
+    assert count(store_url, models.compile_events) == len(recorded.events)
+    assert count(store_url, models.call_stats) == 1
+    assert client.get("/api/v1/functions").json()["items"][0]["calls"] == 10
+    # Half old, half new: only the new half is added.
+    run2 = kit.new_run(recorded.run)
+    fresh = [kit.copy_event(e, run2, now) for e in recorded.events[:3]]
+    r = client.post("/api/v1/events", json=kit.payload(run2, fresh))
+    assert r.json()["stored_events"] == 3
+    assert count(store_url, models.compile_events) == len(recorded.events) + 3
+
+
+def test_one_bad_event_stores_nothing(client, store_url, recorded):
+    body = kit.payload(recorded.run, recorded.events)
+    body["events"][3]["cause"] = "cosmic_rays"
+    r = client.post("/api/v1/events", json=body)
+    assert r.status_code == 422
+    assert "events.3.cause" in r.json()["message"] and "nothing stored" in r.json()["message"]
+    assert r.json()["detail"][0]["loc"] == ["body", "events", 3, "cause"]
+
+    body = kit.payload(recorded.run, recorded.events)
+    body["events"][1]["kind"] = "link"
+    body["events"][2]["function"]["qualname"] = "q" * 600
+    body["events"][4]["timestamp"] = "yesterday"
+    message = client.post("/api/v1/events", json=body).json()["message"]
+    for field in ("events.1.kind", "events.2.function.qualname", "events.4.timestamp"):
+        assert field in message
+
+    # Valid on its own, but of another run than the batch: refused by the route.
+    body = kit.payload(recorded.run, recorded.events)
+    body["events"][-1]["run_id"] = "f" * 32
+    r = client.post("/api/v1/events", json=body)
+    assert r.status_code == 422 and f"events.{len(recorded.events) - 1}.run_id" in r.json()["message"]
+
+    for table in (models.compile_events, models.runs, models.functions, models.call_stats):
+        assert count(store_url, table) == 0
+    assert client.get("/api/v1/summary").json()["events"] == 0
+
+
+def test_store_failure_mid_batch_rolls_back(client, store_url, recorded):
+    # The second event names a function the batch does not carry: the events insert
+    # fails on the foreign key after the run and functions rows went in.
+    body = kit.payload(recorded.run, recorded.events[:2])
+    from server import ingest
+
+    batch = ingest.BatchIn.model_validate(body)
+    rows = ingest.sinks.batch_rows(ingest.spool.decode(batch.model_dump(exclude={"batch_id", "dropped"})))
+    runs, functions, events, stats = rows
+    events[1]["function_hash"] = "0" * 20
+    with pytest.raises(enginemod.StoreError):
+        with enginemod.connection(store_url, ensure=False) as conn:
+            ingest.sinks.write_rows(conn, runs, functions, events, stats)
+    assert count(store_url, models.runs) == 0 and count(store_url, models.compile_events) == 0
+
+
+def test_limits(store_url, recorded):
+    with make_client(store_url, max_body_bytes=4096, max_batch_events=5) as client:
+        body = kit.payload(recorded.run, recorded.events)
+        r = client.post("/api/v1/events", json=body)
+        assert r.status_code == 413 and "4096 bytes" in r.json()["detail"]
+
+        # Without a Content-Length (chunked), the limit holds while reading.
+        def chunks():
+            yield b'{"run": '
+            for _ in range(100):
+                yield b" " * 100
+
+        r = client.post("/api/v1/events", content=chunks(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 413
+
+    with make_client(store_url, max_batch_events=5) as client:
+        r = client.post("/api/v1/events", json=kit.payload(recorded.run, recorded.events[:6]))
+        assert r.status_code == 422 and "events" in r.json()["message"] and "at most 5" in r.json()["message"]
+        assert client.post("/api/v1/events", json=kit.payload(recorded.run, recorded.events[:5])).status_code == 200
+
+        assert client.get("/api/v1/functions", params={"limit": 5000}).status_code == 422
+        assert client.get("/api/v1/functions", params={"limit": 0}).status_code == 422
+        r = client.post("/api/v1/events", content=b"{not json", headers={"Content-Type": "application/json"})
+        assert r.status_code == 422
+
+
+def test_tokens(store_url, recorded):
+    with make_client(store_url, write_token=TOKEN, read_token=READ_TOKEN) as client:
+        body = kit.payload(recorded.run, recorded.events)
+        assert client.post("/api/v1/events", json=body).status_code == 401
+        r = client.post("/api/v1/events", json=body, headers=auth("wrong-token-0123456789abcdef"))
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert TOKEN not in r.text
+        # The write token is checked before the body: no hints about the schema for strangers.
+        assert client.post("/api/v1/events", json={"x": 1}).status_code == 401
+        assert client.post("/api/v1/events", json=body, headers=auth(READ_TOKEN)).status_code == 401
+        assert client.post("/api/v1/events", json=body, headers=auth(TOKEN)).status_code == 200
+
+        for path in ("/api/v1/functions", "/api/v1/runs", "/api/v1/storms", "/api/v1/summary", "/metrics"):
+            assert client.get(path).status_code == 401, path
+            assert client.get(path, headers=auth(TOKEN)).status_code == 401, path
+            assert client.get(path, headers=auth(READ_TOKEN)).status_code == 200, path
+        assert client.get("/healthz").status_code == 200
+
+
+def test_unsafe_settings_are_refused(store_url, monkeypatch):
+    with pytest.raises(SettingsError) as info:
+        load(store=store_url, write_token="short-secret")
+    assert "CACHEWATCH_WRITE_TOKEN" in str(info.value) and "16 characters" in str(info.value)
+    assert "short-secret" not in str(info.value)
+    monkeypatch.setenv("CACHEWATCH_READ_TOKEN", "has spaces in it, sixteen+")
+    monkeypatch.setenv("CACHEWATCH_METRICS_TOP_N", "0")
+    with pytest.raises(SettingsError) as info:
+        load(store=store_url)
+    assert "CACHEWATCH_READ_TOKEN" in str(info.value) and "CACHEWATCH_METRICS_TOP_N" in str(info.value)
+    monkeypatch.delenv("CACHEWATCH_READ_TOKEN")
+    monkeypatch.delenv("CACHEWATCH_METRICS_TOP_N")
+    with pytest.raises(SettingsError, match="unsupported store URL"):
+        load(store="mysql://db/x")
+    # Empty means unset (what docker-compose passes for an unset variable).
+    monkeypatch.setenv("CACHEWATCH_WRITE_TOKEN", "")
+    assert load(store=store_url).write_token is None
+    # The library's default store is the service's default store.
+    monkeypatch.delenv("CACHEWATCH_STORE", raising=False)
+    from cachewatch import config
+
+    assert load().store == config.default_store_url()
+
+
+def _seed_two_runs(client, recorded, base: float):
+    """Run A at base (all events), run B one hour later (the step events only)."""
+    run_a = kit.new_run(recorded.run, started_at=base, name="a")
+    run_b = kit.new_run(recorded.run, started_at=base + 3600, name="b")
+    events_a = [kit.copy_event(e, run_a, base + i) for i, e in enumerate(recorded.events)]
+    events_b = [kit.copy_event(e, run_b, base + 3600 + i) for i, e in enumerate(recorded.by_name("step"))]
+    for run, events in ((run_a, events_a), (run_b, events_b)):
+        assert client.post("/api/v1/events", json=kit.payload(run, events)).status_code == 200
+    return run_a, run_b
+
+
+def test_filters_and_cursors(client, recorded):
+    base = 1_800_000_000.0
+    run_a, run_b = _seed_two_runs(client, recorded, base)
+    step = recorded.function("step").function_hash
+
+    def step_compiles(**params):
+        rows = client.get("/api/v1/functions", params=params).json()["items"]
+        return {r["name"]: r["compiles"] for r in rows}.get("step")
+
+    assert step_compiles() == 16
+    assert step_compiles(run_id=run_a.run_id) == 8
+    assert step_compiles(run_id=run_b.run_id) == 8
+    assert step_compiles(since=base + 3600) == 8
+    iso = dt.datetime.fromtimestamp(base + 3600, tz=dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    assert step_compiles(since=iso) == 8
+    assert step_compiles(until=iso) == 8
+    assert step_compiles(since=base + 3600, run_id=run_a.run_id) is None
+    r = client.get("/api/v1/functions", params={"since": "last tuesday"})
+    assert r.status_code == 422 and "since" in r.json()["message"]
+
+    # Function listing: pages of one, in the same order as one page.
+    everything = client.get("/api/v1/functions").json()["items"]
+    seen, cursor = [], None
+    while True:
+        page = client.get("/api/v1/functions", params={"limit": 1, **({"cursor": cursor} if cursor else {})}).json()
+        seen += page["items"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert [r["function_hash"] for r in seen] == [r["function_hash"] for r in everything]
+    assert client.get("/api/v1/functions", params={"q": "SCAL"}).json()["items"][0]["name"] == "scale"
+
+    # Events: pages of 3 walk all 16 once, oldest first.
+    ids, times, cursor = [], [], None
+    while True:
+        params = {"limit": 3, **({"cursor": cursor} if cursor else {})}
+        page = client.get(f"/api/v1/functions/{step}/events", params=params).json()
+        assert len(page["items"]) <= 3
+        ids += [e["event_id"] for e in page["items"]]
+        times += [e["timestamp"] for e in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert len(ids) == len(set(ids)) == 16 and times == sorted(times)
+    only_b = client.get(f"/api/v1/functions/{step}/events", params={"run_id": run_b.run_id}).json()["items"]
+    assert {e["run_id"] for e in only_b} == {run_b.run_id} and len(only_b) == 8
+    bad = client.get(f"/api/v1/functions/{step}/events", params={"cursor": "bm90LWEtY3Vyc29y"})
+    assert bad.status_code == 422 and "cursor" in bad.json()["message"]
+    functions_cursor = client.get("/api/v1/functions", params={"limit": 1}).json()["next_cursor"]
+    assert client.get(f"/api/v1/functions/{step}/events", params={"cursor": functions_cursor}).status_code == 422
+
+    # Runs: newest first, filtered on their start time, paged.
+    runs = client.get("/api/v1/runs").json()["items"]
+    assert [r["run_id"] for r in runs] == [run_b.run_id, run_a.run_id]
+    assert runs[0]["events"] == 8 and runs[1]["events"] == len(recorded.events)
+    page = client.get("/api/v1/runs", params={"limit": 1}).json()
+    assert [r["run_id"] for r in page["items"]] == [run_b.run_id]
+    page = client.get("/api/v1/runs", params={"limit": 1, "cursor": page["next_cursor"]}).json()
+    assert [r["run_id"] for r in page["items"]] == [run_a.run_id] and page["next_cursor"] is None
+    assert [r["run_id"] for r in client.get("/api/v1/runs", params={"until": base + 1}).json()["items"]] == [
+        run_a.run_id]
+
+    summary = client.get("/api/v1/summary", params={"run_id": run_b.run_id}).json()
+    assert (summary["events"], summary["functions"], summary["runs"]) == (8, 1, 1)
+
+
+def test_storms(client, recorded):
+    now = time.time()
+    old = now - 86_400
+    run_old = kit.new_run(recorded.run, started_at=old)
+    run_new = kit.new_run(recorded.run, started_at=now - 60)
+    step_events = recorded.by_name("step")
+    lambda_events = recorded.by_name("<lambda>")
+    # Yesterday: step recompiled 7 times in 7 seconds. Now: 6 new lambdas in the loop.
+    old_events = [kit.copy_event(e, run_old, old + i) for i, e in enumerate(step_events)]
+    new_events = [kit.copy_event(lambda_events[min(i, 2)], run_new, now - 30 + i,
+                                 cause="first_call" if i == 0 else "new_function_object") for i in range(7)]
+    for run, events in ((run_old, old_events), (run_new, new_events)):
+        assert client.post("/api/v1/events", json=kit.payload(run, events)).status_code == 200
+
+    page = client.get("/api/v1/storms").json()
+    assert (page["threshold"], page["window"]) == (5, 600.0)
+    storms = page["items"]
+    assert [(s["name"], s["dominant_cause"], s["active"], s["compiles"]) for s in storms] == [
+        ("<lambda>", "new_function_object", True, 6), ("step", "new_shape", False, 7)]
+    assert "outside the loop" in storms[0]["fix"]
+    assert storms[1]["run_ids"] == [run_old.run_id]
+    assert [s["name"] for s in client.get("/api/v1/storms", params={"active": True}).json()["items"]] == [
+        "<lambda>"]
+    assert [s["name"] for s in client.get("/api/v1/storms", params={"active": False}).json()["items"]] == [
+        "step"]
+    assert [s["name"] for s in client.get("/api/v1/storms", params={"until": now - 3600}).json()["items"]] == [
+        "step"]
+    step_hash = step_events[0].function.function_hash
+    only = client.get("/api/v1/storms", params={"function_hash": step_hash}).json()["items"]
+    assert [s["name"] for s in only] == ["step"]
+    first = client.get("/api/v1/storms", params={"limit": 1}).json()
+    second = client.get("/api/v1/storms", params={"limit": 1, "cursor": first["next_cursor"]}).json()
+    assert [s["name"] for s in first["items"] + second["items"]] == ["<lambda>", "step"]
+    assert second["next_cursor"] is None
+    assert client.get("/api/v1/summary").json()["active_storms"] == 1
+
+
+def test_unknown_function_is_404(client):
+    assert client.get("/api/v1/functions/doesnotexist").status_code == 404
+    assert client.get("/api/v1/functions/doesnotexist/events").status_code == 404
+
+
+def test_function_without_events_in_filter(client, recorded):
+    client.post("/api/v1/events", json=kit.payload(recorded.run, recorded.events))
+    step = recorded.function("step").function_hash
+    row = client.get(f"/api/v1/functions/{step}", params={"since": time.time() + 3600}).json()
+    assert row["compiles"] == 0 and row["storms"] == [] and row["name"] == "step"
+
+
+def test_empty_store_is_migrated_at_startup(store_url):
+    assert enginemod.current_revision(store_url) is None
+    with make_client(store_url) as client:
+        assert client.get("/healthz").json() == {"status": "ok", "store": "ok"}
+        assert client.get("/api/v1/functions").json() == {"items": [], "next_cursor": None}
+    assert enginemod.current_revision(store_url) == enginemod.head_revision()
+
+
+def test_outdated_schema_is_refused(store_url):
+    enginemod.upgrade(store_url)
+    with enginemod.get_engine(store_url).begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0000_older'"))
+    enginemod._verified.clear()
+    with pytest.raises(enginemod.SchemaOutdated) as info:
+        with make_client(store_url):
+            pass
+    assert "cachewatch db upgrade --store" in str(info.value) and "0000_older" in str(info.value)
+
+
+def test_healthz_reports_an_unreachable_store(tmp_path):
+    # No lifespan (no `with`): the app is up, its store is not.
+    client = TestClient(create_app(ServerSettings(store="postgresql://nobody@127.0.0.1:1/none")))
+    r = client.get("/healthz")
+    assert r.status_code == 503 and r.json()["status"] == "error" and "unreachable" in r.json()["store"]
+    r = client.get("/api/v1/functions")
+    assert r.status_code == 503 and r.headers["retry-after"] == "5"
+
+
+def test_openapi_documents_the_api(client):
+    spec = client.get("/openapi.json").json()
+    for path in ("/api/v1/events", "/api/v1/functions", "/api/v1/functions/{function_hash}",
+                 "/api/v1/functions/{function_hash}/events", "/api/v1/runs", "/api/v1/storms",
+                 "/api/v1/summary", "/metrics", "/healthz"):
+        assert path in spec["paths"], path
+    schemas = spec["components"]["schemas"]
+    assert set(schemas["EventIn"]["properties"]["cause"]["enum"]) == set(recorder_causes())
+    assert "next_cursor" in schemas["EventPage"]["properties"]
+
+
+def recorder_causes():
+    from cachewatch.events import CAUSES
+
+    return CAUSES
