@@ -62,7 +62,8 @@ class Record:
 
     __slots__ = ("seq", "state", "module_name", "kind", "signature", "error", "timestamp",
                  "trace_seconds", "lower_seconds", "compile_seconds", "compiles",
-                 "persistent_cache_hit", "cache_time_saved", "jaxpr_eqns", "thread")
+                 "persistent_cache_hit", "cache_time_saved", "jaxpr_eqns", "thread",
+                 "captured", "stale")
 
     def __init__(self, state: Any, module_name: str, kind: str, signature: Any = None):
         self.state = state
@@ -78,6 +79,8 @@ class Record:
         self.persistent_cache_hit: bool | None = None
         self.cache_time_saved: float | None = None
         self.jaxpr_eqns: int | None = None
+        self.captured: dict[str, str] | None = None
+        self.stale: list[tuple[str, str, str]] = []
         self.thread = threading.current_thread().name
         self.seq = bump()
 
@@ -117,6 +120,22 @@ def claim(state: Any, module_name: str, since: int) -> list[Record]:
     return mine
 
 
+def suppressed() -> bool:
+    return getattr(_tls, "suppress", False)
+
+
+class suppress:
+    """Within this block, traces and compiles on this thread are cachewatch's own doing
+    (timing an eager baseline, lowering for cost analysis) and are not recorded."""
+
+    def __enter__(self) -> None:
+        self.previous = getattr(_tls, "suppress", False)
+        _tls.suppress = True
+
+    def __exit__(self, *exc: object) -> None:
+        _tls.suppress = self.previous
+
+
 def _latest(predicate) -> Record | None:
     pending = getattr(_tls, "pending", None)
     if not pending:
@@ -129,9 +148,13 @@ def _latest(predicate) -> Record | None:
 
 @_guard.guarded(where="monitoring.duration")
 def on_duration(event: str, duration: float, **kwargs: Any) -> None:
+    if getattr(_tls, "suppress", False):
+        return
     if event == TRACE_EVENT:
         name = kwargs.get("fun_name")
         if name not in _watched_traces:
+            if _op_by_op_enabled:
+                _tls.op_trace = (name, duration)
             return
         record = _latest(lambda r: r.kind == "trace" and r.trace_seconds is None
                          and r.state is not None and r.state.trace_name == name)
@@ -140,6 +163,7 @@ def on_duration(event: str, duration: float, **kwargs: Any) -> None:
     elif event == LOWER_EVENT or event == COMPILE_EVENT:
         name = kwargs.get("fun_name")
         if name not in _watched_modules:
+            _maybe_op_by_op(event, name, duration)
             return
         record = _latest(lambda r: r.module_name == name and r.compiles == 0)
         if record is None or (event == LOWER_EVENT and record.lower_seconds is not None):
@@ -157,6 +181,33 @@ def on_duration(event: str, duration: float, **kwargs: Any) -> None:
         record = _latest(lambda r: r.compiles == 0)
         if record is not None:
             record.cache_time_saved = duration
+
+
+_op_by_op_enabled = True
+
+
+def _maybe_op_by_op(event: str, module_name: str | None, duration: float) -> None:
+    """Record a compile of a lone primitive (eager code) with the user's line."""
+    if not _op_by_op_enabled or not module_name or not module_name.startswith("jit(") or \
+            not module_name.endswith(")"):
+        return
+    primitive = module_name[4:-1]
+    from . import opbyop
+
+    if primitive not in opbyop.primitive_names():
+        return
+    if event == LOWER_EVENT:
+        _tls.op_lower = (primitive, duration)
+        return
+    lower = getattr(_tls, "op_lower", None)
+    trace = getattr(_tls, "op_trace", None)
+    _tls.op_lower = _tls.op_trace = None
+    from .jit import _call_site_from_here
+
+    opbyop.record(primitive,
+                  lower_seconds=lower[1] if lower and lower[0] == primitive else None,
+                  compile_seconds=duration, call_site=_call_site_from_here(),
+                  trace_seconds=trace[1] if trace and trace[0] == primitive else None)
 
 
 @_guard.guarded(where="monitoring.event")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import math
+import statistics
 import time
 from typing import Any, Iterable
 
@@ -37,7 +38,7 @@ def detect_storms(conn: sa.Connection, filters: Filters = Filters(), *, threshol
     if not by_function:
         return []
     names = {r.function_hash: r for r in conn.execute(
-        sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.file, f.c.line)
+        sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module, f.c.file, f.c.line)
         .where(f.c.function_hash.in_(list(by_function))))}
     storms = []
     for function_hash, rows in by_function.items():
@@ -84,8 +85,20 @@ def _describe(function_hash: str, info: Any, rows: list[Any], now: float, window
         "dominant_cause": dominant,
         "active": now - rows[-1].timestamp <= window,
         "run_ids": sorted({r.run_id for r in rows}),
-        "fix": suggest_fix(name, dominant, [r for r in rows if r.cause == dominant]),
+        "fix": (_op_by_op_fix(info.name, rows) if info is not None and info.module == OP_BY_OP_MODULE
+                else suggest_fix(name, dominant, [r for r in rows if r.cause == dominant])),
     }
+
+
+OP_BY_OP_MODULE = "jax.op_by_op"
+
+
+def _op_by_op_fix(primitive: str, rows: list[Any]) -> str:
+    sites = collections.Counter(r.call_site for r in rows if r.call_site)
+    where = f" at {sites.most_common(1)[0][0]}" if sites else ""
+    return (f"Un-jitted code{where} runs `{primitive}` op by op, and JAX compiled it {len(rows)} more times "
+            "for new shapes. Move that code inside a jitted function (or keep its shapes fixed), so it "
+            "compiles once as part of one program.")
 
 
 def suggest_fix(name: str, cause: str, rows: list[Any]) -> str:
@@ -178,3 +191,160 @@ def _dims(described: Any) -> list[int] | None:
 
 def _next_pow2(n: int) -> int:
     return 1 if n <= 1 else 2 ** math.ceil(math.log2(n))
+
+
+# ------------------------------------------------------------------ is jit worth it
+
+
+def jit_verdict(compile_seconds: float, compiles: int, calls: int, run_mean: float | None,
+                eager_mean: float | None, few_calls: int = 2) -> dict[str, Any]:
+    """Whether compiling paid for itself, from totals that the store holds.
+
+    With an eager baseline (op-by-op run time per call) the break-even is the number of
+    calls after which the time saved per call has repaid the compile time.
+    """
+    verdict: dict[str, Any] = {"compiles": compiles, "calls": calls, "compile_seconds": compile_seconds,
+                               "run_seconds_mean": run_mean, "eager_seconds_mean": eager_mean,
+                               "break_even_calls": None, "jit_saves_seconds": None,
+                               "few_calls": compiles > 0 and calls <= few_calls * compiles}
+    text = []
+    if compiles and verdict["few_calls"]:
+        text.append(f"compiled {compiles} time(s) for {calls} call(s)")
+    if run_mean is not None and eager_mean is not None:
+        saved_per_call = eager_mean - run_mean
+        jit_total = compile_seconds + calls * run_mean
+        eager_total = calls * eager_mean
+        verdict["jit_saves_seconds"] = eager_total - jit_total
+        if saved_per_call > 0:
+            verdict["break_even_calls"] = math.ceil(compile_seconds / saved_per_call)
+        if eager_total >= jit_total:
+            text.append(f"jit saves {eager_total - jit_total:.3g} s over running eagerly"
+                        + (f" (break-even after {verdict['break_even_calls']} calls)"
+                           if verdict["break_even_calls"] is not None else ""))
+        else:
+            text.append(f"jit costs {jit_total - eager_total:.3g} s more than running eagerly"
+                        + (f" (it would pay off after {verdict['break_even_calls']} calls)"
+                           if verdict["break_even_calls"] is not None else " (eager is faster per call too)"))
+    elif verdict["few_calls"]:
+        text.append("the compile time is probably not repaid; enable eager_baseline to measure")
+    verdict["text"] = "; ".join(text)
+    verdict["worth_it"] = (None if verdict["jit_saves_seconds"] is None
+                           else verdict["jit_saves_seconds"] >= 0)
+    return verdict
+
+
+def verdicts(conn: sa.Connection, report_rows: list[dict[str, Any]], filters: Filters = Filters(),
+             few_calls: int = 2) -> dict[str, dict[str, Any]]:
+    """The jit verdict per function of a report, with eager baselines where measured."""
+    e = models.compile_events
+    q = filters.apply(e, sa.select(e.c.function_hash, sa.func.avg(e.c.compiled_run_seconds).label("compiled"),
+                                   sa.func.avg(e.c.eager_run_seconds).label("eager"))
+                      .where(e.c.eager_run_seconds.is_not(None)).group_by(e.c.function_hash))
+    baselines = {r.function_hash: r for r in conn.execute(q)}
+    out = {}
+    for row in report_rows:
+        if row.get("module") == OP_BY_OP_MODULE:
+            continue  # JAX's own eager compiles: there is no jit to weigh
+        base = baselines.get(row["function_hash"])
+        run_mean = row.get("run_seconds_mean")
+        if base is not None and run_mean is None:
+            run_mean = float(base.compiled)
+        out[row["function_hash"]] = jit_verdict(row["compile_seconds"], row["compiles"], row["calls"], run_mean,
+                                                float(base.eager) if base is not None else None, few_calls)
+    return out
+
+
+# ------------------------------------------------------------------ compile cost model
+
+
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
+    """Least-squares slope and intercept, or None when x does not vary."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    var = sum((x - mean_x) ** 2 for x in xs)
+    if var == 0:
+        return None
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / var
+    return slope, mean_y - slope * mean_x
+
+
+def cost_model(conn: sa.Connection, filters: Filters = Filters(), min_points: int = 3) -> list[dict[str, Any]]:
+    """Compile seconds against program size per function, fastest-growing first.
+
+    Size is the HLO operation count when recorded (cost_analysis), else the jaxpr
+    equation count. ``exponent`` is the slope on log-log axes: 1 is linear growth,
+    2 quadratic; functions above 1.5 are flagged.
+    """
+    e, f = models.compile_events, models.functions
+    size = sa.func.coalesce(e.c.hlo_ops, e.c.jaxpr_eqns)
+    q = filters.apply(e, sa.select(e.c.function_hash, size.label("size"),
+                                   (sa.func.coalesce(e.c.lower_seconds, 0.0)
+                                    + sa.func.coalesce(e.c.compile_seconds, 0.0)).label("seconds"))
+                      .where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0))
+    points: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    for r in conn.execute(q):
+        points[r.function_hash].append((float(r.size), float(r.seconds)))
+    if not points:
+        return []
+    names = {r.function_hash: r.qualname for r in conn.execute(
+        sa.select(f.c.function_hash, f.c.qualname).where(f.c.function_hash.in_(list(points))))}
+    rows = []
+    for function_hash, pts in points.items():
+        sizes = [p[0] for p in pts]
+        row = {"function_hash": function_hash, "qualname": names.get(function_hash, ""), "compiles": len(pts),
+               "min_size": min(sizes), "max_size": max(sizes),
+               "seconds_per_1000_ops": None, "exponent": None, "superlinear": False}
+        if len(pts) >= min_points and len(set(sizes)) >= 2:
+            linear = _fit(sizes, [p[1] for p in pts])
+            loglog = _fit([math.log(x) for x in sizes], [math.log(p[1]) for p in pts])
+            if linear is not None:
+                row["seconds_per_1000_ops"] = linear[0] * 1000
+            if loglog is not None:
+                row["exponent"] = loglog[0]
+                row["superlinear"] = loglog[0] > 1.5
+        rows.append(row)
+    rows.sort(key=lambda r: (-(r["exponent"] or 0.0), -(r["seconds_per_1000_ops"] or 0.0)))
+    return rows
+
+
+def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: float = 0.05
+                        ) -> list[dict[str, Any]]:
+    """The same function and signature compiling markedly slower in a later run.
+
+    Compares the median compile time per (function, signature) between consecutive
+    runs that compiled it, and names the JAX versions of both runs.
+    """
+    e, r, f = models.compile_events, models.runs, models.functions
+    q = (sa.select(e.c.function_hash, e.c.signature_hash, e.c.run_id, e.c.compile_seconds, r.c.started_at,
+                   r.c.jax_version, r.c.jaxlib_version)
+         .join(r, r.c.run_id == e.c.run_id)
+         .where(e.c.compiled, e.c.compile_seconds.is_not(None), e.c.signature_hash != "",
+                e.c.persistent_cache_hit.is_not(True)))
+    grouped: dict[tuple[str, str], dict[str, list]] = collections.defaultdict(dict)
+    run_meta: dict[str, Any] = {}
+    for row in conn.execute(q):
+        grouped[(row.function_hash, row.signature_hash)].setdefault(row.run_id, []).append(row.compile_seconds)
+        run_meta[row.run_id] = row
+    found = []
+    for (function_hash, signature_hash), per_run in grouped.items():
+        if len(per_run) < 2:
+            continue
+        ordered = sorted(per_run, key=lambda rid: run_meta[rid].started_at)
+        for before, after in zip(ordered, ordered[1:]):
+            old = statistics.median(per_run[before])
+            new = statistics.median(per_run[after])
+            if new >= factor * old and new - old >= min_seconds:
+                found.append({"function_hash": function_hash, "signature_hash": signature_hash,
+                              "run_before": before, "run_after": after, "seconds_before": old, "seconds_after": new,
+                              "ratio": new / old if old else None,
+                              "jax_before": f"{run_meta[before].jax_version}/{run_meta[before].jaxlib_version}",
+                              "jax_after": f"{run_meta[after].jax_version}/{run_meta[after].jaxlib_version}"})
+    if found:
+        names = {x.function_hash: x.qualname for x in conn.execute(
+            sa.select(f.c.function_hash, f.c.qualname).where(f.c.function_hash.in_({g["function_hash"]
+                                                                                     for g in found})))}
+        for item in found:
+            item["qualname"] = names.get(item["function_hash"], "")
+    found.sort(key=lambda g: -(g["ratio"] or 0))
+    return found
+

@@ -1,6 +1,7 @@
 """The ``cachewatch`` command (also ``python -m cachewatch``).
 
     cachewatch report [--store URL] [--run RUN_ID] [--format table|json]
+    cachewatch storms [--store URL] [--threshold N] [--window SECONDS] [--format table|json]
     cachewatch events [--store URL] [--function NAME] [--limit N] [--format table|json]
     cachewatch db upgrade [--store URL]
     cachewatch serve [--store URL] [--host H] [--port P] [--workers N]
@@ -41,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store(report)
     _add_filters(report)
 
+    storms = sub.add_parser("storms", help="recompilation storms with their cause and fix")
+    _add_store(storms)
+    _add_filters(storms)
+    storms.add_argument("--threshold", type=int, help="recompiles that make a storm (default: storm_threshold)")
+    storms.add_argument("--window", type=float, help="seconds they must fall within (default: storm_window)")
+
     events = sub.add_parser("events", help="compile events with cause, explanation and diff")
     _add_store(events)
     _add_filters(events)
@@ -71,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args)
         if args.command == "events":
             return _events(args)
+        if args.command == "storms":
+            return _storms(args)
         if args.command == "db":
             url = _store_url(args)
             revision = enginemod.upgrade(url)
@@ -90,12 +99,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from . import analysis
     from .store import engine as enginemod
     from .store import queries
 
     url = _store_url(args)
+    cfg = configmod.resolve()
+    filters = queries.Filters(run_id=args.run_id)
     with enginemod.connection(url) as conn:
-        rows = queries.function_report(conn, queries.Filters(run_id=args.run_id))
+        rows = queries.function_report(conn, filters)
+        verdicts = analysis.verdicts(conn, rows, filters)
+        storms = analysis.detect_storms(conn, filters, threshold=cfg.storm_threshold, window=cfg.storm_window)
+        costs = analysis.cost_model(conn, filters)
+        regressions = analysis.compile_regressions(conn)
+    for row in rows:
+        row["verdict"] = verdicts.get(row["function_hash"])
     if args.format == "json":
         print(json.dumps(rows, indent=2, default=str))
         return 0
@@ -107,11 +125,68 @@ def _report(args: argparse.Namespace) -> int:
     table = []
     for r in rows:
         causes = ", ".join(f"{c}={n}" for c, n in sorted(r["causes"].items(), key=lambda kv: -kv[1]))
-        table.append([r["qualname"], f"{_basename(r['file'])}:{r['line']}", r["compiles"], r["recompiles"],
+        where = f"{_basename(r['file'])}:{r['line']}" if r["file"] else "(eager code)"
+        table.append([r["qualname"], where, r["compiles"], r["recompiles"],
                       f"{r['compile_seconds']:.3f}", r["calls"],
                       "-" if r["run_seconds_est"] is None else f"{r['run_seconds_est']:.3f}", causes])
     _print_table(["function", "defined at", "compiles", "recompiles", "compile s", "calls", "run s (est)",
                   "causes"], table)
+    _print_findings(rows, storms, costs, regressions)
+    return 0
+
+
+def _print_findings(rows: list[dict], storms: list[dict], costs: list[dict], regressions: list[dict]) -> None:
+    if storms:
+        print(f"\nStorms ({len(storms)}):")
+        for storm in storms:
+            state = "ACTIVE" if storm["active"] else "past"
+            print(f"  [{state}] {storm['qualname']}: {storm['compiles']} recompiles, mostly "
+                  f"{storm['dominant_cause']}.\n    Fix: {storm['fix']}")
+    worth = [(r["qualname"], r["verdict"]["text"]) for r in rows if r.get("verdict") and r["verdict"]["text"]]
+    if worth:
+        print("\nIs jit worth it:")
+        for name, text in worth:
+            print(f"  {name}: {text}")
+    stale = [r for r in rows if r.get("stale_captures")]
+    if stale:
+        print("\nStale captured values (read at trace time, changed since; see `cachewatch events`):")
+        for r in stale:
+            print(f"  {r['qualname']}: {r['stale_captures']} change(s)")
+    steep = [c for c in costs if c["superlinear"]]
+    if steep:
+        print("\nCompile time grows faster than program size:")
+        for c in steep:
+            print(f"  {c['qualname']}: compile seconds ~ size^{c['exponent']:.2f} over sizes "
+                  f"{c['min_size']:.0f}-{c['max_size']:.0f}")
+    if regressions:
+        print("\nCompile-time regressions across runs:")
+        for g in regressions:
+            print(f"  {g['qualname']}: {g['seconds_before']:.3f}s -> {g['seconds_after']:.3f}s "
+                  f"(jax {g['jax_before']} -> {g['jax_after']})")
+
+
+def _storms(args: argparse.Namespace) -> int:
+    from . import analysis
+    from .store import engine as enginemod
+    from .store import queries
+
+    url = _store_url(args)
+    cfg = configmod.resolve()
+    with enginemod.connection(url) as conn:
+        storms = analysis.detect_storms(conn, queries.Filters(run_id=args.run_id),
+                                        threshold=args.threshold or cfg.storm_threshold,
+                                        window=args.window or cfg.storm_window)
+    if args.format == "json":
+        print(json.dumps(storms, indent=2, default=str))
+        return 0
+    if not storms:
+        print("No recompilation storms.")
+        return 0
+    for storm in storms:
+        start = dt.datetime.fromtimestamp(storm["start"]).strftime("%Y-%m-%d %H:%M:%S")
+        print(f"{'ACTIVE' if storm['active'] else 'past':6}  {storm['qualname']}  {storm['compiles']} recompiles "
+              f"from {start} over {storm['end'] - storm['start']:.0f}s, causes {storm['causes']}")
+        print(f"        fix: {storm['fix']}")
     return 0
 
 

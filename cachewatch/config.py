@@ -70,6 +70,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("write_token", str, "", "Bearer token sent to an http(s) store."),
     Setting("storm_threshold", int, 5, "Non-first_call compiles within storm_window that make a storm."),
     Setting("storm_window", float, 600.0, "Seconds over which storm_threshold is counted."),
+    Setting("eager_baseline", _parse_bool, False, "Once per signature, time a run op by op beside the compiled run."),
+    Setting("cost_analysis", _parse_bool, False, "Lower each new compile once more to record HLO size and XLA cost."),
+    Setting("stale_capture_check", _parse_bool, True, "On sampled calls, check that globals baked in at trace time still hold."),
     Setting("raise_internal_errors", _parse_bool, False, "Re-raise cachewatch's own errors (for cachewatch's tests)."),
 )
 
@@ -93,6 +96,9 @@ class Config:
     write_token: str
     storm_threshold: int
     storm_window: float
+    eager_baseline: bool
+    cost_analysis: bool
+    stale_capture_check: bool
     raise_internal_errors: bool
 
 

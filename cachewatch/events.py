@@ -20,9 +20,14 @@ CAUSES: tuple[str, ...] = (
     "cache_cleared",
     "new_device_or_sharding",
     "unknown",
+    "stale_capture",  # not a compile: see STALE_CAPTURE below
 )
 
-KINDS: tuple[str, ...] = ("trace", "compile")
+KINDS: tuple[str, ...] = ("trace", "compile", "stale_capture")
+
+# Not a reason to compile: a global or closure value read at trace time (and baked in
+# as a constant) changed afterwards, so cached executables still use the old value.
+STALE_CAPTURE = "stale_capture"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -90,6 +95,10 @@ class CompileEvent:
     bytes_accessed: float | None = None
     error: str | None = None
     thread: str | None = None
+    hlo_ops: int | None = None
+    compiled_run_seconds: float | None = None
+    eager_run_seconds: float | None = None
+    captured: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "function"}

@@ -28,9 +28,9 @@ from typing import Any, Callable
 
 import jax
 
-from . import _guard, _tracking, causes, recorder
+from . import _guard, _tracking, captures, causes, recorder
 from . import signature as sigmod
-from .events import CompileEvent, FunctionInfo
+from .events import STALE_CAPTURE, CompileEvent, FunctionInfo
 from .identity import describe_function, unwrap_callable
 
 _jax_jit = jax.jit  # the original, kept before install() may replace jax.jit
@@ -39,6 +39,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
 _SKIP_DIRS = tuple(d + os.sep for d in (_PACKAGE_DIR, _JAX_DIR, os.path.dirname(functools.__file__)))
 _NEVER_SAMPLE = 1 << 62
+# cachewatch's own keyword: time an eager run beside the compiled one, per signature.
+_EAGER_OPTION = "eager_baseline"
 
 
 class CallStats:
@@ -95,6 +97,14 @@ class HookState:
         self.module_name = f"jit({self.trace_name})"
         with HookState._serial_lock:
             self.serial = next(HookState._serials)
+        reader = captures.reader(fun)
+        self.captures = captures.CaptureState(reader) if reader is not None else None
+        self.eager_baseline = recorder.config().eager_baseline
+        self.measured: set = set()  # signature keys with an eager baseline already taken
+        # The eager baseline calls the function again; a bound method's instance is held
+        # weakly, like the hook holds it.
+        self.fun = (weakref.WeakMethod(fun) if isinstance(fun, types.MethodType)
+                    else (lambda: fun))
         _tracking.watch_names(self.trace_name, self.module_name)
 
 
@@ -198,9 +208,14 @@ def _hook_for(fun: Callable[..., Any], options: dict[str, Any]) -> tuple[Callabl
 
 
 @_guard.guarded(where="hook.begin")
-def _begin_trace(state: HookState, args: tuple, kwargs: dict) -> _tracking.Record:
+def _begin_trace(state: HookState, args: tuple, kwargs: dict) -> _tracking.Record | None:
+    if _tracking.suppressed():
+        return None
     sig = sigmod.build(state.layout, args, kwargs)
     record = _tracking.Record(state, state.module_name, "trace", sig)
+    if state.captures is not None:
+        record.stale = state.captures.changes()
+        record.captured = state.captures.snapshot()
     _tracking.push(record)
     return record
 
@@ -256,12 +271,14 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
                 out = jitted(*args, **kwargs) if kwargs else jitted(*args)
             else:
                 out = _timed_call(jitted, stats, mark, args, kwargs)
+                if state.captures is not None:
+                    _check_captures(state)
         except BaseException as exc:
             if tracking.activity != mark:
-                _finish(state, mark, args, kwargs, exc)
+                _finish(state, jitted, mark, args, kwargs, exc)
             raise
         if tracking.activity != mark:
-            _finish(state, mark, args, kwargs, None)
+            _finish(state, jitted, mark, args, kwargs, None)
         return out
 
     def observed(method: str) -> Callable[..., Any]:
@@ -271,10 +288,10 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
                 out = getattr(jitted, method)(*args, **kwargs)
             except BaseException as exc:
                 if tracking.activity != mark:
-                    _finish(state, mark, args, kwargs, exc)
+                    _finish(state, jitted, mark, args, kwargs, exc)
                 raise
             if tracking.activity != mark:
-                _finish(state, mark, args, kwargs, None)
+                _finish(state, jitted, mark, args, kwargs, None)
             return out
 
         call.__name__ = method
@@ -322,20 +339,32 @@ def _timed_call(jitted: Any, stats: CallStats, mark: int, args: tuple, kwargs: d
 
 
 @_guard.guarded(where="jit.finish")
-def _finish(state: HookState, mark: int, args: tuple, kwargs: dict, exc: BaseException | None) -> None:
+def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
+            exc: BaseException | None) -> None:
     records = _tracking.claim(state, state.module_name, mark)
     if not records:
         return
     call_site = _call_site()
     device = _device_of(args, kwargs)
+    extra: dict[str, Any] = {}
+    compiled = [r for r in records if r.compiles > 0 and r.error is None]
+    if compiled and exc is None:
+        cfg = recorder.config()
+        if cfg.cost_analysis:
+            extra.update(_cost_analysis(jitted, args, kwargs))
+        if state.eager_baseline:
+            extra.update(_eager_baseline(state, jitted, compiled[0], args, kwargs))
     for record in records:
-        event = _to_event(state, record, args, kwargs, call_site, device)
+        event = _to_event(state, record, args, kwargs, call_site, device,
+                          extra if record is (compiled[0] if compiled else None) else {})
         if event is not None:
             recorder.record_event(event)
+        for name, before, after in record.stale:
+            recorder.record_event(_stale_event(state, name, before, after, call_site))
 
 
 def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: dict,
-              call_site: str | None, device: str | None) -> CompileEvent | None:
+              call_site: str | None, device: str | None, extra: dict[str, Any]) -> CompileEvent | None:
     info = state.info
     compiled = record.compiles > 0
     if record.kind == "trace":
@@ -373,7 +402,74 @@ def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: d
         jaxpr_eqns=record.jaxpr_eqns,
         error=record.error,
         thread=record.thread,
+        captured=record.captured or None,
+        **extra,
     )
+
+
+def _stale_event(state: HookState, name: str, before: str, after: str, call_site: str | None) -> CompileEvent:
+    info = state.info
+    return CompileEvent(
+        event_id=uuid.uuid4().hex, function=info, run_id=recorder.run_id(), timestamp=time.time(),
+        kind="stale_capture", cause=STALE_CAPTURE,
+        explanation=(f"`{info.name}` read `{name}` when it was traced ({before}); it is now {after}, but the "
+                     f"compiled code still uses the old value. Pass `{name}` as an argument (static if it "
+                     "steers Python control flow) instead of reading it from the enclosing scope."),
+        diff=({"path": name, "change": "value", "cause": STALE_CAPTURE, "before": before, "after": after},),
+        signature=(), signature_hash="", compiled=False, nested=False, call_site=call_site,
+        backend=_backend(), thread=threading.current_thread().name)
+
+
+@_guard.guarded(where="jit.captures")
+def _check_captures(state: HookState) -> None:
+    if not recorder.config().stale_capture_check:
+        return
+    changes = state.captures.changes()
+    if changes:
+        site = _call_site()
+        for name, before, after in changes:
+            recorder.record_event(_stale_event(state, name, before, after, site))
+
+
+def _eager_baseline(state: HookState, jitted: Any, record: _tracking.Record, args: tuple,
+                    kwargs: dict) -> dict[str, Any]:
+    """One steady-state compiled run and one op-by-op run of this signature, timed."""
+    key = record.signature.key if record.signature is not None else None
+    if key is None or key in state.measured:
+        return {}
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    if any(getattr(leaf, "is_deleted", lambda: False)() for leaf in leaves):
+        return {}  # donated inputs are gone: nothing to run again
+    state.measured.add(key)
+    with _tracking.suppress():
+        start = time.perf_counter()
+        jax.block_until_ready(jitted(*args, **kwargs))
+        compiled_seconds = time.perf_counter() - start
+        with jax.disable_jit():
+            fun = state.fun()
+            jax.block_until_ready(fun(*args, **kwargs))  # warm JAX's op-by-op caches
+            start = time.perf_counter()
+            jax.block_until_ready(fun(*args, **kwargs))
+            eager_seconds = time.perf_counter() - start
+    return {"compiled_run_seconds": compiled_seconds, "eager_run_seconds": eager_seconds}
+
+
+def _cost_analysis(jitted: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """Program size and XLA's cost estimate, from lowering the traced jaxpr once more."""
+    with _tracking.suppress():
+        lowered = jitted.trace(*args, **kwargs).lower()
+        text = lowered.as_text()
+        result: dict[str, Any] = {"hlo_ops": sum(1 for line in text.splitlines() if " = " in line
+                                                 or line.lstrip().startswith(("stablehlo.", "func.return")))}
+        try:
+            cost = lowered.cost_analysis() or {}
+            if isinstance(cost, (list, tuple)):
+                cost = cost[0] if cost else {}
+            result["flops"] = float(cost["flops"]) if "flops" in cost else None
+            result["bytes_accessed"] = float(cost["bytes accessed"]) if "bytes accessed" in cost else None
+        except Exception:
+            pass
+    return result
 
 
 def _concrete_signature(state: HookState, args: tuple, kwargs: dict) -> sigmod.Signature | None:
@@ -384,7 +480,12 @@ def _concrete_signature(state: HookState, args: tuple, kwargs: dict) -> sigmod.S
 
 
 def _call_site() -> str | None:
-    frame = sys._getframe(2)
+    return _call_site_from_here(3)
+
+
+def _call_site_from_here(depth: int = 1) -> str | None:
+    """The first frame up the stack that is the user's code (not cachewatch's, JAX's or functools')."""
+    frame = sys._getframe(depth)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_SKIP_DIRS) and not filename.startswith("<frozen"):
@@ -426,12 +527,15 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
         return lambda f: jit(f, **jit_options)
     if is_watched(fun):
         fun = fun.__wrapped__
+    eager_baseline = jit_options.pop(_EAGER_OPTION, None)
     if not recorder.config().enabled:
         return _jax_jit(fun, **jit_options)
     hook = None
     with _guard.guard("jit.wrap"):
         _tracking.install_listeners()
         hook, state = _hook_for(fun, jit_options)
+        if eager_baseline:
+            state.eager_baseline = True
     if hook is None:
         return _jax_jit(fun, **jit_options)
     return _make_watched(fun, _jax_jit(hook, **jit_options), state)

@@ -82,6 +82,8 @@ def store(url: str, batch: BatchIn) -> dict[str, Any]:
     """Write one checked batch in one transaction; returns what was new and what was a repeat."""
     data = batch.model_dump(exclude={"batch_id", "dropped"})
     runs, functions, events, stats = sinks.batch_rows(spool.decode(data))
+    for rows in (runs, functions, events):
+        _strip_nul(rows)
     with enginemod.connection(url, ensure=False) as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
@@ -94,6 +96,15 @@ def store(url: str, batch: BatchIn) -> dict[str, Any]:
             "duplicate_events": len(events) - len({e["event_id"] for e in events} - known_events),
             "stats": len(stats), "stored_stats": len(new_stats),
             "duplicate_stats": len(stats) - len(new_stats)}
+
+
+def _strip_nul(rows: list[dict]) -> None:
+    # PostgreSQL text cannot hold NUL; an exception message that carries one must not
+    # make the whole batch unstorable.
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, str) and "\x00" in value:
+                row[key] = value.replace("\x00", "\ufffd")
 
 
 def _existing_event_ids(conn: sa.Connection, ids: list[str]) -> set[str]:
@@ -115,13 +126,13 @@ def _new_stats(conn: sa.Connection, run_id: str, rows: list[dict]) -> list[dict]
     existing: set[tuple[str, float]] = set()
     half = _CHUNK // 2
     for start in range(0, len(hashes), half):
-        existing.update(conn.execute(
+        existing.update((r.function_hash, r.timestamp) for r in conn.execute(
             sa.select(s.c.function_hash, s.c.timestamp)
             .where(s.c.function_hash.in_(hashes[start:start + half]), s.c.timestamp.in_(stamps[:half]),
-                   s.c.run_id == run_id)).tuples())
+                   s.c.run_id == run_id)))
     if len(stamps) > half:  # not what a recorder sends: fall back to the run's rows
-        existing.update(conn.execute(
-            sa.select(s.c.function_hash, s.c.timestamp).where(s.c.run_id == run_id)).tuples())
+        existing.update((r.function_hash, r.timestamp) for r in conn.execute(
+            sa.select(s.c.function_hash, s.c.timestamp).where(s.c.run_id == run_id)))
     fresh = []
     for row in rows:
         key = (row["function_hash"], row["timestamp"])

@@ -177,6 +177,7 @@ class StoreCollector:
         self.counters = counters
         self._fold = _Fold()
         self._lock = threading.Lock()
+        self._high: dict[tuple[Any, str], float] = {}
 
     def describe(self) -> list[Metric]:
         return []  # no store query when the collector is registered
@@ -223,8 +224,15 @@ class StoreCollector:
         show_other = bool(present - labeled) or any(other.values())
         shown = sorted(labeled) + ([OTHER] if show_other else [])
 
+        high = {}
+
         def value(key: Any, label: str) -> float:
-            return other.get(key, 0) if label == OTHER else series.get(key, {}).get(label, 0)
+            raw = other.get(key, 0) if label == OTHER else series.get(key, {}).get(label, 0)
+            # Float sums come back in whatever order the database added them: a last-bit
+            # wobble must not read as a counter reset.
+            kept = max(raw, self._high.get((key, label), raw))
+            high[(key, label)] = kept
+            return kept
 
         compiles = CounterMetricFamily("cachewatch_compiles", "Compiles by function and cause.",
                                        labels=["function", "cause"])
@@ -277,3 +285,4 @@ class StoreCollector:
         ingested = CounterMetricFamily("cachewatch_events_ingested", "Compile events in the store.")
         ingested.add_metric([], snap.events)
         yield ingested
+        self._high = high  # series not shown this time start afresh if they come back

@@ -74,6 +74,15 @@ class CompileEventRow(Base):
     bytes_accessed: Mapped[float | None] = mapped_column(Float, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     thread: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # Size of the lowered program (StableHLO operations), for the compile cost model.
+    hlo_ops: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Opt-in "is jit worth it" measurement for this signature: one steady-state run
+    # compiled and one op by op (eagerly), in seconds.
+    compiled_run_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    eager_run_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Module globals and closure cells the function read at trace time (baked in as
+    # constants): name -> short summary of the value.
+    captured: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         Index("ix_compile_events_function_time", "function_hash", "timestamp"),

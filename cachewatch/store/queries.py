@@ -54,6 +54,7 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
         sa.func.sum(compiled).label("compiles"),
         sa.func.sum(sa.case((sa.and_(e.c.compiled, e.c.cause != "first_call"), 1), else_=0)).label("recompiles"),
         sa.func.sum(_cost_expr(e)).label("compile_seconds"),
+        sa.func.sum(sa.case((e.c.kind == "stale_capture", 1), else_=0)).label("stale_captures"),
         sa.func.max(e.c.timestamp).label("last_compile"),
         sa.func.min(e.c.timestamp).label("first_compile"),
     ).group_by(e.c.function_hash))
@@ -63,6 +64,7 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
     if not rows:
         return []
     causes_q = filters.apply(e, sa.select(e.c.function_hash, e.c.cause, sa.func.count().label("n"))
+                             .where(e.c.kind != "stale_capture")
                              .group_by(e.c.function_hash, e.c.cause))
     if function_hashes is not None:
         causes_q = causes_q.where(e.c.function_hash.in_(function_hashes))
@@ -97,6 +99,8 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
             "compiles": int(row["compiles"] or 0),
             "recompiles": int(row["recompiles"] or 0),
             "causes": causes.get(function_hash, {}),
+            "dominant_cause": _dominant(causes.get(function_hash, {})),
+            "stale_captures": int(row["stale_captures"] or 0),
             "compile_seconds": compile_seconds,
             "calls": calls,
             "sampled_calls": sampled,
@@ -109,6 +113,13 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
         })
     report.sort(key=lambda r: (-r["compile_seconds"], r["qualname"]))
     return report
+
+
+def _dominant(causes: dict[str, int]) -> str | None:
+    """The most frequent cause other than first_call (first_call when that is all)."""
+    others = {c: n for c, n in causes.items() if c != "first_call"}
+    pool = others or causes
+    return max(sorted(pool), key=lambda c: pool[c]) if pool else None
 
 
 def find_functions(conn: sa.Connection, name: str) -> list[str]:

@@ -1,0 +1,215 @@
+"""/metrics, parsed with prometheus_client's own parser: names, labels and values equal
+to the store's content; the `function` label bounded to the top N with `other`; every
+counter monotonic across scrapes, also when the ranking changes."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from cachewatch import recorder
+from cachewatch.events import FunctionInfo
+from cachewatch.store import engine as enginemod
+from cachewatch.store import queries as storequeries
+from server.main import create_app
+from server.metrics import BUCKETS
+from server.settings import ServerSettings
+
+import serverkit as kit
+
+STORE_SERIES = ("cachewatch_compiles_total", "cachewatch_compile_seconds_bucket", "cachewatch_compile_seconds_sum",
+                "cachewatch_compile_seconds_count", "cachewatch_calls_total", "cachewatch_run_seconds_total",
+                "cachewatch_compile_share_ratio", "cachewatch_storm_active", "cachewatch_events_ingested_total")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> kit.Recorded:
+    recorder.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
+    return kit.run_jax_workload()
+
+
+def make_client(url: str, **settings) -> TestClient:
+    return TestClient(create_app(ServerSettings(store=url, write_token=None, read_token=None, **settings)))
+
+
+def scrape(client: TestClient) -> dict:
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    return kit.parse_metrics(r.text)
+
+
+def cost(event) -> float:
+    return (event.trace_seconds or 0.0) + (event.lower_seconds or 0.0) + (event.compile_seconds or 0.0)
+
+
+def test_metrics_equal_the_store(store_url, recorded):
+    now = time.time()
+    step, scale = recorded.function("step"), recorded.function("scale")
+    stats = [kit.stats(recorded.run, step, now - 20, calls=100, sampled=2, seconds=0.02),
+             kit.stats(recorded.run, step, now - 10, calls=50, sampled=1, seconds=0.03),
+             kit.stats(recorded.run, scale, now - 10, calls=7)]
+    with make_client(store_url) as client:
+        assert client.post("/api/v1/events", json=kit.payload(recorded.run, recorded.events, stats)).status_code == 200
+        text = client.get("/metrics").text
+        samples = kit.parse_metrics(text)
+
+    names = {name for name, _ in samples}
+    assert set(STORE_SERIES) <= names
+    assert {"cachewatch_events_dropped_total", "cachewatch_http_requests_total", "cachewatch_store_up",
+            "cachewatch_http_request_duration_seconds_count"} <= names
+    fams = kit.families(text)
+    assert fams["cachewatch_compiles"].type == "counter"
+    assert fams["cachewatch_compile_seconds"].type == "histogram"
+    assert fams["cachewatch_compile_share_ratio"].type == "gauge"
+
+    for name in ("step", "<lambda>", "scale"):
+        events = recorded.by_name(name)
+        label = events[0].function.qualname
+        causes = {e.cause for e in events if e.compiled}
+        for cause in causes:
+            expected = sum(1 for e in events if e.compiled and e.cause == cause)
+            assert kit.sample(samples, "cachewatch_compiles_total", function=label, cause=cause) == expected
+        assert kit.sample(samples, "cachewatch_compile_seconds_count", function=label) == len(events)
+        assert kit.sample(samples, "cachewatch_compile_seconds_sum", function=label) == pytest.approx(
+            sum(cost(e) for e in events))
+        for le in BUCKETS:
+            got = kit.sample(samples, "cachewatch_compile_seconds_bucket", function=label, le=repr(float(le)))
+            assert got == sum(1 for e in events if cost(e) <= le), (label, le)
+        assert kit.sample(samples, "cachewatch_compile_seconds_bucket", function=label, le="+Inf") == len(events)
+
+    # The report's compile seconds are the histogram's sums.
+    with enginemod.connection(store_url) as conn:
+        report = {r["qualname"]: r for r in storequeries.function_report(conn)}
+    for label, row in report.items():
+        assert kit.sample(samples, "cachewatch_compile_seconds_sum", function=label) == pytest.approx(
+            row["compile_seconds"])
+        assert kit.sample(samples, "cachewatch_calls_total", function=label) == row["calls"]
+
+    # Each statistics row is costed at the mean known when it was written.
+    run_seconds = 100 * 0.01 + 50 * (0.05 / 3)
+    assert kit.sample(samples, "cachewatch_run_seconds_total", function=step.qualname) == pytest.approx(run_seconds)
+    assert kit.sample(samples, "cachewatch_run_seconds_total", function=scale.qualname) == 0
+    compile_s = report[step.qualname]["compile_seconds"]
+    assert kit.sample(samples, "cachewatch_compile_share_ratio", function=step.qualname) == pytest.approx(
+        compile_s / (compile_s + run_seconds))
+    # Never timed: no share rather than a made-up one.
+    assert kit.sample(samples, "cachewatch_compile_share_ratio", function=scale.qualname) is None
+
+    assert kit.sample(samples, "cachewatch_storm_active", function=step.qualname) == 1
+    assert kit.sample(samples, "cachewatch_storm_active", function=scale.qualname) == 0
+    assert kit.sample(samples, "cachewatch_events_ingested_total") == len(recorded.events)
+    assert kit.sample(samples, "cachewatch_events_dropped_total") == 0
+    assert kit.sample(samples, "cachewatch_store_up") == 1
+    assert kit.sample(samples, "cachewatch_http_requests_total", method="POST", route="/api/v1/events",
+                      status="200") == 1
+    assert not any(dict(labels).get("function") == "other" for _, labels in samples)
+
+    # A second worker (or a restarted service) reads the same numbers from the store.
+    with make_client(store_url) as other_worker:
+        again = scrape(other_worker)
+    for key, value in samples.items():
+        if key[0] in STORE_SERIES:
+            assert again[key] == pytest.approx(value), key
+
+
+def _function(i: int) -> FunctionInfo:
+    return FunctionInfo(function_hash=f"{i:020x}", name=f"f{i}", qualname=f"model.f{i}", module="model",
+                        file="model.py", line=i)
+
+
+def _compiles(recorded, run, function: FunctionInfo, n: int, start: float) -> list:
+    template = recorded.by_name("step")[1]  # a real new_shape recompile
+    return [kit.copy_event(template, run, start + i, function=function) for i in range(n)]
+
+
+def _assert_monotonic(before: dict, after: dict) -> None:
+    for key, value in before.items():
+        name = key[0]
+        counter = name.endswith(("_total", "_bucket", "_count", "_sum"))
+        if counter and key in after:
+            assert after[key] >= value, f"{key} went down: {value} -> {after[key]}"
+
+
+def _function_labels(samples: dict) -> set[str]:
+    return {dict(labels)["function"] for name, labels in samples
+            if name == "cachewatch_compiles_total"}
+
+
+def test_top_n_with_other_and_monotonic_counters(store_url, recorded):
+    now = time.time() - 3600
+    run = kit.new_run(recorded.run, started_at=now)
+    sizes = {1: 10, 2: 8, 3: 6, 4: 4, 5: 2}
+    with make_client(store_url, metrics_top_n=2) as client:
+        for i, n in sizes.items():
+            events = _compiles(recorded, run, _function(i), n, now + 100 * i)
+            calls = [kit.stats(run, _function(i), now + 100 * i, calls=10 * n, sampled=1, seconds=0.001)]
+            assert client.post("/api/v1/events", json=kit.payload(run, events, calls)).status_code == 200
+        first = scrape(client)
+        assert _function_labels(first) == {"model.f1", "model.f2", "other"}
+        assert kit.sample(first, "cachewatch_compiles_total", function="other", cause="new_shape") == 6 + 4 + 2
+        assert kit.sample(first, "cachewatch_compile_seconds_count", function="other") == 12
+        assert kit.sample(first, "cachewatch_calls_total", function="other") == 120
+        assert kit.sample(first, "cachewatch_compiles_total", function="model.f1", cause="new_shape") == 10
+
+        # f4 overtakes everyone: it gets its own label, f2 falls into `other`.
+        more = _compiles(recorded, run, _function(4), 10, now + 1000)
+        client.post("/api/v1/events", json=kit.payload(run, more))
+        second = scrape(client)
+        assert _function_labels(second) == {"model.f4", "model.f1", "other"}
+        assert kit.sample(second, "cachewatch_compiles_total", function="model.f4", cause="new_shape") == 14
+        _assert_monotonic(first, second)
+        # `other` kept f4's history instead of dropping it (a counter reset to Prometheus):
+        # it went on from 12 with the 10 compiles f4 made while it was still in `other`.
+        assert kit.sample(second, "cachewatch_compiles_total", function="other", cause="new_shape") == 22
+
+        # f2 grows back past f1: labels swap again, still nothing goes down.
+        client.post("/api/v1/events", json=kit.payload(run, _compiles(recorded, run, _function(2), 5, now + 2000)))
+        third = scrape(client)
+        assert _function_labels(third) == {"model.f4", "model.f2", "other"}
+        _assert_monotonic(second, third)
+        # `other` grew by exactly the compiles of the functions that were in it (f2's 5).
+        assert kit.sample(third, "cachewatch_compiles_total", function="other", cause="new_shape") == 27
+
+        client.post("/api/v1/events", json=kit.payload(run, _compiles(recorded, run, _function(5), 3, now + 3000)))
+        fourth = scrape(client)
+        _assert_monotonic(third, fourth)
+        assert kit.sample(fourth, "cachewatch_compiles_total", function="other", cause="new_shape") == 30
+        for samples in (first, second, third, fourth):
+            assert len(_function_labels(samples)) <= 3
+
+
+def test_functions_sharing_a_name_share_a_label(store_url, recorded):
+    run = kit.new_run(recorded.run)
+    a = dataclasses.replace(_function(1), qualname="<lambda>", name="<lambda>")
+    b = dataclasses.replace(_function(2), qualname="<lambda>", name="<lambda>", module="other_module")
+    events = _compiles(recorded, run, a, 3, time.time() - 100) + _compiles(recorded, run, b, 2, time.time() - 50)
+    with make_client(store_url) as client:
+        client.post("/api/v1/events", json=kit.payload(run, events))
+        samples = scrape(client)
+    assert _function_labels(samples) == {"<lambda>"}
+    assert kit.sample(samples, "cachewatch_compiles_total", function="<lambda>", cause="new_shape") == 5
+
+
+def test_dropped_events_counter(sqlite_url, recorded):
+    with make_client(sqlite_url) as client:
+        body = kit.payload(recorded.run, recorded.events, batch_id="batch-1", dropped=3)
+        client.post("/api/v1/events", json=body)
+        client.post("/api/v1/events", json=body)  # a retry reports the same drops once
+        bad = kit.payload(recorded.run, recorded.events[:2])
+        bad["events"][0]["kind"] = "nope"
+        assert client.post("/api/v1/events", json=bad).status_code == 422
+        samples = scrape(client)
+    assert kit.sample(samples, "cachewatch_events_dropped_total") == 3 + 2
+    assert kit.sample(samples, "cachewatch_events_ingested_total") == len(recorded.events)
+
+
+def test_unreachable_store_keeps_metrics_up():
+    client = TestClient(create_app(ServerSettings(store="postgresql://nobody@127.0.0.1:1/none")))
+    client.get("/healthz")
+    samples = scrape(client)
+    assert kit.sample(samples, "cachewatch_store_up") == 0
+    assert kit.sample(samples, "cachewatch_http_requests_total", method="GET", route="/healthz", status="503") == 1
+    assert not any(name == "cachewatch_compiles_total" for name, _ in samples)
