@@ -20,6 +20,11 @@ from .store import models
 from .store.queries import Filters
 
 
+def short_name(qualname: str) -> str:
+    """``train.<locals>.step`` -> ``step``: the readable tail of a qualified name."""
+    return qualname.rsplit("<locals>.", 1)[-1]
+
+
 def detect_storms(conn: sa.Connection, filters: Filters = Filters(), *, threshold: int = 5,
                   window: float = 600.0, now: float | None = None,
                   function_hashes: list[str] | None = None) -> list[dict[str, Any]]:
@@ -73,11 +78,12 @@ def _bursts(rows: list[Any], threshold: int, window: float) -> Iterable[list[Any
 def _describe(function_hash: str, info: Any, rows: list[Any], now: float, window: float) -> dict[str, Any]:
     cause_counts = collections.Counter(r.cause for r in rows)
     dominant, _ = cause_counts.most_common(1)[0]
-    name = info.qualname if info else function_hash
+    name = short_name(info.qualname) if info else function_hash
     return {
         "function_hash": function_hash,
         "name": info.name if info else "",
-        "qualname": name,
+        "qualname": info.qualname if info else function_hash,
+        "short_name": name,
         "start": rows[0].timestamp,
         "end": rows[-1].timestamp,
         "compiles": len(rows),
@@ -197,7 +203,7 @@ def _next_pow2(n: int) -> int:
 
 
 def jit_verdict(compile_seconds: float, compiles: int, calls: int, run_mean: float | None,
-                eager_mean: float | None, few_calls: int = 2) -> dict[str, Any]:
+                eager_mean: float | None, few_calls: int = 5) -> dict[str, Any]:
     """Whether compiling paid for itself, from totals that the store holds.
 
     With an eager baseline (op-by-op run time per call) the break-even is the number of
@@ -234,7 +240,7 @@ def jit_verdict(compile_seconds: float, compiles: int, calls: int, run_mean: flo
 
 
 def verdicts(conn: sa.Connection, report_rows: list[dict[str, Any]], filters: Filters = Filters(),
-             few_calls: int = 2) -> dict[str, dict[str, Any]]:
+             few_calls: int = 5) -> dict[str, dict[str, Any]]:
     """The jit verdict per function of a report, with eager baselines where measured."""
     e = models.compile_events
     q = filters.apply(e, sa.select(e.c.function_hash, sa.func.avg(e.c.compiled_run_seconds).label("compiled"),

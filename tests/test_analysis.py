@@ -1,0 +1,317 @@
+"""Diagnosis beyond JAX's flags: storms with fixes, stale globals, is jit worth it, cost model."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+import uuid
+
+import jax
+import jax.numpy as jnp
+import pytest
+import sqlalchemy as sa
+
+import cachewatch
+from cachewatch import analysis, cli, recorder
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models, queries
+from cachewatch.store.queries import Filters
+
+
+def storms_for(url: str, qualname_part: str, **kwargs) -> list[dict]:
+    with enginemod.connection(url) as conn:
+        storms = analysis.detect_storms(conn, **kwargs)
+    return [s for s in storms if qualname_part in s["qualname"]]
+
+
+def events_of(url: str, name: str) -> list[dict]:
+    with enginemod.connection(url) as conn:
+        return [e for e in queries.list_events(conn, limit=10_000) if e["name"] == name]
+
+
+@pytest.fixture
+def store(sqlite_url, use_store):
+    return use_store(sqlite_url)
+
+
+# ------------------------------------------------------------------ storms
+
+
+def test_varying_batch_axis_storm_suggests_bucketing(store):
+    @cachewatch.jit
+    def ragged_step(w, batch):
+        return (batch["tokens"] @ w).sum()
+
+    w = jnp.ones((4, 2))
+    sizes = [1, 3, 5, 8, 13, 21, 34, 55, 89, 144]
+    for size in sizes:
+        ragged_step(w, {"tokens": jnp.ones((size, 4))})  # line of the call: checked below
+    assert cachewatch.flush(30)
+    (storm,) = storms_for(store, "ragged_step")
+    assert storm["dominant_cause"] == "new_shape" and storm["compiles"] == 9 and storm["active"]
+    assert "batch['tokens'] axis 0 took 10 sizes between 1 and 144" in storm["fix"]
+    buckets = len({1 if s <= 1 else 2 ** (s - 1).bit_length() for s in sizes})
+    assert f"pad to powers of two: {buckets} compile(s) instead of 10" in storm["fix"]
+    assert __file__ in storm["fix"]
+
+
+def test_static_argument_storm_counts_values(store):
+    @functools.partial(cachewatch.jit, static_argnums=1)
+    def power(x, k):
+        return x ** k
+
+    for k in range(7):
+        power(jnp.ones(3), k)
+    assert cachewatch.flush(30)
+    (storm,) = storms_for(store, "power")
+    assert storm["dominant_cause"] == "new_static_value"
+    assert storm["fix"].startswith("Static argument k of `power` took 7 distinct values")
+    assert "make it a traced argument" in storm["fix"]
+
+
+def test_jit_in_loop_storm_names_the_line_to_hoist(store):
+    def body(x):
+        return x * 3
+
+    for i in range(6):
+        cachewatch.jit(lambda x: body(x))(jnp.ones(2)); line = _line()  # noqa: E702
+    assert cachewatch.flush(30)
+    (storm,) = storms_for(store, "<lambda>")
+    assert storm["dominant_cause"] == "new_function_object"
+    assert f"called at {__file__}:{line}" in storm["fix"] and "outside the loop" in storm["fix"]
+
+
+def _line() -> int:
+    import inspect
+
+    return inspect.currentframe().f_back.f_lineno
+
+
+def test_weak_type_and_changing_keys_storms(store):
+    @cachewatch.jit
+    def scaled(x, scale):
+        return x * scale
+
+    @cachewatch.jit
+    def summed(batch):
+        return sum(v.sum() for v in batch.values())
+
+    for i in range(6):
+        scaled(jnp.ones(3), 0.5 if i % 2 == 0 else jnp.float32(0.5))
+        scaled.clear_cache() if i == 1 else None
+    keys = ["a", "b", "c", "d", "e", "f", "g"]
+    for n in range(1, 8):
+        summed({k: jnp.ones(2) for k in keys[:n]})
+    assert cachewatch.flush(30)
+    (storm,) = storms_for(store, "summed")
+    assert storm["dominant_cause"] == "new_structure"
+    assert "batch['" in storm["fix"] and "keep dict keys" in storm["fix"]
+    weak = [e for e in events_of(store, "scaled") if e["cause"] == "weak_type"]
+    assert weak and all(e["diff"][0]["path"] == "scale" for e in weak)
+    fix = analysis.suggest_fix("scaled", "weak_type", [_Row(e) for e in weak])
+    assert fix.startswith("Argument scale of `scaled` flips between a Python scalar and a typed array")
+
+
+class _Row:
+    def __init__(self, event: dict):
+        self.__dict__.update(event)
+
+
+def test_op_by_op_barrage_is_a_storm(store):
+    for n in range(2, 10):
+        jnp.zeros((n, 3)) + 1.0  # eager: JAX compiles its small ops for every new shape
+    line = _line() - 1
+    assert cachewatch.flush(30)
+    barrages = [s for s in storms_for(store, "(op-by-op)") if s["compiles"] >= 5]
+    assert barrages
+    assert any(f"Un-jitted code at {__file__}:{line}" in s["fix"] for s in barrages)
+    assert all("Move that code inside a jitted function" in s["fix"] for s in barrages)
+
+
+def test_storm_threshold_and_window(sqlite_url):
+    enginemod.ensure_schema(sqlite_url)
+    now = time.time()
+    _insert_compiles(sqlite_url, "spread", [now - 3600 * i for i in range(8)])
+    _insert_compiles(sqlite_url, "burst", [now - i for i in range(5)])
+    with enginemod.connection(sqlite_url) as conn:
+        names = {s["qualname"] for s in analysis.detect_storms(conn, threshold=5, window=600)}
+        assert names == {"burst"}
+        assert not analysis.detect_storms(conn, threshold=6, window=600)
+        assert {s["qualname"] for s in analysis.detect_storms(conn, threshold=5, window=8 * 3600)} == {"spread",
+                                                                                                    "burst"}
+
+
+def _insert_compiles(url: str, name: str, timestamps: list[float], run_id: str = "r" * 32, **fields) -> None:
+    with enginemod.connection(url) as conn:
+        conn.execute(sa.insert(models.runs).prefix_with("OR IGNORE"),
+                     [{"run_id": run_id, "started_at": fields.pop("started_at", 0.0),
+                       "jax_version": fields.pop("jax_version", "0.10.2"), "devices": []}])
+        conn.execute(sa.insert(models.functions).prefix_with("OR IGNORE"),
+                     [{"function_hash": name, "name": name, "qualname": name, "first_seen": 0.0}])
+        conn.execute(sa.insert(models.compile_events), [
+            {"event_id": uuid.uuid4().hex, "function_hash": name, "run_id": run_id, "timestamp": t,
+             "kind": "trace", "cause": "new_shape", "compiled": True, "nested": False,
+             "signature_hash": fields.get("signature_hash", "s"), "compile_seconds": fields.get("seconds", 0.1),
+             "jaxpr_eqns": fields.get("eqns")}
+            for t in timestamps])
+
+
+# ------------------------------------------------------------------ stale globals
+
+THRESHOLD = 0.0
+LEARNING_RATE = 0.01
+LOG_EVERY = 10
+
+
+def test_stale_global_is_flagged_without_changing_results(sqlite_url, use_store):
+    global THRESHOLD
+    use_store(sqlite_url, sample_every=1, sample_max_per_second=1000)
+
+    @cachewatch.jit
+    def clip(x):
+        return jnp.maximum(x, THRESHOLD)
+
+    THRESHOLD = 0.0
+    assert float(clip(jnp.float32(-1.0))) == 0.0
+    THRESHOLD = 10.0
+    # The cached executable still uses 0.0: cachewatch reports it and changes nothing.
+    assert float(clip(jnp.float32(-1.0))) == 0.0
+    assert float(clip(jnp.float32(-1.0))) == 0.0
+    assert cachewatch.flush(30)
+    stale = [e for e in events_of(sqlite_url, "clip") if e["kind"] == "stale_capture"]
+    assert len(stale) == 1  # reported once per change, not once per call
+    (event,) = stale
+    assert event["diff"][0]["path"] == "THRESHOLD"
+    assert (event["diff"][0]["before"], event["diff"][0]["after"]) == ("0.0", "10.0")
+    assert "still uses the old value" in event["explanation"]
+    traced = [e for e in events_of(sqlite_url, "clip") if e["kind"] == "trace"]
+    assert traced[0]["captured"] == {"THRESHOLD": "0.0"}
+    THRESHOLD = 0.0
+
+
+def test_closure_cell_change_is_flagged(sqlite_url, use_store):
+    use_store(sqlite_url, sample_every=1, sample_max_per_second=1000)
+    offset = jnp.ones(2)
+
+    @cachewatch.jit
+    def shift(x):
+        return x + offset
+
+    shift(jnp.zeros(2))
+    offset = jnp.full(2, 5.0)  # noqa: F841 - rebinding the captured cell is the point
+    shift(jnp.zeros(2))
+    assert cachewatch.flush(30)
+    (event,) = [e for e in events_of(sqlite_url, "shift") if e["kind"] == "stale_capture"]
+    assert event["diff"][0]["path"] == "offset"
+    assert event["diff"][0]["before"] == "float32[2] [1.0, 1.0]"
+
+
+def test_pure_training_loop_has_no_stale_capture(sqlite_url, use_store):
+    use_store(sqlite_url, sample_every=1, sample_max_per_second=1000)
+    history = []  # mutated by the loop but never read inside the jitted function
+
+    @cachewatch.jit
+    def sgd_step(params, batch):
+        grads = jax.grad(lambda p: ((batch["x"] @ p["w"] - batch["y"]) ** 2).mean())(params)
+        return jax.tree_util.tree_map(lambda p, g: p - LEARNING_RATE * g, params, grads)
+
+    params = {"w": jnp.zeros((3, 1))}
+    key = jax.random.PRNGKey(0)
+    for step in range(60):
+        key, sub = jax.random.split(key)
+        batch = {"x": jax.random.normal(sub, (16, 3)), "y": jnp.ones((16, 1))}
+        params = sgd_step(params, batch)
+        if step % LOG_EVERY == 0:
+            history.append(float(params["w"].sum()))
+    assert cachewatch.flush(30)
+    events = events_of(sqlite_url, "sgd_step")
+    assert [e["kind"] for e in events] == ["trace"]
+    assert events[0]["captured"] == {"LEARNING_RATE": "0.01"}
+
+
+# ------------------------------------------------------------------ is jit worth it
+
+
+def test_break_even_arithmetic():
+    # 12 compiles costing 3.0 s in all, 41 calls; compiled run 0.01 s, eager 0.02 s.
+    verdict = analysis.jit_verdict(compile_seconds=3.0, compiles=12, calls=41, run_mean=0.01, eager_mean=0.02)
+    assert verdict["few_calls"]
+    assert verdict["break_even_calls"] == 300  # 3.0 s / 0.01 s saved per call
+    assert verdict["jit_saves_seconds"] == pytest.approx(41 * 0.02 - (3.0 + 41 * 0.01))
+    assert verdict["worth_it"] is False
+    assert verdict["text"] == ("compiled 12 time(s) for 41 call(s); jit costs 2.59 s more than running eagerly "
+                               "(it would pay off after 300 calls)")
+    paid = analysis.jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
+    assert paid["worth_it"] and paid["break_even_calls"] == 167 and not paid["few_calls"]
+    assert paid["text"] == "jit saves 2.5 s over running eagerly (break-even after 167 calls)"
+    slower = analysis.jit_verdict(compile_seconds=0.5, compiles=1, calls=10, run_mean=0.004, eager_mean=0.001)
+    assert slower["break_even_calls"] is None and "eager is faster per call too" in slower["text"]
+
+
+def test_eager_baseline_is_measured_once_per_signature(sqlite_url, use_store, capsys):
+    use_store(sqlite_url)
+
+    @functools.partial(cachewatch.jit, eager_baseline=True)
+    def mlp(x):
+        for _ in range(20):
+            x = jnp.tanh(x @ jnp.eye(8) + 0.1)
+        return x
+
+    for _ in range(3):
+        mlp(jnp.ones((4, 8)))
+    mlp(jnp.ones((2, 8)))
+    assert cachewatch.flush(30)
+    events = events_of(sqlite_url, "mlp")
+    assert len(events) == 2
+    assert all(e["eager_run_seconds"] > 0 and e["compiled_run_seconds"] > 0 for e in events)
+    assert cli.main(["report", "--store", sqlite_url, "--format", "json"]) == 0
+    (row,) = [r for r in json.loads(capsys.readouterr().out) if r["name"] == "mlp"]
+    verdict = row["verdict"]
+    assert verdict["eager_seconds_mean"] > 0 and verdict["worth_it"] is not None
+    assert "eagerly" in verdict["text"]
+
+
+# ------------------------------------------------------------------ compile cost model
+
+
+def test_cost_model_flags_superlinear_growth(sqlite_url):
+    enginemod.ensure_schema(sqlite_url)
+    for i, size in enumerate([10, 20, 40, 80, 160]):
+        _insert_compiles(sqlite_url, "quadratic", [1000.0 + i], eqns=size, seconds=1e-5 * size ** 2,
+                         signature_hash=f"q{i}")
+        _insert_compiles(sqlite_url, "linear", [1000.0 + i], eqns=size, seconds=1e-3 * size,
+                         signature_hash=f"l{i}")
+    with enginemod.connection(sqlite_url) as conn:
+        rows = {r["qualname"]: r for r in analysis.cost_model(conn)}
+    assert rows["quadratic"]["exponent"] == pytest.approx(2.0) and rows["quadratic"]["superlinear"]
+    assert rows["linear"]["exponent"] == pytest.approx(1.0) and not rows["linear"]["superlinear"]
+    assert rows["linear"]["seconds_per_1000_ops"] == pytest.approx(1.0)
+
+
+def test_compile_regression_across_runs(sqlite_url):
+    enginemod.ensure_schema(sqlite_url)
+    _insert_compiles(sqlite_url, "step", [10.0, 11.0], run_id="a" * 32, started_at=1.0, jax_version="0.9.0",
+                     seconds=0.2)
+    _insert_compiles(sqlite_url, "step", [20.0, 21.0], run_id="b" * 32, started_at=2.0, jax_version="0.10.2",
+                     seconds=0.5)
+    _insert_compiles(sqlite_url, "steady", [10.0], run_id="a" * 32, seconds=0.2)
+    _insert_compiles(sqlite_url, "steady", [20.0], run_id="b" * 32, seconds=0.21)
+    with enginemod.connection(sqlite_url) as conn:
+        (found,) = analysis.compile_regressions(conn)
+    assert found["qualname"] == "step" and found["ratio"] == pytest.approx(2.5)
+    assert found["jax_before"].startswith("0.9.0") and found["jax_after"].startswith("0.10.2")
+
+
+def test_cost_analysis_records_program_size(sqlite_url, use_store):
+    use_store(sqlite_url, cost_analysis=True)
+
+    @cachewatch.jit
+    def dense(x):
+        return jnp.tanh(x @ x.T).sum()
+
+    dense(jnp.ones((8, 4)))
+    assert cachewatch.flush(30)
+    (event,) = events_of(sqlite_url, "dense")
+    assert event["hlo_ops"] >= 3 and event["jaxpr_eqns"] >= 3
+    assert event["flops"] and event["flops"] >= 8 * 8 * 4
