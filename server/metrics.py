@@ -43,6 +43,15 @@ def _cost(e: sa.Table) -> sa.ColumnElement:
             + sa.func.coalesce(e.c.compile_seconds, 0.0))
 
 
+def _bucket(cost: sa.ColumnElement, low: int = 0, high: int = len(BUCKETS)) -> sa.ColumnElement:
+    """The index of the first bucket holding ``cost``, as a binary search: about 4
+    comparisons per row instead of up to 15 (the database evaluates each one)."""
+    if low == high:
+        return sa.literal_column(str(low))
+    mid = (low + high) // 2
+    return sa.case((cost <= BUCKETS[mid], _bucket(cost, low, mid)), else_=_bucket(cost, mid + 1, high))
+
+
 @dataclass
 class Snapshot:
     """Per-function totals read from the store in one scrape, keyed by function label."""
@@ -74,7 +83,7 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
     snap = Snapshot()
     e = models.compile_events
     cost = _cost(e)
-    bucket = sa.case(*[(cost <= b, i) for i, b in enumerate(BUCKETS)], else_=len(BUCKETS)).label("bucket")
+    bucket = _bucket(cost).label("bucket")
     # One pass over the events: bucket counts are computed by the database, grouped by
     # the bucket's output name (PostgreSQL cannot match a repeated expression with
     # bound parameters in GROUP BY).

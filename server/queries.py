@@ -32,6 +32,28 @@ def function_rows(conn: sa.Connection, filters: Filters) -> list[dict[str, Any]]
     return [_with_dominant(r) for r in storequeries.function_report(conn, filters)]
 
 
+_EVENT_COLUMNS = [c for c in models.compile_events.c if c.name != "id"]
+
+
+def event_rows(conn: sa.Connection, function_hash: str, filters: Filters, limit: int,
+               after: tuple[float, int] | None = None) -> list[dict[str, Any]]:
+    """One function's events in time order (ties by id), with its name; ``after`` pages on.
+
+    Ordered by (timestamp, id) rather than id alone so the (function_hash, timestamp)
+    index serves the order: a busy function's page needs no sort of all its events.
+    """
+    e, f = models.compile_events, models.functions
+    q = filters.apply(e, sa.select(e.c.id, *_EVENT_COLUMNS, f.c.name, f.c.qualname)
+                      .join(f, f.c.function_hash == e.c.function_hash)
+                      .where(e.c.function_hash == function_hash))
+    if after is not None:
+        timestamp, last_id = after
+        # The redundant `>=` lets the planner start the index range at the cursor.
+        q = q.where(e.c.timestamp >= timestamp,
+                    sa.or_(e.c.timestamp > timestamp, sa.and_(e.c.timestamp == timestamp, e.c.id > last_id)))
+    return [dict(r._mapping) for r in conn.execute(q.order_by(e.c.timestamp, e.c.id).limit(limit))]
+
+
 def function_exists(conn: sa.Connection, function_hash: str) -> bool:
     f = models.functions
     return conn.execute(sa.select(f.c.function_hash).where(f.c.function_hash == function_hash)).first() is not None

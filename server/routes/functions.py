@@ -6,8 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from cachewatch.store import queries as storequeries
-
 from .. import queries
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
 from ..schemas import EventPage, FunctionDetail, FunctionPage
@@ -51,19 +49,22 @@ def get_function(_: ReadAuth, conn: Connection, settings: Settings, filters: Que
 
 
 @router.get("/functions/{function_hash}/events", response_model=EventPage,
-            summary="A function's compile events with their diffs, oldest first",
+            summary="A function's compile events with their diffs, oldest first (by event time)",
             responses={404: {"description": "No function with this hash in the store."}})
 def function_events(_: ReadAuth, conn: Connection, filters: QueryFilters, page: Page,
                     function_hash: FunctionHash) -> dict:
     if not queries.function_exists(conn, function_hash):
         raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
     after = decode_cursor("events", page.cursor)
-    if after is not None and not isinstance(after, int):
-        raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
-    rows = storequeries.list_events(conn, filters, [function_hash], limit=page.limit + 1, after_id=after)
+    if after is not None:
+        if not (isinstance(after, list) and len(after) == 2 and isinstance(after[0], (int, float))
+                and isinstance(after[1], int)):
+            raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
+        after = (float(after[0]), after[1])
+    rows = queries.event_rows(conn, function_hash, filters, limit=page.limit + 1, after=after)
     more = len(rows) > page.limit
     rows = rows[: page.limit]
-    last_id = rows[-1]["id"] if rows else None
+    cursor = encode_cursor("events", [rows[-1]["timestamp"], rows[-1]["id"]]) if more else None
     for row in rows:
         row.pop("id", None)
-    return {"items": rows, "next_cursor": encode_cursor("events", last_id) if more else None}
+    return {"items": rows, "next_cursor": cursor}
