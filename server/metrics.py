@@ -2,9 +2,10 @@
 
 Every worker of the service, and every restart of it, reads the same store, so they
 agree on the counters and the counters do not start over with the process. The
-``function`` label is the function's short qualified name (functions that share one
-are summed); only the top ``metrics_top_n`` names by all-time compiles keep their own
-label, the rest are summed as ``other``.
+``function`` label is the function's short qualified name (``step`` for
+``train.<locals>.step``; functions that share one are summed); only the top
+``metrics_top_n`` names by all-time compiles keep their own label, the rest are
+summed as ``other``.
 
     registry = CollectorRegistry()
     registry.register(StoreCollector(settings, counters))
@@ -22,6 +23,8 @@ import sqlalchemy as sa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from cachewatch.analysis import short_name
+from cachewatch.events import STALE_CAPTURE
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 
@@ -73,8 +76,9 @@ class Snapshot:
 
 
 def function_labels(conn: sa.Connection) -> dict[str, str]:
+    """function_hash -> its ``function`` label: the short qualified name (``train.<locals>.step`` -> ``step``)."""
     f = models.functions
-    return {r.function_hash: (r.qualname or r.name or r.function_hash[:12])
+    return {r.function_hash: (short_name(r.qualname) or r.name or r.function_hash[:12])
             for r in conn.execute(sa.select(f.c.function_hash, f.c.name, f.c.qualname))}
 
 
@@ -89,17 +93,18 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
     # bound parameters in GROUP BY).
     q = (sa.select(e.c.function_hash, e.c.cause, e.c.compiled, bucket, sa.func.count().label("n"),
                    sa.func.sum(cost).label("seconds"))
+         .where(e.c.kind != STALE_CAPTURE)  # not a trace or compile: no cost to observe
          .group_by(e.c.function_hash, e.c.cause, e.c.compiled, sa.literal_column("bucket")))
     for row in conn.execute(q):
         label = labels.get(row.function_hash, row.function_hash[:12])
         n = int(row.n)
-        snap.events += n
         counts = snap.buckets.setdefault(label, [0] * (len(BUCKETS) + 1))
         counts[int(row.bucket)] += n
         snap.seconds[label] = snap.seconds.get(label, 0.0) + float(row.seconds or 0.0)
         per_cause = snap.compiles.setdefault(label, collections.Counter())
         if row.compiled:
             per_cause[row.cause] += n
+    snap.events = conn.execute(sa.select(sa.func.count()).select_from(e)).scalar_one()
     for function_hash, calls, run_seconds, measured in _call_totals(conn):
         label = labels.get(function_hash, function_hash[:12])
         snap.calls[label] = snap.calls.get(label, 0) + calls

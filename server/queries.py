@@ -8,28 +8,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from cachewatch import analysis
+from cachewatch.events import STALE_CAPTURE
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
 from cachewatch.store.queries import Filters
 
 
-def dominant_cause(causes: dict[str, int]) -> str | None:
-    """The most frequent cause other than ``first_call`` (ties: the earlier one in CAUSES)."""
-    from cachewatch.events import CAUSES
-
-    order = {c: i for i, c in enumerate(CAUSES)}
-    counted = [(n, -order.get(c, len(order)), c) for c, n in causes.items() if c != "first_call" and n > 0]
-    return max(counted)[2] if counted else None
-
-
-def _with_dominant(row: dict[str, Any]) -> dict[str, Any]:
-    row["dominant_cause"] = dominant_cause(row["causes"])
-    return row
-
-
 def function_rows(conn: sa.Connection, filters: Filters) -> list[dict[str, Any]]:
     """Every function's report row, most compile seconds first."""
-    return [_with_dominant(r) for r in storequeries.function_report(conn, filters)]
+    return storequeries.function_report(conn, filters)
 
 
 _EVENT_COLUMNS = [c for c in models.compile_events.c if c.name != "id"]
@@ -67,11 +54,11 @@ def function_row(conn: sa.Connection, function_hash: str, filters: Filters) -> d
         return None
     rows = storequeries.function_report(conn, filters, function_hashes=[function_hash])
     if rows:
-        return _with_dominant(rows[0])
+        return rows[0]
     return {"name": info.name, "qualname": info.qualname, "module": info.module, "file": info.file,
             "line": info.line, "function_hash": function_hash, "traces": 0, "compiles": 0, "recompiles": 0,
-            "causes": {}, "dominant_cause": None, "compile_seconds": 0.0, "calls": 0, "sampled_calls": 0,
-            "run_seconds_mean": None, "run_seconds_est": None, "compile_share": None,
+            "causes": {}, "dominant_cause": None, "stale_captures": 0, "compile_seconds": 0.0, "calls": 0,
+            "sampled_calls": 0, "run_seconds_mean": None, "run_seconds_est": None, "compile_share": None,
             "first_compile": None, "last_compile": None}
 
 
@@ -144,9 +131,13 @@ def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: fl
     runs = conn.execute(filters.apply(e, sa.select(sa.func.count(sa.distinct(e.c.run_id))))).scalar_one()
     causes: dict[str, int] = {}
     compile_by_function: dict[str, float] = {}
-    totals = {"events": 0, "traces": 0, "compiles": 0, "recompiles": 0}
+    totals = {"events": 0, "traces": 0, "compiles": 0, "recompiles": 0, "stale_captures": 0}
     for row in per:
-        causes[row.cause] = causes.get(row.cause, 0) + int(row.events)
+        if row.cause == STALE_CAPTURE:
+            # Not a compile: the report keeps these out of the causes too.
+            totals["stale_captures"] += int(row.events)
+        else:
+            causes[row.cause] = causes.get(row.cause, 0) + int(row.events)
         totals["events"] += int(row.events)
         totals["traces"] += int(row.traces or 0)
         totals["compiles"] += int(row.compiles or 0)

@@ -90,6 +90,12 @@ class EventIn(_In):
     bytes_accessed: Measure = None
     error: Annotated[str | None, _text(65536)] = None
     thread: Annotated[str | None, _text(255)] = None
+    hlo_ops: Annotated[int | None, Field(ge=0, le=2**31 - 1)] = None
+    compiled_run_seconds: Measure = None
+    eager_run_seconds: Measure = None
+    captured: Annotated[dict[str, Annotated[str, _text(4096)]] | None,
+                        Field(max_length=10_000, description="Globals and closure values read at trace time: "
+                              "name -> short summary.")] = None
 
 
 class CallStatsIn(_In):
@@ -138,9 +144,10 @@ class FunctionOut(BaseModel):
     traces: int
     compiles: int
     recompiles: int = Field(description="Compiles whose cause is not first_call.")
-    causes: dict[str, int] = Field(description="Cause -> number of events.")
-    dominant_cause: str | None = Field(description="The most frequent cause other than first_call; null when "
-                                       "the function never recompiled.")
+    causes: dict[str, int] = Field(description="Cause -> number of events (stale captures not included).")
+    dominant_cause: str | None = Field(description="The most frequent cause other than first_call (first_call "
+                                       "when that is all); null without events.")
+    stale_captures: int = Field(0, description="Times a global read at trace time changed afterwards.")
     compile_seconds: float = Field(description="Trace + lowering + XLA compile seconds, summed.")
     calls: int
     sampled_calls: int
@@ -160,6 +167,7 @@ class StormOut(BaseModel):
     function_hash: str
     name: str
     qualname: str
+    short_name: str = ""
     start: float
     end: float
     compiles: int
@@ -209,6 +217,10 @@ class EventOut(BaseModel):
     bytes_accessed: float | None
     error: str | None
     thread: str | None
+    hlo_ops: int | None = None
+    compiled_run_seconds: float | None = None
+    eager_run_seconds: float | None = None
+    captured: dict[str, str] | None = None
 
 
 class EventPage(BaseModel):
@@ -244,7 +256,8 @@ class Summary(BaseModel):
     traces: int
     compiles: int
     recompiles: int
-    causes: dict[str, int]
+    causes: dict[str, int] = Field(description="Cause -> number of events (stale captures not included).")
+    stale_captures: int
     compile_seconds: float
     calls: int
     run_seconds_est: float | None = Field(description="Sum of the functions' estimated run seconds (those "

@@ -182,3 +182,72 @@ def test_postgresql_stores_the_same_rows_as_sqlite(sqlite_url, pg_url, use_store
         on_sqlite, _ = run_scenario(name, sqlite_url, use_store)
         on_postgres, _ = run_scenario(name, pg_url, use_store)
         assert normalized(on_postgres) == normalized(on_sqlite), name
+
+
+DEVICE_SCRIPT = """
+import logging, sys, jax, jax.numpy as jnp, cachewatch
+messages = []
+class Capture(logging.Handler):
+    def emit(self, record):
+        messages.append(record.getMessage())
+logging.getLogger("jax").addHandler(Capture())
+jax.config.update("jax_log_compiles", True)
+cachewatch.configure(store=sys.argv[1])
+
+@cachewatch.jit
+def placed(x):
+    return x * 2
+
+a = jax.device_put(jnp.ones(4), jax.devices()[0])
+b = jax.device_put(jnp.ones(4), jax.devices()[1])
+placed(a); placed(b); placed(a)
+cachewatch.flush(30)
+print(sum(m.startswith("Finished XLA compilation of jit(placed) ") for m in messages))
+"""
+
+
+def test_new_device_compiles_without_retrace(sqlite_url):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT, sqlite_url], env=env, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    events = stored_events(sqlite_url, ["placed"])
+    assert [(e["kind"], e["cause"], e["device"]) for e in events] == [
+        ("trace", "first_call", "cpu:0"), ("compile", "new_device_or_sharding", "cpu:1")]
+    assert events[1]["diff"] == [{"path": "<device>", "change": "device", "cause": "new_device_or_sharding",
+                                  "before": "cpu:0", "after": "cpu:1"}]
+    assert int(out.strip()) == sum(e["compiled"] for e in events) == 2
+
+
+PERSISTENT_SCRIPT = """
+import sys, jax, jax.numpy as jnp, cachewatch
+jax.config.update("jax_compilation_cache_dir", sys.argv[2])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+cachewatch.configure(store=sys.argv[1])
+
+@cachewatch.jit
+def persisted(x):
+    return jnp.sin(x) * 2
+
+persisted(jnp.ones(4))
+persisted.clear_cache()
+jax.clear_caches()
+persisted(jnp.ones(4))
+cachewatch.flush(30)
+"""
+
+
+def test_persistent_cache_hits_are_recorded(sqlite_url, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", PERSISTENT_SCRIPT, sqlite_url, str(tmp_path / "xla-cache")],
+                   env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=120, check=True)
+    events = stored_events(sqlite_url, ["persisted"])
+    assert [(e["cause"], e["persistent_cache_hit"]) for e in events] == [("first_call", False),
+                                                                        ("cache_cleared", True)]

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cachewatch import recorder
+from cachewatch.analysis import short_name
 from cachewatch.events import FunctionInfo
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries as storequeries
@@ -67,7 +68,7 @@ def test_metrics_equal_the_store(store_url, recorded):
 
     for name in ("step", "<lambda>", "scale"):
         events = recorded.by_name(name)
-        label = events[0].function.qualname
+        label = short_name(events[0].function.qualname)
         causes = {e.cause for e in events if e.compiled}
         for cause in causes:
             expected = sum(1 for e in events if e.compiled and e.cause == cause)
@@ -82,7 +83,7 @@ def test_metrics_equal_the_store(store_url, recorded):
 
     # The report's compile seconds are the histogram's sums.
     with enginemod.connection(store_url) as conn:
-        report = {r["qualname"]: r for r in storequeries.function_report(conn)}
+        report = {short_name(r["qualname"]): r for r in storequeries.function_report(conn)}
     for label, row in report.items():
         assert kit.sample(samples, "cachewatch_compile_seconds_sum", function=label) == pytest.approx(
             row["compile_seconds"])
@@ -90,16 +91,17 @@ def test_metrics_equal_the_store(store_url, recorded):
 
     # Each statistics row is costed at the mean known when it was written.
     run_seconds = 100 * 0.01 + 50 * (0.05 / 3)
-    assert kit.sample(samples, "cachewatch_run_seconds_total", function=step.qualname) == pytest.approx(run_seconds)
-    assert kit.sample(samples, "cachewatch_run_seconds_total", function=scale.qualname) == 0
-    compile_s = report[step.qualname]["compile_seconds"]
-    assert kit.sample(samples, "cachewatch_compile_share_ratio", function=step.qualname) == pytest.approx(
+    assert step.qualname == "run_jax_workload.<locals>.step"  # labelled by its short name
+    assert kit.sample(samples, "cachewatch_run_seconds_total", function="step") == pytest.approx(run_seconds)
+    assert kit.sample(samples, "cachewatch_run_seconds_total", function="scale") == 0
+    compile_s = report["step"]["compile_seconds"]
+    assert kit.sample(samples, "cachewatch_compile_share_ratio", function="step") == pytest.approx(
         compile_s / (compile_s + run_seconds))
     # Never timed: no share rather than a made-up one.
-    assert kit.sample(samples, "cachewatch_compile_share_ratio", function=scale.qualname) is None
+    assert kit.sample(samples, "cachewatch_compile_share_ratio", function="scale") is None
 
-    assert kit.sample(samples, "cachewatch_storm_active", function=step.qualname) == 1
-    assert kit.sample(samples, "cachewatch_storm_active", function=scale.qualname) == 0
+    assert kit.sample(samples, "cachewatch_storm_active", function="step") == 1
+    assert kit.sample(samples, "cachewatch_storm_active", function="scale") == 0
     assert kit.sample(samples, "cachewatch_events_ingested_total") == len(recorded.events)
     assert kit.sample(samples, "cachewatch_events_dropped_total") == 0
     assert kit.sample(samples, "cachewatch_store_up") == 1
