@@ -53,9 +53,7 @@ class CallStats:
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
         self.function = function
         self.calls = 0
-        self.sample_every = sample_every if sample_every > 0 else _NEVER_SAMPLE
-        self.next_sample = self.sample_every
-        self.max_per_second = max_per_second
+        self.configure(sample_every, max_per_second)
         self.sampled_calls = 0
         self.sampled_seconds = 0.0
         self.window_start = 0.0
@@ -63,6 +61,11 @@ class CallStats:
         self.flushed_calls = 0
         self.flushed_sampled = 0
         self.flushed_seconds = 0.0
+
+    def configure(self, sample_every: int, max_per_second: float) -> None:
+        self.sample_every = sample_every if sample_every > 0 else _NEVER_SAMPLE
+        self.next_sample = self.calls + self.sample_every
+        self.max_per_second = max_per_second
 
 
 _stats_lock = threading.Lock()

@@ -63,6 +63,10 @@ def configure(**settings: Any) -> configmod.Config:
         _overrides = merged
         _config = new
         _guard.raise_errors = new.raise_internal_errors
+        from .jit import all_call_stats
+
+        for stats in all_call_stats():  # functions wrapped before this call sample anew too
+            stats.configure(new.sample_every, new.sample_max_per_second)
         if _run is not None and new.run_name != _run.run_name:
             _new_run()
     return new

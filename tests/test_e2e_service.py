@@ -88,25 +88,24 @@ def test_training_script_through_the_service(served, tmp_path):
     assert len(events) == 8 and events[1]["diff"][0]["path"].startswith("batch")
     assert all("storm_demo.py:" in e["call_site"] for e in events)
 
+    summary = _get(served + "/api/v1/summary")
+    # Besides the two functions, eager jnp calls add op-by-op compiles of their own.
+    assert summary["functions"] >= 2 and summary["events"] >= 16 and summary["active_storms"] >= 2
+
     runs = _get(served + "/api/v1/runs")["items"]
-    assert [r["run_name"] for r in runs] == ["e2e-demo"] and runs[0]["events"] == 16
+    assert [r["run_name"] for r in runs] == ["e2e-demo"] and runs[0]["events"] == summary["events"]
 
     storms = {s["name"]: s for s in _get(served + "/api/v1/storms")["items"]}
     assert storms["train_step"]["dominant_cause"] == "new_shape" and storms["train_step"]["active"]
     assert "batch" in storms["train_step"]["fix"] and "storm_demo.py" in storms["<lambda>"]["fix"]
 
-    summary = _get(served + "/api/v1/summary")
-    assert (summary["functions"], summary["events"], summary["active_storms"]) == (2, 16, 2)
-
     samples = kit.parse_metrics(_get(served + "/metrics"))
-    qualname = step["qualname"]
-    assert kit.sample(samples, "cachewatch_compiles_total", function=qualname, cause="new_shape") == 7
-    assert kit.sample(samples, "cachewatch_compiles_total", function=loop["qualname"],
-                      cause="new_function_object") == 7
-    assert kit.sample(samples, "cachewatch_calls_total", function=qualname) == 24
-    assert kit.sample(samples, "cachewatch_compile_seconds_count", function=qualname) == 8
-    assert kit.sample(samples, "cachewatch_storm_active", function=qualname) == 1
-    assert kit.sample(samples, "cachewatch_events_ingested_total") == 16
+    assert kit.sample(samples, "cachewatch_compiles_total", function="train_step", cause="new_shape") == 7
+    assert kit.sample(samples, "cachewatch_compiles_total", function="<lambda>", cause="new_function_object") == 7
+    assert kit.sample(samples, "cachewatch_calls_total", function="train_step") == 24
+    assert kit.sample(samples, "cachewatch_compile_seconds_count", function="train_step") == 8
+    assert kit.sample(samples, "cachewatch_storm_active", function="train_step") == 1
+    assert kit.sample(samples, "cachewatch_events_ingested_total") == summary["events"]
     assert kit.sample(samples, "cachewatch_events_dropped_total") == 0
     assert kit.sample(samples, "cachewatch_http_requests_total", method="POST", route="/api/v1/events",
                       status="200") >= 1
