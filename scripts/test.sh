@@ -4,5 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/ensure-ops-tools.sh
+bash scripts/ensure-browser.sh
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 exec .venv/bin/python -m pytest "$@"

@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models, sinks, spool
+from cachewatch.store import models, sinks
 
 from .deps import invalid
 from .schemas import BatchIn
@@ -80,8 +80,7 @@ def check(batch: BatchIn, max_events: int) -> None:
 
 def store(url: str, batch: BatchIn) -> dict[str, Any]:
     """Write one checked batch in one transaction; returns what was new and what was a repeat."""
-    data = batch.model_dump(exclude={"batch_id", "dropped"})
-    runs, functions, events, stats = sinks.batch_rows(spool.decode(data))
+    runs, functions, events, stats = table_rows(batch)
     for rows in (runs, functions, events):
         _strip_nul(rows)
     with enginemod.connection(url, ensure=False) as conn:
@@ -91,11 +90,43 @@ def store(url: str, batch: BatchIn) -> dict[str, Any]:
         known_events = _existing_event_ids(conn, [e["event_id"] for e in events])
         new_stats = _new_stats(conn, batch.run.run_id, stats)
         sinks.write_rows(conn, runs, functions, events, new_stats)
-    return {"batch_id": batch.batch_id, "events": len(events),
-            "stored_events": len({e["event_id"] for e in events} - known_events),
-            "duplicate_events": len(events) - len({e["event_id"] for e in events} - known_events),
-            "stats": len(stats), "stored_stats": len(new_stats),
+    stored = len({e["event_id"] for e in events} - known_events)
+    return {"batch_id": batch.batch_id, "events": len(events), "stored_events": stored,
+            "duplicate_events": len(events) - stored, "stats": len(stats), "stored_stats": len(new_stats),
             "duplicate_stats": len(stats) - len(new_stats)}
+
+
+_EVENT_COLUMNS = frozenset(c.name for c in models.compile_events.c if c.name != "id")
+_STATS_COLUMNS = frozenset(c.name for c in models.call_stats.c if c.name != "id")
+
+
+def table_rows(batch: BatchIn) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """The batch as table rows, like ``sinks.batch_rows`` for a recorder's batch.
+
+    Built straight from the validated model: the detour through the frozen event
+    objects doubled the cost of ingest.
+    """
+    data = batch.model_dump(exclude={"batch_id", "dropped"})
+    functions: dict[str, dict] = {}
+    first_seen: dict[str, float] = {}
+    events = []
+    for event in data["events"]:
+        info = event.pop("function")
+        key = info["function_hash"]
+        functions[key] = info
+        first_seen[key] = min(first_seen.get(key, event["timestamp"]), event["timestamp"])
+        event["function_hash"] = key
+        events.append({k: v for k, v in event.items() if k in _EVENT_COLUMNS})
+    stats = []
+    for row in data["stats"]:
+        info = row.pop("function")
+        key = info["function_hash"]
+        functions.setdefault(key, info)
+        first_seen.setdefault(key, row["timestamp"])
+        row["function_hash"] = key
+        stats.append({k: v for k, v in row.items() if k in _STATS_COLUMNS})
+    function_rows = [{**info, "first_seen": first_seen[key]} for key, info in functions.items()]
+    return [data["run"]], function_rows, events, stats
 
 
 def _strip_nul(rows: list[dict]) -> None:

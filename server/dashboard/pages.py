@@ -1,0 +1,396 @@
+"""The dashboard's HTML pages: overview, functions, one function, runs, storms, login.
+
+Every page reads the filters (``run_id``, ``since``, ``until``) from the query string
+and carries them in every link it renders, so a URL is a shareable view. Pages are
+rendered on the server from the same queries as the JSON API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+import urllib.parse
+from typing import Any, Callable
+
+from fastapi import APIRouter, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.routing import APIRoute
+
+from cachewatch import analysis
+from cachewatch.events import STALE_CAPTURE
+from cachewatch.store import engine as enginemod
+from cachewatch.store import queries as storequeries
+from cachewatch.store.queries import Filters
+
+from .. import queries as apiqueries
+from ..deps import parse_time
+from . import auth, render
+from . import queries as dq
+
+logger = logging.getLogger("cachewatch.server")
+
+FUNCTIONS_PER_PAGE = 50
+EVENTS_PER_PAGE = 20
+RUNS_PER_PAGE = 50
+STORMS_PER_PAGE = 50
+MIN_PER_PAGE = 1
+MAX_PER_PAGE = 500
+TOP_OFFENDERS = 8
+STALE_SHOWN = 50
+COST_CHART_FUNCTIONS = 10
+
+SORT_KEYS = {
+    "name": "Function",
+    "compiles": "Compiles",
+    "recompiles": "Recompiles",
+    "dominant_cause": "Dominant cause",
+    "compile_seconds": "Compile time",
+    "calls": "Calls",
+    "compile_share": "Compile share",
+    "last_compile": "Last compile",
+}
+DEFAULT_SORT = "-compile_seconds"
+
+_env = render.make_environment()
+
+# Headers for every page: pages hold store data, so no caching by shared proxies, and
+# nothing but this site's own scripts may run (plotly.js adds its own <style> elements).
+_PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                               "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
+                               "base-uri 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+class PageRoute(APIRoute):
+    """A dashboard page: asks for the token first (by redirecting to /login), and turns
+    an unreachable store into a page that says so rather than a JSON error."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            if not auth.allowed(request):
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse("/login?" + urllib.parse.urlencode({"next": target}), status_code=303)
+            try:
+                return await handler(request)
+            except enginemod.StoreError as exc:
+                logger.warning("dashboard: store error on %s: %s", request.url.path, exc)
+                return page(request, "error.html", status=503, title="Store unavailable", view=None,
+                            message=f"The store is unavailable: {exc}. Try again in a moment.")
+
+        return guarded
+
+
+router = APIRouter(route_class=PageRoute, include_in_schema=False)
+
+
+# ------------------------------------------------------------------ the view: filters in the URL
+
+
+@dataclasses.dataclass
+class View:
+    """The filters of this request, and links that keep them."""
+
+    path: str
+    query: dict[str, str]
+    run_id: str | None
+    since: str | None
+    until: str | None
+    filters: Filters
+    problems: list[str]
+    runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    run: dict[str, Any] | None = None
+
+    FILTER_KEYS = ("run_id", "since", "until")
+
+    @classmethod
+    def from_request(cls, request: Request) -> "View":
+        query = {k: v for k, v in request.query_params.items() if v != ""}
+        problems = []
+        run_id = query.get("run_id")
+        if run_id is not None and len(run_id) > 32:
+            problems.append("run_id is too long to be a run id; it was ignored.")
+            run_id = None
+        times: dict[str, str | None] = {}
+        parsed: dict[str, float | None] = {}
+        for name in ("since", "until"):
+            raw = query.get(name)
+            try:
+                parsed[name] = parse_time(name, raw)
+                times[name] = raw
+            except RequestValidationError:
+                problems.append(f"{name}={raw!r} is not a time; use epoch seconds or ISO 8601 such as "
+                                "2026-11-22T01:00:00Z. It was ignored.")
+                parsed[name], times[name] = None, None
+        for key in cls.FILTER_KEYS:
+            query.pop(key, None)
+        for key, value in (("run_id", run_id), ("since", times["since"]), ("until", times["until"])):
+            if value is not None:
+                query[key] = value
+        return cls(path=request.url.path, query=query, run_id=run_id, since=times["since"],
+                   until=times["until"], filters=Filters(run_id=run_id, since=parsed["since"], until=parsed["until"]),
+                   problems=problems)
+
+    @property
+    def filter_params(self) -> dict[str, str]:
+        return {k: self.query[k] for k in self.FILTER_KEYS if k in self.query}
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.filter_params)
+
+    def link(self, path: str, **params: Any) -> str:
+        """``path`` with this view's filters and ``params`` (None drops a parameter)."""
+        merged: dict[str, Any] = dict(self.filter_params)
+        merged.update(params)
+        clean = {k: v for k, v in merged.items() if v is not None and v != ""}
+        return path + ("?" + urllib.parse.urlencode(clean) if clean else "")
+
+    def here(self, **params: Any) -> str:
+        """This page with the same query string, changed by ``params``."""
+        merged: dict[str, Any] = dict(self.query)
+        merged.update(params)
+        clean = {k: v for k, v in merged.items() if v is not None and v != ""}
+        return self.path + ("?" + urllib.parse.urlencode(clean) if clean else "")
+
+    def without_filters(self) -> str:
+        return self.here(run_id=None, since=None, until=None, page=None)
+
+    def input_time(self, name: str) -> str:
+        """The filter as a datetime-local value (UTC), whatever form the URL used."""
+        seconds = getattr(self.filters, name)
+        if seconds is None:
+            return ""
+        return render.utc(seconds).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def page(request: Request, template: str, *, status: int = 200, view: View | None, **context: Any) -> HTMLResponse:
+    settings = request.app.state.settings
+    html = _env.get_template(template).render(
+        request_path=request.url.path, view=view, rendered_at=time.time(),
+        login_enabled=settings.read_secret() is not None, **context)
+    return HTMLResponse(html, status_code=status, headers=_PAGE_HEADERS)
+
+
+def _open_view(request: Request, conn) -> View:
+    view = View.from_request(request)
+    view.runs = dq.run_choices(conn)
+    if view.run_id:
+        view.run = next((r for r in view.runs if r["run_id"] == view.run_id), None) or dq.run_info(conn, view.run_id)
+        if view.run is None:
+            view.problems.append(f"There is no run {view.run_id!r} in the store.")
+    return view
+
+
+def _page_number(request: Request) -> int:
+    try:
+        number = int(request.query_params.get("page", "1"))
+    except ValueError:
+        return 1
+    return max(1, min(number, 1_000_000))
+
+
+def _per_page(request: Request, default: int) -> int:
+    """Rows per page: ``per_page`` from the URL (kept in every page link), within bounds."""
+    try:
+        wanted = int(request.query_params.get("per_page", default))
+    except ValueError:
+        return default
+    return max(MIN_PER_PAGE, min(wanted, MAX_PER_PAGE))
+
+
+def _pager(view: View, number: int, per_page: int, total: int) -> dict[str, Any]:
+    pages = max(1, math.ceil(total / per_page))
+    number = min(number, pages)
+    return {"number": number, "pages": pages, "total": total, "per_page": per_page, "first": (number - 1) * per_page + 1 if total else 0,
+            "last": min(total, number * per_page), "offset": (number - 1) * per_page,
+            "prev": view.here(page=number - 1 if number > 2 else None) if number > 1 else None,
+            "next": view.here(page=number + 1) if number < pages else None}
+
+
+def _empty_state(request: Request, conn, view: View) -> dict[str, Any] | None:
+    """What to tell a person when there is nothing to show, and what to do about it."""
+    if dq.has_events(conn):
+        if view.filtered:
+            return {"kind": "filtered", "clear": view.without_filters()}
+        return None
+    return {"kind": "empty", "store": render.redact_url(request.app.state.settings.store)}
+
+
+def _storm_settings(request: Request) -> dict[str, Any]:
+    settings = request.app.state.settings
+    return {"threshold": settings.storm_threshold, "window": settings.storm_window}
+
+
+# ------------------------------------------------------------------ pages
+
+
+@router.get("/", response_class=HTMLResponse)
+def overview(request: Request) -> HTMLResponse:
+    settings = request.app.state.settings
+    with enginemod.connection(settings.store, ensure=False) as conn:
+        view = _open_view(request, conn)
+        summary = apiqueries.summary(conn, view.filters, **_storm_settings(request))
+        report = storequeries.function_report(conn, view.filters)
+        storms = apiqueries.storms(conn, view.filters, active_only=True, **_storm_settings(request))
+        over_time = dq.compiles_over_time(conn, view.filters)
+        empty = _empty_state(request, conn, view) if not summary["events"] else None
+    offenders = sorted((r for r in report if r["recompiles"]),
+                       key=lambda r: (-r["recompiles"], -r["compile_seconds"], r["qualname"]))[:TOP_OFFENDERS]
+    costly = report[:COST_CHART_FUNCTIONS]
+    charts = {}
+    if over_time["rows"]:
+        charts["recompiles"] = render.recompiles_chart(over_time)
+    if costly:
+        charts["cost"] = render.cost_chart(costly)
+    if summary["causes"]:
+        charts["causes"] = render.causes_chart(summary["causes"])
+    return page(request, "overview.html", view=view, title="Overview", summary=summary, offenders=offenders,
+                costly=costly, storms=storms, over_time=over_time, charts=charts, empty=empty,
+                storm_hashes={s["function_hash"] for s in storms})
+
+
+def _sort_rows(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
+    key = sort.lstrip("-")
+    descending = sort.startswith("-")
+
+    def value(row: dict[str, Any]) -> Any:
+        if key == "name":
+            return render.label(row).lower()
+        return row.get(key)
+
+    present = [r for r in rows if value(r) is not None]
+    missing = [r for r in rows if value(r) is None]  # unknowns last, whichever the direction
+    present.sort(key=lambda r: (value(r), r["qualname"]), reverse=descending)
+    return present + missing
+
+
+@router.get("/functions", response_class=HTMLResponse)
+def functions(request: Request) -> HTMLResponse:
+    settings = request.app.state.settings
+    q = (request.query_params.get("q") or "").strip()[:200]
+    cause = request.query_params.get("cause") or None
+    sort = request.query_params.get("sort") or DEFAULT_SORT
+    if sort.lstrip("-") not in SORT_KEYS:
+        sort = DEFAULT_SORT
+    with enginemod.connection(settings.store, ensure=False) as conn:
+        view = _open_view(request, conn)
+        rows = storequeries.function_report(conn, view.filters)
+        storms = apiqueries.storms(conn, view.filters, active_only=True, **_storm_settings(request))
+        empty = _empty_state(request, conn, view) if not rows else None
+    all_causes = render.cause_order(c for r in rows for c in r["causes"])
+    if q:
+        needle = q.lower()
+        rows = [r for r in rows if needle in r["qualname"].lower() or needle in r["name"].lower()]
+    if cause:
+        rows = [r for r in rows if r["causes"].get(cause)]
+    rows = _sort_rows(rows, sort)
+    pager = _pager(view, _page_number(request), _per_page(request, FUNCTIONS_PER_PAGE), len(rows))
+    shown = rows[pager["offset"]: pager["offset"] + pager["per_page"]]
+    return page(request, "functions.html", view=view, title="Functions", rows=shown, pager=pager, q=q,
+                cause=cause, sort=sort, sort_keys=SORT_KEYS, all_causes=all_causes, empty=empty,
+                storm_hashes={s["function_hash"] for s in storms})
+
+
+def _verdict_text(row: dict[str, Any], verdict: dict[str, Any] | None) -> str:
+    if row.get("module") == analysis.OP_BY_OP_MODULE:
+        return "These are JAX's own op-by-op compiles of un-jitted code: there is no jit to weigh."
+    if verdict is None or not row["compiles"]:
+        return "No compiles in this view, so there is nothing to weigh."
+    if verdict.get("text"):
+        text = verdict["text"]
+        return text[0].upper() + text[1:] + "."
+    return (f"Compiled {row['compiles']} time(s) for {row['calls']:,} call(s): no sign that compiling costs more "
+            "than it saves. Set CACHEWATCH_EAGER_BASELINE=1 to measure the break-even point.")
+
+
+def _suggested_fix(conn, row: dict[str, Any], storms: list[dict[str, Any]], filters: Filters) -> str | None:
+    if storms:
+        return storms[0]["fix"]
+    dominant = row.get("dominant_cause")
+    if dominant is None or dominant == "first_call":
+        return None
+    name = render.label(row)
+    if row.get("module") == analysis.OP_BY_OP_MODULE:
+        return (f"Un-jitted code runs `{row['name']}` op by op and JAX compiles it again for each new shape: "
+                "move that code inside a jitted function, or keep its shapes fixed.")
+    rows = dq.dominant_cause_rows(conn, row["function_hash"], filters, dominant)
+    return analysis.suggest_fix(name, dominant, rows)
+
+
+@router.get("/functions/{function_hash}", response_class=HTMLResponse)
+def function_detail(request: Request, function_hash: str) -> HTMLResponse:
+    settings = request.app.state.settings
+    with enginemod.connection(settings.store, ensure=False) as conn:
+        view = _open_view(request, conn)
+        row = apiqueries.function_row(conn, function_hash, view.filters) if len(function_hash) <= 40 else None
+        if row is None:
+            return page(request, "not_found.html", status=404, view=view, title="No such function",
+                        function_hash=function_hash)
+        storms = apiqueries.storms(conn, view.filters, function_hashes=[function_hash], **_storm_settings(request))
+        verdict = analysis.verdicts(conn, [row], view.filters).get(function_hash)
+        fix = _suggested_fix(conn, row, storms, view.filters)
+        points = dq.timeline(conn, function_hash, view.filters)
+        sites = dq.call_sites(conn, function_hash, view.filters)
+        over_time = dq.compiles_over_time(conn, view.filters, recompiles_only=False, function_hash=function_hash)
+        number = _page_number(request)
+        total = dq.count_events(conn, function_hash, view.filters, kind="compiles")
+        pager = _pager(view, number, _per_page(request, EVENTS_PER_PAGE), total)
+        events = dq.events_page(conn, function_hash, view.filters, limit=pager["per_page"],
+                                offset=pager["offset"], kind="compiles")
+        stale_total = row["stale_captures"]
+        stale = dq.events_page(conn, function_hash, view.filters, limit=STALE_SHOWN, offset=0,
+                               kind=STALE_CAPTURE) if stale_total else []
+    compile_costs = [p["seconds"] for p in points if p["compiled"]]
+    causes = row["causes"]
+    charts = {}
+    if points:
+        charts["timeline"] = render.timeline_chart(points)
+    if causes:
+        charts["causes"] = render.causes_chart(causes)
+    if compile_costs:
+        charts["histogram"] = render.histogram_chart(compile_costs)
+    return page(request, "function.html", view=view, title=render.label(row), row=row, storms=storms,
+                verdict=verdict, verdict_text=_verdict_text(row, verdict), fix=fix, sites=sites, events=events,
+                pager=pager, stale=stale, stale_total=stale_total, charts=charts, points=points,
+                over_time=over_time, compile_costs=compile_costs,
+                histogram=render.histogram_table(compile_costs),
+                active_storm=any(s["active"] for s in storms))
+
+
+@router.get("/runs", response_class=HTMLResponse)
+def runs(request: Request) -> HTMLResponse:
+    settings = request.app.state.settings
+    with enginemod.connection(settings.store, ensure=False) as conn:
+        view = _open_view(request, conn)
+        total = dq.count_runs(conn, view.filters)
+        pager = _pager(view, _page_number(request), _per_page(request, RUNS_PER_PAGE), total)
+        rows = apiqueries.run_rows(conn, view.filters, limit=pager["offset"] + pager["per_page"])[pager["offset"]:]
+        spans = dq.run_spans(conn, [r["run_id"] for r in rows])
+        empty = _empty_state(request, conn, view) if not rows else None
+    for row in rows:
+        row["span"] = spans.get(row["run_id"])
+    return page(request, "runs.html", view=view, title="Runs", rows=rows, pager=pager, empty=empty)
+
+
+@router.get("/storms", response_class=HTMLResponse)
+def storms_page(request: Request) -> HTMLResponse:
+    settings = request.app.state.settings
+    with enginemod.connection(settings.store, ensure=False) as conn:
+        view = _open_view(request, conn)
+        found = apiqueries.storms(conn, view.filters, **_storm_settings(request))
+        empty = _empty_state(request, conn, view) if not found else None
+    found.sort(key=lambda s: (not s["active"], -s["end"]))
+    pager = _pager(view, _page_number(request), _per_page(request, STORMS_PER_PAGE), len(found))
+    shown = found[pager["offset"]: pager["offset"] + pager["per_page"]]
+    run_names = {r["run_id"]: r["run_name"] for r in view.runs}
+    return page(request, "storms.html", view=view, title="Storms", storms=shown, pager=pager, empty=empty,
+                active_count=sum(1 for s in found if s["active"]), run_names=run_names, **_storm_settings(request))

@@ -1,0 +1,330 @@
+"""Templates, number formats, cause colours and chart specs for the dashboard pages.
+
+Charts are built here as plain plotly.js figures ``{"data": [...], "layout": {...}}``
+and embedded in the page as JSON; the browser only draws them. Each chart also gets
+a small table with the same numbers, as its text alternative.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib.metadata
+import math
+import re
+import urllib.parse
+from importlib import resources
+from typing import Any, Iterable
+
+import jinja2
+import sqlalchemy as sa
+
+from cachewatch.analysis import short_name
+from cachewatch.events import CAUSES
+
+# One fixed colour per cause, the same on every page and chart. Based on the
+# Okabe-Ito palette (distinguishable with the common colour-vision deficiencies);
+# every colour keeps at least 3:1 contrast against white, as bars and swatches need.
+_PALETTE = {
+    "first_call": "#767676",
+    "new_shape": "#0072B2",
+    "new_dtype": "#B26B00",
+    "weak_type": "#B5478F",
+    "new_static_value": "#00875F",
+    "new_structure": "#C24E00",
+    "new_function_object": "#7B3294",
+    "cache_cleared": "#2B83BA",
+    "new_device_or_sharding": "#8C564B",
+    "unknown": "#3A3A3A",
+    "stale_capture": "#8A6D00",
+}
+_FALLBACK = "#5A5A5A"
+CAUSE_COLORS: dict[str, str] = {cause: _PALETTE.get(cause, _FALLBACK) for cause in CAUSES}
+
+CAUSE_HELP = {
+    "first_call": "first trace of this function in this run",
+    "new_shape": "an array argument changed shape",
+    "new_dtype": "an array argument changed dtype",
+    "weak_type": "an argument flipped between a Python scalar and a typed array",
+    "new_static_value": "a static argument took a value not seen before",
+    "new_structure": "the pytree of the arguments changed",
+    "new_function_object": "the same source was wrapped by a new jit object",
+    "cache_cleared": "the function's cache was cleared or evicted",
+    "new_device_or_sharding": "compiled again for another device, sharding or layout",
+    "unknown": "no cause could be established",
+    "stale_capture": "a value read at trace time changed afterwards",
+}
+
+
+def cause_color(cause: str | None) -> str:
+    return CAUSE_COLORS.get(cause or "", _FALLBACK)
+
+
+def cause_order(causes: Iterable[str]) -> list[str]:
+    """Causes in the vocabulary's order, so stacks and legends read the same everywhere."""
+    rank = {c: i for i, c in enumerate(CAUSES)}
+    return sorted(set(causes), key=lambda c: (rank.get(c, len(rank)), c))
+
+
+# ------------------------------------------------------------------ formats
+
+
+def fmt_seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value == 0:
+        return "0 s"
+    if abs(value) < 10:
+        return f"{value:.3f} s"
+    if abs(value) < 1000:
+        return f"{value:.1f} s"
+    return f"{value:,.0f} s"
+
+
+def fmt_count(value: int | None) -> str:
+    return "–" if value is None else f"{value:,}"
+
+
+def fmt_share(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value * 100:.1f}%"
+
+
+def utc(value: float | None) -> dt.datetime | None:
+    return None if value is None else dt.datetime.fromtimestamp(value, dt.timezone.utc)
+
+
+def fmt_time(value: float | None) -> str:
+    """Times are shown in UTC everywhere: one clock for every host and reader."""
+    when = utc(value)
+    return "–" if when is None else when.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def iso_time(value: float | None) -> str:
+    when = utc(value)
+    return "" if when is None else when.strftime("%Y-%m-%dT%H:%M:%S") + "Z"
+
+
+def plot_time(value: float) -> str:
+    # plotly.js reads "YYYY-MM-DD HH:MM:SS.fff" as a wall-clock date and shows it
+    # as given: UTC in, UTC on the axis.
+    return dt.datetime.fromtimestamp(value, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def redact_url(url: str) -> str:
+    """The store URL with its password hidden, for the empty-state hint."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        # Not a URL SQLAlchemy reads: drop any user:password@ part by hand.
+        return re.sub(r"//[^/@]*@", "//***@", url)
+
+
+_DESCRIBED = re.compile(r"^(?P<dtype>[A-Za-z0-9_]+)\[(?P<dims>[0-9, ]*)\](?P<weak> weak)?$")
+
+
+def parse_described(text: Any) -> dict[str, Any]:
+    """Split a diff side (``float32[32,16] weak``, ``static 3``, a repr) into its parts."""
+    if text is None:
+        return {"absent": True}
+    if not isinstance(text, str):
+        return {"value": repr(text)}
+    match = _DESCRIBED.match(text.strip())
+    if match:
+        return {"shape": "[" + match["dims"].replace(" ", "") + "]", "dtype": match["dtype"],
+                "weak_type": bool(match["weak"])}
+    if text.startswith("static "):
+        return {"value": text[len("static "):]}
+    return {"value": text}
+
+
+def signature_parts(entry: dict[str, Any]) -> dict[str, Any]:
+    """One ``signature`` entry as the same parts as :func:`parse_described`."""
+    if entry.get("static"):
+        return {"value": entry.get("value")}
+    shape = entry.get("shape")
+    return {"shape": "[" + ",".join(str(d) for d in shape) + "]" if shape is not None else None,
+            "dtype": entry.get("dtype"), "weak_type": bool(entry.get("weak_type"))}
+
+
+def short_site(site: str | None) -> str:
+    """``/long/path/to/examples/train.py:88`` -> ``examples/train.py:88`` (the full path stays in a title)."""
+    if not site:
+        return "–"
+    parts = site.replace("\\", "/").split("/")
+    return "/".join(parts[-2:])
+
+
+# ------------------------------------------------------------------ charts
+
+_FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif", "size": 13,
+         "color": "#1f2328"}
+
+
+def _layout(**extra: Any) -> dict[str, Any]:
+    layout = {"font": _FONT, "paper_bgcolor": "#ffffff", "plot_bgcolor": "#ffffff",
+              "margin": {"l": 56, "r": 16, "t": 36, "b": 48}, "hovermode": "closest",
+              # Above the plot: below it, the legend would collide with the x axis title.
+              "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "traceorder": "normal"}}
+    layout.update(extra)
+    return layout
+
+
+def _axis(title: str, **extra: Any) -> dict[str, Any]:
+    return {"title": {"text": title}, "gridcolor": "#e6e8eb", "zerolinecolor": "#c9ced4",
+            "linecolor": "#8b949e", "automargin": True, **extra}
+
+
+def recompiles_chart(buckets: dict[str, Any]) -> dict[str, Any]:
+    """Stacked bars: recompiles per time bucket, one trace (and colour) per cause."""
+    width = buckets["width"]
+    by_cause: dict[str, dict[float, int]] = {}
+    for start, cause, n in buckets["rows"]:
+        by_cause.setdefault(cause, {})[start] = n
+    data = []
+    for cause in cause_order(by_cause):
+        points = sorted(by_cause[cause].items())
+        data.append({"type": "bar", "name": cause, "marker": {"color": cause_color(cause)},
+                     "x": [plot_time(t + width / 2) for t, _ in points], "y": [n for _, n in points],
+                     "width": width * 1000 * 0.9,
+                     "hovertemplate": "%{y} recompile(s)<br>%{x}<extra>" + cause + "</extra>"})
+    layout = _layout(barmode="stack", bargap=0.05,
+                     xaxis=_axis(f"time (UTC), {fmt_duration(width)} buckets", type="date"),
+                     yaxis=_axis("recompiles", rangemode="tozero"))
+    return {"data": data, "layout": layout}
+
+
+def unique_labels(rows: list[dict[str, Any]]) -> list[str]:
+    """Short names, made longer only where two functions share one (a chart axis would merge them)."""
+    names = [label(r) for r in rows]
+    for longer in (lambda r: r.get("qualname") or label(r),
+                   lambda r: f"{r.get('qualname') or label(r)} ({r['function_hash'][:8]})"):
+        seen: dict[str, int] = {}
+        for n in names:
+            seen[n] = seen.get(n, 0) + 1
+        names = [longer(r) if seen[n] > 1 else n for r, n in zip(rows, names)]
+    return names
+
+
+def cost_chart(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Grouped horizontal bars: compile seconds against estimated run seconds, per function."""
+    names = unique_labels(rows)
+    data = [
+        {"type": "bar", "orientation": "h", "name": "compile seconds", "y": names,
+         "x": [r["compile_seconds"] for r in rows], "marker": {"color": "#C24E00"},
+         "hovertemplate": "%{x:.3f} s compiling<extra>%{y}</extra>"},
+        {"type": "bar", "orientation": "h", "name": "estimated run seconds", "y": names,
+         "x": [r["run_seconds_est"] or 0.0 for r in rows], "marker": {"color": "#0072B2"},
+         "hovertemplate": "%{x:.3f} s running (estimated)<extra>%{y}</extra>"},
+    ]
+    layout = _layout(barmode="group", height=max(260, 46 * len(rows) + 110),
+                     xaxis=_axis("seconds", rangemode="tozero"),
+                     yaxis=_axis("", autorange="reversed"),
+                     margin={"l": 16, "r": 16, "t": 36, "b": 48})
+    return {"data": data, "layout": layout}
+
+
+def causes_chart(causes: dict[str, int]) -> dict[str, Any]:
+    """Horizontal bars, one per cause, in the cause's colour."""
+    order = [c for c in cause_order(causes) if causes.get(c)]
+    data = [{"type": "bar", "orientation": "h", "y": order, "x": [causes[c] for c in order],
+             "marker": {"color": [cause_color(c) for c in order]}, "showlegend": False,
+             "text": [str(causes[c]) for c in order], "textposition": "auto",
+             "hovertemplate": "%{x} event(s)<extra>%{y}</extra>"}]
+    layout = _layout(height=max(200, 34 * len(order) + 90), xaxis=_axis("events", rangemode="tozero"),
+                     yaxis=_axis("", autorange="reversed"), margin={"l": 16, "r": 16, "t": 16, "b": 48})
+    return {"data": data, "layout": layout}
+
+
+def timeline_chart(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """One marker per trace or compile: when (x), how long (y), why (colour)."""
+    by_cause: dict[str, list[dict[str, Any]]] = {}
+    for p in points:
+        by_cause.setdefault(p["cause"], []).append(p)
+    data = []
+    for cause in cause_order(by_cause):
+        pts = by_cause[cause]
+        data.append({"type": "scatter", "mode": "markers", "name": cause,
+                     "x": [plot_time(p["timestamp"]) for p in pts], "y": [p["seconds"] for p in pts],
+                     "marker": {"color": cause_color(cause), "size": 9,
+                                "symbol": ["circle" if p["compiled"] else "circle-open" for p in pts],
+                                "line": {"width": 1.5, "color": cause_color(cause)}},
+                     "hovertemplate": "%{y:.3f} s<br>%{x}<extra>" + cause + "</extra>"})
+    layout = _layout(xaxis=_axis("time (UTC)", type="date"), yaxis=_axis("seconds", rangemode="tozero"))
+    return {"data": data, "layout": layout}
+
+
+def histogram_chart(seconds: list[float]) -> dict[str, Any]:
+    data = [{"type": "histogram", "x": seconds, "marker": {"color": "#0072B2", "line": {"color": "#ffffff",
+                                                                                        "width": 1}},
+             "nbinsx": min(30, max(5, int(math.sqrt(len(seconds))) * 2)), "showlegend": False,
+             "hovertemplate": "%{y} compile(s) of %{x} s<extra></extra>"}]
+    layout = _layout(bargap=0.04, xaxis=_axis("seconds per compile"), yaxis=_axis("compiles", rangemode="tozero"))
+    return {"data": data, "layout": layout}
+
+
+def histogram_table(seconds: list[float], bins: int = 8) -> list[dict[str, Any]]:
+    """The histogram's text alternative: counts in equal-width ranges."""
+    if not seconds:
+        return []
+    low, high = min(seconds), max(seconds)
+    if high <= low:
+        return [{"low": low, "high": high, "n": len(seconds)}]
+    step = (high - low) / bins
+    counts = [0] * bins
+    for s in seconds:
+        counts[min(bins - 1, int((s - low) / step))] += 1
+    return [{"low": low + i * step, "high": low + (i + 1) * step, "n": n} for i, n in enumerate(counts)]
+
+
+def label(row: dict[str, Any]) -> str:
+    """The name a person recognises: the readable tail of the qualified name."""
+    return short_name(row.get("qualname") or row.get("name") or row.get("function_hash", "?"))
+
+
+# ------------------------------------------------------------------ templates
+
+
+PLOTLY_PATH = "/static/vendor/plotly.min.js"
+
+
+def plotly_url() -> str:
+    """The versioned URL of plotly.js, so a browser may cache it for good."""
+    try:
+        version = importlib.metadata.version("plotly")
+    except importlib.metadata.PackageNotFoundError:
+        version = "missing"
+    return f"{PLOTLY_PATH}?v={urllib.parse.quote(version)}"
+
+
+def _asset_version(name: str) -> str:
+    data = (resources.files("server.dashboard") / "static" / name).read_bytes()
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+def make_environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("server.dashboard", "templates"),
+                             autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True,
+                             lstrip_blocks=True)
+    env.filters.update(seconds=fmt_seconds, count=fmt_count, share=fmt_share, time=fmt_time, iso=iso_time,
+                       duration=fmt_duration, site=short_site, short=short_name)
+    env.globals.update(cause_color=cause_color, cause_help=CAUSE_HELP, label=label,
+                       parse_described=parse_described, signature_parts=signature_parts,
+                       plotly_url=plotly_url(),
+                       asset={name: f"/static/{name}?v={_asset_version(name)}"
+                              for name in ("dashboard.css", "dashboard.js")})
+    return env
