@@ -11,6 +11,7 @@ is p95 < 150 ms.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 import urllib.request
 
@@ -46,8 +47,6 @@ def main() -> int:
             print(f"{kind}: seeding {args.events:,} events over {args.functions:,} functions", flush=True)
             seeded = benchkit.seed(store, args.events, args.functions)
             with benchkit.served(store) as base:
-                import json
-
                 first_page = json.loads(timed_get(f"{base}/api/v1/functions/{seeded['busiest']}/events?limit=100")[1])
                 endpoints = [
                     ("GET /api/v1/functions", f"{base}/api/v1/functions"),

@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PY=.venv/bin/python
+# The interpreter that runs the tests (the project's .venv unless told otherwise).
+PY=${PYTHON:-.venv/bin/python}
 CHROMIUM=/usr/bin/chromium
 
 if [ ! -x "$CHROMIUM" ]; then

@@ -93,18 +93,21 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
     # bound parameters in GROUP BY).
     q = (sa.select(e.c.function_hash, e.c.cause, e.c.compiled, bucket, sa.func.count().label("n"),
                    sa.func.sum(cost).label("seconds"))
-         .where(e.c.kind != STALE_CAPTURE)  # not a trace or compile: no cost to observe
          .group_by(e.c.function_hash, e.c.cause, e.c.compiled, sa.literal_column("bucket")))
-    for row in conn.execute(q):
-        label = labels.get(row.function_hash, row.function_hash[:12])
-        n = int(row.n)
-        counts = snap.buckets.setdefault(label, [0] * (len(BUCKETS) + 1))
-        counts[int(row.bucket)] += n
-        snap.seconds[label] = snap.seconds.get(label, 0.0) + float(row.seconds or 0.0)
-        per_cause = snap.compiles.setdefault(label, collections.Counter())
-        if row.compiled:
-            per_cause[row.cause] += n
-    snap.events = conn.execute(sa.select(sa.func.count()).select_from(e)).scalar_one()
+    # Tens of thousands of groups on a big store: keep the per-row work small.
+    for function_hash, cause, compiled, bucket_index, n, seconds in conn.execute(q).all():
+        snap.events += n
+        if cause == STALE_CAPTURE:  # not a trace or compile: no cost to observe
+            continue
+        label = labels.get(function_hash) or function_hash[:12]
+        counts = snap.buckets.get(label)
+        if counts is None:
+            counts = snap.buckets[label] = [0] * (len(BUCKETS) + 1)
+            snap.compiles[label] = collections.Counter()
+        counts[int(bucket_index)] += n
+        snap.seconds[label] = snap.seconds.get(label, 0.0) + (seconds or 0.0)
+        if compiled:
+            snap.compiles[label][cause] += n
     for function_hash, calls, run_seconds, measured in _call_totals(conn):
         label = labels.get(function_hash, function_hash[:12])
         snap.calls[label] = snap.calls.get(label, 0) + calls

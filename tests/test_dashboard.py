@@ -167,7 +167,7 @@ def api(server):
 def chromium():
     """Debian's Chromium driven by Playwright; installed first when missing, never downloaded."""
     setup = subprocess.run(["bash", str(ROOT / "scripts" / "ensure-browser.sh")], capture_output=True, text=True,
-                           cwd=ROOT)
+                           cwd=ROOT, env={**os.environ, "PYTHON": sys.executable})
     if setup.returncode != 0:
         pytest.fail(f"scripts/ensure-browser.sh failed:\n{setup.stdout}\n{setup.stderr}")
     importlib.invalidate_caches()

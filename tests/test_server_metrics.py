@@ -215,3 +215,22 @@ def test_unreachable_store_keeps_metrics_up():
     assert kit.sample(samples, "cachewatch_store_up") == 0
     assert kit.sample(samples, "cachewatch_http_requests_total", method="GET", route="/healthz", status="503") == 1
     assert not any(name == "cachewatch_compiles_total" for name, _ in samples)
+
+
+def test_stale_captures_are_events_but_not_compiles(sqlite_url, recorded):
+    step = recorded.by_name("step")
+    stale = kit.copy_event(step[-1], recorded.run, time.time(), kind="stale_capture", cause="stale_capture",
+                           compiled=False, trace_seconds=None, lower_seconds=None, compile_seconds=None,
+                           diff=({"path": "SCALE", "change": "value", "cause": "stale_capture", "before": "1.0",
+                                  "after": "2.0"},), captured={"SCALE": "1.0"})
+    with make_client(sqlite_url) as client:
+        assert client.post("/api/v1/events", json=kit.payload(recorded.run, step + [stale])).status_code == 200
+        samples = scrape(client)
+        summary = client.get("/api/v1/summary").json()
+        events = client.get(f"/api/v1/functions/{stale.function.function_hash}/events").json()["items"]
+    assert kit.sample(samples, "cachewatch_events_ingested_total") == len(step) + 1
+    assert kit.sample(samples, "cachewatch_compile_seconds_count", function="step") == len(step)
+    assert kit.sample(samples, "cachewatch_compiles_total", function="step", cause="stale_capture") is None
+    assert summary["stale_captures"] == 1 and "stale_capture" not in summary["causes"]
+    assert summary["events"] == len(step) + 1 and summary["compiles"] == len(step)
+    assert events[-1]["kind"] == "stale_capture" and events[-1]["captured"] == {"SCALE": "1.0"}

@@ -220,7 +220,7 @@ def _empty_state(request: Request, conn, view: View) -> dict[str, Any] | None:
     """What to tell a person when there is nothing to show, and what to do about it."""
     if dq.has_events(conn):
         if view.filtered:
-            return {"kind": "filtered", "clear": view.without_filters()}
+            return {"kind": "filtered", "reset_url": view.without_filters()}
         return None
     return {"kind": "empty", "store": render.redact_url(request.app.state.settings.store)}
 

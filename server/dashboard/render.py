@@ -22,24 +22,27 @@ import sqlalchemy as sa
 from cachewatch.analysis import short_name
 from cachewatch.events import CAUSES
 
-# One fixed colour per cause, the same on every page and chart. Based on the
-# Okabe-Ito palette (distinguishable with the common colour-vision deficiencies);
-# every colour keeps at least 3:1 contrast against white, as bars and swatches need.
+# One fixed colour per cause, the same on every page and chart: ten hues as far apart
+# as ten can be, each darkened to keep at least 3:1 contrast against white, as bars and
+# swatches need. The cause's name is always shown beside its colour.
 _PALETTE = {
     "first_call": "#767676",
-    "new_shape": "#0072B2",
-    "new_dtype": "#B26B00",
+    "new_shape": "#1F6FB4",
+    "new_dtype": "#9C6A00",
     "weak_type": "#B5478F",
-    "new_static_value": "#00875F",
-    "new_structure": "#C24E00",
-    "new_function_object": "#7B3294",
-    "cache_cleared": "#2B83BA",
+    "new_static_value": "#2A8A2A",
+    "new_structure": "#C62828",
+    "new_function_object": "#7B4FB0",
+    "cache_cleared": "#0F8B99",
     "new_device_or_sharding": "#8C564B",
-    "unknown": "#3A3A3A",
-    "stale_capture": "#8A6D00",
+    "unknown": "#333333",
+    "stale_capture": "#7F7F00",
 }
 _FALLBACK = "#5A5A5A"
 CAUSE_COLORS: dict[str, str] = {cause: _PALETTE.get(cause, _FALLBACK) for cause in CAUSES}
+# Charts that are not about causes use slate blues, so no bar is read as a cause.
+COMPILE_COLOR = "#2B3A4A"
+RUN_COLOR = "#6A88A6"
 
 CAUSE_HELP = {
     "first_call": "first trace of this function in this run",
@@ -189,6 +192,12 @@ def _axis(title: str, **extra: Any) -> dict[str, Any]:
             "linecolor": "#8b949e", "automargin": True, **extra}
 
 
+def _count_axis(title: str, largest: int) -> dict[str, Any]:
+    # Counts are whole: below ten, plotly would otherwise tick at 0.5, 1.5, ...
+    extra = {"dtick": 1} if largest <= 10 else {}
+    return _axis(title, rangemode="tozero", tickformat=",d", **extra)
+
+
 def recompiles_chart(buckets: dict[str, Any]) -> dict[str, Any]:
     """Stacked bars: recompiles per time bucket, one trace (and colour) per cause."""
     width = buckets["width"]
@@ -204,7 +213,7 @@ def recompiles_chart(buckets: dict[str, Any]) -> dict[str, Any]:
                      "hovertemplate": "%{y} recompile(s)<br>%{x}<extra>" + cause + "</extra>"})
     layout = _layout(barmode="stack", bargap=0.05,
                      xaxis=_axis(f"time (UTC), {fmt_duration(width)} buckets", type="date"),
-                     yaxis=_axis("recompiles", rangemode="tozero"))
+                     yaxis=_count_axis("recompiles", max(_stack_heights(buckets["rows"]), default=0)))
     return {"data": data, "layout": layout}
 
 
@@ -220,15 +229,22 @@ def unique_labels(rows: list[dict[str, Any]]) -> list[str]:
     return names
 
 
+def _stack_heights(rows: list[tuple[float, str, int]]) -> list[int]:
+    totals: dict[float, int] = {}
+    for start, _, n in rows:
+        totals[start] = totals.get(start, 0) + n
+    return list(totals.values())
+
+
 def cost_chart(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Grouped horizontal bars: compile seconds against estimated run seconds, per function."""
     names = unique_labels(rows)
     data = [
         {"type": "bar", "orientation": "h", "name": "compile seconds", "y": names,
-         "x": [r["compile_seconds"] for r in rows], "marker": {"color": "#C24E00"},
+         "x": [r["compile_seconds"] for r in rows], "marker": {"color": COMPILE_COLOR},
          "hovertemplate": "%{x:.3f} s compiling<extra>%{y}</extra>"},
         {"type": "bar", "orientation": "h", "name": "estimated run seconds", "y": names,
-         "x": [r["run_seconds_est"] or 0.0 for r in rows], "marker": {"color": "#0072B2"},
+         "x": [r["run_seconds_est"] or 0.0 for r in rows], "marker": {"color": RUN_COLOR},
          "hovertemplate": "%{x:.3f} s running (estimated)<extra>%{y}</extra>"},
     ]
     layout = _layout(barmode="group", height=max(260, 46 * len(rows) + 110),
@@ -245,7 +261,8 @@ def causes_chart(causes: dict[str, int]) -> dict[str, Any]:
              "marker": {"color": [cause_color(c) for c in order]}, "showlegend": False,
              "text": [str(causes[c]) for c in order], "textposition": "auto",
              "hovertemplate": "%{x} event(s)<extra>%{y}</extra>"}]
-    layout = _layout(height=max(200, 34 * len(order) + 90), xaxis=_axis("events", rangemode="tozero"),
+    layout = _layout(height=max(200, 34 * len(order) + 90),
+                     xaxis=_count_axis("events", max((causes[c] for c in order), default=0)),
                      yaxis=_axis("", autorange="reversed"), margin={"l": 16, "r": 16, "t": 16, "b": 48})
     return {"data": data, "layout": layout}
 
@@ -269,11 +286,12 @@ def timeline_chart(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def histogram_chart(seconds: list[float]) -> dict[str, Any]:
-    data = [{"type": "histogram", "x": seconds, "marker": {"color": "#0072B2", "line": {"color": "#ffffff",
-                                                                                        "width": 1}},
+    data = [{"type": "histogram", "x": seconds, "marker": {"color": COMPILE_COLOR, "line": {"color": "#ffffff",
+                                                                                           "width": 1}},
              "nbinsx": min(30, max(5, int(math.sqrt(len(seconds))) * 2)), "showlegend": False,
              "hovertemplate": "%{y} compile(s) of %{x} s<extra></extra>"}]
-    layout = _layout(bargap=0.04, xaxis=_axis("seconds per compile"), yaxis=_axis("compiles", rangemode="tozero"))
+    # No bin holds more compiles than there are.
+    layout = _layout(bargap=0.04, xaxis=_axis("seconds per compile"), yaxis=_count_axis("compiles", len(seconds)))
     return {"data": data, "layout": layout}
 
 
