@@ -95,9 +95,10 @@ def run_id() -> str:
 
 
 def _new_run() -> None:
-    global _run, _run_id
+    global _run, _run_id, _process_start
     _run = None
     _run_id = uuid.uuid4().hex
+    _process_start = time.time()  # a later run in the same process starts now
 
 
 def run_info() -> RunInfo:
@@ -123,7 +124,7 @@ def _describe_run() -> RunInfo:
         run_name=config().run_name,
         host=socket.gethostname(),
         pid=os.getpid(),
-        started_at=_process_start,
+        started_at=_process_start,  # the process's start, or the time configure() began a new run
         jax_version=jax.__version__,
         jaxlib_version=getattr(jaxlib, "__version__", ""),
         backend=backend,
@@ -401,11 +402,12 @@ def _at_exit() -> None:
 
 def _after_fork_in_child() -> None:
     # The child is a new process: a new run, a new writer thread, a fresh history.
-    global _writer, _run, _run_id, _lock
+    global _writer, _run, _run_id, _lock, _process_start
     _lock = threading.RLock()
     _writer = None
     _run = None
     _run_id = None
+    _process_start = time.time()
     from . import causes
     from .jit import all_call_stats
 

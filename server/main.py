@@ -30,6 +30,7 @@ from cachewatch.store import engine as enginemod
 from .ingest import IngestCounters
 from .metrics import StoreCollector
 from .middleware import BodyLimit, RequestMetrics
+from . import dashboard
 from .routes import events, functions, health, metrics, runs, storms, summary
 from .settings import ServerSettings, SettingsError, load
 
@@ -64,6 +65,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.add_middleware(RequestMetrics, **RequestMetrics.metrics(registry))  # outermost: sees every status
     for module in (events, functions, runs, storms, summary, health, metrics):
         app.include_router(module.router)
+    app.include_router(dashboard.router)
 
     app.add_exception_handler(enginemod.StoreError, _store_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

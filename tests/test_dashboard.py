@@ -26,9 +26,11 @@ import pytest
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch import _guard, causes, recorder
+from cachewatch import _guard, analysis, causes, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
+from cachewatch.store import queries as storequeries
+from cachewatch.store.queries import Filters
 from server import dashboard
 from server.dashboard import render
 from server.deps import parse_time
@@ -139,9 +141,7 @@ def store(request, seeded_sqlite) -> tuple[str, str]:
 
 
 def make_app(url: str, **settings):
-    app = create_app(ServerSettings(store=url, **settings))
-    app.include_router(dashboard.router)
-    return app
+    return create_app(ServerSettings(store=url, **settings))
 
 
 @pytest.fixture(scope="module")
@@ -272,15 +272,18 @@ A11Y_CHECK = r"""() => {
     if (th.getAttribute('scope') !== 'col') problems.push('column header without scope: ' + th.textContent.trim());
   });
   document.querySelectorAll('tbody th').forEach(th => {
-    if (!['row', 'rowgroup'].includes(th.getAttribute('scope'))) problems.push('row header without scope: ' + th.textContent.trim());
+    if (!['row', 'rowgroup'].includes(th.getAttribute('scope')))
+      problems.push('row header without scope: ' + th.textContent.trim());
   });
   document.querySelectorAll('input:not([type=hidden]), select, textarea').forEach(el => {
-    const label = (el.id && document.querySelector('label[for="' + el.id + '"]')) || el.getAttribute('aria-label') || el.closest('label');
+    const label = (el.id && document.querySelector('label[for="' + el.id + '"]')) || el.getAttribute('aria-label')
+      || el.closest('label');
     if (!label) problems.push('control without a label: ' + (el.name || el.id));
   });
   document.querySelectorAll('table.sortable thead th').forEach(th => {
     const button = th.querySelector('button');
-    if (!button || button.tabIndex < 0) problems.push('sortable header without a focusable button: ' + th.textContent.trim());
+    if (!button || button.tabIndex < 0)
+      problems.push('sortable header without a focusable button: ' + th.textContent.trim());
   });
   document.querySelectorAll('[data-chart]').forEach(el => {
     if (!el.getAttribute('aria-label')) problems.push('chart without aria-label: ' + el.id);
@@ -305,7 +308,8 @@ A11Y_CHECK = r"""() => {
     const fg = rgb(style.color), bg = background(el);
     const l1 = lum(fg), l2 = lum(bg);
     const ratio = (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05);
-    if (ratio < 4.5) problems.push('contrast ' + ratio.toFixed(2) + ' for "' + el.textContent.trim().slice(0, 40) + '"');
+    if (ratio < 4.5)
+      problems.push('contrast ' + ratio.toFixed(2) + ' for "' + el.textContent.trim().slice(0, 40) + '"');
   });
   return problems;
 }"""
@@ -535,7 +539,7 @@ def read_events(tab: Tab) -> list[dict[str, Any]]:
     }))""")
 
 
-def test_function_events_page_with_filters(tab, api):
+def test_function_events_page_with_filters(tab, api, store):
     lam = function_named(api, "lambda_in_loop.<locals>.<lambda>")
     run_id = api("/functions/" + lam["function_hash"] + "/events", limit=1)["items"][0]["run_id"]
     events = list(reversed(all_events(api, lam["function_hash"], run_id=run_id)))
@@ -549,6 +553,12 @@ def test_function_events_page_with_filters(tab, api):
     # The fix comes from the storm: hoist the jit out of the loop, at the call site.
     fix = api(f"/functions/{lam['function_hash']}", run_id=run_id)["storms"][0]["fix"]
     assert tab.text("#fix") == fix and "scenarios.py" in fix
+    # The verdict is the analysis' own: 20 compiles for 20 calls do not pay off.
+    with enginemod.connection(store[1]) as conn:
+        row = storequeries.function_report(conn, Filters(run_id=run_id), function_hashes=[lam["function_hash"]])[0]
+        verdict = analysis.verdicts(conn, [row], Filters(run_id=run_id))[lam["function_hash"]]
+    assert verdict["few_calls"] and verdict["text"].startswith("compiled 20 time(s) for 20 call(s)")
+    assert tab.text("#verdict") == verdict["text"][0].upper() + verdict["text"][1:] + "."
     # The breadcrumb back to the table keeps the run.
     tab.follow(lambda: tab.page.click("nav.breadcrumbs a"))
     assert tab.path == "/functions" and tab.query == {"run_id": run_id}

@@ -210,8 +210,9 @@ def _per_page(request: Request, default: int) -> int:
 def _pager(view: View, number: int, per_page: int, total: int) -> dict[str, Any]:
     pages = max(1, math.ceil(total / per_page))
     number = min(number, pages)
-    return {"number": number, "pages": pages, "total": total, "per_page": per_page, "first": (number - 1) * per_page + 1 if total else 0,
-            "last": min(total, number * per_page), "offset": (number - 1) * per_page,
+    return {"number": number, "pages": pages, "total": total, "per_page": per_page,
+            "first": (number - 1) * per_page + 1 if total else 0, "last": min(total, number * per_page),
+            "offset": (number - 1) * per_page,
             "prev": view.here(page=number - 1 if number > 2 else None) if number > 1 else None,
             "next": view.here(page=number + 1) if number < pages else None}
 
