@@ -27,7 +27,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import sqlalchemy as sa
 
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models
+from cachewatch.store import models, rollup
 
 PG_ADMIN_URL = os.environ.get("CACHEWATCH_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,6 +154,7 @@ def seed(url: str, events: int, functions: int, *, runs: int = 50, days: float =
         if len(buffer) >= chunk:
             with enginemod.get_engine(url).begin() as conn:
                 conn.execute(sa.insert(e), buffer)
+                rollup.add(conn, rollup.deltas(buffer))  # what the writers keep beside the events
             written += len(buffer)
             buffer = []
             if not quiet:
@@ -161,6 +162,7 @@ def seed(url: str, events: int, functions: int, *, runs: int = 50, days: float =
     if buffer:
         with enginemod.get_engine(url).begin() as conn:
             conn.execute(sa.insert(e), buffer)
+            rollup.add(conn, rollup.deltas(buffer))
         written += len(buffer)
     stats = []
     for index in range(functions):

@@ -26,7 +26,7 @@ from prometheus_client.utils import floatToGoString
 from cachewatch.analysis import short_name
 from cachewatch.events import STALE_CAPTURE
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models
+from cachewatch.store import models, rollup
 
 from . import queries
 from .ingest import IngestCounters
@@ -34,25 +34,10 @@ from .settings import ServerSettings
 
 logger = logging.getLogger("cachewatch.server")
 
-# Upper bounds (seconds) of trace + lowering + compile per event: from a cached
-# retrace of a tiny function to a large model's XLA compile.
-BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                              120.0, 300.0)
+# Upper bounds (seconds) of trace + lowering + compile per event, shared with the
+# rollup that counts events per bucket.
+BUCKETS: tuple[float, ...] = rollup.COST_BUCKETS
 OTHER = "other"
-
-
-def _cost(e: sa.Table) -> sa.ColumnElement:
-    return (sa.func.coalesce(e.c.trace_seconds, 0.0) + sa.func.coalesce(e.c.lower_seconds, 0.0)
-            + sa.func.coalesce(e.c.compile_seconds, 0.0))
-
-
-def _bucket(cost: sa.ColumnElement, low: int = 0, high: int = len(BUCKETS)) -> sa.ColumnElement:
-    """The index of the first bucket holding ``cost``, as a binary search: about 4
-    comparisons per row instead of up to 15 (the database evaluates each one)."""
-    if low == high:
-        return sa.literal_column(str(low))
-    mid = (low + high) // 2
-    return sa.case((cost <= BUCKETS[mid], _bucket(cost, low, mid)), else_=_bucket(cost, mid + 1, high))
 
 
 @dataclass
@@ -85,17 +70,16 @@ def function_labels(conn: sa.Connection) -> dict[str, str]:
 def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | None = None) -> Snapshot:
     labels = function_labels(conn)
     snap = Snapshot()
-    e = models.compile_events
-    cost = _cost(e)
-    bucket = _bucket(cost).label("bucket")
-    # One pass over the events: bucket counts are computed by the database, grouped by
-    # the bucket's output name (PostgreSQL cannot match a repeated expression with
-    # bound parameters in GROUP BY).
-    q = (sa.select(e.c.function_hash, e.c.cause, e.c.compiled, bucket, sa.func.count().label("n"),
-                   sa.func.sum(cost).label("seconds"))
-         .group_by(e.c.function_hash, e.c.cause, e.c.compiled, sa.literal_column("bucket")))
+    # The rollup the writers keep holds these totals per cost bucket already: a few
+    # rows per function instead of every event.
+    r = models.event_rollup
+    q = (sa.select(r.c.function_hash, r.c.cause, r.c.compiled, r.c.bucket, sa.func.sum(r.c.events).label("n"),
+                   sa.func.sum(r.c.cost_seconds).label("seconds"))
+         .group_by(r.c.function_hash, r.c.cause, r.c.compiled, r.c.bucket))
     # Tens of thousands of groups on a big store: keep the per-row work small.
     for function_hash, cause, compiled, bucket_index, n, seconds in conn.execute(q).all():
+        n = int(n)  # PostgreSQL sums BIGINT as NUMERIC
+        seconds = float(seconds or 0.0)
         snap.events += n
         if cause == STALE_CAPTURE:  # not a trace or compile: no cost to observe
             continue
@@ -105,7 +89,7 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
             counts = snap.buckets[label] = [0] * (len(BUCKETS) + 1)
             snap.compiles[label] = collections.Counter()
         counts[int(bucket_index)] += n
-        snap.seconds[label] = snap.seconds.get(label, 0.0) + (seconds or 0.0)
+        snap.seconds[label] = snap.seconds.get(label, 0.0) + seconds
         if compiled:
             snap.compiles[label][cause] += n
     for function_hash, calls, run_seconds, measured in _call_totals(conn):

@@ -11,7 +11,7 @@ from cachewatch import analysis
 from cachewatch.events import STALE_CAPTURE
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
-from cachewatch.store.queries import Filters
+from cachewatch.store.queries import Filters, event_groups
 
 
 def function_rows(conn: sa.Connection, filters: Filters) -> list[dict[str, Any]]:
@@ -99,12 +99,13 @@ def run_rows(conn: sa.Connection, filters: Filters, limit: int,
         q.order_by(r.c.started_at.desc(), r.c.run_id.desc()).limit(limit))]
     if not rows:
         return rows
-    e = models.compile_events
+    ru = models.event_rollup
     counts = {row.run_id: row for row in conn.execute(
-        sa.select(e.c.run_id, sa.func.count().label("events"),
-                  sa.func.sum(sa.case((e.c.compiled, 1), else_=0)).label("compiles"),
-                  sa.func.sum(_cost(e)).label("compile_seconds"))
-        .where(e.c.run_id.in_([row["run_id"] for row in rows])).group_by(e.c.run_id))}
+        sa.select(ru.c.run_id, sa.func.sum(ru.c.events).label("events"),
+                  sa.func.sum(sa.case((ru.c.compiled, ru.c.events), else_=0)).label("compiles"),
+                  sa.func.sum(sa.case((ru.c.kind != STALE_CAPTURE, ru.c.cost_seconds), else_=0.0))
+                  .label("compile_seconds"))
+        .where(ru.c.run_id.in_([row["run_id"] for row in rows])).group_by(ru.c.run_id))}
     for row in rows:
         found = counts.get(row["run_id"])
         row["devices"] = list(row.get("devices") or [])
@@ -114,44 +115,42 @@ def run_rows(conn: sa.Connection, filters: Filters, limit: int,
     return rows
 
 
-def _cost(e: sa.Table) -> sa.ColumnElement:
-    return (sa.func.coalesce(e.c.trace_seconds, 0.0) + sa.func.coalesce(e.c.lower_seconds, 0.0)
-            + sa.func.coalesce(e.c.compile_seconds, 0.0))
-
-
 def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: float) -> dict[str, Any]:
     """Totals over the store (or the filtered part of it)."""
-    e = models.compile_events
-    per = conn.execute(filters.apply(e, sa.select(
-        e.c.function_hash, e.c.cause, sa.func.count().label("events"),
-        sa.func.sum(sa.case((e.c.kind == "trace", 1), else_=0)).label("traces"),
-        sa.func.sum(sa.case((e.c.compiled, 1), else_=0)).label("compiles"),
-        sa.func.sum(_cost(e)).label("seconds"),
-    ).group_by(e.c.function_hash, e.c.cause))).all()
-    # One index probe per run ((run_id, timestamp) is indexed) instead of a DISTINCT
-    # over every event.
-    r = models.runs
-    has_events = filters.apply(e, sa.select(e.c.id).where(e.c.run_id == r.c.run_id)).exists()
-    runs_q = sa.select(sa.func.count()).select_from(r).where(has_events)
-    if filters.run_id:
-        runs_q = runs_q.where(r.c.run_id == filters.run_id)
+    per = event_groups(conn, filters)
+    if filters.since is None and filters.until is None:
+        ru = models.event_rollup
+        runs_q = sa.select(sa.func.count(sa.distinct(ru.c.run_id)))
+        if filters.run_id:
+            runs_q = runs_q.where(ru.c.run_id == filters.run_id)
+    else:
+        # One index probe per run ((run_id, timestamp) is indexed) instead of a DISTINCT
+        # over every event.
+        e = models.compile_events
+        r = models.runs
+        has_events = filters.apply(e, sa.select(e.c.id).where(e.c.run_id == r.c.run_id)).exists()
+        runs_q = sa.select(sa.func.count()).select_from(r).where(has_events)
+        if filters.run_id:
+            runs_q = runs_q.where(r.c.run_id == filters.run_id)
     runs = conn.execute(runs_q).scalar_one()
     causes: dict[str, int] = {}
     compile_by_function: dict[str, float] = {}
     totals = {"events": 0, "traces": 0, "compiles": 0, "recompiles": 0, "stale_captures": 0}
     for row in per:
+        n = int(row.events)
         if row.cause == STALE_CAPTURE:
             # Not a compile: the report keeps these out of the causes too.
-            totals["stale_captures"] += int(row.events)
+            totals["stale_captures"] += n
         else:
-            causes[row.cause] = causes.get(row.cause, 0) + int(row.events)
-        totals["events"] += int(row.events)
-        totals["traces"] += int(row.traces or 0)
-        totals["compiles"] += int(row.compiles or 0)
+            causes[row.cause] = causes.get(row.cause, 0) + n
+        totals["events"] += n
+        totals["traces"] += n if row.kind == "trace" else 0
+        compiled = n if row.compiled else 0
+        totals["compiles"] += compiled
         if row.cause != "first_call":
-            totals["recompiles"] += int(row.compiles or 0)
+            totals["recompiles"] += compiled
         compile_by_function[row.function_hash] = (compile_by_function.get(row.function_hash, 0.0)
-                                                  + float(row.seconds or 0.0))
+                                                  + float(row.cost_seconds or 0.0))
     s = models.call_stats
     calls = 0
     run_total = 0.0

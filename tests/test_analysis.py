@@ -15,7 +15,7 @@ import sqlalchemy as sa
 import cachewatch
 from cachewatch import analysis, cli, recorder
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models, queries
+from cachewatch.store import models, queries, rollup
 from cachewatch.store.queries import Filters
 
 
@@ -155,6 +155,7 @@ def _insert_compiles(url: str, name: str, timestamps: list[float], run_id: str =
              "signature_hash": fields.get("signature_hash", "s"), "compile_seconds": fields.get("seconds", 0.1),
              "jaxpr_eqns": fields.get("eqns")}
             for t in timestamps])
+        rollup.rebuild(conn)  # rows written behind the writers' back: recount the totals
 
 
 # ------------------------------------------------------------------ stale globals

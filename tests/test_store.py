@@ -101,3 +101,49 @@ def test_library_and_cli_share_the_default_store(tmp_path):
     (row,) = [r for r in json.loads(out) if r["module"] != "jax.op_by_op"]
     assert row["compiles"] == 2 and row["causes"] == {"first_call": 1, "new_shape": 1}
     assert (tmp_path / "data" / "cachewatch" / "cachewatch.db").exists()
+
+
+def _rollup_rows(url: str) -> list[tuple]:
+    r = models.event_rollup
+    with enginemod.connection(url) as conn:
+        rows = conn.execute(sa.select(r).order_by(*r.primary_key.columns)).all()
+    return [tuple(round(v, 9) if isinstance(v, float) else v for v in row) for row in rows]
+
+
+def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_store):
+    from cachewatch import recorder
+    from cachewatch.store import rollup, sinks
+
+    use_store(store_url)
+    scenarios.batch_sizes()
+    scenarios.static_values()
+    assert cachewatch.flush(30)
+    kept = _rollup_rows(store_url)
+    assert sum(row[6] for row in kept) > 0
+    # A batch sent again (a retry, a spool replay) adds nothing.
+    with enginemod.connection(store_url) as conn:
+        events = [dict(r._mapping) for r in conn.execute(sa.select(*[c for c in models.compile_events.c
+                                                                      if c.name != "id"]))]
+        sinks.write_rows(conn, [recorder.run_info().as_dict()], [], events, [])
+    assert _rollup_rows(store_url) == kept
+    with enginemod.connection(store_url) as conn:
+        rollup.rebuild(conn)
+    assert _rollup_rows(store_url) == kept
+
+
+def test_upgrade_fills_the_rollup_from_existing_events(sqlite_url, use_store):
+    from cachewatch.store import rollup
+
+    use_store(sqlite_url)
+    scenarios.dtype_change()
+    assert cachewatch.flush(30)
+    expected = _rollup_rows(sqlite_url)
+    enginemod.dispose_engines()
+    from alembic import command
+
+    cfg = enginemod.alembic_config(sqlite_url)
+    command.downgrade(cfg, "0002")
+    enginemod.dispose_engines()
+    enginemod.upgrade(sqlite_url)
+    assert _rollup_rows(sqlite_url) == expected and expected
+    assert rollup.cost_bucket(0.0) == 0 and rollup.cost_bucket(0.005) == 0 and rollup.cost_bucket(1e9) == 15

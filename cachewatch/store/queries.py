@@ -46,31 +46,29 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
     ``compile_seconds`` is the whole cost of (re)compiling: trace + lowering + XLA
     compile. ``run_seconds_est`` is the sampled mean run time times the calls.
     """
-    e = models.compile_events
-    compiled = sa.case((e.c.compiled, 1), else_=0)
-    agg = filters.apply(e, sa.select(
-        e.c.function_hash,
-        sa.func.sum(sa.case((e.c.kind == "trace", 1), else_=0)).label("traces"),
-        sa.func.sum(compiled).label("compiles"),
-        sa.func.sum(sa.case((sa.and_(e.c.compiled, e.c.cause != "first_call"), 1), else_=0)).label("recompiles"),
-        sa.func.sum(_cost_expr(e)).label("compile_seconds"),
-        sa.func.sum(sa.case((e.c.kind == "stale_capture", 1), else_=0)).label("stale_captures"),
-        sa.func.max(e.c.timestamp).label("last_compile"),
-        sa.func.min(e.c.timestamp).label("first_compile"),
-    ).group_by(e.c.function_hash))
-    if function_hashes is not None:
-        agg = agg.where(e.c.function_hash.in_(function_hashes))
-    rows = {r.function_hash: dict(r._mapping) for r in conn.execute(agg)}
+    rows: dict[str, dict[str, Any]] = {}
+    causes: dict[str, dict[str, int]] = {}
+    for g in event_groups(conn, filters, function_hashes):
+        row = rows.get(g.function_hash)
+        if row is None:
+            row = rows[g.function_hash] = {"traces": 0, "compiles": 0, "recompiles": 0, "compile_seconds": 0.0,
+                                           "stale_captures": 0, "first_compile": g.first_ts,
+                                           "last_compile": g.last_ts}
+        n = int(g.events)
+        row["first_compile"] = min(row["first_compile"], g.first_ts)
+        row["last_compile"] = max(row["last_compile"], g.last_ts)
+        if g.kind == "stale_capture":
+            row["stale_captures"] += n
+            continue
+        row["traces"] += n if g.kind == "trace" else 0
+        row["compile_seconds"] += float(g.cost_seconds or 0.0)
+        if g.compiled:
+            row["compiles"] += n
+            row["recompiles"] += n if g.cause != "first_call" else 0
+        per = causes.setdefault(g.function_hash, {})
+        per[g.cause] = per.get(g.cause, 0) + n
     if not rows:
         return []
-    causes_q = filters.apply(e, sa.select(e.c.function_hash, e.c.cause, sa.func.count().label("n"))
-                             .where(e.c.kind != "stale_capture")
-                             .group_by(e.c.function_hash, e.c.cause))
-    if function_hashes is not None:
-        causes_q = causes_q.where(e.c.function_hash.in_(function_hashes))
-    causes: dict[str, dict[str, int]] = {}
-    for r in conn.execute(causes_q):
-        causes.setdefault(r.function_hash, {})[r.cause] = int(r.n)
     s = models.call_stats
     stats_q = filters.apply(s, sa.select(
         s.c.function_hash, sa.func.sum(s.c.calls).label("calls"),
@@ -120,6 +118,34 @@ def _dominant(causes: dict[str, int]) -> str | None:
     others = {c: n for c, n in causes.items() if c != "first_call"}
     pool = others or causes
     return max(sorted(pool), key=lambda c: pool[c]) if pool else None
+
+
+def event_groups(conn: sa.Connection, filters: Filters = Filters(),
+                 function_hashes: list[str] | None = None) -> list[Any]:
+    """Event totals per (function, kind, cause, compiled): count, cost seconds, first and last time.
+
+    Without a time range they come from the rollup the writers keep (a few rows per
+    function); with one, from the events through their time index.
+    """
+    if filters.since is None and filters.until is None:
+        r = models.event_rollup
+        q = sa.select(r.c.function_hash, r.c.kind, r.c.cause, r.c.compiled,
+                      sa.func.sum(r.c.events).label("events"), sa.func.sum(r.c.cost_seconds).label("cost_seconds"),
+                      sa.func.min(r.c.first_ts).label("first_ts"), sa.func.max(r.c.last_ts).label("last_ts"))
+        if filters.run_id:
+            q = q.where(r.c.run_id == filters.run_id)
+        table = r
+    else:
+        e = models.compile_events
+        q = filters.apply(e, sa.select(e.c.function_hash, e.c.kind, e.c.cause, e.c.compiled,
+                                       sa.func.count().label("events"), sa.func.sum(_cost_expr(e)).label("cost_seconds"),
+                                       sa.func.min(e.c.timestamp).label("first_ts"),
+                                       sa.func.max(e.c.timestamp).label("last_ts")))
+        table = e
+    if function_hashes is not None:
+        q = q.where(table.c.function_hash.in_(function_hashes))
+    q = q.group_by(table.c.function_hash, table.c.kind, table.c.cause, table.c.compiled)
+    return conn.execute(q).all()
 
 
 def find_functions(conn: sa.Connection, name: str) -> list[str]:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from ..config import Config
 from . import engine as enginemod
-from . import models
+from . import models, rollup
 
 
 class Sink(Protocol):
@@ -30,9 +30,10 @@ def open_sink(cfg: Config) -> Sink:
 
 
 def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]],
-                                key: str) -> None:
+                                key: str, returning: sa.Column | None = None) -> set[Any]:
+    """Insert rows whose key is new; with ``returning``, the values of that column actually inserted."""
     if not rows:
-        return
+        return set()
     dialect = conn.dialect.name
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
@@ -40,7 +41,11 @@ def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list
         from sqlalchemy.dialects.sqlite import insert
     else:  # pragma: no cover - only the two dialects above are supported
         raise enginemod.InvalidStoreURL(f"unsupported dialect {dialect}")
-    conn.execute(insert(table).on_conflict_do_nothing(index_elements=[key]), rows)
+    stmt = insert(table).on_conflict_do_nothing(index_elements=[key])
+    if returning is None:
+        conn.execute(stmt, rows)
+        return set()
+    return set(conn.execute(stmt.returning(returning), rows).scalars())
 
 
 def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], events: list[dict],
@@ -48,7 +53,10 @@ def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], eve
     """Insert one batch in one transaction; repeats of the same ids are ignored."""
     _insert_ignoring_duplicates(conn, models.runs, _unique(runs, "run_id"), "run_id")
     _insert_ignoring_duplicates(conn, models.functions, _unique(functions, "function_hash"), "function_hash")
-    _insert_ignoring_duplicates(conn, models.compile_events, events, "event_id")
+    inserted = _insert_ignoring_duplicates(conn, models.compile_events, events, "event_id",
+                                           returning=models.compile_events.c.event_id)
+    if inserted:
+        rollup.add(conn, rollup.deltas(e for e in events if e["event_id"] in inserted))
     if stats:
         conn.execute(sa.insert(models.call_stats), stats)
 
