@@ -306,9 +306,16 @@ class Writer:
             return
         sink = self._get_sink()
         payload = Batch(run=run_info(), events=batch, stats=stats)
-        if self._send(sink, payload):
+        failure = self._send(sink, payload)
+        if failure is None:
             self.written += len(batch)
             self._drain_spool()
+        elif _refused(failure):
+            # The store will never take this batch (it is invalid to it): spooling it would
+            # only block the batches behind it.
+            self.dropped += len(batch)
+            self._warn(f"cachewatch: {_safe_url(self.cfg.store)} refused a batch, {len(batch)} event(s) "
+                       f"dropped: {failure}")
         else:
             self.failed_batches += 1
             from .store import spool
@@ -319,21 +326,20 @@ class Writer:
             self._warn(f"cachewatch could not write to {_safe_url(self.cfg.store)}; "
                        f"{'spooled' if spooled else 'dropped'} {len(batch)} event(s)")
 
-    def _send(self, sink: Any, payload: "Batch", attempts: int = 4) -> bool:
+    def _send(self, sink: Any, payload: "Batch", attempts: int = 4) -> Exception | None:
+        """Write with retries (backoff and jitter); the last error, or None once written."""
         delay = 0.1
         for attempt in range(attempts):
             try:
                 sink.write(payload)
-                return True
+                return None
             except Exception as exc:  # the store is down, locked, or refuses the batch
                 if attempt == attempts - 1 or self._stopping or not getattr(exc, "retryable", True):
                     self._warn(f"cachewatch store write failed: {type(exc).__name__}: {exc}")
-                    if _guard.raise_errors and not getattr(exc, "retryable", True):
-                        raise
-                    return False
+                    return exc
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 2.0)
-        return False
+        return None
 
     def _drain_spool(self) -> None:
         from .store import spool
@@ -341,7 +347,15 @@ class Writer:
         if not spool.has_pending(self.cfg):
             return
         sink = self._get_sink()
-        spool.replay(self.cfg, lambda payload: self._send(sink, payload, attempts=1))
+
+        def send(payload: Batch) -> str:
+            failure = self._send(sink, payload, attempts=1)
+            if failure is None:
+                self.written += len(payload.events)
+                return "sent"
+            return "refused" if _refused(failure) else "failed"
+
+        spool.replay(self.cfg, send)
 
     def _get_sink(self) -> Any:
         if self._sink is None:
@@ -352,6 +366,12 @@ class Writer:
 
 
 _EMPTY = object()
+
+
+def _refused(exc: Exception) -> bool:
+    """A client error the store will repeat for this batch whatever we do (not auth, not rate)."""
+    status = getattr(exc, "status", None)
+    return isinstance(status, int) and 400 <= status < 500 and status not in (401, 403, 408, 425, 429)
 
 
 class Batch:

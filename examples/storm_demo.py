@@ -11,6 +11,7 @@ compiles), and a jitted lambda is created anew inside the loop (a compile every 
 from __future__ import annotations
 
 import argparse
+import time
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=24, help="training steps (default 24)")
     parser.add_argument("--sizes", type=int, default=8, help="distinct batch sizes (default 8)")
     parser.add_argument("--loop-jits", type=int, default=8, help="steps that jit a new lambda (default 8)")
+    parser.add_argument("--pause", type=float, default=0.0,
+                        help="seconds to wait after each step, to spread the storm over time (default 0)")
     args = parser.parse_args(argv)
 
     key = jax.random.PRNGKey(0)
@@ -43,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         if step < args.loop_jits:
             # The mistake: a new jit object per step, so a new trace and compile per step.
             params["w"] = cachewatch.jit(lambda w: w * 0.999)(params["w"])
+        if args.pause:
+            time.sleep(args.pause)
     jax.block_until_ready(params)
     written = cachewatch.flush(30.0)
     print(f"trained {args.steps} steps; events written: {written}")

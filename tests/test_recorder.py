@@ -141,3 +141,46 @@ def test_call_statistics_are_written(sqlite_url, use_store):
         rows = conn.execute(sa.select(models.call_stats)).all()
     assert [r.calls for r in rows] == [10, 5]
     assert sum(r.sampled_calls for r in rows) >= 5
+
+
+class _Refusal(Exception):
+    retryable = False
+    status = 422
+
+
+def test_refused_batch_is_dropped_not_spooled_and_never_blocks_the_spool(tmp_path, sqlite_url, use_store):
+    use_store(sqlite_url, spool_dir=str(tmp_path / "spool"), flush_interval=0.05)
+    cfg = recorder.config()
+    writer = recorder._get_writer()
+    # An older batch the store refuses sits in the spool ahead of a good one.
+    refused = recorder.Batch(run=recorder.run_info(), events=[make_event()], stats=[])
+    good = recorder.Batch(run=recorder.run_info(), events=[make_event()], stats=[])
+    assert spool.save(cfg, refused) and spool.save(cfg, good)
+
+    class Picky:
+        def __init__(self, real):
+            self.real = real
+
+        def write(self, batch):
+            if batch.events and batch.events[0].event_id == refused.events[0].event_id:
+                raise _Refusal("the store refuses this batch")
+            self.real.write(batch)
+
+    from cachewatch.store.sinks import SqlSink
+
+    writer._sink = Picky(SqlSink(sqlite_url))
+    recorder.record_event(make_event())
+    assert cachewatch.flush(30)
+    assert not spool.has_pending(cfg)
+    assert count_events(sqlite_url) == 2  # the good spooled batch and the new event
+    assert len(list((tmp_path / "spool").rglob("*.bad"))) == 1
+
+    class Refusing:
+        def write(self, batch):
+            raise _Refusal("never")
+
+    writer._sink = Refusing()
+    dropped = writer.dropped
+    recorder.record_event(make_event())
+    assert cachewatch.flush(30)
+    assert writer.dropped == dropped + 1 and not spool.has_pending(cfg)

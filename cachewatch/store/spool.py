@@ -71,8 +71,12 @@ def has_pending(cfg: Config) -> bool:
         return False
 
 
-def replay(cfg: Config, send: Callable[[Any], bool]) -> int:
-    """Send spooled batches oldest first; stop at the first failure. Returns batches sent."""
+def replay(cfg: Config, send: Callable[[Any], str]) -> int:
+    """Send spooled batches oldest first; returns batches sent.
+
+    ``send`` answers "sent", "failed" (stop, try again later) or "refused" (the store
+    will never take it: set it aside as .bad so it cannot block the batches behind it).
+    """
     sent = 0
     for path in sorted(_dir(cfg).glob("*" + _SUFFIX)):
         # Claim the file by renaming it, so two processes never replay the same batch.
@@ -87,9 +91,13 @@ def replay(cfg: Config, send: Callable[[Any], bool]) -> int:
             # A torn or foreign file: set it aside rather than retrying it forever.
             claimed.rename(path.with_name(path.name + ".bad"))
             continue
-        if not send(batch):
+        outcome = send(batch)
+        if outcome == "failed":
             os.rename(claimed, path)
             break
+        if outcome == "refused":
+            claimed.rename(path.with_name(path.name + ".bad"))
+            continue
         claimed.unlink(missing_ok=True)
         sent += 1
     return sent
