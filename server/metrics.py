@@ -70,28 +70,29 @@ def function_labels(conn: sa.Connection) -> dict[str, str]:
 def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | None = None) -> Snapshot:
     labels = function_labels(conn)
     snap = Snapshot()
-    # The rollup the writers keep holds these totals per cost bucket already: a few
-    # rows per function instead of every event.
-    r = models.event_rollup
-    q = (sa.select(r.c.function_hash, r.c.cause, r.c.compiled, r.c.bucket, sa.func.sum(r.c.events).label("n"),
-                   sa.func.sum(r.c.cost_seconds).label("seconds"))
-         .group_by(r.c.function_hash, r.c.cause, r.c.compiled, r.c.bucket))
-    # Tens of thousands of groups on a big store: keep the per-row work small.
-    for function_hash, cause, compiled, bucket_index, n, seconds in conn.execute(q).all():
-        n = int(n)  # PostgreSQL sums BIGINT as NUMERIC
-        seconds = float(seconds or 0.0)
+    # Totals the writers keep beside the events: a few rows per function, whatever the
+    # number of events.
+    t, h = models.function_totals, models.function_cost_buckets
+    for function_hash, cause, compiled, kind, n, seconds in conn.execute(
+            sa.select(t.c.function_hash, t.c.cause, t.c.compiled, t.c.kind, t.c.events, t.c.cost_seconds)).all():
+        n = int(n)
         snap.events += n
-        if cause == STALE_CAPTURE:  # not a trace or compile: no cost to observe
+        if kind == STALE_CAPTURE:  # not a trace or compile: no cost to observe
             continue
+        label = labels.get(function_hash) or function_hash[:12]
+        if label not in snap.compiles:
+            snap.compiles[label] = collections.Counter()
+            snap.buckets[label] = [0] * (len(BUCKETS) + 1)
+        snap.seconds[label] = snap.seconds.get(label, 0.0) + float(seconds or 0.0)
+        if compiled:
+            snap.compiles[label][cause] += n
+    for function_hash, bucket_index, n in conn.execute(sa.select(h.c.function_hash, h.c.bucket, h.c.events)):
         label = labels.get(function_hash) or function_hash[:12]
         counts = snap.buckets.get(label)
         if counts is None:
             counts = snap.buckets[label] = [0] * (len(BUCKETS) + 1)
-            snap.compiles[label] = collections.Counter()
-        counts[int(bucket_index)] += n
-        snap.seconds[label] = snap.seconds.get(label, 0.0) + seconds
-        if compiled:
-            snap.compiles[label][cause] += n
+            snap.compiles.setdefault(label, collections.Counter())
+        counts[int(bucket_index)] += int(n)
     for function_hash, calls, run_seconds, measured in _call_totals(conn):
         label = labels.get(function_hash, function_hash[:12])
         snap.calls[label] = snap.calls.get(label, 0) + calls

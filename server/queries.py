@@ -99,13 +99,11 @@ def run_rows(conn: sa.Connection, filters: Filters, limit: int,
         q.order_by(r.c.started_at.desc(), r.c.run_id.desc()).limit(limit))]
     if not rows:
         return rows
-    ru = models.event_rollup
+    totals = models.run_totals
     counts = {row.run_id: row for row in conn.execute(
-        sa.select(ru.c.run_id, sa.func.sum(ru.c.events).label("events"),
-                  sa.func.sum(sa.case((ru.c.compiled, ru.c.events), else_=0)).label("compiles"),
-                  sa.func.sum(sa.case((ru.c.kind != STALE_CAPTURE, ru.c.cost_seconds), else_=0.0))
-                  .label("compile_seconds"))
-        .where(ru.c.run_id.in_([row["run_id"] for row in rows])).group_by(ru.c.run_id))}
+        sa.select(totals.c.run_id, totals.c.events, totals.c.compiles,
+                  totals.c.cost_seconds.label("compile_seconds"))
+        .where(totals.c.run_id.in_([row["run_id"] for row in rows])))}
     for row in rows:
         found = counts.get(row["run_id"])
         row["devices"] = list(row.get("devices") or [])
@@ -119,10 +117,10 @@ def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: fl
     """Totals over the store (or the filtered part of it)."""
     per = event_groups(conn, filters)
     if filters.since is None and filters.until is None:
-        ru = models.event_rollup
-        runs_q = sa.select(sa.func.count(sa.distinct(ru.c.run_id)))
+        totals = models.run_totals
+        runs_q = sa.select(sa.func.count()).select_from(totals).where(totals.c.events > 0)
         if filters.run_id:
-            runs_q = runs_q.where(ru.c.run_id == filters.run_id)
+            runs_q = runs_q.where(totals.c.run_id == filters.run_id)
     else:
         # One index probe per run ((run_id, timestamp) is indexed) instead of a DISTINCT
         # over every event.

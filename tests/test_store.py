@@ -104,10 +104,12 @@ def test_library_and_cli_share_the_default_store(tmp_path):
 
 
 def _rollup_rows(url: str) -> list[tuple]:
-    r = models.event_rollup
+    found = []
     with enginemod.connection(url) as conn:
-        rows = conn.execute(sa.select(r).order_by(*r.primary_key.columns)).all()
-    return [tuple(round(v, 9) if isinstance(v, float) else v for v in row) for row in rows]
+        for table in (models.function_totals, models.function_cost_buckets, models.run_totals):
+            rows = conn.execute(sa.select(table).order_by(*table.primary_key.columns)).all()
+            found += [(table.name, *(round(v, 9) if isinstance(v, float) else v for v in row)) for row in rows]
+    return found
 
 
 def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_store):
@@ -119,7 +121,10 @@ def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_stor
     scenarios.static_values()
     assert cachewatch.flush(30)
     kept = _rollup_rows(store_url)
-    assert sum(row[6] for row in kept) > 0
+    with enginemod.connection(store_url) as conn:
+        stored = conn.execute(sa.select(sa.func.count()).select_from(models.compile_events)).scalar_one()
+    assert sum(row[5] for row in kept if row[0] == "function_totals") == stored > 0
+    assert sum(row[2] for row in kept if row[0] == "run_totals") == stored
     # A batch sent again (a retry, a spool replay) adds nothing.
     with enginemod.connection(store_url) as conn:
         events = [dict(r._mapping) for r in conn.execute(sa.select(*[c for c in models.compile_events.c

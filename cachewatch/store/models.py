@@ -109,28 +109,50 @@ class CallStatsRow(Base):
     )
 
 
-class EventRollupRow(Base):
-    """Totals of compile events per function, run, kind, cause and cost bucket (see rollup.py)."""
+class FunctionTotalsRow(Base):
+    """Event count and cost per function, kind, cause and compiled flag (see rollup.py)."""
 
-    __tablename__ = "event_rollup"
+    __tablename__ = "function_totals"
 
     function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"),
                                                primary_key=True)
-    run_id: Mapped[str] = mapped_column(String(32), ForeignKey("runs.run_id"), primary_key=True)
     kind: Mapped[str] = mapped_column(String(16), primary_key=True)
     cause: Mapped[str] = mapped_column(String(32), primary_key=True)
     compiled: Mapped[bool] = mapped_column(Boolean, primary_key=True)
-    bucket: Mapped[int] = mapped_column(Integer, primary_key=True)
     events: Mapped[int] = mapped_column(BigInteger, default=0)
     cost_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     first_ts: Mapped[float] = mapped_column(Float)
     last_ts: Mapped[float] = mapped_column(Float)
 
-    __table_args__ = (Index("ix_event_rollup_run", "run_id"),)
+
+class FunctionCostBucketRow(Base):
+    """Traces and compiles per function and cost bucket: the compile-time histogram."""
+
+    __tablename__ = "function_cost_buckets"
+
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"),
+                                               primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True)
+    events: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class RunTotalsRow(Base):
+    """Event count, compiles and compile cost per run."""
+
+    __tablename__ = "run_totals"
+
+    run_id: Mapped[str] = mapped_column(String(32), ForeignKey("runs.run_id"), primary_key=True)
+    events: Mapped[int] = mapped_column(BigInteger, default=0)
+    compiles: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    first_ts: Mapped[float] = mapped_column(Float)
+    last_ts: Mapped[float] = mapped_column(Float)
 
 
 runs = RunRow.__table__
 functions = FunctionRow.__table__
 compile_events = CompileEventRow.__table__
 call_stats = CallStatsRow.__table__
-event_rollup = EventRollupRow.__table__
+function_totals = FunctionTotalsRow.__table__
+function_cost_buckets = FunctionCostBucketRow.__table__
+run_totals = RunTotalsRow.__table__

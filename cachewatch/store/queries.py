@@ -48,25 +48,32 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
     """
     rows: dict[str, dict[str, Any]] = {}
     causes: dict[str, dict[str, int]] = {}
-    for g in event_groups(conn, filters, function_hashes):
-        row = rows.get(g.function_hash)
+    # Thousands of groups on a big store: plain tuples and locals keep this loop cheap.
+    for function_hash, kind, cause, compiled, events, cost, first_ts, last_ts in event_groups(
+            conn, filters, function_hashes):
+        row = rows.get(function_hash)
         if row is None:
-            row = rows[g.function_hash] = {"traces": 0, "compiles": 0, "recompiles": 0, "compile_seconds": 0.0,
-                                           "stale_captures": 0, "first_compile": g.first_ts,
-                                           "last_compile": g.last_ts}
-        n = int(g.events)
-        row["first_compile"] = min(row["first_compile"], g.first_ts)
-        row["last_compile"] = max(row["last_compile"], g.last_ts)
-        if g.kind == "stale_capture":
+            row = rows[function_hash] = {"traces": 0, "compiles": 0, "recompiles": 0, "compile_seconds": 0.0,
+                                         "stale_captures": 0, "first_compile": first_ts, "last_compile": last_ts}
+            causes[function_hash] = {}
+        else:
+            if first_ts < row["first_compile"]:
+                row["first_compile"] = first_ts
+            if last_ts > row["last_compile"]:
+                row["last_compile"] = last_ts
+        n = int(events)
+        if kind == "stale_capture":
             row["stale_captures"] += n
             continue
-        row["traces"] += n if g.kind == "trace" else 0
-        row["compile_seconds"] += float(g.cost_seconds or 0.0)
-        if g.compiled:
+        if kind == "trace":
+            row["traces"] += n
+        row["compile_seconds"] += float(cost or 0.0)
+        if compiled:
             row["compiles"] += n
-            row["recompiles"] += n if g.cause != "first_call" else 0
-        per = causes.setdefault(g.function_hash, {})
-        per[g.cause] = per.get(g.cause, 0) + n
+            if cause != "first_call":
+                row["recompiles"] += n
+        per = causes[function_hash]
+        per[cause] = per.get(cause, 0) + n
     if not rows:
         return []
     s = models.call_stats
@@ -76,7 +83,10 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
         sa.func.sum(s.c.sampled_seconds).label("sampled_seconds")).group_by(s.c.function_hash))
     stats = {r.function_hash: r for r in conn.execute(stats_q)}
     f = models.functions
-    meta = {r.function_hash: r for r in conn.execute(sa.select(f).where(f.c.function_hash.in_(list(rows))))}
+    meta_q = sa.select(f)
+    if function_hashes is not None or filters.run_id or filters.since is not None or filters.until is not None:
+        meta_q = meta_q.where(f.c.function_hash.in_(list(rows)))
+    meta = {r.function_hash: r for r in conn.execute(meta_q)}
     report = []
     for function_hash, row in rows.items():
         info = meta.get(function_hash)
@@ -124,28 +134,24 @@ def event_groups(conn: sa.Connection, filters: Filters = Filters(),
                  function_hashes: list[str] | None = None) -> list[Any]:
     """Event totals per (function, kind, cause, compiled): count, cost seconds, first and last time.
 
-    Without a time range they come from the rollup the writers keep (a few rows per
-    function); with one, from the events through their time index.
+    Over the whole store they come from the totals the writers keep (a few rows per
+    function); for one run or a time range, from the events through their indexes.
     """
-    if filters.since is None and filters.until is None:
-        r = models.event_rollup
-        q = sa.select(r.c.function_hash, r.c.kind, r.c.cause, r.c.compiled,
-                      sa.func.sum(r.c.events).label("events"), sa.func.sum(r.c.cost_seconds).label("cost_seconds"),
-                      sa.func.min(r.c.first_ts).label("first_ts"), sa.func.max(r.c.last_ts).label("last_ts"))
-        if filters.run_id:
-            q = q.where(r.c.run_id == filters.run_id)
-        table = r
-    else:
-        e = models.compile_events
-        q = filters.apply(e, sa.select(e.c.function_hash, e.c.kind, e.c.cause, e.c.compiled,
-                                       sa.func.count().label("events"), sa.func.sum(_cost_expr(e)).label("cost_seconds"),
-                                       sa.func.min(e.c.timestamp).label("first_ts"),
-                                       sa.func.max(e.c.timestamp).label("last_ts")))
-        table = e
+    if filters.run_id is None and filters.since is None and filters.until is None:
+        t = models.function_totals
+        q = sa.select(t.c.function_hash, t.c.kind, t.c.cause, t.c.compiled, t.c.events,
+                      t.c.cost_seconds, t.c.first_ts, t.c.last_ts)
+        if function_hashes is not None:
+            q = q.where(t.c.function_hash.in_(function_hashes))
+        return conn.execute(q).all()
+    e = models.compile_events
+    q = filters.apply(e, sa.select(e.c.function_hash, e.c.kind, e.c.cause, e.c.compiled,
+                                   sa.func.count().label("events"), sa.func.sum(_cost_expr(e)).label("cost_seconds"),
+                                   sa.func.min(e.c.timestamp).label("first_ts"),
+                                   sa.func.max(e.c.timestamp).label("last_ts")))
     if function_hashes is not None:
-        q = q.where(table.c.function_hash.in_(function_hashes))
-    q = q.group_by(table.c.function_hash, table.c.kind, table.c.cause, table.c.compiled)
-    return conn.execute(q).all()
+        q = q.where(e.c.function_hash.in_(function_hashes))
+    return conn.execute(q.group_by(e.c.function_hash, e.c.kind, e.c.cause, e.c.compiled)).all()
 
 
 def find_functions(conn: sa.Connection, name: str) -> list[str]:

@@ -1,10 +1,11 @@
-"""Per-function totals kept beside the events, so summaries never scan every event.
+"""Totals kept beside the events, so summaries never scan every event.
 
-Every write of compile events adds what it inserted (and only that: a retried batch
-adds nothing) to ``event_rollup``, one row per (function, run, kind, cause, compiled,
-cost bucket). The report, the service's summary and its ``/metrics`` read these few
-thousand rows instead of millions of events; queries bounded in time still read the
-events through their time indexes.
+Every write of compile events adds what it inserted (only that: a retried batch adds
+nothing) to three small tables: per function, kind, cause and compiled flag; per
+function and cost bucket (the histogram of ``/metrics``); and per run. The report,
+the service's summary, runs page and ``/metrics`` read these few thousand rows
+instead of millions of events; queries bounded in time or to one run read the events
+through their indexes.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from . import models
 COST_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                                    120.0, 300.0)
 
-_KEY = ("function_hash", "run_id", "kind", "cause", "compiled", "bucket")
+STALE_KIND = "stale_capture"
 
 
-def event_cost(row: dict[str, Any]) -> float:
+def event_cost(row: Any) -> float:
     return sum(float(row.get(k) or 0.0) for k in ("trace_seconds", "lower_seconds", "compile_seconds"))
 
 
@@ -33,29 +34,47 @@ def cost_bucket(cost: float) -> int:
     return bisect.bisect_left(COST_BUCKETS, cost)
 
 
-def deltas(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rollup rows for a set of newly stored events."""
-    out: dict[tuple, dict[str, Any]] = {}
+def _accumulate(out: dict, key: tuple, base: dict[str, Any], values: dict[str, Any]) -> None:
+    row = out.get(key)
+    if row is None:
+        out[key] = {**base, **values}
+        return
+    for name, value in values.items():
+        if name == "first_ts":
+            row[name] = min(row[name], value)
+        elif name == "last_ts":
+            row[name] = max(row[name], value)
+        else:
+            row[name] += value
+
+
+def deltas(events: Iterable[Any]) -> dict[sa.Table, list[dict[str, Any]]]:
+    """The rows to add to each totals table for a set of newly stored events."""
+    functions: dict[tuple, dict] = {}
+    buckets: dict[tuple, dict] = {}
+    runs: dict[tuple, dict] = {}
     for e in events:
         cost = event_cost(e)
-        key = (e["function_hash"], e["run_id"], e["kind"], e["cause"], bool(e["compiled"]), cost_bucket(cost))
-        row = out.get(key)
-        if row is None:
-            out[key] = {**dict(zip(_KEY, key)), "events": 1, "cost_seconds": cost,
-                        "first_ts": e["timestamp"], "last_ts": e["timestamp"]}
-        else:
-            row["events"] += 1
-            row["cost_seconds"] += cost
-            row["first_ts"] = min(row["first_ts"], e["timestamp"])
-            row["last_ts"] = max(row["last_ts"], e["timestamp"])
-    return list(out.values())
+        ts = e["timestamp"]
+        compiled = bool(e["compiled"])
+        key = (e["function_hash"], e["kind"], e["cause"], compiled)
+        _accumulate(functions, key, {"function_hash": key[0], "kind": key[1], "cause": key[2], "compiled": compiled},
+                    {"events": 1, "cost_seconds": cost, "first_ts": ts, "last_ts": ts})
+        is_compile_or_trace = e["kind"] != STALE_KIND
+        if is_compile_or_trace:
+            bucket = cost_bucket(cost)
+            _accumulate(buckets, (e["function_hash"], bucket), {"function_hash": e["function_hash"],
+                                                                "bucket": bucket}, {"events": 1})
+        _accumulate(runs, (e["run_id"],), {"run_id": e["run_id"]},
+                    {"events": 1, "compiles": int(compiled), "cost_seconds": cost if is_compile_or_trace else 0.0,
+                     "first_ts": ts, "last_ts": ts})
+    return {models.function_totals: list(functions.values()),
+            models.function_cost_buckets: list(buckets.values()),
+            models.run_totals: list(runs.values())}
 
 
-def add(conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
-    """Add rollup deltas: insert new keys, accumulate into existing ones."""
-    if not rows:
-        return
-    r = models.event_rollup
+def add(conn: sa.Connection, tables: dict[sa.Table, list[dict[str, Any]]]) -> None:
+    """Add deltas: insert new keys, accumulate into existing ones."""
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
 
@@ -64,21 +83,34 @@ def add(conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
         from sqlalchemy.dialects.sqlite import insert
 
         smaller, larger = sa.func.min, sa.func.max
-    stmt = insert(r)
-    stmt = stmt.on_conflict_do_update(index_elements=list(_KEY), set_={
-        "events": r.c.events + stmt.excluded.events,
-        "cost_seconds": r.c.cost_seconds + stmt.excluded.cost_seconds,
-        "first_ts": smaller(r.c.first_ts, stmt.excluded.first_ts),
-        "last_ts": larger(r.c.last_ts, stmt.excluded.last_ts),
-    })
-    # Sorted keys make concurrent writers lock rollup rows in one order (no deadlocks).
-    conn.execute(stmt, sorted(rows, key=lambda row: tuple(row[k] for k in _KEY)))
+    for table, rows in tables.items():
+        if not rows:
+            continue
+        key = [c.name for c in table.primary_key.columns]
+        stmt = insert(table)
+        updates = {}
+        for column in table.c:
+            if column.name in key:
+                continue
+            if column.name == "first_ts":
+                updates[column.name] = smaller(column, stmt.excluded[column.name])
+            elif column.name == "last_ts":
+                updates[column.name] = larger(column, stmt.excluded[column.name])
+            else:
+                updates[column.name] = column + stmt.excluded[column.name]
+        # Sorted keys make concurrent writers lock rows in one order (no deadlocks).
+        conn.execute(stmt.on_conflict_do_update(index_elements=key, set_=updates),
+                     sorted(rows, key=lambda row: tuple(row[k] for k in key)))
+
+
+TABLES = ("function_totals", "function_cost_buckets", "run_totals")
 
 
 def rebuild(conn: sa.Connection, chunk: int = 50_000) -> None:
-    """Recompute the whole rollup from the events (after a bulk load or an upgrade)."""
+    """Recompute every total from the events (after a bulk load or an upgrade)."""
     e = models.compile_events
-    conn.execute(sa.delete(models.event_rollup))
+    for name in TABLES:
+        conn.execute(sa.delete(models.Base.metadata.tables[name]))
     columns = [e.c.function_hash, e.c.run_id, e.c.kind, e.c.cause, e.c.compiled, e.c.timestamp,
                e.c.trace_seconds, e.c.lower_seconds, e.c.compile_seconds]
     last_id = 0

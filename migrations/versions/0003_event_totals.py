@@ -1,0 +1,60 @@
+"""Totals beside the events (per function and cause, per cost bucket, per run), filled
+from the events already stored.
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-11-22
+"""
+
+from alembic import op
+import sqlalchemy as sa
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "function_totals",
+        sa.Column("function_hash", sa.String(length=40), nullable=False),
+        sa.Column("kind", sa.String(length=16), nullable=False),
+        sa.Column("cause", sa.String(length=32), nullable=False),
+        sa.Column("compiled", sa.Boolean(), nullable=False),
+        sa.Column("events", sa.BigInteger(), nullable=False),
+        sa.Column("cost_seconds", sa.Float(), nullable=False),
+        sa.Column("first_ts", sa.Float(), nullable=False),
+        sa.Column("last_ts", sa.Float(), nullable=False),
+        sa.ForeignKeyConstraint(["function_hash"], ["functions.function_hash"]),
+        sa.PrimaryKeyConstraint("function_hash", "kind", "cause", "compiled"),
+    )
+    op.create_table(
+        "function_cost_buckets",
+        sa.Column("function_hash", sa.String(length=40), nullable=False),
+        sa.Column("bucket", sa.Integer(), nullable=False),
+        sa.Column("events", sa.BigInteger(), nullable=False),
+        sa.ForeignKeyConstraint(["function_hash"], ["functions.function_hash"]),
+        sa.PrimaryKeyConstraint("function_hash", "bucket"),
+    )
+    op.create_table(
+        "run_totals",
+        sa.Column("run_id", sa.String(length=32), nullable=False),
+        sa.Column("events", sa.BigInteger(), nullable=False),
+        sa.Column("compiles", sa.BigInteger(), nullable=False),
+        sa.Column("cost_seconds", sa.Float(), nullable=False),
+        sa.Column("first_ts", sa.Float(), nullable=False),
+        sa.Column("last_ts", sa.Float(), nullable=False),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"]),
+        sa.PrimaryKeyConstraint("run_id"),
+    )
+    # Existing events: the same totals the writers keep from now on.
+    from cachewatch.store import rollup
+
+    rollup.rebuild(op.get_bind())
+
+
+def downgrade() -> None:
+    op.drop_table("run_totals")
+    op.drop_table("function_cost_buckets")
+    op.drop_table("function_totals")
