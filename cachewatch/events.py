@@ -42,7 +42,8 @@ class FunctionInfo:
     line: int
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"function_hash": self.function_hash, "name": self.name, "qualname": self.qualname,
+                "module": self.module, "file": self.file, "line": self.line}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,11 +102,15 @@ class CompileEvent:
     captured: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "function"}
+        row = {name: getattr(self, name) for name in _EVENT_FIELDS}
         row["function_hash"] = self.function.function_hash
         row["diff"] = list(self.diff)
         row["signature"] = list(self.signature)
         return row
+
+
+# Row fields of a CompileEvent, computed once (as_dict runs for every stored event).
+_EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(CompileEvent) if f.name != "function")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ and a store at an older schema revision is refused with the command that upgrade
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import sys
@@ -51,6 +52,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
         await run_in_threadpool(enginemod.ensure_schema, settings.store)
+        # Everything imported so far (JAX included) lives as long as the process: keep it
+        # out of the collector's full passes, which otherwise stall requests.
+        gc.freeze()
         yield
 
     app = FastAPI(title="cachewatch", version=__version__, lifespan=lifespan,

@@ -63,8 +63,9 @@ class Snapshot:
 def function_labels(conn: sa.Connection) -> dict[str, str]:
     """function_hash -> its ``function`` label: the short qualified name (``train.<locals>.step`` -> ``step``)."""
     f = models.functions
-    return {r.function_hash: (short_name(r.qualname) or r.name or r.function_hash[:12])
-            for r in conn.execute(sa.select(f.c.function_hash, f.c.name, f.c.qualname))}
+    return {function_hash: (short_name(qualname) or name or function_hash[:12])
+            for function_hash, name, qualname in enginemod.fetch_tuples(
+                conn, sa.select(f.c.function_hash, f.c.name, f.c.qualname))}
 
 
 def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | None = None) -> Snapshot:
@@ -73,8 +74,8 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
     # Totals the writers keep beside the events: a few rows per function, whatever the
     # number of events.
     t, h = models.function_totals, models.function_cost_buckets
-    for function_hash, cause, compiled, kind, n, seconds in conn.execute(
-            sa.select(t.c.function_hash, t.c.cause, t.c.compiled, t.c.kind, t.c.events, t.c.cost_seconds)).all():
+    for function_hash, cause, compiled, kind, n, seconds in enginemod.fetch_tuples(conn,
+            sa.select(t.c.function_hash, t.c.cause, t.c.compiled, t.c.kind, t.c.events, t.c.cost_seconds)):
         n = int(n)
         snap.events += n
         if kind == STALE_CAPTURE:  # not a trace or compile: no cost to observe
@@ -86,7 +87,8 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
         snap.seconds[label] = snap.seconds.get(label, 0.0) + float(seconds or 0.0)
         if compiled:
             snap.compiles[label][cause] += n
-    for function_hash, bucket_index, n in conn.execute(sa.select(h.c.function_hash, h.c.bucket, h.c.events)):
+    for function_hash, bucket_index, n in enginemod.fetch_tuples(conn, sa.select(h.c.function_hash, h.c.bucket,
+                                                                                h.c.events)):
         label = labels.get(function_hash) or function_hash[:12]
         counts = snap.buckets.get(label)
         if counts is None:

@@ -19,6 +19,34 @@ def function_rows(conn: sa.Connection, filters: Filters) -> list[dict[str, Any]]
     return storequeries.function_report(conn, filters)
 
 
+def function_page(conn: sa.Connection, filters: Filters, q: str | None, offset: int,
+                  limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """One page of report rows (most compile seconds first) and whether more follow.
+
+    Over the whole store the page's functions are chosen in SQL from the totals, and
+    only they get a full report row; with a run or time filter the report is built for
+    every function that matches and then cut.
+    """
+    if filters.run_id or filters.since is not None or filters.until is not None:
+        rows = storequeries.function_report(conn, filters)
+        if q:
+            needle = q.lower()
+            rows = [r for r in rows if needle in r["qualname"].lower() or needle in r["name"].lower()]
+        return rows[offset:offset + limit], offset + limit < len(rows)
+    t, f = models.function_totals, models.functions
+    cost = sa.func.sum(sa.case((t.c.kind != STALE_CAPTURE, t.c.cost_seconds), else_=0.0)).label("cost")
+    chosen = (sa.select(t.c.function_hash, cost, f.c.qualname).join(f, f.c.function_hash == t.c.function_hash)
+              .group_by(t.c.function_hash, f.c.qualname))
+    if q:
+        needle = q.lower()
+        chosen = chosen.where(sa.or_(sa.func.lower(f.c.qualname).contains(needle, autoescape=True),
+                                     sa.func.lower(f.c.name).contains(needle, autoescape=True)))
+    hashes = [r.function_hash for r in conn.execute(
+        chosen.order_by(cost.desc(), f.c.qualname).offset(offset).limit(limit + 1))]
+    rows = storequeries.function_report(conn, filters, function_hashes=hashes[:limit]) if hashes else []
+    return rows, len(hashes) > limit
+
+
 _EVENT_COLUMNS = [c for c in models.compile_events.c if c.name != "id"]
 
 
@@ -113,9 +141,26 @@ def run_rows(conn: sa.Connection, filters: Filters, limit: int,
     return rows
 
 
+def _grouped(conn: sa.Connection, filters: Filters, *columns: str) -> list[tuple]:
+    """(columns..., events, cost seconds) grouped by ``columns``, aggregated by the database.
+
+    Over the whole store this reads the per-function totals; with a run or time filter,
+    the events through their indexes. Stale captures count as events but cost nothing.
+    """
+    if filters.run_id is None and filters.since is None and filters.until is None:
+        t = models.function_totals
+        keys = [t.c[c] for c in columns]
+        q = sa.select(*keys, sa.func.sum(t.c.events),
+                      sa.func.sum(sa.case((t.c.kind != STALE_CAPTURE, t.c.cost_seconds), else_=0.0)))
+    else:
+        e = models.compile_events
+        keys = [e.c[c] for c in columns]
+        q = filters.apply(e, sa.select(*keys, sa.func.count(), sa.func.sum(storequeries._cost_expr(e))))
+    return [tuple(row) for row in conn.execute(q.group_by(*keys))]
+
+
 def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: float) -> dict[str, Any]:
     """Totals over the store (or the filtered part of it)."""
-    per = event_groups(conn, filters)
     if filters.since is None and filters.until is None:
         totals = models.run_totals
         runs_q = sa.select(sa.func.count()).select_from(totals).where(totals.c.events > 0)
@@ -132,23 +177,22 @@ def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: fl
             runs_q = runs_q.where(r.c.run_id == filters.run_id)
     runs = conn.execute(runs_q).scalar_one()
     causes: dict[str, int] = {}
-    compile_by_function: dict[str, float] = {}
     totals = {"events": 0, "traces": 0, "compiles": 0, "recompiles": 0, "stale_captures": 0}
-    for row in per:
-        n = int(row.events)
-        if row.cause == STALE_CAPTURE:
+    for kind, cause, compiled, n, _ in _grouped(conn, filters, "kind", "cause", "compiled"):
+        n = int(n)
+        if kind == STALE_CAPTURE:
             # Not a compile: the report keeps these out of the causes too.
             totals["stale_captures"] += n
         else:
-            causes[row.cause] = causes.get(row.cause, 0) + n
+            causes[cause] = causes.get(cause, 0) + n
         totals["events"] += n
-        totals["traces"] += n if row.kind == "trace" else 0
-        compiled = n if row.compiled else 0
-        totals["compiles"] += compiled
-        if row.cause != "first_call":
-            totals["recompiles"] += compiled
-        compile_by_function[row.function_hash] = (compile_by_function.get(row.function_hash, 0.0)
-                                                  + float(row.cost_seconds or 0.0))
+        totals["traces"] += n if kind == "trace" else 0
+        if compiled:
+            totals["compiles"] += n
+            if cause != "first_call":
+                totals["recompiles"] += n
+    compile_by_function = {function_hash: float(cost or 0.0)
+                           for function_hash, _, cost in _grouped(conn, filters, "function_hash")}
     s = models.call_stats
     calls = 0
     run_total = 0.0

@@ -206,3 +206,18 @@ def ensure_schema(url: str, *, migrate_empty: bool = True) -> None:
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot open store {_redact(url)}: {getattr(exc, 'orig', None) or exc}") from exc
     _verified.add(key)
+
+
+def fetch_tuples(conn: sa.Connection, statement: sa.Select) -> list[tuple]:
+    """Rows of a parameterless SELECT as plain tuples from the driver.
+
+    For the few reads that return thousands of small rows (totals per function and
+    cause), building SQLAlchemy Row objects costs more than the query itself.
+    """
+    sql = str(statement.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        cursor.execute(sql)
+        return cursor.fetchall()
+    finally:
+        cursor.close()

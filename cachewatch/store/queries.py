@@ -142,8 +142,8 @@ def event_groups(conn: sa.Connection, filters: Filters = Filters(),
         q = sa.select(t.c.function_hash, t.c.kind, t.c.cause, t.c.compiled, t.c.events,
                       t.c.cost_seconds, t.c.first_ts, t.c.last_ts)
         if function_hashes is not None:
-            q = q.where(t.c.function_hash.in_(function_hashes))
-        return conn.execute(q).all()
+            return conn.execute(q.where(t.c.function_hash.in_(function_hashes))).all()
+        return enginemod.fetch_tuples(conn, q)
     e = models.compile_events
     q = filters.apply(e, sa.select(e.c.function_hash, e.c.kind, e.c.cause, e.c.compiled,
                                    sa.func.count().label("events"), sa.func.sum(_cost_expr(e)).label("cost_seconds"),

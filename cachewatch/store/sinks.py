@@ -74,9 +74,12 @@ def batch_rows(batch: Any) -> tuple[list[dict], list[dict], list[dict], list[dic
     functions: dict[str, dict] = {}
     for event in batch.events:
         info = event.function
-        first_seen[info.function_hash] = min(first_seen.get(info.function_hash, event.timestamp),
-                                             event.timestamp)
-        functions[info.function_hash] = info.as_dict()
+        seen = first_seen.get(info.function_hash)
+        if seen is None:
+            first_seen[info.function_hash] = event.timestamp
+            functions[info.function_hash] = info.as_dict()  # once per function, not per event
+        elif event.timestamp < seen:
+            first_seen[info.function_hash] = event.timestamp
     for stat in batch.stats:
         info = stat.function
         first_seen.setdefault(info.function_hash, stat.timestamp)

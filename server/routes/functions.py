@@ -27,13 +27,9 @@ def list_functions(_: ReadAuth, conn: Connection, filters: QueryFilters, page: P
                    q: Annotated[str | None, Query(max_length=200, description="Only functions whose name or "
                                                   "qualified name contains this text.")] = None) -> dict:
     offset = _offset(page.cursor)
-    rows = queries.function_rows(conn, filters)
-    if q:
-        needle = q.lower()
-        rows = [r for r in rows if needle in r["qualname"].lower() or needle in r["name"].lower()]
+    rows, more = queries.function_page(conn, filters, q, offset, page.limit)
     end = offset + page.limit
-    return {"items": rows[offset:end],
-            "next_cursor": encode_cursor("functions", end) if end < len(rows) else None}
+    return {"items": rows, "next_cursor": encode_cursor("functions", end) if more else None}
 
 
 @router.get("/functions/{function_hash}", response_model=FunctionDetail, summary="One function, with its storms",
