@@ -87,10 +87,8 @@ def store(url: str, batch: BatchIn) -> dict[str, Any]:
         if conn.dialect.name == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
                          {"key": "cachewatch-ingest:" + batch.run.run_id})
-        known_events = _existing_event_ids(conn, [e["event_id"] for e in events])
         new_stats = _new_stats(conn, batch.run.run_id, stats)
-        sinks.write_rows(conn, runs, functions, events, new_stats)
-    stored = len({e["event_id"] for e in events} - known_events)
+        stored = len(sinks.write_rows(conn, runs, functions, events, new_stats))
     return {"batch_id": batch.batch_id, "events": len(events), "stored_events": stored,
             "duplicate_events": len(events) - stored, "stats": len(stats), "stored_stats": len(new_stats),
             "duplicate_stats": len(stats) - len(new_stats)}
@@ -136,15 +134,6 @@ def _strip_nul(rows: list[dict]) -> None:
         for key, value in row.items():
             if isinstance(value, str) and "\x00" in value:
                 row[key] = value.replace("\x00", "\ufffd")
-
-
-def _existing_event_ids(conn: sa.Connection, ids: list[str]) -> set[str]:
-    e = models.compile_events
-    found: set[str] = set()
-    for start in range(0, len(ids), _CHUNK):
-        chunk = ids[start:start + _CHUNK]
-        found.update(conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(chunk))).scalars())
-    return found
 
 
 def _new_stats(conn: sa.Connection, run_id: str, rows: list[dict]) -> list[dict]:

@@ -49,8 +49,11 @@ def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list
 
 
 def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], events: list[dict],
-               stats: list[dict]) -> None:
-    """Insert one batch in one transaction; repeats of the same ids are ignored."""
+               stats: list[dict]) -> set[str]:
+    """Insert one batch in one transaction; repeats of the same ids are ignored.
+
+    Returns the ids of the events that were new (the rest were already stored).
+    """
     _insert_ignoring_duplicates(conn, models.runs, _unique(runs, "run_id"), "run_id")
     _insert_ignoring_duplicates(conn, models.functions, _unique(functions, "function_hash"), "function_hash")
     inserted = _insert_ignoring_duplicates(conn, models.compile_events, events, "event_id",
@@ -59,6 +62,7 @@ def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], eve
         rollup.add(conn, rollup.deltas(e for e in events if e["event_id"] in inserted))
     if stats:
         conn.execute(sa.insert(models.call_stats), stats)
+    return inserted
 
 
 def _unique(rows: list[dict], key: str) -> list[dict]:
