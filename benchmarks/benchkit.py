@@ -175,6 +175,7 @@ def seed(url: str, events: int, functions: int, *, runs: int = 50, days: float =
                           "sampled_seconds": sampled * rng.uniform(0.001, 0.05)})
     with enginemod.get_engine(url).begin() as conn:
         conn.execute(sa.insert(models.call_stats), stats)
+        rollup.add_call_stats(conn, stats)
         conn.execute(sa.text("ANALYZE"))  # planner statistics, as a store in service would have
     if not quiet:
         print(f"\r  seeded {written:,} events in {time.perf_counter() - started:.0f}s" + " " * 20, file=sys.stderr)

@@ -110,31 +110,14 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
 def _call_totals(conn: sa.Connection) -> Iterator[tuple[str, int, float, bool]]:
     """Per function: calls, estimated run seconds, and whether any call was timed.
 
-    Each statistics row is costed at the mean run time known when it was written (rows
-    before the first timed call at the first mean). Later samples never revalue earlier
-    rows, so the estimate only grows, as a Prometheus counter must; the plain ``mean x
-    calls`` of the report can shrink when the mean drops.
+    The estimate comes from the totals the writers keep: each statistics row valued at
+    the mean known when it was written, so it only grows, as a Prometheus counter must
+    (the report's plain ``mean x calls`` can shrink when the mean drops).
     """
-    s = models.call_stats
-    window = {"partition_by": s.c.function_hash, "order_by": (s.c.timestamp, s.c.id)}
-    inner = sa.select(
-        s.c.function_hash, s.c.calls, s.c.sampled_calls,
-        sa.cast(sa.func.sum(s.c.sampled_seconds).over(**window), sa.Float).label("cum_s"),
-        sa.cast(sa.func.sum(s.c.sampled_calls).over(**window), sa.Float).label("cum_n"),
-    ).subquery()
-    known = sa.case((inner.c.cum_n > 0, inner.c.calls * inner.c.cum_s / inner.c.cum_n), else_=0.0)
-    first_mean = sa.case((sa.and_(inner.c.cum_n > 0, inner.c.cum_n == inner.c.sampled_calls),
-                          inner.c.cum_s / inner.c.cum_n))
-    q = sa.select(inner.c.function_hash, sa.func.sum(inner.c.calls).label("calls"),
-                  sa.func.sum(known).label("known"),
-                  sa.func.sum(sa.case((inner.c.cum_n == 0, inner.c.calls), else_=0)).label("unmeasured"),
-                  sa.func.max(first_mean).label("first_mean")).group_by(inner.c.function_hash)
-    for row in conn.execute(q):
-        measured = row.first_mean is not None
-        estimate = float(row.known or 0.0)
-        if measured:
-            estimate += int(row.unmeasured or 0) * float(row.first_mean)
-        yield row.function_hash, int(row.calls or 0), estimate, measured
+    t = models.function_call_totals
+    for function_hash, calls, run_seconds, sampled in enginemod.fetch_tuples(
+            conn, sa.select(t.c.function_hash, t.c.calls, t.c.run_seconds, t.c.sampled_calls)):
+        yield function_hash, int(calls or 0), float(run_seconds or 0.0), bool(sampled)
 
 
 class _Fold:

@@ -193,19 +193,15 @@ def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: fl
                 totals["recompiles"] += n
     compile_by_function = {function_hash: float(cost or 0.0)
                            for function_hash, _, cost in _grouped(conn, filters, "function_hash")}
-    s = models.call_stats
     calls = 0
     run_total = 0.0
     measured_compile = 0.0
     measured = False
-    for row in conn.execute(filters.apply(s, sa.select(
-            s.c.function_hash, sa.func.sum(s.c.calls).label("calls"),
-            sa.func.sum(s.c.sampled_calls).label("sampled"),
-            sa.func.sum(s.c.sampled_seconds).label("seconds")).group_by(s.c.function_hash))):
+    for row in storequeries.call_totals(conn, filters):
         calls += int(row.calls or 0)
-        if row.sampled:
+        if row.sampled_calls:
             measured = True
-            run_total += float(row.seconds) / int(row.sampled) * int(row.calls or 0)
+            run_total += float(row.sampled_seconds) / int(row.sampled_calls) * int(row.calls or 0)
             measured_compile += compile_by_function.get(row.function_hash, 0.0)
     compile_seconds = sum(compile_by_function.values())
     active = storms(conn, filters, threshold=threshold, window=window, active_only=True)

@@ -105,7 +105,8 @@ def copy_store(source: str, target: str) -> None:
     enginemod.ensure_schema(target)
     with enginemod.connection(source) as src, enginemod.connection(target) as dst:
         for table in (models.runs, models.functions, models.compile_events, models.call_stats,
-                      models.function_totals, models.function_cost_buckets, models.run_totals):
+                      models.function_totals, models.function_cost_buckets, models.run_totals,
+                      models.function_call_totals):
             columns = [c for c in table.c if c.name != "id"]
             order = table.c.id if "id" in table.c else list(table.primary_key.columns)[0]
             rows = [dict(r._mapping) for r in src.execute(sa.select(*columns).order_by(order))]

@@ -106,7 +106,8 @@ def test_library_and_cli_share_the_default_store(tmp_path):
 def _rollup_rows(url: str) -> list[tuple]:
     found = []
     with enginemod.connection(url) as conn:
-        for table in (models.function_totals, models.function_cost_buckets, models.run_totals):
+        for table in (models.function_totals, models.function_cost_buckets, models.run_totals,
+                      models.function_call_totals):
             rows = conn.execute(sa.select(table).order_by(*table.primary_key.columns)).all()
             found += [(table.name, *(round(v, 9) if isinstance(v, float) else v for v in row)) for row in rows]
     return found
@@ -152,3 +153,27 @@ def test_upgrade_fills_the_rollup_from_existing_events(sqlite_url, use_store):
     enginemod.upgrade(sqlite_url)
     assert _rollup_rows(sqlite_url) == expected and expected
     assert rollup.cost_bucket(0.0) == 0 and rollup.cost_bucket(0.005) == 0 and rollup.cost_bucket(1e9) == 15
+
+
+def test_run_time_estimate_only_grows_and_values_early_calls(sqlite_url):
+    from cachewatch.store import rollup
+
+    enginemod.ensure_schema(sqlite_url)
+    with enginemod.connection(sqlite_url) as conn:
+        conn.execute(sa.insert(models.runs), [{"run_id": "r" * 32, "started_at": 0.0, "devices": []}])
+        conn.execute(sa.insert(models.functions), [{"function_hash": "f", "name": "f", "qualname": "f",
+                                                    "first_seen": 0.0}])
+
+    def write(timestamp, calls, sampled, seconds):
+        with enginemod.connection(sqlite_url) as conn:
+            rollup.add_call_stats(conn, [{"run_id": "r" * 32, "function_hash": "f", "timestamp": timestamp,
+                                          "calls": calls, "sampled_calls": sampled, "sampled_seconds": seconds}])
+            return conn.execute(sa.select(models.function_call_totals)).one()
+
+    first = write(1.0, 100, 0, 0.0)  # no sample yet: the calls wait to be valued
+    assert (first.calls, first.run_seconds, first.unvalued_calls) == (100, 0.0, 100)
+    second = write(2.0, 10, 2, 0.2)  # mean 0.1 s: these 10 calls and the 100 waiting ones
+    assert second.unvalued_calls == 0 and second.run_seconds == pytest.approx(110 * 0.1)
+    third = write(3.0, 10, 8, 0.08)  # the mean drops to 0.028 s: the estimate still grows
+    assert third.run_seconds == pytest.approx(11.0 + 10 * 0.028) and third.run_seconds > second.run_seconds
+    assert (third.calls, third.sampled_calls) == (120, 10)

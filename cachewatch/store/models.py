@@ -149,6 +149,25 @@ class RunTotalsRow(Base):
     last_ts: Mapped[float] = mapped_column(Float)
 
 
+class FunctionCallTotalsRow(Base):
+    """Calls, sampled run time, and the run-time estimate per function (see rollup.py).
+
+    ``run_seconds`` values each statistics row at the sampled mean known when it was
+    written, so it only grows; calls written before any sample wait in
+    ``unvalued_calls`` and are valued at the first mean.
+    """
+
+    __tablename__ = "function_call_totals"
+
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"),
+                                               primary_key=True)
+    calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    sampled_calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    sampled_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    run_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    unvalued_calls: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 runs = RunRow.__table__
 functions = FunctionRow.__table__
 compile_events = CompileEventRow.__table__
@@ -156,3 +175,4 @@ call_stats = CallStatsRow.__table__
 function_totals = FunctionTotalsRow.__table__
 function_cost_buckets = FunctionCostBucketRow.__table__
 run_totals = RunTotalsRow.__table__
+function_call_totals = FunctionCallTotalsRow.__table__

@@ -76,12 +76,7 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
         per[cause] = per.get(cause, 0) + n
     if not rows:
         return []
-    s = models.call_stats
-    stats_q = filters.apply(s, sa.select(
-        s.c.function_hash, sa.func.sum(s.c.calls).label("calls"),
-        sa.func.sum(s.c.sampled_calls).label("sampled_calls"),
-        sa.func.sum(s.c.sampled_seconds).label("sampled_seconds")).group_by(s.c.function_hash))
-    stats = {r.function_hash: r for r in conn.execute(stats_q)}
+    stats = {r.function_hash: r for r in call_totals(conn, filters, function_hashes)}
     f = models.functions
     meta_q = sa.select(f)
     if function_hashes is not None or filters.run_id or filters.since is not None or filters.until is not None:
@@ -128,6 +123,25 @@ def _dominant(causes: dict[str, int]) -> str | None:
     others = {c: n for c, n in causes.items() if c != "first_call"}
     pool = others or causes
     return max(sorted(pool), key=lambda c: pool[c]) if pool else None
+
+
+def call_totals(conn: sa.Connection, filters: Filters = Filters(),
+                function_hashes: list[str] | None = None) -> list[Any]:
+    """Per function: calls, sampled_calls, sampled_seconds (from the totals when unfiltered)."""
+    if filters.run_id is None and filters.since is None and filters.until is None:
+        t = models.function_call_totals
+        q = sa.select(t.c.function_hash, t.c.calls, t.c.sampled_calls, t.c.sampled_seconds)
+        key = t.c.function_hash
+    else:
+        s = models.call_stats
+        q = filters.apply(s, sa.select(
+            s.c.function_hash, sa.func.sum(s.c.calls).label("calls"),
+            sa.func.sum(s.c.sampled_calls).label("sampled_calls"),
+            sa.func.sum(s.c.sampled_seconds).label("sampled_seconds")).group_by(s.c.function_hash))
+        key = s.c.function_hash
+    if function_hashes is not None:
+        q = q.where(key.in_(function_hashes))
+    return conn.execute(q).all()
 
 
 def event_groups(conn: sa.Connection, filters: Filters = Filters(),

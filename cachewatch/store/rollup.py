@@ -103,7 +103,49 @@ def add(conn: sa.Connection, tables: dict[sa.Table, list[dict[str, Any]]]) -> No
                      sorted(rows, key=lambda row: tuple(row[k] for k in key)))
 
 
-TABLES = ("function_totals", "function_cost_buckets", "run_totals")
+TABLES = ("function_totals", "function_cost_buckets", "run_totals", "function_call_totals")
+
+
+def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
+    """Fold new call-statistics rows into ``function_call_totals``.
+
+    Each row is valued at the sampled mean known once it is counted (the stored sample
+    plus this batch's, in time order), and the estimate is only ever added to: a
+    counter in Prometheus must not go down when a later sample lowers the mean.
+    """
+    if not stats:
+        return
+    t = models.function_call_totals
+    hashes = sorted({row["function_hash"] for row in stats})
+    stored = {r[0]: r for r in conn.execute(
+        sa.select(t.c.function_hash, t.c.sampled_calls, t.c.sampled_seconds, t.c.unvalued_calls)
+        .where(t.c.function_hash.in_(hashes)))}
+    deltas: dict[str, dict[str, Any]] = {}
+    for row in sorted(stats, key=lambda r: r["timestamp"]):
+        key = row["function_hash"]
+        delta = deltas.get(key)
+        if delta is None:
+            base = stored.get(key)
+            delta = deltas[key] = {"function_hash": key, "calls": 0, "sampled_calls": 0, "sampled_seconds": 0.0,
+                                   "run_seconds": 0.0, "unvalued_calls": 0,
+                                   "_n": int(base[1]) if base else 0, "_s": float(base[2]) if base else 0.0,
+                                   "_waiting": int(base[3]) if base else 0}
+        delta["calls"] += int(row["calls"])
+        delta["sampled_calls"] += int(row["sampled_calls"])
+        delta["sampled_seconds"] += float(row["sampled_seconds"])
+        delta["_n"] += int(row["sampled_calls"])
+        delta["_s"] += float(row["sampled_seconds"])
+        if delta["_n"] == 0:
+            delta["unvalued_calls"] += int(row["calls"])
+            continue
+        mean = delta["_s"] / delta["_n"]
+        delta["run_seconds"] += int(row["calls"]) * mean
+        if delta["_waiting"]:  # calls from before the first sample: valued now, once
+            delta["run_seconds"] += delta["_waiting"] * mean
+            delta["unvalued_calls"] -= delta["_waiting"]
+            delta["_waiting"] = 0
+    rows = [{k: v for k, v in d.items() if not k.startswith("_")} for d in deltas.values()]
+    add(conn, {t: rows})
 
 
 def rebuild(conn: sa.Connection, chunk: int = 50_000) -> None:
@@ -118,6 +160,14 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000) -> None:
         rows = conn.execute(sa.select(e.c.id, *columns).where(e.c.id > last_id).order_by(e.c.id)
                             .limit(chunk)).mappings().all()
         if not rows:
-            return
+            break
         add(conn, deltas(rows))
+        last_id = rows[-1]["id"]
+    s = models.call_stats
+    last_id = 0
+    while True:
+        rows = conn.execute(sa.select(s).where(s.c.id > last_id).order_by(s.c.id).limit(chunk)).mappings().all()
+        if not rows:
+            return
+        add_call_stats(conn, [dict(r) for r in rows])
         last_id = rows[-1]["id"]

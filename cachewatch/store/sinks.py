@@ -62,6 +62,7 @@ def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], eve
         rollup.add(conn, rollup.deltas(e for e in events if e["event_id"] in inserted))
     if stats:
         conn.execute(sa.insert(models.call_stats), stats)
+        rollup.add_call_stats(conn, stats)
     return inserted
 
 

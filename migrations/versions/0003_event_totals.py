@@ -1,5 +1,5 @@
-"""Totals beside the events (per function and cause, per cost bucket, per run), filled
-from the events already stored.
+"""Totals beside the events (per function and cause, per cost bucket, per run) and the
+call statistics (per function), filled from the rows already stored.
 
 Revision ID: 0003
 Revises: 0002
@@ -48,13 +48,25 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"]),
         sa.PrimaryKeyConstraint("run_id"),
     )
-    # Existing events: the same totals the writers keep from now on.
+    op.create_table(
+        "function_call_totals",
+        sa.Column("function_hash", sa.String(length=40), nullable=False),
+        sa.Column("calls", sa.BigInteger(), nullable=False),
+        sa.Column("sampled_calls", sa.BigInteger(), nullable=False),
+        sa.Column("sampled_seconds", sa.Float(), nullable=False),
+        sa.Column("run_seconds", sa.Float(), nullable=False),
+        sa.Column("unvalued_calls", sa.BigInteger(), nullable=False),
+        sa.ForeignKeyConstraint(["function_hash"], ["functions.function_hash"]),
+        sa.PrimaryKeyConstraint("function_hash"),
+    )
+    # Existing events and call statistics: the same totals the writers keep from now on.
     from cachewatch.store import rollup
 
     rollup.rebuild(op.get_bind())
 
 
 def downgrade() -> None:
+    op.drop_table("function_call_totals")
     op.drop_table("run_totals")
     op.drop_table("function_cost_buckets")
     op.drop_table("function_totals")
