@@ -202,6 +202,7 @@ class Writer:
         self.pid = os.getpid()
         self.queue: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
         self.dropped = 0
+        self._dropped_reported = 0
         self.written = 0
         self.failed_batches = 0
         self._sink = None
@@ -305,10 +306,12 @@ class Writer:
             self._drain_spool()
             return
         sink = self._get_sink()
-        payload = Batch(run=run_info(), events=batch, stats=stats)
+        lost = self.dropped - self._dropped_reported
+        payload = Batch(run=run_info(), events=batch, stats=stats, dropped=lost)
         failure = self._send(sink, payload)
         if failure is None:
             self.written += len(batch)
+            self._dropped_reported += lost
             self._drain_spool()
         elif _refused(failure):
             # The store will never take this batch (it is invalid to it): spooling it would
@@ -377,12 +380,13 @@ def _refused(exc: Exception) -> bool:
 class Batch:
     """What the writer hands a sink: the run, compile events, and call statistics."""
 
-    __slots__ = ("run", "events", "stats")
+    __slots__ = ("run", "events", "stats", "dropped")
 
-    def __init__(self, run: RunInfo, events: list[CompileEvent], stats: list[CallStats]):
+    def __init__(self, run: RunInfo, events: list[CompileEvent], stats: list[CallStats], dropped: int = 0):
         self.run = run
         self.events = events
         self.stats = stats
+        self.dropped = dropped  # events this process lost since the previous batch (SQL sinks store it)
 
 
 def _collect_call_stats() -> list[CallStats]:

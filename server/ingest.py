@@ -88,7 +88,7 @@ def store(url: str, batch: BatchIn) -> dict[str, Any]:
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
                          {"key": "cachewatch-ingest:" + batch.run.run_id})
         new_stats = _new_stats(conn, batch.run.run_id, stats)
-        stored = len(sinks.write_rows(conn, runs, functions, events, new_stats))
+        stored = len(sinks.write_rows(conn, runs, functions, events, new_stats, dropped=batch.dropped))
     return {"batch_id": batch.batch_id, "events": len(events), "stored_events": stored,
             "duplicate_events": len(events) - stored, "stats": len(stats), "stored_stats": len(new_stats),
             "duplicate_stats": len(stats) - len(new_stats)}

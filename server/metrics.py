@@ -52,6 +52,7 @@ class Snapshot:
     measured: set[str] = field(default_factory=set)  # labels with a sampled run time
     storming: set[str] = field(default_factory=set)
     events: int = 0
+    client_dropped: int = 0  # events the recorders reported lost, from the store
 
     def labels(self) -> set[str]:
         return set(self.compiles) | set(self.buckets) | set(self.calls)
@@ -101,6 +102,8 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
         snap.run_seconds[label] = snap.run_seconds.get(label, 0.0) + run_seconds
         if measured:
             snap.measured.add(label)
+    d = models.run_drops
+    snap.client_dropped = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(d.c.dropped), 0))).scalar_one())
     for storm in queries.storms(conn, queries.Filters(), threshold=settings.storm_threshold,
                                 window=settings.storm_window, active_only=True, now=now):
         snap.storming.add(labels.get(storm["function_hash"], storm["function_hash"][:12]))
@@ -171,21 +174,20 @@ class StoreCollector:
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("cachewatch_store_up", "1 if the store answered this scrape's queries.")
-        dropped = CounterMetricFamily("cachewatch_events_dropped", "Events lost before they reached the "
-                                      "store: reported by clients (queue or spool full) and refused by "
-                                      "this process (invalid or oversized batches).")
-        dropped.add_metric([], self.counters.dropped_total)
         try:
             with enginemod.connection(self.settings.store, ensure=False) as conn:
                 snap = read_snapshot(conn, self.settings)
         except Exception as exc:  # a down store must not hide the request metrics
             logger.warning("metrics: cannot read the store: %s", exc)
             up.add_metric([], 0)
-            yield up
-            yield dropped
+            yield up  # no dropped-events series now: without the store's part it would go down
             return
         up.add_metric([], 1)
         yield up
+        dropped = CounterMetricFamily("cachewatch_events_dropped", "Events lost before they reached the "
+                                      "store: reported by the recorders (queue or spool full; kept in the "
+                                      "store) and refused by this process (invalid or oversized batches).")
+        dropped.add_metric([], snap.client_dropped + self.counters.rejected_events)
         yield dropped
         with self._lock:  # concurrent scrapes must not both move the same carry
             yield from self._families(snap)

@@ -185,8 +185,57 @@ class StormPage(BaseModel):
     next_cursor: str | None
 
 
+class VerdictOut(BaseModel):
+    """Whether compiling paid for itself (cachewatch.analysis.jit_verdict)."""
+
+    compiles: int
+    calls: int
+    compile_seconds: float
+    run_seconds_mean: float | None
+    eager_seconds_mean: float | None = Field(description="Op-by-op run time per call, when measured "
+                                             "(eager_baseline).")
+    break_even_calls: int | None = Field(description="Calls after which the time saved repays the compiles.")
+    jit_saves_seconds: float | None = Field(description="Eager total minus jit total (compiles + runs).")
+    few_calls: bool = Field(description="Called at most a few times per compile.")
+    worth_it: bool | None
+    text: str
+
+
 class FunctionDetail(FunctionOut):
     storms: list[StormOut]
+    verdict: VerdictOut | None = Field(None, description="Is jit worth it for this function.")
+
+
+class CostModelOut(BaseModel):
+    function_hash: str
+    qualname: str
+    compiles: int
+    min_size: float = Field(description="Smallest program (HLO ops when recorded, else jaxpr equations).")
+    max_size: float
+    seconds_per_1000_ops: float | None
+    exponent: float | None = Field(description="Slope of compile seconds against size on log-log axes.")
+    superlinear: bool
+
+
+class RegressionOut(BaseModel):
+    function_hash: str
+    qualname: str = ""
+    signature_hash: str
+    run_before: str
+    run_after: str
+    seconds_before: float
+    seconds_after: float
+    ratio: float | None
+    jax_before: str
+    jax_after: str
+
+
+class DiagnosisOut(BaseModel):
+    verdicts: dict[str, VerdictOut] = Field(description="By function hash: is jit worth it.")
+    cost_model: list[CostModelOut] = Field(description="Compile seconds against program size, fastest-growing "
+                                           "first.")
+    regressions: list[RegressionOut] = Field(description="Same function and signature compiling slower in a "
+                                             "later run.")
 
 
 class EventOut(BaseModel):

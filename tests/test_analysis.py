@@ -316,3 +316,31 @@ def test_cost_analysis_records_program_size(sqlite_url, use_store):
     (event,) = events_of(sqlite_url, "dense")
     assert event["hlo_ops"] >= 3 and event["jaxpr_eqns"] >= 3
     assert event["flops"] and event["flops"] >= 8 * 8 * 4
+
+
+def test_diagnosis_through_the_api(sqlite_url, use_store):
+    from fastapi.testclient import TestClient
+
+    from server.main import create_app
+    from server.settings import ServerSettings
+
+    use_store(sqlite_url)
+
+    @functools.partial(cachewatch.jit, eager_baseline=True)
+    def layer(x):
+        return jnp.tanh(x @ x.T)
+
+    for n in (2, 3, 4):
+        layer(jnp.ones((n, 4)))
+    assert cachewatch.flush(30)
+    _insert_compiles(sqlite_url, "slow_step", [10.0], run_id="a" * 32, started_at=1.0, seconds=0.1)
+    _insert_compiles(sqlite_url, "slow_step", [20.0], run_id="b" * 32, started_at=2.0, seconds=0.4)
+    with TestClient(create_app(ServerSettings(store=sqlite_url))) as client:
+        body = client.get("/api/v1/diagnosis").json()
+        (layer_hash,) = [h for h, v in body["verdicts"].items() if v["compiles"] == 3]
+        assert body["verdicts"][layer_hash]["eager_seconds_mean"] > 0
+        assert body["verdicts"][layer_hash]["few_calls"] is True
+        assert [r["qualname"] for r in body["regressions"]] == ["slow_step"]
+        assert any(row["function_hash"] == layer_hash for row in body["cost_model"])
+        detail = client.get(f"/api/v1/functions/{layer_hash}").json()
+        assert detail["verdict"]["text"] == body["verdicts"][layer_hash]["text"]

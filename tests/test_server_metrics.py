@@ -206,6 +206,43 @@ def test_dropped_events_counter(sqlite_url, recorded):
         samples = scrape(client)
     assert kit.sample(samples, "cachewatch_events_dropped_total") == 3 + 2
     assert kit.sample(samples, "cachewatch_events_ingested_total") == len(recorded.events)
+    # The recorders' drops are kept in the store: a restarted service still counts them.
+    with make_client(sqlite_url) as client:
+        assert kit.sample(scrape(client), "cachewatch_events_dropped_total") == 3
+
+
+def test_recorder_drops_reach_the_store_through_a_sql_sink(sqlite_url, use_store):
+    import threading
+
+    import sqlalchemy as sa
+
+    from cachewatch.store import models
+    from test_recorder import make_event
+
+    use_store(sqlite_url, queue_size=2, flush_interval=0.01)
+    writer = recorder._get_writer()
+    release, busy = threading.Event(), threading.Event()
+    real = writer._get_sink()
+
+    class Slow:  # holds the writer so that the queue overflows behind it
+        def write(self, batch):
+            busy.set()
+            release.wait(30)
+            real.write(batch)
+
+    writer._sink = Slow()
+    writer.put(make_event())
+    assert busy.wait(10)
+    for _ in range(6):
+        writer.put(make_event())
+    assert writer.dropped == 4
+    release.set()
+    writer._sink = real
+    assert recorder.flush(10)
+    recorder.record_event(make_event())  # the next batch carries the count
+    assert recorder.flush(10)
+    with enginemod.connection(sqlite_url) as conn:
+        assert conn.execute(sa.select(sa.func.sum(models.run_drops.c.dropped))).scalar_one() == 4
 
 
 def test_unreachable_store_keeps_metrics_up():

@@ -62,18 +62,14 @@ class HttpSink:
         self._token = token or None
         self.timeout = timeout
         self._opener = urllib.request.build_opener(_NoRedirect())
-        self._reported_dropped = 0
 
     def __repr__(self) -> str:  # never show the token
         return f"HttpSink({self.url!r})"
 
     def write(self, batch: Any) -> None:
-        payload = spool.encode(batch)
+        payload = spool.encode(batch)  # carries the events the recorder lost since its previous batch
         payload["batch_id"] = batch_id(payload)
-        dropped = _dropped_so_far()
-        payload["dropped"] = max(0, dropped - self._reported_dropped)
         self.post(payload)
-        self._reported_dropped = max(self._reported_dropped, dropped)
 
     def post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST one JSON batch; returns the server's answer or raises :class:`HttpStoreError`."""
@@ -116,7 +112,3 @@ def _detail(exc: urllib.error.HTTPError) -> str:
         return exc.reason if isinstance(exc.reason, str) else "no detail"
 
 
-def _dropped_so_far() -> int:
-    from .. import recorder
-
-    return recorder.dropped_events()

@@ -168,6 +168,15 @@ class FunctionCallTotalsRow(Base):
     unvalued_calls: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class RunDropsRow(Base):
+    """Events a run's recorder dropped before they reached the store (queue or spool full)."""
+
+    __tablename__ = "run_drops"
+
+    run_id: Mapped[str] = mapped_column(String(32), ForeignKey("runs.run_id"), primary_key=True)
+    dropped: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 runs = RunRow.__table__
 functions = FunctionRow.__table__
 compile_events = CompileEventRow.__table__
@@ -176,3 +185,4 @@ function_totals = FunctionTotalsRow.__table__
 function_cost_buckets = FunctionCostBucketRow.__table__
 run_totals = RunTotalsRow.__table__
 function_call_totals = FunctionCallTotalsRow.__table__
+run_drops = RunDropsRow.__table__

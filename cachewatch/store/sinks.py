@@ -49,10 +49,11 @@ def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list
 
 
 def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], events: list[dict],
-               stats: list[dict]) -> set[str]:
+               stats: list[dict], dropped: int = 0) -> set[str]:
     """Insert one batch in one transaction; repeats of the same ids are ignored.
 
-    Returns the ids of the events that were new (the rest were already stored).
+    ``dropped`` is what the run's recorder lost since its previous batch. Returns the
+    ids of the events that were new (the rest were already stored).
     """
     _insert_ignoring_duplicates(conn, models.runs, _unique(runs, "run_id"), "run_id")
     _insert_ignoring_duplicates(conn, models.functions, _unique(functions, "function_hash"), "function_hash")
@@ -63,6 +64,8 @@ def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], eve
     if stats:
         conn.execute(sa.insert(models.call_stats), stats)
         rollup.add_call_stats(conn, stats)
+    if dropped and runs and (inserted or stats or not events):  # a repeated batch reports nothing new
+        rollup.add(conn, {models.run_drops: [{"run_id": runs[0]["run_id"], "dropped": int(dropped)}]})
     return inserted
 
 
@@ -101,4 +104,4 @@ class SqlSink:
     def write(self, batch: Any) -> None:
         runs, functions, events, stats = batch_rows(batch)
         with enginemod.connection(self.url) as conn:
-            write_rows(conn, runs, functions, events, stats)
+            write_rows(conn, runs, functions, events, stats, dropped=getattr(batch, "dropped", 0))

@@ -29,14 +29,14 @@ def _dir(cfg: Config) -> Path:
 
 def encode(batch: Any) -> dict[str, Any]:
     return {"run": batch.run.as_dict(), "events": [event_to_dict(e) for e in batch.events],
-            "stats": [stats_to_dict(s) for s in batch.stats]}
+            "stats": [stats_to_dict(s) for s in batch.stats], "dropped": getattr(batch, "dropped", 0)}
 
 
 def decode(data: dict[str, Any]) -> Any:
     from ..recorder import Batch
 
     return Batch(run=run_from_dict(data["run"]), events=[event_from_dict(e) for e in data["events"]],
-                 stats=[stats_from_dict(s) for s in data["stats"]])
+                 stats=[stats_from_dict(s) for s in data["stats"]], dropped=int(data.get("dropped") or 0))
 
 
 def used_bytes(cfg: Config) -> int:

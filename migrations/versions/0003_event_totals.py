@@ -59,6 +59,13 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["function_hash"], ["functions.function_hash"]),
         sa.PrimaryKeyConstraint("function_hash"),
     )
+    op.create_table(
+        "run_drops",
+        sa.Column("run_id", sa.String(length=32), nullable=False),
+        sa.Column("dropped", sa.BigInteger(), nullable=False),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"]),
+        sa.PrimaryKeyConstraint("run_id"),
+    )
     # Existing events and call statistics: the same totals the writers keep from now on.
     from cachewatch.store import rollup
 
@@ -66,6 +73,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("run_drops")
     op.drop_table("function_call_totals")
     op.drop_table("run_totals")
     op.drop_table("function_cost_buckets")

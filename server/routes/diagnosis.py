@@ -1,0 +1,21 @@
+"""``/api/v1/diagnosis``: is jit worth it, the compile cost model, and compile-time regressions."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from cachewatch import analysis
+
+from .. import queries
+from ..deps import Connection, QueryFilters, ReadAuth
+from ..schemas import DiagnosisOut
+
+router = APIRouter(prefix="/api/v1", tags=["diagnosis"])
+
+
+@router.get("/diagnosis", response_model=DiagnosisOut, summary="Verdicts, compile cost model and regressions")
+def diagnosis(_: ReadAuth, conn: Connection, filters: QueryFilters) -> dict:
+    rows = queries.function_rows(conn, filters)
+    return {"verdicts": analysis.verdicts(conn, rows, filters),
+            "cost_model": analysis.cost_model(conn, filters),
+            "regressions": analysis.compile_regressions(conn)}
