@@ -45,7 +45,19 @@ def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list
     if returning is None:
         conn.execute(stmt, rows)
         return set()
-    return set(conn.execute(stmt.returning(returning), rows).scalars())
+    if dialect == "sqlite":
+        return set(conn.execute(stmt.returning(returning), rows).scalars())
+    # psycopg parses the one giant multi-row statement that RETURNING needs in Python,
+    # slower than the insert itself; ask which keys exist, then insert in a pipeline.
+    # Two writers never share event ids (they are made by the recording process), so
+    # only this writer's own retry can repeat them, and it is not concurrent with itself.
+    wanted = [row[key] for row in rows]
+    existing: set[Any] = set()
+    for start in range(0, len(wanted), 1000):
+        existing.update(conn.execute(sa.select(returning).where(table.c[key].in_(wanted[start:start + 1000])))
+                        .scalars())
+    conn.execute(stmt, rows)
+    return set(wanted) - existing
 
 
 def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], events: list[dict],
