@@ -7,6 +7,7 @@ transaction per batch, many rows per statement, idempotent on event ids);
 
 from __future__ import annotations
 
+import json
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -45,19 +46,43 @@ def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list
     if returning is None:
         conn.execute(stmt, rows)
         return set()
-    if dialect == "sqlite":
-        return set(conn.execute(stmt.returning(returning), rows).scalars())
-    # psycopg parses the one giant multi-row statement that RETURNING needs in Python,
-    # slower than the insert itself; ask which keys exist, then insert in a pipeline.
-    # Two writers never share event ids (they are made by the recording process), so
-    # only this writer's own retry can repeat them, and it is not concurrent with itself.
+    # Which keys are new, asked before inserting: RETURNING over a many-row insert is
+    # slow to prepare (psycopg parses the statement in Python) or unavailable
+    # (sqlite3's executemany). Two writers never share event ids (the recording process
+    # makes them), so only this writer's own retry repeats one, never concurrently.
     wanted = [row[key] for row in rows]
     existing: set[Any] = set()
-    for start in range(0, len(wanted), 1000):
-        existing.update(conn.execute(sa.select(returning).where(table.c[key].in_(wanted[start:start + 1000])))
+    for start in range(0, len(wanted), 900):  # under SQLite's bound-parameter limit
+        existing.update(conn.execute(sa.select(returning).where(table.c[key].in_(wanted[start:start + 900])))
                         .scalars())
-    conn.execute(stmt, rows)
+    if dialect == "sqlite":
+        _sqlite_insert_or_ignore(conn, table, rows)
+    else:
+        conn.execute(stmt, rows)
     return set(wanted) - existing
+
+
+def _sqlite_insert_or_ignore(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    """The driver's own executemany: the row-by-row parameter processing of the ORM layer
+    costs more than SQLite's insert. JSON columns are serialized here (booleans bind as
+    0/1 by themselves)."""
+    names = [c.name for c in table.c if c.name in rows[0]]
+    json_at = [i for i, name in enumerate(names) if isinstance(table.c[name].type, sa.JSON)]
+    sql = (f"INSERT OR IGNORE INTO {table.name} ({', '.join(names)}) "
+           f"VALUES ({', '.join('?' for _ in names)})")
+    dumps = json.dumps
+    params = []
+    for row in rows:
+        values = [row.get(name) for name in names]
+        for i in json_at:
+            if values[i] is not None:
+                values[i] = dumps(values[i])
+        params.append(values)
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        cursor.executemany(sql, params)
+    finally:
+        cursor.close()
 
 
 def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], events: list[dict],
