@@ -219,5 +219,7 @@ def fetch_tuples(conn: sa.Connection, statement: sa.Select) -> list[tuple]:
     try:
         cursor.execute(sql)
         return cursor.fetchall()
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise sa.exc.DBAPIError.instance(sql, None, exc, conn.dialect.loaded_dbapi.Error) from exc
     finally:
         cursor.close()

@@ -81,6 +81,9 @@ def _sqlite_insert_or_ignore(conn: sa.Connection, table: sa.Table, rows: list[di
     cursor = conn.connection.dbapi_connection.cursor()
     try:
         cursor.executemany(sql, params)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        # The same exception SQLAlchemy would raise, so callers handle one kind of error.
+        raise sa.exc.DBAPIError.instance(sql, None, exc, conn.dialect.loaded_dbapi.Error) from exc
     finally:
         cursor.close()
 
