@@ -113,13 +113,7 @@ def run_rows(conn: sa.Connection, filters: Filters, limit: int,
              after: tuple[float, str] | None = None) -> list[dict[str, Any]]:
     """Runs, newest first, with their event counts; ``since``/``until`` apply to the start time."""
     r = models.runs
-    q = sa.select(r)
-    if filters.run_id:
-        q = q.where(r.c.run_id == filters.run_id)
-    if filters.since is not None:
-        q = q.where(r.c.started_at >= filters.since)
-    if filters.until is not None:
-        q = q.where(r.c.started_at < filters.until)
+    q = filters.apply_to_runs(sa.select(r))
     if after is not None:
         started, run_id = after
         q = q.where(sa.or_(r.c.started_at < started, sa.and_(r.c.started_at == started, r.c.run_id < run_id)))

@@ -33,6 +33,17 @@ class Filters:
             query = query.where(table.c.timestamp < self.until)
         return query
 
+    def apply_to_runs(self, query: sa.Select) -> sa.Select:
+        """The same filters for a query over runs: since/until bound the run's start."""
+        r = models.runs
+        if self.run_id:
+            query = query.where(r.c.run_id == self.run_id)
+        if self.since is not None:
+            query = query.where(r.c.started_at >= self.since)
+        if self.until is not None:
+            query = query.where(r.c.started_at < self.until)
+        return query
+
 
 def _cost_expr(e: sa.Table) -> sa.ColumnElement:
     return (sa.func.coalesce(e.c.trace_seconds, 0.0) + sa.func.coalesce(e.c.lower_seconds, 0.0)

@@ -166,12 +166,5 @@ def run_info(conn: sa.Connection, run_id: str) -> dict[str, Any] | None:
 
 def count_runs(conn: sa.Connection, filters: Filters) -> int:
     """How many runs the runs page lists (since/until apply to the start time, as in the API)."""
-    r = models.runs
-    q = sa.select(sa.func.count()).select_from(r)
-    if filters.run_id:
-        q = q.where(r.c.run_id == filters.run_id)
-    if filters.since is not None:
-        q = q.where(r.c.started_at >= filters.since)
-    if filters.until is not None:
-        q = q.where(r.c.started_at < filters.until)
+    q = filters.apply_to_runs(sa.select(sa.func.count()).select_from(models.runs))
     return int(conn.execute(q).scalar_one())
