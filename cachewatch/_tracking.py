@@ -148,13 +148,12 @@ def _latest(predicate) -> Record | None:
 
 @_guard.guarded(where="monitoring.duration")
 def on_duration(event: str, duration: float, **kwargs: Any) -> None:
-    if getattr(_tls, "suppress", False):
+    if suppressed():
         return
     if event == TRACE_EVENT:
         name = kwargs.get("fun_name")
         if name not in _watched_traces:
-            if _op_by_op_enabled:
-                _tls.op_trace = (name, duration)
+            _tls.op_trace = (name, duration)  # an eager primitive's trace, if a compile follows
             return
         record = _latest(lambda r: r.kind == "trace" and r.trace_seconds is None
                          and r.state is not None and r.state.trace_name == name)
@@ -183,13 +182,9 @@ def on_duration(event: str, duration: float, **kwargs: Any) -> None:
             record.cache_time_saved = duration
 
 
-_op_by_op_enabled = True
-
-
 def _maybe_op_by_op(event: str, module_name: str | None, duration: float) -> None:
     """Record a compile of a lone primitive (eager code) with the user's line."""
-    if not _op_by_op_enabled or not module_name or not module_name.startswith("jit(") or \
-            not module_name.endswith(")"):
+    if not module_name or not module_name.startswith("jit(") or not module_name.endswith(")"):
         return
     primitive = module_name[4:-1]
     from . import opbyop

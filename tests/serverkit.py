@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
+from pathlib import Path
 from typing import Any, Iterator
 
 import jax.numpy as jnp
@@ -108,6 +115,44 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve_process(store: str, workdir: Path, env: dict[str, str], timeout: float = 90.0) -> Iterator[str]:
+    """`python -m cachewatch serve` on a free loopback port, as a user runs it; yields its URL.
+
+    Waits for /healthz to answer ok, and stops (and waits for) the process at the end;
+    its output is in ``workdir / "serve.log"``.
+    """
+    port = free_port()
+    log_path = workdir / "serve.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen([sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"cachewatch serve exited: {log_path.read_text()}")
+            try:
+                with urllib.request.urlopen(url + "/healthz", timeout=2) as response:
+                    if json.loads(response.read())["status"] == "ok":
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"cachewatch serve did not come up: {log_path.read_text()}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
 
 
 class LiveServer:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -39,35 +37,9 @@ def _get(url: str, timeout: float = 10.0):
 @pytest.fixture
 def served(tmp_path):
     """`python -m cachewatch serve` on a free port, stopped (and waited for) at the end."""
-    port = kit.free_port()
-    store = f"sqlite:///{tmp_path / 'service.db'}"
-    log = open(tmp_path / "serve.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port)],
-                            env=_env(tmp_path, CACHEWATCH_WRITE_TOKEN=TOKEN), stdout=log, stderr=subprocess.STDOUT,
-                            cwd=tmp_path)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"cachewatch serve exited: {(tmp_path / 'serve.log').read_text()}")
-            try:
-                if _get(url + "/healthz", timeout=2)["status"] == "ok":
-                    break
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"cachewatch serve did not come up: {(tmp_path / 'serve.log').read_text()}")
-            time.sleep(0.2)
+    with kit.serve_process(f"sqlite:///{tmp_path / 'service.db'}", tmp_path,
+                           _env(tmp_path, CACHEWATCH_WRITE_TOKEN=TOKEN)) as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
 
 
 def test_training_script_through_the_service(served, tmp_path):

@@ -3,6 +3,7 @@ that a real training script feeds: the storm alert goes pending, then fires."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serverkit import free_port
+from serverkit import free_port, serve_process
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
@@ -60,14 +61,11 @@ def prometheus_binary() -> str:
 def test_storm_alert_goes_pending_then_firing(tmp_path, prometheus_binary):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("CACHEWATCH_RAISE_INTERNAL_ERRORS", None)
-    port = free_port()
-    service_log = tmp_path / "service.log"
-    service = subprocess.Popen(
-        [sys.executable, "-m", "cachewatch", "serve", "--store", f"sqlite:///{tmp_path / 'store.db'}",
-         "--port", str(port)], env=env, stdout=service_log.open("w"), stderr=subprocess.STDOUT)
     prometheus = None
-    try:
-        _wait_http(f"http://127.0.0.1:{port}/healthz", service, service_log)
+    with contextlib.ExitStack() as stack:
+        service = stack.enter_context(serve_process(f"sqlite:///{tmp_path / 'store.db'}", tmp_path, env))
+        stack.callback(lambda: prometheus is not None and _stop(prometheus))
+        target = service.removeprefix("http://")
 
         # The shipped rules, with only the `for:` durations shortened to fit a test.
         rules = yaml.safe_load(RULES.read_text())
@@ -78,9 +76,9 @@ def test_storm_alert_goes_pending_then_firing(tmp_path, prometheus_binary):
         (tmp_path / "alerts.yml").write_text(yaml.safe_dump(rules))
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
-                       "external_labels": {"cachewatch_url": f"http://127.0.0.1:{port}"}},
+                       "external_labels": {"cachewatch_url": service}},
             "rule_files": [str(tmp_path / "alerts.yml")],
-            "scrape_configs": [{"job_name": "cachewatch", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
+            "scrape_configs": [{"job_name": "cachewatch", "static_configs": [{"targets": [target]}]}],
         }
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
         prom_port = free_port()
@@ -99,7 +97,7 @@ def test_storm_alert_goes_pending_then_firing(tmp_path, prometheus_binary):
         # The storm, sent over HTTP while Prometheus watches the counters grow.
         training = subprocess.Popen(
             [sys.executable, str(ROOT / "examples" / "storm_demo.py"), "--steps", "16", "--pause", "0.4"],
-            env={**env, "CACHEWATCH_STORE": f"http://127.0.0.1:{port}", "CACHEWATCH_FLUSH_INTERVAL": "0.2",
+            env={**env, "CACHEWATCH_STORE": service, "CACHEWATCH_FLUSH_INTERVAL": "0.2",
                  "CACHEWATCH_SPOOL_DIR": str(tmp_path / "spool")})
 
         seen: dict[str, float] = {}
@@ -114,11 +112,7 @@ def test_storm_alert_goes_pending_then_firing(tmp_path, prometheus_binary):
         assert training.wait(120) == 0
         assert "pending" in seen and "firing" in seen, (seen, prom_log.read_text()[-2000:])
         assert seen["pending"] <= seen["firing"]
-        assert firing["annotations"]["dashboard"] == f"http://127.0.0.1:{port}/functions?q=train_step"
+        assert firing["annotations"]["dashboard"] == f"{service}/functions?q=train_step"
         # The link leads to the function in the service's own dashboard.
         page = urllib.request.urlopen(firing["annotations"]["dashboard"], timeout=10).read().decode()
         assert "train_step" in page
-    finally:
-        if prometheus is not None:
-            _stop(prometheus)
-        _stop(service)

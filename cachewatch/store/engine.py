@@ -12,7 +12,7 @@ import os
 import threading
 from importlib import resources
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -208,6 +208,23 @@ def ensure_schema(url: str, *, migrate_empty: bool = True) -> None:
     _verified.add(key)
 
 
+@contextlib.contextmanager
+def driver_cursor(conn: sa.Connection) -> Iterator[Any]:
+    """A cursor of the driver itself, inside ``conn``'s transaction.
+
+    For the few statements where building SQLAlchemy's rows or parameters costs more
+    than the database's work. Driver errors come out as SQLAlchemy's own, as they would
+    from ``conn.execute``.
+    """
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        yield cursor
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise sa.exc.DBAPIError.instance(None, None, exc, conn.dialect.loaded_dbapi.Error) from exc
+    finally:
+        cursor.close()
+
+
 def fetch_tuples(conn: sa.Connection, statement: sa.Select) -> list[tuple]:
     """Rows of a parameterless SELECT as plain tuples from the driver.
 
@@ -215,11 +232,6 @@ def fetch_tuples(conn: sa.Connection, statement: sa.Select) -> list[tuple]:
     cause), building SQLAlchemy Row objects costs more than the query itself.
     """
     sql = str(statement.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-    cursor = conn.connection.dbapi_connection.cursor()
-    try:
+    with driver_cursor(conn) as cursor:
         cursor.execute(sql)
         return cursor.fetchall()
-    except conn.dialect.loaded_dbapi.Error as exc:
-        raise sa.exc.DBAPIError.instance(sql, None, exc, conn.dialect.loaded_dbapi.Error) from exc
-    finally:
-        cursor.close()

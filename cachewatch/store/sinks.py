@@ -31,8 +31,8 @@ def open_sink(cfg: Config) -> Sink:
 
 
 def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]],
-                                key: str, returning: sa.Column | None = None) -> set[Any]:
-    """Insert rows whose key is new; with ``returning``, the values of that column actually inserted."""
+                                key: str, report_new: bool = False) -> set[Any]:
+    """Insert rows whose key is new; with ``report_new``, the keys that were new."""
     if not rows:
         return set()
     dialect = conn.dialect.name
@@ -43,7 +43,7 @@ def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list
     else:  # pragma: no cover - only the two dialects above are supported
         raise enginemod.InvalidStoreURL(f"unsupported dialect {dialect}")
     stmt = insert(table).on_conflict_do_nothing(index_elements=[key])
-    if returning is None:
+    if not report_new:
         conn.execute(stmt, rows)
         return set()
     # Which keys are new, asked before inserting: RETURNING over a many-row insert is
@@ -53,7 +53,7 @@ def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list
     wanted = [row[key] for row in rows]
     existing: set[Any] = set()
     for start in range(0, len(wanted), 900):  # under SQLite's bound-parameter limit
-        existing.update(conn.execute(sa.select(returning).where(table.c[key].in_(wanted[start:start + 900])))
+        existing.update(conn.execute(sa.select(table.c[key]).where(table.c[key].in_(wanted[start:start + 900])))
                         .scalars())
     if dialect == "sqlite":
         _sqlite_insert_or_ignore(conn, table, rows)
@@ -78,14 +78,8 @@ def _sqlite_insert_or_ignore(conn: sa.Connection, table: sa.Table, rows: list[di
             if values[i] is not None:
                 values[i] = dumps(values[i])
         params.append(values)
-    cursor = conn.connection.dbapi_connection.cursor()
-    try:
+    with enginemod.driver_cursor(conn) as cursor:
         cursor.executemany(sql, params)
-    except conn.dialect.loaded_dbapi.Error as exc:
-        # The same exception SQLAlchemy would raise, so callers handle one kind of error.
-        raise sa.exc.DBAPIError.instance(sql, None, exc, conn.dialect.loaded_dbapi.Error) from exc
-    finally:
-        cursor.close()
 
 
 def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], events: list[dict],
@@ -97,8 +91,7 @@ def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], eve
     """
     _insert_ignoring_duplicates(conn, models.runs, _unique(runs, "run_id"), "run_id")
     _insert_ignoring_duplicates(conn, models.functions, _unique(functions, "function_hash"), "function_hash")
-    inserted = _insert_ignoring_duplicates(conn, models.compile_events, events, "event_id",
-                                           returning=models.compile_events.c.event_id)
+    inserted = _insert_ignoring_duplicates(conn, models.compile_events, events, "event_id", report_new=True)
     if inserted:
         rollup.add(conn, rollup.deltas(e for e in events if e["event_id"] in inserted))
     if stats:
