@@ -217,7 +217,7 @@ def _begin_trace(state: HookState, args: tuple, kwargs: dict) -> _tracking.Recor
     sig = sigmod.build(state.layout, args, kwargs)
     record = _tracking.Record(state, state.module_name, "trace", sig)
     if state.captures is not None:
-        record.stale = state.captures.changes()
+        record.stale = _capture_changes(state)
         record.captured = state.captures.snapshot()
     _tracking.push(record)
     return record
@@ -423,11 +423,16 @@ def _stale_event(state: HookState, name: str, before: str, after: str, call_site
         backend=_backend(), thread=threading.current_thread().name)
 
 
+def _capture_changes(state: HookState) -> list[tuple[str, str, str]]:
+    """Changes to the values baked in at trace time, unless the check is turned off."""
+    if not recorder.config().stale_capture_check:
+        return []
+    return state.captures.changes()
+
+
 @_guard.guarded(where="jit.captures")
 def _check_captures(state: HookState) -> None:
-    if not recorder.config().stale_capture_check:
-        return
-    changes = state.captures.changes()
+    changes = _capture_changes(state)
     if changes:
         site = _call_site()
         for name, before, after in changes:

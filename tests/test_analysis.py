@@ -344,3 +344,21 @@ def test_diagnosis_through_the_api(sqlite_url, use_store):
         assert any(row["function_hash"] == layer_hash for row in body["cost_model"])
         detail = client.get(f"/api/v1/functions/{layer_hash}").json()
         assert detail["verdict"]["text"] == body["verdicts"][layer_hash]["text"]
+
+
+def test_stale_capture_check_can_be_turned_off(sqlite_url, use_store):
+    global THRESHOLD
+    use_store(sqlite_url, sample_every=1, sample_max_per_second=1000, stale_capture_check=False)
+
+    @cachewatch.jit
+    def floor_at(x):
+        return jnp.maximum(x, THRESHOLD)
+
+    THRESHOLD = 0.0
+    floor_at(jnp.float32(-1.0))
+    THRESHOLD = 10.0
+    floor_at(jnp.float32(-1.0))  # a sampled call
+    floor_at(jnp.ones(3))  # a new trace
+    assert cachewatch.flush(30)
+    assert [e["kind"] for e in events_of(sqlite_url, "floor_at")] == ["trace", "trace"]
+    THRESHOLD = 0.0
