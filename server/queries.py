@@ -149,7 +149,7 @@ def _grouped(conn: sa.Connection, filters: Filters, *columns: str) -> list[tuple
     else:
         e = models.compile_events
         keys = [e.c[c] for c in columns]
-        q = filters.apply(e, sa.select(*keys, sa.func.count(), sa.func.sum(storequeries._cost_expr(e))))
+        q = filters.apply(e, sa.select(*keys, sa.func.count(), sa.func.sum(storequeries.cost_expr(e))))
     return [tuple(row) for row in conn.execute(q.group_by(*keys))]
 
 

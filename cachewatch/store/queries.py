@@ -45,7 +45,8 @@ class Filters:
         return query
 
 
-def _cost_expr(e: sa.Table) -> sa.ColumnElement:
+def cost_expr(e: sa.Table) -> sa.ColumnElement:
+    """An event's compile seconds as the report counts them: trace + lowering + XLA compile."""
     return (sa.func.coalesce(e.c.trace_seconds, 0.0) + sa.func.coalesce(e.c.lower_seconds, 0.0)
             + sa.func.coalesce(e.c.compile_seconds, 0.0))
 
@@ -171,7 +172,7 @@ def event_groups(conn: sa.Connection, filters: Filters = Filters(),
         return enginemod.fetch_tuples(conn, q)
     e = models.compile_events
     q = filters.apply(e, sa.select(e.c.function_hash, e.c.kind, e.c.cause, e.c.compiled,
-                                   sa.func.count().label("events"), sa.func.sum(_cost_expr(e)).label("cost_seconds"),
+                                   sa.func.count().label("events"), sa.func.sum(cost_expr(e)).label("cost_seconds"),
                                    sa.func.min(e.c.timestamp).label("first_ts"),
                                    sa.func.max(e.c.timestamp).label("last_ts")))
     if function_hashes is not None:

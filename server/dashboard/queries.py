@@ -10,19 +10,13 @@ import sqlalchemy as sa
 
 from cachewatch.events import STALE_CAPTURE
 from cachewatch.store import models
-from cachewatch.store.queries import Filters
+from cachewatch.store.queries import Filters, cost_expr
 
 # Bucket widths for the charts over time, in seconds: the first giving at most
 # MAX_BUCKETS bars over the span shown wins.
 _BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 6 * 3600, 12 * 3600, 86400,
             7 * 86400)
 MAX_BUCKETS = 80
-
-
-def _cost(e: sa.Table) -> sa.ColumnElement:
-    # The same "compile seconds" as the report: trace + lowering + XLA compile.
-    return (sa.func.coalesce(e.c.trace_seconds, 0.0) + sa.func.coalesce(e.c.lower_seconds, 0.0)
-            + sa.func.coalesce(e.c.compile_seconds, 0.0))
 
 
 def has_events(conn: sa.Connection) -> bool:
@@ -77,7 +71,7 @@ def timeline(conn: sa.Connection, function_hash: str, filters: Filters, limit: i
     """The function's traces and compiles (newest ``limit``), oldest first, with their cost."""
     e = models.compile_events
     q = filters.apply(e, sa.select(e.c.timestamp, e.c.cause, e.c.kind, e.c.compiled, e.c.call_site,
-                                   _cost(e).label("seconds"))
+                                   cost_expr(e).label("seconds"))
                       .where(e.c.function_hash == function_hash, e.c.kind != STALE_CAPTURE)
                       .order_by(e.c.timestamp.desc(), e.c.id.desc()).limit(limit))
     rows = [dict(r._mapping) for r in conn.execute(q)]
@@ -91,7 +85,7 @@ def call_sites(conn: sa.Connection, function_hash: str, filters: Filters) -> lis
     recompiles = sa.func.sum(sa.case((sa.and_(e.c.compiled, e.c.cause != "first_call"), 1), else_=0))
     q = filters.apply(e, sa.select(e.c.call_site, sa.func.count().label("events"),
                                    recompiles.label("recompiles"),
-                                   sa.func.sum(_cost(e)).label("seconds"),
+                                   sa.func.sum(cost_expr(e)).label("seconds"),
                                    sa.func.max(e.c.timestamp).label("last"))
                       .where(e.c.function_hash == function_hash, e.c.kind != STALE_CAPTURE)
                       .group_by(e.c.call_site))
