@@ -43,11 +43,20 @@ _watched_modules: dict[str, int] = {}
 _watched_traces: dict[str, int] = {}
 
 
+try:
+    # The C hot path (cachewatch/_fastcall.c) reads its own copy, kept equal to this one.
+    from ._fastcall import bump as _native_bump
+except ImportError:  # pragma: no cover - the extension is optional
+    _native_bump = None
+
+
 def bump() -> int:
     """Advance the activity counter; returns the new value (a sequence number)."""
     global activity
     with _activity_lock:
         activity += 1
+        if _native_bump is not None:
+            _native_bump()
         return activity
 
 

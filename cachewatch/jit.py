@@ -43,14 +43,39 @@ _NEVER_SAMPLE = 1 << 62
 _EAGER_OPTION = "eager_baseline"
 
 
-class CallStats:
-    """Calls of one function (by hash), shared by every jit object around it."""
+try:
+    # The cache-hit path in C (cachewatch/_fastcall.c); built by pip when a C compiler is
+    # there. Without it, the pure-Python twin in _make_watched does the same, slower.
+    from . import _fastcall
+except ImportError:  # pragma: no cover - exercised by forcing CACHEWATCH_PURE_PYTHON in the tests
+    _fastcall = None
 
-    __slots__ = ("function", "calls", "next_sample", "sample_every", "sampled_calls",
+if _fastcall is not None and os.environ.get("CACHEWATCH_PURE_PYTHON", "") in ("", "0"):
+    _Counter = _fastcall.Counter
+    _Watched = _fastcall.Watched
+else:
+    _Watched = None
+
+    class _Counter:
+        __slots__ = ("calls", "next_sample")
+
+        def __init__(self) -> None:
+            self.calls = 0
+            self.next_sample = 0
+
+
+class CallStats(_Counter):
+    """Calls of one function (by hash), shared by every jit object around it.
+
+    ``calls`` and ``next_sample`` live in the base class, where the C hot path reads them.
+    """
+
+    __slots__ = ("function", "sample_every", "sampled_calls",
                  "sampled_seconds", "window_start", "window_samples", "max_per_second",
                  "flushed_calls", "flushed_sampled", "flushed_seconds")
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
+        super().__init__()
         self.function = function
         self.calls = 0
         self.configure(sample_every, max_per_second)
@@ -259,43 +284,59 @@ def _count_traced_eqns() -> int | None:
 def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Callable[..., Any]:
     """The function ``cachewatch.jit`` returns: calls ``jitted`` and notices traces and compiles.
 
-    A plain closure rather than an object with ``__call__``: on a cache hit the Python
-    frame around JAX's C++ dispatch is the whole cost, and a function frame is the
-    cheapest one. Being a function, it also binds as a method exactly like ``jax.jit``.
+    On a cache hit the frame around JAX's C++ dispatch is the whole cost, so the common
+    path is C (``_fastcall.Watched``); it hands sampled calls to ``sampled`` and calls that
+    traced or compiled to ``finish``. The pure-Python twin below is a plain closure, the
+    cheapest Python frame. Either binds as a method exactly like ``jax.jit``.
     """
     stats = _stats_for(state.info)
     tracking = _tracking
 
-    def watched(*args, **kwargs):
+    def finish(mark: int, args: tuple, kwargs: dict, exc: BaseException | None) -> None:
+        _finish(state, jitted, mark, args, kwargs, exc)
+
+    def run(call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         mark = tracking.activity
-        stats.calls += 1
         try:
-            if stats.calls < stats.next_sample:
-                out = jitted(*args, **kwargs) if kwargs else jitted(*args)
-            else:
-                out = _timed_call(jitted, stats, mark, args, kwargs)
-                if state.captures is not None:
-                    _check_captures(state)
+            out = call(*args, **kwargs)
         except BaseException as exc:
             if tracking.activity != mark:
-                _finish(state, jitted, mark, args, kwargs, exc)
+                finish(mark, args, kwargs, exc)
             raise
         if tracking.activity != mark:
-            _finish(state, jitted, mark, args, kwargs, None)
+            finish(mark, args, kwargs, None)
         return out
+
+    def timed(*args, **kwargs):
+        out = _timed_call(jitted, stats, args, kwargs)
+        if state.captures is not None:
+            _check_captures(state)
+        return out
+
+    def sampled(*args, **kwargs):  # the call is counted already
+        return run(timed, args, kwargs)
+
+    if _Watched is not None:
+        watched = _Watched(jitted, stats, sampled, finish)
+    else:
+        def watched(*args, **kwargs):
+            stats.calls += 1
+            if stats.calls >= stats.next_sample:
+                return run(timed, args, kwargs)
+            mark = tracking.activity
+            try:
+                out = jitted(*args, **kwargs) if kwargs else jitted(*args)
+            except BaseException as exc:
+                if tracking.activity != mark:
+                    finish(mark, args, kwargs, exc)
+                raise
+            if tracking.activity != mark:
+                finish(mark, args, kwargs, None)
+            return out
 
     def observed(method: str) -> Callable[..., Any]:
         def call(*args, **kwargs):
-            mark = tracking.activity
-            try:
-                out = getattr(jitted, method)(*args, **kwargs)
-            except BaseException as exc:
-                if tracking.activity != mark:
-                    _finish(state, jitted, mark, args, kwargs, exc)
-                raise
-            if tracking.activity != mark:
-                _finish(state, jitted, mark, args, kwargs, None)
-            return out
+            return run(getattr(jitted, method), args, kwargs)
 
         call.__name__ = method
         return call
@@ -321,8 +362,9 @@ def is_watched(fn: Any) -> bool:
     return getattr(fn, "__cachewatch_state__", None) is not None
 
 
-def _timed_call(jitted: Any, stats: CallStats, mark: int, args: tuple, kwargs: dict) -> Any:
+def _timed_call(jitted: Any, stats: CallStats, args: tuple, kwargs: dict) -> Any:
     """A sampled call: block on the result to learn the run time."""
+    mark = _tracking.activity
     stats.next_sample = stats.calls + stats.sample_every
     now = time.monotonic()
     if now - stats.window_start >= 1.0:

@@ -284,17 +284,30 @@ def closest(candidates: Iterable[Signature], target: Signature) -> tuple[Signatu
     """The earlier signature closest to ``target``, and the diff against it.
 
     Same pytree structure first, then fewest differing leaves; ties go to the most
-    recent signature.
+    recent signature. A candidate of the same structure is scored leaf by leaf without
+    building its diff (a function compiled for many shapes has many candidates); the
+    diff is built once, for the winner.
     """
-    best: tuple[tuple[int, int, int], Signature, list[dict[str, Any]]] | None = None
+    target_paths = [leaf.path for leaf in target.leaves]
+    best: tuple[tuple[int, int, int], Signature, list[dict[str, Any]] | None] | None = None
     for candidate in reversed(list(candidates)):
-        entries = diff(candidate, target)
-        score = (0 if same_structure(candidate, target) else 1, len(entries),
-                 sum(len(e.get("changes", (1,))) for e in entries))
+        entries: list[dict[str, Any]] | None = None
+        if candidate.structure == target.structure and \
+                [leaf.path for leaf in candidate.leaves] == target_paths:
+            differing = changes = 0
+            for before, after in zip(candidate.leaves, target.leaves):
+                found = _leaf_changes(before, after)
+                if found:
+                    differing += 1
+                    changes += len(found)
+            score = (0, differing, changes)
+        else:
+            entries = diff(candidate, target)
+            score = (1, len(entries), sum(len(e.get("changes", (1,))) for e in entries))
         if best is None or score < best[0]:
             best = (score, candidate, entries)
             if score == (0, 0, 0):
                 break  # an identical signature: nothing can be closer
     if best is None:
         return None, []
-    return best[1], best[2]
+    return best[1], best[2] if best[2] is not None else diff(best[1], target)

@@ -9,7 +9,8 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.cachewatch-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# pip builds the C hot path (cachewatch/_fastcall.c) at install: a change to it needs one.
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ cachewatch/_fastcall.c -nt "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e '.[test]'
     touch "$stamp"

@@ -100,3 +100,18 @@ def no_internal_errors():
     cachewatch.flush(10)
     errors = _guard.internal_errors()
     assert _guard.internal_error_count() == before, f"cachewatch swallowed internal errors: {errors}"
+
+
+@pytest.fixture(params=["c", "python"])
+def hot_path(request, monkeypatch):
+    """Run a test with the C cache-hit path of cachewatch.jit and again with its
+    pure-Python twin (which subprocesses get through CACHEWATCH_PURE_PYTHON)."""
+    import sys
+
+    jitmod = sys.modules["cachewatch.jit"]  # the module; `cachewatch.jit` the name is the function
+    if request.param == "python":
+        monkeypatch.setattr(jitmod, "_Watched", None)
+        monkeypatch.setenv("CACHEWATCH_PURE_PYTHON", "1")
+    else:
+        assert jitmod._Watched is not None, "cachewatch._fastcall was not built: pip install needs a C compiler"
+    return request.param

@@ -13,6 +13,9 @@ from cachewatch.store import queries
 
 import scenarios
 
+# Every test here runs with the C hot path and with its pure-Python twin.
+pytestmark = pytest.mark.usefixtures("hot_path")
+
 
 class _ListHandler(logging.Handler):
     def __init__(self) -> None:
