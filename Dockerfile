@@ -22,6 +22,8 @@ COPY pyproject.toml README.md* ./
 COPY cachewatch ./cachewatch
 COPY server ./server
 COPY migrations ./migrations
+# No compiler here: pip skips the optional C hot path of cachewatch.jit, which the
+# service never calls.
 RUN pip install --no-cache-dir .
 
 # --- runtime: the venv only, no compilers, no pip cache, no sources ---------------------

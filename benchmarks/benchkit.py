@@ -26,6 +26,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import sqlalchemy as sa
 
+from cachewatch.events import new_event_id
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
 
@@ -86,7 +87,7 @@ def real_event_template() -> tuple[Any, Any]:
 
 
 def clone_events(template: Any, run: Any, n: int, start: float) -> list[Any]:
-    return [dataclasses.replace(template, event_id=uuid.uuid4().hex, run_id=run.run_id, timestamp=start + i * 1e-3)
+    return [dataclasses.replace(template, event_id=new_event_id(), run_id=run.run_id, timestamp=start + i * 1e-3)
             for i in range(n)]
 
 
@@ -137,7 +138,7 @@ def seed(url: str, events: int, functions: int, *, runs: int = 50, days: float =
                 run = run_rows[min(runs - 1, int((ts - start) / (days * 86400) * runs))]
                 first = k == 0
                 compile_s = rng.lognormvariate(-3.0, 1.2)
-                yield {"event_id": uuid.uuid4().hex, "function_hash": function_hash, "run_id": run["run_id"],
+                yield {"event_id": new_event_id(), "function_hash": function_hash, "run_id": run["run_id"],
                        "timestamp": ts, "kind": "trace", "cause": "first_call" if first else rng.choice(causes),
                        "explanation": "`fn` traced again. Argument x changed shape on axis 0: float32[4,16] -> "
                                       "float32[8,16].", "diff": [] if first else diff, "signature": signature,

@@ -22,7 +22,6 @@ import sys
 import threading
 import time
 import types
-import uuid
 import weakref
 from typing import Any, Callable
 
@@ -30,7 +29,7 @@ import jax
 
 from . import _guard, _tracking, captures, causes, recorder
 from . import signature as sigmod
-from .events import STALE_CAPTURE, CompileEvent, FunctionInfo
+from .events import STALE_CAPTURE, CompileEvent, FunctionInfo, new_event_id
 from .identity import describe_function, unwrap_callable
 
 _jax_jit = jax.jit  # the original, kept before install() may replace jax.jit
@@ -424,7 +423,7 @@ def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: d
         verdict = causes.explain_compile(info.function_hash, state.serial, info.name, sig, device)
     signature_json = sig.as_json() if sig is not None else ()
     return CompileEvent(
-        event_id=uuid.uuid4().hex,
+        event_id=new_event_id(),
         function=info,
         run_id=recorder.run_id(),
         timestamp=record.timestamp,
@@ -455,7 +454,7 @@ def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: d
 def _stale_event(state: HookState, name: str, before: str, after: str, call_site: str | None) -> CompileEvent:
     info = state.info
     return CompileEvent(
-        event_id=uuid.uuid4().hex, function=info, run_id=recorder.run_id(), timestamp=time.time(),
+        event_id=new_event_id(), function=info, run_id=recorder.run_id(), timestamp=time.time(),
         kind="stale_capture", cause=STALE_CAPTURE,
         explanation=(f"`{info.name}` read `{name}` when it was traced ({before}); it is now {after}, but the "
                      f"compiled code still uses the old value. Pass `{name}` as an argument (static if it "

@@ -13,10 +13,9 @@ import functools
 import hashlib
 import threading
 import time
-import uuid
 
 from . import recorder
-from .events import CompileEvent, FunctionInfo
+from .events import CompileEvent, FunctionInfo, new_event_id
 
 MODULE = "jax.op_by_op"
 _lock = threading.Lock()
@@ -76,7 +75,7 @@ def record(primitive: str, lower_seconds: float | None, compile_seconds: float, 
                        "dtypes or parameters it had not seen: un-jitted code meets new shapes. Move it inside "
                        "a jitted function or keep its shapes fixed.")
     recorder.record_event(CompileEvent(
-        event_id=uuid.uuid4().hex, function=info, run_id=recorder.run_id(), timestamp=time.time(),
+        event_id=new_event_id(), function=info, run_id=recorder.run_id(), timestamp=time.time(),
         kind="compile", cause=cause, explanation=explanation, diff=(), signature=(), signature_hash="",
         compiled=True, nested=False, trace_seconds=trace_seconds, lower_seconds=lower_seconds,
         compile_seconds=compile_seconds, call_site=call_site, thread=threading.current_thread().name))

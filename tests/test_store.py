@@ -14,6 +14,7 @@ from alembic.runtime.migration import MigrationContext
 
 import cachewatch
 from cachewatch import cli
+from cachewatch.events import new_event_id
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 
@@ -130,11 +131,22 @@ def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_stor
     with enginemod.connection(store_url) as conn:
         events = [dict(r._mapping) for r in conn.execute(sa.select(*[c for c in models.compile_events.c
                                                                       if c.name != "id"]))]
-        sinks.write_rows(conn, [recorder.run_info().as_dict()], [], events, [])
+        assert sinks.write_rows(conn, [recorder.run_info().as_dict()], [], events, []) == set()
     assert _rollup_rows(store_url) == kept
     with enginemod.connection(store_url) as conn:
         rollup.rebuild(conn)
     assert _rollup_rows(store_url) == kept
+    # A batch mixing stored and new events stores and counts only the new ones.
+    fresh = [{**event, "event_id": new_event_id()} for event in events[:3]]
+    mixed = events[3:] + fresh[:2] + events[:3] + fresh[2:]
+    with enginemod.connection(store_url) as conn:
+        assert sinks.write_rows(conn, [recorder.run_info().as_dict()], [], mixed, []) == \
+            {event["event_id"] for event in fresh}
+    grown = _rollup_rows(store_url)
+    assert sum(row[2] for row in grown if row[0] == "run_totals") == stored + 3
+    with enginemod.connection(store_url) as conn:
+        rollup.rebuild(conn)
+    assert _rollup_rows(store_url) == grown
 
 
 def test_upgrade_fills_the_rollup_from_existing_events(sqlite_url, use_store):
@@ -177,3 +189,12 @@ def test_run_time_estimate_only_grows_and_values_early_calls(sqlite_url):
     third = write(3.0, 10, 8, 0.08)  # the mean drops to 0.028 s: the estimate still grows
     assert third.run_seconds == pytest.approx(11.0 + 10 * 0.028) and third.run_seconds > second.run_seconds
     assert (third.calls, third.sampled_calls) == (120, 10)
+
+
+def test_event_ids_fit_the_column_and_grow_with_time():
+    ids = [new_event_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    # The time prefix never goes back, so the unique index grows at its end.
+    prefixes = [i[:14] for i in ids]
+    assert prefixes == sorted(prefixes)

@@ -11,6 +11,7 @@ through their indexes.
 from __future__ import annotations
 
 import bisect
+import functools
 from typing import Any, Iterable
 
 import sqlalchemy as sa
@@ -34,40 +35,49 @@ def cost_bucket(cost: float) -> int:
     return bisect.bisect_left(COST_BUCKETS, cost)
 
 
-def _accumulate(out: dict, key: tuple, base: dict[str, Any], values: dict[str, Any]) -> None:
-    row = out.get(key)
-    if row is None:
-        out[key] = {**base, **values}
-        return
-    for name, value in values.items():
-        if name == "first_ts":
-            row[name] = min(row[name], value)
-        elif name == "last_ts":
-            row[name] = max(row[name], value)
-        else:
-            row[name] += value
-
-
 def deltas(events: Iterable[Any]) -> dict[sa.Table, list[dict[str, Any]]]:
-    """The rows to add to each totals table for a set of newly stored events."""
+    """The rows to add to each totals table for a set of newly stored events.
+
+    Written out per table rather than through a generic merge: it runs for every event
+    the store takes.
+    """
     functions: dict[tuple, dict] = {}
     buckets: dict[tuple, dict] = {}
-    runs: dict[tuple, dict] = {}
+    runs: dict[str, dict] = {}
     for e in events:
         cost = event_cost(e)
         ts = e["timestamp"]
         compiled = bool(e["compiled"])
-        key = (e["function_hash"], e["kind"], e["cause"], compiled)
-        _accumulate(functions, key, {"function_hash": key[0], "kind": key[1], "cause": key[2], "compiled": compiled},
-                    {"events": 1, "cost_seconds": cost, "first_ts": ts, "last_ts": ts})
+        function_hash = e["function_hash"]
+        key = (function_hash, e["kind"], e["cause"], compiled)
+        row = functions.get(key)
+        if row is None:
+            functions[key] = {"function_hash": function_hash, "kind": key[1], "cause": key[2], "compiled": compiled,
+                              "events": 1, "cost_seconds": cost, "first_ts": ts, "last_ts": ts}
+        else:
+            row["events"] += 1
+            row["cost_seconds"] += cost
+            row["first_ts"] = min(row["first_ts"], ts)
+            row["last_ts"] = max(row["last_ts"], ts)
         is_compile_or_trace = e["kind"] != STALE_KIND
         if is_compile_or_trace:
             bucket = cost_bucket(cost)
-            _accumulate(buckets, (e["function_hash"], bucket), {"function_hash": e["function_hash"],
-                                                                "bucket": bucket}, {"events": 1})
-        _accumulate(runs, (e["run_id"],), {"run_id": e["run_id"]},
-                    {"events": 1, "compiles": int(compiled), "cost_seconds": cost if is_compile_or_trace else 0.0,
-                     "first_ts": ts, "last_ts": ts})
+            row = buckets.get((function_hash, bucket))
+            if row is None:
+                buckets[(function_hash, bucket)] = {"function_hash": function_hash, "bucket": bucket, "events": 1}
+            else:
+                row["events"] += 1
+        run_cost = cost if is_compile_or_trace else 0.0
+        row = runs.get(e["run_id"])
+        if row is None:
+            runs[e["run_id"]] = {"run_id": e["run_id"], "events": 1, "compiles": int(compiled),
+                                 "cost_seconds": run_cost, "first_ts": ts, "last_ts": ts}
+        else:
+            row["events"] += 1
+            row["compiles"] += compiled
+            row["cost_seconds"] += run_cost
+            row["first_ts"] = min(row["first_ts"], ts)
+            row["last_ts"] = max(row["last_ts"], ts)
     return {models.function_totals: list(functions.values()),
             models.function_cost_buckets: list(buckets.values()),
             models.run_totals: list(runs.values())}
@@ -75,7 +85,19 @@ def deltas(events: Iterable[Any]) -> dict[sa.Table, list[dict[str, Any]]]:
 
 def add(conn: sa.Connection, tables: dict[sa.Table, list[dict[str, Any]]]) -> None:
     """Add deltas: insert new keys, accumulate into existing ones."""
-    if conn.dialect.name == "postgresql":
+    for table, rows in tables.items():
+        if not rows:
+            continue
+        key = [c.name for c in table.primary_key.columns]
+        # Sorted keys make concurrent writers lock rows in one order (no deadlocks).
+        conn.execute(_upsert(conn.dialect.name, table), sorted(rows, key=lambda row: tuple(row[k] for k in key)))
+
+
+@functools.lru_cache(maxsize=None)
+def _upsert(dialect: str, table: sa.Table) -> Any:
+    """INSERT ... ON CONFLICT DO UPDATE adding to the stored totals (built once per table:
+    the statement is the same for every batch)."""
+    if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
 
         smaller, larger = sa.func.least, sa.func.greatest
@@ -83,24 +105,19 @@ def add(conn: sa.Connection, tables: dict[sa.Table, list[dict[str, Any]]]) -> No
         from sqlalchemy.dialects.sqlite import insert
 
         smaller, larger = sa.func.min, sa.func.max
-    for table, rows in tables.items():
-        if not rows:
+    key = [c.name for c in table.primary_key.columns]
+    stmt = insert(table)
+    updates = {}
+    for column in table.c:
+        if column.name in key:
             continue
-        key = [c.name for c in table.primary_key.columns]
-        stmt = insert(table)
-        updates = {}
-        for column in table.c:
-            if column.name in key:
-                continue
-            if column.name == "first_ts":
-                updates[column.name] = smaller(column, stmt.excluded[column.name])
-            elif column.name == "last_ts":
-                updates[column.name] = larger(column, stmt.excluded[column.name])
-            else:
-                updates[column.name] = column + stmt.excluded[column.name]
-        # Sorted keys make concurrent writers lock rows in one order (no deadlocks).
-        conn.execute(stmt.on_conflict_do_update(index_elements=key, set_=updates),
-                     sorted(rows, key=lambda row: tuple(row[k] for k in key)))
+        if column.name == "first_ts":
+            updates[column.name] = smaller(column, stmt.excluded[column.name])
+        elif column.name == "last_ts":
+            updates[column.name] = larger(column, stmt.excluded[column.name])
+        else:
+            updates[column.name] = column + stmt.excluded[column.name]
+    return stmt.on_conflict_do_update(index_elements=key, set_=updates)
 
 
 TABLES = ("function_totals", "function_cost_buckets", "run_totals", "function_call_totals")

@@ -7,7 +7,6 @@ transaction per batch, many rows per statement, idempotent on event ids);
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -46,31 +45,39 @@ def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list
     if not report_new:
         conn.execute(stmt, rows)
         return set()
-    # Which keys are new, asked before inserting: RETURNING over a many-row insert is
-    # slow to prepare (psycopg parses the statement in Python) or unavailable
-    # (sqlite3's executemany). Two writers never share event ids (the recording process
-    # makes them), so only this writer's own retry repeats one, never concurrently.
     wanted = [row[key] for row in rows]
+    if dialect == "sqlite":
+        # SQLite has one writer at a time, and this transaction holds the write lock
+        # from its first insert on (write_rows inserts the run first); a new rowid is
+        # the largest one plus one. So the rows this insert added are the newest
+        # ``rowcount`` rows, and when that is every row (a batch seen for the first
+        # time, the usual case) there is nothing to ask.
+        added = _sqlite_insert_or_ignore(conn, table, rows)
+        if added == len(set(wanted)):
+            return set(wanted)
+        newest = sa.select(table.c[key]).order_by(table.c.id.desc()).limit(added)
+        return set(conn.execute(newest).scalars()) if added else set()
+    # Which keys are new, asked before inserting: RETURNING over a many-row insert is
+    # slow to prepare (psycopg parses the statement in Python). Two writers never share
+    # event ids (the recording process makes them), so only this writer's own retry
+    # repeats one, never concurrently.
     existing: set[Any] = set()
-    for start in range(0, len(wanted), 900):  # under SQLite's bound-parameter limit
+    for start in range(0, len(wanted), 900):
         existing.update(conn.execute(sa.select(table.c[key]).where(table.c[key].in_(wanted[start:start + 900])))
                         .scalars())
-    if dialect == "sqlite":
-        _sqlite_insert_or_ignore(conn, table, rows)
-    else:
-        conn.execute(stmt, rows)
+    conn.execute(stmt, rows)
     return set(wanted) - existing
 
 
-def _sqlite_insert_or_ignore(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+def _sqlite_insert_or_ignore(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> int:
     """The driver's own executemany: the row-by-row parameter processing of the ORM layer
     costs more than SQLite's insert. JSON columns are serialized here (booleans bind as
-    0/1 by themselves)."""
+    0/1 by themselves). Returns how many rows were inserted."""
     names = [c.name for c in table.c if c.name in rows[0]]
     json_at = [i for i, name in enumerate(names) if isinstance(table.c[name].type, sa.JSON)]
     sql = (f"INSERT OR IGNORE INTO {table.name} ({', '.join(names)}) "
            f"VALUES ({', '.join('?' for _ in names)})")
-    dumps = json.dumps
+    dumps = enginemod.json_dumps
     params = []
     for row in rows:
         values = [row.get(name) for name in names]
@@ -80,6 +87,7 @@ def _sqlite_insert_or_ignore(conn: sa.Connection, table: sa.Table, rows: list[di
         params.append(values)
     with enginemod.driver_cursor(conn) as cursor:
         cursor.executemany(sql, params)
+        return cursor.rowcount
 
 
 def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], events: list[dict],
