@@ -40,25 +40,37 @@ BUCKETS: tuple[float, ...] = rollup.COST_BUCKETS
 OTHER = "other"
 
 
+# The pseudo label under which a scrape sums every function it reads no detail for.
+# Not a valid function name, so never a real label.
+REST = "\0rest"
+
+
 @dataclass
 class Snapshot:
-    """Per-function totals read from the store in one scrape, keyed by function label."""
+    """Totals read from the store in one scrape, keyed by function label.
 
-    compiles: dict[str, collections.Counter] = field(default_factory=dict)  # label -> cause -> n
-    buckets: dict[str, list[int]] = field(default_factory=dict)  # label -> non-cumulative counts
+    Every label gets its totals (compiles, seconds, calls). The wide part, compiles per
+    cause and the cost histogram, is read per function only for the ``detail`` labels
+    (the top N, and the top N of the previous scrape, whose history may have to move
+    into or out of ``other``); for all other functions the database sums it under
+    ``REST``. So a scrape reads a few rows per shown function, not per function.
+    """
+
+    total_compiles: dict[str, int] = field(default_factory=dict)  # label -> compiles
     seconds: dict[str, float] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
     run_seconds: dict[str, float] = field(default_factory=dict)
     measured: set[str] = field(default_factory=set)  # labels with a sampled run time
     storming: set[str] = field(default_factory=set)
+    labeled: set[str] = field(default_factory=set)  # the top N: shown with their own label
+    detail: set[str] = field(default_factory=set)
+    compiles: dict[str, collections.Counter] = field(default_factory=dict)  # detail labels, REST -> cause -> n
+    buckets: dict[str, list[int]] = field(default_factory=dict)  # detail labels, REST -> non-cumulative counts
     events: int = 0
     client_dropped: int = 0  # events the recorders reported lost, from the store
 
     def labels(self) -> set[str]:
-        return set(self.compiles) | set(self.buckets) | set(self.calls)
-
-    def total_compiles(self, label: str) -> int:
-        return sum(self.compiles.get(label, {}).values())
+        return set(self.total_compiles) | set(self.calls)
 
 
 def function_labels(conn: sa.Connection) -> dict[str, str]:
@@ -69,39 +81,64 @@ def function_labels(conn: sa.Connection) -> dict[str, str]:
                 conn, sa.select(f.c.function_hash, f.c.name, f.c.qualname))}
 
 
-def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | None = None) -> Snapshot:
+def read_snapshot(conn: sa.Connection, settings: ServerSettings, keep: set[str] = frozenset(),
+                  now: float | None = None) -> Snapshot:
+    """One scrape's view of the store. ``keep``: labels to read in detail besides the top N."""
     labels = function_labels(conn)
     snap = Snapshot()
     # Totals the writers keep beside the events: a few rows per function, whatever the
-    # number of events.
+    # number of events, summed per function by the database.
     t, h = models.function_totals, models.function_cost_buckets
-    for function_hash, cause, compiled, kind, n, seconds in enginemod.fetch_tuples(conn,
-            sa.select(t.c.function_hash, t.c.cause, t.c.compiled, t.c.kind, t.c.events, t.c.cost_seconds)):
-        n = int(n)
-        snap.events += n
-        if kind == STALE_CAPTURE:  # not a trace or compile: no cost to observe
+    live = t.c.kind != STALE_CAPTURE  # a stale capture is an event, but no trace or compile: no cost
+    hashes: dict[str, list[str]] = collections.defaultdict(list)
+    for function_hash, events, live_rows, compiles, seconds in enginemod.fetch_tuples(conn, sa.select(
+            t.c.function_hash, sa.func.sum(t.c.events), sa.func.sum(sa.case((live, 1), else_=0)),
+            sa.func.sum(sa.case((sa.and_(live, t.c.compiled), t.c.events), else_=0)),
+            sa.func.sum(sa.case((live, t.c.cost_seconds), else_=0.0))).group_by(t.c.function_hash)):
+        snap.events += int(events)
+        if not live_rows:
             continue
         label = labels.get(function_hash) or function_hash[:12]
-        if label not in snap.compiles:
-            snap.compiles[label] = collections.Counter()
-            snap.buckets[label] = [0] * (len(BUCKETS) + 1)
+        hashes[label].append(function_hash)
+        snap.total_compiles[label] = snap.total_compiles.get(label, 0) + int(compiles or 0)
         snap.seconds[label] = snap.seconds.get(label, 0.0) + float(seconds or 0.0)
-        if compiled:
-            snap.compiles[label][cause] += n
-    for function_hash, bucket_index, n in enginemod.fetch_tuples(conn, sa.select(h.c.function_hash, h.c.bucket,
-                                                                                h.c.events)):
-        label = labels.get(function_hash) or function_hash[:12]
-        counts = snap.buckets.get(label)
-        if counts is None:
-            counts = snap.buckets[label] = [0] * (len(BUCKETS) + 1)
-            snap.compiles.setdefault(label, collections.Counter())
-        counts[int(bucket_index)] += int(n)
     for function_hash, calls, run_seconds, measured in _call_totals(conn):
         label = labels.get(function_hash, function_hash[:12])
         snap.calls[label] = snap.calls.get(label, 0) + calls
         snap.run_seconds[label] = snap.run_seconds.get(label, 0.0) + run_seconds
         if measured:
             snap.measured.add(label)
+
+    present = snap.labels()
+    ranked = sorted(present, key=lambda label: (-snap.total_compiles.get(label, 0), label))
+    snap.labeled = set(ranked[: settings.metrics_top_n])
+    snap.detail = (snap.labeled | set(keep)) & present
+    for label in snap.detail:
+        if label in snap.total_compiles:
+            snap.compiles[label] = collections.Counter()
+            snap.buckets[label] = [0] * (len(BUCKETS) + 1)
+    detail_hashes = sorted(h_ for label in snap.detail for h_ in hashes.get(label, ()))
+    rest_compiles = collections.Counter({cause: int(n) for cause, n in enginemod.fetch_tuples(conn, sa.select(
+        t.c.cause, sa.func.sum(t.c.events)).where(live, t.c.compiled).group_by(t.c.cause))})
+    rest_buckets = [0] * (len(BUCKETS) + 1)
+    for bucket_index, n in enginemod.fetch_tuples(conn, sa.select(h.c.bucket, sa.func.sum(h.c.events))
+                                                   .group_by(h.c.bucket)):
+        rest_buckets[int(bucket_index)] += int(n)
+    for start in range(0, len(detail_hashes), 500):
+        chunk = detail_hashes[start:start + 500]
+        for function_hash, cause, n in enginemod.fetch_tuples(conn, sa.select(
+                t.c.function_hash, t.c.cause, sa.func.sum(t.c.events))
+                .where(live, t.c.compiled, t.c.function_hash.in_(chunk)).group_by(t.c.function_hash, t.c.cause)):
+            snap.compiles[labels.get(function_hash) or function_hash[:12]][cause] += int(n)
+            rest_compiles[cause] -= int(n)
+        for function_hash, bucket_index, n in enginemod.fetch_tuples(conn, sa.select(
+                h.c.function_hash, h.c.bucket, h.c.events).where(h.c.function_hash.in_(chunk))):
+            snap.buckets[labels.get(function_hash) or function_hash[:12]][int(bucket_index)] += int(n)
+            rest_buckets[int(bucket_index)] -= int(n)
+    # Counts are integers, so the rest is exact (seconds and calls are kept per label).
+    snap.compiles[REST] = +rest_compiles
+    snap.buckets[REST] = rest_buckets
+
     d = models.run_drops
     snap.client_dropped = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(d.c.dropped), 0))).scalar_one())
     for storm in queries.storms(conn, queries.Filters(), threshold=settings.storm_threshold,
@@ -174,11 +211,17 @@ class StoreCollector:
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("cachewatch_store_up", "1 if the store answered this scrape's queries.")
-        try:
-            with enginemod.connection(self.settings.store, ensure=False) as conn:
-                snap = read_snapshot(conn, self.settings)
-        except Exception as exc:  # a down store must not hide the request metrics
-            logger.warning("metrics: cannot read the store: %s", exc)
+        # One scrape at a time: each reads in detail the labels the previous one showed,
+        # and moves the carry of ``other`` from there.
+        with self._lock:
+            try:
+                with enginemod.connection(self.settings.store, ensure=False) as conn:
+                    snap = read_snapshot(conn, self.settings, keep=self._fold.labeled)
+            except Exception as exc:  # a down store must not hide the request metrics
+                logger.warning("metrics: cannot read the store: %s", exc)
+                snap = None
+            families = list(self._families(snap)) if snap is not None else []
+        if snap is None:
             up.add_metric([], 0)
             yield up  # no dropped-events series now: without the store's part it would go down
             return
@@ -189,13 +232,12 @@ class StoreCollector:
                                       "store) and refused by this process (invalid or oversized batches).")
         dropped.add_metric([], snap.client_dropped + self.counters.rejected_events)
         yield dropped
-        with self._lock:  # concurrent scrapes must not both move the same carry
-            yield from self._families(snap)
+        yield from families
 
     def _families(self, snap: Snapshot) -> Iterator[Metric]:
-        present = snap.labels()
-        ranked = sorted(present, key=lambda label: (-snap.total_compiles(label), label))
-        labeled = set(ranked[: self.settings.metrics_top_n])
+        present, labeled = snap.labels(), snap.labeled
+        # Per label only for the detail labels; the other functions come summed as REST,
+        # which is never labeled, so the fold puts it in ``other``.
         series: dict[Any, dict[str, float]] = collections.defaultdict(dict)
         for label, per_cause in snap.compiles.items():
             for cause, n in per_cause.items():
@@ -205,10 +247,11 @@ class StoreCollector:
             for i, n in enumerate(counts):
                 running += n
                 series[("bucket", i)][label] = running
-            series[("seconds",)][label] = snap.seconds.get(label, 0.0)
-        for label, calls in snap.calls.items():
-            series[("calls",)][label] = calls
-            series[("run_seconds",)][label] = snap.run_seconds.get(label, 0.0)
+        for key, per_label in ((("seconds",), snap.seconds), (("calls",), snap.calls),
+                               (("run_seconds",), snap.run_seconds)):
+            for label in snap.detail:
+                series[key][label] = per_label.get(label, 0)
+            series[key][REST] = sum(v for label, v in per_label.items() if label not in snap.detail)
         other = self._fold.fold(labeled, present, series)
         show_other = bool(present - labeled) or any(other.values())
         shown = sorted(labeled) + ([OTHER] if show_other else [])
