@@ -46,7 +46,7 @@ try:
     # The cache-hit path in C (cachewatch/_fastcall.c); built by pip when a C compiler is
     # there. Without it, the pure-Python twin in _make_watched does the same, slower.
     from . import _fastcall
-except ImportError:  # pragma: no cover - exercised by forcing CACHEWATCH_PURE_PYTHON in the tests
+except ImportError:  # pragma: no cover - the tests build it, and run the twin by switching it off
     _fastcall = None
 
 if _fastcall is not None and os.environ.get("CACHEWATCH_PURE_PYTHON", "") in ("", "0"):
@@ -74,9 +74,8 @@ class CallStats(_Counter):
                  "flushed_calls", "flushed_sampled", "flushed_seconds")
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
-        super().__init__()
+        super().__init__()  # calls = 0
         self.function = function
-        self.calls = 0
         self.configure(sample_every, max_per_second)
         self.sampled_calls = 0
         self.sampled_seconds = 0.0

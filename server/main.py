@@ -71,6 +71,15 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.include_router(module.router)
     app.include_router(dashboard.router)
 
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            events.document(generate())
+        return app.openapi_schema
+
+    app.openapi = openapi
+
     app.add_exception_handler(enginemod.StoreError, _store_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -131,7 +131,8 @@ def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_stor
     with enginemod.connection(store_url) as conn:
         events = [dict(r._mapping) for r in conn.execute(sa.select(*[c for c in models.compile_events.c
                                                                       if c.name != "id"]))]
-        assert sinks.write_rows(conn, [recorder.run_info().as_dict()], [], events, []) == set()
+        assert sinks.write_rows(conn, [recorder.run_info().as_dict()], [],
+                                [sinks.event_row(event) for event in events], []) == set()
     assert _rollup_rows(store_url) == kept
     with enginemod.connection(store_url) as conn:
         rollup.rebuild(conn)
@@ -140,7 +141,8 @@ def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_stor
     fresh = [{**event, "event_id": new_event_id()} for event in events[:3]]
     mixed = events[3:] + fresh[:2] + events[:3] + fresh[2:]
     with enginemod.connection(store_url) as conn:
-        assert sinks.write_rows(conn, [recorder.run_info().as_dict()], [], mixed, []) == \
+        assert sinks.write_rows(conn, [recorder.run_info().as_dict()], [],
+                                [sinks.event_row(event) for event in mixed], []) == \
             {event["event_id"] for event in fresh}
     grown = _rollup_rows(store_url)
     assert sum(row[2] for row in grown if row[0] == "run_totals") == stored + 3

@@ -19,6 +19,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import orjson
+
 from . import spool
 from .engine import StoreError
 
@@ -73,7 +75,8 @@ class HttpSink:
 
     def post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST one JSON batch; returns the server's answer or raises :class:`HttpStoreError`."""
-        body = json.dumps(payload, separators=(",", ":")).encode()
+        # orjson writes NaN and infinities as null, which the service reads as "unknown".
+        body = orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS)
         headers = {"Content-Type": "application/json", "Accept": "application/json",
                    "User-Agent": "cachewatch-http-sink"}
         if self._token:

@@ -186,3 +186,7 @@ function_cost_buckets = FunctionCostBucketRow.__table__
 run_totals = RunTotalsRow.__table__
 function_call_totals = FunctionCallTotalsRow.__table__
 run_drops = RunDropsRow.__table__
+
+# A compile event as the writers hand it over: a tuple of these columns, in this order
+# (tuples, not dicts: the writer builds one per event).
+EVENT_COLUMNS: tuple[str, ...] = tuple(c.name for c in compile_events.c if c.name != "id")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import sqlalchemy as sa
 
@@ -26,30 +26,31 @@ COST_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 STALE_KIND = "stale_capture"
 
 
-def event_cost(row: Any) -> float:
-    return sum(float(row.get(k) or 0.0) for k in ("trace_seconds", "lower_seconds", "compile_seconds"))
-
-
 def cost_bucket(cost: float) -> int:
     """Index of the first bucket whose upper bound holds ``cost`` (len(COST_BUCKETS) for +Inf)."""
     return bisect.bisect_left(COST_BUCKETS, cost)
 
 
-def deltas(events: Iterable[Any]) -> dict[sa.Table, list[dict[str, Any]]]:
-    """The rows to add to each totals table for a set of newly stored events.
+def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVENT_COLUMNS,
+           ) -> dict[sa.Table, list[dict[str, Any]]]:
+    """The rows to add to each totals table for a set of newly stored events (tuples of
+    ``columns``).
 
     Written out per table rather than through a generic merge: it runs for every event
     the store takes.
     """
+    at = {name: columns.index(name) for name in ("function_hash", "run_id", "kind", "cause", "compiled",
+                                                 "timestamp", "trace_seconds", "lower_seconds", "compile_seconds")}
+    hash_at, run_at, kind_at, cause_at, compiled_at, ts_at, trace_at, lower_at, compile_at = at.values()
     functions: dict[tuple, dict] = {}
     buckets: dict[tuple, dict] = {}
     runs: dict[str, dict] = {}
     for e in events:
-        cost = event_cost(e)
-        ts = e["timestamp"]
-        compiled = bool(e["compiled"])
-        function_hash = e["function_hash"]
-        key = (function_hash, e["kind"], e["cause"], compiled)
+        cost = float(e[trace_at] or 0.0) + float(e[lower_at] or 0.0) + float(e[compile_at] or 0.0)
+        ts = e[ts_at]
+        compiled = bool(e[compiled_at])
+        function_hash = e[hash_at]
+        key = (function_hash, e[kind_at], e[cause_at], compiled)
         row = functions.get(key)
         if row is None:
             functions[key] = {"function_hash": function_hash, "kind": key[1], "cause": key[2], "compiled": compiled,
@@ -59,7 +60,7 @@ def deltas(events: Iterable[Any]) -> dict[sa.Table, list[dict[str, Any]]]:
             row["cost_seconds"] += cost
             row["first_ts"] = min(row["first_ts"], ts)
             row["last_ts"] = max(row["last_ts"], ts)
-        is_compile_or_trace = e["kind"] != STALE_KIND
+        is_compile_or_trace = key[1] != STALE_KIND
         if is_compile_or_trace:
             bucket = cost_bucket(cost)
             row = buckets.get((function_hash, bucket))
@@ -68,9 +69,10 @@ def deltas(events: Iterable[Any]) -> dict[sa.Table, list[dict[str, Any]]]:
             else:
                 row["events"] += 1
         run_cost = cost if is_compile_or_trace else 0.0
-        row = runs.get(e["run_id"])
+        run_id = e[run_at]
+        row = runs.get(run_id)
         if row is None:
-            runs[e["run_id"]] = {"run_id": e["run_id"], "events": 1, "compiles": int(compiled),
+            runs[run_id] = {"run_id": run_id, "events": 1, "compiles": int(compiled),
                                  "cost_seconds": run_cost, "first_ts": ts, "last_ts": ts}
         else:
             row["events"] += 1
@@ -170,16 +172,16 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000) -> None:
     e = models.compile_events
     for name in TABLES:
         conn.execute(sa.delete(models.Base.metadata.tables[name]))
-    columns = [e.c.function_hash, e.c.run_id, e.c.kind, e.c.cause, e.c.compiled, e.c.timestamp,
+    columns = [e.c.id, e.c.function_hash, e.c.run_id, e.c.kind, e.c.cause, e.c.compiled, e.c.timestamp,
                e.c.trace_seconds, e.c.lower_seconds, e.c.compile_seconds]
+    names = [c.name for c in columns]
     last_id = 0
     while True:
-        rows = conn.execute(sa.select(e.c.id, *columns).where(e.c.id > last_id).order_by(e.c.id)
-                            .limit(chunk)).mappings().all()
+        rows = conn.execute(sa.select(*columns).where(e.c.id > last_id).order_by(e.c.id).limit(chunk)).all()
         if not rows:
             break
-        add(conn, deltas(rows))
-        last_id = rows[-1]["id"]
+        add(conn, deltas(rows, names))
+        last_id = rows[-1][0]
     s = models.call_stats
     last_id = 0
     while True:

@@ -7,7 +7,8 @@ transaction per batch, many rows per statement, idempotent on event ids);
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import operator
+from typing import Any, Mapping, Protocol
 
 import sqlalchemy as sa
 
@@ -29,79 +30,99 @@ def open_sink(cfg: Config) -> Sink:
     return SqlSink(url)
 
 
-def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]],
-                                key: str, report_new: bool = False) -> set[Any]:
-    """Insert rows whose key is new; with ``report_new``, the keys that were new."""
-    if not rows:
-        return set()
-    dialect = conn.dialect.name
+def _insert(dialect: str, table: sa.Table) -> Any:
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     elif dialect == "sqlite":
         from sqlalchemy.dialects.sqlite import insert
     else:  # pragma: no cover - only the two dialects above are supported
         raise enginemod.InvalidStoreURL(f"unsupported dialect {dialect}")
-    stmt = insert(table).on_conflict_do_nothing(index_elements=[key])
-    if not report_new:
-        conn.execute(stmt, rows)
+    return insert(table)
+
+
+def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]], key: str) -> None:
+    if rows:
+        conn.execute(_insert(conn.dialect.name, table).on_conflict_do_nothing(index_elements=[key]), rows)
+
+
+# Event tuples (models.EVENT_COLUMNS) read off a CompileEvent, or off the service's
+# validated EventIn: both carry these attributes.
+event_values = operator.attrgetter(*("function.function_hash" if name == "function_hash" else name
+                                     for name in models.EVENT_COLUMNS))
+_EVENT_ID = models.EVENT_COLUMNS.index("event_id")
+_JSON_AT = tuple(i for i, name in enumerate(models.EVENT_COLUMNS)
+                 if isinstance(models.compile_events.c[name].type, sa.JSON))
+
+
+def event_row(values: Mapping[str, Any]) -> tuple:
+    """An event tuple from a mapping of column names (missing columns are None)."""
+    return tuple(values.get(name) for name in models.EVENT_COLUMNS)
+
+
+def _insert_events(conn: sa.Connection, events: list[tuple]) -> set[str]:
+    """Insert the events whose id is new; returns those ids."""
+    if not events:
         return set()
-    wanted = [row[key] for row in rows]
-    if dialect == "sqlite":
+    wanted = [row[_EVENT_ID] for row in events]
+    if conn.dialect.name == "sqlite":
         # SQLite has one writer at a time, and this transaction holds the write lock
-        # from its first insert on (write_rows inserts the run first); a new rowid is
-        # the largest one plus one. So the rows this insert added are the newest
-        # ``rowcount`` rows, and when that is every row (a batch seen for the first
-        # time, the usual case) there is nothing to ask.
-        added = _sqlite_insert_or_ignore(conn, table, rows)
+        # from its first insert on; a new rowid is the largest one plus one. So the rows
+        # this insert added are the newest ``rowcount`` rows, and when that is every row
+        # (a batch seen for the first time, the usual case) there is nothing to ask.
+        added = _sqlite_insert_or_ignore(conn, events)
         if added == len(set(wanted)):
             return set(wanted)
-        newest = sa.select(table.c[key]).order_by(table.c.id.desc()).limit(added)
+        e = models.compile_events
+        newest = sa.select(e.c.event_id).order_by(e.c.id.desc()).limit(added)
         return set(conn.execute(newest).scalars()) if added else set()
-    # Which keys are new, asked before inserting: RETURNING over a many-row insert is
+    # Which ids are new, asked before inserting: RETURNING over a many-row insert is
     # slow to prepare (psycopg parses the statement in Python). Two writers never share
     # event ids (the recording process makes them), so only this writer's own retry
     # repeats one, never concurrently.
+    e = models.compile_events
     existing: set[Any] = set()
     for start in range(0, len(wanted), 900):
-        existing.update(conn.execute(sa.select(table.c[key]).where(table.c[key].in_(wanted[start:start + 900])))
+        existing.update(conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(wanted[start:start + 900])))
                         .scalars())
-    conn.execute(stmt, rows)
+    stmt = _insert(conn.dialect.name, e).on_conflict_do_nothing(index_elements=["event_id"])
+    conn.execute(stmt, [dict(zip(models.EVENT_COLUMNS, row)) for row in events])
     return set(wanted) - existing
 
 
-def _sqlite_insert_or_ignore(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> int:
+_SQLITE_INSERT_EVENTS = (f"INSERT OR IGNORE INTO {models.compile_events.name} ({', '.join(models.EVENT_COLUMNS)}) "
+                         f"VALUES ({', '.join('?' for _ in models.EVENT_COLUMNS)})")
+
+
+def _sqlite_insert_or_ignore(conn: sa.Connection, events: list[tuple]) -> int:
     """The driver's own executemany: the row-by-row parameter processing of the ORM layer
     costs more than SQLite's insert. JSON columns are serialized here (booleans bind as
     0/1 by themselves). Returns how many rows were inserted."""
-    names = [c.name for c in table.c if c.name in rows[0]]
-    json_at = [i for i, name in enumerate(names) if isinstance(table.c[name].type, sa.JSON)]
-    sql = (f"INSERT OR IGNORE INTO {table.name} ({', '.join(names)}) "
-           f"VALUES ({', '.join('?' for _ in names)})")
     dumps = enginemod.json_dumps
     params = []
-    for row in rows:
-        values = [row.get(name) for name in names]
-        for i in json_at:
+    for row in events:
+        values = list(row)
+        for i in _JSON_AT:
             if values[i] is not None:
                 values[i] = dumps(values[i])
         params.append(values)
     with enginemod.driver_cursor(conn) as cursor:
-        cursor.executemany(sql, params)
+        cursor.executemany(_SQLITE_INSERT_EVENTS, params)
         return cursor.rowcount
 
 
-def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], events: list[dict],
+def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], events: list[tuple],
                stats: list[dict], dropped: int = 0) -> set[str]:
     """Insert one batch in one transaction; repeats of the same ids are ignored.
 
-    ``dropped`` is what the run's recorder lost since its previous batch. Returns the
-    ids of the events that were new (the rest were already stored).
+    ``events`` are tuples of ``models.EVENT_COLUMNS``. ``dropped`` is what the run's
+    recorder lost since its previous batch. Returns the ids of the events that were new
+    (the rest were already stored).
     """
     _insert_ignoring_duplicates(conn, models.runs, _unique(runs, "run_id"), "run_id")
     _insert_ignoring_duplicates(conn, models.functions, _unique(functions, "function_hash"), "function_hash")
-    inserted = _insert_ignoring_duplicates(conn, models.compile_events, events, "event_id", report_new=True)
+    inserted = _insert_events(conn, events)
     if inserted:
-        rollup.add(conn, rollup.deltas(e for e in events if e["event_id"] in inserted))
+        rollup.add(conn, rollup.deltas(row for row in events if row[_EVENT_ID] in inserted))
     if stats:
         conn.execute(sa.insert(models.call_stats), stats)
         rollup.add_call_stats(conn, stats)
@@ -117,8 +138,8 @@ def _unique(rows: list[dict], key: str) -> list[dict]:
     return list(seen.values())
 
 
-def batch_rows(batch: Any) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
-    """Rows for one recorder batch: the run, the functions it mentions, events, stats."""
+def batch_rows(batch: Any) -> tuple[list[dict], list[dict], list[tuple], list[dict]]:
+    """Rows for one recorder batch: the run, the functions it mentions, event tuples, stats."""
     first_seen: dict[str, float] = {}
     functions: dict[str, dict] = {}
     for event in batch.events:
@@ -134,7 +155,7 @@ def batch_rows(batch: Any) -> tuple[list[dict], list[dict], list[dict], list[dic
         first_seen.setdefault(info.function_hash, stat.timestamp)
         functions.setdefault(info.function_hash, info.as_dict())
     function_rows = [{**row, "first_seen": first_seen[h]} for h, row in functions.items()]
-    return ([batch.run.as_dict()], function_rows, [e.as_dict() for e in batch.events],
+    return ([batch.run.as_dict()], function_rows, [event_values(e) for e in batch.events],
             [s.as_dict() for s in batch.stats])
 
 

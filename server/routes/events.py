@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi.concurrency import run_in_threadpool
 
 from .. import ingest
 from ..deps import Settings, WriteAuth
@@ -11,20 +13,28 @@ from ..schemas import BatchIn, IngestResult
 
 router = APIRouter(prefix="/api/v1", tags=["ingest"])
 
+# The body is read raw and validated by pydantic's JSON parser in one pass (FastAPI's
+# own body handling parses to Python objects first, then validates them), so the
+# OpenAPI description of the body is given here and its schemas added by document().
+_BODY = {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/BatchIn"}}}}
+
 
 @router.post("/events", response_model=IngestResult, summary="Store a batch of compile events",
+             openapi_extra={"requestBody": _BODY},
              responses={401: {"description": "A write token is configured and the request lacks it."},
                         413: {"description": "The body is larger than CACHEWATCH_MAX_BODY_BYTES."},
                         422: {"description": "The batch is invalid; nothing of it was stored."},
                         503: {"description": "The store is unavailable; retry later."}})
-def ingest_events(_: WriteAuth, batch: BatchIn, request: Request, settings: Settings) -> dict:
+async def ingest_events(_: WriteAuth, request: Request, settings: Settings) -> dict:
     """Store the batch whole or not at all. Repeating a batch (same event ids) stores nothing twice."""
-    counters: ingest.IngestCounters = request.app.state.counters
-    try:
-        ingest.check(batch, settings.max_batch_events)
-    except RequestValidationError:
-        counters.rejected(len(batch.events))
-        raise
-    result = ingest.store(settings.store, batch)
-    counters.client_dropped(batch.batch_id, batch.dropped)
-    return result
+    body = await request.body()
+    return await run_in_threadpool(ingest.accept, body, settings.max_batch_events, settings.store,
+                                   request.app.state.counters)
+
+
+def document(spec: dict[str, Any]) -> None:
+    """Add the ingest batch's schemas to an OpenAPI document."""
+    schema = BatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+    schemas.update(schema.pop("$defs", {}))
+    schemas["BatchIn"] = schema
