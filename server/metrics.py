@@ -86,17 +86,15 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, keep: set[str] 
     """One scrape's view of the store. ``keep``: labels to read in detail besides the top N."""
     labels = function_labels(conn)
     snap = Snapshot()
-    # Totals the writers keep beside the events: a few rows per function, whatever the
-    # number of events, summed per function by the database.
-    t, h = models.function_totals, models.function_cost_buckets
-    live = t.c.kind != STALE_CAPTURE  # a stale capture is an event, but no trace or compile: no cost
+    # Totals the writers keep beside the events: one row per function, whatever the
+    # number of events. A stale capture is an event, but no trace or compile: no cost.
+    t, h, f = models.function_totals, models.function_cost_buckets, models.function_compile_totals
+    live = t.c.kind != STALE_CAPTURE
     hashes: dict[str, list[str]] = collections.defaultdict(list)
-    for function_hash, events, live_rows, compiles, seconds in enginemod.fetch_tuples(conn, sa.select(
-            t.c.function_hash, sa.func.sum(t.c.events), sa.func.sum(sa.case((live, 1), else_=0)),
-            sa.func.sum(sa.case((sa.and_(live, t.c.compiled), t.c.events), else_=0)),
-            sa.func.sum(sa.case((live, t.c.cost_seconds), else_=0.0))).group_by(t.c.function_hash)):
+    for function_hash, events, live_events, compiles, seconds in enginemod.fetch_tuples(conn, sa.select(
+            f.c.function_hash, f.c.events, f.c.live_events, f.c.compiles, f.c.cost_seconds)):
         snap.events += int(events)
-        if not live_rows:
+        if not live_events:
             continue
         label = labels.get(function_hash) or function_hash[:12]
         hashes[label].append(function_hash)
@@ -118,11 +116,14 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, keep: set[str] 
             snap.compiles[label] = collections.Counter()
             snap.buckets[label] = [0] * (len(BUCKETS) + 1)
     detail_hashes = sorted(h_ for label in snap.detail for h_ in hashes.get(label, ()))
-    rest_compiles = collections.Counter({cause: int(n) for cause, n in enginemod.fetch_tuples(conn, sa.select(
-        t.c.cause, sa.func.sum(t.c.events)).where(live, t.c.compiled).group_by(t.c.cause))})
+    # The rest: the store-wide totals less the detail read below.
+    c, b = models.cause_totals, models.cost_bucket_totals
+    rest_compiles = collections.Counter()
+    for cause, n in enginemod.fetch_tuples(conn, sa.select(c.c.cause, c.c.events)
+                                           .where(c.c.kind != STALE_CAPTURE, c.c.compiled)):
+        rest_compiles[cause] += int(n)
     rest_buckets = [0] * (len(BUCKETS) + 1)
-    for bucket_index, n in enginemod.fetch_tuples(conn, sa.select(h.c.bucket, sa.func.sum(h.c.events))
-                                                   .group_by(h.c.bucket)):
+    for bucket_index, n in enginemod.fetch_tuples(conn, sa.select(b.c.bucket, b.c.events)):
         rest_buckets[int(bucket_index)] += int(n)
     for start in range(0, len(detail_hashes), 500):
         chunk = detail_hashes[start:start + 500]

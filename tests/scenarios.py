@@ -206,6 +206,24 @@ def failing_traces():
     return ["branchy", "get_negatives"]
 
 
+SCALE = 1.0
+
+
+def stale_global():
+    """A global read at trace time, changed later (not a compile: a stale capture)."""
+    global SCALE
+
+    @cachewatch.jit
+    def scaled(x):
+        return x * SCALE
+
+    SCALE = 1.0
+    scaled(jnp.ones(2))
+    SCALE = 3.0
+    scaled(jnp.ones(3))  # traces again, reads 3.0, and the change is reported
+    return ["scaled"]
+
+
 ALL = {f.__name__: f for f in (lambda_in_loop, lambda_hoisted, same_function_rewrapped, partial_in_loop,
                                static_values, batch_sizes, dtype_change, weak_type_flip, scalar_flip,
                                dict_keys_change, positional_vs_keyword, clear_cache, nested_jit, threads,

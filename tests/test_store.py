@@ -16,7 +16,7 @@ import cachewatch
 from cachewatch import cli
 from cachewatch.events import new_event_id
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models
+from cachewatch.store import models, rollup
 
 import scenarios
 
@@ -107,8 +107,7 @@ def test_library_and_cli_share_the_default_store(tmp_path):
 def _rollup_rows(url: str) -> list[tuple]:
     found = []
     with enginemod.connection(url) as conn:
-        for table in (models.function_totals, models.function_cost_buckets, models.run_totals,
-                      models.function_call_totals):
+        for table in (models.Base.metadata.tables[name] for name in rollup.TABLES):
             rows = conn.execute(sa.select(table).order_by(*table.primary_key.columns)).all()
             found += [(table.name, *(round(v, 9) if isinstance(v, float) else v for v in row)) for row in rows]
     return found
@@ -116,7 +115,7 @@ def _rollup_rows(url: str) -> list[tuple]:
 
 def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_store):
     from cachewatch import recorder
-    from cachewatch.store import rollup, sinks
+    from cachewatch.store import sinks
 
     use_store(store_url)
     scenarios.batch_sizes()
@@ -151,27 +150,27 @@ def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_stor
     assert _rollup_rows(store_url) == grown
 
 
-def test_upgrade_fills_the_rollup_from_existing_events(sqlite_url, use_store):
-    from cachewatch.store import rollup
-
-    use_store(sqlite_url)
+@pytest.mark.parametrize("revision", ["0002", "0003"])
+def test_upgrade_fills_the_rollup_from_existing_events(store_url, use_store, revision):
+    use_store(store_url)
     scenarios.dtype_change()
+    scenarios.stale_global()
     assert cachewatch.flush(30)
-    expected = _rollup_rows(sqlite_url)
+    expected = _rollup_rows(store_url)
     enginemod.dispose_engines()
     from alembic import command
 
-    cfg = enginemod.alembic_config(sqlite_url)
-    command.downgrade(cfg, "0002")
+    # From before any totals (0002: rebuilt from the events), and from before the
+    # store-wide ones (0003: summed from the per-function totals).
+    command.downgrade(enginemod.alembic_config(store_url), revision)
     enginemod.dispose_engines()
-    enginemod.upgrade(sqlite_url)
-    assert _rollup_rows(sqlite_url) == expected and expected
+    enginemod.upgrade(store_url)
+    assert _rollup_rows(store_url) == expected and expected
+    assert {row[0] for row in expected} >= set(rollup.TABLES) - {"function_call_totals"}
     assert rollup.cost_bucket(0.0) == 0 and rollup.cost_bucket(0.005) == 0 and rollup.cost_bucket(1e9) == 15
 
 
 def test_run_time_estimate_only_grows_and_values_early_calls(sqlite_url):
-    from cachewatch.store import rollup
-
     enginemod.ensure_schema(sqlite_url)
     with enginemod.connection(sqlite_url) as conn:
         conn.execute(sa.insert(models.runs), [{"run_id": "r" * 32, "started_at": 0.0, "devices": []}])

@@ -136,6 +136,41 @@ class FunctionCostBucketRow(Base):
     events: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class FunctionCompileTotalsRow(Base):
+    """Per function, everything ``function_totals`` holds summed over kinds and causes:
+    one row a function, for ranking functions without grouping their rows."""
+
+    __tablename__ = "function_compile_totals"
+
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"),
+                                               primary_key=True)
+    events: Mapped[int] = mapped_column(BigInteger, default=0)
+    live_events: Mapped[int] = mapped_column(BigInteger, default=0)  # traces and compiles (not stale captures)
+    compiles: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class CauseTotalsRow(Base):
+    """``function_totals`` summed over functions: a few rows for the whole store."""
+
+    __tablename__ = "cause_totals"
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    cause: Mapped[str] = mapped_column(String(32), primary_key=True)
+    compiled: Mapped[bool] = mapped_column(Boolean, primary_key=True)
+    events: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class CostBucketTotalsRow(Base):
+    """``function_cost_buckets`` summed over functions: the store-wide histogram."""
+
+    __tablename__ = "cost_bucket_totals"
+
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True)
+    events: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class RunTotalsRow(Base):
     """Event count, compiles and compile cost per run."""
 
@@ -184,6 +219,9 @@ call_stats = CallStatsRow.__table__
 function_totals = FunctionTotalsRow.__table__
 function_cost_buckets = FunctionCostBucketRow.__table__
 run_totals = RunTotalsRow.__table__
+function_compile_totals = FunctionCompileTotalsRow.__table__
+cause_totals = CauseTotalsRow.__table__
+cost_bucket_totals = CostBucketTotalsRow.__table__
 function_call_totals = FunctionCallTotalsRow.__table__
 run_drops = RunDropsRow.__table__
 

@@ -1,11 +1,11 @@
 """Totals kept beside the events, so summaries never scan every event.
 
 Every write of compile events adds what it inserted (only that: a retried batch adds
-nothing) to three small tables: per function, kind, cause and compiled flag; per
-function and cost bucket (the histogram of ``/metrics``); and per run. The report,
-the service's summary, runs page and ``/metrics`` read these few thousand rows
-instead of millions of events; queries bounded in time or to one run read the events
-through their indexes.
+nothing) to small tables: per function, kind, cause and compiled flag; per function
+and cost bucket (the histogram of ``/metrics``); per run; per function alone; and for
+the whole store, per cause and per cost bucket. The report, the service's summary,
+runs page and ``/metrics`` read these few thousand rows instead of millions of
+events; queries bounded in time or to one run read the events through their indexes.
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVEN
     functions: dict[tuple, dict] = {}
     buckets: dict[tuple, dict] = {}
     runs: dict[str, dict] = {}
+    per_function: dict[str, dict] = {}
+    causes: dict[tuple, dict] = {}
+    store_buckets: dict[int, dict] = {}
     for e in events:
         cost = float(e[trace_at] or 0.0) + float(e[lower_at] or 0.0) + float(e[compile_at] or 0.0)
         ts = e[ts_at]
@@ -60,6 +63,13 @@ def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVEN
             row["cost_seconds"] += cost
             row["first_ts"] = min(row["first_ts"], ts)
             row["last_ts"] = max(row["last_ts"], ts)
+        row = causes.get(key[1:])
+        if row is None:
+            causes[key[1:]] = {"kind": key[1], "cause": key[2], "compiled": compiled, "events": 1,
+                               "cost_seconds": cost}
+        else:
+            row["events"] += 1
+            row["cost_seconds"] += cost
         is_compile_or_trace = key[1] != STALE_KIND
         if is_compile_or_trace:
             bucket = cost_bucket(cost)
@@ -68,7 +78,22 @@ def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVEN
                 buckets[(function_hash, bucket)] = {"function_hash": function_hash, "bucket": bucket, "events": 1}
             else:
                 row["events"] += 1
+            row = store_buckets.get(bucket)
+            if row is None:
+                store_buckets[bucket] = {"bucket": bucket, "events": 1}
+            else:
+                row["events"] += 1
+        live = int(is_compile_or_trace)
         run_cost = cost if is_compile_or_trace else 0.0
+        row = per_function.get(function_hash)
+        if row is None:
+            per_function[function_hash] = {"function_hash": function_hash, "events": 1, "live_events": live,
+                                           "compiles": live * compiled, "cost_seconds": run_cost}
+        else:
+            row["events"] += 1
+            row["live_events"] += live
+            row["compiles"] += live * compiled
+            row["cost_seconds"] += run_cost
         run_id = e[run_at]
         row = runs.get(run_id)
         if row is None:
@@ -82,7 +107,10 @@ def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVEN
             row["last_ts"] = max(row["last_ts"], ts)
     return {models.function_totals: list(functions.values()),
             models.function_cost_buckets: list(buckets.values()),
-            models.run_totals: list(runs.values())}
+            models.run_totals: list(runs.values()),
+            models.function_compile_totals: list(per_function.values()),
+            models.cause_totals: list(causes.values()),
+            models.cost_bucket_totals: list(store_buckets.values())}
 
 
 def add(conn: sa.Connection, tables: dict[sa.Table, list[dict[str, Any]]]) -> None:
@@ -122,7 +150,8 @@ def _upsert(dialect: str, table: sa.Table) -> Any:
     return stmt.on_conflict_do_update(index_elements=key, set_=updates)
 
 
-TABLES = ("function_totals", "function_cost_buckets", "run_totals", "function_call_totals")
+TABLES = ("function_totals", "function_cost_buckets", "run_totals", "function_call_totals",
+          "function_compile_totals", "cause_totals", "cost_bucket_totals")
 
 
 def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
@@ -167,10 +196,11 @@ def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
     add(conn, {t: rows})
 
 
-def rebuild(conn: sa.Connection, chunk: int = 50_000) -> None:
-    """Recompute every total from the events (after a bulk load or an upgrade)."""
+def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = TABLES) -> None:
+    """Recompute the totals from the events (after a bulk load or an upgrade); ``tables``:
+    only these (a migration fills those that exist at its revision)."""
     e = models.compile_events
-    for name in TABLES:
+    for name in tables:
         conn.execute(sa.delete(models.Base.metadata.tables[name]))
     columns = [e.c.id, e.c.function_hash, e.c.run_id, e.c.kind, e.c.cause, e.c.compiled, e.c.timestamp,
                e.c.trace_seconds, e.c.lower_seconds, e.c.compile_seconds]
@@ -180,8 +210,10 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000) -> None:
         rows = conn.execute(sa.select(*columns).where(e.c.id > last_id).order_by(e.c.id).limit(chunk)).all()
         if not rows:
             break
-        add(conn, deltas(rows, names))
+        add(conn, {table: found for table, found in deltas(rows, names).items() if table.name in tables})
         last_id = rows[-1][0]
+    if "function_call_totals" not in tables:
+        return
     s = models.call_stats
     last_id = 0
     while True:

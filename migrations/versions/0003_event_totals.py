@@ -69,7 +69,8 @@ def upgrade() -> None:
     # Existing events and call statistics: the same totals the writers keep from now on.
     from cachewatch.store import rollup
 
-    rollup.rebuild(op.get_bind())
+    rollup.rebuild(op.get_bind(), tables=("function_totals", "function_cost_buckets", "run_totals",
+                                          "function_call_totals"))
 
 
 def downgrade() -> None:
