@@ -52,8 +52,9 @@ class Snapshot:
     Every label gets its totals (compiles, seconds, calls). The wide part, compiles per
     cause and the cost histogram, is read per function only for the ``detail`` labels
     (the top N, and the top N of the previous scrape, whose history may have to move
-    into or out of ``other``); for all other functions the database sums it under
-    ``REST``. So a scrape reads a few rows per shown function, not per function.
+    into or out of ``other``); for all other functions it is the store-wide totals less
+    the detail, under ``REST``. So a scrape reads a few rows per shown function, not
+    per function.
     """
 
     total_compiles: dict[str, int] = field(default_factory=dict)  # label -> compiles
@@ -116,7 +117,9 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, keep: set[str] 
             snap.compiles[label] = collections.Counter()
             snap.buckets[label] = [0] * (len(BUCKETS) + 1)
     detail_hashes = sorted(h_ for label in snap.detail for h_ in hashes.get(label, ()))
-    # The rest: the store-wide totals less the detail read below.
+    # The rest: the store-wide totals less the detail read below. Read in this order, a
+    # batch stored in between can only make the rest come out short (never long) for
+    # one scrape; the counters' high-water marks hide that.
     c, b = models.cause_totals, models.cost_bucket_totals
     rest_compiles = collections.Counter()
     for cause, n in enginemod.fetch_tuples(conn, sa.select(c.c.cause, c.c.events)
@@ -138,7 +141,7 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, keep: set[str] 
             rest_buckets[int(bucket_index)] -= int(n)
     # Counts are integers, so the rest is exact (seconds and calls are kept per label).
     snap.compiles[REST] = +rest_compiles
-    snap.buckets[REST] = rest_buckets
+    snap.buckets[REST] = [max(n, 0) for n in rest_buckets]
 
     d = models.run_drops
     snap.client_dropped = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(d.c.dropped), 0))).scalar_one())
