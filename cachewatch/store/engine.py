@@ -64,6 +64,17 @@ def get_engine(url: str) -> Engine:
         return engine
 
 
+def upsert_insert(dialect: str, table: sa.Table) -> Any:
+    """The dialect's own INSERT for ``table``, the one that has ON CONFLICT clauses."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:  # pragma: no cover - only the two dialects above are supported
+        raise InvalidStoreURL(f"unsupported dialect {dialect}")
+    return insert(table)
+
+
 def json_dumps(value: Any) -> str:
     """JSON text for the store's JSON columns. orjson: the standard library's encoder
     was most of the Python time spent writing an event."""

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Sequence
 
 import sqlalchemy as sa
 
+from . import engine as enginemod
 from . import models
 
 # Upper bounds (seconds) of trace + lowering + compile per event: from a cached retrace
@@ -127,16 +128,9 @@ def add(conn: sa.Connection, tables: dict[sa.Table, list[dict[str, Any]]]) -> No
 def _upsert(dialect: str, table: sa.Table) -> Any:
     """INSERT ... ON CONFLICT DO UPDATE adding to the stored totals (built once per table:
     the statement is the same for every batch)."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-
-        smaller, larger = sa.func.least, sa.func.greatest
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-
-        smaller, larger = sa.func.min, sa.func.max
+    smaller, larger = (sa.func.least, sa.func.greatest) if dialect == "postgresql" else (sa.func.min, sa.func.max)
     key = [c.name for c in table.primary_key.columns]
-    stmt = insert(table)
+    stmt = enginemod.upsert_insert(dialect, table)
     updates = {}
     for column in table.c:
         if column.name in key:

@@ -30,19 +30,10 @@ def open_sink(cfg: Config) -> Sink:
     return SqlSink(url)
 
 
-def _insert(dialect: str, table: sa.Table) -> Any:
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:  # pragma: no cover - only the two dialects above are supported
-        raise enginemod.InvalidStoreURL(f"unsupported dialect {dialect}")
-    return insert(table)
-
-
 def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]], key: str) -> None:
     if rows:
-        conn.execute(_insert(conn.dialect.name, table).on_conflict_do_nothing(index_elements=[key]), rows)
+        conn.execute(enginemod.upsert_insert(conn.dialect.name, table).on_conflict_do_nothing(index_elements=[key]),
+                     rows)
 
 
 # Event tuples (models.EVENT_COLUMNS) read off a CompileEvent, or off the service's
@@ -84,7 +75,7 @@ def _insert_events(conn: sa.Connection, events: list[tuple]) -> set[str]:
     for start in range(0, len(wanted), 900):
         existing.update(conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(wanted[start:start + 900])))
                         .scalars())
-    stmt = _insert(conn.dialect.name, e).on_conflict_do_nothing(index_elements=["event_id"])
+    stmt = enginemod.upsert_insert(conn.dialect.name, e).on_conflict_do_nothing(index_elements=["event_id"])
     conn.execute(stmt, [dict(zip(models.EVENT_COLUMNS, row)) for row in events])
     return set(wanted) - existing
 
