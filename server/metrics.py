@@ -86,6 +86,10 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, keep: set[str] 
                   now: float | None = None) -> Snapshot:
     """One scrape's view of the store. ``keep``: labels to read in detail besides the top N."""
     labels = function_labels(conn)
+
+    def label_of(function_hash: str) -> str:  # a function missing from `functions` still gets one
+        return labels.get(function_hash) or function_hash[:12]
+
     snap = Snapshot()
     # Totals the writers keep beside the events: one row per function, whatever the
     # number of events. A stale capture is an event, but no trace or compile: no cost.
@@ -97,12 +101,12 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, keep: set[str] 
         snap.events += int(events)
         if not live_events:
             continue
-        label = labels.get(function_hash) or function_hash[:12]
+        label = label_of(function_hash)
         hashes[label].append(function_hash)
         snap.total_compiles[label] = snap.total_compiles.get(label, 0) + int(compiles or 0)
         snap.seconds[label] = snap.seconds.get(label, 0.0) + float(seconds or 0.0)
     for function_hash, calls, run_seconds, measured in _call_totals(conn):
-        label = labels.get(function_hash, function_hash[:12])
+        label = label_of(function_hash)
         snap.calls[label] = snap.calls.get(label, 0) + calls
         snap.run_seconds[label] = snap.run_seconds.get(label, 0.0) + run_seconds
         if measured:
@@ -133,11 +137,11 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, keep: set[str] 
         for function_hash, cause, n in enginemod.fetch_tuples(conn, sa.select(
                 t.c.function_hash, t.c.cause, sa.func.sum(t.c.events))
                 .where(live, t.c.compiled, t.c.function_hash.in_(chunk)).group_by(t.c.function_hash, t.c.cause)):
-            snap.compiles[labels.get(function_hash) or function_hash[:12]][cause] += int(n)
+            snap.compiles[label_of(function_hash)][cause] += int(n)
             rest_compiles[cause] -= int(n)
         for function_hash, bucket_index, n in enginemod.fetch_tuples(conn, sa.select(
                 h.c.function_hash, h.c.bucket, h.c.events).where(h.c.function_hash.in_(chunk))):
-            snap.buckets[labels.get(function_hash) or function_hash[:12]][int(bucket_index)] += int(n)
+            snap.buckets[label_of(function_hash)][int(bucket_index)] += int(n)
             rest_buckets[int(bucket_index)] -= int(n)
     # Counts are integers, so the rest is exact (seconds and calls are kept per label).
     snap.compiles[REST] = +rest_compiles
@@ -147,7 +151,7 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, keep: set[str] 
     snap.client_dropped = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(d.c.dropped), 0))).scalar_one())
     for storm in queries.storms(conn, queries.Filters(), threshold=settings.storm_threshold,
                                 window=settings.storm_window, active_only=True, now=now):
-        snap.storming.add(labels.get(storm["function_hash"], storm["function_hash"][:12]))
+        snap.storming.add(label_of(storm["function_hash"]))
     return snap
 
 
