@@ -37,8 +37,9 @@ def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVEN
     """The rows to add to each totals table for a set of newly stored events (tuples of
     ``columns``).
 
-    Written out per table rather than through a generic merge: it runs for every event
-    the store takes.
+    The per-event loop is written out per table rather than through a generic merge: it
+    runs for every event the store takes. The coarser totals (per function alone, and
+    store-wide) are then summed from its few rows.
     """
     at = {name: columns.index(name) for name in ("function_hash", "run_id", "kind", "cause", "compiled",
                                                  "timestamp", "trace_seconds", "lower_seconds", "compile_seconds")}
@@ -46,9 +47,6 @@ def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVEN
     functions: dict[tuple, dict] = {}
     buckets: dict[tuple, dict] = {}
     runs: dict[str, dict] = {}
-    per_function: dict[str, dict] = {}
-    causes: dict[tuple, dict] = {}
-    store_buckets: dict[int, dict] = {}
     for e in events:
         cost = float(e[trace_at] or 0.0) + float(e[lower_at] or 0.0) + float(e[compile_at] or 0.0)
         ts = e[ts_at]
@@ -64,13 +62,6 @@ def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVEN
             row["cost_seconds"] += cost
             row["first_ts"] = min(row["first_ts"], ts)
             row["last_ts"] = max(row["last_ts"], ts)
-        row = causes.get(key[1:])
-        if row is None:
-            causes[key[1:]] = {"kind": key[1], "cause": key[2], "compiled": compiled, "events": 1,
-                               "cost_seconds": cost}
-        else:
-            row["events"] += 1
-            row["cost_seconds"] += cost
         is_compile_or_trace = key[1] != STALE_KIND
         if is_compile_or_trace:
             bucket = cost_bucket(cost)
@@ -79,39 +70,48 @@ def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVEN
                 buckets[(function_hash, bucket)] = {"function_hash": function_hash, "bucket": bucket, "events": 1}
             else:
                 row["events"] += 1
-            row = store_buckets.get(bucket)
-            if row is None:
-                store_buckets[bucket] = {"bucket": bucket, "events": 1}
-            else:
-                row["events"] += 1
-        live = int(is_compile_or_trace)
         run_cost = cost if is_compile_or_trace else 0.0
-        row = per_function.get(function_hash)
-        if row is None:
-            per_function[function_hash] = {"function_hash": function_hash, "events": 1, "live_events": live,
-                                           "compiles": live * compiled, "cost_seconds": run_cost}
-        else:
-            row["events"] += 1
-            row["live_events"] += live
-            row["compiles"] += live * compiled
-            row["cost_seconds"] += run_cost
         run_id = e[run_at]
         row = runs.get(run_id)
         if row is None:
-            runs[run_id] = {"run_id": run_id, "events": 1, "compiles": int(compiled),
-                                 "cost_seconds": run_cost, "first_ts": ts, "last_ts": ts}
+            runs[run_id] = {"run_id": run_id, "events": 1, "compiles": int(compiled), "cost_seconds": run_cost,
+                            "first_ts": ts, "last_ts": ts}
         else:
             row["events"] += 1
             row["compiles"] += compiled
             row["cost_seconds"] += run_cost
             row["first_ts"] = min(row["first_ts"], ts)
             row["last_ts"] = max(row["last_ts"], ts)
+
+    per_function: dict[Any, dict] = {}
+    causes: dict[Any, dict] = {}
+    for row in functions.values():
+        live = row["kind"] != STALE_KIND
+        _sum_into(per_function, {"function_hash": row["function_hash"]},
+                  {"events": row["events"], "live_events": row["events"] if live else 0,
+                   "compiles": row["events"] if live and row["compiled"] else 0,
+                   "cost_seconds": row["cost_seconds"] if live else 0.0})
+        _sum_into(causes, {"kind": row["kind"], "cause": row["cause"], "compiled": row["compiled"]},
+                  {"events": row["events"], "cost_seconds": row["cost_seconds"]})
+    store_buckets: dict[Any, dict] = {}
+    for row in buckets.values():
+        _sum_into(store_buckets, {"bucket": row["bucket"]}, {"events": row["events"]})
     return {models.function_totals: list(functions.values()),
             models.function_cost_buckets: list(buckets.values()),
             models.run_totals: list(runs.values()),
             models.function_compile_totals: list(per_function.values()),
             models.cause_totals: list(causes.values()),
             models.cost_bucket_totals: list(store_buckets.values())}
+
+
+def _sum_into(out: dict[Any, dict], key: dict[str, Any], values: dict[str, Any]) -> None:
+    """Add ``values`` to the row of ``out`` with these key columns (made on first use)."""
+    found = out.get(tuple(key.values()))
+    if found is None:
+        out[tuple(key.values())] = {**key, **values}
+    else:
+        for name, value in values.items():
+            found[name] += value
 
 
 def add(conn: sa.Connection, tables: dict[sa.Table, list[dict[str, Any]]]) -> None:
