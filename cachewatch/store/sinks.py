@@ -54,6 +54,7 @@ def _insert_events(conn: sa.Connection, events: list[tuple]) -> set[str]:
     """Insert the events whose id is new; returns those ids."""
     if not events:
         return set()
+    e = models.compile_events
     wanted = [row[_EVENT_ID] for row in events]
     if conn.dialect.name == "sqlite":
         # SQLite has one writer at a time, and this transaction holds the write lock
@@ -63,14 +64,12 @@ def _insert_events(conn: sa.Connection, events: list[tuple]) -> set[str]:
         added = _sqlite_insert_or_ignore(conn, events)
         if added == len(set(wanted)):
             return set(wanted)
-        e = models.compile_events
         newest = sa.select(e.c.event_id).order_by(e.c.id.desc()).limit(added)
         return set(conn.execute(newest).scalars()) if added else set()
     # Which ids are new, asked before inserting: RETURNING over a many-row insert is
     # slow to prepare (psycopg parses the statement in Python). Two writers never share
     # event ids (the recording process makes them), so only this writer's own retry
     # repeats one, never concurrently.
-    e = models.compile_events
     existing: set[Any] = set()
     for start in range(0, len(wanted), 900):
         existing.update(conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(wanted[start:start + 900])))
