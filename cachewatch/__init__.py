@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 
 import jax
 
-from . import _guard
+from . import _guard, _tracking
 from .config import ConfigError
 from .events import CAUSES, CompileEvent
 from .jit import is_watched, jit
@@ -35,23 +35,33 @@ _original_jax_jit: Callable[..., Any] | None = None
 
 
 def install() -> None:
-    """Make ``jax.jit`` itself record: every library that calls ``jax.jit(...)`` after this is watched.
+    """Record every compile JAX makes in this process from now on.
 
-    Code that did ``from jax import jit`` before ``install()`` keeps the name it bound.
+    ``jax.jit`` itself becomes ``cachewatch.jit``, so every jit made after this (by the
+    program, Flax, Optax, Equinox ...) is wrapped, with full causes and call counts. Jit
+    objects made before (JAX's own ``jnp.mean``, ``jax.random.normal``; a library's made
+    at its import; a name bound by ``from jax import jit`` earlier) and eager primitives
+    are recorded from JAX's compile events, with their signatures and causes but
+    without call counts.
     """
     global _original_jax_jit
     with _install_lock:
         if _original_jax_jit is None:
             _original_jax_jit = jax.jit
             jax.jit = jit  # type: ignore[assignment]
+        with _guard.guard("install"):
+            _tracking.record_everything(True)
 
 
 def uninstall() -> None:
+    """Undo ``install()``: ``jax.jit`` is JAX's again and foreign compiles are no longer recorded."""
     global _original_jax_jit
     with _install_lock:
         if _original_jax_jit is not None:
             jax.jit = _original_jax_jit  # type: ignore[assignment]
             _original_jax_jit = None
+        with _guard.guard("uninstall"):
+            _tracking.record_everything(False)
 
 
 def installed() -> bool:

@@ -15,11 +15,12 @@ mix their records.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any
 
-from . import _guard
+from . import _guard, foreign, opbyop, recorder
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
@@ -36,8 +37,15 @@ activity = 0
 _activity_lock = threading.Lock()
 _tls = threading.local()
 
-# Module and trace names of watched functions, so the listener ignores the op-by-op
-# compiles of everything else.
+# The attribute that marks cachewatch's trace hook, so the listener tells a wrapped
+# function's trace from a foreign one.
+HOOK_ATTR = "__cachewatch_hook__"
+# Whether compiles of jit objects cachewatch did not wrap are recorded (install() turns
+# it on; cachewatch.jit alone records only the functions it wraps and eager primitives).
+_process_wide = False
+
+# Module and trace names of watched functions, so compiles without a trace are told
+# apart from foreign ones.
 _watched_lock = threading.Lock()
 _watched_modules: dict[str, int] = {}
 _watched_traces: dict[str, int] = {}
@@ -72,7 +80,7 @@ class Record:
     __slots__ = ("seq", "state", "module_name", "kind", "signature", "error", "timestamp",
                  "trace_seconds", "lower_seconds", "compile_seconds", "compiles",
                  "persistent_cache_hit", "cache_time_saved", "jaxpr_eqns", "thread",
-                 "captured", "stale")
+                 "captured", "stale", "target")
 
     def __init__(self, state: Any, module_name: str, kind: str, signature: Any = None):
         self.state = state
@@ -90,6 +98,7 @@ class Record:
         self.jaxpr_eqns: int | None = None
         self.captured: dict[str, str] | None = None
         self.stale: list[tuple[str, str, str]] = []
+        self.target: Any = None  # a foreign.Target: recorded by the listener itself
         self.thread = threading.current_thread().name
         self.seq = bump()
 
@@ -160,58 +169,72 @@ def on_duration(event: str, duration: float, **kwargs: Any) -> None:
     if suppressed():
         return
     if event == TRACE_EVENT:
-        name = kwargs.get("fun_name")
-        if name not in _watched_traces:
-            _tls.op_trace = (name, duration)  # an eager primitive's trace, if a compile follows
-            return
-        record = _latest(lambda r: r.kind == "trace" and r.trace_seconds is None
-                         and r.state is not None and r.state.trace_name == name)
-        if record is not None:
-            record.trace_seconds = duration
+        _on_trace(kwargs.get("fun_name"), duration)
     elif event == LOWER_EVENT or event == COMPILE_EVENT:
-        name = kwargs.get("fun_name")
-        if name not in _watched_modules:
-            _maybe_op_by_op(event, name, duration)
-            return
-        record = _latest(lambda r: r.module_name == name and r.compiles == 0)
-        if record is None or (event == LOWER_EVENT and record.lower_seconds is not None):
-            # Lowered or compiled with no trace of its own: a new device or sharding, or
-            # a jaxpr that JAX had cached from an earlier trace.
-            record = Record(None, name, "compile")
-            push(record)
-        if event == LOWER_EVENT:
-            record.lower_seconds = duration
-        else:
-            record.compile_seconds = duration
-            record.compiles += 1
-        bump()
+        _on_lower_or_compile(event, kwargs.get("fun_name") or "", duration)
     elif event == CACHE_SAVED_EVENT:
         record = _latest(lambda r: r.compiles == 0)
         if record is not None:
             record.cache_time_saved = duration
 
 
-def _maybe_op_by_op(event: str, module_name: str | None, duration: float) -> None:
-    """Record a compile of a lone primitive (eager code) with the user's line."""
-    if not module_name or not module_name.startswith("jit(") or not module_name.endswith(")"):
+def _on_trace(name: str | None, duration: float) -> None:
+    caller = sys._getframe(1)
+    frame = foreign.find_frame(caller, foreign.TRACE_FRAME)
+    fun = frame.f_locals.get("fun") if frame is not None else None
+    if frame is not None and getattr(fun, HOOK_ATTR, None) is None:
+        # A jit object cachewatch did not wrap: JAX's own, one made before install(),
+        # or an eager primitive.
+        if not _process_wide and not getattr(fun, "_apply_primitive", False):
+            return
+        target = foreign.from_trace(caller, name or "")
+        if target is not None:
+            record = Record(None, f"jit({name})", "trace", target.signature)
+            record.target = target
+            record.trace_seconds = duration
+            push(record)
         return
-    primitive = module_name[4:-1]
-    from . import opbyop
+    if frame is None and name not in _watched_traces:
+        return
+    record = _latest(lambda r: r.kind == "trace" and r.trace_seconds is None
+                     and r.state is not None and r.state.trace_name == name)
+    if record is not None:
+        record.trace_seconds = duration
 
-    if primitive not in opbyop.primitive_names():
-        return
+
+def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
+    record = _latest(lambda r: r.module_name == name and r.compiles == 0)
+    if record is None or (event == LOWER_EVENT and record.lower_seconds is not None):
+        # Lowered or compiled with no trace of its own: for a wrapped function, a new
+        # device or sharding, or a jaxpr that JAX had cached from an earlier trace (the
+        # wrapped call claims it when it returns); otherwise a foreign jit's.
+        record = Record(None, name, "compile")
+        if name not in _watched_modules:
+            if not _process_wide and name[4:-1] not in opbyop.primitive_names():
+                return
+            caller = sys._getframe(1)
+            record.target = (foreign.from_lowering(caller, name) if event == LOWER_EVENT
+                             else foreign.from_name(name))
+        push(record)
     if event == LOWER_EVENT:
-        _tls.op_lower = (primitive, duration)
+        record.lower_seconds = duration
         return
-    lower = getattr(_tls, "op_lower", None)
-    trace = getattr(_tls, "op_trace", None)
-    _tls.op_lower = _tls.op_trace = None
-    from .jit import _call_site_from_here
+    record.compile_seconds = duration
+    record.compiles += 1
+    bump()
+    if record.target is not None:
+        _drop(record)
+        recorder.record_event(foreign.to_event(
+            record.target, record.kind, record.timestamp, record.trace_seconds, record.lower_seconds,
+            record.compile_seconds, record.persistent_cache_hit, record.cache_time_saved, record.thread))
 
-    opbyop.record(primitive,
-                  lower_seconds=lower[1] if lower and lower[0] == primitive else None,
-                  compile_seconds=duration, call_site=_call_site_from_here(),
-                  trace_seconds=trace[1] if trace and trace[0] == primitive else None)
+
+def _drop(record: Record) -> None:
+    pending = _pending()
+    try:
+        pending.remove(record)
+    except ValueError:
+        pass
 
 
 @_guard.guarded(where="monitoring.event")
@@ -224,6 +247,13 @@ def on_event(event: str, **kwargs: Any) -> None:
 
 _installed = False
 _install_lock = threading.Lock()
+
+
+def record_everything(on: bool = True) -> None:
+    """Record the compiles of every jit in the process, not only those cachewatch wrapped."""
+    global _process_wide
+    install_listeners()
+    _process_wide = on
 
 
 def install_listeners() -> None:

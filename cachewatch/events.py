@@ -102,6 +102,9 @@ class CompileEvent:
     compiled_run_seconds: float | None = None
     eager_run_seconds: float | None = None
     captured: dict[str, str] | None = None
+    # Made during the run's warm-up (model and optimizer set-up, first compile of each
+    # step): shown as such and never counted towards a storm.
+    warmup: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         row = {name: getattr(self, name) for name in _EVENT_FIELDS}

@@ -13,8 +13,12 @@ import functools
 import hashlib
 import inspect
 import os
+import sys
+import sysconfig
 import types
 from typing import Any, Callable
+
+import jax
 
 from .events import FunctionInfo
 
@@ -34,6 +38,109 @@ def unwrap_callable(fun: Callable[..., Any]) -> tuple[Callable[..., Any], str]:
     return fun, "/".join(tags)
 
 
+def _library_dirs() -> tuple[str, ...]:
+    """Where installed libraries and the standard library live: code there is not the user's."""
+    dirs = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.update((os.path.abspath(path), os.path.realpath(path)))
+    for path in sys.path:
+        if path.rstrip(os.sep).endswith(("site-packages", "dist-packages")):
+            dirs.update((os.path.abspath(path), os.path.realpath(path)))
+    return tuple(sorted(d + os.sep for d in dirs))
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+LIBRARY_DIRS = _library_dirs()
+
+
+def is_library_file(filename: str) -> bool:
+    """True for code of an installed library (JAX, Flax, Optax ...), the standard library or cachewatch."""
+    return filename.startswith(LIBRARY_DIRS) or filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen")
+
+
+def _code_file(fun: Any) -> str | None:
+    code = getattr(fun, "__code__", None)
+    if code is None:
+        call = getattr(type(fun), "__call__", None)
+        code = getattr(call, "__code__", None)
+    return os.path.realpath(code.co_filename) if code is not None else None
+
+
+# Attributes under which library wrappers (nnx.jit's JitFn, functools.wraps, ...) keep
+# the function they wrap.
+_WRAPPED_ATTRS = ("__wrapped__", "f", "fun", "func", "fn", "_fun", "function")
+
+
+def user_function(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """The user's function behind a library's wrapper, or ``fun`` itself.
+
+    ``nnx.jit(step)`` hands ``jax.jit`` a Flax object holding ``step``; a decorator made
+    with ``functools.wraps`` keeps it in ``__wrapped__``. Only code that lives in an
+    installed library is looked through, so a user's own function is never replaced.
+    """
+    seen = 0
+    current = fun
+    while seen < 8:
+        inner, _ = unwrap_callable(current)
+        filename = _code_file(inner)
+        if filename is None or not is_library_file(filename):
+            return inner if inner is not current and filename is not None else current
+        for attr in _WRAPPED_ATTRS:
+            try:
+                candidate = inspect.getattr_static(inner, attr, None)
+                if isinstance(candidate, property):
+                    candidate = getattr(inner, attr, None)
+            except Exception:
+                candidate = None
+            if candidate is not None and candidate is not inner and callable(candidate):
+                current = candidate
+                break
+        else:
+            return current
+        seen += 1
+    return current
+
+
+def user_function_in(args: Any, name: str, limit: int = 64) -> Callable[..., Any] | None:
+    """A function called ``name`` defined outside the libraries, found among ``args``.
+
+    ``eqx.filter_jit`` jits one function of its own (renamed after the user's) and passes
+    the user's function in as a static argument; this finds it there.
+    """
+    stack = [args]
+    visited = 0
+    while stack and visited < limit:
+        value = stack.pop()
+        visited += 1
+        if isinstance(value, (tuple, list)):
+            stack.extend(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, types.FunctionType):
+            if value.__name__ == name and not is_library_file(os.path.realpath(value.__code__.co_filename)):
+                return value
+    return None
+
+
+def call_site(depth: int = 1) -> str | None:
+    """The user's line that led here: the first frame up the stack outside the libraries
+    (JAX, the library that wraps the user's function, the standard library, cachewatch);
+    failing that, the first frame outside JAX and cachewatch."""
+    frame: Any = sys._getframe(depth)
+    fallback = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not is_library_file(filename):
+            return f"{filename}:{frame.f_lineno}"
+        if fallback is None and not filename.startswith((_PACKAGE_DIR, _JAX_DIR, "<frozen")):
+            fallback = f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return fallback
+
+
 def _source_text(fun: Callable[..., Any]) -> str:
     try:
         return inspect.getsource(fun)
@@ -46,6 +153,8 @@ def _source_text(fun: Callable[..., Any]) -> str:
 
 
 def describe_function(fun: Callable[..., Any]) -> FunctionInfo:
+    """Name, place and stable hash of ``fun`` (of the user's function inside a library wrapper)."""
+    fun = user_function(fun)
     inner, tag = unwrap_callable(fun)
     target = inner
     if not isinstance(inner, (types.FunctionType, types.BuiltinFunctionType)) and callable(inner):

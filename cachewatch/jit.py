@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import sys
 import threading
 import time
 import types
@@ -30,13 +29,10 @@ import jax
 from . import _guard, _tracking, captures, causes, recorder
 from . import signature as sigmod
 from .events import STALE_CAPTURE, CompileEvent, FunctionInfo, new_event_id
-from .identity import describe_function, unwrap_callable
+from .identity import call_site, describe_function, is_library_file, unwrap_callable, user_function_in
 
 _jax_jit = jax.jit  # the original, kept before install() may replace jax.jit
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
-_SKIP_DIRS = tuple(d + os.sep for d in (_PACKAGE_DIR, _JAX_DIR, os.path.dirname(functools.__file__)))
 _NEVER_SAMPLE = 1 << 62
 # cachewatch's own keyword: time an eager run beside the compiled one, per signature.
 _EAGER_OPTION = "eager_baseline"
@@ -117,6 +113,9 @@ class HookState:
 
     def __init__(self, fun: Callable[..., Any], options: dict[str, Any]):
         self.info = describe_function(fun)
+        # A library's own jit around the user's function passed as an argument
+        # (eqx.filter_jit): named after the user's function at its first trace.
+        self.in_library = is_library_file(self.info.file)
         self.layout = sigmod.ParamLayout.from_function(
             fun, options.get("static_argnums"), options.get("static_argnames"))
         self.trace_name = _jax_fun_name(fun)
@@ -193,6 +192,7 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
     except (TypeError, ValueError):
         pass
     hook.__wrapped__ = target if self_ref is not None else fun
+    setattr(hook, _tracking.HOOK_ATTR, True)
     return hook
 
 
@@ -237,6 +237,8 @@ def _hook_for(fun: Callable[..., Any], options: dict[str, Any]) -> tuple[Callabl
 def _begin_trace(state: HookState, args: tuple, kwargs: dict) -> _tracking.Record | None:
     if _tracking.suppressed():
         return None
+    if state.in_library:
+        _name_after_user_function(state, args, kwargs)
     sig = sigmod.build(state.layout, args, kwargs)
     record = _tracking.Record(state, state.module_name, "trace", sig)
     if state.captures is not None:
@@ -244,6 +246,19 @@ def _begin_trace(state: HookState, args: tuple, kwargs: dict) -> _tracking.Recor
         record.captured = state.captures.snapshot()
     _tracking.push(record)
     return record
+
+
+def _name_after_user_function(state: HookState, args: tuple, kwargs: dict) -> None:
+    state.in_library = False  # look once
+    found = user_function_in((args, kwargs), state.trace_name)
+    if found is None:
+        return
+    old, state.info = state.info, describe_function(found)
+    with _stats_lock:
+        stats = _stats.pop(old.function_hash, None)
+        if stats is not None:
+            stats.function = state.info
+            _stats.setdefault(state.info.function_hash, stats)
 
 
 @_guard.guarded(where="hook.failed")
@@ -292,6 +307,8 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
 
     def finish(mark: int, args: tuple, kwargs: dict, exc: BaseException | None) -> None:
         _finish(state, jitted, mark, args, kwargs, exc)
+        if not recorder.steady():
+            stats.next_sample = stats.calls + 1  # the next call tells whether warm-up is over
 
     def run(call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         mark = tracking.activity
@@ -303,6 +320,8 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
             raise
         if tracking.activity != mark:
             finish(mark, args, kwargs, None)
+        elif not recorder.steady() and not is_library_file(state.info.file):
+            recorder.mark_steady()  # the user's own step ran from the cache: set-up is over
         return out
 
     def timed(*args, **kwargs):
@@ -364,6 +383,8 @@ def _timed_call(jitted: Any, stats: CallStats, args: tuple, kwargs: dict) -> Any
     """A sampled call: block on the result to learn the run time."""
     mark = _tracking.activity
     stats.next_sample = stats.calls + stats.sample_every
+    if stats.sample_every == _NEVER_SAMPLE:
+        return jitted(*args, **kwargs)  # sampling is off; handed over only to end warm-up
     now = time.monotonic()
     if now - stats.window_start >= 1.0:
         stats.window_start = now
@@ -446,6 +467,7 @@ def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: d
         error=record.error,
         thread=record.thread,
         captured=record.captured or None,
+        warmup=recorder.in_warmup(record.timestamp),
         **extra,
     )
 
@@ -528,18 +550,7 @@ def _concrete_signature(state: HookState, args: tuple, kwargs: dict) -> sigmod.S
 
 
 def _call_site() -> str | None:
-    return _call_site_from_here(3)
-
-
-def _call_site_from_here(depth: int = 1) -> str | None:
-    """The first frame up the stack that is the user's code (not cachewatch's, JAX's or functools')."""
-    frame = sys._getframe(depth)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_SKIP_DIRS) and not filename.startswith("<frozen"):
-            return f"{filename}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
+    return call_site(3)
 
 
 def _device_of(args: tuple, kwargs: dict) -> str | None:

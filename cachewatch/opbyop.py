@@ -1,46 +1,48 @@
 """JAX's own small compiles from code that runs outside any jit.
 
 Every eager ``jnp`` call runs one primitive at a time, and JAX compiles each primitive
-once per new combination of shapes, dtypes and parameters. Un-jitted code that meets
-a new shape every step (``convert_element_type``, ``broadcast_in_dim`` ...) pays a
-compile per step. cachewatch records these compiles as events of a pseudo-function
-per primitive, with the user's line that ran it, so a barrage shows up as a storm.
+once per new combination of operand shapes, dtypes and parameters. Un-jitted code that
+meets a new shape every step (``convert_element_type``, ``broadcast_in_dim`` ...) pays a
+compile per step. cachewatch records these compiles as events of a pseudo-function per
+primitive (see ``foreign``), with the user's line that ran it, so a barrage shows up as
+a storm and each recompile names the operand or parameter that changed.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
+import sys
 import threading
-import time
 
-from . import recorder
-from .events import CompileEvent, FunctionInfo, new_event_id
+from .events import FunctionInfo
 
 MODULE = "jax.op_by_op"
 _lock = threading.Lock()
 _seen: set[str] = set()
 _infos: dict[str, FunctionInfo] = {}
+_names: frozenset[str] = frozenset()
+_names_from = 0
 
 
-@functools.lru_cache(maxsize=1)
 def primitive_names() -> frozenset[str]:
-    """Names of JAX's primitives and jax.numpy functions: what an eager compile is named after."""
-    from jax._src import core
-    from jax._src.lax import control_flow, lax, slicing, special
-    from jax._src.lax import convolution, linalg, parallel, fft
+    """Names of the primitives defined in JAX's loaded modules (what an eager compile is named after).
 
-    import jax.numpy as jnp
+    Read again when more of JAX has been imported since, so primitives of modules loaded
+    late (``reduce_window_max`` in ``jax._src.lax.windowed_reductions``) are known too.
+    """
+    global _names, _names_from
+    modules = [m for name, m in list(sys.modules.items()) if name.startswith("jax._src") and m is not None]
+    if len(modules) == _names_from:
+        return _names
+    from jax._src import core
 
     names = set()
-    for module in (lax, slicing, control_flow, special, convolution, linalg, parallel, fft):
-        for value in vars(module).values():
+    for module in modules:
+        for value in list(vars(module).values()):
             if isinstance(value, core.Primitive):
                 names.add(value.name)
-    # jax.numpy's own functions are small jits of their own (jit(multiply), jit(where)...)
-    # and compile per shape the same way when called eagerly.
-    names.update(name for name, value in vars(jnp).items() if callable(value) and not name.startswith("_"))
-    return frozenset(names)
+    _names, _names_from = frozenset(names), len(modules)
+    return _names
 
 
 def function_info(primitive: str) -> FunctionInfo:
@@ -53,29 +55,15 @@ def function_info(primitive: str) -> FunctionInfo:
     return info
 
 
-def reset() -> None:
-    with _lock:
-        _seen.clear()
-
-
-def record(primitive: str, lower_seconds: float | None, compile_seconds: float, call_site: str | None,
-           trace_seconds: float | None) -> None:
-    info = function_info(primitive)
+def first_compile(primitive: str) -> bool:
+    """True the first time a compile of ``primitive`` is seen in this run."""
     with _lock:
         first = primitive not in _seen
         _seen.add(primitive)
-    if first:
-        cause = "first_call"
-        explanation = f"JAX compiled the primitive `{primitive}` op by op, outside any jit, for the first time."
-    else:
-        # JAX keys these compiles on shapes, dtypes and parameters together and says
-        # nothing of which changed; cachewatch cannot tell either.
-        cause = "unknown"
-        explanation = (f"JAX compiled the primitive `{primitive}` op by op again, outside any jit, for shapes, "
-                       "dtypes or parameters it had not seen: un-jitted code meets new shapes. Move it inside "
-                       "a jitted function or keep its shapes fixed.")
-    recorder.record_event(CompileEvent(
-        event_id=new_event_id(), function=info, run_id=recorder.run_id(), timestamp=time.time(),
-        kind="compile", cause=cause, explanation=explanation, diff=(), signature=(), signature_hash="",
-        compiled=True, nested=False, trace_seconds=trace_seconds, lower_seconds=lower_seconds,
-        compile_seconds=compile_seconds, call_site=call_site, thread=threading.current_thread().name))
+    return first
+
+
+def reset() -> None:
+    """Forget which primitives compiled (a new run)."""
+    with _lock:
+        _seen.clear()

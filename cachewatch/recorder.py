@@ -95,10 +95,36 @@ def run_id() -> str:
 
 
 def _new_run() -> None:
-    global _run, _run_id, _process_start
+    global _run, _run_id, _process_start, _steady_since
     _run = None
     _run_id = uuid.uuid4().hex
     _process_start = time.time()  # a later run in the same process starts now
+    _steady_since = None
+
+
+# Warm-up: a run starts by building its model and optimizer and compiling each jitted
+# step once. It ends at the first call of a wrapped function that neither traced nor
+# compiled (the training loop is running), or later with warmup_seconds set. Compiles
+# made during warm-up are flagged, and storms are found among the others only.
+_steady_since: float | None = None
+
+
+def mark_steady() -> None:
+    """The first repeated call of a wrapped function: warm-up is over."""
+    global _steady_since
+    if _steady_since is None:
+        _steady_since = time.time()
+
+
+def steady() -> bool:
+    return _steady_since is not None
+
+
+def in_warmup(timestamp: float) -> bool:
+    """Whether a compile that started at ``timestamp`` belongs to the run's warm-up."""
+    if _steady_since is None:
+        return True
+    return timestamp - _process_start < config().warmup_seconds
 
 
 def run_info() -> RunInfo:
@@ -426,12 +452,13 @@ def _at_exit() -> None:
 
 def _after_fork_in_child() -> None:
     # The child is a new process: a new run, a new writer thread, a fresh history.
-    global _writer, _run, _run_id, _lock, _process_start
+    global _writer, _run, _run_id, _lock, _process_start, _steady_since
     _lock = threading.RLock()
     _writer = None
     _run = None
     _run_id = None
     _process_start = time.time()
+    _steady_since = None
     from . import causes
     from .jit import all_call_stats
 

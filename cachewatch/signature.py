@@ -182,6 +182,37 @@ def build(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) -> S
     return Signature(tuple(structure), tuple(leaves))
 
 
+def build_operands(args: Sequence[Any], params: dict[str, Any]) -> Signature:
+    """Signature of one eager primitive: its operands, and its parameters as static values
+    (``broadcast_in_dim`` compiles once per target ``shape``, which is a parameter)."""
+    structure: list[ArgStructure] = []
+    leaves: list[Leaf] = []
+    for index, value in enumerate(args):
+        name = f"operands[{index}]"
+        structure.append(ArgStructure(name, "positional", False, "*"))
+        leaves.append(_array_leaf(name, index, value))
+    for offset, name in enumerate(sorted(params)):
+        structure.append(ArgStructure(name, "keyword", True, "*"))
+        leaves.append(_static_leaf(name, len(args) + offset, params[name]))
+    return Signature(tuple(structure), tuple(leaves))
+
+
+def from_avals(arg_names: Sequence[str], avals: Sequence[Any]) -> Signature:
+    """Signature from the abstract values JAX lowers, named by JAX's own argument paths
+    (what is left when the call's arguments are no longer at hand)."""
+    structure: list[ArgStructure] = []
+    leaves: list[Leaf] = []
+    for index, aval in enumerate(avals):
+        name = arg_names[index] if index < len(arg_names) and arg_names[index] else f"args[{index}]"
+        structure.append(ArgStructure(name, "positional", False, "*"))
+        shape = tuple(int(d) if isinstance(d, int) else d for d in getattr(aval, "shape", ()))
+        dtype = getattr(aval, "dtype", None)
+        leaves.append(Leaf(path=name, arg=index, static=False, shape=shape,
+                           dtype=str(dtype) if dtype is not None else None,
+                           weak_type=bool(getattr(aval, "weak_type", False))))
+    return Signature(tuple(structure), tuple(leaves))
+
+
 # ---------------------------------------------------------------------------- diff
 
 _LEAF_CAUSE = {"shape": "new_shape", "dtype": "new_dtype", "weak_type": "weak_type",

@@ -96,6 +96,7 @@ class EventIn(_In):
     captured: Annotated[dict[str, Annotated[str, _text(4096)]] | None,
                         Field(max_length=10_000, description="Globals and closure values read at trace time: "
                               "name -> short summary.")] = None
+    warmup: Annotated[bool, Field(description="Made during the run's warm-up; never counted in a storm.")] = False
 
 
 class CallStatsIn(_In):
@@ -270,6 +271,7 @@ class EventOut(BaseModel):
     compiled_run_seconds: float | None = None
     eager_run_seconds: float | None = None
     captured: dict[str, str] | None = None
+    warmup: bool = False
 
 
 class EventPage(BaseModel):

@@ -7,6 +7,7 @@ precision), which sort and subtract the same way on every backend.
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from sqlalchemy import (JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -83,6 +84,8 @@ class CompileEventRow(Base):
     # Module globals and closure cells the function read at trace time (baked in as
     # constants): name -> short summary of the value.
     captured: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # Made during the run's warm-up (set-up and first compiles): never part of a storm.
+    warmup: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa.false())
 
     __table_args__ = (
         Index("ix_compile_events_function_time", "function_hash", "timestamp"),

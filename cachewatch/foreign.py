@@ -1,0 +1,283 @@
+"""Compiles of jit objects cachewatch did not wrap.
+
+JAX's own jitted helpers (``jnp.mean``, ``jax.nn.relu``, ``jax.random.normal``) are jit
+objects made when JAX is imported; a library or a script may have made others before
+``cachewatch.install()``; and eager code runs one small jit per primitive. JAX reports
+each of their compiles through ``jax.monitoring`` with nothing but a name. The listener
+reads the rest off JAX's own frames on the stack at that moment:
+
+- at the end of a trace, ``_trace_for_jit``: the function, its jit options and the call's
+  arguments, which give the same signature (statics included) a wrapped function gets;
+- at the end of a lowering, ``_cached_lowering_to_hlo``: the abstract arguments and
+  JAX's names for them, for a compile that came without a trace.
+
+Where neither frame can be read (a JAX version whose internals differ), the compile is
+still recorded under the name JAX gave it. Nothing here runs on a cache hit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+import jax
+
+from . import causes, opbyop, recorder
+from . import signature as sigmod
+from .events import CompileEvent, FunctionInfo, new_event_id
+from .identity import call_site, describe_function, is_library_file, user_function, user_function_in
+
+# JAX's frames this module reads; if a JAX release renames them, compiles are still
+# recorded, with less detail.
+TRACE_FRAME = "_trace_for_jit"
+LOWER_FRAME = "_cached_lowering_to_hlo"
+_JAX_SRC = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+
+# Module of functions known only by the name JAX compiled them under.
+UNATTRIBUTED_MODULE = "<unattributed>"
+
+
+@dataclasses.dataclass(slots=True)
+class Target:
+    """What a foreign compile is of: the function, which jit object, and the signature."""
+
+    info: FunctionInfo
+    serial: int
+    signature: sigmod.Signature | None
+    primitive: str | None = None
+    # Read off JAX's frames: the call site is only known while they are on the stack.
+    call_site: str | None = None
+
+
+def find_frame(frame: Any, code_name: str, depth: int = 12) -> Any:
+    """The nearest frame of JAX's function ``code_name`` above ``frame``, if within ``depth``."""
+    while frame is not None and depth > 0:
+        code = frame.f_code
+        if code.co_name == code_name and code.co_filename.startswith(_JAX_SRC):
+            return frame
+        frame = frame.f_back
+        depth -= 1
+    return None
+
+
+# --------------------------------------------------------------- jit objects and functions
+
+# A foreign jit object is known by its PjitInfo (one per jax.jit(...) call). Entries hold
+# it, so its id is not reused while remembered; the table is bounded for jit-in-a-loop.
+_MAX_OBJECTS = 4096
+_objects: OrderedDict[int, tuple[Any, int, sigmod.ParamLayout | None]] = OrderedDict()
+_objects_lock = threading.Lock()
+_serials = iter(range(1 << 40, 1 << 62))  # apart from the serials of wrapped functions
+
+_described: "weakref.WeakKeyDictionary[Any, FunctionInfo]" = weakref.WeakKeyDictionary()
+
+
+def _jit_object(ji: Any, fun: Any) -> tuple[int, sigmod.ParamLayout | None]:
+    key = id(ji)
+    with _objects_lock:
+        found = _objects.get(key)
+        if found is not None and found[0] is ji:
+            _objects.move_to_end(key)
+            return found[1], found[2]
+        try:
+            layout = sigmod.ParamLayout.from_function(fun, getattr(ji, "static_argnums", ()),
+                                                      getattr(ji, "static_argnames", ()))
+        except Exception:
+            layout = None
+        serial = next(_serials)
+        _objects[key] = (ji, serial, layout)
+        while len(_objects) > _MAX_OBJECTS:
+            _objects.popitem(last=False)
+        return serial, layout
+
+
+def _describe(fun: Any) -> FunctionInfo:
+    try:
+        found = _described.get(fun)
+    except TypeError:
+        return describe_function(fun)
+    if found is None:
+        found = describe_function(fun)
+        try:
+            _described[fun] = found
+        except TypeError:
+            pass
+    return found
+
+
+def _primitive_params(fun: Any) -> dict[str, Any]:
+    # JAX's prim_fun closes over the primitive and its parameters (jax._src.dispatch).
+    for cell in getattr(fun, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+def from_trace(frame: Any, name: str) -> Target | None:
+    """The target of a trace that just ended, read off JAX's ``_trace_for_jit`` frame."""
+    found = find_frame(frame, TRACE_FRAME)
+    if found is None:
+        return None
+    local = found.f_locals
+    fun, ji = local.get("fun"), local.get("ji")
+    args, kwargs = local.get("args") or (), local.get("kwargs") or {}
+    site = call_site(2)
+    if getattr(fun, "_apply_primitive", False):
+        return Target(opbyop.function_info(name), 0,
+                      sigmod.build_operands(args, _primitive_params(fun)), primitive=name, call_site=site)
+    serial, layout = _jit_object(ji, fun)
+    described = fun
+    if is_library_file(_file_of(user_function(fun))):
+        # A library's own jit around the user's function passed as an argument (eqx.filter_jit).
+        passed = user_function_in((args, kwargs), getattr(fun, "__name__", name))
+        if passed is not None:
+            described = passed
+    signature = sigmod.build(layout, args, kwargs) if layout is not None else None
+    return Target(_describe(described), serial, signature, call_site=site)
+
+
+def from_lowering(frame: Any, name: str) -> Target:
+    """The target of a compile that came without a trace, from JAX's lowering frame."""
+    found = find_frame(frame, LOWER_FRAME)
+    site = call_site(2)
+    if found is None:
+        return Target(_by_name(name, None), 0, None, call_site=site)
+    local = found.f_locals
+    avals = tuple(local.get("in_avals") or ())
+    skip = int(local.get("num_const_args") or 0)
+    jaxpr = getattr(local.get("closed_jaxpr"), "jaxpr", None)
+    debug = getattr(jaxpr, "_debug_info", None) or getattr(jaxpr, "debug_info", None)
+    arg_names = tuple(getattr(debug, "arg_names", None) or ())
+    signature = sigmod.from_avals(arg_names, avals[skip:])
+    inner = _strip_jit(name)
+    if inner in opbyop.primitive_names():
+        return Target(opbyop.function_info(inner), 0, signature, primitive=inner, call_site=site)
+    return Target(_by_name(inner, getattr(debug, "func_src_info", None)), 0, signature, call_site=site)
+
+
+def from_name(name: str) -> Target:
+    return Target(_by_name(_strip_jit(name), None), 0, None, call_site=call_site(2))
+
+
+def _strip_jit(module_name: str) -> str:
+    if module_name.startswith("jit(") and module_name.endswith(")"):
+        return module_name[4:-1]
+    return module_name
+
+
+def _file_of(fun: Any) -> str:
+    code = getattr(fun, "__code__", None)
+    return os.path.realpath(code.co_filename) if code is not None else ""
+
+
+def _by_name(name: str, source_info: str | None) -> FunctionInfo:
+    """A function known by name (and, from JAX's debug info, ``name at file:line``)."""
+    file, line = "", 0
+    if source_info and " at " in source_info:
+        where = source_info.rsplit(" at ", 1)[1]
+        file, _, number = where.rpartition(":")
+        line = int(number) if number.isdigit() else 0
+        if not file:
+            file = where
+    # The hash leaves the directory out, like a wrapped function's: the same code on
+    # two hosts is one function.
+    digest = hashlib.sha256(f"{UNATTRIBUTED_MODULE}:{name}:{os.path.basename(file)}:{line}".encode())
+    return FunctionInfo(function_hash=digest.hexdigest()[:20], name=name, qualname=name,
+                        module=UNATTRIBUTED_MODULE, file=file, line=line)
+
+
+# ------------------------------------------------------------------------- events
+
+
+def to_event(target: Target, kind: str, timestamp: float, trace_seconds: float | None,
+             lower_seconds: float | None, compile_seconds: float | None,
+             persistent_cache_hit: bool | None, cache_time_saved: float | None,
+             thread: str, jaxpr_eqns: int | None = None) -> CompileEvent:
+    info = target.info
+    device = _default_device()
+    sig = target.signature
+    if target.primitive is not None:
+        cause, explanation, diff = _explain_primitive(target)
+    elif sig is None:
+        cause, explanation, diff = "unknown", (
+            f"JAX compiled `{info.name}` again; its arguments could not be read, so what changed is "
+            "unknown."), ()
+    else:
+        verdict = causes.explain_trace(info.function_hash, target.serial, info.name, sig, succeeded=True,
+                                       compiled=True, device=device, call_site=target.call_site)
+        cause, explanation, diff = verdict.cause, verdict.explanation, verdict.diff
+    return CompileEvent(
+        event_id=new_event_id(), function=info, run_id=recorder.run_id(), timestamp=timestamp,
+        kind=kind, cause=cause, explanation=explanation, diff=tuple(diff),
+        signature=sig.as_json() if sig is not None else (),
+        signature_hash=sig.stable_hash() if sig is not None else "",
+        compiled=True, nested=False, trace_seconds=trace_seconds, lower_seconds=lower_seconds,
+        compile_seconds=compile_seconds, persistent_cache_hit=persistent_cache_hit,
+        cache_time_saved_seconds=cache_time_saved, device=device, backend=_backend(),
+        call_site=target.call_site, jaxpr_eqns=jaxpr_eqns, thread=thread,
+        warmup=recorder.in_warmup(timestamp))
+
+
+def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], ...]]:
+    primitive = target.primitive or ""
+    info = target.info
+    sig = target.signature
+    where = f" at {target.call_site}" if target.call_site else ""
+    if sig is None:
+        first = opbyop.first_compile(primitive)
+        if first:
+            return "first_call", (f"JAX compiled the primitive `{primitive}` op by op, outside any jit, for the "
+                                  f"first time{where}."), ()
+        return "unknown", (f"JAX compiled the primitive `{primitive}` op by op again{where}; JAX did not expose "
+                           "its operands here, so what changed is unknown."), ()
+    operands = ", ".join(leaf.describe() for leaf in sig.leaves if not leaf.static) or "no operands"
+    verdict = causes.explain_trace(info.function_hash, 0, primitive, sig, succeeded=True, compiled=True,
+                                   device=None, call_site=target.call_site)
+    if verdict.cause == "first_call":
+        opbyop.first_compile(primitive)
+        return "first_call", (f"JAX compiled the primitive `{primitive}` op by op, outside any jit, for the "
+                              f"first time{where} ({operands})."), ()
+    if not verdict.diff:
+        return verdict.cause, (f"JAX compiled the primitive `{primitive}` op by op again{where} ({operands}) "
+                               "with operands and parameters it had compiled before: its cache was cleared."), ()
+    change = verdict.diff[0]
+    if change.get("change") == "static":
+        what = f"its parameter `{change['path']}` changed: {change['before']} -> {change['after']}"
+    else:
+        what = f"operand {change['path']} changed {change['change'].replace('_', ' ')}: " \
+               f"{change['before']} -> {change['after']}"
+    more = f" ({len(verdict.diff) - 1} more difference(s) in the diff)" if len(verdict.diff) > 1 else ""
+    return verdict.cause, (f"JAX compiled the primitive `{primitive}` op by op again, outside any jit{where}: "
+                           f"{what}{more}. Eager code compiles each primitive once per new shape; move it "
+                           "inside a jitted function or keep its shapes fixed."), verdict.diff
+
+
+_device_lock = threading.Lock()
+_device: list[str | None] = []
+
+
+def _default_device() -> str | None:
+    if not _device:
+        with _device_lock:
+            if not _device:
+                try:
+                    _device.append(str(jax.devices()[0]))
+                except Exception:
+                    _device.append(None)
+    return _device[0]
+
+
+def _backend() -> str | None:
+    try:
+        return jax.default_backend()
+    except Exception:
+        return None
