@@ -28,30 +28,52 @@ def short_name(qualname: str) -> str:
 def detect_storms(conn: sa.Connection, filters: Filters = Filters(), *, threshold: int = 5,
                   window: float = 600.0, now: float | None = None,
                   function_hashes: list[str] | None = None) -> list[dict[str, Any]]:
-    """Every storm in the store, newest first (a function can have several, apart in time)."""
+    """Every storm in the store, newest first (a function can have several, apart in time).
+
+    Storms are found per run (one process): recompiles of two runs of the same program
+    never add up to one storm. A function that storms in several runs has one storm per
+    run, each saying in how many runs it recurs. Compiles made during a run's warm-up
+    (set-up, and the first compile of each step) are left out.
+    """
     now = time.time() if now is None else now
     e, f = models.compile_events, models.functions
     q = filters.apply(e, sa.select(e.c.function_hash, e.c.timestamp, e.c.cause, e.c.diff, e.c.call_site,
                                    e.c.run_id, e.c.signature)
-                      .where(e.c.compiled, e.c.cause != "first_call")
-                      .order_by(e.c.function_hash, e.c.timestamp))
+                      .where(e.c.compiled, e.c.cause != "first_call", sa.not_(e.c.warmup))
+                      .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp))
     if function_hashes is not None:
         q = q.where(e.c.function_hash.in_(function_hashes))
-    by_function: dict[str, list[Any]] = collections.defaultdict(list)
+    by_run: dict[tuple[str, str], list[Any]] = collections.defaultdict(list)
     for row in conn.execute(q):
-        by_function[row.function_hash].append(row)
-    if not by_function:
+        by_run[(row.function_hash, row.run_id)].append(row)
+    if not by_run:
         return []
     names = {r.function_hash: r for r in conn.execute(
         sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module, f.c.file, f.c.line)
-        .where(f.c.function_hash.in_(list(by_function))))}
+        .where(f.c.function_hash.in_(list({h for h, _ in by_run}))))}
     storms = []
-    for function_hash, rows in by_function.items():
+    for (function_hash, _run), rows in by_run.items():
         for group in _bursts(rows, threshold, window):
-            info = names.get(function_hash)
-            storms.append(_describe(function_hash, info, group, now, window))
+            storms.append(_describe(function_hash, names.get(function_hash), group, now, window))
+    runs_per_function: dict[str, set[str]] = collections.defaultdict(set)
+    for storm in storms:
+        runs_per_function[storm["function_hash"]].add(storm["run_id"])
+    for storm in storms:
+        storm["recurs_in_runs"] = len(runs_per_function[storm["function_hash"]])
     storms.sort(key=lambda s: -s["end"])
     return storms
+
+
+def describe_storm(storm: dict[str, Any]) -> str:
+    """One line for a storm, as the command line and the report print it."""
+    state = "ACTIVE" if storm["active"] else "ended"
+    causes = sorted(storm["causes"].items(), key=lambda kv: -kv[1])
+    others = ", ".join(f"{count} {cause}" for cause, count in causes[1:])
+    text = (f"[{state}] {storm['short_name']}: {storm['compiles']} recompiles in run {storm['run_id'][:8]}, "
+            f"mostly {storm['dominant_cause']}" + (f" (also {others})" if others else "") + ".")
+    if storm.get("recurs_in_runs", 1) > 1:
+        text += f" Recurs in {storm['recurs_in_runs']} runs."
+    return text
 
 
 def _bursts(rows: list[Any], threshold: int, window: float) -> Iterable[list[Any]]:
@@ -90,7 +112,8 @@ def _describe(function_hash: str, info: Any, rows: list[Any], now: float, window
         "causes": dict(cause_counts),
         "dominant_cause": dominant,
         "active": now - rows[-1].timestamp <= window,
-        "run_ids": sorted({r.run_id for r in rows}),
+        "run_id": rows[0].run_id,
+        "run_ids": [rows[0].run_id],
         "fix": (_op_by_op_fix(info.name, rows) if info is not None and info.module == OP_BY_OP_MODULE
                 else suggest_fix(name, dominant, [r for r in rows if r.cause == dominant])),
     }
@@ -100,18 +123,34 @@ OP_BY_OP_MODULE = "jax.op_by_op"
 
 
 def _op_by_op_fix(primitive: str, rows: list[Any]) -> str:
-    sites = collections.Counter(r.call_site for r in rows if r.call_site)
-    where = f" at {sites.most_common(1)[0][0]}" if sites else ""
-    return (f"Un-jitted code{where} runs `{primitive}` op by op, and JAX compiled it {len(rows)} more times "
-            "for new shapes. Move that code inside a jitted function (or keep its shapes fixed), so it "
+    firsts = [(r.diff or [])[0] for r in rows if r.diff]
+    what = ""
+    if firsts:
+        path, _ = collections.Counter(e["path"] for e in firsts).most_common(1)[0]
+        values = {v for e in firsts if e["path"] == path for v in (e.get("before"), e.get("after")) if v is not None}
+        kind = "parameter" if any(e.get("change") == "static" for e in firsts if e["path"] == path) else "operand"
+        what = f", mostly because its {kind} {path} took {len(values)} different values"
+    return (f"Un-jitted code{_sites_text(rows)} runs `{primitive}` op by op, and JAX compiled it {len(rows)} "
+            f"more times{what}. Move that code inside a jitted function (or keep its shapes fixed), so it "
             "compiles once as part of one program.")
+
+
+def _sites_text(rows: list[Any]) -> str:
+    """Where the compiles came from: " at file:line", or the main places when there are several."""
+    sites = collections.Counter(r.call_site for r in rows if r.call_site)
+    if not sites:
+        return ""
+    if len(sites) == 1:
+        return f" at {next(iter(sites))}"
+    top = ", ".join(f"{site} ({count}x)" for site, count in sites.most_common(3))
+    more = f" and {len(sites) - 3} more" if len(sites) > 3 else ""
+    return f" at {len(sites)} places: {top}{more}"
 
 
 def suggest_fix(name: str, cause: str, rows: list[Any]) -> str:
     """A concrete fix for a storm of one cause, naming the argument and call site."""
-    sites = collections.Counter(r.call_site for r in rows if r.call_site)
-    site = sites.most_common(1)[0][0] if sites else None
-    at = f" (called at {site})" if site else ""
+    sites = _sites_text(rows)
+    at = f" (called{sites})" if sites else ""
     if cause == "new_shape":
         return _shape_fix(name, rows) + at
     if cause == "new_static_value":
@@ -249,8 +288,10 @@ def verdicts(conn: sa.Connection, report_rows: list[dict[str, Any]], filters: Fi
     baselines = {r.function_hash: r for r in conn.execute(q)}
     out = {}
     for row in report_rows:
-        if row.get("module") == OP_BY_OP_MODULE:
-            continue  # JAX's own eager compiles: there is no jit to weigh
+        if row.get("module") == OP_BY_OP_MODULE or not row["calls"]:
+            # JAX's own eager compiles, or a jit whose calls are not counted (one cachewatch
+            # did not wrap, seen through JAX's compile events): nothing to weigh.
+            continue
         base = baselines.get(row["function_hash"])
         run_mean = row.get("run_seconds_mean")
         if base is not None and run_mean is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
 from typing import Any, Sequence
 
@@ -70,6 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `cachewatch report | head`: the reader is gone; end quietly, as other tools do.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     from .store import engine as enginemod
 
@@ -127,21 +140,36 @@ def _report(args: argparse.Namespace) -> int:
         causes = ", ".join(f"{c}={n}" for c, n in sorted(r["causes"].items(), key=lambda kv: -kv[1]))
         where = f"{_basename(r['file'])}:{r['line']}" if r["file"] else "(eager code)"
         table.append([r["qualname"], where, r["compiles"], r["recompiles"],
-                      f"{r['compile_seconds']:.3f}", r["calls"],
+                      f"{r['compile_seconds']:.3f}", r["calls"] or "-",
                       "-" if r["run_seconds_est"] is None else f"{r['run_seconds_est']:.3f}", causes])
     _print_table(["function", "defined at", "compiles", "recompiles", "compile s", "calls", "run s (est)",
                   "causes"], table)
+    print("\n" + _coverage_line(rows))
     _print_findings(rows, storms, costs, regressions)
     return 0
 
 
+def _coverage_line(rows: list[dict]) -> str:
+    """How many compiles were tied to a function, and how many only to the name JAX gave them."""
+    from .foreign import UNATTRIBUTED_MODULE
+
+    total = sum(r["compiles"] for r in rows)
+    by_name = sum(r["compiles"] for r in rows if r.get("module") == UNATTRIBUTED_MODULE)
+    eager = sum(r["compiles"] for r in rows if r.get("module") == "jax.op_by_op")
+    text = (f"Compiles recorded: {total}; attributed to a function or an eager primitive: {total - by_name}"
+            f" ({eager} eager)")
+    if by_name:
+        text += f"; known only by the name JAX compiled them under: {by_name}"
+    return text + "."
+
+
 def _print_findings(rows: list[dict], storms: list[dict], costs: list[dict], regressions: list[dict]) -> None:
+    from . import analysis
+
     if storms:
         print(f"\nStorms ({len(storms)}):")
         for storm in storms:
-            state = "ACTIVE" if storm["active"] else "past"
-            print(f"  [{state}] {storm['qualname']}: {storm['compiles']} recompiles, mostly "
-                  f"{storm['dominant_cause']}.\n    Fix: {storm['fix']}")
+            print(f"  {analysis.describe_storm(storm)}\n    Fix: {storm['fix']}")
     worth = [(r["qualname"], r["verdict"]["text"]) for r in rows if r.get("verdict") and r["verdict"]["text"]]
     if worth:
         print("\nIs jit worth it:")
@@ -182,11 +210,11 @@ def _storms(args: argparse.Namespace) -> int:
     if not storms:
         print("No recompilation storms.")
         return 0
+    print(f"Storms ({len(storms)}):")
     for storm in storms:
         start = dt.datetime.fromtimestamp(storm["start"]).strftime("%Y-%m-%d %H:%M:%S")
-        print(f"{'ACTIVE' if storm['active'] else 'past':6}  {storm['qualname']}  {storm['compiles']} recompiles "
-              f"from {start} over {storm['end'] - storm['start']:.0f}s, causes {storm['causes']}")
-        print(f"        fix: {storm['fix']}")
+        print(f"  {analysis.describe_storm(storm)} From {start} over {storm['end'] - storm['start']:.0f}s.")
+        print(f"    Fix: {storm['fix']}")
     return 0
 
 

@@ -70,7 +70,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("write_token", str, "", "Bearer token sent to an http(s) store."),
     Setting("storm_threshold", int, 5, "Non-first_call compiles within storm_window that make a storm."),
     Setting("storm_window", float, 600.0, "Seconds over which storm_threshold is counted."),
-    Setting("warmup_seconds", float, 0.0, "Compiles this soon after the run starts count as warm-up, not storms, even after the first repeated call."),
+    Setting("warmup_seconds", float, 0.0, "If set, warm-up (compiles never counted in a storm) is the run's first this many seconds, instead of until the user's jitted code runs a second time."),
     Setting("eager_baseline", _parse_bool, False, "Once per signature, time a run op by op beside the compiled run."),
     Setting("cost_analysis", _parse_bool, False, "Lower each new compile once more to record HLO size and XLA cost."),
     Setting("stale_capture_check", _parse_bool, True, "On sampled calls, check that globals baked in at trace time still hold."),

@@ -115,7 +115,8 @@ class HookState:
         self.info = describe_function(fun)
         # A library's own jit around the user's function passed as an argument
         # (eqx.filter_jit): named after the user's function at its first trace.
-        self.in_library = is_library_file(self.info.file)
+        self.in_library_file = is_library_file(self.info.file)
+        self.look_for_user_function = self.in_library_file
         self.layout = sigmod.ParamLayout.from_function(
             fun, options.get("static_argnums"), options.get("static_argnames"))
         self.trace_name = _jax_fun_name(fun)
@@ -237,7 +238,7 @@ def _hook_for(fun: Callable[..., Any], options: dict[str, Any]) -> tuple[Callabl
 def _begin_trace(state: HookState, args: tuple, kwargs: dict) -> _tracking.Record | None:
     if _tracking.suppressed():
         return None
-    if state.in_library:
+    if state.look_for_user_function:
         _name_after_user_function(state, args, kwargs)
     sig = sigmod.build(state.layout, args, kwargs)
     record = _tracking.Record(state, state.module_name, "trace", sig)
@@ -249,11 +250,12 @@ def _begin_trace(state: HookState, args: tuple, kwargs: dict) -> _tracking.Recor
 
 
 def _name_after_user_function(state: HookState, args: tuple, kwargs: dict) -> None:
-    state.in_library = False  # look once
+    state.look_for_user_function = False  # look once
     found = user_function_in((args, kwargs), state.trace_name)
     if found is None:
         return
     old, state.info = state.info, describe_function(found)
+    state.in_library_file = is_library_file(state.info.file)
     with _stats_lock:
         stats = _stats.pop(old.function_hash, None)
         if stats is not None:
@@ -320,7 +322,7 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
             raise
         if tracking.activity != mark:
             finish(mark, args, kwargs, None)
-        elif not recorder.steady() and not is_library_file(state.info.file):
+        elif not recorder.steady() and not state.in_library_file:
             recorder.mark_steady()  # the user's own step ran from the cache: set-up is over
         return out
 
@@ -412,6 +414,8 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
     device = _device_of(args, kwargs)
     extra: dict[str, Any] = {}
     compiled = [r for r in records if r.compiles > 0 and r.error is None]
+    if compiled and not state.in_library_file:
+        recorder.note_user_compile(state.info.function_hash)
     if compiled and exc is None:
         cfg = recorder.config()
         if cfg.cost_analysis:

@@ -100,20 +100,33 @@ def _new_run() -> None:
     _run_id = uuid.uuid4().hex
     _process_start = time.time()  # a later run in the same process starts now
     _steady_since = None
+    _compiled_functions.clear()
 
 
 # Warm-up: a run starts by building its model and optimizer and compiling each jitted
-# step once. It ends at the first call of a wrapped function that neither traced nor
-# compiled (the training loop is running), or later with warmup_seconds set. Compiles
-# made during warm-up are flagged, and storms are found among the others only.
+# step once. It ends when the user's own jitted code runs a second time: a call of one
+# of the user's wrapped functions that neither traced nor compiled, or a second compile
+# of one (the loop is running, and recompiling). With warmup_seconds set, warm-up is
+# instead the first warmup_seconds of the run (for programs without a jitted step).
+# Compiles made during warm-up are flagged, and storms are found among the others only.
 _steady_since: float | None = None
+_compiled_functions: set[str] = set()
 
 
 def mark_steady() -> None:
-    """The first repeated call of a wrapped function: warm-up is over."""
+    """The user's jitted code runs again: warm-up is over."""
     global _steady_since
     if _steady_since is None:
         _steady_since = time.time()
+
+
+def note_user_compile(function_hash: str) -> None:
+    """A compile of one of the user's functions; the second of the same function ends warm-up."""
+    if _steady_since is None:
+        if function_hash in _compiled_functions:
+            mark_steady()
+        else:
+            _compiled_functions.add(function_hash)
 
 
 def steady() -> bool:
@@ -122,9 +135,10 @@ def steady() -> bool:
 
 def in_warmup(timestamp: float) -> bool:
     """Whether a compile that started at ``timestamp`` belongs to the run's warm-up."""
-    if _steady_since is None:
-        return True
-    return timestamp - _process_start < config().warmup_seconds
+    window = config().warmup_seconds
+    if window > 0:
+        return timestamp - _process_start < window
+    return _steady_since is None
 
 
 def run_info() -> RunInfo:
@@ -459,6 +473,7 @@ def _after_fork_in_child() -> None:
     _run_id = None
     _process_start = time.time()
     _steady_since = None
+    _compiled_functions.clear()
     from . import causes
     from .jit import all_call_stats
 

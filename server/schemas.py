@@ -175,7 +175,9 @@ class StormOut(BaseModel):
     causes: dict[str, int]
     dominant_cause: str
     active: bool = Field(description="The storm's last compile is within the storm window of now.")
+    run_id: str = Field("", description="The run (one process) the storm happened in; storms are found per run.")
     run_ids: list[str]
+    recurs_in_runs: int = Field(1, description="In how many runs this function had a storm.")
     fix: str = Field(description="A concrete change that stops the recompiles.")
 
 

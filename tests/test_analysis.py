@@ -119,6 +119,12 @@ class _Row:
 
 
 def test_op_by_op_barrage_is_a_storm(store):
+    @cachewatch.jit
+    def train_step(x):
+        return x * 2.0
+
+    train_step(jnp.ones(3))
+    train_step(jnp.ones(3))  # the training loop runs: set-up is over
     for n in range(2, 10):
         jnp.zeros((n, 3)) + 1.0  # eager: JAX compiles its small ops for every new shape
     line = _line() - 1

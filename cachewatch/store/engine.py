@@ -8,6 +8,7 @@ database at an older revision is refused with the command that upgrades it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from importlib import resources
@@ -184,9 +185,17 @@ def upgrade(url: str, revision: str = "head") -> str:
 
     engine = get_engine(url)
     cfg = alembic_config(url)
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    # Alembic reports each step at INFO; in a training program whose root logger is at
+    # INFO (absl sets that up) those lines would land in the user's stderr.
+    alembic_logger = logging.getLogger("alembic")
+    level = alembic_logger.level
+    alembic_logger.setLevel(logging.WARNING)
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+    finally:
+        alembic_logger.setLevel(level)
     _verified.discard(normalize_url(url))
     return current_revision(url) or ""
 
