@@ -53,6 +53,29 @@ def reset() -> None:
     """Forget every history (a new run, for instance after fork)."""
     with _lock:
         _histories.clear()
+    for forget in _on_reset:
+        forget()
+
+
+# Other per-run histories (eager primitives, compiles without a trace) forget with this one.
+_on_reset: list = []
+
+
+def on_reset(forget) -> None:
+    """Call ``forget()`` whenever the histories are reset (a new run)."""
+    _on_reset.append(forget)
+
+
+def seen(function_hash: str) -> bool:
+    """Whether this function traced or compiled earlier in this run."""
+    with _lock:
+        return function_hash in _histories
+
+
+def note(function_hash: str) -> None:
+    """Remember that this function compiled, with no signature to keep."""
+    with _lock:
+        _histories.setdefault(function_hash, FunctionHistory())
 
 
 def mark_cleared(function_hash: str, serial: int) -> None:

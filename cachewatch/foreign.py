@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -52,6 +53,9 @@ class Target:
     primitive: str | None = None
     # Read off JAX's frames: the call site is only known while they are on the stack.
     call_site: str | None = None
+    # Compiled without a trace of its own call: traced inside a transformation (grad, vmap,
+    # a library's lifted transform) and run outside any jit.
+    lowered_only: bool = False
 
 
 def find_frame(frame: Any, code_name: str, depth: int = 12) -> Any:
@@ -161,11 +165,12 @@ def from_lowering(frame: Any, name: str) -> Target:
     inner = _strip_jit(name)
     if inner in opbyop.primitive_names():
         return Target(opbyop.function_info(inner), 0, signature, primitive=inner, call_site=site)
-    return Target(_by_name(inner, getattr(debug, "func_src_info", None)), 0, signature, call_site=site)
+    return Target(_by_source(inner, getattr(debug, "func_src_info", None)), 0, signature, call_site=site,
+                  lowered_only=True)
 
 
 def from_name(name: str) -> Target:
-    return Target(_by_name(_strip_jit(name), None), 0, None, call_site=call_site(2))
+    return Target(_by_name(_strip_jit(name), None), 0, None, call_site=call_site(2), lowered_only=True)
 
 
 def _strip_jit(module_name: str) -> str:
@@ -179,15 +184,49 @@ def _file_of(fun: Any) -> str:
     return os.path.realpath(code.co_filename) if code is not None else ""
 
 
+def _by_source(name: str, source_info: str | None) -> FunctionInfo:
+    """The function JAX's debug info points at (``name at file:line``), found among the loaded
+    modules so it is the same function, with the same hash, as when it is traced."""
+    file, _ = _source_location(source_info)
+    key = (file, name)
+    found = _by_source_cache.get(key)
+    if found is None:
+        function = _find_function(file, name) if file else None
+        found = _describe(function) if function is not None else _by_name(name, source_info)
+        _by_source_cache[key] = found
+    return found
+
+
+_by_source_cache: dict[tuple[str, str], FunctionInfo] = {}
+
+
+def _find_function(file: str, name: str) -> Any:
+    module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == file), None)
+    if module is None:
+        return None
+    for value in list(vars(module).values()):
+        # A module-level jit keeps the function in __wrapped__; jnp's ufunc objects one level deeper.
+        for candidate in (value, getattr(value, "__wrapped__", None), getattr(value, "_func", None)):
+            candidate = getattr(candidate, "__wrapped__", candidate)
+            code = getattr(candidate, "__code__", None)
+            if code is not None and code.co_name == name and code.co_filename == file:
+                return candidate
+    return None
+
+
+def _source_location(source_info: str | None) -> tuple[str, int]:
+    if not source_info or " at " not in source_info:
+        return "", 0
+    where = source_info.rsplit(" at ", 1)[1]
+    file, _, number = where.rpartition(":")
+    if not file:
+        return where, 0
+    return file, int(number) if number.isdigit() else 0
+
+
 def _by_name(name: str, source_info: str | None) -> FunctionInfo:
     """A function known by name (and, from JAX's debug info, ``name at file:line``)."""
-    file, line = "", 0
-    if source_info and " at " in source_info:
-        where = source_info.rsplit(" at ", 1)[1]
-        file, _, number = where.rpartition(":")
-        line = int(number) if number.isdigit() else 0
-        if not file:
-            file = where
+    file, line = _source_location(source_info)
     # The hash leaves the directory out, like a wrapped function's: the same code on
     # two hosts is one function.
     digest = hashlib.sha256(f"{UNATTRIBUTED_MODULE}:{name}:{os.path.basename(file)}:{line}".encode())
@@ -207,6 +246,8 @@ def to_event(target: Target, kind: str, timestamp: float, trace_seconds: float |
     sig = target.signature
     if target.primitive is not None:
         cause, explanation, diff = _explain_primitive(target)
+    elif target.lowered_only:
+        cause, explanation, diff = _explain_lowered(target)
     elif sig is None:
         cause, explanation, diff = "unknown", (
             f"JAX compiled `{info.name}` again; its arguments could not be read, so what changed is "
@@ -259,6 +300,49 @@ def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], 
     return verdict.cause, (f"JAX compiled the primitive `{primitive}` op by op again, outside any jit{where}: "
                            f"{what}{more}. Eager code compiles each primitive once per new shape; move it "
                            "inside a jitted function or keep its shapes fixed."), verdict.diff
+
+
+# Signatures of compiles without a trace, per function: JAX names their arguments
+# differently from a traced call, so they are compared only with each other.
+_lowered: dict[str, list[sigmod.Signature]] = {}
+_lowered_lock = threading.Lock()
+
+
+def _explain_lowered(target: Target) -> tuple[str, str, tuple[dict[str, Any], ...]]:
+    info, sig = target.info, target.signature
+    with _lowered_lock:
+        earlier = list(_lowered.get(info.function_hash, ()))
+        if sig is not None:
+            _lowered.setdefault(info.function_hash, []).append(sig)
+            del _lowered[info.function_hash][:-64]
+    inside = ("traced inside a transformation (grad, vmap, a library's lifted transform) and run outside "
+              "any jit")
+    if not earlier:
+        if not causes.seen(info.function_hash):
+            causes.note(info.function_hash)
+            return "first_call", f"First compile of `{info.name}` in this run, {inside}.", ()
+        return "unknown", (f"`{info.name}` was compiled again, {inside}; JAX reports no call of its own for it, "
+                           "so what changed is unknown."), ()
+    if sig is None:
+        return "unknown", f"`{info.name}` was compiled again, {inside}; its arguments could not be read.", ()
+    _, entries = sigmod.closest(earlier, sig)
+    if not entries:
+        return "unknown", (f"`{info.name}` was compiled again, {inside}, with argument types it had compiled "
+                           "before: its jaxpr or a static value differed."), ()
+    first = entries[0]
+    return first["cause"], (f"`{info.name}` was compiled again, {inside}: argument {first['path']} changed "
+                            f"{first['change'].replace('_', ' ')}: {first['before']} -> {first['after']}."), \
+        tuple(entries)
+
+
+def reset() -> None:
+    """Forget the compiles seen without a trace (a new run)."""
+    with _lowered_lock:
+        _lowered.clear()
+
+
+causes.on_reset(reset)
+causes.on_reset(opbyop.reset)
 
 
 _device_lock = threading.Lock()

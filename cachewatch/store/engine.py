@@ -154,8 +154,22 @@ def migrations_dir() -> str:
     return str(resources.files("cachewatch.migrations"))
 
 
+@contextlib.contextmanager
+def quiet_alembic():
+    """Alembic reports its plugins and each migration step at INFO; in a training program whose
+    root logger is at INFO (absl sets that up) those lines would land in the user's stderr."""
+    alembic_logger = logging.getLogger("alembic")
+    level = alembic_logger.level
+    alembic_logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        alembic_logger.setLevel(level)
+
+
 def alembic_config(url: str):
-    from alembic.config import Config
+    with quiet_alembic():
+        from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", migrations_dir())
@@ -164,38 +178,34 @@ def alembic_config(url: str):
 
 
 def head_revision() -> str:
-    from alembic.script import ScriptDirectory
+    with quiet_alembic():
+        from alembic.script import ScriptDirectory
 
-    heads = ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads()
+    with quiet_alembic():
+        heads = ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads()
     if len(heads) != 1:
         raise StoreError(f"cachewatch migrations must have one head, found {heads}")
     return heads[0]
 
 
 def current_revision(url: str) -> str | None:
-    from alembic.runtime.migration import MigrationContext
+    with quiet_alembic():
+        from alembic.runtime.migration import MigrationContext
 
-    with get_engine(url).connect() as conn:
+    with quiet_alembic(), get_engine(url).connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
 def upgrade(url: str, revision: str = "head") -> str:
     """Bring the store to ``revision`` (the latest by default); returns the new revision."""
-    from alembic import command
+    with quiet_alembic():
+        from alembic import command
 
     engine = get_engine(url)
     cfg = alembic_config(url)
-    # Alembic reports each step at INFO; in a training program whose root logger is at
-    # INFO (absl sets that up) those lines would land in the user's stderr.
-    alembic_logger = logging.getLogger("alembic")
-    level = alembic_logger.level
-    alembic_logger.setLevel(logging.WARNING)
-    try:
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
-    finally:
-        alembic_logger.setLevel(level)
+    with quiet_alembic(), engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
     _verified.discard(normalize_url(url))
     return current_revision(url) or ""
 

@@ -1,0 +1,254 @@
+"""Every compile of a real program: training scripts written with stax, Flax NNX, Flax
+Linen with Optax, and Equinox (tests/programs/), run under ``cachewatch.install()`` beside
+JAX's own compile log; and the pieces of that, one at a time, in this process."""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import jax
+import jax.numpy as jnp
+import pytest
+import sqlalchemy as sa
+
+import cachewatch
+from cachewatch import analysis, recorder
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models, queries, rollup
+
+PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
+# The user's own jitted steps in each program.
+STEPS = {
+    "stax_mlp": ["update"],
+    "nnx_vae": ["train_step", "eval_step"],
+    "linen_seq": ["train_step"],
+    "equinox_mlp": ["train_step"],
+}
+_JAX_COMPILED = re.compile(r"Finished XLA compilation of jit\((.*?)\) in")
+
+
+def run_python(args: list[str], store: str, extra_env: dict[str, str] | None = None,
+               **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CACHEWATCH_STORE": store, "JAX_PLATFORMS": "cpu", "JAX_LOG_COMPILES": "1",
+           "CACHEWATCH_RAISE_INTERNAL_ERRORS": "1", **(extra_env or {})}
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300,
+                          **kwargs)
+
+
+def compiled_rows(url: str) -> list[sa.Row]:
+    e, f = models.compile_events, models.functions
+    with enginemod.connection(url) as conn:
+        return list(conn.execute(
+            sa.select(f.c.name, f.c.module, f.c.file, f.c.line, e.c.cause, e.c.call_site, e.c.warmup,
+                      e.c.explanation, e.c.diff)
+            .join(f, f.c.function_hash == e.c.function_hash).where(e.c.compiled).order_by(e.c.timestamp)))
+
+
+@pytest.mark.parametrize("program", sorted(STEPS))
+def test_every_compile_of_a_training_program_is_recorded(program, sqlite_url):
+    path = os.path.join(PROGRAMS, f"{program}.py")
+    done = run_python([path], sqlite_url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = collections.Counter(_JAX_COMPILED.findall(done.stderr))
+    rows = compiled_rows(sqlite_url)
+    recorded = collections.Counter(r.name for r in rows)
+    assert sum(logged.values()) > 10
+    assert recorded == logged  # per function name, as JAX names them
+
+    source = open(path).read().splitlines()
+    for step in STEPS[program]:
+        def_line = next(i for i, text in enumerate(source, 1) if text.startswith(f"def {step}("))
+        events = [r for r in rows if r.name == step]
+        assert events, step
+        for event in events:
+            # Defined at the user's function (a decorator line counts), called from the user's file,
+            # even where a library (nnx.jit, eqx.filter_jit) made the jit.
+            assert event.file == path and def_line - 2 <= event.line <= def_line, (event.file, event.line)
+            assert event.call_site.startswith(path + ":")
+        assert events[0].cause == "first_call"
+
+    with enginemod.connection(sqlite_url) as conn:
+        assert analysis.detect_storms(conn) == []  # set-up and one smaller last batch are no storm
+    assert "alembic" not in done.stderr.lower()
+
+    report = subprocess.run([sys.executable, "-m", "cachewatch", "report", "--store", sqlite_url],
+                            capture_output=True, text=True, timeout=120)
+    total = sum(logged.values())
+    assert f"Compiles recorded: {total}; attributed to a function or an eager primitive: {total} (" in report.stdout
+
+
+def test_a_smaller_last_batch_is_one_explained_recompile(sqlite_url):
+    path = os.path.join(PROGRAMS, "linen_seq.py")
+    done = run_python([path], sqlite_url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [r for r in compiled_rows(sqlite_url) if r.name == "train_step"]
+    assert [r.cause for r in steps] == ["first_call", "new_shape"]
+    assert steps[0].warmup and not steps[1].warmup
+    assert "changed shape on axis 0: float32[32,12,1] -> float32[8,12,1]" in steps[1].explanation
+
+
+def test_eager_code_right_after_install_is_recorded(sqlite_url):
+    script = textwrap.dedent("""
+        import cachewatch
+        cachewatch.install()
+        import jax, jax.numpy as jnp
+        x = jnp.arange(6.0)
+        y = jax.lax.sin(x) + 1.0
+        z = jnp.mean(y.reshape(2, 3), axis=1)
+        cachewatch.flush(30)
+    """)
+    done = run_python(["-c", script], sqlite_url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = collections.Counter(_JAX_COMPILED.findall(done.stderr))
+    assert logged and collections.Counter(r.name for r in compiled_rows(sqlite_url)) == logged
+
+
+def test_cli_output_into_a_closed_pipe_ends_quietly(sqlite_url):
+    done = run_python(["-c", "import cachewatch, jax.numpy as jnp; cachewatch.install(); "
+                             "[jnp.ones(n).sum() for n in range(2, 9)]; cachewatch.flush(30)"], sqlite_url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = subprocess.run(f"{sys.executable} -m cachewatch report --store '{sqlite_url}' | head -1",
+                            shell=True, capture_output=True, text=True, timeout=120)
+    assert report.stdout.startswith("function") and report.stderr == ""
+
+
+def test_opening_the_store_writes_nothing_to_the_programs_log(tmp_path):
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    script = textwrap.dedent("""
+        import logging
+        logging.basicConfig(level=logging.INFO)   # as absl and many training scripts do
+        import cachewatch, jax.numpy as jnp
+        step = cachewatch.jit(lambda x: x * 2)
+        step(jnp.ones(3))
+        assert cachewatch.flush(30)
+    """)
+    done = run_python(["-c", script], url, extra_env={"JAX_LOG_COMPILES": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "alembic" not in done.stderr.lower() and "Running upgrade" not in done.stderr
+
+
+# ------------------------------------------------------------ the same, in this process
+
+
+@pytest.fixture
+def installed(sqlite_url, use_store):
+    use_store(sqlite_url)
+    jax.clear_caches()  # earlier tests may have compiled the same shapes
+    cachewatch.install()
+    seen: list = []
+    recorder.add_listener(seen.append)
+    yield seen
+    recorder.remove_listener(seen.append)
+    cachewatch.uninstall()
+
+
+def _line() -> int:
+    return sys._getframe(1).f_lineno
+
+
+def test_jax_helpers_recompile_at_new_shapes_with_causes(installed):
+    for n in (7, 11, 13):
+        jnp.mean(jnp.ones((n, 3)), axis=0)
+    line = _line() - 1
+    assert cachewatch.flush(30)
+    means = [e for e in installed if e.function.name == "_mean" and e.compiled]
+    assert [e.cause for e in means] == ["first_call", "new_shape", "new_shape"]
+    assert means[1].diff[0]["path"] == "a" and means[1].diff[0]["before"] == "float32[7,3]"
+    assert all(e.call_site == f"{__file__}:{line}" for e in means)
+    assert means[0].function.module == "jax._src.numpy.reductions"
+
+
+def test_eager_primitive_recompile_names_the_operand(installed):
+    for n in (5, 9):
+        jax.lax.sin(jnp.zeros(n, dtype=jnp.float16))
+    assert cachewatch.flush(30)
+    sines = [e for e in installed if e.function.qualname == "sin (op-by-op)"]
+    assert [e.cause for e in sines] == ["first_call", "new_shape"]
+    assert "operand operands[0] changed shape: float16[5] -> float16[9]" in sines[1].explanation
+    assert sines[1].diff[0]["path"] == "operands[0]"
+
+
+def test_jit_made_before_install_is_recorded_with_static_values(sqlite_url, use_store):
+    use_store(sqlite_url)
+
+    def scale(x, power):
+        return x ** power
+
+    made_before = jax.jit(scale, static_argnums=1)  # like a library's jit made at import
+    jax.clear_caches()
+    cachewatch.install()
+    try:
+        seen: list = []
+        recorder.add_listener(seen.append)
+        made_before(jnp.ones(4), 2)
+        made_before(jnp.ones(4), 3)
+        made_before(jnp.ones(6), 3)
+        recorder.remove_listener(seen.append)
+    finally:
+        cachewatch.uninstall()
+    events = [e for e in seen if e.function.name == "scale"]
+    assert [e.cause for e in events] == ["first_call", "new_static_value", "new_shape"]
+    assert events[1].diff[0]["path"] == "power" and events[1].diff[0]["after"] == "3"
+    assert events[0].function.file == __file__
+
+
+def test_warm_up_ends_when_the_users_step_runs_again(sqlite_url, use_store):
+    use_store(sqlite_url)
+    seen: list = []
+    recorder.add_listener(seen.append)
+
+    @cachewatch.jit
+    def step(x):
+        return x + 1.0
+
+    step(jnp.ones(3))        # set-up: first compile
+    step(jnp.ones(3))        # from the cache: the loop runs
+    step(jnp.ones(4))        # a recompile in steady state
+    recorder.remove_listener(seen.append)
+    flags = [e.warmup for e in seen if e.function.name == "step"]
+    assert flags == [True, False]
+
+
+def test_eager_set_up_before_the_loop_is_warm_up_not_a_storm(sqlite_url, use_store):
+    url = use_store(sqlite_url)
+    for n in range(2, 10):
+        jnp.zeros((n, 3)) + 1.0  # like initialising one parameter per shape
+    assert cachewatch.flush(30)
+    with enginemod.connection(url) as conn:
+        assert not [s for s in analysis.detect_storms(conn) if "(op-by-op)" in s["qualname"]]
+        events = queries.list_events(conn, limit=1000)
+    assert events and all(e["warmup"] for e in events)
+
+
+def test_storms_are_found_per_run(store_url):
+    enginemod.ensure_schema(store_url)
+    now = 1_700_000_000.0
+
+    def insert(name: str, per_run: int, runs: int) -> None:
+        with enginemod.connection(store_url) as conn:
+            conn.execute(sa.insert(models.functions), [{"function_hash": name, "name": name, "qualname": name,
+                                                        "first_seen": now}])
+            for r in range(runs):
+                run_id = uuid.uuid4().hex
+                conn.execute(sa.insert(models.runs), [{"run_id": run_id, "started_at": now + 100 * r,
+                                                       "jax_version": "0.10.2", "devices": []}])
+                conn.execute(sa.insert(models.compile_events), [
+                    {"event_id": uuid.uuid4().hex, "function_hash": name, "run_id": run_id,
+                     "timestamp": now + 100 * r + i, "kind": "trace", "cause": "new_static_value",
+                     "compiled": True, "nested": False, "signature_hash": str(i)} for i in range(per_run)])
+            rollup.rebuild(conn)
+
+    insert("twice_per_run", per_run=2, runs=3)
+    insert("storming", per_run=5, runs=3)
+    with enginemod.connection(store_url) as conn:
+        storms = analysis.detect_storms(conn, threshold=5, window=600, now=now + 1000)
+    assert {s["qualname"] for s in storms} == {"storming"}
+    assert len(storms) == 3 and all(s["compiles"] == 5 and s["recurs_in_runs"] == 3 for s in storms)
+    assert len({s["run_id"] for s in storms}) == 3
+    assert "Recurs in 3 runs." in analysis.describe_storm(storms[0])
