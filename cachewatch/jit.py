@@ -308,7 +308,8 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
     tracking = _tracking
 
     def finish(mark: int, args: tuple, kwargs: dict, exc: BaseException | None) -> None:
-        _finish(state, jitted, mark, args, kwargs, exc)
+        if _finish(state, jitted, mark, args, kwargs, exc):
+            stats.calls -= 1  # made while tracing an outer function: not an execution
         if not recorder.steady():
             stats.next_sample = stats.calls + 1  # the next call tells whether warm-up is over
 
@@ -406,10 +407,12 @@ def _timed_call(jitted: Any, stats: CallStats, args: tuple, kwargs: dict) -> Any
 
 @_guard.guarded(where="jit.finish")
 def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
-            exc: BaseException | None) -> None:
+            exc: BaseException | None) -> bool:
+    """Record what the call traced and compiled; True when the call was made while tracing
+    another function (a call of the jaxpr being built, not an execution)."""
     records = _tracking.claim(state, state.module_name, mark)
     if not records:
-        return
+        return False
     call_site = _call_site()
     device = _device_of(args, kwargs)
     extra: dict[str, Any] = {}
@@ -429,6 +432,7 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
             recorder.record_event(event)
         for name, before, after in record.stale:
             recorder.record_event(_stale_event(state, name, before, after, call_site))
+    return all(r.kind == "trace" and r.trace_seconds is None and r.compiles == 0 for r in records)
 
 
 def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: dict,

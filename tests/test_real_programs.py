@@ -252,3 +252,24 @@ def test_storms_are_found_per_run(store_url):
     assert len(storms) == 3 and all(s["compiles"] == 5 and s["recurs_in_runs"] == 3 for s in storms)
     assert len({s["run_id"] for s in storms}) == 3
     assert "Recurs in 3 runs." in analysis.describe_storm(storms[0])
+
+
+def test_calls_made_while_tracing_are_not_executions(sqlite_url, use_store):
+    use_store(sqlite_url)
+    jitmod = sys.modules["cachewatch.jit"]
+
+    @cachewatch.jit
+    def inner(x):
+        return x * 3.0
+
+    @jax.jit
+    def outer(x):
+        return inner(x) + 1.0
+
+    stats = jitmod.all_call_stats()
+    counter = next(s for s in stats if s.function.function_hash == inner.__cachewatch_state__.info.function_hash)
+    before = counter.calls
+    outer(jnp.ones(5))
+    outer(jnp.ones(5))   # from the cache: inner is not called at all
+    inner(jnp.ones(2))   # one execution
+    assert counter.calls - before == 1

@@ -1,0 +1,67 @@
+"""How many of a real program's compiles cachewatch records, against JAX's own log.
+
+    .venv/bin/python benchmarks/coverage.py
+
+Runs each training program of tests/programs/ (stax, Flax NNX, Flax Linen with Optax,
+Equinox) with ``cachewatch.install()`` as its first lines and ``JAX_LOG_COMPILES=1``,
+and counts, per program: the compiles JAX logged, the compiles recorded, those tied
+to a function or an eager primitive, those whose name and count match JAX's log, and
+the storms reported.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import sqlalchemy as sa
+
+from cachewatch import analysis
+from cachewatch.foreign import UNATTRIBUTED_MODULE
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ["stax_mlp", "nnx_vae", "linen_seq", "equinox_mlp"]
+_JAX_COMPILED = re.compile(r"Finished XLA compilation of jit\((.*?)\) in")
+
+
+def measure(program: str, tmp: str) -> dict[str, object]:
+    url = f"sqlite:///{tmp}/{program}.db"
+    env = {**os.environ, "CACHEWATCH_STORE": url, "JAX_LOG_COMPILES": "1", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / f"{program}.py")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"{program} failed:\n{done.stderr[-2000:]}")
+    logged = collections.Counter(_JAX_COMPILED.findall(done.stderr))
+    e, f = models.compile_events, models.functions
+    with enginemod.connection(url) as conn:
+        rows = list(conn.execute(sa.select(f.c.name, f.c.module).join(f, f.c.function_hash == e.c.function_hash)
+                                 .where(e.c.compiled)))
+        storms = analysis.detect_storms(conn)
+    recorded = collections.Counter(r.name for r in rows)
+    return {"logged": sum(logged.values()), "recorded": len(rows),
+            "attributed": sum(1 for r in rows if r.module != UNATTRIBUTED_MODULE),
+            "names": sum(min(logged[n], recorded[n]) for n in logged), "storms": len(storms)}
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        results = {program: measure(program, tmp) for program in PROGRAMS}
+    print("| program | compiles in JAX's log | recorded | attributed | matching JAX's name and count | coverage "
+          "| storms |")
+    print("|---|---|---|---|---|---|---|")
+    for program, r in results.items():
+        print(f"| `tests/programs/{program}.py` | {r['logged']} | {r['recorded']} | {r['attributed']} | {r['names']} "
+              f"| {r['recorded'] / r['logged']:.0%} | {r['storms']} |")
+
+
+if __name__ == "__main__":
+    main()
