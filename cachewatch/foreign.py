@@ -268,6 +268,13 @@ def to_event(target: Target, kind: str, timestamp: float, trace_seconds: float |
         warmup=recorder.in_warmup(timestamp))
 
 
+# Primitives whose name says little to a user.
+_PRIMITIVE_NOTES = {
+    "stage": " (JAX's own step that puts a Python or NumPy value on the device)",
+    "device_put": " (moving a value to a device)",
+}
+
+
 def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], ...]]:
     primitive = target.primitive or ""
     info = target.info
@@ -283,10 +290,11 @@ def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], 
     operands = ", ".join(leaf.describe() for leaf in sig.leaves if not leaf.static) or "no operands"
     verdict = causes.explain_trace(info.function_hash, 0, primitive, sig, succeeded=True, compiled=True,
                                    device=None, call_site=target.call_site)
+    note = _PRIMITIVE_NOTES.get(primitive, "")
     if verdict.cause == "first_call":
         opbyop.first_compile(primitive)
-        return "first_call", (f"JAX compiled the primitive `{primitive}` op by op, outside any jit, for the "
-                              f"first time{where} ({operands})."), ()
+        return "first_call", (f"JAX compiled the primitive `{primitive}`{note} op by op, outside any jit, for "
+                              f"the first time{where} ({operands})."), ()
     if not verdict.diff:
         return verdict.cause, (f"JAX compiled the primitive `{primitive}` op by op again{where} ({operands}) "
                                "with operands and parameters it had compiled before: its cache was cleared."), ()
@@ -297,7 +305,7 @@ def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], 
         what = f"operand {change['path']} changed {change['change'].replace('_', ' ')}: " \
                f"{change['before']} -> {change['after']}"
     more = f" ({len(verdict.diff) - 1} more difference(s) in the diff)" if len(verdict.diff) > 1 else ""
-    return verdict.cause, (f"JAX compiled the primitive `{primitive}` op by op again, outside any jit{where}: "
+    return verdict.cause, (f"JAX compiled the primitive `{primitive}`{note} op by op again, outside any jit{where}: "
                            f"{what}{more}. Eager code compiles each primitive once per new shape; move it "
                            "inside a jitted function or keep its shapes fixed."), verdict.diff
 
