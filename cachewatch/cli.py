@@ -240,7 +240,7 @@ def _events(args: argparse.Namespace) -> int:
     for r in rows:
         when = dt.datetime.fromtimestamp(r["timestamp"]).strftime("%H:%M:%S")
         cost = sum(r[k] or 0.0 for k in ("trace_seconds", "lower_seconds", "compile_seconds"))
-        kind = r["kind"] + ("" if r["compiled"] else " (no compile)")
+        kind = r["kind"] + ("" if r["compiled"] else " (no compile)") + (" (warm-up)" if r.get("warmup") else "")
         table.append([when, r["qualname"], kind, r["cause"], f"{cost:.3f}", r["call_site"] or "",
                       r["error"] or r["explanation"]])
     _print_table(["time", "function", "kind", "cause", "seconds", "call site", "why"], table)
