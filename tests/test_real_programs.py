@@ -1,5 +1,5 @@
 """Every compile of a real program: training scripts written with stax, Flax NNX, Flax
-Linen with Optax, and Equinox (tests/programs/), run under ``cachewatch.install()`` beside
+Linen with Optax, Equinox, and per-example gradients with vmap (tests/programs/), run under ``cachewatch.install()`` beside
 JAX's own compile log; and the pieces of that, one at a time, in this process."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ STEPS = {
     "nnx_vae": ["train_step", "eval_step"],
     "linen_seq": ["train_step"],
     "equinox_mlp": ["train_step"],
+    "vmap_convnet": ["private_step"],
 }
 _JAX_COMPILED = re.compile(r"Finished XLA compilation of jit\((.*?)\) in")
 
