@@ -210,7 +210,7 @@ def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
         # wrapped call claims it when it returns); otherwise a foreign jit's.
         record = Record(None, name, "compile")
         if name not in _watched_modules:
-            if not _process_wide and name[4:-1] not in opbyop.primitive_names():
+            if not _process_wide and foreign.strip_jit(name) not in opbyop.primitive_names():
                 return
             caller = sys._getframe(1)
             record.target = (foreign.from_lowering(caller, name) if event == LOWER_EVENT
@@ -218,6 +218,7 @@ def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
         push(record)
     if event == LOWER_EVENT:
         record.lower_seconds = duration
+        bump()
         return
     record.compile_seconds = duration
     record.compiles += 1

@@ -162,7 +162,7 @@ def from_lowering(frame: Any, name: str) -> Target:
     debug = getattr(jaxpr, "_debug_info", None) or getattr(jaxpr, "debug_info", None)
     arg_names = tuple(getattr(debug, "arg_names", None) or ())
     signature = sigmod.from_avals(arg_names, avals[skip:])
-    inner = _strip_jit(name)
+    inner = strip_jit(name)
     if inner in opbyop.primitive_names():
         return Target(opbyop.function_info(inner), 0, signature, primitive=inner, call_site=site)
     return Target(_by_source(inner, getattr(debug, "func_src_info", None)), 0, signature, call_site=site,
@@ -170,10 +170,10 @@ def from_lowering(frame: Any, name: str) -> Target:
 
 
 def from_name(name: str) -> Target:
-    return Target(_by_name(_strip_jit(name), None), 0, None, call_site=call_site(2), lowered_only=True)
+    return Target(_by_name(strip_jit(name), None), 0, None, call_site=call_site(2), lowered_only=True)
 
 
-def _strip_jit(module_name: str) -> str:
+def strip_jit(module_name: str) -> str:
     if module_name.startswith("jit(") and module_name.endswith(")"):
         return module_name[4:-1]
     return module_name
