@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from . import _guard, foreign, opbyop, recorder
+from .events import Kind
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
@@ -189,14 +190,14 @@ def _on_trace(name: str | None, duration: float) -> None:
             return
         target = foreign.from_trace(caller, name or "")
         if target is not None:
-            record = Record(None, f"jit({name})", "trace", target.signature)
+            record = Record(None, f"jit({name})", Kind.TRACE, target.signature)
             record.target = target
             record.trace_seconds = duration
             push(record)
         return
     if frame is None and name not in _watched_traces:
         return
-    record = _latest(lambda r: r.kind == "trace" and r.trace_seconds is None
+    record = _latest(lambda r: r.kind == Kind.TRACE and r.trace_seconds is None
                      and r.state is not None and r.state.trace_name == name)
     if record is not None:
         record.trace_seconds = duration
@@ -208,7 +209,7 @@ def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
         # Lowered or compiled with no trace of its own: for a wrapped function, a new
         # device or sharding, or a jaxpr that JAX had cached from an earlier trace (the
         # wrapped call claims it when it returns); otherwise a foreign jit's.
-        record = Record(None, name, "compile")
+        record = Record(None, name, Kind.COMPILE)
         if name not in _watched_modules:
             if not _process_wide and foreign.strip_jit(name) not in opbyop.primitive_names():
                 return

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
+from .events import Cause
 from .store import models
 from .store.queries import Filters
 
@@ -39,7 +40,7 @@ def detect_storms(conn: sa.Connection, filters: Filters = Filters(), *, threshol
     e, f = models.compile_events, models.functions
     q = filters.apply(e, sa.select(e.c.function_hash, e.c.timestamp, e.c.cause, e.c.diff, e.c.call_site,
                                    e.c.run_id, e.c.signature)
-                      .where(e.c.compiled, e.c.cause != "first_call", sa.not_(e.c.warmup))
+                      .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, sa.not_(e.c.warmup))
                       .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp))
     if function_hashes is not None:
         q = q.where(e.c.function_hash.in_(function_hashes))

@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 from . import signature as sigmod
+from .events import Cause
 from .signature import Signature
 
 # The closest-signature search looks at this many recent distinct signatures; exact
@@ -40,7 +41,7 @@ class FunctionHistory:
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    cause: str
+    cause: Cause
     explanation: str
     diff: tuple[dict[str, Any], ...]
 
@@ -104,19 +105,19 @@ def explain_compile(function_hash: str, serial: int, name: str, sig: Signature |
         history = _histories.setdefault(function_hash, FunctionHistory())
         obj = history.objects.setdefault(serial, ObjectHistory())
         if sig is None:
-            return Verdict("unknown", f"`{name}` was compiled again without a retrace, "
+            return Verdict(Cause.UNKNOWN, f"`{name}` was compiled again without a retrace, "
                            "and its arguments could not be read.", ())
         key = sig.key
         if key in obj.compiled_keys:
             before = obj.devices.get(key)
-            diff = ({"path": "<device>", "change": "device", "cause": "new_device_or_sharding",
+            diff = ({"path": "<device>", "change": "device", "cause": Cause.NEW_DEVICE_OR_SHARDING.value,
                      "before": before, "after": device},) if before != device else ()
             where = f" (from {before} to {device})" if before != device else ""
-            verdict = Verdict("new_device_or_sharding",
+            verdict = Verdict(Cause.NEW_DEVICE_OR_SHARDING,
                               f"`{name}` was compiled again for the same signature without a retrace: "
                               f"its arguments moved to another device, sharding or layout{where}.", diff)
         elif key in obj.keys:
-            cause = "first_call" if not history.compiled_any else "new_device_or_sharding"
+            cause = Cause.FIRST_CALL if not history.compiled_any else Cause.NEW_DEVICE_OR_SHARDING
             verdict = Verdict(cause, f"`{name}` was compiled for a signature it had so far only traced "
                               "inside another transformation (the jaxpr came from JAX's trace cache).", ())
         else:
@@ -147,12 +148,12 @@ def _remember(history: FunctionHistory, obj: ObjectHistory, sig: Signature, comp
 def _classify_trace(history: FunctionHistory, obj: ObjectHistory, name: str, sig: Signature,
                     call_site: str | None) -> Verdict:
     if not history.signatures:
-        return Verdict("first_call", f"First trace of `{name}` in this run.", ())
+        return Verdict(Cause.FIRST_CALL, f"First trace of `{name}` in this run.", ())
     if not obj.signatures:
         _, entries = sigmod.closest(history.signatures, sig)
         where = f" at {call_site}" if call_site else ""
         return Verdict(
-            "new_function_object",
+            Cause.NEW_FUNCTION_OBJECT,
             f"A new jit object was created around `{name}`{where}, which JAX had already traced: "
             "its cache belongs to the old object, so it traced and compiled again. "
             "Create the jit once, outside the loop, and reuse it.",
@@ -163,10 +164,10 @@ def _classify_trace(history: FunctionHistory, obj: ObjectHistory, name: str, sig
         else:
             text = (f"`{name}` was traced again with a signature it had already compiled: its cache was "
                     "cleared (jax.clear_caches()) or the entry was evicted.")
-        return Verdict("cache_cleared", text, ())
+        return Verdict(Cause.CACHE_CLEARED, text, ())
     _, entries = sigmod.closest(obj.signatures, sig)
     if not entries:
-        return Verdict("unknown", f"`{name}` was traced again and no difference from an earlier "
+        return Verdict(Cause.UNKNOWN, f"`{name}` was traced again and no difference from an earlier "
                        "signature could be found (a JAX configuration change, perhaps).", ())
     return Verdict(entries[0]["cause"], _sentence(name, entries, history), tuple(entries))
 

@@ -7,29 +7,44 @@ but JSON-ready values, and convert to row dictionaries with :meth:`as_dict`.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import time
 from typing import Any
 
-CAUSES: tuple[str, ...] = (
-    "first_call",
-    "new_shape",
-    "new_dtype",
-    "weak_type",
-    "new_static_value",
-    "new_structure",
-    "new_function_object",
-    "cache_cleared",
-    "new_device_or_sharding",
-    "unknown",
-    "stale_capture",  # not a compile: see STALE_CAPTURE below
-)
+class Cause(enum.StrEnum):
+    """Why a function was traced or compiled: the single spelling of the vocabulary.
 
-KINDS: tuple[str, ...] = ("trace", "compile", "stale_capture")
+    Members are strings (``Cause.NEW_SHAPE == "new_shape"``), so rows, JSON and the API
+    carry the plain word.
+    """
 
-# Not a reason to compile: a global or closure value read at trace time (and baked in
-# as a constant) changed afterwards, so cached executables still use the old value.
-STALE_CAPTURE = "stale_capture"
+    FIRST_CALL = "first_call"
+    NEW_SHAPE = "new_shape"
+    NEW_DTYPE = "new_dtype"
+    WEAK_TYPE = "weak_type"
+    NEW_STATIC_VALUE = "new_static_value"
+    NEW_STRUCTURE = "new_structure"
+    NEW_FUNCTION_OBJECT = "new_function_object"
+    CACHE_CLEARED = "cache_cleared"
+    NEW_DEVICE_OR_SHARDING = "new_device_or_sharding"
+    UNKNOWN = "unknown"
+    # Not a reason to compile: a global or closure value read at trace time (and baked in
+    # as a constant) changed afterwards, so cached executables still use the old value.
+    STALE_CAPTURE = "stale_capture"
+
+
+class Kind(enum.StrEnum):
+    """What an event records."""
+
+    TRACE = "trace"
+    COMPILE = "compile"
+    STALE_CAPTURE = "stale_capture"
+
+
+CAUSES: tuple[str, ...] = tuple(cause.value for cause in Cause)
+KINDS: tuple[str, ...] = tuple(kind.value for kind in Kind)
+STALE_CAPTURE = Cause.STALE_CAPTURE.value
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,6 +120,12 @@ class CompileEvent:
     # Made during the run's warm-up (model and optimizer set-up, first compile of each
     # step): shown as such and never counted towards a storm.
     warmup: bool = False
+
+    def __post_init__(self) -> None:
+        # Plain strings at the store's boundary: a database driver may write an enum member
+        # by its name rather than its value.
+        object.__setattr__(self, "cause", str(self.cause))
+        object.__setattr__(self, "kind", str(self.kind))
 
     def as_dict(self) -> dict[str, Any]:
         row = {name: getattr(self, name) for name in _EVENT_FIELDS}

@@ -30,7 +30,7 @@ import jax
 
 from . import causes, opbyop, recorder
 from . import signature as sigmod
-from .events import CompileEvent, FunctionInfo, new_event_id
+from .events import Cause, CompileEvent, FunctionInfo, new_event_id
 from .identity import call_site, describe_function, is_library_file, user_function, user_function_in
 
 # JAX's frames this module reads; if a JAX release renames them, compiles are still
@@ -249,7 +249,7 @@ def to_event(target: Target, kind: str, timestamp: float, trace_seconds: float |
     elif target.lowered_only:
         cause, explanation, diff = _explain_lowered(target)
     elif sig is None:
-        cause, explanation, diff = "unknown", (
+        cause, explanation, diff = Cause.UNKNOWN, (
             f"JAX compiled `{info.name}` again; its arguments could not be read, so what changed is "
             "unknown."), ()
     else:
@@ -283,17 +283,17 @@ def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], 
     if sig is None:
         first = opbyop.first_compile(primitive)
         if first:
-            return "first_call", (f"JAX compiled the primitive `{primitive}` op by op, outside any jit, for the "
+            return Cause.FIRST_CALL, (f"JAX compiled the primitive `{primitive}` op by op, outside any jit, for the "
                                   f"first time{where}."), ()
-        return "unknown", (f"JAX compiled the primitive `{primitive}` op by op again{where}; JAX did not expose "
+        return Cause.UNKNOWN, (f"JAX compiled the primitive `{primitive}` op by op again{where}; JAX did not expose "
                            "its operands here, so what changed is unknown."), ()
     operands = ", ".join(leaf.describe() for leaf in sig.leaves if not leaf.static) or "no operands"
     verdict = causes.explain_trace(info.function_hash, 0, primitive, sig, succeeded=True, compiled=True,
                                    device=None, call_site=target.call_site)
     note = _PRIMITIVE_NOTES.get(primitive, "")
-    if verdict.cause == "first_call":
+    if verdict.cause == Cause.FIRST_CALL:
         opbyop.first_compile(primitive)
-        return "first_call", (f"JAX compiled the primitive `{primitive}`{note} op by op, outside any jit, for "
+        return Cause.FIRST_CALL, (f"JAX compiled the primitive `{primitive}`{note} op by op, outside any jit, for "
                               f"the first time{where} ({operands})."), ()
     if not verdict.diff:
         return verdict.cause, (f"JAX compiled the primitive `{primitive}` op by op again{where} ({operands}) "
@@ -328,14 +328,14 @@ def _explain_lowered(target: Target) -> tuple[str, str, tuple[dict[str, Any], ..
     if not earlier:
         if not causes.seen(info.function_hash):
             causes.note(info.function_hash)
-            return "first_call", f"First compile of `{info.name}` in this run, {inside}.", ()
-        return "unknown", (f"`{info.name}` was compiled again, {inside}; JAX reports no call of its own for it, "
+            return Cause.FIRST_CALL, f"First compile of `{info.name}` in this run, {inside}.", ()
+        return Cause.UNKNOWN, (f"`{info.name}` was compiled again, {inside}; JAX reports no call of its own for it, "
                            "so what changed is unknown."), ()
     if sig is None:
-        return "unknown", f"`{info.name}` was compiled again, {inside}; its arguments could not be read.", ()
+        return Cause.UNKNOWN, f"`{info.name}` was compiled again, {inside}; its arguments could not be read.", ()
     _, entries = sigmod.closest(earlier, sig)
     if not entries:
-        return "unknown", (f"`{info.name}` was compiled again, {inside}, with argument types it had compiled "
+        return Cause.UNKNOWN, (f"`{info.name}` was compiled again, {inside}, with argument types it had compiled "
                            "before: its jaxpr or a static value differed."), ()
     first = entries[0]
     return first["cause"], (f"`{info.name}` was compiled again, {inside}: argument {first['path']} changed "

@@ -17,6 +17,8 @@ from typing import Any, Iterable, Sequence
 
 import jax
 
+from .events import Cause
+
 _MAX_REPR = 200
 
 
@@ -215,8 +217,8 @@ def from_avals(arg_names: Sequence[str], avals: Sequence[Any]) -> Signature:
 
 # ---------------------------------------------------------------------------- diff
 
-_LEAF_CAUSE = {"shape": "new_shape", "dtype": "new_dtype", "weak_type": "weak_type",
-               "static": "new_static_value"}
+_LEAF_CAUSE = {"shape": Cause.NEW_SHAPE, "dtype": Cause.NEW_DTYPE, "weak_type": Cause.WEAK_TYPE,
+               "static": Cause.NEW_STATIC_VALUE}
 
 
 def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
@@ -240,21 +242,21 @@ def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
     for index, arg in enumerate(after.structure):
         old = old_args.get(arg.name)
         if old is None:
-            entries.append(_entry(arg.name, "added", "new_structure", None, _arg_summary(after, index)))
+            entries.append(_entry(arg.name, "added", Cause.NEW_STRUCTURE, None, _arg_summary(after, index)))
             continue
         old_index, old_arg = old
         seen_old.add(arg.name)
         if old_arg.passed_as != arg.passed_as:
-            entries.append(_entry(arg.name, "passed_as", "new_structure", old_arg.passed_as, arg.passed_as))
+            entries.append(_entry(arg.name, "passed_as", Cause.NEW_STRUCTURE, old_arg.passed_as, arg.passed_as))
         new_leaves = new_by_arg.get(index, [])
         old_arg_leaves = {leaf.path: leaf for leaf in old_by_arg.get(old_index, [])}
         if old_arg.treedef != arg.treedef and set(old_arg_leaves) == {leaf.path for leaf in new_leaves}:
-            entries.append(_entry(arg.name, "structure", "new_structure",
+            entries.append(_entry(arg.name, "structure", Cause.NEW_STRUCTURE,
                                   _short(old_arg.treedef), _short(arg.treedef)))
         for leaf in new_leaves:
             prior = old_leaves.get(leaf.path)
             if prior is None or prior.arg != old_index:
-                entries.append(_entry(leaf.path, "added", "new_structure", None, leaf.describe()))
+                entries.append(_entry(leaf.path, "added", Cause.NEW_STRUCTURE, None, leaf.describe()))
                 continue
             changes = _leaf_changes(prior, leaf)
             if changes:
@@ -271,15 +273,15 @@ def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
         new_paths = {leaf.path for leaf in new_leaves}
         for path, prior in old_arg_leaves.items():
             if path not in new_paths:
-                entries.append(_entry(path, "removed", "new_structure", prior.describe(), None))
+                entries.append(_entry(path, "removed", Cause.NEW_STRUCTURE, prior.describe(), None))
     for index, arg in enumerate(before.structure):
         if arg.name not in seen_old:
-            entries.append(_entry(arg.name, "removed", "new_structure", _arg_summary(before, index), None))
+            entries.append(_entry(arg.name, "removed", Cause.NEW_STRUCTURE, _arg_summary(before, index), None))
     return entries
 
 
-def _entry(path: str, change: str, cause: str, before: Any, after: Any) -> dict[str, Any]:
-    return {"path": path, "change": change, "cause": cause, "before": before, "after": after}
+def _entry(path: str, change: str, cause: Cause, before: Any, after: Any) -> dict[str, Any]:
+    return {"path": path, "change": change, "cause": str(cause), "before": before, "after": after}
 
 
 def _short(text: str, limit: int = 160) -> str:
