@@ -146,6 +146,47 @@ def connection(url: str, *, ensure: bool = True) -> Iterator[sa.Connection]:
         raise StoreError(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}") from exc
 
 
+@contextlib.contextmanager
+def snapshot(url: str) -> Iterator[sa.Connection]:
+    """A read transaction that sees one consistent state of the store from its first read on.
+
+    PostgreSQL: REPEATABLE READ. SQLite: an explicit BEGIN (the driver starts none for
+    reads, so each SELECT would otherwise see the store as of its own moment).
+    """
+    try:
+        with get_engine(url).connect() as raw:
+            conn = raw.execution_options(isolation_level="REPEATABLE READ") \
+                if raw.dialect.name == "postgresql" else raw
+            with conn.begin():
+                if conn.dialect.name == "sqlite":
+                    conn.exec_driver_sql("BEGIN")
+                yield conn
+    except SQLAlchemyError as exc:
+        raise StoreError(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}") from exc
+
+
+# Advisory lock keys (PostgreSQL): one bigint each, apart from the two-int keys of the
+# ``hashtext`` locks the ingest takes per run.
+LABELS_LOCK = 0x6361636865_01  # "cache", 1: held while /metrics decides functions' labels
+SCHEMA_LOCK = 0x6361636865_02  # held while an empty store's schema is created
+
+
+@contextlib.contextmanager
+def exclusive(url: str, lock: int) -> Iterator[sa.Connection]:
+    """A write transaction that no other holder of ``lock`` runs beside (on SQLite, no
+    other writer at all: BEGIN IMMEDIATE)."""
+    try:
+        with get_engine(url).connect() as conn:
+            with conn.begin():
+                if conn.dialect.name == "sqlite":
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+                else:
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({int(lock)})")
+                yield conn
+    except SQLAlchemyError as exc:
+        raise StoreError(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}") from exc
+
+
 # ------------------------------------------------------------------ migrations
 
 
