@@ -183,7 +183,7 @@ def _storms(args: argparse.Namespace) -> int:
         print("No recompilation storms.")
         return 0
     for storm in storms:
-        start = dt.datetime.fromtimestamp(storm["start"]).strftime("%Y-%m-%d %H:%M:%S")
+        start = _local_time(storm["start"], "%Y-%m-%d %H:%M:%S")
         print(f"{'ACTIVE' if storm['active'] else 'past':6}  {storm['qualname']}  {storm['compiles']} recompiles "
               f"from {start} over {storm['end'] - storm['start']:.0f}s, causes {storm['causes']}")
         print(f"        fix: {storm['fix']}")
@@ -210,13 +210,21 @@ def _events(args: argparse.Namespace) -> int:
         return 0
     table = []
     for r in rows:
-        when = dt.datetime.fromtimestamp(r["timestamp"]).strftime("%H:%M:%S")
+        when = _local_time(r["timestamp"], "%H:%M:%S")
         cost = sum(r[k] or 0.0 for k in ("trace_seconds", "lower_seconds", "compile_seconds"))
         kind = r["kind"] + ("" if r["compiled"] else " (no compile)")
         table.append([when, r["qualname"], kind, r["cause"], f"{cost:.3f}", r["call_site"] or "",
                       r["error"] or r["explanation"]])
     _print_table(["time", "function", "kind", "cause", "seconds", "call site", "why"], table)
     return 0
+
+
+def _local_time(seconds: float, fmt: str) -> str:
+    """The time for a table; a stored time no calendar holds is shown as it is, flagged."""
+    try:
+        return dt.datetime.fromtimestamp(seconds).strftime(fmt)
+    except (OverflowError, OSError, ValueError, TypeError):
+        return f"invalid time ({seconds!r})"
 
 
 def _basename(path: str) -> str:

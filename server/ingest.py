@@ -85,6 +85,10 @@ def check(batch: BatchIn, max_events: int) -> None:
             if row.function_hash is not None and row.function_hash != row.function.function_hash:
                 raise invalid(("body", name, i, "function_hash"), "must equal function.function_hash",
                               row.function_hash)
+    for i, row in enumerate(batch.stats):
+        if row.sampled_calls > row.calls:
+            raise invalid(("body", "stats", i, "sampled_calls"), f"must be at most calls ({row.calls})",
+                          row.sampled_calls)
 
 
 def store(url: str, batch: BatchIn) -> dict[str, Any]:

@@ -169,7 +169,8 @@ class View:
         seconds = getattr(self.filters, name)
         if seconds is None:
             return ""
-        return render.utc(seconds).strftime("%Y-%m-%dT%H:%M:%S")
+        when = render.utc(seconds)
+        return "" if when is None else when.strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def page(request: Request, template: str, *, status: int = 200, view: View | None, **context: Any) -> HTMLResponse:
