@@ -221,15 +221,32 @@ def current_revision(url: str) -> str | None:
 
 def upgrade(url: str, revision: str = "head") -> str:
     """Bring the store to ``revision`` (the latest by default); returns the new revision."""
-    from alembic import command
-
-    engine = get_engine(url)
-    cfg = alembic_config(url)
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    with _schema_transaction(url) as conn:
+        _run_upgrade(url, conn, revision)
     _verified.discard(normalize_url(url))
     return current_revision(url) or ""
+
+
+def _run_upgrade(url: str, conn: sa.Connection, revision: str) -> None:
+    from alembic import command
+
+    cfg = alembic_config(url)
+    cfg.attributes["connection"] = conn
+    command.upgrade(cfg, revision)
+
+
+@contextlib.contextmanager
+def _schema_transaction(url: str) -> Iterator[sa.Connection]:
+    """One transaction that no other process changing or creating the schema runs beside:
+    an advisory lock on PostgreSQL, an exclusive transaction on SQLite. Processes that
+    open one empty store at once so create its schema once, and the others then find it."""
+    with get_engine(url).connect() as conn:
+        with conn.begin():
+            if conn.dialect.name == "sqlite":
+                conn.exec_driver_sql("BEGIN EXCLUSIVE")
+            else:
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})")
+            yield conn
 
 
 def upgrade_command(url: str) -> str:
@@ -244,23 +261,34 @@ def _redact(url: str) -> str:
 
 
 def ensure_schema(url: str, *, migrate_empty: bool = True) -> None:
-    """Migrate an empty store; refuse one at another revision with the fixing command."""
+    """Migrate an empty store; refuse one at another revision with the fixing command.
+
+    The empty case is decided again under the schema lock: of several processes that
+    find the store empty at once, one creates the schema and the others find it done.
+    """
     key = normalize_url(url)
     if key in _verified:
         return
     try:
-        current = current_revision(url)
         head = head_revision()
+        current = current_revision(url)
         if current is None:
-            has_tables = bool(sa.inspect(get_engine(url)).get_table_names())
-            if has_tables:
-                raise SchemaOutdated(f"the store at {_redact(url)} has tables but no cachewatch schema "
-                                     f"revision; point cachewatch at an empty database, or run: "
-                                     f"{upgrade_command(url)}")
-            if not migrate_empty:
+            if not migrate_empty and not sa.inspect(get_engine(url)).get_table_names():
                 raise SchemaOutdated(f"the store at {_redact(url)} is empty; run: {upgrade_command(url)}")
-            upgrade(url)
-        elif current != head:
+            with _schema_transaction(url) as conn:
+                from alembic.runtime.migration import MigrationContext
+
+                current = MigrationContext.configure(conn).get_current_revision()
+                if current is None:
+                    if sa.inspect(conn).get_table_names():
+                        raise SchemaOutdated(f"the store at {_redact(url)} has tables but no cachewatch schema "
+                                             f"revision; point cachewatch at an empty database, or run: "
+                                             f"{upgrade_command(url)}")
+                    if not migrate_empty:
+                        raise SchemaOutdated(f"the store at {_redact(url)} is empty; run: {upgrade_command(url)}")
+                    _run_upgrade(url, conn, "head")
+                    current = head
+        if current != head:
             raise SchemaOutdated(f"the store at {_redact(url)} is at schema revision {current}, this "
                                  f"cachewatch needs {head}; run: {upgrade_command(url)}")
     except SQLAlchemyError as exc:
