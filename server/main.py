@@ -36,7 +36,7 @@ from .ingest import IngestCounters
 from .metrics import StoreCollector
 from .middleware import BodyLimit, RequestMetrics
 from . import dashboard
-from .routes import diagnosis, events, functions, health, metrics, runs, storms, summary
+from .routes import diagnosis, docs, events, functions, health, metrics, runs, storms, summary
 from .settings import ServerSettings, SettingsError, load
 
 logger = logging.getLogger("cachewatch.server")
@@ -67,7 +67,10 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         gc.freeze()
         yield
 
-    app = FastAPI(title="cachewatch", version=__version__, lifespan=lifespan,
+    # The API's description (/openapi.json, /docs) asks for the read token like the API it
+    # describes: the built-in routes would answer anyone.
+    app = FastAPI(title="cachewatch", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None,
                   description="Why did jax.jit compile, and what did it cost? Batch ingest from "
                   "cachewatch recorders, per-function compile history, storms, and Prometheus metrics.")
     app.state.settings = settings
@@ -89,6 +92,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi
+    app.include_router(docs.router(openapi))
 
     app.add_exception_handler(enginemod.StoreError, _store_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
