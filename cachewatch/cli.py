@@ -108,7 +108,11 @@ def _report(args: argparse.Namespace) -> int:
     filters = queries.Filters(run_id=args.run_id)
     with enginemod.connection(url) as conn:
         rows = queries.function_report(conn, filters)
-        verdicts = analysis.verdicts(conn, rows, filters)
+        try:
+            verdicts = analysis.verdicts(conn, rows, filters)
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:  # a stored row it cannot weigh
+            print(f"cachewatch: verdicts left out: {type(exc).__name__}: {exc}", file=sys.stderr)
+            verdicts = {}
         storms = analysis.detect_storms(conn, filters, threshold=cfg.storm_threshold, window=cfg.storm_window)
         costs = analysis.cost_model(conn, filters)
         regressions = analysis.compile_regressions(conn)

@@ -85,6 +85,10 @@ def check(batch: BatchIn, max_events: int) -> None:
             if row.function_hash is not None and row.function_hash != row.function.function_hash:
                 raise invalid(("body", name, i, "function_hash"), "must equal function.function_hash",
                               row.function_hash)
+    for i, row in enumerate(batch.events):
+        if row.eager_run_seconds is not None and row.compiled_run_seconds is None:
+            raise invalid(("body", "events", i, "eager_run_seconds"), "comes with compiled_run_seconds (the "
+                          "two runs are measured together)", row.eager_run_seconds)
     for i, row in enumerate(batch.stats):
         if row.sampled_calls > row.calls:
             raise invalid(("body", "stats", i, "sampled_calls"), f"must be at most calls ({row.calls})",

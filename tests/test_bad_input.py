@@ -56,7 +56,9 @@ def test_rows_outside_the_bounds_already_stored_never_break_a_page_or_command(st
     run = kit.new_run(recorded.run, started_at=1e308)
     bad = [kit.copy_event(good[i % len(good)], run, ts) for i, ts in enumerate(BAD_TIMES)]
     bad += [kit.copy_event(good[1], run, time.time(), compile_seconds=-5.0),
-            kit.copy_event(good[2], run, time.time(), compile_seconds=1e300, trace_seconds=float("inf"))]
+            kit.copy_event(good[2], run, time.time(), compile_seconds=1e300, trace_seconds=float("inf")),
+            # an op-by-op run time without its compiled twin: the verdicts cannot weigh it
+            kit.copy_event(good[3], run, time.time(), eager_run_seconds=0.5, compiled_run_seconds=None)]
     if "postgresql" in store_url:  # SQLite keeps NaN as NULL, which the column refuses
         bad.append(kit.copy_event(good[3], run, float("nan"), compile_seconds=float("nan")))
     # Written as a store older than the bounds would have taken them: straight through the rows.
@@ -94,6 +96,7 @@ def _event_body(recorded, **changes) -> dict:
     ({"trace_seconds": "fast"}, "trace_seconds"),
     ({"jaxpr_eqns": -3}, "jaxpr_eqns"),
     ({"flops": -1.0}, "flops"),
+    ({"eager_run_seconds": 0.5, "compiled_run_seconds": None}, "eager_run_seconds"),
     ({"kind": 3}, "kind"),
     ({"cause": "<script>alert(1)</script>"}, "cause"),
 ])

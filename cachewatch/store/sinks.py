@@ -143,6 +143,9 @@ def in_bounds(event: Any) -> Any:
         value = getattr(event, name)
         if value is not None and not (isinstance(value, (int, float)) and 0.0 <= value <= MAX_MEASURE):
             bad[name] = None
+    if getattr(event, "eager_run_seconds") is not None and (event.compiled_run_seconds is None
+                                                           or "compiled_run_seconds" in bad):
+        bad["eager_run_seconds"] = None  # measured as a pair, or not at all
     for name in ("jaxpr_eqns", "hlo_ops"):
         value = getattr(event, name)
         if value is not None and not (0 <= value < 2**31):
