@@ -264,10 +264,10 @@ def scenario_outage(steps: int) -> list[list[Any]]:
     rows = []
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
 
-    def run(name: str, store: str, reader_url: str, outage, **kw) -> None:
+    def run(name: str, store: str, reader_url: str, outage, spool: Path | None = None, **kw) -> None:
         work = Path(tempfile.mkdtemp(prefix="cachewatch-outage-"))
         log = work / "produced.log"
-        proc = subprocess.Popen(train_command(store, log, work / "spool", steps=steps, **kw), env=env,
+        proc = subprocess.Popen(train_command(store, log, spool or work / "spool", steps=steps, **kw), env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT, text=True)
         outage(proc)
         out, _ = proc.communicate(timeout=600)
@@ -354,9 +354,23 @@ def scenario_outage(steps: int) -> list[list[Any]]:
             blocker.unlink()
             blocker.mkdir()
 
-        run("store down 8 s, spool capped at 20 kB", url, url, pause(4, 8, lambda: None, restore),
+        run("store down 12 s, spool capped at 20 kB", url, url, pause(4, 8, lambda: None, restore),
             spool_max_bytes=20_000)
         shutil.rmtree(blocker, ignore_errors=True)
+
+    with tempfile.TemporaryDirectory() as work:
+        blocker = Path(work) / "store-dir"
+        blocker.write_text("a file where the store's directory should be")
+        not_a_dir = Path(work) / "spool-file"
+        not_a_dir.write_text("a file where the spool directory should be")
+        url = f"sqlite:///{blocker}/store.db"
+
+        def restore_store():
+            blocker.unlink()
+            blocker.mkdir()
+
+        run("store down 12 s, spool dir unwritable", url, url, pause(4, 8, lambda: None, restore_store),
+            spool=not_a_dir / "spool")
     return rows
 
 
