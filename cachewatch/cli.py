@@ -121,7 +121,11 @@ def _report(args: argparse.Namespace) -> int:
     filters = queries.Filters(run_id=args.run_id)
     with enginemod.connection(url) as conn:
         rows = queries.function_report(conn, filters)
-        verdicts = analysis.verdicts(conn, rows, filters)
+        try:
+            verdicts = analysis.verdicts(conn, rows, filters)
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:  # a stored row it cannot weigh
+            print(f"cachewatch: verdicts left out: {type(exc).__name__}: {exc}", file=sys.stderr)
+            verdicts = {}
         storms = analysis.detect_storms(conn, filters, threshold=cfg.storm_threshold, window=cfg.storm_window)
         costs = analysis.cost_model(conn, filters)
         regressions = analysis.compile_regressions(conn)
@@ -212,7 +216,7 @@ def _storms(args: argparse.Namespace) -> int:
         return 0
     print(f"Storms ({len(storms)}):")
     for storm in storms:
-        start = dt.datetime.fromtimestamp(storm["start"]).strftime("%Y-%m-%d %H:%M:%S")
+        start = _local_time(storm["start"], "%Y-%m-%d %H:%M:%S")
         print(f"  {analysis.describe_storm(storm)} From {start} over {storm['end'] - storm['start']:.0f}s.")
         print(f"    Fix: {storm['fix']}")
     return 0
@@ -238,13 +242,21 @@ def _events(args: argparse.Namespace) -> int:
         return 0
     table = []
     for r in rows:
-        when = dt.datetime.fromtimestamp(r["timestamp"]).strftime("%H:%M:%S")
+        when = _local_time(r["timestamp"], "%H:%M:%S")
         cost = sum(r[k] or 0.0 for k in ("trace_seconds", "lower_seconds", "compile_seconds"))
         kind = r["kind"] + ("" if r["compiled"] else " (no compile)") + (" (warm-up)" if r.get("warmup") else "")
         table.append([when, r["qualname"], kind, r["cause"], f"{cost:.3f}", r["call_site"] or "",
                       r["error"] or r["explanation"]])
     _print_table(["time", "function", "kind", "cause", "seconds", "call site", "why"], table)
     return 0
+
+
+def _local_time(seconds: float, fmt: str) -> str:
+    """The time for a table; a stored time no calendar holds is shown as it is, flagged."""
+    try:
+        return dt.datetime.fromtimestamp(seconds).strftime(fmt)
+    except (OverflowError, OSError, ValueError, TypeError):
+        return f"invalid time ({seconds!r})"
 
 
 def _basename(path: str) -> str:

@@ -47,6 +47,28 @@ KINDS: tuple[str, ...] = tuple(kind.value for kind in Kind)
 STALE_CAPTURE = Cause.STALE_CAPTURE.value
 
 
+# Bounds of every measure a store takes, checked by the service at ingest and by the
+# library's own SQL writer: a row outside them could not be shown or summed sensibly.
+MIN_TIMESTAMP = 946_684_800.0  # 2000-01-01 UTC
+MAX_TIMESTAMP = 4_102_444_800.0  # 2100-01-01 UTC
+MAX_SECONDS = 7 * 86_400.0  # one trace, lowering, compile or timed run
+MAX_COUNT = 2**53  # calls and sizes: exact as a double, far beyond any real count
+MAX_MEASURE = 1e30  # XLA flops and bytes accessed
+
+# The event fields that are durations in seconds.
+SECONDS_FIELDS = ("trace_seconds", "lower_seconds", "compile_seconds", "cache_time_saved_seconds",
+                  "compiled_run_seconds", "eager_run_seconds")
+
+
+def timestamp_ok(value: Any) -> bool:
+    return isinstance(value, (int, float)) and MIN_TIMESTAMP <= value < MAX_TIMESTAMP
+
+
+def seconds_ok(value: Any) -> bool:
+    """None (unknown) or a finite, non-negative duration of at most MAX_SECONDS."""
+    return value is None or (isinstance(value, (int, float)) and 0.0 <= value <= MAX_SECONDS)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class FunctionInfo:
     """Where a jitted function comes from; ``function_hash`` is stable across processes and hosts."""

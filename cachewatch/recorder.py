@@ -10,6 +10,8 @@ and flushes at exit within a deadline.
 from __future__ import annotations
 
 import atexit
+import collections
+import dataclasses
 import logging
 import os
 import platform
@@ -209,12 +211,37 @@ def remove_listener(callback) -> None:
         pass
 
 
-def flush(timeout: float = 5.0) -> bool:
-    """Block until every event recorded so far is written (or spooled); False on timeout."""
+@dataclasses.dataclass(frozen=True)
+class FlushResult:
+    """What :func:`flush` achieved. True only when the events are in the store:
+
+        if not cachewatch.flush(10):
+            print(cachewatch.flush(0))  # FlushResult(done=True, spooled_batches=3, set_aside_batches=0)
+    """
+
+    done: bool  # the writer handled every event recorded before the call, within the timeout
+    spooled_batches: int  # batches of this store waiting in the spool (not stored yet)
+    set_aside_batches: int = 0  # batches this writer set aside for good (refused, unreadable), so far
+
+    @property
+    def stored(self) -> bool:
+        return self.done and not self.spooled_batches
+
+    def __bool__(self) -> bool:
+        return self.stored
+
+
+def flush(timeout: float = 5.0) -> FlushResult:
+    """Block until every event recorded so far is handled; the result is true only when
+    they are stored (false on timeout, or while batches wait in the spool)."""
     writer = _writer
     if writer is None or writer.pid != os.getpid():
         writer = _get_writer()
-    return writer.flush(timeout)
+    done = writer.flush(timeout)
+    from .store import spool
+
+    return FlushResult(done=done, spooled_batches=spool.pending_batches(writer.cfg),
+                       set_aside_batches=sum(writer.set_aside.values()))
 
 
 def dropped_events() -> int:
@@ -245,6 +272,7 @@ class Writer:
         self._dropped_reported = 0
         self.written = 0
         self.failed_batches = 0
+        self.set_aside: collections.Counter = collections.Counter()  # reason -> batches set aside for good
         self._sink = None
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -352,11 +380,12 @@ class Writer:
         if failure is None:
             self.written += len(batch)
             self._dropped_reported += lost
-            self._drain_spool()
+            self._drain_spool(store_up=True)
         elif _refused(failure):
             # The store will never take this batch (it is invalid to it): spooling it would
             # only block the batches behind it.
             self.dropped += len(batch)
+            self.set_aside["refused by the store"] += 1
             self._warn(f"cachewatch: {_safe_url(self.cfg.store)} refused a batch, {len(batch)} event(s) "
                        f"dropped: {failure}")
         else:
@@ -384,7 +413,7 @@ class Writer:
                 delay = min(delay * 2, 2.0)
         return None
 
-    def _drain_spool(self) -> None:
+    def _drain_spool(self, store_up: bool = False) -> None:
         from .store import spool
 
         if not spool.has_pending(self.cfg):
@@ -398,7 +427,12 @@ class Writer:
                 return "sent"
             return "refused" if _refused(failure) else "failed"
 
-        spool.replay(self.cfg, send)
+        result = spool.replay(self.cfg, send, store_up=store_up)
+        if result.set_aside:
+            self.set_aside.update(result.set_aside)
+            self.dropped += result.set_aside_events  # reported to the store with the next batch
+            self._warn(f"cachewatch: set aside spooled batches for good ({dict(result.set_aside)}); "
+                       f"they stay in {spool._dir(self.cfg)} as *.bad")
 
     def _get_sink(self) -> Any:
         if self._sink is None:

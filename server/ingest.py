@@ -9,13 +9,12 @@ that check (SQLite already serialises writers).
 
 from __future__ import annotations
 
-import collections
-import threading
 from typing import Any
 
 import orjson
 import sqlalchemy as sa
 from fastapi.exceptions import RequestValidationError
+from prometheus_client import CollectorRegistry, Counter
 from pydantic import ValidationError
 
 from cachewatch.store import engine as enginemod
@@ -28,40 +27,22 @@ _CHUNK = 900  # below SQLite's smallest bound-parameter limit
 
 
 class IngestCounters:
-    """What the service knows about lost events: drops the clients reported, batches it refused.
+    """Batches and events this process refused: only the process that answered knows them.
 
-    In memory, per process: the store has no table for them yet.
+    Prometheus counters, so with several workers (prometheus-client's multiprocess mode,
+    which ``cachewatch serve --workers N`` turns on) a scrape of any worker sums them all.
     """
 
-    def __init__(self, remember: int = 10_000):
-        self._lock = threading.Lock()
-        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._remember = remember
-        self.reported_dropped = 0
-        self.rejected_events = 0
-        self.rejected_batches = 0
-
-    def client_dropped(self, batch_id: str | None, dropped: int) -> None:
-        if not dropped:
-            return
-        with self._lock:
-            if batch_id is not None:
-                # A retried batch repeats its count; count it once.
-                if batch_id in self._seen:
-                    return
-                self._seen[batch_id] = None
-                if len(self._seen) > self._remember:
-                    self._seen.popitem(last=False)
-            self.reported_dropped += dropped
+    def __init__(self, registry: CollectorRegistry | None):
+        self.batches = Counter("cachewatch_ingest_rejected_batches", "Ingest batches refused (invalid, "
+                               "oversized, or refused by the store); nothing of them was stored.",
+                               registry=registry)
+        self.events = Counter("cachewatch_ingest_rejected_events", "Events in refused ingest batches.",
+                              registry=registry)
 
     def rejected(self, events: int) -> None:
-        with self._lock:
-            self.rejected_batches += 1
-            self.rejected_events += events
-
-    @property
-    def dropped_total(self) -> int:
-        return self.reported_dropped + self.rejected_events
+        self.batches.inc()
+        self.events.inc(events)
 
 
 def parse(body: bytes) -> BatchIn:
@@ -86,9 +67,7 @@ def accept(body: bytes, max_events: int, url: str, counters: IngestCounters) -> 
     except RequestValidationError:
         counters.rejected(len(batch.events))
         raise
-    result = store(url, batch)
-    counters.client_dropped(batch.batch_id, batch.dropped)
-    return result
+    return store(url, batch)
 
 
 def check(batch: BatchIn, max_events: int) -> None:
@@ -106,6 +85,14 @@ def check(batch: BatchIn, max_events: int) -> None:
             if row.function_hash is not None and row.function_hash != row.function.function_hash:
                 raise invalid(("body", name, i, "function_hash"), "must equal function.function_hash",
                               row.function_hash)
+    for i, row in enumerate(batch.events):
+        if row.eager_run_seconds is not None and row.compiled_run_seconds is None:
+            raise invalid(("body", "events", i, "eager_run_seconds"), "comes with compiled_run_seconds (the "
+                          "two runs are measured together)", row.eager_run_seconds)
+    for i, row in enumerate(batch.stats):
+        if row.sampled_calls > row.calls:
+            raise invalid(("body", "stats", i, "sampled_calls"), f"must be at most calls ({row.calls})",
+                          row.sampled_calls)
 
 
 def store(url: str, batch: BatchIn) -> dict[str, Any]:

@@ -13,7 +13,10 @@ import contextlib
 import gc
 import logging
 import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,7 +24,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from prometheus_client import CollectorRegistry, disable_created_metrics
+from prometheus_client import CollectorRegistry, disable_created_metrics, values
+from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy.exc import DataError, IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -32,7 +36,7 @@ from .ingest import IngestCounters
 from .metrics import StoreCollector
 from .middleware import BodyLimit, RequestMetrics
 from . import dashboard
-from .routes import diagnosis, events, functions, health, metrics, runs, storms, summary
+from .routes import diagnosis, docs, events, functions, health, metrics, runs, storms, summary
 from .settings import ServerSettings, SettingsError, load
 
 logger = logging.getLogger("cachewatch.server")
@@ -47,7 +51,13 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     # `_created` series double the series count and nothing here reads them.
     disable_created_metrics()
     registry = CollectorRegistry()  # per app: tests and several apps in one process stay apart
-    counters = IngestCounters()
+    # Counters only this process knows (requests, refused batches): with several workers
+    # each writes its own file and a scrape of any worker sums them all.
+    process_registry: CollectorRegistry | None = registry
+    if multiprocess_dir():
+        MultiProcessCollector(registry)
+        process_registry = None
+    counters = IngestCounters(process_registry)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -57,16 +67,19 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         gc.freeze()
         yield
 
-    app = FastAPI(title="cachewatch", version=__version__, lifespan=lifespan,
+    # The API's description (/openapi.json, /docs) asks for the read token like the API it
+    # describes: the built-in routes would answer anyone.
+    app = FastAPI(title="cachewatch", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None,
                   description="Why did jax.jit compile, and what did it cost? Batch ingest from "
                   "cachewatch recorders, per-function compile history, storms, and Prometheus metrics.")
     app.state.settings = settings
     app.state.registry = registry
     app.state.counters = counters
-    registry.register(StoreCollector(settings, counters))
+    registry.register(StoreCollector(settings))
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestMetrics, **RequestMetrics.metrics(registry))  # outermost: sees every status
+    app.add_middleware(RequestMetrics, **RequestMetrics.metrics(process_registry))  # outermost: sees every status
     for module in (events, functions, runs, storms, summary, diagnosis, health, metrics):
         app.include_router(module.router)
     app.include_router(dashboard.router)
@@ -79,11 +92,21 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi
+    app.include_router(docs.router(openapi))
 
     app.add_exception_handler(enginemod.StoreError, _store_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     return app
+
+
+def multiprocess_dir() -> str | None:
+    """prometheus-client's multiprocess directory, when this process writes its metrics there.
+
+    prometheus-client decides when it is first imported, so ``cachewatch serve`` sets
+    the variable before it starts the workers."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    return directory if directory and values.ValueClass is not values.MutexValue else None
 
 
 def _is_ingest(request: Request) -> bool:
@@ -151,8 +174,19 @@ def serve(store: str | None = None, host: str = "127.0.0.1", port: int = 8000, w
                        "it can write events", host)
     if workers == 1:
         uvicorn.run(create_app(settings), host=host, port=port)
+        return 0
+    # Worker processes build their own app from the environment, and share their
+    # request counters through prometheus-client's multiprocess files.
+    os.environ["CACHEWATCH_STORE"] = settings.store
+    own_dir = None
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        for stale in Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).glob("*.db"):
+            stale.unlink(missing_ok=True)  # counters of an earlier service would be summed in
     else:
-        # Worker processes build their own app from the environment.
-        os.environ["CACHEWATCH_STORE"] = settings.store
+        own_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="cachewatch-metrics-")
+    try:
         uvicorn.run("server.main:create_app", factory=True, host=host, port=port, workers=workers)
+    finally:
+        if own_dir:
+            shutil.rmtree(own_dir, ignore_errors=True)
     return 0

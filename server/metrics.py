@@ -1,23 +1,34 @@
 """Prometheus metrics computed from the store at scrape time.
 
-Every worker of the service, and every restart of it, reads the same store, so they
-agree on the counters and the counters do not start over with the process. The
-``function`` label is the function's short qualified name (``step`` for
-``train.<locals>.step``; functions that share one are summed); only the top
-``metrics_top_n`` names by all-time compiles keep their own label, the rest are
-summed as ``other``.
+/metrics is a function of the store alone: every worker of the service, every replica
+on the same database, and every restart answer the same values for the same store, and
+while the store only grows no counter goes down. Nothing is kept between scrapes:
+
+* Whether a function has its own ``function`` label is decided once, the first time
+  a scrape sees it, and kept in the store (``metric_labels``): while fewer than
+  ``metrics_top_n`` functions have a label it gets one (most compiles first among
+  functions seen together), otherwise it is summed into ``other`` for good. So the
+  label set is bounded and a function never moves between its own series and
+  ``other``. A label is the function's short qualified name (``step`` for
+  ``train.<locals>.step``), with its module when another function shares that name.
+* A function not decided yet is in no series; it joins its series (a new one, or
+  ``other``, which only grows by it) once decided, a moment later.
+* A scrape reads one consistent snapshot (REPEATABLE READ on PostgreSQL, one read
+  transaction on SQLite), so ``other`` (store-wide totals less the labeled and the
+  undecided functions) is exact.
 
     registry = CollectorRegistry()
-    registry.register(StoreCollector(settings, counters))
+    registry.register(StoreCollector(settings))
 """
 
 from __future__ import annotations
 
 import collections
+import math
 import logging
-import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Iterator
 
 import sqlalchemy as sa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -29,7 +40,6 @@ from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
 
 from . import queries
-from .ingest import IngestCounters
 from .settings import ServerSettings
 
 logger = logging.getLogger("cachewatch.server")
@@ -38,291 +48,271 @@ logger = logging.getLogger("cachewatch.server")
 # rollup that counts events per bucket.
 BUCKETS: tuple[float, ...] = rollup.COST_BUCKETS
 OTHER = "other"
+_NBUCKETS = len(BUCKETS) + 1
 
 
-# The pseudo label under which a scrape sums every function it reads no detail for.
-# Not a valid function name, so never a real label.
-REST = "\0rest"
+@dataclass
+class Series:
+    """The counters of one ``function`` label (a labeled function, or ``other``)."""
+
+    compiles: collections.Counter = field(default_factory=collections.Counter)  # cause -> compiles
+    buckets: list[int] = field(default_factory=lambda: [0] * _NBUCKETS)  # non-cumulative
+    seconds: float = 0.0
+    calls: int = 0
+    run_seconds: float = 0.0
+    measured: bool = False  # a call was timed: the compile share is known
+    storming: bool = False
 
 
 @dataclass
 class Snapshot:
-    """Totals read from the store in one scrape, keyed by function label.
+    """One scrape's view of the store: the labeled functions' series and ``other``'s."""
 
-    Every label gets its totals (compiles, seconds, calls). The wide part, compiles per
-    cause and the cost histogram, is read per function only for the ``detail`` labels
-    (the top N, and the top N of the previous scrape, whose history may have to move
-    into or out of ``other``); for all other functions it is the store-wide totals less
-    the detail, under ``REST``. So a scrape reads a few rows per shown function, not
-    per function.
-    """
-
-    total_compiles: dict[str, int] = field(default_factory=dict)  # label -> compiles
-    seconds: dict[str, float] = field(default_factory=dict)
-    calls: dict[str, int] = field(default_factory=dict)
-    run_seconds: dict[str, float] = field(default_factory=dict)
-    measured: set[str] = field(default_factory=set)  # labels with a sampled run time
-    storming: set[str] = field(default_factory=set)
-    labeled: set[str] = field(default_factory=set)  # the top N: shown with their own label
-    detail: set[str] = field(default_factory=set)
-    compiles: dict[str, collections.Counter] = field(default_factory=dict)  # detail labels, REST -> cause -> n
-    buckets: dict[str, list[int]] = field(default_factory=dict)  # detail labels, REST -> non-cumulative counts
+    labeled: dict[str, Series] = field(default_factory=dict)  # label -> series
+    other: Series | None = None  # None while no function is summed into it
+    other_share: float | None = None  # compile share of other's functions with a timed call
+    undecided: list[str] = field(default_factory=list)  # functions no scrape has decided yet
     events: int = 0
     client_dropped: int = 0  # events the recorders reported lost, from the store
 
-    def labels(self) -> set[str]:
-        return set(self.total_compiles) | set(self.calls)
+
+@dataclass
+class _Store:
+    """The per-function rows a scrape reads whole (one row per function)."""
+
+    seconds: dict[str, float]  # hash -> trace + lowering + compile seconds (functions with live events)
+    compiles: dict[str, int]
+    calls: dict[str, tuple[int, float, bool]]  # hash -> (calls, run seconds, sampled)
+    labels: dict[str, str | None]  # hash -> label, or None for `other`
+    events: int
+
+    def present(self) -> set[str]:
+        return set(self.seconds) | set(self.calls)
 
 
-def function_labels(conn: sa.Connection) -> dict[str, str]:
-    """function_hash -> its ``function`` label: the short qualified name (``train.<locals>.step`` -> ``step``)."""
-    f = models.functions
-    return {function_hash: (short_name(qualname) or name or function_hash[:12])
-            for function_hash, name, qualname in enginemod.fetch_tuples(
-                conn, sa.select(f.c.function_hash, f.c.name, f.c.qualname))}
-
-
-def read_snapshot(conn: sa.Connection, settings: ServerSettings, keep: set[str] = frozenset(),
-                  now: float | None = None) -> Snapshot:
-    """One scrape's view of the store. ``keep``: labels to read in detail besides the top N."""
-    labels = function_labels(conn)
-
-    def label_of(function_hash: str) -> str:  # a function missing from `functions` still gets one
-        return labels.get(function_hash) or function_hash[:12]
-
-    snap = Snapshot()
-    # Totals the writers keep beside the events: one row per function, whatever the
-    # number of events. A stale capture is an event, but no trace or compile: no cost.
-    t, h, f = models.function_totals, models.function_cost_buckets, models.function_compile_totals
-    live = t.c.kind != STALE_CAPTURE
-    hashes: dict[str, list[str]] = collections.defaultdict(list)
-    for function_hash, events, live_events, compiles, seconds in enginemod.fetch_tuples(conn, sa.select(
+def _read_store(conn: sa.Connection) -> _Store:
+    f, c, m = models.function_compile_totals, models.function_call_totals, models.metric_labels
+    seconds, compiles, events = {}, {}, 0
+    for function_hash, n, live, n_compiles, cost in enginemod.fetch_tuples(conn, sa.select(
             f.c.function_hash, f.c.events, f.c.live_events, f.c.compiles, f.c.cost_seconds)):
-        snap.events += int(events)
-        if not live_events:
-            continue
-        label = label_of(function_hash)
-        hashes[label].append(function_hash)
-        snap.total_compiles[label] = snap.total_compiles.get(label, 0) + int(compiles or 0)
-        snap.seconds[label] = snap.seconds.get(label, 0.0) + float(seconds or 0.0)
-    for function_hash, calls, run_seconds, measured in _call_totals(conn):
-        label = label_of(function_hash)
-        snap.calls[label] = snap.calls.get(label, 0) + calls
-        snap.run_seconds[label] = snap.run_seconds.get(label, 0.0) + run_seconds
-        if measured:
-            snap.measured.add(label)
+        events += int(n)
+        if live:
+            seconds[function_hash] = float(cost or 0.0)
+            compiles[function_hash] = int(n_compiles or 0)
+    calls = {function_hash: (int(n or 0), float(run_seconds or 0.0), bool(sampled))
+             for function_hash, n, run_seconds, sampled in enginemod.fetch_tuples(
+                 conn, sa.select(c.c.function_hash, c.c.calls, c.c.run_seconds, c.c.sampled_calls))}
+    labels = dict(enginemod.fetch_tuples(conn, sa.select(m.c.function_hash, m.c.label)))
+    return _Store(seconds, compiles, calls, labels, events)
 
-    present = snap.labels()
-    ranked = sorted(present, key=lambda label: (-snap.total_compiles.get(label, 0), label))
-    snap.labeled = set(ranked[: settings.metrics_top_n])
-    snap.detail = (snap.labeled | set(keep)) & present
-    for label in snap.detail:
-        if label in snap.total_compiles:
-            snap.compiles[label] = collections.Counter()
-            snap.buckets[label] = [0] * (len(BUCKETS) + 1)
-    detail_hashes = sorted(h_ for label in snap.detail for h_ in hashes.get(label, ()))
-    # The rest: the store-wide totals less the detail read below. Read in this order, a
-    # batch stored in between can only make the rest come out short (never long) for
-    # one scrape; the counters' high-water marks hide that.
-    c, b = models.cause_totals, models.cost_bucket_totals
-    rest_compiles = collections.Counter()
-    for cause, n in enginemod.fetch_tuples(conn, sa.select(c.c.cause, c.c.events)
-                                           .where(c.c.kind != STALE_CAPTURE, c.c.compiled)):
-        rest_compiles[cause] += int(n)
-    rest_buckets = [0] * (len(BUCKETS) + 1)
-    for bucket_index, n in enginemod.fetch_tuples(conn, sa.select(b.c.bucket, b.c.events)):
-        rest_buckets[int(bucket_index)] += int(n)
-    for start in range(0, len(detail_hashes), 500):
-        chunk = detail_hashes[start:start + 500]
-        for function_hash, cause, n in enginemod.fetch_tuples(conn, sa.select(
-                t.c.function_hash, t.c.cause, sa.func.sum(t.c.events))
-                .where(live, t.c.compiled, t.c.function_hash.in_(chunk)).group_by(t.c.function_hash, t.c.cause)):
-            snap.compiles[label_of(function_hash)][cause] += int(n)
-            rest_compiles[cause] -= int(n)
-        for function_hash, bucket_index, n in enginemod.fetch_tuples(conn, sa.select(
-                h.c.function_hash, h.c.bucket, h.c.events).where(h.c.function_hash.in_(chunk))):
-            snap.buckets[label_of(function_hash)][int(bucket_index)] += int(n)
-            rest_buckets[int(bucket_index)] -= int(n)
-    # Counts are integers, so the rest is exact (seconds and calls are kept per label).
-    snap.compiles[REST] = +rest_compiles
-    snap.buckets[REST] = [max(n, 0) for n in rest_buckets]
+
+def _detail(conn: sa.Connection, hashes: list[str]) -> dict[str, Series]:
+    """Compiles per cause and cost buckets of these functions."""
+    t, h = models.function_totals, models.function_cost_buckets
+    out = {function_hash: Series() for function_hash in hashes}
+    for start in range(0, len(hashes), 500):
+        chunk = hashes[start:start + 500]
+        for function_hash, cause, n in conn.execute(
+                sa.select(t.c.function_hash, t.c.cause, sa.func.sum(t.c.events))
+                .where(t.c.kind != STALE_CAPTURE, t.c.compiled, t.c.function_hash.in_(chunk))
+                .group_by(t.c.function_hash, t.c.cause)):
+            out[function_hash].compiles[cause] += int(n)
+        for function_hash, bucket_index, n in conn.execute(
+                sa.select(h.c.function_hash, h.c.bucket, h.c.events).where(h.c.function_hash.in_(chunk))):
+            out[function_hash].buckets[int(bucket_index)] += int(n)
+    return out
+
+
+def _choose_label(info: tuple[str, str, str], function_hash: str, taken: set[str],
+                  names: collections.Counter) -> str:
+    """The short name; with the module when another function shares it; with the hash
+    when even that is taken (two versions of one function's source)."""
+    name, qualname, module = info
+    label = short_name(qualname) or name or function_hash[:12]
+    if names[label] > 1 and module:
+        label = f"{module}.{label}"
+    if label in taken or label == OTHER:
+        label = f"{label}@{function_hash[:8]}"
+    return label[:600]
+
+
+def decide_labels(url: str, top_n: int, now: float | None = None) -> int:
+    """Decide the functions no scrape has decided yet: a label while fewer than ``top_n``
+    functions have one (most compiles first), else ``other``. Returns how many were decided.
+
+    One decider at a time (an advisory lock on PostgreSQL, the write lock on SQLite), so
+    the count of labels never passes ``top_n`` and two functions never get one label.
+    """
+    with enginemod.exclusive(url, enginemod.LABELS_LOCK) as conn:
+        store = _read_store(conn)
+        undecided = sorted(store.present() - set(store.labels), key=lambda h: (-store.compiles.get(h, 0), h))
+        if not undecided:
+            return 0
+        fn = models.functions
+        infos = {h: (name, qualname, module or "") for h, name, qualname, module in
+                 conn.execute(sa.select(fn.c.function_hash, fn.c.name, fn.c.qualname, fn.c.module))}
+        names = collections.Counter(short_name(q) or n or h[:12] for h, (n, q, _m) in infos.items())
+        taken = {label for label in store.labels.values() if label is not None}
+        decided_at = time.time() if now is None else now
+        rows = []
+        for function_hash in undecided:
+            label = None
+            if len(taken) < top_n:
+                info = infos.get(function_hash, (function_hash[:12], function_hash[:12], ""))
+                label = _choose_label(info, function_hash, taken, names)
+                taken.add(label)
+            rows.append({"function_hash": function_hash, "label": label, "decided_at": decided_at})
+        conn.execute(sa.insert(models.metric_labels), rows)
+        return len(rows)
+
+
+def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | None = None) -> Snapshot:
+    """One scrape's view of the store (``conn`` should be a consistent snapshot)."""
+    store = _read_store(conn)
+    present = store.present()
+    labeled = sorted(h for h, label in store.labels.items() if label is not None and h in present)
+    in_other = sorted(h for h, label in store.labels.items() if label is None and h in present)
+    undecided = sorted(present - set(store.labels))
+    snap = Snapshot(events=store.events, undecided=undecided)
+    detail = _detail(conn, labeled + undecided)
+    for function_hash in labeled:
+        series = detail[function_hash]
+        series.seconds = store.seconds.get(function_hash, 0.0)
+        series.calls, series.run_seconds, series.measured = store.calls.get(function_hash, (0, 0.0, False))
+        snap.labeled[store.labels[function_hash]] = series
+
+    if in_other:
+        # Counts: the store-wide totals less the other functions' (exact integers in one
+        # snapshot). Seconds: summed per function with fsum, whose result does not depend
+        # on the order, so it never wobbles down.
+        other = snap.other = Series()
+        c, b = models.cause_totals, models.cost_bucket_totals
+        for cause, n in enginemod.fetch_tuples(conn, sa.select(c.c.cause, c.c.events)
+                                               .where(c.c.kind != STALE_CAPTURE, c.c.compiled)):
+            other.compiles[cause] += int(n)
+        for bucket_index, n in enginemod.fetch_tuples(conn, sa.select(b.c.bucket, b.c.events)):
+            other.buckets[int(bucket_index)] += int(n)
+        for series in detail.values():
+            other.compiles.subtract(series.compiles)
+            other.buckets = [a - d for a, d in zip(other.buckets, series.buckets)]
+        other.compiles = +other.compiles
+        other.seconds = math.fsum(store.seconds.get(h, 0.0) for h in in_other)
+        other.calls = sum(store.calls.get(h, (0, 0.0, False))[0] for h in in_other)
+        other.run_seconds = math.fsum(store.calls.get(h, (0, 0.0, False))[1] for h in in_other)
+        measured = [h for h in in_other if store.calls.get(h, (0, 0.0, False))[2]]
+        other.measured = bool(measured)
+        snap.other_share = _share(math.fsum(store.seconds.get(h, 0.0) for h in measured),
+                                  math.fsum(store.calls[h][1] for h in measured))
 
     d = models.run_drops
     snap.client_dropped = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(d.c.dropped), 0))).scalar_one())
     for storm in queries.storms(conn, queries.Filters(), threshold=settings.storm_threshold,
                                 window=settings.storm_window, active_only=True, now=now):
-        snap.storming.add(label_of(storm["function_hash"]))
+        label = store.labels.get(storm["function_hash"], "")
+        if label:
+            snap.labeled[label].storming = True
+        elif label is None and snap.other is not None:
+            snap.other.storming = True
     return snap
 
 
-def _call_totals(conn: sa.Connection) -> Iterator[tuple[str, int, float, bool]]:
-    """Per function: calls, estimated run seconds, and whether any call was timed.
-
-    The estimate comes from the totals the writers keep: each statistics row valued at
-    the mean known when it was written, so it only grows, as a Prometheus counter must
-    (the report's plain ``mean x calls`` can shrink when the mean drops).
-    """
-    t = models.function_call_totals
-    for function_hash, calls, run_seconds, sampled in enginemod.fetch_tuples(
-            conn, sa.select(t.c.function_hash, t.c.calls, t.c.run_seconds, t.c.sampled_calls)):
-        yield function_hash, int(calls or 0), float(run_seconds or 0.0), bool(sampled)
-
-
-class _Fold:
-    """Sums the labels outside the top N into ``other`` without letting it go down.
-
-    The top N are ranked on all-time compiles, which only grow, so the set changes
-    only when a function overtakes one in it. When that happens the newcomer leaves
-    ``other`` with all its history, and ``other`` would drop: a counter reset to
-    Prometheus, which ``increase()`` reads as a burst of compiles. So the history a
-    label takes out of ``other`` stays in it (and a label dropping back into ``other``
-    brings none): ``other`` continues from where it was. The carried amounts live in
-    this process; several workers, or a restart right after such a change, can still
-    disagree on ``other`` until the store keeps them.
-    """
-
-    def __init__(self) -> None:
-        self.labeled: set[str] = set()
-        self.seen: set[str] = set()
-        self.carry: dict[Any, float] = collections.defaultdict(float)
-
-    def fold(self, labeled: set[str], present: set[str],
-             series: dict[Any, dict[str, float]]) -> dict[Any, float]:
-        promoted = (labeled - self.labeled) & self.seen
-        demoted = (self.labeled - labeled) & present
-        for key, per_label in series.items():
-            moved = (sum(per_label.get(label, 0) for label in promoted)
-                     - sum(per_label.get(label, 0) for label in demoted))
-            if moved:
-                self.carry[key] += moved
-        other = {key: sum(v for label, v in per_label.items() if label not in labeled) + self.carry.get(key, 0)
-                 for key, per_label in series.items()}
-        for key, carried in self.carry.items():
-            other.setdefault(key, carried)
-        self.labeled = set(labeled)
-        self.seen = set(present)
-        return other
+def _share(compile_seconds: float, run_seconds: float) -> float | None:
+    total = compile_seconds + run_seconds
+    return compile_seconds / total if total > 0 else None
 
 
 class StoreCollector:
-    """A custom collector: reads the store on every scrape."""
+    """A custom collector: reads the store on every scrape, keeps nothing between scrapes."""
 
-    def __init__(self, settings: ServerSettings, counters: IngestCounters):
+    def __init__(self, settings: ServerSettings):
         self.settings = settings
-        self.counters = counters
-        self._fold = _Fold()
-        self._lock = threading.Lock()
-        self._high: dict[tuple[Any, str], float] = {}
 
     def describe(self) -> list[Metric]:
         return []  # no store query when the collector is registered
 
+    def scrape(self) -> Snapshot:
+        url = self.settings.store
+        with enginemod.snapshot(url) as conn:
+            snap = read_snapshot(conn, self.settings)
+        # Functions seen for the first time: decide them, then read again (functions that
+        # arrive in between are left out of this scrape and decided by the next).
+        if snap.undecided:
+            try:
+                decided = decide_labels(url, self.settings.metrics_top_n)
+            except enginemod.StoreError as exc:  # e.g. a read-only database user: serve what was read
+                logger.warning("metrics: cannot record the label of new functions: %s", exc)
+                decided = 0
+            if decided:
+                with enginemod.snapshot(url) as conn:
+                    snap = read_snapshot(conn, self.settings)
+        return snap
+
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("cachewatch_store_up", "1 if the store answered this scrape's queries.")
-        # One scrape at a time: each reads in detail the labels the previous one showed,
-        # and moves the carry of ``other`` from there.
-        with self._lock:
-            try:
-                with enginemod.connection(self.settings.store, ensure=False) as conn:
-                    snap = read_snapshot(conn, self.settings, keep=self._fold.labeled)
-            except Exception as exc:  # a down store must not hide the request metrics
-                logger.warning("metrics: cannot read the store: %s", exc)
-                snap = None
-            families = list(self._families(snap)) if snap is not None else []
-        if snap is None:
+        try:
+            snap = self.scrape()
+        except Exception as exc:  # a down store must not hide the request metrics
+            logger.warning("metrics: cannot read the store: %s", exc)
             up.add_metric([], 0)
-            yield up  # no dropped-events series now: without the store's part it would go down
+            yield up  # and no store series now: they would read as a counter reset
             return
         up.add_metric([], 1)
         yield up
-        dropped = CounterMetricFamily("cachewatch_events_dropped", "Events lost before they reached the "
-                                      "store: reported by the recorders (queue or spool full; kept in the "
-                                      "store) and refused by this process (invalid or oversized batches).")
-        dropped.add_metric([], snap.client_dropped + self.counters.rejected_events)
+        dropped = CounterMetricFamily("cachewatch_events_dropped", "Events the recorders lost before they "
+                                      "reached the store (queue or spool full, batch refused), as they "
+                                      "reported them to the store.")
+        dropped.add_metric([], snap.client_dropped)
         yield dropped
-        yield from families
+        yield from families(snap)
 
-    def _families(self, snap: Snapshot) -> Iterator[Metric]:
-        present, labeled = snap.labels(), snap.labeled
-        # Per label only for the detail labels; the other functions come summed as REST,
-        # which is never labeled, so the fold puts it in ``other``.
-        series: dict[Any, dict[str, float]] = collections.defaultdict(dict)
-        for label, per_cause in snap.compiles.items():
-            for cause, n in per_cause.items():
-                series[("compiles", cause)][label] = n
-        for label, counts in snap.buckets.items():
-            running = 0
-            for i, n in enumerate(counts):
-                running += n
-                series[("bucket", i)][label] = running
-        for key, per_label in ((("seconds",), snap.seconds), (("calls",), snap.calls),
-                               (("run_seconds",), snap.run_seconds)):
-            for label in snap.detail:
-                series[key][label] = per_label.get(label, 0)
-            series[key][REST] = sum(v for label, v in per_label.items() if label not in snap.detail)
-        other = self._fold.fold(labeled, present, series)
-        show_other = bool(present - labeled) or any(other.values())
-        shown = sorted(labeled) + ([OTHER] if show_other else [])
 
-        high = {}
+def families(snap: Snapshot) -> Iterator[Metric]:
+    shown = sorted(snap.labeled.items()) + ([(OTHER, snap.other)] if snap.other is not None else [])
 
-        def value(key: Any, label: str) -> float:
-            raw = other.get(key, 0) if label == OTHER else series.get(key, {}).get(label, 0)
-            # Float sums come back in whatever order the database added them: a last-bit
-            # wobble must not read as a counter reset.
-            kept = max(raw, self._high.get((key, label), raw))
-            high[(key, label)] = kept
-            return kept
+    compiles = CounterMetricFamily("cachewatch_compiles", "Compiles by function and cause.",
+                                   labels=["function", "cause"])
+    for label, series in shown:
+        for cause, n in sorted(series.compiles.items()):
+            if n > 0:
+                compiles.add_metric([label, cause], n)
+    yield compiles
 
-        compiles = CounterMetricFamily("cachewatch_compiles", "Compiles by function and cause.",
-                                       labels=["function", "cause"])
-        for label in shown:
-            for key in sorted(k for k in series.keys() | other.keys() if k[0] == "compiles"):
-                n = value(key, label)
-                if n or (label != OTHER and key[1] in snap.compiles.get(label, {})):
-                    compiles.add_metric([label, key[1]], n)
-        yield compiles
+    histogram = HistogramMetricFamily("cachewatch_compile_seconds", "Trace + lowering + compile seconds "
+                                      "per event.", labels=["function"])
+    for label, series in shown:
+        cumulative, running = [], 0
+        for n in series.buckets:
+            running += max(n, 0)
+            cumulative.append(running)
+        buckets = [(floatToGoString(b), cumulative[i]) for i, b in enumerate(BUCKETS)]
+        buckets.append(("+Inf", cumulative[-1]))
+        histogram.add_metric([label], buckets, sum_value=series.seconds)
+    yield histogram
 
-        histogram = HistogramMetricFamily("cachewatch_compile_seconds", "Trace + lowering + compile seconds "
-                                          "per event.", labels=["function"])
-        for label in shown:
-            cumulative = [value(("bucket", i), label) for i in range(len(BUCKETS) + 1)]
-            buckets = [(floatToGoString(b), cumulative[i]) for i, b in enumerate(BUCKETS)]
-            buckets.append(("+Inf", cumulative[-1]))
-            histogram.add_metric([label], buckets, sum_value=value(("seconds",), label))
-        yield histogram
+    calls = CounterMetricFamily("cachewatch_calls", "Calls by function.", labels=["function"])
+    run = CounterMetricFamily("cachewatch_run_seconds", "Estimated run seconds by function (sampled mean "
+                              "run time times calls).", labels=["function"])
+    for label, series in shown:
+        calls.add_metric([label], series.calls)
+        run.add_metric([label], series.run_seconds)
+    yield calls
+    yield run
 
-        calls = CounterMetricFamily("cachewatch_calls", "Calls by function.", labels=["function"])
-        run = CounterMetricFamily("cachewatch_run_seconds", "Estimated run seconds by function (sampled mean "
-                                  "run time times calls).", labels=["function"])
-        for label in shown:
-            calls.add_metric([label], value(("calls",), label))
-            run.add_metric([label], value(("run_seconds",), label))
-        yield calls
-        yield run
+    share = GaugeMetricFamily("cachewatch_compile_share_ratio", "Compile seconds over compile plus "
+                              "estimated run seconds (functions with a sampled run time).", labels=["function"])
+    for label, series in shown:
+        value = snap.other_share if label == OTHER else (
+            _share(series.seconds, series.run_seconds) if series.measured else None)
+        if value is not None:
+            share.add_metric([label], value)
+    yield share
 
-        share = GaugeMetricFamily("cachewatch_compile_share_ratio", "Compile seconds over compile plus "
-                                  "estimated run seconds (functions with a sampled run time).",
-                                  labels=["function"])
-        for label in shown:
-            members = [label] if label != OTHER else [m for m in present - labeled]
-            measured = [m for m in members if m in snap.measured]
-            if not measured:
-                continue
-            compile_s = sum(snap.seconds.get(m, 0.0) for m in measured)
-            run_s = sum(snap.run_seconds.get(m, 0.0) for m in measured)
-            if compile_s + run_s > 0:
-                share.add_metric([label], compile_s / (compile_s + run_s))
-        yield share
+    storm = GaugeMetricFamily("cachewatch_storm_active", "1 while the function is in a recompilation "
+                              "storm.", labels=["function"])
+    for label, series in shown:
+        storm.add_metric([label], 1.0 if series.storming else 0.0)
+    yield storm
 
-        storm = GaugeMetricFamily("cachewatch_storm_active", "1 while the function is in a recompilation "
-                                  "storm.", labels=["function"])
-        for label in shown:
-            members = {label} if label != OTHER else present - labeled
-            storm.add_metric([label], 1.0 if members & snap.storming else 0.0)
-        yield storm
-
-        ingested = CounterMetricFamily("cachewatch_events_ingested", "Compile events in the store.")
-        ingested.add_metric([], snap.events)
-        yield ingested
-        self._high = high  # series not shown this time start afresh if they come back
+    ingested = CounterMetricFamily("cachewatch_events_ingested", "Compile events in the store.")
+    ingested.add_metric([], snap.events)
+    yield ingested

@@ -61,8 +61,9 @@ class RequestMetrics:
         self.duration = duration
 
     @staticmethod
-    def metrics(registry: CollectorRegistry) -> dict[str, Counter | Histogram]:
-        """The two metrics, registered once per app on its own registry."""
+    def metrics(registry: CollectorRegistry | None) -> dict[str, Counter | Histogram]:
+        """The two metrics, registered once per app on its own registry (none in multiprocess
+        mode, where a scrape reads every worker's files instead)."""
         return {
             "requests": Counter("cachewatch_http_requests", "HTTP requests served.",
                                 ["method", "route", "status"], registry=registry),

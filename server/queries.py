@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -12,6 +13,19 @@ from cachewatch.events import STALE_CAPTURE
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
 from cachewatch.store.queries import Filters, event_groups
+
+logger = logging.getLogger("cachewatch.server")
+
+
+def verdicts(conn: sa.Connection, rows: list[dict[str, Any]], filters: Filters) -> dict[str, dict[str, Any]]:
+    """``analysis.verdicts``, or none when a stored row it cannot weigh (a run time measured
+    op by op without its compiled twin, written before the store refused such rows) would
+    fail the whole page: the page shows what is there, without the verdicts."""
+    try:
+        return analysis.verdicts(conn, rows, filters)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+        logger.warning("verdicts left out: a stored row cannot be weighed: %s: %s", type(exc).__name__, exc)
+        return {}
 
 
 def function_rows(conn: sa.Connection, filters: Filters) -> list[dict[str, Any]]:

@@ -13,13 +13,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from cachewatch.events import CAUSES, KINDS
+from cachewatch.events import (CAUSES, KINDS, MAX_COUNT, MAX_MEASURE, MAX_SECONDS, MAX_TIMESTAMP,
+                               MIN_TIMESTAMP)
 
 Cause = Literal[CAUSES]  # type: ignore[valid-type]
 Kind = Literal[KINDS]  # type: ignore[valid-type]
 
-Timestamp = Annotated[float, Field(allow_inf_nan=False, description="Seconds since the epoch.")]
-Count = Annotated[int, Field(ge=0, le=2**62)]
+# Every measure is bounded (cachewatch.events): a value outside could not be shown or
+# summed, and one such row used to break every page that formatted it.
+Timestamp = Annotated[float, Field(ge=MIN_TIMESTAMP, lt=MAX_TIMESTAMP, allow_inf_nan=False,
+                                   description="Seconds since the epoch, between 2000 and 2100.")]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -30,7 +34,9 @@ def _finite_or_none(value: Any) -> Any:
     return value
 
 
-Measure = Annotated[float | None, BeforeValidator(_finite_or_none)]
+Seconds = Annotated[Annotated[float, Field(ge=0.0, le=MAX_SECONDS)] | None, BeforeValidator(_finite_or_none),
+                    Field(description="Seconds, at most a week; NaN or infinite reads as unknown (null).")]
+Measure = Annotated[Annotated[float, Field(ge=0.0, le=MAX_MEASURE)] | None, BeforeValidator(_finite_or_none)]
 
 
 def _text(max_length: int, description: str = "", min_length: int = 0):
@@ -77,11 +83,11 @@ class EventIn(_In):
     signature_hash: Annotated[str, _text(40)] = ""
     compiled: bool = False
     nested: bool = False
-    trace_seconds: Measure = None
-    lower_seconds: Measure = None
-    compile_seconds: Measure = None
+    trace_seconds: Seconds = None
+    lower_seconds: Seconds = None
+    compile_seconds: Seconds = None
     persistent_cache_hit: bool | None = None
-    cache_time_saved_seconds: Measure = None
+    cache_time_saved_seconds: Seconds = None
     device: Annotated[str | None, _text(255)] = None
     backend: Annotated[str | None, _text(64)] = None
     call_site: Annotated[str | None, _text(1024)] = None
@@ -91,8 +97,8 @@ class EventIn(_In):
     error: Annotated[str | None, _text(65536)] = None
     thread: Annotated[str | None, _text(255)] = None
     hlo_ops: Annotated[int | None, Field(ge=0, le=2**31 - 1)] = None
-    compiled_run_seconds: Measure = None
-    eager_run_seconds: Measure = None
+    compiled_run_seconds: Seconds = None
+    eager_run_seconds: Seconds = None
     captured: Annotated[dict[str, Annotated[str, _text(4096)]] | None,
                         Field(max_length=10_000, description="Globals and closure values read at trace time: "
                               "name -> short summary.")] = None
@@ -106,7 +112,7 @@ class CallStatsIn(_In):
     timestamp: Timestamp
     calls: Count
     sampled_calls: Count = 0
-    sampled_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    sampled_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS * MAX_COUNT, allow_inf_nan=False)] = 0.0
 
 
 class BatchIn(_In):

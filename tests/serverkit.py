@@ -118,16 +118,18 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_process(store: str, workdir: Path, env: dict[str, str], timeout: float = 90.0) -> Iterator[str]:
+def serve_process(store: str, workdir: Path, env: dict[str, str], timeout: float = 90.0,
+                  workers: int = 1, log_name: str = "serve.log") -> Iterator[str]:
     """`python -m cachewatch serve` on a free loopback port, as a user runs it; yields its URL.
 
     Waits for /healthz to answer ok, and stops (and waits for) the process at the end;
     its output is in ``workdir / "serve.log"``.
     """
     port = free_port()
-    log_path = workdir / "serve.log"
+    log_path = workdir / log_name
     log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port),
+                             "--workers", str(workers)],
                             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
     url = f"http://127.0.0.1:{port}"
     try:

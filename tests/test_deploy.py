@@ -56,6 +56,7 @@ SERVICE_METRICS = {
     "cachewatch_storm_active",
     "cachewatch_events_ingested_total",
     "cachewatch_events_dropped_total",
+    "cachewatch_ingest_rejected_events_total",
 }
 # Product definitions the alerts and dashboard must agree with.
 STORM_THRESHOLD = 5
@@ -323,7 +324,8 @@ def test_alerts_match_the_product_definitions(alert_rules):
     assert share["for"] == "15m"
 
     dropped = alert_rules["CachewatchEventsDropped"]
-    assert " ".join(dropped["expr"].split()) == "increase(cachewatch_events_dropped_total[10m]) > 0"
+    assert " ".join(dropped["expr"].split()) == ("increase(cachewatch_events_dropped_total[10m]) > 0 "
+                                                 "or increase(cachewatch_ingest_rejected_events_total[10m]) > 0")
 
     down = alert_rules["CachewatchDown"]
     assert " ".join(down["expr"].split()) == 'up{job="cachewatch"} == 0'

@@ -139,7 +139,8 @@ def test_service_down_then_back_loses_nothing(store_url, tmp_path, use_store):
 
         for n in range(1, 6):  # the service is down: these batches go to the spool
             layer(jnp.ones((n,)))
-            assert cachewatch.flush(30)
+            result = cachewatch.flush(30)
+            assert result.done and not result.stored and result.spooled_batches >= 1
         assert spool.has_pending(cfg)
         spooled = len(list(spool._dir(cfg).glob("*.batch.json")))
         assert spooled >= 1

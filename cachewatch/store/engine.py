@@ -147,6 +147,47 @@ def connection(url: str, *, ensure: bool = True) -> Iterator[sa.Connection]:
         raise StoreError(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}") from exc
 
 
+@contextlib.contextmanager
+def snapshot(url: str) -> Iterator[sa.Connection]:
+    """A read transaction that sees one consistent state of the store from its first read on.
+
+    PostgreSQL: REPEATABLE READ. SQLite: an explicit BEGIN (the driver starts none for
+    reads, so each SELECT would otherwise see the store as of its own moment).
+    """
+    try:
+        with get_engine(url).connect() as raw:
+            conn = raw.execution_options(isolation_level="REPEATABLE READ") \
+                if raw.dialect.name == "postgresql" else raw
+            with conn.begin():
+                if conn.dialect.name == "sqlite":
+                    conn.exec_driver_sql("BEGIN")
+                yield conn
+    except SQLAlchemyError as exc:
+        raise StoreError(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}") from exc
+
+
+# Advisory lock keys (PostgreSQL): one bigint each, apart from the two-int keys of the
+# ``hashtext`` locks the ingest takes per run.
+LABELS_LOCK = 0x6361636865_01  # "cache", 1: held while /metrics decides functions' labels
+SCHEMA_LOCK = 0x6361636865_02  # held while an empty store's schema is created
+
+
+@contextlib.contextmanager
+def exclusive(url: str, lock: int) -> Iterator[sa.Connection]:
+    """A write transaction that no other holder of ``lock`` runs beside (on SQLite, no
+    other writer at all: BEGIN IMMEDIATE)."""
+    try:
+        with get_engine(url).connect() as conn:
+            with conn.begin():
+                if conn.dialect.name == "sqlite":
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+                else:
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({int(lock)})")
+                yield conn
+    except SQLAlchemyError as exc:
+        raise StoreError(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}") from exc
+
+
 # ------------------------------------------------------------------ migrations
 
 
@@ -198,16 +239,33 @@ def current_revision(url: str) -> str | None:
 
 def upgrade(url: str, revision: str = "head") -> str:
     """Bring the store to ``revision`` (the latest by default); returns the new revision."""
+    with _schema_transaction(url) as conn:
+        _run_upgrade(url, conn, revision)
+    _verified.discard(normalize_url(url))
+    return current_revision(url) or ""
+
+
+def _run_upgrade(url: str, conn: sa.Connection, revision: str) -> None:
     with quiet_alembic():
         from alembic import command
 
-    engine = get_engine(url)
-    cfg = alembic_config(url)
-    with quiet_alembic(), engine.begin() as conn:
+        cfg = alembic_config(url)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
-    _verified.discard(normalize_url(url))
-    return current_revision(url) or ""
+
+
+@contextlib.contextmanager
+def _schema_transaction(url: str) -> Iterator[sa.Connection]:
+    """One transaction that no other process changing or creating the schema runs beside:
+    an advisory lock on PostgreSQL, an exclusive transaction on SQLite. Processes that
+    open one empty store at once so create its schema once, and the others then find it."""
+    with get_engine(url).connect() as conn:
+        with conn.begin():
+            if conn.dialect.name == "sqlite":
+                conn.exec_driver_sql("BEGIN EXCLUSIVE")
+            else:
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})")
+            yield conn
 
 
 def upgrade_command(url: str) -> str:
@@ -222,23 +280,34 @@ def _redact(url: str) -> str:
 
 
 def ensure_schema(url: str, *, migrate_empty: bool = True) -> None:
-    """Migrate an empty store; refuse one at another revision with the fixing command."""
+    """Migrate an empty store; refuse one at another revision with the fixing command.
+
+    The empty case is decided again under the schema lock: of several processes that
+    find the store empty at once, one creates the schema and the others find it done.
+    """
     key = normalize_url(url)
     if key in _verified:
         return
     try:
-        current = current_revision(url)
         head = head_revision()
+        current = current_revision(url)
         if current is None:
-            has_tables = bool(sa.inspect(get_engine(url)).get_table_names())
-            if has_tables:
-                raise SchemaOutdated(f"the store at {_redact(url)} has tables but no cachewatch schema "
-                                     f"revision; point cachewatch at an empty database, or run: "
-                                     f"{upgrade_command(url)}")
-            if not migrate_empty:
+            if not migrate_empty and not sa.inspect(get_engine(url)).get_table_names():
                 raise SchemaOutdated(f"the store at {_redact(url)} is empty; run: {upgrade_command(url)}")
-            upgrade(url)
-        elif current != head:
+            with _schema_transaction(url) as conn:
+                from alembic.runtime.migration import MigrationContext
+
+                current = MigrationContext.configure(conn).get_current_revision()
+                if current is None:
+                    if sa.inspect(conn).get_table_names():
+                        raise SchemaOutdated(f"the store at {_redact(url)} has tables but no cachewatch schema "
+                                             f"revision; point cachewatch at an empty database, or run: "
+                                             f"{upgrade_command(url)}")
+                    if not migrate_empty:
+                        raise SchemaOutdated(f"the store at {_redact(url)} is empty; run: {upgrade_command(url)}")
+                    _run_upgrade(url, conn, "head")
+                    current = head
+        if current != head:
             raise SchemaOutdated(f"the store at {_redact(url)} is at schema revision {current}, this "
                                  f"cachewatch needs {head}; run: {upgrade_command(url)}")
     except SQLAlchemyError as exc:

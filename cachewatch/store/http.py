@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import types
 import urllib.error
 import urllib.request
 from typing import Any
@@ -26,15 +27,18 @@ from .engine import StoreError
 
 INGEST_PATH = "/api/v1/events"
 _RETRYABLE_STATUS = {408, 425, 429}
+_LARGE_BODY = 256 * 1024  # a dropped connection while sending more than this is read as "too large"
 
 
 class HttpStoreError(StoreError):
     """The server could not be reached, or refused the batch."""
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = True):
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = True,
+                 too_large: bool = False):
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+        self.too_large = too_large  # 413, or the connection dropped while a large body was sent
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -69,9 +73,25 @@ class HttpSink:
         return f"HttpSink({self.url!r})"
 
     def write(self, batch: Any) -> None:
+        """Post the batch; one the server finds too large is sent again in halves (each
+        stored whole or not at all, and idempotent on event ids)."""
         payload = spool.encode(batch)  # carries the events the recorder lost since its previous batch
         payload["batch_id"] = batch_id(payload)
-        self.post(payload)
+        try:
+            self.post(payload)
+        except HttpStoreError as exc:
+            if not exc.too_large:
+                raise
+            events, stats = list(batch.events), list(batch.stats)
+            if len(events) + len(stats) <= 1:
+                raise HttpStoreError(f"{exc} (one row is larger than the server takes)", status=413,
+                                     retryable=False) from None
+            half = len(events) // 2
+            parts = ((events[:half], stats), (events[half:], [])) if events else ((events, stats[:len(stats) // 2]),
+                                                                                 (events, stats[len(stats) // 2:]))
+            for i, (part_events, part_stats) in enumerate(parts):
+                self.write(types.SimpleNamespace(run=batch.run, events=part_events, stats=part_stats,
+                                                 dropped=getattr(batch, "dropped", 0) if i == 0 else 0))
 
     def post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST one JSON batch; returns the server's answer or raises :class:`HttpStoreError`."""
@@ -95,10 +115,14 @@ class HttpSink:
                                      retryable=False) from None
             retryable = status >= 500 or status in _RETRYABLE_STATUS
             raise HttpStoreError(f"{self.url} answered {status}: {detail}", status=status,
-                                 retryable=retryable) from None
+                                 retryable=retryable, too_large=status == 413) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # refused, reset, timeout
             reason = getattr(exc, "reason", exc)
-            raise HttpStoreError(f"cannot reach {self.url}: {reason}") from None
+            # A server that refuses a body by its length may answer 413 and close before it
+            # has read it all: the client sees the connection drop instead.
+            dropped = isinstance(reason, (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected))
+            raise HttpStoreError(f"cannot reach {self.url}: {reason}",
+                                 too_large=dropped and len(body) > _LARGE_BODY) from None
         try:
             return json.loads(answer) if answer else {}
         except ValueError:

@@ -215,6 +215,23 @@ class RunDropsRow(Base):
     dropped: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class MetricLabelRow(Base):
+    """Whether a function has its own ``function`` label on /metrics: decided once, kept.
+
+    ``label`` NULL means the function is summed into ``other``. Kept in the store so
+    that every worker and replica answers the same, and never changed, so a function
+    never moves between its own series and ``other`` (which would read as a counter
+    reset).
+    """
+
+    __tablename__ = "metric_labels"
+
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"),
+                                               primary_key=True)
+    label: Mapped[str | None] = mapped_column(String(600), unique=True, nullable=True)
+    decided_at: Mapped[float] = mapped_column(Float)
+
+
 runs = RunRow.__table__
 functions = FunctionRow.__table__
 compile_events = CompileEventRow.__table__
@@ -227,6 +244,7 @@ cause_totals = CauseTotalsRow.__table__
 cost_bucket_totals = CostBucketTotalsRow.__table__
 function_call_totals = FunctionCallTotalsRow.__table__
 run_drops = RunDropsRow.__table__
+metric_labels = MetricLabelRow.__table__
 
 # A compile event as the writers hand it over: a tuple of these columns, in this order
 # (tuples, not dicts: the writer builds one per event).

@@ -7,12 +7,15 @@ transaction per batch, many rows per statement, idempotent on event ids);
 
 from __future__ import annotations
 
+import dataclasses
 import operator
+import types
 from typing import Any, Mapping, Protocol
 
 import sqlalchemy as sa
 
 from ..config import Config
+from ..events import MAX_MEASURE, SECONDS_FIELDS, seconds_ok, timestamp_ok
 from . import engine as enginemod
 from . import models, rollup
 
@@ -128,6 +131,28 @@ def _unique(rows: list[dict], key: str) -> list[dict]:
     return list(seen.values())
 
 
+def in_bounds(event: Any) -> Any:
+    """The event as the store may take it: None when its time is outside the store's
+    bounds; a duration or measure outside them (negative, infinite, absurd) becomes
+    unknown (None). The service refuses such a batch; the library's own writer keeps
+    the rest of what it recorded."""
+    if not timestamp_ok(event.timestamp):
+        return None
+    bad = {name: None for name in SECONDS_FIELDS if not seconds_ok(getattr(event, name))}
+    for name in ("flops", "bytes_accessed"):
+        value = getattr(event, name)
+        if value is not None and not (isinstance(value, (int, float)) and 0.0 <= value <= MAX_MEASURE):
+            bad[name] = None
+    if getattr(event, "eager_run_seconds") is not None and (event.compiled_run_seconds is None
+                                                           or "compiled_run_seconds" in bad):
+        bad["eager_run_seconds"] = None  # measured as a pair, or not at all
+    for name in ("jaxpr_eqns", "hlo_ops"):
+        value = getattr(event, name)
+        if value is not None and not (0 <= value < 2**31):
+            bad[name] = None
+    return dataclasses.replace(event, **bad) if bad else event
+
+
 def batch_rows(batch: Any) -> tuple[list[dict], list[dict], list[tuple], list[dict]]:
     """Rows for one recorder batch: the run, the functions it mentions, event tuples, stats."""
     first_seen: dict[str, float] = {}
@@ -154,6 +179,13 @@ class SqlSink:
         self.url = url
 
     def write(self, batch: Any) -> None:
-        runs, functions, events, stats = batch_rows(batch)
+        events = [in_bounds(e) for e in batch.events]
+        kept = [e for e in events if e is not None]
+        stats = [s for s in batch.stats if timestamp_ok(s.timestamp)]
+        refused = len(events) - len(kept)
+        if refused or len(stats) != len(batch.stats) or any(a is not b for a, b in zip(kept, batch.events)):
+            batch = types.SimpleNamespace(run=batch.run, events=kept, stats=stats,
+                                          dropped=getattr(batch, "dropped", 0) + refused)
+        runs, functions, rows, stats_rows = batch_rows(batch)
         with enginemod.connection(self.url) as conn:
-            write_rows(conn, runs, functions, events, stats, dropped=getattr(batch, "dropped", 0))
+            write_rows(conn, runs, functions, rows, stats_rows, dropped=getattr(batch, "dropped", 0))

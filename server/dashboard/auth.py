@@ -1,15 +1,18 @@
 """Who may see the dashboard: everyone when no read token is configured, else whoever
 sends ``Authorization: Bearer <token>`` or holds the cookie that /login sets.
 
-The cookie holds a value derived from the token (an HMAC), not the token itself, so
-a leaked cookie does not leak the API token. Every comparison is constant-time, and
-the token never reaches a log line, a redirect or a page.
+The cookie holds the time it was issued and an HMAC of that time keyed by the token,
+not the token itself, so a leaked cookie does not leak the API token; the server
+refuses a cookie older than COOKIE_MAX_AGE whatever the browser keeps, and changing the
+token ends every session. Every comparison is constant-time, and the token never
+reaches a log line, a redirect or a page.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 
 from fastapi import Request
 
@@ -17,8 +20,19 @@ COOKIE = "cachewatch_dashboard"
 COOKIE_MAX_AGE = 7 * 24 * 3600
 
 
-def session_value(token: str) -> str:
-    return hmac.new(token.encode(), b"cachewatch dashboard session v1", hashlib.sha256).hexdigest()
+def session_value(token: str, issued: int | None = None) -> str:
+    issued = int(time.time()) if issued is None else issued
+    mac = hmac.new(token.encode(), f"cachewatch dashboard session v2 {issued}".encode(), hashlib.sha256)
+    return f"{issued}.{mac.hexdigest()}"
+
+
+def session_valid(cookie: str, token: str, now: float | None = None) -> bool:
+    issued, _, _mac = cookie.partition(".")
+    if not issued.isdigit() or len(issued) > 12:
+        return False
+    expected = session_value(token, int(issued))
+    age = (time.time() if now is None else now) - int(issued)
+    return hmac.compare_digest(cookie.encode(), expected.encode()) and -60 <= age <= COOKIE_MAX_AGE
 
 
 def token_matches(given: str, token: str) -> bool:
@@ -33,7 +47,7 @@ def allowed(request: Request) -> bool:
     if scheme.lower() == "bearer" and token_matches(given.strip(), token):
         return True
     cookie = request.cookies.get(COOKIE)
-    return cookie is not None and hmac.compare_digest(cookie.encode(), session_value(token).encode())
+    return cookie is not None and session_valid(cookie, token)
 
 
 def safe_next(target: str | None) -> str:

@@ -169,7 +169,8 @@ class View:
         seconds = getattr(self.filters, name)
         if seconds is None:
             return ""
-        return render.utc(seconds).strftime("%Y-%m-%dT%H:%M:%S")
+        when = render.utc(seconds)
+        return "" if when is None else when.strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def page(request: Request, template: str, *, status: int = 200, view: View | None, **context: Any) -> HTMLResponse:
@@ -337,7 +338,7 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
             return page(request, "not_found.html", status=404, view=view, title="No such function",
                         function_hash=function_hash)
         storms = apiqueries.storms(conn, view.filters, function_hashes=[function_hash], **_storm_settings(request))
-        verdict = analysis.verdicts(conn, [row], view.filters).get(function_hash)
+        verdict = apiqueries.verdicts(conn, [row], view.filters).get(function_hash)
         fix = _suggested_fix(conn, row, storms, view.filters)
         points = dq.timeline(conn, function_hash, view.filters)
         sites = dq.call_sites(conn, function_hash, view.filters)

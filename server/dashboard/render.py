@@ -75,6 +75,8 @@ def cause_order(causes: Iterable[str]) -> list[str]:
 def fmt_seconds(value: float | None) -> str:
     if value is None:
         return "–"
+    if not math.isfinite(value):
+        return f"invalid ({value!r})"
     if value == 0:
         return "0 s"
     if abs(value) < 10:
@@ -89,19 +91,28 @@ def fmt_count(value: int | None) -> str:
 
 
 def fmt_share(value: float | None) -> str:
-    if value is None:
+    if value is None or not math.isfinite(value):
         return "–"
     return f"{value * 100:.1f}%"
 
 
 def utc(value: float | None) -> dt.datetime | None:
-    return None if value is None else dt.datetime.fromtimestamp(value, dt.timezone.utc)
+    """The time as a UTC datetime; None when unknown or not a time a calendar can show
+    (a row stored before the store bounded its times must not break a page)."""
+    if value is None:
+        return None
+    try:
+        return dt.datetime.fromtimestamp(value, dt.timezone.utc)
+    except (OverflowError, OSError, ValueError, TypeError):
+        return None
 
 
 def fmt_time(value: float | None) -> str:
     """Times are shown in UTC everywhere: one clock for every host and reader."""
     when = utc(value)
-    return "–" if when is None else when.strftime("%Y-%m-%d %H:%M:%S")
+    if when is None:
+        return "–" if value is None else f"invalid time ({value!r})"
+    return when.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def iso_time(value: float | None) -> str:
@@ -111,12 +122,13 @@ def iso_time(value: float | None) -> str:
 
 def plot_time(value: float) -> str:
     # plotly.js reads "YYYY-MM-DD HH:MM:SS.fff" as a wall-clock date and shows it
-    # as given: UTC in, UTC on the axis.
-    return dt.datetime.fromtimestamp(value, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    # as given: UTC in, UTC on the axis. A time no calendar holds is left off the axis.
+    when = utc(value)
+    return "" if when is None else when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
+    if seconds is None or not math.isfinite(seconds):
         return "–"
     seconds = max(0.0, seconds)
     if seconds < 60:
@@ -286,6 +298,7 @@ def timeline_chart(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def histogram_chart(seconds: list[float]) -> dict[str, Any]:
+    seconds = [s for s in seconds if math.isfinite(s)]
     data = [{"type": "histogram", "x": seconds, "marker": {"color": COMPILE_COLOR, "line": {"color": "#ffffff",
                                                                                            "width": 1}},
              "nbinsx": min(30, max(5, int(math.sqrt(len(seconds))) * 2)), "showlegend": False,
@@ -297,12 +310,15 @@ def histogram_chart(seconds: list[float]) -> dict[str, Any]:
 
 def histogram_table(seconds: list[float], bins: int = 8) -> list[dict[str, Any]]:
     """The histogram's text alternative: counts in equal-width ranges."""
+    seconds = [s for s in seconds if math.isfinite(s)]  # a stored infinity has no bin
     if not seconds:
         return []
     low, high = min(seconds), max(seconds)
     if high <= low:
         return [{"low": low, "high": high, "n": len(seconds)}]
     step = (high - low) / bins
+    if not math.isfinite(step):  # the range overflows a double: one bin
+        return [{"low": low, "high": high, "n": len(seconds)}]
     counts = [0] * bins
     for s in seconds:
         counts[min(bins - 1, int((s - low) / step))] += 1

@@ -6,8 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from cachewatch import analysis
-
 from .. import queries
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
 from ..schemas import EventPage, FunctionDetail, FunctionPage
@@ -43,7 +41,7 @@ def get_function(_: ReadAuth, conn: Connection, settings: Settings, filters: Que
         raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
     row["storms"] = queries.storms(conn, filters, threshold=settings.storm_threshold,
                                    window=settings.storm_window, function_hashes=[function_hash])
-    row["verdict"] = analysis.verdicts(conn, [row], filters).get(function_hash)
+    row["verdict"] = queries.verdicts(conn, [row], filters).get(function_hash)
     return row
 
 
