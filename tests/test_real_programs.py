@@ -219,7 +219,7 @@ def test_warm_up_ends_when_the_users_step_runs_again(sqlite_url, use_store):
 def test_eager_set_up_before_the_loop_is_warm_up_not_a_storm(sqlite_url, use_store):
     url = use_store(sqlite_url)
     for n in range(2, 10):
-        jnp.zeros((n, 3)) + 1.0  # like initialising one parameter per shape
+        jnp.zeros((n, 7)) + 1.0  # like initialising one parameter per shape
     assert cachewatch.flush(30)
     with enginemod.connection(url) as conn:
         assert not [s for s in analysis.detect_storms(conn) if "(op-by-op)" in s["qualname"]]

@@ -294,7 +294,7 @@ def ensure_schema(url: str, *, migrate_empty: bool = True) -> None:
         if current is None:
             if not migrate_empty and not sa.inspect(get_engine(url)).get_table_names():
                 raise SchemaOutdated(f"the store at {_redact(url)} is empty; run: {upgrade_command(url)}")
-            with _schema_transaction(url) as conn:
+            with _schema_transaction(url) as conn, quiet_alembic():
                 from alembic.runtime.migration import MigrationContext
 
                 current = MigrationContext.configure(conn).get_current_revision()
