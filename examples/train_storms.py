@@ -102,7 +102,7 @@ def main() -> None:
     jax.block_until_ready(params)
     elapsed = time.perf_counter() - started
     written = cachewatch.flush(timeout=30)
-    print(f"trained {args.epochs} epochs in {elapsed:.1f}s; events written: {written}")
+    print(f"trained {args.epochs} epochs in {elapsed:.1f}s; events written: {bool(written)}")
 
 
 if __name__ == "__main__":
