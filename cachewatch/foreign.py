@@ -154,7 +154,7 @@ def from_lowering(frame: Any, name: str) -> Target:
     found = find_frame(frame, LOWER_FRAME)
     site = call_site(2)
     if found is None:
-        return Target(_by_name(name, None), 0, None, call_site=site)
+        return Target(_by_name(strip_jit(name), None), 0, None, call_site=site, lowered_only=True)
     local = found.f_locals
     avals = tuple(local.get("in_avals") or ())
     skip = int(local.get("num_const_args") or 0)
