@@ -22,6 +22,7 @@ import hashlib
 import os
 import sys
 import threading
+import types
 import weakref
 from collections import OrderedDict
 from typing import Any
@@ -205,12 +206,17 @@ def _find_function(file: str, name: str) -> Any:
     if module is None:
         return None
     for value in list(vars(module).values()):
-        # A module-level jit keeps the function in __wrapped__; jnp's ufunc objects one level deeper.
-        for candidate in (value, getattr(value, "__wrapped__", None), getattr(value, "_func", None)):
-            candidate = getattr(candidate, "__wrapped__", candidate)
-            code = getattr(candidate, "__code__", None)
-            if code is not None and code.co_name == name and code.co_filename == file:
-                return candidate
+        if isinstance(value, types.ModuleType):
+            continue  # a module's __getattr__ may warn or import
+        try:
+            # A module-level jit keeps the function in __wrapped__; jnp's ufunc objects one level deeper.
+            for candidate in (value, getattr(value, "__wrapped__", None), getattr(value, "_func", None)):
+                candidate = getattr(candidate, "__wrapped__", candidate)
+                code = getattr(candidate, "__code__", None)
+                if code is not None and code.co_name == name and code.co_filename == file:
+                    return candidate
+        except Exception:
+            continue
     return None
 
 
