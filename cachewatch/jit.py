@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import jax
 
-from . import _guard, _tracking, captures, causes, recorder
+from . import _guard, _tracking, captures, causes, recorder, runtimes
 from . import signature as sigmod
 from .events import STALE_CAPTURE, CompileEvent, FunctionInfo, new_event_id
 from .identity import describe_function, unwrap_callable
@@ -67,11 +67,13 @@ class CallStats(_Counter):
     """Calls of one function (by hash), shared by every jit object around it.
 
     ``calls`` and ``next_sample`` live in the base class, where the C hot path reads them.
+    Sampled run times wait in ``pending`` (per signature hash: log-spaced buckets and the
+    plain sum of seconds) until the recorder takes them.
     """
 
     __slots__ = ("function", "sample_every", "sampled_calls",
                  "sampled_seconds", "window_start", "window_samples", "max_per_second",
-                 "flushed_calls", "flushed_sampled", "flushed_seconds")
+                 "flushed_calls", "pending", "last_timed_calls", "first_hit", "signatures")
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
         super().__init__()  # calls = 0
@@ -82,13 +84,48 @@ class CallStats(_Counter):
         self.window_start = 0.0
         self.window_samples = 0
         self.flushed_calls = 0
-        self.flushed_sampled = 0
-        self.flushed_seconds = 0.0
+        self.pending: dict[str, tuple[runtimes.Buckets, list[float]]] = {}
+        self.last_timed_calls = 0  # calls counted at the previous timed call
+        self.first_hit = False  # the next sampled call is the first cache hit after a compile
+        self.signatures: set[str] = set()  # signature hashes compiled so far
 
     def configure(self, sample_every: int, max_per_second: float) -> None:
         self.sample_every = sample_every if sample_every > 0 else _NEVER_SAMPLE
         self.next_sample = self.calls + self.sample_every
         self.max_per_second = max_per_second
+
+    @property
+    def sampling(self) -> bool:
+        return self.sample_every < _NEVER_SAMPLE
+
+    def after_compile(self, signature_hash: str | None) -> None:
+        """Time the next call: every signature gets a run time, however few its calls."""
+        if signature_hash:
+            self.signatures.add(signature_hash)
+        if self.sampling:
+            self.first_hit = True
+            self.next_sample = self.calls + 1
+
+    def add_sample(self, signature_hash: str, seconds: float) -> None:
+        weight = max(1, self.calls - self.last_timed_calls)  # the calls this one stands for
+        self.last_timed_calls = self.calls
+        with _pending_lock:
+            self.sampled_calls += 1
+            self.sampled_seconds += seconds
+            found = self.pending.get(signature_hash)
+            if found is None:
+                found = self.pending[signature_hash] = ({}, [0.0])
+            runtimes.add_sample(found[0], seconds, weight)
+            found[1][0] += seconds
+
+    def take_samples(self) -> dict[str, tuple[runtimes.Buckets, list[float]]]:
+        """The samples since the previous take, per signature hash."""
+        with _pending_lock:
+            taken, self.pending = self.pending, {}
+        return taken
+
+
+_pending_lock = threading.Lock()  # sampled calls are rare: a lock costs nothing there
 
 
 _stats_lock = threading.Lock()
@@ -306,7 +343,7 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
         return out
 
     def timed(*args, **kwargs):
-        out = _timed_call(jitted, stats, args, kwargs)
+        out = _timed_call(jitted, stats, state, args, kwargs)
         if state.captures is not None:
             _check_captures(state)
         return out
@@ -360,25 +397,46 @@ def is_watched(fn: Any) -> bool:
     return getattr(fn, "__cachewatch_state__", None) is not None
 
 
-def _timed_call(jitted: Any, stats: CallStats, args: tuple, kwargs: dict) -> Any:
-    """A sampled call: block on the result to learn the run time."""
+def _timed_call(jitted: Any, stats: CallStats, state: HookState, args: tuple, kwargs: dict) -> Any:
+    """A sampled call, timed alone: the time one call takes with nothing else queued.
+
+    JAX dispatches asynchronously: the inputs may be outputs of calls still queued on
+    the device, and blocking on this call's output would wait for those too. So the
+    inputs are waited for first, then the timer covers dispatch, the run, and the wait
+    for this call's outputs. What it leaves out is pipelining: in a loop that never
+    blocks, the next call's dispatch overlaps this one's run.
+    """
     mark = _tracking.activity
     stats.next_sample = stats.calls + stats.sample_every
-    now = time.monotonic()
-    if now - stats.window_start >= 1.0:
-        stats.window_start = now
-        stats.window_samples = 0
-    if stats.window_samples >= stats.max_per_second:
+    first_hit, stats.first_hit = stats.first_hit, False
+    if not first_hit:  # one timed call per compile is never capped: compiles are rarer than that
+        now = time.monotonic()
+        if now - stats.window_start >= 1.0:
+            stats.window_start = now
+            stats.window_samples = 0
+        if stats.window_samples >= stats.max_per_second:
+            return jitted(*args, **kwargs)
+        stats.window_samples += 1
+    signature_hash = _sample_signature(state, stats, args, kwargs)
+    if signature_hash is None:
         return jitted(*args, **kwargs)
-    stats.window_samples += 1
     start = time.perf_counter()
     out = jitted(*args, **kwargs)
     jax.block_until_ready(out)
     elapsed = time.perf_counter() - start
     if _tracking.activity == mark:  # a call that compiled would count compile time as run time
-        stats.sampled_calls += 1
-        stats.sampled_seconds += elapsed
+        stats.add_sample(signature_hash, elapsed)
     return out
+
+
+@_guard.guarded(where="jit.sample")
+def _sample_signature(state: HookState, stats: CallStats, args: tuple, kwargs: dict) -> str | None:
+    """Wait for the call's inputs, and name its signature (before the call: donated
+    inputs are gone after it). None: do not time this call."""
+    jax.block_until_ready((args, kwargs))
+    if len(stats.signatures) == 1:  # one shape so far: no need to look
+        return next(iter(stats.signatures))
+    return sigmod.build(state.layout, args, kwargs).stable_hash()
 
 
 @_guard.guarded(where="jit.finish")
@@ -392,6 +450,7 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
     extra: dict[str, Any] = {}
     compiled = [r for r in records if r.compiles > 0 and r.error is None]
     if compiled and exc is None:
+        _sample_next_call(state, args, kwargs, compiled[0])
         cfg = recorder.config()
         if cfg.cost_analysis:
             extra.update(_cost_analysis(jitted, args, kwargs))
@@ -404,6 +463,11 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
             recorder.record_event(event)
         for name, before, after in record.stale:
             recorder.record_event(_stale_event(state, name, before, after, call_site))
+
+
+def _sample_next_call(state: HookState, args: tuple, kwargs: dict, record: _tracking.Record) -> None:
+    sig = record.signature if record.kind == "trace" else _concrete_signature(state, args, kwargs)
+    _stats_for(state.info).after_compile(sig.stable_hash() if sig is not None else None)
 
 
 def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: dict,

@@ -62,6 +62,9 @@ class Snapshot:
     calls: dict[str, int] = field(default_factory=dict)
     run_seconds: dict[str, float] = field(default_factory=dict)
     measured: set[str] = field(default_factory=set)  # labels with a sampled run time
+    # Calls times the current run time per call, for the compile share (as the report
+    # computes it); run_seconds is the counter, valued at the run time known at each write.
+    run_seconds_now: dict[str, float] = field(default_factory=dict)
     storming: set[str] = field(default_factory=set)
     labeled: set[str] = field(default_factory=set)  # the top N: shown with their own label
     detail: set[str] = field(default_factory=set)
@@ -105,12 +108,13 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, keep: set[str] 
         hashes[label].append(function_hash)
         snap.total_compiles[label] = snap.total_compiles.get(label, 0) + int(compiles or 0)
         snap.seconds[label] = snap.seconds.get(label, 0.0) + float(seconds or 0.0)
-    for function_hash, calls, run_seconds, measured in _call_totals(conn):
+    for function_hash, calls, run_seconds, per_call in _call_totals(conn):
         label = label_of(function_hash)
         snap.calls[label] = snap.calls.get(label, 0) + calls
         snap.run_seconds[label] = snap.run_seconds.get(label, 0.0) + run_seconds
-        if measured:
+        if per_call is not None:
             snap.measured.add(label)
+            snap.run_seconds_now[label] = snap.run_seconds_now.get(label, 0.0) + calls * per_call
 
     present = snap.labels()
     ranked = sorted(present, key=lambda label: (-snap.total_compiles.get(label, 0), label))
@@ -155,17 +159,18 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, keep: set[str] 
     return snap
 
 
-def _call_totals(conn: sa.Connection) -> Iterator[tuple[str, int, float, bool]]:
-    """Per function: calls, estimated run seconds, and whether any call was timed.
+def _call_totals(conn: sa.Connection) -> Iterator[tuple[str, int, float, float | None]]:
+    """Per function: calls, estimated run seconds, and the run time of one call now (None:
+    no call timed).
 
     The estimate comes from the totals the writers keep: each statistics row valued at
     the mean known when it was written, so it only grows, as a Prometheus counter must
     (the report's plain ``mean x calls`` can shrink when the mean drops).
     """
     t = models.function_call_totals
-    for function_hash, calls, run_seconds, sampled in enginemod.fetch_tuples(
-            conn, sa.select(t.c.function_hash, t.c.calls, t.c.run_seconds, t.c.sampled_calls)):
-        yield function_hash, int(calls or 0), float(run_seconds or 0.0), bool(sampled)
+    for function_hash, calls, run_seconds, per_call in enginemod.fetch_tuples(
+            conn, sa.select(t.c.function_hash, t.c.calls, t.c.run_seconds, t.c.run_seconds_per_call)):
+        yield function_hash, int(calls or 0), float(run_seconds or 0.0), per_call
 
 
 class _Fold:
@@ -302,7 +307,8 @@ class StoreCollector:
         yield run
 
         share = GaugeMetricFamily("cachewatch_compile_share_ratio", "Compile seconds over compile plus "
-                                  "estimated run seconds (functions with a sampled run time).",
+                                  "estimated run seconds (calls times the run time of one call), for "
+                                  "functions with a timed call; as `cachewatch report` shows it.",
                                   labels=["function"])
         for label in shown:
             members = [label] if label != OTHER else [m for m in present - labeled]
@@ -310,7 +316,7 @@ class StoreCollector:
             if not measured:
                 continue
             compile_s = sum(snap.seconds.get(m, 0.0) for m in measured)
-            run_s = sum(snap.run_seconds.get(m, 0.0) for m in measured)
+            run_s = sum(snap.run_seconds_now.get(m, 0.0) for m in measured)
             if compile_s + run_s > 0:
                 share.add_metric([label], compile_s / (compile_s + run_s))
         yield share
