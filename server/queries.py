@@ -192,13 +192,19 @@ def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: fl
     run_total = 0.0
     measured_compile = 0.0
     measured = False
+    unsampled = 0
     for row in storequeries.call_totals(conn, filters):
         calls += row.calls
+        unsampled += row.unsampled_calls
         if row.run_seconds_per_call is not None:
             measured = True
             run_total += row.run_seconds_per_call * row.calls
             measured_compile += compile_by_function.get(row.function_hash, 0.0)
     compile_seconds = sum(compile_by_function.values())
+    note = None
+    if not measured:
+        note = storequeries.run_time_note(
+            storequeries.CallTotals("", calls, 0, 0.0, None, unsampled), totals["compiles"])
     active = storms(conn, filters, threshold=threshold, window=window, active_only=True)
     return {
         "functions": len(compile_by_function),
@@ -209,6 +215,7 @@ def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: fl
         "calls": calls,
         "run_seconds_est": run_total if measured else None,
         "compile_share": storequeries.compile_share(measured_compile, run_total if measured else None),
+        "run_time_note": note,
         "active_storms": len(active),
         "storm_threshold": threshold,
         "storm_window": window,

@@ -342,6 +342,7 @@ class Summary(BaseModel):
                                           "with a sampled run time).")
     compile_share: float | None = Field(description="Compile seconds over compile plus estimated run seconds, "
                                         "over the functions with a sampled run time.")
+    run_time_note: str | None = Field(None, description="Why no function has a run time (null when one has).")
     active_storms: int
     storm_threshold: int
     storm_window: float
