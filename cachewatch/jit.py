@@ -73,7 +73,7 @@ class CallStats(_Counter):
 
     __slots__ = ("function", "sample_every", "sampled_calls",
                  "sampled_seconds", "window_start", "window_samples", "max_per_second",
-                 "flushed_calls", "pending", "last_timed_calls", "first_hit", "signatures")
+                 "flushed_calls", "pending", "last_timed_calls", "last_timed_end", "first_hit", "signatures")
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
         super().__init__()  # calls = 0
@@ -86,6 +86,7 @@ class CallStats(_Counter):
         self.flushed_calls = 0
         self.pending: dict[str, tuple[runtimes.Buckets, list[float]]] = {}
         self.last_timed_calls = 0  # calls counted at the previous timed call
+        self.last_timed_end = 0.0  # perf_counter when it returned (0: none yet)
         self.first_hit = False  # the next sampled call is the first cache hit after a compile
         self.signatures: set[str] = set()  # signature hashes compiled so far
 
@@ -106,9 +107,22 @@ class CallStats(_Counter):
             self.first_hit = True
             self.next_sample = self.calls + 1
 
-    def add_sample(self, signature_hash: str, seconds: float) -> None:
-        weight = max(1, self.calls - self.last_timed_calls)  # the calls this one stands for
+    def add_sample(self, signature_hash: str, alone: float, end: float) -> None:
+        """One timed call: ``alone`` its time with nothing queued, ``end`` when it returned.
+
+        Its run time is ``alone``, but no more than the wall time per call since the
+        previous timed call: calls queued back to back overlap their dispatch and runs,
+        and the latency of one call alone (the host waiting on the device and back) is
+        then not what each costs. The previous timed call waited for its outputs, so the
+        calls in between finished inside that wall time.
+        """
+        between = self.calls - self.last_timed_calls
+        weight = max(1, between)  # the calls this sample stands for
+        seconds = alone
+        if self.last_timed_end and between > 0:
+            seconds = min(alone, (end - self.last_timed_end) / between)
         self.last_timed_calls = self.calls
+        self.last_timed_end = end
         with _pending_lock:
             self.sampled_calls += 1
             self.sampled_seconds += seconds
@@ -423,9 +437,9 @@ def _timed_call(jitted: Any, stats: CallStats, state: HookState, args: tuple, kw
     start = time.perf_counter()
     out = jitted(*args, **kwargs)
     jax.block_until_ready(out)
-    elapsed = time.perf_counter() - start
+    end = time.perf_counter()
     if _tracking.activity == mark:  # a call that compiled would count compile time as run time
-        stats.add_sample(signature_hash, elapsed)
+        stats.add_sample(signature_hash, end - start, end)
     return out
 
 

@@ -234,10 +234,10 @@ def run_time_note(stat: CallTotals | None, compiles: int) -> str | None:
     calls = stat.calls if stat is not None else 0
     if not calls:
         return "never called"
+    if calls <= compiles:  # every call compiled: there was no run to time
+        return "called only while compiling"
     if stat is not None and stat.unsampled_calls:
         return "sampling off"
-    if calls <= compiles:
-        return "called only while compiling"
     return "no call timed yet"
 
 
