@@ -78,6 +78,7 @@ class CallStats(_Counter):
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
         super().__init__()  # calls = 0
         self.function = function
+        self.first_hit = False  # the next sampled call is the first cache hit after a compile
         self.configure(sample_every, max_per_second)
         self.sampled_calls = 0
         self.sampled_seconds = 0.0
@@ -87,12 +88,12 @@ class CallStats(_Counter):
         self.pending: dict[str, tuple[runtimes.Buckets, list[float]]] = {}
         self.last_timed_calls = 0  # calls counted at the previous timed call
         self.last_timed_end = 0.0  # perf_counter when it returned (0: none yet)
-        self.first_hit = False  # the next sampled call is the first cache hit after a compile
         self.signatures: set[str] = set()  # signature hashes compiled so far
 
     def configure(self, sample_every: int, max_per_second: float) -> None:
         self.sample_every = sample_every if sample_every > 0 else _NEVER_SAMPLE
-        self.next_sample = self.calls + self.sample_every
+        self.first_hit = self.first_hit and self.sampling  # a compile's first hit is still timed
+        self.next_sample = self.calls + (1 if self.first_hit else self.sample_every)
         self.max_per_second = max_per_second
 
     @property
