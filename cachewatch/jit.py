@@ -449,8 +449,8 @@ def _sample_signature(state: HookState, stats: CallStats, args: tuple, kwargs: d
     """Wait for the call's inputs, and name its signature (before the call: donated
     inputs are gone after it). None: do not time this call."""
     jax.block_until_ready((args, kwargs))
-    if len(stats.signatures) == 1:  # one shape so far: no need to look
-        return next(iter(stats.signatures))
+    if len(stats.signatures) <= 1:  # one shape so far (or none known): no need to look
+        return next(iter(stats.signatures), "")
     return sigmod.build(state.layout, args, kwargs).stable_hash()
 
 
