@@ -448,7 +448,10 @@ def _timed_call(jitted: Any, stats: CallStats, state: HookState, args: tuple, kw
 def _sample_signature(state: HookState, stats: CallStats, args: tuple, kwargs: dict) -> str | None:
     """Wait for the call's inputs, and name its signature (before the call: donated
     inputs are gone after it). None: do not time this call."""
-    jax.block_until_ready((args, kwargs))
+    try:
+        jax.block_until_ready((args, kwargs))
+    except Exception:  # e.g. an input already donated: the call itself will say so
+        return None
     if len(stats.signatures) <= 1:  # one shape so far (or none known): no need to look
         return next(iter(stats.signatures), "")
     return sigmod.build(state.layout, args, kwargs).stable_hash()
