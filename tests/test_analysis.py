@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import time
 import uuid
 
@@ -280,7 +281,8 @@ def test_eager_baseline_is_measured_once_per_signature(sqlite_url, use_store, ca
 
     for _ in range(3):
         mlp(jnp.ones((4, 8)))
-    mlp(jnp.ones((2, 8)))
+    for _ in range(2):  # the second call: a run time for this signature too
+        mlp(jnp.ones((2, 8)))
     assert cachewatch.flush(30)
     events = events_of(sqlite_url, "mlp")
     assert len(events) == 2
@@ -290,6 +292,15 @@ def test_eager_baseline_is_measured_once_per_signature(sqlite_url, use_store, ca
     verdict = row["verdict"]
     assert verdict["eager_seconds_mean"] > 0 and verdict["worth_it"] is not None
     assert "eagerly" in verdict["text"]
+    # The verdict's numbers are the report's, and each signature has its own break-even.
+    assert verdict["compile_share"] == pytest.approx(row["compile_share"])
+    assert f"compile share {100 * row['compile_share']:.1f}%" in verdict["text"]
+    assert len(verdict["signatures"]) == 2
+    for sig in verdict["signatures"]:
+        assert sig["compiles"] == 1 and sig["run_seconds"] > 0 and sig["eager_seconds"] > 0
+        saved = sig["eager_seconds"] - sig["run_seconds"]
+        assert sig["break_even_calls"] == (math.ceil(sig["compile_seconds_per_compile"] / saved) if saved > 0
+                                           else None)
 
 
 # ------------------------------------------------------------------ compile cost model
