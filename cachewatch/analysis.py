@@ -245,11 +245,17 @@ def jit_verdict(compile_seconds: float, compiles: int, calls: int, run_mean: flo
         elif saved_per_call <= 0:
             text.append("eager is as fast per call, so compiling never pays off")
         if verdict["repaid"]:
-            text.append(f"this run repaid it: jit saves {verdict['jit_saves_seconds']:.3g} s over running eagerly")
+            text.append(f"this run repaid its compiles: jit saves {verdict['jit_saves_seconds']:.3g} s over running "
+                        "eagerly")
         else:
-            text.append(f"this run did not: jit costs {-verdict['jit_saves_seconds']:.3g} s more than running "
-                        "eagerly" + (f" (it would pay off after {verdict['break_even_calls_total']} calls)"
-                                     if verdict["break_even_calls_total"] is not None else ""))
+            text.append(f"this run did not repay its compiles: jit costs {-verdict['jit_saves_seconds']:.3g} s more "
+                        "than running eagerly" + (f" (it would pay off after {verdict['break_even_calls_total']} "
+                                                  "calls)" if verdict["break_even_calls_total"] is not None else ""))
+    elif eager_mean is not None and calls * eager_mean < compile_seconds:
+        # No jit run time, but even a free run could not have saved the compile time.
+        verdict["repaid"] = False
+        text.append(f"this run did not repay its compiles: {calls} call(s) save at most "
+                    f"{calls * eager_mean:.3g} s against eager, for {compile_seconds:.3g} s compiling")
     elif run_mean is not None:
         text.append("eager baseline off, so no break-even")
     verdict["text"] = "; ".join(text)

@@ -246,13 +246,13 @@ def test_break_even_arithmetic():
     assert verdict["compile_share"] == pytest.approx(3.0 / (3.0 + 0.41))
     assert verdict["text"] == ("compiled 12 time(s) for 41 call(s); compiling costs more than running: compile "
                                "share 88.0% (3 s compiling, 0.41 s running); one compile is repaid after 25 calls "
-                               "(10 ms saved per call against eager); this run did not: jit costs 2.59 s more "
-                               "than running eagerly (it would pay off after 300 calls)")
+                               "(10 ms saved per call against eager); this run did not repay its compiles: jit "
+                               "costs 2.59 s more than running eagerly (it would pay off after 300 calls)")
     paid = analysis.jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
     assert paid["worth_it"] and paid["break_even_calls"] == 167 and not paid["few_calls"]
     assert paid["text"] == ("running costs more than compiling: compile share 33.3% (0.5 s compiling, 1 s running); "
                             "one compile is repaid after 167 calls (3 ms saved per call against eager); this run "
-                            "repaid it: jit saves 2.5 s over running eagerly")
+                            "repaid its compiles: jit saves 2.5 s over running eagerly")
     slower = analysis.jit_verdict(compile_seconds=0.5, compiles=1, calls=10, run_mean=0.004, eager_mean=0.001)
     assert slower["break_even_calls"] is None and "eager is as fast per call" in slower["text"]
 
@@ -268,6 +268,11 @@ def test_verdict_agrees_with_the_compile_share():
                                    run_note="called only while compiling")
     assert untimed["text"] == ("compiled 3 time(s) for 3 call(s); no run time (called only while compiling), "
                                "so no compile share")
+    # With an eager baseline, a run whose calls could not have saved the compile time says so.
+    eager = analysis.jit_verdict(compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=0.01,
+                                 run_note="called only while compiling")
+    assert eager["repaid"] is False and eager["text"].endswith(
+        "this run did not repay its compiles: 3 call(s) save at most 0.03 s against eager, for 1 s compiling")
 
 
 def test_eager_baseline_is_measured_once_per_signature(sqlite_url, use_store, capsys):
