@@ -108,7 +108,7 @@ def test_heavy_kernel_run_time_matches_a_stopwatch(sqlite_url, use_store):
 # ------------------------------------------------------------------ every function gets a compile share
 
 
-def test_short_run_has_a_compile_share_in_report_and_api(sqlite_url, use_store, capsys):
+def test_short_run_has_a_compile_share_in_report_and_api(sqlite_url, use_store, capsys, hot_path):
     use_store(sqlite_url)  # the default: 1 call in 100 timed
 
     @cachewatch.jit
@@ -134,7 +134,7 @@ def test_short_run_has_a_compile_share_in_report_and_api(sqlite_url, use_store, 
     assert summary["compile_share"] is not None and summary["run_time_note"] is None
 
 
-def test_every_signature_gets_a_run_time(sqlite_url, use_store):
+def test_every_signature_gets_a_run_time(sqlite_url, use_store, hot_path):
     use_store(sqlite_url)
 
     @cachewatch.jit
