@@ -2,14 +2,14 @@
 
 A sampled call's time goes into a bucket (8 per doubling, so a bucket's centre is
 within 4.5% of any time in it), per signature. Buckets add up across flushes, runs
-and processes, so the store can merge them with plain sums, and a signature's run
-time is the *lower median* of its buckets: one call slowed by the scheduler cannot
-move it, and with two samples the faster one counts.
+and processes, so the store can merge them with plain sums.
 
-Each sample also carries a *weight*: the calls since the function's previous timed
-call, which it stands for. A function's run time per call is the weighted mean of its
-signatures' medians, so a shape called 10,000 times counts for more than one called
-once, and each shape is valued at its own run time.
+Each sample carries a *weight*: the calls since the function's previous timed call,
+which it stands for. A signature's run time is the run time of its median call (the
+lower median of its samples weighted by those calls): one call slowed by the
+scheduler cannot move it. A function's run time per call is the mean of its
+signatures' medians weighted the same way, so a shape called 10,000 times counts for
+more than one called once, and each shape is valued at its own run time.
 
     counts = {}
     add_sample(counts, 0.0042, weight=100)
@@ -53,16 +53,21 @@ def merge(into: Buckets, other: Mapping[int, Iterable[int]]) -> None:
 
 
 def median_seconds(buckets: Mapping[int, Iterable[int]]) -> float | None:
-    """The lower median of the samples (by count, not weight); None without samples."""
-    ordered = sorted((int(b), int(list(v)[0])) for b, v in buckets.items())
-    total = sum(n for _, n in ordered)
-    if total <= 0:
+    """The run time of the median call: the lower median of the samples, each weighted by
+    the calls it stands for. None without samples.
+
+    Weighting by calls keeps an interval in which the machine stalled (few calls, each
+    slow) from counting as much as one in which the loop ran freely.
+    """
+    ordered = sorted((int(b), *map(int, v)) for b, v in buckets.items())
+    if sum(n for _, n, _ in ordered) <= 0:
         return None
-    middle = (total + 1) // 2
+    weights = [w if w > 0 else n for _, n, w in ordered]  # a sample stands for at least itself
+    half = sum(weights) / 2
     seen = 0
-    for bucket, n in ordered:
-        seen += n
-        if seen >= middle:
+    for (bucket, _, _), weight in zip(ordered, weights):
+        seen += weight
+        if seen >= half:
             return bucket_seconds(bucket)
     return bucket_seconds(ordered[-1][0])  # pragma: no cover - the loop returns
 

@@ -193,6 +193,12 @@ def test_one_slow_call_cannot_move_the_run_time():
     runtimes.add_sample(two, 0.5)
     assert runtimes.median_seconds(two) == pytest.approx(0.001, rel=0.05)  # the faster of two
     assert runtimes.median_seconds({}) is None
+    # Three timed calls in a stall, standing for 5 calls each, against two standing for
+    # 100 each: the median call ran at the free speed.
+    stalled: runtimes.Buckets = {}
+    for seconds, weight in ((0.01, 100), (0.01, 100), (0.05, 5), (0.05, 5), (0.05, 5)):
+        runtimes.add_sample(stalled, seconds, weight)
+    assert runtimes.median_seconds(stalled) == pytest.approx(0.01, rel=0.05)
 
 
 def test_signatures_are_weighted_by_the_calls_they_stand_for(sqlite_url):
