@@ -104,6 +104,10 @@ class CallStats(_Counter):
         """Time the next call: every signature gets a run time, however few its calls."""
         if signature_hash:
             self.signatures.add(signature_hash)
+        # The calls before the compile were of other signatures: the next timed call
+        # stands for none of them, and its wall time since then holds the compile.
+        self.last_timed_calls = self.calls
+        self.last_timed_end = 0.0
         if self.sampling:
             self.first_hit = True
             self.next_sample = self.calls + 1
