@@ -215,7 +215,7 @@ def jit_verdict(compile_seconds: float, compiles: int, calls: int, run_mean: flo
         jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
     """
     run_est = calls * run_mean if run_mean is not None else None
-    share = None if run_est is None or compile_seconds + run_est <= 0 else compile_seconds / (compile_seconds + run_est)
+    share = queries.compile_share(compile_seconds, run_est)  # the report's, from the same numbers
     per_compile = compile_seconds / compiles if compiles else None
     verdict: dict[str, Any] = {"compiles": compiles, "calls": calls, "compile_seconds": compile_seconds,
                                "run_seconds_mean": run_mean, "run_seconds_est": run_est, "compile_share": share,

@@ -104,7 +104,8 @@ def test_ingest_then_query(client, store_url, recorded):
     assert summary["compile_seconds"] == pytest.approx(sum(r["compile_seconds"] for r in items))
     assert summary["calls"] == 40
     assert summary["active_storms"] == 1
-    share = by_name["step"]["compile_seconds"] / (by_name["step"]["compile_seconds"] + by_name["step"]["run_seconds_est"])
+    step_row = by_name["step"]
+    share = step_row["compile_seconds"] / (step_row["compile_seconds"] + step_row["run_seconds_est"])
     assert summary["compile_share"] == pytest.approx(share)
 
 
