@@ -7,7 +7,9 @@
     cachewatch.jit, with plain jax.jit, and with jax.jit under JAX's own
     jax_explain_cache_misses;
 (c) the same compiles, with cachewatch's own work and JAX's explanation each timed
-    directly (whole-compile times in (b) vary more than either costs).
+    directly (whole-compile times in (b) vary more than either costs);
+(d) the first cache hit after each of those compiles, which cachewatch times (it
+    waits for the call's inputs and outputs), against the same call with sampling off.
 
 Variants run interleaved (the order rotates every repeat) in one process, and each
 figure is the median over the repeats, so drift of the machine hits all alike.
@@ -99,6 +101,22 @@ def time_compiles(wrap, shapes: int, explain: bool) -> float:
     finally:
         jax.config.update("jax_explain_cache_misses", previous)
     return elapsed / shapes
+
+
+def first_hits(shapes: int, sample_every: int) -> float:
+    """Median seconds the first cache-hit call after each compile takes to return."""
+    cachewatch.configure(sample_every=sample_every)
+    fn = cachewatch.jit(make_model())
+    inputs = [jnp.ones((n + 1, 8)) for n in range(shapes)]
+    jax.block_until_ready(inputs)
+    times = []
+    for x in inputs:
+        jax.block_until_ready(fn(x))  # the compile
+        start = time.perf_counter()
+        out = fn(x)
+        times.append(time.perf_counter() - start)
+        jax.block_until_ready(out)
+    return statistics.median(times)
 
 
 class OwnTime:
@@ -213,6 +231,10 @@ def main() -> None:
     with theirs:
         for _ in range(3):
             time_compiles(jax.jit, args.shapes, explain=True)
+    hit_after_compile = interleaved({
+        "sampled (cachewatch default)": lambda: first_hits(args.shapes, sample_every=100),
+        "not sampled (CACHEWATCH_SAMPLE_EVERY=0)": lambda: first_hits(args.shapes, sample_every=0),
+    }, args.repeats)
     cachewatch.flush(30)
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
@@ -238,6 +260,16 @@ def main() -> None:
                           ("JAX's jax_explain_cache_misses (explanation, log)", theirs.seconds)):
         ms = 1e3 * seconds / (3 * args.shapes)
         print(f"    {name:52} {ms:10.3f} {100 * ms / base_ms:12.2f}%")
+    print()
+    print(f"(d) first cache-hit call after each compile (medians over {args.shapes} compiles, "
+          f"{args.repeats} interleaved repeats)")
+    print(f"    {'variant':52} {'us/call':>10} {'of a compile':>13}")
+    for name, seconds in hit_after_compile.items():
+        print(f"    {name:52} {seconds * 1e6:10.1f} {100 * seconds * 1e3 / base_ms:12.3f}%")
+    added = hit_after_compile["sampled (cachewatch default)"] - hit_after_compile[
+        "not sampled (CACHEWATCH_SAMPLE_EVERY=0)"]
+    print(f"    {'added by the first-call sample, per compile':52} {added * 1e6:10.1f} "
+          f"{100 * added * 1e3 / base_ms:12.3f}%")
 
 
 if __name__ == "__main__":

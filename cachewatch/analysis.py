@@ -17,7 +17,7 @@ from typing import Any, Iterable
 import sqlalchemy as sa
 
 from .events import Cause
-from .store import models
+from .store import models, queries
 from .store.queries import Filters
 
 
@@ -243,62 +243,127 @@ def _next_pow2(n: int) -> int:
 
 
 def jit_verdict(compile_seconds: float, compiles: int, calls: int, run_mean: float | None,
-                eager_mean: float | None, few_calls: int = 5) -> dict[str, Any]:
-    """Whether compiling paid for itself, from totals that the store holds.
+                eager_mean: float | None, few_calls: int = 5, run_note: str | None = None,
+                signatures: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Whether compiling paid for itself, from the numbers the report shows.
 
-    With an eager baseline (op-by-op run time per call) the break-even is the number of
-    calls after which the time saved per call has repaid the compile time.
+    ``run_mean`` is the report's run time of one call, so the compile share here is the
+    report's. With an eager baseline (op-by-op run time per call), ``break_even_calls``
+    is the calls after which the time saved per call has repaid one compile (the mean
+    compile), and ``repaid`` whether this view's calls repaid all its compiles.
+
+        jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
     """
+    run_est = calls * run_mean if run_mean is not None else None
+    share = queries.compile_share(compile_seconds, run_est)  # the report's, from the same numbers
+    per_compile = compile_seconds / compiles if compiles else None
     verdict: dict[str, Any] = {"compiles": compiles, "calls": calls, "compile_seconds": compile_seconds,
-                               "run_seconds_mean": run_mean, "eager_seconds_mean": eager_mean,
-                               "break_even_calls": None, "jit_saves_seconds": None,
+                               "run_seconds_mean": run_mean, "run_seconds_est": run_est, "compile_share": share,
+                               "eager_seconds_mean": eager_mean, "compile_seconds_per_compile": per_compile,
+                               "break_even_calls": None, "break_even_calls_total": None,
+                               "jit_saves_seconds": None, "repaid": None, "signatures": signatures or [],
                                "few_calls": compiles > 0 and calls <= few_calls * compiles}
     text = []
     if compiles and verdict["few_calls"]:
         text.append(f"compiled {compiles} time(s) for {calls} call(s)")
+    if run_mean is None:
+        text.append(f"no run time ({run_note or 'no call timed'}), so no compile share")
+    else:
+        heavier = "compiling costs more than running" if share is not None and share >= 0.5 else \
+            "running costs more than compiling"
+        text.append(f"{heavier}: compile share {_percent(share)} ({compile_seconds:.3g} s compiling, "
+                    f"{run_est:.3g} s running)")
     if run_mean is not None and eager_mean is not None:
         saved_per_call = eager_mean - run_mean
-        jit_total = compile_seconds + calls * run_mean
-        eager_total = calls * eager_mean
-        verdict["jit_saves_seconds"] = eager_total - jit_total
-        if saved_per_call > 0:
-            verdict["break_even_calls"] = math.ceil(compile_seconds / saved_per_call)
-        if eager_total >= jit_total:
-            text.append(f"jit saves {eager_total - jit_total:.3g} s over running eagerly"
-                        + (f" (break-even after {verdict['break_even_calls']} calls)"
-                           if verdict["break_even_calls"] is not None else ""))
+        verdict["jit_saves_seconds"] = calls * saved_per_call - compile_seconds
+        verdict["repaid"] = verdict["jit_saves_seconds"] >= 0
+        if saved_per_call > 0 and per_compile is not None:
+            verdict["break_even_calls"] = math.ceil(per_compile / saved_per_call)
+            verdict["break_even_calls_total"] = math.ceil(compile_seconds / saved_per_call)
+            text.append(f"one compile is repaid after {verdict['break_even_calls']} calls "
+                        f"({_seconds(saved_per_call)} saved per call against eager)")
+        elif saved_per_call <= 0:
+            text.append("eager is as fast per call, so compiling never pays off")
+        if verdict["repaid"]:
+            text.append(f"this run repaid its compiles: jit saves {verdict['jit_saves_seconds']:.3g} s over running "
+                        "eagerly")
         else:
-            text.append(f"jit costs {jit_total - eager_total:.3g} s more than running eagerly"
-                        + (f" (it would pay off after {verdict['break_even_calls']} calls)"
-                           if verdict["break_even_calls"] is not None else " (eager is faster per call too)"))
-    elif verdict["few_calls"]:
-        text.append("the compile time is probably not repaid; enable eager_baseline to measure")
+            text.append(f"this run did not repay its compiles: jit costs {-verdict['jit_saves_seconds']:.3g} s more "
+                        "than running eagerly" + (f" (it would pay off after {verdict['break_even_calls_total']} "
+                                                  "calls)" if verdict["break_even_calls_total"] is not None else ""))
+    elif eager_mean is not None and calls * eager_mean < compile_seconds:
+        # No jit run time, but even a free run could not have saved the compile time.
+        verdict["repaid"] = False
+        text.append(f"this run did not repay its compiles: {calls} call(s) save at most "
+                    f"{calls * eager_mean:.3g} s against eager, for {compile_seconds:.3g} s compiling")
+    elif run_mean is not None:
+        text.append("eager baseline off, so no break-even")
     verdict["text"] = "; ".join(text)
-    verdict["worth_it"] = (None if verdict["jit_saves_seconds"] is None
-                           else verdict["jit_saves_seconds"] >= 0)
+    verdict["worth_it"] = verdict["repaid"]
     return verdict
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
+def _seconds(value: float) -> str:
+    if value >= 1:
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} us"
 
 
 def verdicts(conn: sa.Connection, report_rows: list[dict[str, Any]], filters: Filters = Filters(),
              few_calls: int = 5) -> dict[str, dict[str, Any]]:
-    """The jit verdict per function of a report, with eager baselines where measured."""
+    """The jit verdict per function of a report, from the row's own numbers, with eager
+    baselines and a break-even per signature where measured."""
     e = models.compile_events
-    q = filters.apply(e, sa.select(e.c.function_hash, sa.func.avg(e.c.compiled_run_seconds).label("compiled"),
+    hashes = [row["function_hash"] for row in report_rows if row.get("module") != OP_BY_OP_MODULE]
+    if not hashes:
+        return {}
+    q = filters.apply(e, sa.select(e.c.function_hash, e.c.signature_hash,
+                                   sa.func.sum(sa.case((e.c.compiled, 1), else_=0)).label("compiles"),
+                                   sa.func.sum(queries.cost_expr(e)).label("seconds"),
                                    sa.func.avg(e.c.eager_run_seconds).label("eager"))
-                      .where(e.c.eager_run_seconds.is_not(None)).group_by(e.c.function_hash))
-    baselines = {r.function_hash: r for r in conn.execute(q)}
+                      .where(e.c.function_hash.in_(hashes), e.c.kind != "stale_capture")
+                      .group_by(e.c.function_hash, e.c.signature_hash))
+    per_signature: dict[str, list[Any]] = collections.defaultdict(list)
+    for r in conn.execute(q):
+        per_signature[r.function_hash].append(r)
+    run_times = queries.signature_run_times(conn, filters, hashes)
     out = {}
     for row in report_rows:
         if row.get("module") == OP_BY_OP_MODULE or not row["calls"]:
             # JAX's own eager compiles, or a jit whose calls are not counted (one cachewatch
             # did not wrap, seen through JAX's compile events): nothing to weigh.
             continue
-        base = baselines.get(row["function_hash"])
-        run_mean = row.get("run_seconds_mean")
-        if base is not None and run_mean is None:
-            run_mean = float(base.compiled)
-        out[row["function_hash"]] = jit_verdict(row["compile_seconds"], row["compiles"], row["calls"], run_mean,
-                                                float(base.eager) if base is not None else None, few_calls)
+        function_hash = row["function_hash"]
+        timed = run_times.get(function_hash, {})
+        signatures = []
+        eager_weighted, eager_weight, eager_plain = 0.0, 0, []
+        for sig in per_signature.get(function_hash, []):
+            if sig.eager is None:
+                continue
+            run = timed.get(sig.signature_hash, {})
+            run_s, weight = run.get("run_seconds"), run.get("weight", 0)
+            eager_plain.append(float(sig.eager))
+            eager_weighted += weight * float(sig.eager)
+            eager_weight += weight
+            compiles = int(sig.compiles or 0)
+            per_compile = float(sig.seconds or 0.0) / compiles if compiles else None
+            saved = float(sig.eager) - run_s if run_s is not None else None
+            signatures.append({"signature_hash": sig.signature_hash, "compiles": compiles,
+                               "compile_seconds_per_compile": per_compile, "run_seconds": run_s,
+                               "eager_seconds": float(sig.eager),
+                               "break_even_calls": (math.ceil(per_compile / saved)
+                                                    if saved is not None and saved > 0 and per_compile else None)})
+        eager = (eager_weighted / eager_weight if eager_weight
+                 else (sum(eager_plain) / len(eager_plain) if eager_plain else None))
+        out[function_hash] = jit_verdict(row["compile_seconds"], row["compiles"], row["calls"],
+                                         row.get("run_seconds_mean"), eager, few_calls,
+                                         run_note=row.get("run_time_note"), signatures=signatures)
     return out
 
 
@@ -316,12 +381,21 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
     return slope, mean_y - slope * mean_x
 
 
+# Fewest compiles, distinct program sizes, and largest-to-smallest size ratio a growth
+# exponent is fitted from: a slope through four nearby points is mostly noise.
+EXPONENT_MIN_POINTS = 5
+EXPONENT_MIN_SIZES = 4
+EXPONENT_MIN_SPAN = 4.0
+
+
 def cost_model(conn: sa.Connection, filters: Filters = Filters(), min_points: int = 3) -> list[dict[str, Any]]:
     """Compile seconds against program size per function, fastest-growing first.
 
     Size is the HLO operation count when recorded (cost_analysis), else the jaxpr
     equation count. ``exponent`` is the slope on log-log axes: 1 is linear growth,
-    2 quadratic; functions above 1.5 are flagged.
+    2 quadratic; functions above 1.5 are flagged. ``points`` is how many compiles the
+    fit used; with fewer than ``EXPONENT_MIN_POINTS`` over ``EXPONENT_MIN_SIZES`` sizes
+    spanning ``EXPONENT_MIN_SPAN``x there is no exponent, and ``note`` says why.
     """
     e, f = models.compile_events, models.functions
     size = sa.func.coalesce(e.c.hlo_ops, e.c.jaxpr_eqns)
@@ -339,17 +413,24 @@ def cost_model(conn: sa.Connection, filters: Filters = Filters(), min_points: in
     rows = []
     for function_hash, pts in points.items():
         sizes = [p[0] for p in pts]
+        distinct = len(set(sizes))
         row = {"function_hash": function_hash, "qualname": names.get(function_hash, ""), "compiles": len(pts),
-               "min_size": min(sizes), "max_size": max(sizes),
-               "seconds_per_1000_ops": None, "exponent": None, "superlinear": False}
-        if len(pts) >= min_points and len(set(sizes)) >= 2:
+               "points": len(pts), "distinct_sizes": distinct, "min_size": min(sizes), "max_size": max(sizes),
+               "seconds_per_1000_ops": None, "exponent": None, "superlinear": False, "note": None}
+        if len(pts) >= min_points and distinct >= 2:
             linear = _fit(sizes, [p[1] for p in pts])
-            loglog = _fit([math.log(x) for x in sizes], [math.log(p[1]) for p in pts])
             if linear is not None:
                 row["seconds_per_1000_ops"] = linear[0] * 1000
+        if (len(pts) >= EXPONENT_MIN_POINTS and distinct >= EXPONENT_MIN_SIZES
+                and max(sizes) >= EXPONENT_MIN_SPAN * min(sizes)):
+            loglog = _fit([math.log(x) for x in sizes], [math.log(p[1]) for p in pts])
             if loglog is not None:
                 row["exponent"] = loglog[0]
                 row["superlinear"] = loglog[0] > 1.5
+        else:
+            row["note"] = (f"no growth exponent from {len(pts)} compile(s) over {distinct} size(s) "
+                           f"({min(sizes):.0f}-{max(sizes):.0f}): it needs {EXPONENT_MIN_POINTS} over "
+                           f"{EXPONENT_MIN_SIZES} sizes spanning {EXPONENT_MIN_SPAN:.0f}x")
         rows.append(row)
     rows.sort(key=lambda r: (-(r["exponent"] or 0.0), -(r["seconds_per_1000_ops"] or 0.0)))
     return rows

@@ -145,9 +145,10 @@ def _report(args: argparse.Namespace) -> int:
         where = f"{_basename(r['file'])}:{r['line']}" if r["file"] else "(eager code)"
         table.append([r["qualname"], where, r["compiles"], r["recompiles"],
                       f"{r['compile_seconds']:.3f}", r["calls"] or "-",
-                      "-" if r["run_seconds_est"] is None else f"{r['run_seconds_est']:.3f}", causes])
+                      "-" if r["run_seconds_est"] is None else f"{r['run_seconds_est']:.3f}",
+                      "-" if r["compile_share"] is None else f"{100 * r['compile_share']:.1f}%", causes])
     _print_table(["function", "defined at", "compiles", "recompiles", "compile s", "calls", "run s (est)",
-                  "causes"], table)
+                  "compile share", "causes"], table)
     print("\n" + _coverage_line(rows))
     _print_findings(rows, storms, costs, regressions)
     return 0
@@ -188,8 +189,8 @@ def _print_findings(rows: list[dict], storms: list[dict], costs: list[dict], reg
     if steep:
         print("\nCompile time grows faster than program size:")
         for c in steep:
-            print(f"  {c['qualname']}: compile seconds ~ size^{c['exponent']:.2f} over sizes "
-                  f"{c['min_size']:.0f}-{c['max_size']:.0f}")
+            print(f"  {c['qualname']}: compile seconds ~ size^{c['exponent']:.2f}, fitted on {c['points']} "
+                  f"compiles over sizes {c['min_size']:.0f}-{c['max_size']:.0f}")
     if regressions:
         print("\nCompile-time regressions across runs:")
         for g in regressions:

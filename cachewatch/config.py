@@ -58,8 +58,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("store", str, default_store_url, "Where events go: sqlite:///path, postgresql://..., or http(s)://server."),
     Setting("run_name", str, "", "A human name for this process's run (shown beside the run id)."),
     Setting("enabled", _parse_bool, True, "Record anything at all; off makes cachewatch.jit plain jax.jit."),
-    Setting("sample_every", int, 100, "Time one call in this many cache-hit calls (0 turns run-time sampling off)."),
-    Setting("sample_max_per_second", float, 5.0, "Upper bound on timed calls per second per function."),
+    Setting("sample_every", int, 100, "Time the first cache hit after each compile, then one call in this many "
+            "(0 turns run-time sampling off)."),
+    Setting("sample_max_per_second", float, 5.0, "Upper bound on timed calls per second per function (the "
+            "first hit after a compile is always timed)."),
     Setting("queue_size", int, 10_000, "Events held in memory before new ones are dropped and counted."),
     Setting("batch_size", int, 500, "Most events the writer sends to the store in one statement."),
     Setting("flush_interval", float, 1.0, "Seconds the writer waits to fill a batch."),

@@ -171,7 +171,14 @@ _EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(CompileEvent) if f.name
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CallStats:
-    """Calls of one function since the previous flush, with the sampled run time."""
+    """Calls of one function since the previous flush, with the sampled run time.
+
+    One row per signature that had timed calls (``signature_hash``, its samples and
+    ``run_buckets``: log-spaced bucket -> [samples, calls they stand for], see
+    ``runtimes``); the function's calls are on the first of its rows. ``sample_every``
+    is the process's setting (0: sampling off), so a function with no timed call can
+    say why.
+    """
 
     run_id: str
     function: FunctionInfo
@@ -179,11 +186,16 @@ class CallStats:
     calls: int
     sampled_calls: int
     sampled_seconds: float
+    signature_hash: str = ""
+    run_buckets: dict[str, list[int]] | None = None
+    sample_every: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "function_hash": self.function.function_hash,
                 "timestamp": self.timestamp, "calls": self.calls,
-                "sampled_calls": self.sampled_calls, "sampled_seconds": self.sampled_seconds}
+                "sampled_calls": self.sampled_calls, "sampled_seconds": self.sampled_seconds,
+                "signature_hash": self.signature_hash, "run_buckets": self.run_buckets,
+                "sample_every": self.sample_every}
 
 
 def event_from_dict(data: dict[str, Any]) -> CompileEvent:
@@ -217,4 +229,6 @@ def stats_to_dict(stats: CallStats) -> dict[str, Any]:
 def stats_from_dict(data: dict[str, Any]) -> CallStats:
     return CallStats(run_id=data["run_id"], function=FunctionInfo(**data["function"]),
                      timestamp=data["timestamp"], calls=data["calls"],
-                     sampled_calls=data["sampled_calls"], sampled_seconds=data["sampled_seconds"])
+                     sampled_calls=data["sampled_calls"], sampled_seconds=data["sampled_seconds"],
+                     signature_hash=data.get("signature_hash") or "", run_buckets=data.get("run_buckets"),
+                     sample_every=data.get("sample_every"))

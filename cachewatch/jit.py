@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import jax
 
-from . import _guard, _tracking, captures, causes, recorder
+from . import _guard, _tracking, captures, causes, recorder, runtimes
 from . import signature as sigmod
 from .events import STALE_CAPTURE, CompileEvent, FunctionInfo, new_event_id
 from .identity import call_site, describe_function, is_library_file, unwrap_callable, user_function_in
@@ -63,28 +63,84 @@ class CallStats(_Counter):
     """Calls of one function (by hash), shared by every jit object around it.
 
     ``calls`` and ``next_sample`` live in the base class, where the C hot path reads them.
+    Sampled run times wait in ``pending`` (per signature hash: log-spaced buckets and the
+    plain sum of seconds) until the recorder takes them.
     """
 
     __slots__ = ("function", "sample_every", "sampled_calls",
                  "sampled_seconds", "window_start", "window_samples", "max_per_second",
-                 "flushed_calls", "flushed_sampled", "flushed_seconds")
+                 "flushed_calls", "pending", "last_timed_calls", "last_timed_end", "first_hit", "signatures")
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
         super().__init__()  # calls = 0
         self.function = function
+        self.first_hit = False  # the next sampled call is the first cache hit after a compile
         self.configure(sample_every, max_per_second)
         self.sampled_calls = 0
         self.sampled_seconds = 0.0
         self.window_start = 0.0
         self.window_samples = 0
         self.flushed_calls = 0
-        self.flushed_sampled = 0
-        self.flushed_seconds = 0.0
+        self.pending: dict[str, tuple[runtimes.Buckets, list[float]]] = {}
+        self.last_timed_calls = 0  # calls counted at the previous timed call
+        self.last_timed_end = 0.0  # perf_counter when it returned (0: none yet)
+        self.signatures: set[str] = set()  # signature hashes compiled so far
 
     def configure(self, sample_every: int, max_per_second: float) -> None:
         self.sample_every = sample_every if sample_every > 0 else _NEVER_SAMPLE
-        self.next_sample = self.calls + self.sample_every
+        self.first_hit = self.first_hit and self.sampling  # a compile's first hit is still timed
+        self.next_sample = self.calls + (1 if self.first_hit else self.sample_every)
         self.max_per_second = max_per_second
+
+    @property
+    def sampling(self) -> bool:
+        return self.sample_every < _NEVER_SAMPLE
+
+    def after_compile(self, signature_hash: str | None) -> None:
+        """Time the next call: every signature gets a run time, however few its calls."""
+        if signature_hash:
+            self.signatures.add(signature_hash)
+        # The calls before the compile were of other signatures: the next timed call
+        # stands for none of them, and its wall time since then holds the compile.
+        self.last_timed_calls = self.calls
+        self.last_timed_end = 0.0
+        if self.sampling:
+            self.first_hit = True
+            self.next_sample = self.calls + 1
+
+    def add_sample(self, signature_hash: str, alone: float, end: float) -> None:
+        """One timed call: ``alone`` its time with nothing queued, ``end`` when it returned.
+
+        Its run time is ``alone``, but no more than the wall time per call since the
+        previous timed call: calls queued back to back overlap their dispatch and runs,
+        and the latency of one call alone (the host waiting on the device and back) is
+        then not what each costs. The previous timed call waited for its outputs, so the
+        calls in between finished inside that wall time.
+        """
+        between = self.calls - self.last_timed_calls
+        weight = max(1, between)  # the calls this sample stands for
+        seconds = alone
+        if self.last_timed_end and between > 0:
+            seconds = min(alone, (end - self.last_timed_end) / between)
+        self.last_timed_calls = self.calls
+        self.last_timed_end = end
+        with _pending_lock:
+            self.sampled_calls += 1
+            self.sampled_seconds += seconds
+            found = self.pending.get(signature_hash)
+            if found is None:
+                found = self.pending[signature_hash] = ({}, [0.0])
+            runtimes.add_sample(found[0], seconds, weight)
+            found[1][0] += seconds
+
+    def take_samples(self) -> dict[str, tuple[runtimes.Buckets, list[float]]]:
+        """The samples since the previous take, per signature hash."""
+        with _pending_lock:
+            taken, self.pending = self.pending, {}
+        return taken
+
+
+_pending_lock = threading.Lock()  # sampled calls are rare: a lock costs nothing there
 
 
 _stats_lock = threading.Lock()
@@ -328,7 +384,7 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
         return out
 
     def timed(*args, **kwargs):
-        out = _timed_call(jitted, stats, args, kwargs)
+        out = _timed_call(jitted, stats, state, args, kwargs)
         if state.captures is not None:
             _check_captures(state)
         return out
@@ -382,27 +438,51 @@ def is_watched(fn: Any) -> bool:
     return getattr(fn, "__cachewatch_state__", None) is not None
 
 
-def _timed_call(jitted: Any, stats: CallStats, args: tuple, kwargs: dict) -> Any:
-    """A sampled call: block on the result to learn the run time."""
+def _timed_call(jitted: Any, stats: CallStats, state: HookState, args: tuple, kwargs: dict) -> Any:
+    """A sampled call, timed alone: the time one call takes with nothing else queued.
+
+    JAX dispatches asynchronously: the inputs may be outputs of calls still queued on
+    the device, and blocking on this call's output would wait for those too. So the
+    inputs are waited for first, then the timer covers dispatch, the run, and the wait
+    for this call's outputs. What it leaves out is pipelining: in a loop that never
+    blocks, the next call's dispatch overlaps this one's run.
+    """
     mark = _tracking.activity
     stats.next_sample = stats.calls + stats.sample_every
-    if stats.sample_every == _NEVER_SAMPLE:
+    if not stats.sampling and not stats.first_hit:
         return jitted(*args, **kwargs)  # sampling is off; handed over only to end warm-up
-    now = time.monotonic()
-    if now - stats.window_start >= 1.0:
-        stats.window_start = now
-        stats.window_samples = 0
-    if stats.window_samples >= stats.max_per_second:
+    first_hit, stats.first_hit = stats.first_hit, False
+    if not first_hit:  # one timed call per compile is never capped: compiles are rarer than that
+        now = time.monotonic()
+        if now - stats.window_start >= 1.0:
+            stats.window_start = now
+            stats.window_samples = 0
+        if stats.window_samples >= stats.max_per_second:
+            return jitted(*args, **kwargs)
+        stats.window_samples += 1
+    signature_hash = _sample_signature(state, stats, args, kwargs)
+    if signature_hash is None:
         return jitted(*args, **kwargs)
-    stats.window_samples += 1
     start = time.perf_counter()
     out = jitted(*args, **kwargs)
     jax.block_until_ready(out)
-    elapsed = time.perf_counter() - start
+    end = time.perf_counter()
     if _tracking.activity == mark:  # a call that compiled would count compile time as run time
-        stats.sampled_calls += 1
-        stats.sampled_seconds += elapsed
+        stats.add_sample(signature_hash, end - start, end)
     return out
+
+
+@_guard.guarded(where="jit.sample")
+def _sample_signature(state: HookState, stats: CallStats, args: tuple, kwargs: dict) -> str | None:
+    """Wait for the call's inputs, and name its signature (before the call: donated
+    inputs are gone after it). None: do not time this call."""
+    try:
+        jax.block_until_ready((args, kwargs))
+    except Exception:  # e.g. an input already donated: the call itself will say so
+        return None
+    if len(stats.signatures) <= 1:  # one shape so far (or none known): no need to look
+        return next(iter(stats.signatures), "")
+    return sigmod.build(state.layout, args, kwargs).stable_hash()
 
 
 @_guard.guarded(where="jit.finish")
@@ -420,6 +500,7 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
     if compiled and not state.in_library_file:
         recorder.note_user_compile(state.info.function_hash)
     if compiled and exc is None:
+        _sample_next_call(state, args, kwargs, compiled[0])
         cfg = recorder.config()
         if cfg.cost_analysis:
             extra.update(_cost_analysis(jitted, args, kwargs))
@@ -433,6 +514,11 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
         for name, before, after in record.stale:
             recorder.record_event(_stale_event(state, name, before, after, call_site))
     return all(r.kind == "trace" and r.trace_seconds is None and r.compiles == 0 for r in records)
+
+
+def _sample_next_call(state: HookState, args: tuple, kwargs: dict, record: _tracking.Record) -> None:
+    sig = record.signature if record.kind == "trace" else _concrete_signature(state, args, kwargs)
+    _stats_for(state.info).after_compile(sig.stable_hash() if sig is not None else None)
 
 
 def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: dict,

@@ -27,6 +27,7 @@ from typing import Any
 from . import _guard
 from . import config as configmod
 from .events import CallStats, CompileEvent, RunInfo
+from .runtimes import to_json
 
 logger = logging.getLogger("cachewatch")
 
@@ -470,13 +471,23 @@ def _collect_call_stats() -> list[CallStats]:
     now = time.time()
     rid = run_id()
     for stats in all_call_stats():
-        calls, sampled, seconds = stats.calls, stats.sampled_calls, stats.sampled_seconds
-        if calls == stats.flushed_calls and sampled == stats.flushed_sampled:
+        calls = stats.calls
+        samples = stats.take_samples()
+        if calls == stats.flushed_calls and not samples:
             continue
-        rows.append(CallStats(run_id=rid, function=stats.function, timestamp=now,
-                              calls=calls - stats.flushed_calls, sampled_calls=sampled - stats.flushed_sampled,
-                              sampled_seconds=seconds - stats.flushed_seconds))
-        stats.flushed_calls, stats.flushed_sampled, stats.flushed_seconds = calls, sampled, seconds
+        new_calls = calls - stats.flushed_calls
+        stats.flushed_calls = calls
+        sample_every = stats.sample_every if stats.sampling else 0
+        if not samples:
+            rows.append(CallStats(run_id=rid, function=stats.function, timestamp=now, calls=new_calls,
+                                  sampled_calls=0, sampled_seconds=0.0, sample_every=sample_every))
+            continue
+        for signature_hash, (buckets, seconds) in samples.items():
+            rows.append(CallStats(run_id=rid, function=stats.function, timestamp=now, calls=new_calls,
+                                  sampled_calls=sum(v[0] for v in buckets.values()), sampled_seconds=seconds[0],
+                                  signature_hash=signature_hash, run_buckets=to_json(buckets),
+                                  sample_every=sample_every))
+            new_calls = 0  # the function's calls go on its first row
     return rows
 
 
@@ -513,8 +524,8 @@ def _after_fork_in_child() -> None:
 
     causes.reset()
     for stats in all_call_stats():  # the parent's calls were the parent's to report
-        stats.flushed_calls, stats.flushed_sampled = stats.calls, stats.sampled_calls
-        stats.flushed_seconds = stats.sampled_seconds
+        stats.flushed_calls = stats.calls
+        stats.take_samples()
 
 
 atexit.register(_at_exit)

@@ -169,19 +169,20 @@ def _new_stats(conn: sa.Connection, run_id: str, rows: list[dict]) -> list[dict]
     # A batch's stats share one or two flush times; (function_hash, timestamp) is indexed.
     hashes = sorted({r["function_hash"] for r in rows})
     stamps = sorted({r["timestamp"] for r in rows})
-    existing: set[tuple[str, float]] = set()
+    # A flush writes one row per signature sampled: a row is known by all three.
+    existing: set[tuple[str, float, str]] = set()
     half = _CHUNK // 2
     for start in range(0, len(hashes), half):
-        existing.update((r.function_hash, r.timestamp) for r in conn.execute(
-            sa.select(s.c.function_hash, s.c.timestamp)
+        existing.update((r.function_hash, r.timestamp, r.signature_hash) for r in conn.execute(
+            sa.select(s.c.function_hash, s.c.timestamp, s.c.signature_hash)
             .where(s.c.function_hash.in_(hashes[start:start + half]), s.c.timestamp.in_(stamps[:half]),
                    s.c.run_id == run_id)))
     if len(stamps) > half:  # not what a recorder sends: fall back to the run's rows
-        existing.update((r.function_hash, r.timestamp) for r in conn.execute(
-            sa.select(s.c.function_hash, s.c.timestamp).where(s.c.run_id == run_id)))
+        existing.update((r.function_hash, r.timestamp, r.signature_hash) for r in conn.execute(
+            sa.select(s.c.function_hash, s.c.timestamp, s.c.signature_hash).where(s.c.run_id == run_id)))
     fresh = []
     for row in rows:
-        key = (row["function_hash"], row["timestamp"])
+        key = (row["function_hash"], row["timestamp"], row.get("signature_hash") or "")
         if key not in existing:
             existing.add(key)
             fresh.append(row)

@@ -60,6 +60,7 @@ class Series:
     seconds: float = 0.0
     calls: int = 0
     run_seconds: float = 0.0
+    run_now: float = 0.0  # calls times the run time of one call now, for the compile share
     measured: bool = False  # a call was timed: the compile share is known
     storming: bool = False
 
@@ -82,7 +83,11 @@ class _Store:
 
     seconds: dict[str, float]  # hash -> trace + lowering + compile seconds (functions with live events)
     compiles: dict[str, int]
-    calls: dict[str, tuple[int, float, bool]]  # hash -> (calls, run seconds, sampled)
+    calls: dict[str, tuple[int, float, bool]]  # hash -> (calls, run seconds, a call was timed)
+    # hash -> calls times the run time of one call now: the compile share's run side, as
+    # `cachewatch report` computes it (run_seconds, the counter, values each write at the
+    # run time known then, so that it only grows).
+    run_now: dict[str, float]
     labels: dict[str, str | None]  # hash -> label, or None for `other`
     events: int
 
@@ -99,11 +104,14 @@ def _read_store(conn: sa.Connection) -> _Store:
         if live:
             seconds[function_hash] = float(cost or 0.0)
             compiles[function_hash] = int(n_compiles or 0)
-    calls = {function_hash: (int(n or 0), float(run_seconds or 0.0), bool(sampled))
-             for function_hash, n, run_seconds, sampled in enginemod.fetch_tuples(
-                 conn, sa.select(c.c.function_hash, c.c.calls, c.c.run_seconds, c.c.sampled_calls))}
+    calls, run_now = {}, {}
+    for function_hash, n, run_seconds, per_call in enginemod.fetch_tuples(
+            conn, sa.select(c.c.function_hash, c.c.calls, c.c.run_seconds, c.c.run_seconds_per_call)):
+        calls[function_hash] = (int(n or 0), float(run_seconds or 0.0), per_call is not None)
+        if per_call is not None:
+            run_now[function_hash] = int(n or 0) * float(per_call)
     labels = dict(enginemod.fetch_tuples(conn, sa.select(m.c.function_hash, m.c.label)))
-    return _Store(seconds, compiles, calls, labels, events)
+    return _Store(seconds, compiles, calls, run_now, labels, events)
 
 
 def _detail(conn: sa.Connection, hashes: list[str]) -> dict[str, Series]:
@@ -179,6 +187,7 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
         series = detail[function_hash]
         series.seconds = store.seconds.get(function_hash, 0.0)
         series.calls, series.run_seconds, series.measured = store.calls.get(function_hash, (0, 0.0, False))
+        series.run_now = store.run_now.get(function_hash, 0.0)
         snap.labeled[store.labels[function_hash]] = series
 
     if in_other:
@@ -202,7 +211,7 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
         measured = [h for h in in_other if store.calls.get(h, (0, 0.0, False))[2]]
         other.measured = bool(measured)
         snap.other_share = _share(math.fsum(store.seconds.get(h, 0.0) for h in measured),
-                                  math.fsum(store.calls[h][1] for h in measured))
+                                  math.fsum(store.run_now.get(h, 0.0) for h in measured))
 
     d = models.run_drops
     snap.client_dropped = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(d.c.dropped), 0))).scalar_one())
@@ -290,8 +299,9 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     yield histogram
 
     calls = CounterMetricFamily("cachewatch_calls", "Calls by function.", labels=["function"])
-    run = CounterMetricFamily("cachewatch_run_seconds", "Estimated run seconds by function (sampled mean "
-                              "run time times calls).", labels=["function"])
+    run = CounterMetricFamily("cachewatch_run_seconds", "Estimated run seconds by function (each batch of "
+                              "calls valued at the run time of one call known when it was stored).",
+                              labels=["function"])
     for label, series in shown:
         calls.add_metric([label], series.calls)
         run.add_metric([label], series.run_seconds)
@@ -299,10 +309,11 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     yield run
 
     share = GaugeMetricFamily("cachewatch_compile_share_ratio", "Compile seconds over compile plus "
-                              "estimated run seconds (functions with a sampled run time).", labels=["function"])
+                              "estimated run seconds (calls times the run time of one call), for functions "
+                              "with a timed call; as `cachewatch report` shows it.", labels=["function"])
     for label, series in shown:
         value = snap.other_share if label == OTHER else (
-            _share(series.seconds, series.run_seconds) if series.measured else None)
+            _share(series.seconds, series.run_now) if series.measured else None)
         if value is not None:
             share.add_metric([label], value)
     yield share

@@ -101,6 +101,7 @@ def function_row(conn: sa.Connection, function_hash: str, filters: Filters) -> d
             "line": info.line, "function_hash": function_hash, "traces": 0, "compiles": 0, "recompiles": 0,
             "causes": {}, "dominant_cause": None, "stale_captures": 0, "compile_seconds": 0.0, "calls": 0,
             "sampled_calls": 0, "run_seconds_mean": None, "run_seconds_est": None, "compile_share": None,
+            "run_time_note": "never called",
             "first_compile": None, "last_compile": None}
 
 
@@ -205,13 +206,19 @@ def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: fl
     run_total = 0.0
     measured_compile = 0.0
     measured = False
+    unsampled = 0
     for row in storequeries.call_totals(conn, filters):
-        calls += int(row.calls or 0)
-        if row.sampled_calls:
+        calls += row.calls
+        unsampled += row.unsampled_calls
+        if row.run_seconds_per_call is not None:
             measured = True
-            run_total += float(row.sampled_seconds) / int(row.sampled_calls) * int(row.calls or 0)
+            run_total += row.run_seconds_per_call * row.calls
             measured_compile += compile_by_function.get(row.function_hash, 0.0)
     compile_seconds = sum(compile_by_function.values())
+    note = None
+    if not measured:
+        note = storequeries.run_time_note(
+            storequeries.CallTotals("", calls, 0, 0.0, None, unsampled), totals["compiles"])
     active = storms(conn, filters, threshold=threshold, window=window, active_only=True)
     return {
         "functions": len(compile_by_function),
@@ -221,8 +228,8 @@ def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: fl
         "compile_seconds": compile_seconds,
         "calls": calls,
         "run_seconds_est": run_total if measured else None,
-        "compile_share": (measured_compile / (measured_compile + run_total)
-                          if measured and measured_compile + run_total > 0 else None),
+        "compile_share": storequeries.compile_share(measured_compile, run_total if measured else None),
+        "run_time_note": note,
         "active_storms": len(active),
         "storm_threshold": threshold,
         "storm_window": window,

@@ -113,6 +113,12 @@ class CallStatsIn(_In):
     calls: Count
     sampled_calls: Count = 0
     sampled_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS * MAX_COUNT, allow_inf_nan=False)] = 0.0
+    signature_hash: Annotated[str, _text(40)] = ""
+    run_buckets: Annotated[dict[Annotated[str, Field(pattern=r"^[0-9]{1,4}$")],
+                                Annotated[list[Count], Field(min_length=2, max_length=2)]] | None,
+                           Field(max_length=1000, description="Sampled run times of this signature: "
+                                 "log-spaced bucket -> [samples, calls they stand for].")] = None
+    sample_every: Annotated[Count | None, Field(description="The process's sampling setting (0: off).")] = None
 
 
 class BatchIn(_In):
@@ -158,9 +164,13 @@ class FunctionOut(BaseModel):
     compile_seconds: float = Field(description="Trace + lowering + XLA compile seconds, summed.")
     calls: int
     sampled_calls: int
-    run_seconds_mean: float | None
-    run_seconds_est: float | None = Field(description="Sampled mean run time times calls.")
+    run_seconds_mean: float | None = Field(description="Run time of one call: the median of its sampled calls "
+                                           "per signature (log-spaced buckets), weighted by the calls each "
+                                           "signature's samples stand for.")
+    run_seconds_est: float | None = Field(description="run_seconds_mean times calls.")
     compile_share: float | None = Field(description="compile_seconds / (compile_seconds + run_seconds_est).")
+    run_time_note: str | None = Field(None, description="Why there is no run time: \"never called\", "
+                                      "\"called only while compiling\", \"sampling off\", \"no call timed yet\".")
     first_compile: float | None
     last_compile: float | None
 
@@ -194,6 +204,15 @@ class StormPage(BaseModel):
     next_cursor: str | None
 
 
+class SignatureVerdictOut(BaseModel):
+    signature_hash: str
+    compiles: int
+    compile_seconds_per_compile: float | None
+    run_seconds: float | None = Field(description="Median sampled run time of one call of this signature.")
+    eager_seconds: float
+    break_even_calls: int | None
+
+
 class VerdictOut(BaseModel):
     """Whether compiling paid for itself (cachewatch.analysis.jit_verdict)."""
 
@@ -201,10 +220,17 @@ class VerdictOut(BaseModel):
     calls: int
     compile_seconds: float
     run_seconds_mean: float | None
+    run_seconds_est: float | None = None
+    compile_share: float | None = Field(None, description="The report's compile share, from the same numbers.")
     eager_seconds_mean: float | None = Field(description="Op-by-op run time per call, when measured "
                                              "(eager_baseline).")
-    break_even_calls: int | None = Field(description="Calls after which the time saved repays the compiles.")
+    compile_seconds_per_compile: float | None = None
+    break_even_calls: int | None = Field(description="Calls after which the time saved repays one compile.")
+    break_even_calls_total: int | None = Field(None, description="Calls after which it repays all the compiles.")
     jit_saves_seconds: float | None = Field(description="Eager total minus jit total (compiles + runs).")
+    repaid: bool | None = Field(None, description="Whether the calls repaid the compiles (eager_baseline).")
+    signatures: list[SignatureVerdictOut] = Field([], description="Break-even per signature with an eager "
+                                                  "baseline.")
     few_calls: bool = Field(description="Called at most a few times per compile.")
     worth_it: bool | None
     text: str
@@ -224,6 +250,9 @@ class CostModelOut(BaseModel):
     seconds_per_1000_ops: float | None
     exponent: float | None = Field(description="Slope of compile seconds against size on log-log axes.")
     superlinear: bool
+    points: int = Field(0, description="Compiles the fit used.")
+    distinct_sizes: int = 0
+    note: str | None = Field(None, description="Why there is no exponent.")
 
 
 class RegressionOut(BaseModel):
@@ -323,6 +352,7 @@ class Summary(BaseModel):
                                           "with a sampled run time).")
     compile_share: float | None = Field(description="Compile seconds over compile plus estimated run seconds, "
                                         "over the functions with a sampled run time.")
+    run_time_note: str | None = Field(None, description="Why no function has a run time (null when one has).")
     active_storms: int
     storm_threshold: int
     storm_window: float

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import time
 import uuid
 
@@ -244,16 +245,40 @@ def test_break_even_arithmetic():
     # 12 compiles costing 3.0 s in all, 41 calls; compiled run 0.01 s, eager 0.02 s.
     verdict = analysis.jit_verdict(compile_seconds=3.0, compiles=12, calls=41, run_mean=0.01, eager_mean=0.02)
     assert verdict["few_calls"]
-    assert verdict["break_even_calls"] == 300  # 3.0 s / 0.01 s saved per call
+    assert verdict["break_even_calls"] == 25  # one compile, 0.25 s, over 0.01 s saved per call
+    assert verdict["break_even_calls_total"] == 300  # all twelve
     assert verdict["jit_saves_seconds"] == pytest.approx(41 * 0.02 - (3.0 + 41 * 0.01))
-    assert verdict["worth_it"] is False
-    assert verdict["text"] == ("compiled 12 time(s) for 41 call(s); jit costs 2.59 s more than running eagerly "
-                               "(it would pay off after 300 calls)")
+    assert verdict["worth_it"] is False and verdict["repaid"] is False
+    assert verdict["compile_share"] == pytest.approx(3.0 / (3.0 + 0.41))
+    assert verdict["text"] == ("compiled 12 time(s) for 41 call(s); compiling costs more than running: compile "
+                               "share 88.0% (3 s compiling, 0.41 s running); one compile is repaid after 25 calls "
+                               "(10 ms saved per call against eager); this run did not repay its compiles: jit "
+                               "costs 2.59 s more than running eagerly (it would pay off after 300 calls)")
     paid = analysis.jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
     assert paid["worth_it"] and paid["break_even_calls"] == 167 and not paid["few_calls"]
-    assert paid["text"] == "jit saves 2.5 s over running eagerly (break-even after 167 calls)"
+    assert paid["text"] == ("running costs more than compiling: compile share 33.3% (0.5 s compiling, 1 s running); "
+                            "one compile is repaid after 167 calls (3 ms saved per call against eager); this run "
+                            "repaid its compiles: jit saves 2.5 s over running eagerly")
     slower = analysis.jit_verdict(compile_seconds=0.5, compiles=1, calls=10, run_mean=0.004, eager_mean=0.001)
-    assert slower["break_even_calls"] is None and "eager is faster per call too" in slower["text"]
+    assert slower["break_even_calls"] is None and "eager is as fast per call" in slower["text"]
+
+
+def test_verdict_agrees_with_the_compile_share():
+    # A run whose compile share is 95.8% says compiling costs more, whatever the baseline.
+    share = analysis.jit_verdict(compile_seconds=2.3, compiles=1, calls=1000, run_mean=0.0001, eager_mean=None)
+    assert share["compile_share"] == pytest.approx(0.958, abs=5e-4)
+    assert share["text"] == ("compiling costs more than running: compile share 95.8% (2.3 s compiling, 0.1 s "
+                             "running); eager baseline off, so no break-even")
+    assert share["break_even_calls"] is None and share["worth_it"] is None
+    untimed = analysis.jit_verdict(compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=None,
+                                   run_note="called only while compiling")
+    assert untimed["text"] == ("compiled 3 time(s) for 3 call(s); no run time (called only while compiling), "
+                               "so no compile share")
+    # With an eager baseline, a run whose calls could not have saved the compile time says so.
+    eager = analysis.jit_verdict(compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=0.01,
+                                 run_note="called only while compiling")
+    assert eager["repaid"] is False and eager["text"].endswith(
+        "this run did not repay its compiles: 3 call(s) save at most 0.03 s against eager, for 1 s compiling")
 
 
 def test_eager_baseline_is_measured_once_per_signature(sqlite_url, use_store, capsys):
@@ -267,7 +292,8 @@ def test_eager_baseline_is_measured_once_per_signature(sqlite_url, use_store, ca
 
     for _ in range(3):
         mlp(jnp.ones((4, 8)))
-    mlp(jnp.ones((2, 8)))
+    for _ in range(2):  # the second call: a run time for this signature too
+        mlp(jnp.ones((2, 8)))
     assert cachewatch.flush(30)
     events = events_of(sqlite_url, "mlp")
     assert len(events) == 2
@@ -277,6 +303,15 @@ def test_eager_baseline_is_measured_once_per_signature(sqlite_url, use_store, ca
     verdict = row["verdict"]
     assert verdict["eager_seconds_mean"] > 0 and verdict["worth_it"] is not None
     assert "eagerly" in verdict["text"]
+    # The verdict's numbers are the report's, and each signature has its own break-even.
+    assert verdict["compile_share"] == pytest.approx(row["compile_share"])
+    assert f"compile share {100 * row['compile_share']:.1f}%" in verdict["text"]
+    assert len(verdict["signatures"]) == 2
+    for sig in verdict["signatures"]:
+        assert sig["compiles"] == 1 and sig["run_seconds"] > 0 and sig["eager_seconds"] > 0
+        saved = sig["eager_seconds"] - sig["run_seconds"]
+        assert sig["break_even_calls"] == (math.ceil(sig["compile_seconds_per_compile"] / saved) if saved > 0
+                                           else None)
 
 
 # ------------------------------------------------------------------ compile cost model

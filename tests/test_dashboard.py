@@ -106,7 +106,7 @@ def copy_store(source: str, target: str) -> None:
     with enginemod.connection(source) as src, enginemod.connection(target) as dst:
         for table in (models.runs, models.functions, models.compile_events, models.call_stats,
                       models.function_totals, models.function_cost_buckets, models.run_totals,
-                      models.function_call_totals):
+                      models.function_call_totals, models.run_time_buckets):
             columns = [c for c in table.c if c.name != "id"]
             order = table.c.id if "id" in table.c else list(table.primary_key.columns)[0]
             rows = [dict(r._mapping) for r in src.execute(sa.select(*columns).order_by(order))]
@@ -751,6 +751,42 @@ def test_empty_store_says_what_to_do(chromium, empty_store, tmp_path):
             for path in ("/functions", "/runs", "/storms"):
                 tab.open(path)
                 assert "No events yet" in tab.text("main"), path
+            tab.assert_clean()
+        finally:
+            context.close()
+
+
+def test_short_run_shows_a_compile_share(chromium, sqlite_url, use_store):
+    # One compile and three calls at the default sampling (1 call in 100): the first
+    # cache hit after the compile is timed, so the overview and the function page show
+    # a compile share, not "not sampled".
+    import jax.numpy as jnp
+
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def brief(x):
+        return jnp.cos(x) + 1
+
+    for _ in range(3):
+        brief(jnp.ones(8))
+    assert recorder.flush(30)
+    with kit.live_server(make_app(sqlite_url)) as live:
+        summary = httpx.get(live.url + "/api/v1/summary", trust_env=False).json()
+        (row,) = [r for r in httpx.get(live.url + "/api/v1/functions", trust_env=False).json()["items"]
+                  if r["name"] == "brief"]
+        context = chromium.new_context(viewport={"width": 1360, "height": 900})
+        tab = Tab(context.new_page(), live.url, SCREENSHOTS / "short-run")
+        try:
+            tab.open("/")
+            share = tab.card("compile_share")
+            assert share["text"].endswith("%") and share["text"] == render.fmt_share(summary["compile_share"])
+            assert approx(share["value"], summary["compile_share"])
+            assert tab.card("run_seconds_est")["text"] != "not sampled"
+            tab.open(f"/functions/{row['function_hash']}")
+            assert tab.card("compile_share")["text"] == render.fmt_share(row["compile_share"])
+            assert f"compile share {render.fmt_share(row['compile_share'])}" in tab.text("#verdict")
+            tab.shot("short-run")
             tab.assert_clean()
         finally:
             context.close()

@@ -65,7 +65,8 @@ def test_ingest_then_query(client, store_url, recorded):
     assert (row["compiles"], row["recompiles"]) == (8, 7)
     assert row["causes"] == {"first_call": 1, "new_shape": 7}
     assert row["dominant_cause"] == "new_shape"
-    assert row["calls"] == 40 and row["run_seconds_est"] == pytest.approx(2.0)
+    # 4 samples at 0.05 s: the run time per call is their bucket's centre, within 4.5%.
+    assert row["calls"] == 40 and row["run_seconds_est"] == pytest.approx(2.0, rel=0.05)
     assert by_name["<lambda>"]["dominant_cause"] == "new_function_object"
     assert by_name["scale"]["causes"] == {"first_call": 1, "new_static_value": 1}
     # Same numbers as the store's own report (the CLI's).
@@ -103,7 +104,8 @@ def test_ingest_then_query(client, store_url, recorded):
     assert summary["compile_seconds"] == pytest.approx(sum(r["compile_seconds"] for r in items))
     assert summary["calls"] == 40
     assert summary["active_storms"] == 1
-    share = by_name["step"]["compile_seconds"] / (by_name["step"]["compile_seconds"] + 2.0)
+    step_row = by_name["step"]
+    share = step_row["compile_seconds"] / (step_row["compile_seconds"] + step_row["run_seconds_est"])
     assert summary["compile_share"] == pytest.approx(share)
 
 
@@ -119,7 +121,9 @@ def test_retried_batch_is_stored_once(client, store_url, recorded):
     assert again.json()["stored_stats"] == 0 and again.json()["duplicate_stats"] == 1
     assert count(store_url, models.compile_events) == len(recorded.events)
     assert count(store_url, models.call_stats) == 1
-    assert client.get("/api/v1/functions").json()["items"][0]["calls"] == 10
+    # By name: which function compiled longest varies from run to run.
+    by_name = {row["name"]: row for row in client.get("/api/v1/functions").json()["items"]}
+    assert by_name["step"]["calls"] == 10
     # Half old, half new: only the new half is added.
     run2 = kit.new_run(recorded.run)
     fresh = [kit.copy_event(e, run2, now) for e in recorded.events[:3]]

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from cachewatch import recorder
+from cachewatch import recorder, runtimes
 from cachewatch.analysis import short_name
 from cachewatch.events import FunctionInfo
 from cachewatch.store import engine as enginemod
@@ -91,8 +91,11 @@ def test_metrics_equal_the_store(store_url, recorded):
             row["compile_seconds"])
         assert kit.sample(samples, "cachewatch_calls_total", function=label) == row["calls"]
 
-    # Each statistics row is costed at the mean known when it was written.
-    run_seconds = 100 * 0.01 + 50 * (0.05 / 3)
+    # Each statistics row is costed at the run time per call known when it was written:
+    # the lower median of the samples so far (two at 0.01 s, then one at 0.03 s), the
+    # centre of its log-spaced bucket.
+    per_call = runtimes.bucket_seconds(runtimes.bucket_of(0.01))
+    run_seconds = 100 * per_call + 50 * per_call
     assert step.qualname == "run_jax_workload.<locals>.step"  # labelled by its short name
     assert kit.sample(samples, "cachewatch_run_seconds_total", function="step") == pytest.approx(run_seconds)
     assert kit.sample(samples, "cachewatch_run_seconds_total", function="scale") == 0

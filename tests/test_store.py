@@ -166,7 +166,7 @@ def test_upgrade_fills_the_rollup_from_existing_events(store_url, use_store, rev
     enginemod.dispose_engines()
     enginemod.upgrade(store_url)
     assert _rollup_rows(store_url) == expected and expected
-    assert {row[0] for row in expected} >= set(rollup.TABLES) - {"function_call_totals"}
+    assert {row[0] for row in expected} >= set(rollup.TABLES) - {"function_call_totals", "run_time_buckets"}
     assert rollup.cost_bucket(0.0) == 0 and rollup.cost_bucket(0.005) == 0 and rollup.cost_bucket(1e9) == 15
 
 
@@ -186,9 +186,15 @@ def test_run_time_estimate_only_grows_and_values_early_calls(sqlite_url):
     first = write(1.0, 100, 0, 0.0)  # no sample yet: the calls wait to be valued
     assert (first.calls, first.run_seconds, first.unvalued_calls) == (100, 0.0, 100)
     second = write(2.0, 10, 2, 0.2)  # mean 0.1 s: these 10 calls and the 100 waiting ones
-    assert second.unvalued_calls == 0 and second.run_seconds == pytest.approx(110 * 0.1)
-    third = write(3.0, 10, 8, 0.08)  # the mean drops to 0.028 s: the estimate still grows
-    assert third.run_seconds == pytest.approx(11.0 + 10 * 0.028) and third.run_seconds > second.run_seconds
+    # Rows written before run times were kept in buckets: their samples at their mean
+    # (within the bucket's 4.5%).
+    assert second.unvalued_calls == 0 and second.run_seconds == pytest.approx(110 * 0.1, rel=0.05)
+    # Eight faster samples: the run time per call (the median of the ten) drops to about
+    # 0.01 s, and the estimate still grows.
+    third = write(3.0, 10, 8, 0.08)
+    assert third.run_seconds_per_call == pytest.approx(0.01, rel=0.05)
+    assert third.run_seconds == pytest.approx(second.run_seconds + 10 * third.run_seconds_per_call)
+    assert third.run_seconds > second.run_seconds
     assert (third.calls, third.sampled_calls) == (120, 10)
 
 

@@ -105,6 +105,12 @@ class CallStatsRow(Base):
     calls: Mapped[int] = mapped_column(BigInteger, default=0)
     sampled_calls: Mapped[int] = mapped_column(BigInteger, default=0)
     sampled_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    # The signature the samples are of ("" on a row with calls and no samples), their
+    # log-spaced buckets (bucket -> [samples, calls they stand for]; cachewatch.runtimes),
+    # and the process's sampling setting (0: off; NULL: written before it was recorded).
+    signature_hash: Mapped[str] = mapped_column(String(40), default="")
+    run_buckets: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    sample_every: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         Index("ix_call_stats_function_time", "function_hash", "timestamp"),
@@ -204,6 +210,25 @@ class FunctionCallTotalsRow(Base):
     sampled_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     run_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     unvalued_calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Calls counted while sampling was off (nothing can be timed there).
+    unsampled_calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Run time of one call as of the last write (runtimes.per_call_seconds over the
+    # buckets below): set, not added, by every write.
+    run_seconds_per_call: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class RunTimeBucketRow(Base):
+    """Sampled run times per function, signature and log-spaced bucket (cachewatch.runtimes):
+    how many samples fell in the bucket and how many calls they stand for."""
+
+    __tablename__ = "run_time_buckets"
+
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"),
+                                               primary_key=True)
+    signature_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True)
+    samples: Mapped[int] = mapped_column(BigInteger, default=0)
+    weight: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class RunDropsRow(Base):
@@ -243,6 +268,7 @@ function_compile_totals = FunctionCompileTotalsRow.__table__
 cause_totals = CauseTotalsRow.__table__
 cost_bucket_totals = CostBucketTotalsRow.__table__
 function_call_totals = FunctionCallTotalsRow.__table__
+run_time_buckets = RunTimeBucketRow.__table__
 run_drops = RunDropsRow.__table__
 metric_labels = MetricLabelRow.__table__
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from .. import runtimes
 from . import engine as enginemod
-from . import models
+from . import models, rollup
 
 _EVENT_COLUMNS = [c for c in models.compile_events.c if c.name != "id"]
 
@@ -56,7 +57,9 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
     """One row per function, most compile seconds first.
 
     ``compile_seconds`` is the whole cost of (re)compiling: trace + lowering + XLA
-    compile. ``run_seconds_est`` is the sampled mean run time times the calls.
+    compile. ``run_seconds_mean`` is the run time of one call (cachewatch.runtimes: the
+    signatures' median sampled times, weighted by their calls); ``run_seconds_est`` is
+    that times the calls; ``run_time_note`` says why a function has none.
     """
     rows: dict[str, dict[str, Any]] = {}
     causes: dict[str, dict[str, int]] = {}
@@ -98,11 +101,12 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
     for function_hash, row in rows.items():
         info = meta.get(function_hash)
         stat = stats.get(function_hash)
-        calls = int(stat.calls or 0) if stat else 0
-        sampled = int(stat.sampled_calls or 0) if stat else 0
-        mean = (float(stat.sampled_seconds) / sampled) if stat and sampled else None
+        calls = stat.calls if stat else 0
+        sampled = stat.sampled_calls if stat else 0
+        per_call = stat.run_seconds_per_call if stat else None
         compile_seconds = float(row["compile_seconds"] or 0.0)
-        run_est = mean * calls if mean is not None else None
+        run_est = per_call * calls if per_call is not None else None
+        compiles = int(row["compiles"] or 0)
         report.append({
             "name": info.name if info else "",
             "qualname": info.qualname if info else "",
@@ -111,7 +115,7 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
             "line": info.line if info else 0,
             "function_hash": function_hash,
             "traces": int(row["traces"] or 0),
-            "compiles": int(row["compiles"] or 0),
+            "compiles": compiles,
             "recompiles": int(row["recompiles"] or 0),
             "causes": causes.get(function_hash, {}),
             "dominant_cause": _dominant(causes.get(function_hash, {})),
@@ -119,15 +123,22 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
             "compile_seconds": compile_seconds,
             "calls": calls,
             "sampled_calls": sampled,
-            "run_seconds_mean": mean,
+            "run_seconds_mean": per_call,
             "run_seconds_est": run_est,
-            "compile_share": (compile_seconds / (compile_seconds + run_est)
-                              if run_est is not None and compile_seconds + run_est > 0 else None),
+            "compile_share": compile_share(compile_seconds, run_est),
+            "run_time_note": run_time_note(stat, compiles),
             "first_compile": row["first_compile"],
             "last_compile": row["last_compile"],
         })
     report.sort(key=lambda r: (-r["compile_seconds"], r["qualname"]))
     return report
+
+
+def compile_share(compile_seconds: float, run_seconds: float | None) -> float | None:
+    """Compile seconds over compile plus run seconds; None without a run time."""
+    if run_seconds is None or compile_seconds + run_seconds <= 0:
+        return None
+    return compile_seconds / (compile_seconds + run_seconds)
 
 
 def _dominant(causes: dict[str, int]) -> str | None:
@@ -137,23 +148,97 @@ def _dominant(causes: dict[str, int]) -> str | None:
     return max(sorted(pool), key=lambda c: pool[c]) if pool else None
 
 
+@dataclass(frozen=True)
+class CallTotals:
+    """A function's calls and what was timed of them (see cachewatch.runtimes)."""
+
+    function_hash: str
+    calls: int
+    sampled_calls: int
+    sampled_seconds: float
+    run_seconds_per_call: float | None  # None: no call was timed
+    unsampled_calls: int  # calls made while sampling was off
+
+
+def _unfiltered(filters: Filters) -> bool:
+    return filters.run_id is None and filters.since is None and filters.until is None
+
+
 def call_totals(conn: sa.Connection, filters: Filters = Filters(),
-                function_hashes: list[str] | None = None) -> list[Any]:
-    """Per function: calls, sampled_calls, sampled_seconds (from the totals when unfiltered)."""
-    if filters.run_id is None and filters.since is None and filters.until is None:
+                function_hashes: list[str] | None = None) -> list[CallTotals]:
+    """Per function: calls, samples, and the run time of one call (from the totals when unfiltered)."""
+    if _unfiltered(filters):
         t = models.function_call_totals
-        q = sa.select(t.c.function_hash, t.c.calls, t.c.sampled_calls, t.c.sampled_seconds)
-        key = t.c.function_hash
-    else:
-        s = models.call_stats
-        q = filters.apply(s, sa.select(
-            s.c.function_hash, sa.func.sum(s.c.calls).label("calls"),
-            sa.func.sum(s.c.sampled_calls).label("sampled_calls"),
-            sa.func.sum(s.c.sampled_seconds).label("sampled_seconds")).group_by(s.c.function_hash))
-        key = s.c.function_hash
+        q = sa.select(t.c.function_hash, t.c.calls, t.c.sampled_calls, t.c.sampled_seconds,
+                      t.c.run_seconds_per_call, t.c.unsampled_calls)
+        if function_hashes is not None:
+            q = q.where(t.c.function_hash.in_(function_hashes))
+        return [CallTotals(h, int(calls or 0), int(sampled or 0), float(seconds or 0.0),
+                           None if per_call is None else float(per_call), int(unsampled or 0))
+                for h, calls, sampled, seconds, per_call, unsampled in enginemod.fetch_tuples(conn, q)]
+    found: dict[str, list] = {}
+    per_signature: dict[str, dict[str, runtimes.Buckets]] = {}
+    for row in _stat_rows(conn, filters, function_hashes):
+        totals = found.setdefault(row["function_hash"], [0, 0, 0.0, 0])
+        totals[0] += int(row["calls"] or 0)
+        totals[1] += int(row["sampled_calls"] or 0)
+        totals[2] += float(row["sampled_seconds"] or 0.0)
+        totals[3] += int(row["calls"] or 0) if row["sample_every"] == 0 else 0
+        buckets = rollup.row_buckets(row)
+        if buckets:
+            runtimes.merge(per_signature.setdefault(row["function_hash"], {})
+                           .setdefault(row["signature_hash"] or "", {}), buckets)
+    return [CallTotals(h, calls, sampled, seconds, runtimes.per_call_seconds(per_signature.get(h, {})), unsampled)
+            for h, (calls, sampled, seconds, unsampled) in found.items()]
+
+
+def _stat_rows(conn: sa.Connection, filters: Filters, function_hashes: list[str] | None) -> list[Any]:
+    s = models.call_stats
+    q = filters.apply(s, sa.select(s.c.function_hash, s.c.signature_hash, s.c.calls, s.c.sampled_calls,
+                                   s.c.sampled_seconds, s.c.run_buckets, s.c.sample_every))
     if function_hashes is not None:
-        q = q.where(key.in_(function_hashes))
-    return conn.execute(q).all()
+        q = q.where(s.c.function_hash.in_(function_hashes))
+    return conn.execute(q).mappings().all()
+
+
+def signature_run_times(conn: sa.Connection, filters: Filters = Filters(),
+                        function_hashes: list[str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per function and signature hash: the run time of one call (median), its samples,
+    and the calls they stand for."""
+    per_signature: dict[str, dict[str, runtimes.Buckets]] = {}
+    if _unfiltered(filters):
+        b = models.run_time_buckets
+        q = sa.select(b.c.function_hash, b.c.signature_hash, b.c.bucket, b.c.samples, b.c.weight)
+        if function_hashes is not None:
+            q = q.where(b.c.function_hash.in_(function_hashes))
+        for function_hash, signature_hash, bucket, samples, weight in conn.execute(q):
+            per_signature.setdefault(function_hash, {}).setdefault(signature_hash, {})[int(bucket)] = [
+                int(samples), int(weight)]
+    else:
+        for row in _stat_rows(conn, filters, function_hashes):
+            buckets = rollup.row_buckets(row)
+            if buckets:
+                runtimes.merge(per_signature.setdefault(row["function_hash"], {})
+                               .setdefault(row["signature_hash"] or "", {}), buckets)
+    return {h: {sig: {"run_seconds": runtimes.median_seconds(buckets),
+                      "samples": sum(v[0] for v in buckets.values()),
+                      "weight": sum(v[1] for v in buckets.values())}
+                for sig, buckets in sigs.items()}
+            for h, sigs in per_signature.items()}
+
+
+def run_time_note(stat: CallTotals | None, compiles: int) -> str | None:
+    """Why a function has no run time (None when it has one)."""
+    if stat is not None and stat.run_seconds_per_call is not None:
+        return None
+    calls = stat.calls if stat is not None else 0
+    if not calls:
+        return "never called"
+    if calls <= compiles:  # every call compiled: there was no run to time
+        return "called only while compiling"
+    if stat is not None and stat.unsampled_calls:
+        return "sampling off"
+    return "no call timed yet"
 
 
 def event_groups(conn: sa.Connection, filters: Filters = Filters(),

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Sequence
 
 import sqlalchemy as sa
 
+from .. import runtimes
 from . import engine as enginemod
 from . import models
 
@@ -25,6 +26,8 @@ COST_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
                                    120.0, 300.0)
 
 STALE_KIND = "stale_capture"
+# Columns the upsert replaces instead of adding to.
+_LATEST = frozenset({"run_seconds_per_call"})
 
 
 def cost_bucket(cost: float) -> int:
@@ -135,7 +138,10 @@ def _upsert(dialect: str, table: sa.Table) -> Any:
     for column in table.c:
         if column.name in key:
             continue
-        if column.name == "first_ts":
+        if column.name in _LATEST:
+            # A value as of the latest write (None: keep the stored one).
+            updates[column.name] = sa.func.coalesce(stmt.excluded[column.name], column)
+        elif column.name == "first_ts":
             updates[column.name] = smaller(column, stmt.excluded[column.name])
         elif column.name == "last_ts":
             updates[column.name] = larger(column, stmt.excluded[column.name])
@@ -145,49 +151,75 @@ def _upsert(dialect: str, table: sa.Table) -> Any:
 
 
 TABLES = ("function_totals", "function_cost_buckets", "run_totals", "function_call_totals",
-          "function_compile_totals", "cause_totals", "cost_bucket_totals")
+          "function_compile_totals", "cause_totals", "cost_bucket_totals", "run_time_buckets")
 
 
 def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
-    """Fold new call-statistics rows into ``function_call_totals``.
+    """Fold new call-statistics rows into ``function_call_totals`` and ``run_time_buckets``.
 
-    Each row is valued at the sampled mean known once it is counted (the stored sample
-    plus this batch's, in time order), and the estimate is only ever added to: a
-    counter in Prometheus must not go down when a later sample lowers the mean.
+    Each row is valued at the run time per call known once it is counted (the stored
+    buckets plus this batch's, in time order), and the estimate is only ever added to: a
+    counter in Prometheus must not go down when a later sample lowers the run time.
+    ``run_seconds_per_call`` is the latest value, for the report and the compile share.
     """
     if not stats:
         return
-    t = models.function_call_totals
+    t, b = models.function_call_totals, models.run_time_buckets
     hashes = sorted({row["function_hash"] for row in stats})
-    stored = {r[0]: r for r in conn.execute(
-        sa.select(t.c.function_hash, t.c.sampled_calls, t.c.sampled_seconds, t.c.unvalued_calls)
-        .where(t.c.function_hash.in_(hashes)))}
+    waiting = {r[0]: int(r[1]) for r in conn.execute(
+        sa.select(t.c.function_hash, t.c.unvalued_calls).where(t.c.function_hash.in_(hashes)))}
+    known: dict[str, dict[str, runtimes.Buckets]] = {h: {} for h in hashes}
+    for function_hash, signature_hash, bucket, samples, weight in conn.execute(
+            sa.select(b.c.function_hash, b.c.signature_hash, b.c.bucket, b.c.samples, b.c.weight)
+            .where(b.c.function_hash.in_(hashes))):
+        known[function_hash].setdefault(signature_hash, {})[int(bucket)] = [int(samples), int(weight)]
     deltas: dict[str, dict[str, Any]] = {}
+    new_buckets: dict[tuple[str, str, int], dict[str, Any]] = {}
     for row in sorted(stats, key=lambda r: r["timestamp"]):
         key = row["function_hash"]
         delta = deltas.get(key)
         if delta is None:
-            base = stored.get(key)
             delta = deltas[key] = {"function_hash": key, "calls": 0, "sampled_calls": 0, "sampled_seconds": 0.0,
-                                   "run_seconds": 0.0, "unvalued_calls": 0,
-                                   "_n": int(base[1]) if base else 0, "_s": float(base[2]) if base else 0.0,
-                                   "_waiting": int(base[3]) if base else 0}
-        delta["calls"] += int(row["calls"])
+                                   "run_seconds": 0.0, "unvalued_calls": 0, "unsampled_calls": 0,
+                                   "run_seconds_per_call": None}
+        calls = int(row["calls"])
+        delta["calls"] += calls
         delta["sampled_calls"] += int(row["sampled_calls"])
         delta["sampled_seconds"] += float(row["sampled_seconds"])
-        delta["_n"] += int(row["sampled_calls"])
-        delta["_s"] += float(row["sampled_seconds"])
-        if delta["_n"] == 0:
-            delta["unvalued_calls"] += int(row["calls"])
+        if row.get("sample_every") == 0:
+            delta["unsampled_calls"] += calls
+        buckets = row_buckets(row)
+        if buckets:
+            signature_hash = row.get("signature_hash") or ""
+            runtimes.merge(known[key].setdefault(signature_hash, {}), buckets)
+            for bucket, (samples, weight) in buckets.items():
+                found = new_buckets.setdefault((key, signature_hash, bucket), {
+                    "function_hash": key, "signature_hash": signature_hash, "bucket": bucket,
+                    "samples": 0, "weight": 0})
+                found["samples"] += samples
+                found["weight"] += weight
+        per_call = runtimes.per_call_seconds(known[key])
+        if per_call is None:
+            delta["unvalued_calls"] += calls
             continue
-        mean = delta["_s"] / delta["_n"]
-        delta["run_seconds"] += int(row["calls"]) * mean
-        if delta["_waiting"]:  # calls from before the first sample: valued now, once
-            delta["run_seconds"] += delta["_waiting"] * mean
-            delta["unvalued_calls"] -= delta["_waiting"]
-            delta["_waiting"] = 0
-    rows = [{k: v for k, v in d.items() if not k.startswith("_")} for d in deltas.values()]
-    add(conn, {t: rows})
+        delta["run_seconds_per_call"] = per_call
+        delta["run_seconds"] += calls * per_call
+        stored_waiting = waiting.pop(key, 0)
+        if stored_waiting or delta["unvalued_calls"]:  # calls from before the first sample: valued now, once
+            delta["run_seconds"] += (stored_waiting + delta["unvalued_calls"]) * per_call
+            delta["unvalued_calls"] = -stored_waiting
+    add(conn, {t: list(deltas.values()), b: list(new_buckets.values())})
+
+
+def row_buckets(row: dict[str, Any]) -> runtimes.Buckets:
+    """A statistics row's buckets; a row written before buckets were kept holds its
+    samples at their mean, standing for the row's calls."""
+    if row.get("run_buckets"):
+        return runtimes.from_json(row["run_buckets"])
+    sampled = int(row["sampled_calls"] or 0)
+    if not sampled:
+        return {}
+    return {runtimes.bucket_of(float(row["sampled_seconds"]) / sampled): [sampled, max(int(row["calls"]), sampled)]}
 
 
 def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = TABLES) -> None:
@@ -209,9 +241,15 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
     if "function_call_totals" not in tables:
         return
     s = models.call_stats
+    # The columns a store at the caller's revision has: sampled buckets came with run_time_buckets.
+    stat_columns = [s.c.id, s.c.run_id, s.c.function_hash, s.c.timestamp, s.c.calls, s.c.sampled_calls,
+                    s.c.sampled_seconds]
+    if "run_time_buckets" in tables:
+        stat_columns += [s.c.signature_hash, s.c.run_buckets, s.c.sample_every]
     last_id = 0
     while True:
-        rows = conn.execute(sa.select(s).where(s.c.id > last_id).order_by(s.c.id).limit(chunk)).mappings().all()
+        rows = conn.execute(sa.select(*stat_columns).where(s.c.id > last_id).order_by(s.c.id)
+                            .limit(chunk)).mappings().all()
         if not rows:
             return
         add_call_stats(conn, [dict(r) for r in rows])

@@ -66,11 +66,11 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"]),
         sa.PrimaryKeyConstraint("run_id"),
     )
-    # Existing events and call statistics: the same totals the writers keep from now on.
+    # Existing events: the same totals the writers keep from now on. The call totals are
+    # filled by 0006, whose run-time buckets they are computed from.
     from cachewatch.store import rollup
 
-    rollup.rebuild(op.get_bind(), tables=("function_totals", "function_cost_buckets", "run_totals",
-                                          "function_call_totals"))
+    rollup.rebuild(op.get_bind(), tables=("function_totals", "function_cost_buckets", "run_totals"))
 
 
 def downgrade() -> None:

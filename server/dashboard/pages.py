@@ -307,11 +307,9 @@ def _verdict_text(row: dict[str, Any], verdict: dict[str, Any] | None) -> str:
         return "These are JAX's own op-by-op compiles of un-jitted code: there is no jit to weigh."
     if verdict is None or not row["compiles"]:
         return "No compiles in this view, so there is nothing to weigh."
-    if verdict.get("text"):
-        text = verdict["text"]
-        return text[0].upper() + text[1:] + "."
-    return (f"Compiled {row['compiles']} time(s) for {row['calls']:,} call(s): no sign that compiling costs more "
-            "than it saves. Set CACHEWATCH_EAGER_BASELINE=1 to measure the break-even point.")
+    # The analysis' own sentence: from the numbers the cards show, so they agree.
+    text = verdict["text"]
+    return text[0].upper() + text[1:] + "."
 
 
 def _suggested_fix(conn, row: dict[str, Any], storms: list[dict[str, Any]], filters: Filters) -> str | None:
