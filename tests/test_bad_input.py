@@ -114,7 +114,8 @@ def test_stats_bounds(sqlite_url, recorded):
     with client_for(sqlite_url) as client:
         for stat in (kit.stats(recorded.run, step, time.time(), calls=-1),
                      kit.stats(recorded.run, step, 1e308, calls=1),
-                     kit.stats(recorded.run, step, time.time(), calls=2, sampled=5, seconds=0.1)):
+                     kit.stats(recorded.run, step, time.time(), calls=2, sampled=-1, seconds=0.1),
+                     kit.stats(recorded.run, step, time.time(), calls=2, sampled=1, seconds=-0.1)):
             body = kit.payload(recorded.run, [], [stat])
             assert client.post("/api/v1/events", json=body).status_code == 422
 
