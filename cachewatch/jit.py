@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import jax
 
-from . import _guard, _tracking, captures, causes, recorder
+from . import _guard, _tracking, captures, causes, guards, recorder
 from . import signature as sigmod
 from .events import STALE_CAPTURE, CompileEvent, FunctionInfo, new_event_id
 from .identity import describe_function, unwrap_callable
@@ -38,8 +38,10 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
 _SKIP_DIRS = tuple(d + os.sep for d in (_PACKAGE_DIR, _JAX_DIR, os.path.dirname(functools.__file__)))
 _NEVER_SAMPLE = 1 << 62
-# cachewatch's own keyword: time an eager run beside the compiled one, per signature.
+# cachewatch's own keywords: time an eager run beside the compiled one, per signature;
+# a recompile limit and what to do past it.
 _EAGER_OPTION = "eager_baseline"
+_LIMIT_OPTIONS = ("max_recompiles", "on_limit")
 
 
 try:
@@ -165,6 +167,13 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
 
     def hook(*args, **kwargs):
         record = _begin_trace(state, args, kwargs)
+        # The limits and freeze decide here, before JAX lowers and compiles; what they
+        # decide is done outside the internal guard so that it reaches the caller.
+        outcome = _check_guards(state, record)
+        if outcome is not None:
+            if record is not None and isinstance(outcome, BaseException):
+                _trace_failed(record, outcome)
+            guards.act(outcome)
         try:
             if self_ref is None:
                 out = target(*args, **kwargs)
@@ -244,6 +253,13 @@ def _begin_trace(state: HookState, args: tuple, kwargs: dict) -> _tracking.Recor
         record.captured = state.captures.snapshot()
     _tracking.push(record)
     return record
+
+
+@_guard.guarded(where="hook.guards")
+def _check_guards(state: HookState, record: _tracking.Record | None) -> BaseException | Warning | None:
+    if record is None:
+        return None
+    return guards.check_trace(state, record, _call_site_from_here(3))
 
 
 @_guard.guarded(where="hook.failed")
@@ -576,6 +592,8 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
     if is_watched(fun):
         fun = fun.__wrapped__
     eager_baseline = jit_options.pop(_EAGER_OPTION, None)
+    max_recompiles, on_limit = (jit_options.pop(name, None) for name in _LIMIT_OPTIONS)
+    guards.check_options(max_recompiles, on_limit)
     if not recorder.config().enabled:
         return _jax_jit(fun, **jit_options)
     hook = None
@@ -584,6 +602,7 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
         hook, state = _hook_for(fun, jit_options)
         if eager_baseline:
             state.eager_baseline = True
+        guards.set_limit(state.info.function_hash, max_recompiles, on_limit)
     if hook is None:
         return _jax_jit(fun, **jit_options)
     return _make_watched(fun, _jax_jit(hook, **jit_options), state)
