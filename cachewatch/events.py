@@ -62,6 +62,9 @@ class RunInfo:
     backend: str
     devices: tuple[str, ...]
     python_version: str
+    job: str = ""
+    process_index: int | None = None
+    process_count: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         row = dataclasses.asdict(self)
@@ -102,6 +105,7 @@ class CompileEvent:
     compiled_run_seconds: float | None = None
     eager_run_seconds: float | None = None
     captured: dict[str, str] | None = None
+    cache_key: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         row = {name: getattr(self, name) for name in _EVENT_FIELDS}
