@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import jax
 
-from . import _guard, _tracking, captures, causes, guards, recorder
+from . import _guard, _tracking, cachekey, captures, causes, guards, recorder
 from . import signature as sigmod
 from .events import STALE_CAPTURE, CompileEvent, FunctionInfo, new_event_id
 from .identity import describe_function, unwrap_callable
@@ -437,6 +437,7 @@ def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: d
         nested = False
         verdict = causes.explain_compile(info.function_hash, state.serial, info.name, sig, device)
     signature_json = sig.as_json() if sig is not None else ()
+    cache_hit, cache_key = cachekey.take(record.seq)
     return CompileEvent(
         event_id=new_event_id(),
         function=info,
@@ -453,7 +454,7 @@ def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: d
         trace_seconds=record.trace_seconds,
         lower_seconds=record.lower_seconds,
         compile_seconds=record.compile_seconds,
-        persistent_cache_hit=record.persistent_cache_hit,
+        persistent_cache_hit=record.persistent_cache_hit if cache_hit is None else cache_hit,
         cache_time_saved_seconds=record.cache_time_saved,
         device=device,
         backend=_backend(),
@@ -462,6 +463,7 @@ def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: d
         error=record.error,
         thread=record.thread,
         captured=record.captured or None,
+        cache_key=cache_key,
         **extra,
     )
 
@@ -599,6 +601,7 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
     hook = None
     with _guard.guard("jit.wrap"):
         _tracking.install_listeners()
+        cachekey.install()
         hook, state = _hook_for(fun, jit_options)
         if eager_baseline:
             state.eager_baseline = True

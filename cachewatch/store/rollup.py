@@ -230,5 +230,7 @@ def cache_deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = model
         result = "hit" if hit else "miss"
         row = totals.setdefault(result, {"result": result, "events": 0, "saved_seconds": 0.0})
         row["events"] += 1
-        row["saved_seconds"] += float(e[saved_at] or 0.0)
+        # JAX's estimate is negative when loading took longer than compiling would
+        # have; the counter built on this total must never go down.
+        row["saved_seconds"] += max(0.0, float(e[saved_at] or 0.0))
     return {models.persistent_cache_totals: list(totals.values())}

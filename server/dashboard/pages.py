@@ -347,6 +347,7 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
         pager = _pager(view, number, _per_page(request, EVENTS_PER_PAGE), total)
         events = dq.events_page(conn, function_hash, view.filters, limit=pager["per_page"],
                                 offset=pager["offset"], kind="compiles")
+        storequeries.explain_cache_misses(conn, events)
         stale_total = row["stale_captures"]
         stale = dq.events_page(conn, function_hash, view.filters, limit=STALE_SHOWN, offset=0,
                                kind=STALE_CAPTURE) if stale_total else []
