@@ -171,9 +171,12 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
         # decide is done outside the internal guard so that it reaches the caller.
         outcome = _check_guards(state, record)
         if outcome is not None:
-            if record is not None and isinstance(outcome, BaseException):
-                _trace_failed(record, outcome)
-            guards.act(outcome)
+            try:
+                guards.act(outcome)  # raises the refusal, or warns (which -W error turns into one)
+            except BaseException as exc:
+                if record is not None:
+                    _trace_failed(record, exc)
+                raise
         try:
             if self_ref is None:
                 out = target(*args, **kwargs)

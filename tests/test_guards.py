@@ -214,3 +214,20 @@ def test_limits_and_freeze_are_off_by_default_and_change_nothing(events):
     for k, out in enumerate(outs, start=1):
         np.testing.assert_allclose(out, np.full(k, float(k)))
     assert guards.tallies() == {}
+
+
+def test_a_warning_made_an_error_is_recorded_as_the_trace_that_raised(events):
+    @cachewatch.jit
+    def strict_step(x):
+        return x / 2
+
+    strict_step(jnp.ones(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cachewatch.FrozenCompileWarning)  # as pytest -W error does
+        with cachewatch.freeze(on_compile="warn"):
+            with pytest.raises(cachewatch.FrozenCompileWarning, match="strict_step"):
+                strict_step(jnp.ones(3))
+    cachewatch.flush(10)
+    failed = [e for e in events if e.function.name == "strict_step" and e.error]
+    assert len(failed) == 1 and failed[0].error.startswith("FrozenCompileWarning") and not failed[0].compiled
+    np.testing.assert_allclose(strict_step(jnp.ones(3)), np.full(3, 0.5))
