@@ -613,6 +613,8 @@ def test_dashboard_covers_the_signals(dashboard):
         "cachewatch_storm_active",
         "cachewatch_events_ingested_total",
         "cachewatch_events_dropped_total",
+        "cachewatch_rank_divergence",
+        "cachewatch_persistent_cache_requests_total",
     }
     assert wanted <= queried, f"no panel for {wanted - queried}"
     exprs = " ".join(e for _, e in _panel_exprs(dashboard))
