@@ -71,6 +71,8 @@ class UnexpectedCompiles(AssertionError):
         for event in events:
             lines.append(f"  - {event.cause}: {event.explanation}"
                          + (f" (at {event.call_site})" if event.call_site else ""))
+            lines.extend(f"      {entry.get('path')}: {entry.get('before')} -> {entry.get('after')}"
+                         for entry in event.diff)
         super().__init__("\n".join(lines))
 
 

@@ -231,3 +231,17 @@ def test_a_warning_made_an_error_is_recorded_as_the_trace_that_raised(events):
     failed = [e for e in events if e.function.name == "strict_step" and e.error]
     assert len(failed) == 1 and failed[0].error.startswith("FrozenCompileWarning") and not failed[0].compiled
     np.testing.assert_allclose(strict_step(jnp.ones(3)), np.full(3, 0.5))
+
+
+def test_expect_compiles_names_function_cause_and_diff(events):
+    @cachewatch.jit
+    def guarded_step(x):
+        return x + 3
+
+    guarded_step(jnp.ones(4))
+    with pytest.raises(cachewatch.UnexpectedCompiles) as raised:
+        with cachewatch.expect_compiles(guarded_step, at_most=0):
+            guarded_step(jnp.ones(5))
+    message = str(raised.value)
+    assert "guarded_step` compiled 1 time(s), at most 0 expected" in message
+    assert "new_shape" in message and "x: float32[4] -> float32[5]" in message
