@@ -18,6 +18,7 @@ reaches the user while an internal error still never does.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import warnings
 from collections import Counter
@@ -266,7 +267,11 @@ def on_lowering(module_name: str | None) -> BaseException | Warning | None:
     if getattr(_tls, "reported", None) == module_name:
         _tls.reported = None
         return None
-    watched = module_name in _tracking._watched_modules
+    target = _lowering_target()
+    if target is _UNKNOWN:  # not reached through jit's dispatch (.lower(), say): judge by name
+        watched = module_name in _tracking._watched_modules
+    else:
+        watched = getattr(target, HOOK_MARK, False)
     if not watched:
         if not _installed() or not (module_name.startswith("jit(") and module_name.endswith(")")):
             return None
@@ -279,6 +284,25 @@ def on_lowering(module_name: str | None) -> BaseException | Warning | None:
     if _frozen == "raise":
         return FrozenCompileError(text, function=module_name, cause="new_device_or_sharding" if watched else "unknown")
     return FrozenCompileWarning(text)
+
+
+HOOK_MARK = "__cachewatch_hook__"  # set on the function cachewatch.jit hands to jax.jit
+_UNKNOWN = object()
+_DISPATCH_FRAME = "cache_miss"  # JAX's jit dispatch on a cache miss; its `fun` is what jit wraps
+_MAX_FRAMES = 32
+
+
+def _lowering_target() -> Any:
+    """The function the jit being lowered wraps, read off JAX's dispatch frame: a name can
+    be shared by a watched function and a plain ``jax.jit`` (every lambda is ``<lambda>``)."""
+    frame = sys._getframe(2)
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            break
+        if frame.f_code.co_name == _DISPATCH_FRAME and frame.f_code.co_filename.endswith("pjit.py"):
+            return frame.f_locals.get("fun", _UNKNOWN)
+        frame = frame.f_back
+    return _UNKNOWN
 
 
 def act(outcome: BaseException | Warning) -> None:

@@ -205,6 +205,7 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
     except (TypeError, ValueError):
         pass
     hook.__wrapped__ = target if self_ref is not None else fun
+    setattr(hook, guards.HOOK_MARK, True)  # freeze() tells watched jits from plain ones by it
     return hook
 
 

@@ -183,6 +183,7 @@ def test_freeze_covers_compiles_without_a_retrace(events):
 
 
 def test_freeze_after_install_covers_jits_made_before_it(events):
+    cachewatch.jit(lambda x: x)(jnp.ones(1))  # a watched `<lambda>`: the name says nothing
     made_before = jax.jit(lambda x: x * 11)
     made_before(jnp.ones(2))
     cachewatch.install()
@@ -198,6 +199,7 @@ def test_freeze_after_install_covers_jits_made_before_it(events):
 
 
 def test_freeze_without_install_leaves_unwatched_jits_alone(events):
+    cachewatch.jit(lambda x: x)(jnp.ones(1))  # a watched function of the same name, `<lambda>`
     plain = jax.jit(lambda x: x * 13)
     with cachewatch.freeze():
         np.testing.assert_allclose(plain(jnp.ones(4)), np.full(4, 13.0))
