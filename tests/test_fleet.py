@@ -105,3 +105,34 @@ def test_job_and_rank_come_from_configuration():
     assert configmod.resolve({}, environ={"CACHEWATCH_JOB": "from-env"}).job == "from-env"
     with pytest.raises(configmod.ConfigError, match="process_index"):
         configmod.resolve({"process_index": 4, "process_count": 4}, environ={})
+
+
+def test_job_rank_and_cache_key_travel_through_ingest(store_url, tmp_path):
+    """A recorder on another host posts its batches: the rank and the cache key arrive."""
+    import dataclasses
+    import time
+
+    import serverkit as kit
+    from cachewatch import recorder
+
+    recorder.configure(store=f"sqlite:///{tmp_path / 'lib.db'}")
+    recorded = kit.run_jax_workload()
+    with TestClient(create_app(ServerSettings(store=store_url))) as client:
+        now = time.time()
+        step_events = recorded.by_name("step")
+        for rank, events in ((0, step_events[:3]), (1, step_events[:4])):
+            run = dataclasses.replace(kit.new_run(recorded.run), job="posted", process_index=rank, process_count=2)
+            key = {"computation": "abc", "jax": "0.10.2"}
+            copies = [kit.copy_event(e, run, now + i, persistent_cache_hit=False, cache_key=key)
+                      for i, e in enumerate(events)]
+            r = client.post("/api/v1/events", json=kit.payload(run, copies))
+            assert r.status_code == 200, r.text
+        report = client.get("/api/v1/jobs/posted").json()
+        assert report["divergent_ranks"] == [1]
+        (extra,) = report["divergences"]
+        assert extra["function"].endswith("step") and extra["reason"] == "only_this_rank"
+        runs = {r["process_index"]: r for r in client.get("/api/v1/runs").json()["items"] if r["job"] == "posted"}
+        assert sorted(runs) == [0, 1] and runs[1]["process_count"] == 2
+        function_hash = step_events[0].function.function_hash
+        items = client.get(f"/api/v1/functions/{function_hash}/events").json()["items"]
+        assert all(e["cache_key"] == {"computation": "abc", "jax": "0.10.2"} for e in items)
