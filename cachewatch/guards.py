@@ -22,7 +22,7 @@ import sys
 import threading
 import warnings
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from . import _tracking, causes, recorder
 
@@ -208,7 +208,8 @@ def describe(name: str, verdict: causes.Verdict, call_site: str | None) -> list[
     return lines
 
 
-def check_trace(state: Any, record: _tracking.Record | None, call_site: str | None) -> BaseException | Warning | None:
+def check_trace(state: Any, record: _tracking.Record | None,
+                call_site_of: Callable[[], str | None]) -> BaseException | Warning | None:
     """What to do about this trace of a watched function: None (go on), a warning to
     emit, or an exception to raise. Counts the trace when it is a recompile."""
     if record is None or record.signature is None:
@@ -218,6 +219,7 @@ def check_trace(state: Any, record: _tracking.Record | None, call_site: str | No
     limit, action = _limit_for(info.function_hash)
     if frozen_mode is None and limit <= 0:
         return None  # no limit on this function: nothing to count
+    call_site = call_site_of()
     verdict = causes.preview_trace(info.function_hash, state.serial, info.name, record.signature, call_site)
     if frozen_mode is not None:
         head = (f"`{info.qualname}` would be traced and compiled after cachewatch.freeze() "

@@ -263,7 +263,8 @@ def _begin_trace(state: HookState, args: tuple, kwargs: dict) -> _tracking.Recor
 def _check_guards(state: HookState, record: _tracking.Record | None) -> BaseException | Warning | None:
     if record is None:
         return None
-    return guards.check_trace(state, record, _call_site_from_here(3))
+    # The call site is looked up only when a limit or freeze asks for the cause.
+    return guards.check_trace(state, record, lambda: _call_site_from_here(4))
 
 
 @_guard.guarded(where="hook.failed")
