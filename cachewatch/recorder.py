@@ -45,7 +45,8 @@ def config() -> configmod.Config:
             if _config is None:
                 _config = configmod.resolve(_overrides)
                 _guard.raise_errors = _config.raise_internal_errors
-                _apply_persistent_cache(_config)
+                with _guard.guard("recorder.persistent_cache"):  # from the environment, on first use
+                    _apply_persistent_cache(_config)
             cfg = _config
     return cfg
 
@@ -56,6 +57,7 @@ def configure(**settings: Any) -> configmod.Config:
     with _lock:
         merged = {**_overrides, **settings}
         new = configmod.resolve(merged)  # raises ConfigError before anything changes
+        _apply_persistent_cache(new)      # so does a cache directory that cannot be made
         old_writer = _writer
         if old_writer is not None and new.store != (_config.store if _config else None):
             old_writer.flush(new.exit_timeout)
@@ -70,7 +72,6 @@ def configure(**settings: Any) -> configmod.Config:
             stats.configure(new.sample_every, new.sample_max_per_second)
         if _run is not None and (new.run_name != _run.run_name or _job_changed(new, _run)):
             _new_run()
-        _apply_persistent_cache(new)
     return new
 
 
@@ -156,7 +157,7 @@ def _job_and_rank(cfg: configmod.Config) -> dict[str, Any]:
 
 
 def _job_changed(cfg: configmod.Config, run: RunInfo) -> bool:
-    return ((cfg.job and cfg.job != run.job)
+    return ((bool(cfg.job) and cfg.job != run.job)
             or (cfg.process_index is not None and cfg.process_index != run.process_index)
             or (cfg.process_count is not None and cfg.process_count != run.process_count))
 
@@ -173,7 +174,11 @@ def _apply_persistent_cache(cfg: configmod.Config) -> None:
     import jax
 
     path = os.path.abspath(os.path.expanduser(path))
-    os.makedirs(path, exist_ok=True)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise configmod.ConfigError(f"persistent_cache_dir={cfg.persistent_cache_dir!r} cannot be created: "
+                                    f"{exc}") from None
     jax.config.update("jax_compilation_cache_dir", path)
     # Cache every compile, however small or quick: what cachewatch explains is each one.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)

@@ -92,3 +92,14 @@ def test_each_changed_part_is_named():
     assert "jax '0.9' -> '0.10'" in upgraded["explanation"]
     same = explain_cache_miss(base, dict(base), earlier_run="r" * 32, earlier_hit=False)
     assert same["changed"] == [] and "same key" in same["explanation"]
+
+
+def test_a_cache_directory_that_cannot_be_made_is_a_clear_error(tmp_path):
+    import cachewatch
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(cachewatch.ConfigError, match="persistent_cache_dir"):
+        cachewatch.configure(persistent_cache_dir=str(blocker / "cache"))
+    cachewatch.configure(run_name="after-a-refused-setting")  # the refused directory was not kept
+    cachewatch.configure(run_name="")
