@@ -22,13 +22,17 @@ import jax
 from . import _guard, _tracking
 from .config import ConfigError
 from .events import CAUSES, CompileEvent
+from .guards import (FrozenCompileError, FrozenCompileWarning, RecompileLimitError, RecompileLimitWarning,
+                     freeze, unfreeze)
 from .jit import is_watched, jit
 from .recorder import configure, flush
 
 __version__ = "0.1.0"
 
 __all__ = ["CAUSES", "CompileEvent", "ConfigError", "UnexpectedCompiles", "configure", "is_watched",
-           "expect_compiles", "flush", "install", "installed", "jit", "uninstall"]
+           "expect_compiles", "flush", "install", "installed", "jit", "uninstall",
+           "RecompileLimitError", "FrozenCompileError", "RecompileLimitWarning", "FrozenCompileWarning",
+           "freeze", "unfreeze"]
 
 _install_lock = threading.Lock()
 _original_jax_jit: Callable[..., Any] | None = None
@@ -77,6 +81,8 @@ class UnexpectedCompiles(AssertionError):
         for event in events:
             lines.append(f"  - {event.cause}: {event.explanation}"
                          + (f" (at {event.call_site})" if event.call_site else ""))
+            lines.extend(f"      {entry.get('path')}: {entry.get('before')} -> {entry.get('after')}"
+                         for entry in event.diff)
         super().__init__("\n".join(lines))
 
 

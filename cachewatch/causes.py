@@ -98,6 +98,16 @@ def explain_trace(function_hash: str, serial: int, name: str, sig: Signature, *,
         return verdict
 
 
+def preview_trace(function_hash: str, serial: int, name: str, sig: Signature,
+                  call_site: str | None) -> Verdict:
+    """What ``explain_trace`` would say of this trace, remembering nothing (the limits and
+    ``freeze`` decide before JAX compiles, and the trace may then be refused)."""
+    with _lock:
+        history = _histories.get(function_hash) or FunctionHistory()
+        obj = history.objects.get(serial) or ObjectHistory()
+        return _classify_trace(history, obj, name, sig, call_site)
+
+
 def explain_compile(function_hash: str, serial: int, name: str, sig: Signature | None,
                     device: str | None) -> Verdict:
     """Classify a backend compile that happened without a trace."""

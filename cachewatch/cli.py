@@ -236,6 +236,7 @@ def _events(args: argparse.Namespace) -> int:
                 print(f"cachewatch: no function named {args.function!r} in the store", file=sys.stderr)
                 return 1
         rows = queries.list_events(conn, queries.Filters(run_id=args.run_id), hashes, limit=args.limit)
+        queries.explain_cache_misses(conn, rows)
     for row in rows:
         row.pop("id", None)
     if args.format == "json":
@@ -246,8 +247,11 @@ def _events(args: argparse.Namespace) -> int:
         when = _local_time(r["timestamp"], "%H:%M:%S")
         cost = sum(r[k] or 0.0 for k in ("trace_seconds", "lower_seconds", "compile_seconds"))
         kind = r["kind"] + ("" if r["compiled"] else " (no compile)") + (" (warm-up)" if r.get("warmup") else "")
-        table.append([when, r["qualname"], kind, r["cause"], f"{cost:.3f}", r["call_site"] or "",
-                      r["error"] or r["explanation"]])
+        why = r["error"] or r["explanation"]
+        if r["persistent_cache_hit"] is not None:
+            why += (" Persistent cache: hit." if r["persistent_cache_hit"] else
+                    " " + (r["cache_miss"]["explanation"] if r["cache_miss"] else "Persistent cache: miss."))
+        table.append([when, r["qualname"], kind, r["cause"], f"{cost:.3f}", r["call_site"] or "", why])
     _print_table(["time", "function", "kind", "cause", "seconds", "call site", "why"], table)
     return 0
 

@@ -28,6 +28,13 @@ def _parse_bool(raw: str) -> bool:
     raise ValueError(f"expected a boolean (1/0, true/false), got {raw!r}")
 
 
+def _optional_int(raw: str) -> int | None:
+    return int(raw) if raw.strip() else None
+
+
+ON_LIMIT_ACTIONS = ("warn", "raise", "record")
+
+
 def _data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "cachewatch"
@@ -76,6 +83,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("eager_baseline", _parse_bool, False, "Once per signature, time a run op by op beside the compiled run."),
     Setting("cost_analysis", _parse_bool, False, "Lower each new compile once more to record HLO size and XLA cost."),
     Setting("stale_capture_check", _parse_bool, True, "On sampled calls, check that globals baked in at trace time still hold."),
+    Setting("max_recompiles", int, 0, "Recompiles allowed per watched function before on_limit acts (0: no limit)."),
+    Setting("on_limit", str, "warn", "Past max_recompiles: warn (once), raise RecompileLimitError, or record only."),
+    Setting("job", str, "", "Name shared by the ranks of one multi-process job (compared by the service)."),
+    Setting("process_index", _optional_int, None, "This process's rank in the job (default: jax.process_index() when distributed)."),
+    Setting("process_count", _optional_int, None, "Ranks in the job (default: jax.process_count() when distributed)."),
+    Setting("persistent_cache_dir", str, "", "Turn JAX's persistent compilation cache on in this directory."),
     Setting("raise_internal_errors", _parse_bool, False, "Re-raise cachewatch's own errors (for cachewatch's tests)."),
 )
 
@@ -104,6 +117,12 @@ class Config:
     cost_analysis: bool
     stale_capture_check: bool
     raise_internal_errors: bool
+    max_recompiles: int = 0
+    on_limit: str = "warn"
+    job: str = ""
+    process_index: int | None = None
+    process_count: int | None = None
+    persistent_cache_dir: str = ""
 
 
 def resolve(overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> Config:
@@ -145,6 +164,14 @@ def _check(values: dict[str, Any]) -> None:
     for name in ("flush_interval", "stats_interval", "exit_timeout", "storm_window", "sample_max_per_second"):
         if values[name] < 0:
             raise ConfigError(f"{name} must not be negative, got {values[name]}")
+    if values["max_recompiles"] < 0:
+        raise ConfigError(f"max_recompiles must be 0 (no limit) or a positive number, got {values['max_recompiles']}")
+    if values["on_limit"] not in ON_LIMIT_ACTIONS:
+        raise ConfigError(f"on_limit must be one of {', '.join(ON_LIMIT_ACTIONS)}, got {values['on_limit']!r}")
+    index, count = values["process_index"], values["process_count"]
+    if (index is not None and index < 0) or (count is not None and count < 1) or (
+            index is not None and count is not None and index >= count):
+        raise ConfigError(f"process_index must be in [0, process_count), got {index} of {count}")
     if not values["store"]:
         raise ConfigError("store must be a URL such as sqlite:///cachewatch.db")
 

@@ -99,6 +99,9 @@ class RunInfo:
     backend: str
     devices: tuple[str, ...]
     python_version: str
+    job: str = ""
+    process_index: int | None = None
+    process_count: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         row = dataclasses.asdict(self)
@@ -142,6 +145,7 @@ class CompileEvent:
     # Made during the run's warm-up (model and optimizer set-up, first compile of each
     # step): shown as such and never counted towards a storm.
     warmup: bool = False
+    cache_key: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         # Plain strings at the store's boundary: a database driver may write an enum member
@@ -232,3 +236,44 @@ def stats_from_dict(data: dict[str, Any]) -> CallStats:
                      sampled_calls=data["sampled_calls"], sampled_seconds=data["sampled_seconds"],
                      signature_hash=data.get("signature_hash") or "", run_buckets=data.get("run_buckets"),
                      sample_every=data.get("sample_every"))
+
+
+# The parts of JAX's persistent compilation cache key (as JAX names them), in its order,
+# and what each means to a person reading why a compile missed the cache.
+CACHE_KEY_PARTS: tuple[tuple[str, str], ...] = (
+    ("computation", "the program (the lowered computation)"),
+    ("jax_lib version", "the jax/jaxlib version"),
+    ("backend version", "the backend"),
+    ("accelerator_config", "the device kind or topology"),
+    ("XLA flags", "the XLA flags"),
+    ("compile_options", "the compile options"),
+    ("compression", "the cache's compression"),
+    ("custom_hook", "the custom cache-key hook"),
+)
+# Readable values kept beside the hashes: shown next to the part that changed.
+_CACHE_KEY_VALUES = {"jax_lib version": ("jax", "jaxlib"), "backend version": ("backend",),
+                     "accelerator_config": ("device_kind",), "XLA flags": ("xla_flags",)}
+
+
+def explain_cache_miss(before: dict[str, str], after: dict[str, str], *, earlier_run: str,
+                       earlier_hit: bool | None) -> dict[str, Any]:
+    """Why a compile missed the persistent cache when the same function and signature was
+    in it for ``earlier_run``: the parts of the key whose hash changed."""
+    changed = [part for part, _ in CACHE_KEY_PARTS if part in before and part in after and before[part] != after[part]]
+    phrases = []
+    for part, meaning in CACHE_KEY_PARTS:
+        if part not in changed:
+            continue
+        values = [(name, before.get(name), after.get(name)) for name in _CACHE_KEY_VALUES.get(part, ())]
+        shown = [f"{name} {old!r} -> {new!r}" for name, old, new in values if old != new]
+        phrases.append(meaning + (f" ({', '.join(shown)})" if shown else ""))
+    was = "hit the cache" if earlier_hit else "was compiled with the cache on"
+    if phrases:
+        text = (f"Missed the persistent compilation cache: the same function and signature {was} in run "
+                f"{earlier_run[:12]}, and since then the cache key changed in " + "; ".join(phrases) + ".")
+    else:
+        text = (f"Missed the persistent compilation cache with the same key as in run {earlier_run[:12]}: the "
+                "entry is not in this cache directory (another directory, evicted, or never written because "
+                "it was below JAX's size or compile-time threshold).")
+    return {"earlier_run_id": earlier_run, "earlier_hit": earlier_hit,
+            "changed": changed, "explanation": text}

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import jax
 
-from . import _guard, _tracking, captures, causes, recorder, runtimes
+from . import _guard, _tracking, cachekey, captures, causes, guards, recorder, runtimes
 from . import signature as sigmod
 from .events import STALE_CAPTURE, CompileEvent, FunctionInfo, new_event_id
 from .identity import call_site, describe_function, is_library_file, unwrap_callable, user_function_in
@@ -34,8 +34,10 @@ from .identity import call_site, describe_function, is_library_file, unwrap_call
 _jax_jit = jax.jit  # the original, kept before install() may replace jax.jit
 
 _NEVER_SAMPLE = 1 << 62
-# cachewatch's own keyword: time an eager run beside the compiled one, per signature.
+# cachewatch's own keywords: time an eager run beside the compiled one, per signature;
+# a recompile limit and what to do past it.
 _EAGER_OPTION = "eager_baseline"
+_LIMIT_OPTIONS = ("max_recompiles", "on_limit")
 
 
 try:
@@ -221,6 +223,16 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
 
     def hook(*args, **kwargs):
         record = _begin_trace(state, args, kwargs)
+        # The limits and freeze decide here, before JAX lowers and compiles; what they
+        # decide is done outside the internal guard so that it reaches the caller.
+        outcome = _check_guards(state, record)
+        if outcome is not None:
+            try:
+                guards.act(outcome)  # raises the refusal, or warns (which -W error turns into one)
+            except BaseException as exc:
+                if record is not None:
+                    _trace_failed(record, exc)
+                raise
         try:
             if self_ref is None:
                 out = target(*args, **kwargs)
@@ -249,6 +261,7 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
     except (TypeError, ValueError):
         pass
     hook.__wrapped__ = target if self_ref is not None else fun
+    # The listener and freeze() tell a wrapped function's trace from a plain jit's by it.
     setattr(hook, _tracking.HOOK_ATTR, True)
     return hook
 
@@ -317,6 +330,14 @@ def _name_after_user_function(state: HookState, args: tuple, kwargs: dict) -> No
         if stats is not None:
             stats.function = state.info
             _stats.setdefault(state.info.function_hash, stats)
+
+
+@_guard.guarded(where="hook.guards")
+def _check_guards(state: HookState, record: _tracking.Record | None) -> BaseException | Warning | None:
+    if record is None:
+        return None
+    # The call site is looked up only when a limit or freeze asks for the cause.
+    return guards.check_trace(state, record, lambda: call_site(4))
 
 
 @_guard.guarded(where="hook.failed")
@@ -536,6 +557,7 @@ def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: d
         nested = False
         verdict = causes.explain_compile(info.function_hash, state.serial, info.name, sig, device)
     signature_json = sig.as_json() if sig is not None else ()
+    cache_hit, cache_key = cachekey.take(record.seq)
     return CompileEvent(
         event_id=new_event_id(),
         function=info,
@@ -552,7 +574,7 @@ def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: d
         trace_seconds=record.trace_seconds,
         lower_seconds=record.lower_seconds,
         compile_seconds=record.compile_seconds,
-        persistent_cache_hit=record.persistent_cache_hit,
+        persistent_cache_hit=record.persistent_cache_hit if cache_hit is None else cache_hit,
         cache_time_saved_seconds=record.cache_time_saved,
         device=device,
         backend=_backend(),
@@ -562,6 +584,7 @@ def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: d
         thread=record.thread,
         captured=record.captured or None,
         warmup=recorder.in_warmup(record.timestamp),
+        cache_key=cache_key,
         **extra,
     )
 
@@ -681,14 +704,18 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
     if is_watched(fun):
         fun = fun.__wrapped__
     eager_baseline = jit_options.pop(_EAGER_OPTION, None)
+    max_recompiles, on_limit = (jit_options.pop(name, None) for name in _LIMIT_OPTIONS)
+    guards.check_options(max_recompiles, on_limit)
     if not recorder.config().enabled:
         return _jax_jit(fun, **jit_options)
     hook = None
     with _guard.guard("jit.wrap"):
         _tracking.install_listeners()
+        cachekey.install()
         hook, state = _hook_for(fun, jit_options)
         if eager_baseline:
             state.eager_baseline = True
+        guards.set_limit(state.info.function_hash, max_recompiles, on_limit)
     if hook is None:
         return _jax_jit(fun, **jit_options)
     return _make_watched(fun, _jax_jit(hook, **jit_options), state)

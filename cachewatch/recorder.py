@@ -48,6 +48,8 @@ def config() -> configmod.Config:
             if _config is None:
                 _config = configmod.resolve(_overrides)
                 _guard.raise_errors = _config.raise_internal_errors
+                with _guard.guard("recorder.persistent_cache"):  # from the environment, on first use
+                    _apply_persistent_cache(_config)
             cfg = _config
     return cfg
 
@@ -58,6 +60,7 @@ def configure(**settings: Any) -> configmod.Config:
     with _lock:
         merged = {**_overrides, **settings}
         new = configmod.resolve(merged)  # raises ConfigError before anything changes
+        _apply_persistent_cache(new)      # so does a cache directory that cannot be made
         old_writer = _writer
         if old_writer is not None and new.store != (_config.store if _config else None):
             old_writer.flush(new.exit_timeout)
@@ -70,7 +73,7 @@ def configure(**settings: Any) -> configmod.Config:
 
         for stats in all_call_stats():  # functions wrapped before this call sample anew too
             stats.configure(new.sample_every, new.sample_max_per_second)
-        if _run is not None and new.run_name != _run.run_name:
+        if _run is not None and (new.run_name != _run.run_name or _job_changed(new, _run)):
             _new_run()
     return new
 
@@ -173,7 +176,65 @@ def _describe_run() -> RunInfo:
         backend=backend,
         devices=devices,
         python_version=platform.python_version(),
+        **_job_and_rank(config()),
     )
+
+
+def _job_and_rank(cfg: configmod.Config) -> dict[str, Any]:
+    """The run's job and rank: as configured, else JAX's own when it runs distributed."""
+    index, count = cfg.process_index, cfg.process_count
+    if index is None or count is None:
+        try:
+            import jax
+            from jax._src import distributed
+
+            if distributed.global_state.client is not None:
+                index = jax.process_index() if index is None else index
+                count = jax.process_count() if count is None else count
+        except Exception:  # an older or newer JAX without this state: no rank
+            pass
+    # Ranks are compared within a job: without one, the run name (the same on every
+    # rank when the launcher sets it) stands in.
+    job = cfg.job or (cfg.run_name if index is not None else "")
+    return {"job": job, "process_index": index, "process_count": count}
+
+
+def _job_changed(cfg: configmod.Config, run: RunInfo) -> bool:
+    return ((bool(cfg.job) and cfg.job != run.job)
+            or (cfg.process_index is not None and cfg.process_index != run.process_index)
+            or (cfg.process_count is not None and cfg.process_count != run.process_count))
+
+
+_cache_dir_applied: str | None = None
+
+
+def _apply_persistent_cache(cfg: configmod.Config) -> None:
+    """Turn JAX's persistent compilation cache on in ``persistent_cache_dir``, once per directory."""
+    global _cache_dir_applied
+    path = cfg.persistent_cache_dir
+    if not path or path == _cache_dir_applied:
+        return
+    import jax
+
+    path = os.path.abspath(os.path.expanduser(path))
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise configmod.ConfigError(f"persistent_cache_dir={cfg.persistent_cache_dir!r} cannot be created: "
+                                    f"{exc}") from None
+    jax.config.update("jax_compilation_cache_dir", path)
+    # Cache every compile, however small or quick: what cachewatch explains is each one.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    try:
+        # JAX decides once per process whether the cache is on; a compile made before
+        # this call would have decided "off".
+        from jax._src import compilation_cache
+
+        compilation_cache.reset_cache()
+    except Exception:
+        pass
+    _cache_dir_applied = cfg.persistent_cache_dir
 
 
 _process_start = time.time()

@@ -36,7 +36,7 @@ from .ingest import IngestCounters
 from .metrics import StoreCollector
 from .middleware import BodyLimit, RequestMetrics
 from . import dashboard
-from .routes import diagnosis, docs, events, functions, health, metrics, runs, storms, summary
+from .routes import diagnosis, docs, events, functions, health, jobs, metrics, runs, storms, summary
 from .settings import ServerSettings, SettingsError, load
 
 logger = logging.getLogger("cachewatch.server")
@@ -80,7 +80,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, **RequestMetrics.metrics(process_registry))  # outermost: sees every status
-    for module in (events, functions, runs, storms, summary, diagnosis, health, metrics):
+    for module in (events, functions, runs, storms, summary, diagnosis, health, metrics, jobs):
         app.include_router(module.router)
     app.include_router(dashboard.router)
 

@@ -34,6 +34,7 @@ import sqlalchemy as sa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from cachewatch import fleet
 from cachewatch.analysis import short_name
 from cachewatch.events import STALE_CAPTURE
 from cachewatch.store import engine as enginemod
@@ -273,6 +274,7 @@ class StoreCollector:
         dropped.add_metric([], snap.client_dropped)
         yield dropped
         yield from families(snap)
+        yield from fleet_and_cache_families(self.settings)
 
 
 def families(snap: Snapshot) -> Iterator[Metric]:
@@ -327,3 +329,37 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     ingested = CounterMetricFamily("cachewatch_events_ingested", "Compile events in the store.")
     ingested.add_metric([], snap.events)
     yield ingested
+
+
+# Jobs whose ranks /metrics compares: those with the most recently started runs (a
+# bounded label set; an older job's series ends when it falls out).
+RANK_DIVERGENCE_JOBS = 20
+
+
+def fleet_and_cache_families(settings: ServerSettings) -> Iterator[Metric]:
+    """``cachewatch_persistent_cache_requests_total{result}`` and ``cachewatch_rank_divergence{job}``."""
+    try:
+        with enginemod.connection(settings.store, ensure=False) as conn:
+            t = models.persistent_cache_totals
+            cache = {result: int(events) for result, events in conn.execute(sa.select(t.c.result, t.c.events))}
+            saved = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(t.c.saved_seconds), 0.0))).scalar_one()
+            jobs = {job: fleet.compare_job(conn, job) for job in fleet.recent_jobs(conn, RANK_DIVERGENCE_JOBS)}
+    except Exception as exc:
+        logger.warning("metrics: cannot read jobs or cache totals: %s", exc)
+        return
+    requests = CounterMetricFamily("cachewatch_persistent_cache_requests", "Compiles that asked JAX's "
+                                   "persistent compilation cache, by result.", labels=["result"])
+    for result in ("hit", "miss"):
+        requests.add_metric([result], cache.get(result, 0))
+    yield requests
+    saved_family = CounterMetricFamily("cachewatch_persistent_cache_saved_seconds", "Compile seconds the "
+                                       "persistent compilation cache saved (JAX's own estimate).")
+    saved_family.add_metric([], float(saved or 0.0))
+    yield saved_family
+    divergence = GaugeMetricFamily("cachewatch_rank_divergence", "Ranks of the job that compiled a signature "
+                                   "the other ranks did not, or compiled it more often (0: the ranks agree).",
+                                   labels=["job"])
+    for job, report in jobs.items():
+        if report is not None:
+            divergence.add_metric([job], float(len(report["divergent_ranks"])))
+    yield divergence

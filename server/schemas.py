@@ -67,6 +67,9 @@ class RunIn(_In):
     backend: Annotated[str, _text(64)] = ""
     devices: Annotated[list[Annotated[str, _text(255)]], Field(max_length=65536)] = []
     python_version: Annotated[str, _text(32)] = ""
+    job: Annotated[str, _text(200, "Name shared by the ranks of one multi-process job.")] = ""
+    process_index: Annotated[int | None, Field(ge=0, le=2**31 - 1)] = None
+    process_count: Annotated[int | None, Field(ge=1, le=2**31 - 1)] = None
 
 
 class EventIn(_In):
@@ -103,6 +106,9 @@ class EventIn(_In):
                         Field(max_length=10_000, description="Globals and closure values read at trace time: "
                               "name -> short summary.")] = None
     warmup: Annotated[bool, Field(description="Made during the run's warm-up; never counted in a storm.")] = False
+    cache_key: Annotated[dict[str, Annotated[str, _text(512)]] | None,
+                         Field(max_length=64, description="Persistent compilation cache key, part -> short "
+                               "hash (and readable values).")] = None
 
 
 class CallStatsIn(_In):
@@ -309,6 +315,10 @@ class EventOut(BaseModel):
     eager_run_seconds: float | None = None
     captured: dict[str, str] | None = None
     warmup: bool = False
+    cache_key: dict[str, str] | None = None
+    cache_miss: dict[str, Any] | None = Field(default=None, description="For a persistent-cache miss of a "
+                                              "function and signature stored in an earlier run: that run and "
+                                              "the parts of the cache key that changed.")
 
 
 class EventPage(BaseModel):
@@ -327,6 +337,9 @@ class RunOut(BaseModel):
     backend: str
     devices: list[str]
     python_version: str
+    job: str = ""
+    process_index: int | None = None
+    process_count: int | None = None
     events: int = Field(description="Compile events recorded by this run.")
     compiles: int
     compile_seconds: float
@@ -361,3 +374,42 @@ class Summary(BaseModel):
 class Health(BaseModel):
     status: str
     store: str
+
+
+class RankOut(BaseModel):
+    process_index: int = Field(description="The rank (-1 for runs of the job that carry none).")
+    run_ids: list[str]
+    hosts: list[str]
+    compiles: int
+    divergent: bool
+
+
+class DivergenceOut(BaseModel):
+    process_index: int
+    function_hash: str
+    function: str
+    signature_hash: str
+    signature: list[dict[str, Any]]
+    compiles: int = Field(description="Compiles of this function and signature on this rank.")
+    others: dict[str, int] = Field(description="Rank -> compiles of the same function and signature.")
+    reason: str = Field(description="only_this_rank | more_compiles")
+    explanation: str
+    last_explanation: str = Field(description="Why this rank's latest compile of it happened.")
+
+
+class JobOut(BaseModel):
+    job: str
+    process_count: int
+    ranks: list[RankOut]
+    missing_ranks: list[int] = Field(description="Ranks below process_count with no run in the store.")
+    divergent_ranks: list[int]
+    divergences: list[DivergenceOut]
+    divergences_total: int
+
+
+class JobSummary(BaseModel):
+    job: str
+    process_count: int
+    ranks: int
+    divergent_ranks: list[int]
+    missing_ranks: list[int]

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch import _guard, causes, recorder
+from cachewatch import _guard, causes, guards, recorder
 from cachewatch.store import engine as enginemod
 
 PG_ADMIN_URL = os.environ.get("CACHEWATCH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -90,6 +90,7 @@ def new_run() -> None:
     """Start a fresh run: a new run id and no memory of earlier traces."""
     recorder.flush(10)
     causes.reset()
+    guards.reset()
     recorder._new_run()
 
 

@@ -57,6 +57,9 @@ SERVICE_METRICS = {
     "cachewatch_events_ingested_total",
     "cachewatch_events_dropped_total",
     "cachewatch_ingest_rejected_events_total",
+    "cachewatch_persistent_cache_requests_total",
+    "cachewatch_persistent_cache_saved_seconds_total",
+    "cachewatch_rank_divergence",
 }
 # Product definitions the alerts and dashboard must agree with.
 STORM_THRESHOLD = 5
@@ -67,6 +70,8 @@ ALERT_NAMES = {
     "CachewatchCompileShareHigh",
     "CachewatchEventsDropped",
     "CachewatchDown",
+    "CachewatchStormActive",
+    "CachewatchRankDivergence",
 }
 SERVICES = {"postgres", "migrate", "cachewatch", "prometheus", "grafana"}
 
@@ -353,6 +358,9 @@ def test_alert_annotations_name_the_function_and_link_the_dashboard(alert_rules)
                 r"\{\{ \$labels\.function( \| urlquery)? \}\}",
                 link,
             ), (name, link)
+        elif "by (job)" in rule["expr"]:
+            assert "{{ $labels.job }}" in ann["summary"] and "{{ $labels.job }}" in ann["description"], name
+            assert link == "{{ $externalLabels.cachewatch_url }}/jobs/{{ $labels.job | urlquery }}", (name, link)
         else:
             assert link == "{{ $externalLabels.cachewatch_url }}/", (name, link)
 
@@ -607,6 +615,8 @@ def test_dashboard_covers_the_signals(dashboard):
         "cachewatch_storm_active",
         "cachewatch_events_ingested_total",
         "cachewatch_events_dropped_total",
+        "cachewatch_rank_divergence",
+        "cachewatch_persistent_cache_requests_total",
     }
     assert wanted <= queried, f"no panel for {wanted - queried}"
     exprs = " ".join(e for _, e in _panel_exprs(dashboard))
@@ -669,6 +679,90 @@ def test_alert_thresholds_are_drawn_on_the_dashboard(alert_rules, dashboard):
     )
     assert float(threshold) == STORM_THRESHOLD and window == STORM_WINDOW
     assert float(share) == SHARE_THRESHOLD
+
+
+# --- Grafana-managed alerts and the dashboard, through grafana-foundation-sdk ---------
+
+GRAFANA_ALERTING = GRAFANA / "provisioning" / "alerting"
+
+
+def _grafana_alerting_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cachewatch_grafana_alerting", GRAFANA / "alerting.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_grafana_alerting_files_are_what_the_sdk_builds():
+    built = _grafana_alerting_module().documents()
+    on_disk = {p.name: p.read_text() for p in GRAFANA_ALERTING.glob("*.yaml")}
+    assert on_disk == built, "deploy/grafana/provisioning/alerting is stale: run python deploy/grafana/alerting.py"
+
+
+def test_grafana_alerts_use_the_prometheus_thresholds(alert_rules):
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models import alerting as models
+    from grafana_foundation_sdk.models import expr as exprmodels
+    from grafana_foundation_sdk.models import prometheus as prommodels
+
+    register_default_plugins()  # so query models read back as their own types
+    groups = _load_yaml(GRAFANA_ALERTING / "rules.yaml")["groups"]
+    assert [g["folder"] for g in groups] == ["cachewatch"]
+    mirrored = {}
+    for raw in groups[0]["rules"]:
+        rule = models.Rule.from_json(raw)  # the SDK reads every rule back
+        queries = {q.ref_id: q for q in rule.data}
+        assert rule.condition == "C" and set(queries) == {"A", "B", "C"}, rule.title
+        promql = queries["A"].model
+        assert isinstance(promql, prommodels.Dataquery) and promql.instant, rule.title
+        assert queries["A"].datasource_uid == "cachewatch-prometheus"
+        reduce, threshold = queries["B"].model, queries["C"].model
+        assert isinstance(reduce, exprmodels.TypeReduce) and reduce.expression == "A"
+        assert isinstance(threshold, exprmodels.TypeThreshold) and threshold.expression == "B"
+        (condition,) = threshold.conditions
+        assert (condition.evaluator.type_val, condition.evaluator.params) == ("gt", [0])
+        source = next(name for name, r in alert_rules.items()
+                      if " ".join(r["expr"].split()) == " ".join(promql.expr.split()))
+        assert rule.for_val == alert_rules[source].get("for", "0m"), rule.title
+        assert rule.labels["severity"] == alert_rules[source]["labels"]["severity"]
+        assert rule.no_data_state == "OK" and rule.uid
+        assert "$externalLabels" not in " ".join(rule.annotations.values())
+        assert "$value |" not in " ".join(rule.annotations.values())  # Grafana's $value is text
+        mirrored[rule.title] = source
+    assert set(mirrored.values()) == {"CachewatchRecompileStorm", "CachewatchStormActive",
+                                      "CachewatchCompileShareHigh", "CachewatchRankDivergence"}
+    assert len(mirrored) == 4
+
+
+def test_grafana_contact_point_is_left_to_the_operator(compose_config):
+    from grafana_foundation_sdk.models import alerting as models
+
+    (point,) = _load_yaml(GRAFANA_ALERTING / "contact-points.yaml")["contactPoints"]
+    (receiver,) = point["receivers"]
+    parsed = models.ContactPoint.from_json({"name": point["name"], **receiver})
+    assert parsed.type_val == "email" and parsed.settings == {"addresses": "$CACHEWATCH_ALERT_EMAIL"}
+    (policy,) = _load_yaml(GRAFANA_ALERTING / "policies.yaml")["policies"]
+    assert models.NotificationPolicy.from_json(policy).receiver == point["name"]
+    grafana_env = compose_config["services"]["grafana"]["environment"]
+    assert "CACHEWATCH_ALERT_EMAIL" in grafana_env
+
+
+def test_dashboard_reads_back_through_the_sdk(dashboard):
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models import dashboard as models
+
+    register_default_plugins()
+    parsed = models.Dashboard.from_json(dashboard)
+    assert parsed.uid == "cachewatch" and parsed.title == dashboard["title"]
+    panels = [p for p in parsed.panels if isinstance(p, models.Panel)]
+    assert len(panels) == len(dashboard["panels"])
+    for panel, raw in zip(panels, dashboard["panels"]):
+        assert (panel.type_val, panel.title, panel.id_val) == (raw["type"], raw["title"], raw["id"])
+        assert [t.expr for t in panel.targets] == [t["expr"] for t in raw["targets"]], raw["title"]
+        assert panel.grid_pos is not None and panel.grid_pos.w > 0 and panel.grid_pos.h > 0
+    assert {v.name for v in parsed.templating.list_val} >= {"datasource", "function"}
 
 
 # --- Docker -------------------------------------------------------------------------

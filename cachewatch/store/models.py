@@ -29,6 +29,10 @@ class RunRow(Base):
     backend: Mapped[str] = mapped_column(String(64), default="")
     devices: Mapped[list] = mapped_column(JSON, default=list)
     python_version: Mapped[str] = mapped_column(String(32), default="")
+    # The ranks of one multi-process job share ``job``; the service compares them.
+    job: Mapped[str] = mapped_column(String(200), default="", server_default="", index=True)
+    process_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    process_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class FunctionRow(Base):
@@ -86,6 +90,10 @@ class CompileEventRow(Base):
     captured: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     # Made during the run's warm-up (set-up and first compiles): never part of a storm.
     warmup: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa.false())
+    # The persistent compilation cache key of this compile, part by part (the program,
+    # jaxlib, backend, XLA flags, compile options, devices): part -> short hash, and a
+    # few readable values; a miss is explained by the parts that changed since a hit.
+    cache_key: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         Index("ix_compile_events_function_time", "function_hash", "timestamp"),
@@ -255,6 +263,14 @@ class MetricLabelRow(Base):
                                                primary_key=True)
     label: Mapped[str | None] = mapped_column(String(600), unique=True, nullable=True)
     decided_at: Mapped[float] = mapped_column(Float)
+class PersistentCacheTotalsRow(Base):
+    """Compiles that asked JAX's persistent compilation cache, by result (hit, miss)."""
+
+    __tablename__ = "persistent_cache_totals"
+
+    result: Mapped[str] = mapped_column(String(8), primary_key=True)
+    events: Mapped[int] = mapped_column(BigInteger, default=0)
+    saved_seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 runs = RunRow.__table__
@@ -271,6 +287,7 @@ function_call_totals = FunctionCallTotalsRow.__table__
 run_time_buckets = RunTimeBucketRow.__table__
 run_drops = RunDropsRow.__table__
 metric_labels = MetricLabelRow.__table__
+persistent_cache_totals = PersistentCacheTotalsRow.__table__
 
 # A compile event as the writers hand it over: a tuple of these columns, in this order
 # (tuples, not dicts: the writer builds one per event).

@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from .. import runtimes
+from ..events import explain_cache_miss
 from . import engine as enginemod
 from . import models, rollup
 
@@ -295,3 +296,26 @@ def list_runs(conn: sa.Connection, limit: int = 100) -> list[dict[str, Any]]:
 def open_report(url: str, filters: Filters = Filters()) -> list[dict[str, Any]]:
     with enginemod.connection(url) as conn:
         return function_report(conn, filters)
+
+
+def explain_cache_misses(conn: sa.Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Set ``cache_miss`` on event rows that missed the persistent cache: against the
+    latest earlier event of the same function and signature in another run that asked
+    the cache, the parts of the key that changed (None where there is none to compare)."""
+    e = models.compile_events
+    for row in rows:
+        row["cache_miss"] = None
+        key = row.get("cache_key")
+        if row.get("persistent_cache_hit") is not False or not key or not row.get("signature_hash"):
+            continue
+        earlier = conn.execute(
+            sa.select(e.c.run_id, e.c.persistent_cache_hit, e.c.cache_key)
+            .where(e.c.function_hash == row["function_hash"], e.c.timestamp < row["timestamp"],
+                   e.c.signature_hash == row["signature_hash"], e.c.run_id != row["run_id"],
+                   e.c.persistent_cache_hit.is_not(None))
+            .order_by(e.c.timestamp.desc()).limit(1)).first()
+        if earlier is None or not earlier.cache_key:
+            continue
+        row["cache_miss"] = explain_cache_miss(earlier.cache_key, key, earlier_run=earlier.run_id,
+                                               earlier_hit=earlier.persistent_cache_hit)
+    return rows

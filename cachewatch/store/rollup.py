@@ -254,3 +254,21 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
             return
         add_call_stats(conn, [dict(r) for r in rows])
         last_id = rows[-1]["id"]
+
+
+def cache_deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVENT_COLUMNS,
+                 ) -> dict[sa.Table, list[dict[str, Any]]]:
+    """Persistent-cache requests (hit or miss) and seconds saved, for newly stored events."""
+    hit_at, saved_at = columns.index("persistent_cache_hit"), columns.index("cache_time_saved_seconds")
+    totals: dict[str, dict[str, Any]] = {}
+    for e in events:
+        hit = e[hit_at]
+        if hit is None:
+            continue
+        result = "hit" if hit else "miss"
+        row = totals.setdefault(result, {"result": result, "events": 0, "saved_seconds": 0.0})
+        row["events"] += 1
+        # JAX's estimate is negative when loading took longer than compiling would
+        # have; the counter built on this total must never go down.
+        row["saved_seconds"] += max(0.0, float(e[saved_at] or 0.0))
+    return {models.persistent_cache_totals: list(totals.values())}

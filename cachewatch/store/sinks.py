@@ -116,6 +116,7 @@ def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], eve
     inserted = _insert_events(conn, events)
     if inserted:
         rollup.add(conn, rollup.deltas(row for row in events if row[_EVENT_ID] in inserted))
+        rollup.add(conn, rollup.cache_deltas(row for row in events if row[_EVENT_ID] in inserted))
     if stats:
         conn.execute(sa.insert(models.call_stats), stats)
         rollup.add_call_stats(conn, stats)

@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
-from cachewatch import analysis
+from cachewatch import analysis, fleet
 from cachewatch.events import STALE_CAPTURE
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries as storequeries
@@ -346,6 +346,7 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
         pager = _pager(view, number, _per_page(request, EVENTS_PER_PAGE), total)
         events = dq.events_page(conn, function_hash, view.filters, limit=pager["per_page"],
                                 offset=pager["offset"], kind="compiles")
+        storequeries.explain_cache_misses(conn, events)
         stale_total = row["stale_captures"]
         stale = dq.events_page(conn, function_hash, view.filters, limit=STALE_SHOWN, offset=0,
                                kind=STALE_CAPTURE) if stale_total else []
@@ -394,3 +395,28 @@ def storms_page(request: Request) -> HTMLResponse:
     run_names = {r["run_id"]: r["run_name"] for r in view.runs}
     return page(request, "storms.html", view=view, title="Storms", storms=shown, pager=pager, empty=empty,
                 active_count=sum(1 for s in found if s["active"]), run_names=run_names, **_storm_settings(request))
+
+
+JOBS_LISTED = 100
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+def jobs_page(request: Request) -> HTMLResponse:
+    settings = request.app.state.settings
+    with enginemod.connection(settings.store, ensure=False) as conn:
+        view = _open_view(request, conn)
+        reports = [r for r in (fleet.compare_job(conn, job) for job in fleet.recent_jobs(conn, JOBS_LISTED))
+                   if r is not None]
+    return page(request, "jobs.html", view=view, title="Jobs", reports=reports)
+
+
+@router.get("/jobs/{job}", response_class=HTMLResponse)
+def job_page(request: Request, job: str) -> HTMLResponse:
+    settings = request.app.state.settings
+    with enginemod.connection(settings.store, ensure=False) as conn:
+        view = _open_view(request, conn)
+        report = fleet.compare_job(conn, job) if len(job) <= 200 else None
+    if report is None:
+        return page(request, "not_found.html", status=404, view=view, title="No such job", job=job)
+    return page(request, "job.html", view=view, title=f"Job {job}", report=report,
+                signature_text=fleet.signature_text)

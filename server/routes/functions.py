@@ -6,6 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
+from cachewatch.store import queries as storequeries
+
 from .. import queries
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
 from ..schemas import EventPage, FunctionDetail, FunctionPage
@@ -62,6 +64,7 @@ def function_events(_: ReadAuth, conn: Connection, filters: QueryFilters, page: 
     more = len(rows) > page.limit
     rows = rows[: page.limit]
     cursor = encode_cursor("events", [rows[-1]["timestamp"], rows[-1]["id"]]) if more else None
+    storequeries.explain_cache_misses(conn, rows)
     for row in rows:
         row.pop("id", None)
     return {"items": rows, "next_cursor": cursor}

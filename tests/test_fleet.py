@@ -1,0 +1,138 @@
+"""The ranks of a job compared, with real ranks: two processes joined by
+``jax.distributed.initialize`` on the CPU backend over loopback, each writing its own run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from cachewatch import config as configmod
+from server.main import create_app
+from server.settings import ServerSettings
+
+from serverkit import free_port
+
+WORKER = Path(__file__).with_name("fleet_worker.py")
+
+
+def run_job(store: str, job: str, extra_shape_rank: int | None, workdir: Path) -> None:
+    """Both ranks of one job, to completion."""
+    port = free_port()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "CACHEWATCH_JOB": job}
+    env.pop("CACHEWATCH_RAISE_INTERNAL_ERRORS", None)
+    procs = []
+    for rank in (0, 1):
+        args = [sys.executable, str(WORKER), str(rank), str(port), store]
+        if rank == extra_shape_rank:
+            args.append("--extra-shape")
+        log = open(workdir / f"{job}-rank{rank}.log", "w")
+        procs.append((subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    for proc, log in procs:
+        try:
+            code = proc.wait(timeout=240)
+        finally:
+            log.close()
+        assert code == 0, Path(log.name).read_text()
+
+
+@pytest.fixture(scope="module")
+def fleet_store(tmp_path_factory) -> str:
+    work = tmp_path_factory.mktemp("fleet")
+    store = f"sqlite:///{work / 'fleet.db'}"
+    run_job(store, "diverging", extra_shape_rank=1, workdir=work)
+    run_job(store, "agreeing", extra_shape_rank=None, workdir=work)
+    return store
+
+
+@pytest.fixture
+def client(fleet_store):
+    with TestClient(create_app(ServerSettings(store=fleet_store))) as c:
+        yield c
+
+
+def test_the_rank_that_met_an_extra_shape_is_flagged_with_its_signature(client):
+    report = client.get("/api/v1/jobs/diverging").json()
+    assert report["process_count"] == 2
+    assert [r["process_index"] for r in report["ranks"]] == [0, 1]
+    assert report["divergent_ranks"] == [1]
+    assert [r["divergent"] for r in report["ranks"]] == [False, True]
+    steps = [d for d in report["divergences"] if d["function"] == "fleet_step"]
+    assert len(steps) == 1
+    step = steps[0]
+    assert step["process_index"] == 1 and step["reason"] == "only_this_rank"
+    assert step["others"] == {"0": 0} and step["compiles"] == 1
+    shapes = {leaf["path"]: leaf["shape"] for leaf in step["signature"]}
+    assert shapes == {"batch": [24, 8], "w": [8, 4]}
+    assert "batch: float32[24,8]" in step["explanation"]
+    assert "float32[16,8] -> float32[24,8]" in step["last_explanation"]
+    # Whatever else is flagged (JAX's eager compiles of the extra batch) is rank 1's too.
+    assert {d["process_index"] for d in report["divergences"]} == {1}
+
+
+def test_a_job_whose_ranks_agree_is_not_flagged(client):
+    report = client.get("/api/v1/jobs/agreeing").json()
+    assert [r["process_index"] for r in report["ranks"]] == [0, 1]
+    assert report["divergent_ranks"] == [] and report["divergences"] == []
+    assert report["ranks"][0]["compiles"] == report["ranks"][1]["compiles"] > 0
+
+
+def test_jobs_listing_metric_and_pages(client):
+    listed = {j["job"]: j for j in client.get("/api/v1/jobs").json()}
+    assert listed["diverging"]["divergent_ranks"] == [1] and listed["agreeing"]["divergent_ranks"] == []
+    assert client.get("/api/v1/jobs/nope").status_code == 404
+
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    divergence = {s.labels["job"]: s.value for s in families["cachewatch_rank_divergence"].samples}
+    assert divergence == {"diverging": 1.0, "agreeing": 0.0}
+
+    page = client.get("/jobs/diverging")
+    assert page.status_code == 200
+    assert 'data-rank="1" class="flagged"' in page.text and "batch: float32[24,8]" in page.text
+    assert "The ranks agree" in client.get("/jobs/agreeing").text
+    assert "diverging" in client.get("/jobs").text
+    assert client.get("/jobs/nope").status_code == 404
+
+
+def test_job_and_rank_come_from_configuration():
+    cfg = configmod.resolve({"job": "exp", "process_index": "2", "process_count": 4}, environ={})
+    assert (cfg.job, cfg.process_index, cfg.process_count) == ("exp", 2, 4)
+    assert configmod.resolve({}, environ={"CACHEWATCH_JOB": "from-env"}).job == "from-env"
+    with pytest.raises(configmod.ConfigError, match="process_index"):
+        configmod.resolve({"process_index": 4, "process_count": 4}, environ={})
+
+
+def test_job_rank_and_cache_key_travel_through_ingest(store_url, tmp_path):
+    """A recorder on another host posts its batches: the rank and the cache key arrive."""
+    import dataclasses
+    import time
+
+    import serverkit as kit
+    from cachewatch import recorder
+
+    recorder.configure(store=f"sqlite:///{tmp_path / 'lib.db'}")
+    recorded = kit.run_jax_workload()
+    with TestClient(create_app(ServerSettings(store=store_url))) as client:
+        now = time.time()
+        step_events = recorded.by_name("step")
+        for rank, events in ((0, step_events[:3]), (1, step_events[:4])):
+            run = dataclasses.replace(kit.new_run(recorded.run), job="posted", process_index=rank, process_count=2)
+            key = {"computation": "abc", "jax": "0.10.2"}
+            copies = [kit.copy_event(e, run, now + i, persistent_cache_hit=False, cache_key=key)
+                      for i, e in enumerate(events)]
+            r = client.post("/api/v1/events", json=kit.payload(run, copies))
+            assert r.status_code == 200, r.text
+        report = client.get("/api/v1/jobs/posted").json()
+        assert report["divergent_ranks"] == [1]
+        (extra,) = report["divergences"]
+        assert extra["function"].endswith("step") and extra["reason"] == "only_this_rank"
+        runs = {r["process_index"]: r for r in client.get("/api/v1/runs").json()["items"] if r["job"] == "posted"}
+        assert sorted(runs) == [0, 1] and runs[1]["process_count"] == 2
+        function_hash = step_events[0].function.function_hash
+        items = client.get(f"/api/v1/functions/{function_hash}/events").json()["items"]
+        assert all(e["cache_key"] == {"computation": "abc", "jax": "0.10.2"} for e in items)
