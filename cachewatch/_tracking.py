@@ -226,9 +226,20 @@ def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
     bump()
     if record.target is not None:
         _drop(record)
+        hit, key = cache_key_of(record.seq)
         recorder.record_event(foreign.to_event(
             record.target, record.kind, record.timestamp, record.trace_seconds, record.lower_seconds,
-            record.compile_seconds, record.persistent_cache_hit, record.cache_time_saved, record.thread))
+            record.compile_seconds, record.persistent_cache_hit if hit is None else hit, record.cache_time_saved,
+            record.thread, cache_key=key))
+
+
+def _no_cache_key(seq: int) -> tuple[bool | None, dict[str, str] | None]:
+    return None, None
+
+
+# (hit, key parts) of the compile recorded as ``seq``: set by cachekey once the persistent
+# cache is on, so that foreign compiles carry them like wrapped ones.
+cache_key_of = _no_cache_key
 
 
 def _drop(record: Record) -> None:
@@ -242,7 +253,8 @@ def _drop(record: Record) -> None:
 @_guard.guarded(where="monitoring.event")
 def on_event(event: str, **kwargs: Any) -> None:
     if event == CACHE_HIT_EVENT or event == CACHE_MISS_EVENT:
-        record = _latest(lambda r: r.compiles == 0 and r.lower_seconds is not None)
+        # JAX reports a miss after the backend compile, a hit in place of it.
+        record = _latest(lambda r: r.lower_seconds is not None and r.persistent_cache_hit is None)
         if record is not None:
             record.persistent_cache_hit = event == CACHE_HIT_EVENT
 

@@ -67,6 +67,7 @@ def install() -> None:
         if not wanted_debug:
             key_logger.setLevel(logging.DEBUG)
         monitoring.register_event_listener(_on_event)
+        _tracking.cache_key_of = take  # foreign compiles are recorded by the listener itself
         _installed = True
 
 

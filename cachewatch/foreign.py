@@ -246,7 +246,8 @@ def _by_name(name: str, source_info: str | None) -> FunctionInfo:
 def to_event(target: Target, kind: str, timestamp: float, trace_seconds: float | None,
              lower_seconds: float | None, compile_seconds: float | None,
              persistent_cache_hit: bool | None, cache_time_saved: float | None,
-             thread: str, jaxpr_eqns: int | None = None) -> CompileEvent:
+             thread: str, jaxpr_eqns: int | None = None,
+             cache_key: dict[str, str] | None = None) -> CompileEvent:
     info = target.info
     device = _default_device()
     sig = target.signature
@@ -271,7 +272,7 @@ def to_event(target: Target, kind: str, timestamp: float, trace_seconds: float |
         compile_seconds=compile_seconds, persistent_cache_hit=persistent_cache_hit,
         cache_time_saved_seconds=cache_time_saved, device=device, backend=_backend(),
         call_site=target.call_site, jaxpr_eqns=jaxpr_eqns, thread=thread,
-        warmup=recorder.in_warmup(timestamp))
+        warmup=recorder.in_warmup(timestamp), cache_key=cache_key)
 
 
 # Primitives whose name says little to a user.
