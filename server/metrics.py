@@ -131,9 +131,10 @@ def _choose_label(info: tuple[str, str, str], function_hash: str, taken: set[str
     label = short_name(qualname) or name or function_hash[:12]
     if names[label] > 1 and module:
         label = f"{module}.{label}"
+    label = label[:580]  # the column holds 600, with room for the hash
     if label in taken or label == OTHER:
-        label = f"{label}@{function_hash[:8]}"
-    return label[:600]
+        label = f"{label}@{function_hash[:12]}"
+    return label
 
 
 def decide_labels(url: str, top_n: int, now: float | None = None) -> int:

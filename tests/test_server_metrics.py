@@ -196,7 +196,7 @@ def test_functions_sharing_a_name_get_one_label_each(store_url, recorded):
         client.post("/api/v1/events", json=kit.payload(run, events))
         samples = scrape(client)
     assert _function_labels(samples) == {"model.<lambda>", "other_module.<lambda>",
-                                         f"model.<lambda>@{c.function_hash[:8]}"}
+                                         f"model.<lambda>@{c.function_hash[:12]}"}
     assert kit.sample(samples, "cachewatch_compiles_total", function="model.<lambda>", cause="new_shape") == 3
     assert kit.sample(samples, "cachewatch_compiles_total", function="other_module.<lambda>",
                       cause="new_shape") == 2
