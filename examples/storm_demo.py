@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.pause)
     jax.block_until_ready(params)
     written = cachewatch.flush(30.0)
-    print(f"trained {args.steps} steps; events written: {bool(written)}")
+    waiting = f" ({written.spooled_batches} batch(es) wait in the spool)" if written.spooled_batches else ""
+    print(f"trained {args.steps} steps; events written: {written.stored}{waiting}")
     return 0 if written else 1
 
 

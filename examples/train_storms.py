@@ -102,7 +102,8 @@ def main() -> None:
     jax.block_until_ready(params)
     elapsed = time.perf_counter() - started
     written = cachewatch.flush(timeout=30)
-    print(f"trained {args.epochs} epochs in {elapsed:.1f}s; events written: {bool(written)}")
+    waiting = f" ({written.spooled_batches} batch(es) wait in the spool)" if written.spooled_batches else ""
+    print(f"trained {args.epochs} epochs in {elapsed:.1f}s; events written: {written.stored}{waiting}")
 
 
 if __name__ == "__main__":

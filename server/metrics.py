@@ -7,7 +7,8 @@ while the store only grows no counter goes down. Nothing is kept between scrapes
 * Whether a function has its own ``function`` label is decided once, the first time
   a scrape sees it, and kept in the store (``metric_labels``): while fewer than
   ``metrics_top_n`` functions have a label it gets one (most compiles first among
-  functions seen together), otherwise it is summed into ``other`` for good. So the
+  functions seen together), otherwise it is summed into ``other`` for good (JAX's own
+  op-by-op compiles always are). So the
   label set is bounded and a function never moves between its own series and
   ``other``. A label is the function's short qualified name (``step`` for
   ``train.<locals>.step``), with its module when another function shares that name.
@@ -35,8 +36,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from cachewatch import fleet
-from cachewatch.analysis import short_name
+from cachewatch.analysis import OP_BY_OP_MODULE, short_name
 from cachewatch.events import STALE_CAPTURE
+from cachewatch.foreign import UNATTRIBUTED_MODULE
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
 
@@ -140,9 +142,14 @@ def _choose_label(info: tuple[str, str, str], function_hash: str, taken: set[str
     label = short_name(qualname) or name or function_hash[:12]
     if names[label] > 1 and module:
         label = f"{module}.{label}"
+    label = label[:580]  # the column holds 600, with room for the hash
     if label in taken or label == OTHER:
-        label = f"{label}@{function_hash[:8]}"
-    return label[:600]
+        label = f"{label}@{function_hash[:12]}"
+    return label
+
+
+def _jax_own(module: str) -> bool:
+    return module in (OP_BY_OP_MODULE, UNATTRIBUTED_MODULE) or module == "jax" or module.startswith(("jax.", "jaxlib."))
 
 
 def decide_labels(url: str, top_n: int, now: float | None = None) -> int:
@@ -166,8 +173,11 @@ def decide_labels(url: str, top_n: int, now: float | None = None) -> int:
         rows = []
         for function_hash in undecided:
             label = None
-            if len(taken) < top_n:
-                info = infos.get(function_hash, (function_hash[:12], function_hash[:12], ""))
+            info = infos.get(function_hash, (function_hash[:12], function_hash[:12], ""))
+            # JAX's own compiles (one "function" per eager primitive, its jitted helpers such
+            # as jnp.mean, compiles known only by name) would take the slots before the
+            # program's own functions: they are summed in `other`.
+            if len(taken) < top_n and not _jax_own(info[2]):
                 label = _choose_label(info, function_hash, taken, names)
                 taken.add(label)
             rows.append({"function_hash": function_hash, "label": label, "decided_at": decided_at})

@@ -199,7 +199,7 @@ def test_functions_sharing_a_name_get_one_label_each(store_url, recorded):
         client.post("/api/v1/events", json=kit.payload(run, events))
         samples = scrape(client)
     assert _function_labels(samples) == {"model.<lambda>", "other_module.<lambda>",
-                                         f"model.<lambda>@{c.function_hash[:8]}"}
+                                         f"model.<lambda>@{c.function_hash[:12]}"}
     assert kit.sample(samples, "cachewatch_compiles_total", function="model.<lambda>", cause="new_shape") == 3
     assert kit.sample(samples, "cachewatch_compiles_total", function="other_module.<lambda>",
                       cause="new_shape") == 2
@@ -284,3 +284,15 @@ def test_stale_captures_are_events_but_not_compiles(sqlite_url, recorded):
     assert summary["stale_captures"] == 1 and "stale_capture" not in summary["causes"]
     assert summary["events"] == len(step) + 1 and summary["compiles"] == len(step)
     assert events[-1]["kind"] == "stale_capture" and events[-1]["captured"] == {"SCALE": "1.0"}
+
+
+def test_jax_op_by_op_compiles_never_take_a_label(sqlite_url, recorded):
+    run = kit.new_run(recorded.run)
+    eager = dataclasses.replace(_function(7), name="add", qualname="add", module="jax.op_by_op")
+    events = _compiles(recorded, run, eager, 6, time.time() - 100) + \
+        _compiles(recorded, run, _function(8), 2, time.time() - 50)
+    with make_client(sqlite_url, metrics_top_n=5) as client:
+        client.post("/api/v1/events", json=kit.payload(run, events))
+        samples = scrape(client)
+    assert _function_labels(samples) == {"model.f8", "other"}
+    assert kit.sample(samples, "cachewatch_compiles_total", function="other", cause="new_shape") == 6
