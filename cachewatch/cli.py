@@ -174,7 +174,7 @@ def _print_findings(rows: list[dict], storms: list[dict], costs: list[dict], reg
     if storms:
         print(f"\nStorms ({len(storms)}):")
         for storm in storms:
-            print(f"  {analysis.describe_storm(storm)}\n    Fix: {storm['fix']}")
+            print(f"  {analysis.describe_storm(storm)}\n    Fix: {_here(storm['fix'])}")
     worth = [(r["qualname"], r["verdict"]["text"]) for r in rows if r.get("verdict") and r["verdict"]["text"]]
     if worth:
         print("\nIs jit worth it:")
@@ -219,7 +219,7 @@ def _storms(args: argparse.Namespace) -> int:
     for storm in storms:
         start = _local_time(storm["start"], "%Y-%m-%d %H:%M:%S")
         print(f"  {analysis.describe_storm(storm)} From {start} over {storm['end'] - storm['start']:.0f}s.")
-        print(f"    Fix: {storm['fix']}")
+        print(f"    Fix: {_here(storm['fix'])}")
     return 0
 
 
@@ -268,8 +268,13 @@ def _basename(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
+def _here(text: str) -> str:
+    """Paths under the current directory, as the user would type them (tables only; JSON keeps them whole)."""
+    return text.replace(os.getcwd() + os.sep, "")
+
+
 def _print_table(headers: list[str], rows: list[list[Any]]) -> None:
-    cells = [[str(c) for c in row] for row in rows]
+    cells = [[_here(str(c)) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         for i, c in enumerate(row[:-1]):

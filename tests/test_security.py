@@ -33,6 +33,8 @@ ACCESS = {
     ("GET", "/api/v1/storms"): "read",
     ("GET", "/api/v1/summary"): "read",
     ("GET", "/api/v1/diagnosis"): "read",
+    ("GET", "/api/v1/jobs"): "read",
+    ("GET", "/api/v1/jobs/{job}"): "read",
     ("GET", "/metrics"): "read",
     ("GET", "/openapi.json"): "read",
     ("GET", "/docs"): "read",
@@ -41,6 +43,8 @@ ACCESS = {
     ("GET", "/functions/{function_hash}"): "page",
     ("GET", "/runs"): "page",
     ("GET", "/storms"): "page",
+    ("GET", "/jobs"): "page",
+    ("GET", "/jobs/{job}"): "page",
     ("GET", "/healthz"): "public",
     ("GET", "/login"): "public",
     ("POST", "/login"): "public",
@@ -54,7 +58,7 @@ ACCESS = {
 def recorded(tmp_path_factory) -> kit.Recorded:
     from cachewatch import recorder
 
-    recorder.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
+    recorder.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}", job="security-walk")
     return kit.run_jax_workload()
 
 
@@ -71,7 +75,8 @@ def _routes(app) -> set[tuple[str, str]]:
 
 
 def _concrete(path: str, function_hash: str) -> str:
-    return path.replace("{function_hash}", function_hash).replace("{name}", "dashboard.css")
+    return (path.replace("{function_hash}", function_hash).replace("{name}", "dashboard.css")
+            .replace("{job}", "security-walk"))
 
 
 def test_every_route_answers_as_documented(sqlite_url, recorded, caplog):
