@@ -90,8 +90,8 @@ def _readable() -> dict[str, str]:
 def _on_event(event: str, **kwargs: Any) -> None:
     if event != REQUEST_EVENT and event != HIT_EVENT:
         return
-    if _tracking.suppressed():
-        return
+    if _tracking.suppressed() or not _cache_dir():
+        return  # JAX also "asks" the cache when none is configured: that is no miss to report
     record = _tracking._latest(lambda r: r.lower_seconds is not None)
     if record is None:
         return
@@ -107,6 +107,15 @@ def _on_event(event: str, **kwargs: Any) -> None:
             found = _by_seq.get(record.seq)
             if found is not None:
                 _by_seq[record.seq] = (True, found[1])
+
+
+def _cache_dir() -> str | None:
+    try:
+        import jax
+
+        return jax.config.jax_compilation_cache_dir
+    except Exception:
+        return None
 
 
 def take(seq: int) -> tuple[bool | None, dict[str, str] | None]:

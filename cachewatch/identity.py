@@ -87,7 +87,7 @@ def user_function(fun: Callable[..., Any]) -> Callable[..., Any]:
         inner, _ = unwrap_callable(current)
         filename = _code_file(inner)
         if filename is None or not is_library_file(filename):
-            return inner if inner is not current and filename is not None else current
+            return current  # the user's own (a partial or bound method keeps its wrapping)
         for attr in _WRAPPED_ATTRS:
             try:
                 candidate = inspect.getattr_static(inner, attr, None)
