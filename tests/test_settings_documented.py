@@ -1,0 +1,38 @@
+"""The README's settings table lists every CACHEWATCH_* variable the code reads."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from cachewatch import config
+from server.settings import ServerSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def variables_read() -> set[str]:
+    names = {setting.env_var for setting in config.SETTINGS}
+    names |= {"CACHEWATCH_" + field.upper() for field in ServerSettings.model_fields}
+    # Read by name outside the two tables (the pure-Python switch, the demo's port).
+    for folder in ("cachewatch", "server", "scripts"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in (".py", ".sh"):
+                names |= set(re.findall(r"CACHEWATCH_[A-Z0-9_]+[A-Z0-9]", path.read_text()))
+    return names
+
+
+def documented() -> set[str]:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    return {name for row in re.findall(r"^\|([^|]*)\|", section, re.M)
+            for name in re.findall(r"CACHEWATCH_[A-Z0-9_]+[A-Z0-9]", row)}
+
+
+def test_every_variable_the_code_reads_is_in_the_readme_table():
+    missing = variables_read() - documented()
+    assert not missing, f"add to the README's settings table: {sorted(missing)}"
+
+
+def test_the_table_lists_nothing_the_code_does_not_read():
+    assert documented() <= variables_read()
