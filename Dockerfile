@@ -24,7 +24,7 @@ COPY server ./server
 COPY migrations ./migrations
 # No compiler here: pip skips the optional C hot path of cachewatch.jit, which the
 # service never calls.
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ".[server]"
 
 # --- runtime: the venv only, no compilers, no pip cache, no sources ---------------------
 FROM python:3.11-slim

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import json
 import os
 import sys
@@ -99,8 +100,11 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"store {enginemod._redact(enginemod.normalize_url(url))} is at revision {revision}")
             return 0
         if args.command == "serve":
-            from server.main import serve
-
+            serve = _service()
+            if serve is None:
+                print("cachewatch: the service is not installed; run: pip install 'cachewatch[server]'",
+                      file=sys.stderr)
+                return 2
             return serve(store=_store_url(args), host=args.host, port=args.port, workers=args.workers)
         if args.command == "settings":
             print(configmod.describe())
@@ -109,6 +113,18 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"cachewatch: {exc}", file=sys.stderr)
         return 2
     return 1
+
+
+def _service() -> Any:
+    """The service's entry, if installed: the library never depends on it."""
+    try:
+        module = importlib.import_module("cachewatch_server.main")
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("cachewatch_server", "fastapi", "uvicorn", "jinja2",
+                                                   "prometheus_client", "pydantic_settings", "plotly"):
+            return None
+        raise
+    return module.serve
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -10,8 +10,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.cachewatch-installed
 # pip builds the C hot path (cachewatch/_fastcall.c) at install: a change to it needs one.
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ cachewatch/_fastcall.c -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] || [ cachewatch/_fastcall.c -nt "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e '.[test]'
+    .venv/bin/python -m pip install --quiet -e '.[server,test]'
     touch "$stamp"
 fi

@@ -1,5 +1,5 @@
 """The cachewatch service (FastAPI): ingest, query API and /metrics over a cachewatch store.
 
-    from server.main import create_app
+    from cachewatch_server.main import create_app
     app = create_app()            # settings from CACHEWATCH_* variables
 """

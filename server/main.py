@@ -1,7 +1,7 @@
 """The cachewatch service: batch ingest, the query API, and Prometheus metrics.
 
     cachewatch serve --store postgresql://cachewatch@db/cachewatch --workers 4
-    uvicorn --factory server.main:create_app        # settings from CACHEWATCH_* variables
+    uvicorn --factory cachewatch_server.main:create_app        # settings from CACHEWATCH_* variables
 
 At startup an empty store is migrated (so the zero-setup SQLite default just works)
 and a store at an older schema revision is refused with the command that upgrades it.
@@ -185,7 +185,7 @@ def serve(store: str | None = None, host: str = "127.0.0.1", port: int = 8000, w
     else:
         own_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="cachewatch-metrics-")
     try:
-        uvicorn.run("server.main:create_app", factory=True, host=host, port=port, workers=workers)
+        uvicorn.run("cachewatch_server.main:create_app", factory=True, host=host, port=port, workers=workers)
     finally:
         if own_dir:
             shutil.rmtree(own_dir, ignore_errors=True)

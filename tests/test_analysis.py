@@ -362,8 +362,8 @@ def test_cost_analysis_records_program_size(sqlite_url, use_store):
 def test_diagnosis_through_the_api(sqlite_url, use_store):
     from fastapi.testclient import TestClient
 
-    from server.main import create_app
-    from server.settings import ServerSettings
+    from cachewatch_server.main import create_app
+    from cachewatch_server.settings import ServerSettings
 
     use_store(sqlite_url)
 

@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 from cachewatch import recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, sinks
-from server.main import create_app
-from server.settings import ServerSettings
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
 
 import serverkit as kit
 

@@ -31,11 +31,11 @@ from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
 from cachewatch.store.queries import Filters
-from server import dashboard
-from server.dashboard import render
-from server.deps import parse_time
-from server.main import create_app
-from server.settings import ServerSettings
+from cachewatch_server import dashboard
+from cachewatch_server.dashboard import render
+from cachewatch_server.deps import parse_time
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
 
 import scenarios
 import serverkit as kit

@@ -17,8 +17,8 @@ from cachewatch import recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
 from cachewatch.store.sinks import SqlSink
-from server.main import create_app
-from server.settings import ServerSettings
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
 
 import serverkit as kit
 from test_recorder import count_events, make_event

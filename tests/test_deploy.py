@@ -841,6 +841,7 @@ def test_dockerfile(compose_config):
         assert base.split()[0] == "python:3.11-slim", base
     installs = [a for a in by_kind["RUN"] if "pip install" in a]
     assert installs and all("--no-cache-dir" in a for a in installs), installs
+    assert any("[server]" in a for a in installs), "the image must install the service's extra"
 
     # The last USER is the one the container runs as.
     user = by_kind["USER"][-1].split(":")[0]

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from cachewatch import config as configmod
-from server.main import create_app
-from server.settings import ServerSettings
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
 
 from serverkit import free_port
 

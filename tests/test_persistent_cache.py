@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from cachewatch.events import explain_cache_miss
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
-from server.main import create_app
-from server.settings import ServerSettings
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
 
 WORKER = Path(__file__).with_name("cache_worker.py")
 

@@ -21,8 +21,8 @@ from cachewatch.store import queries as storequeries
 from fastapi.testclient import TestClient
 
 from cachewatch import recorder
-from server.main import create_app
-from server.settings import ServerSettings
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
 
 import serverkit as kit
 

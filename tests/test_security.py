@@ -11,11 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cachewatch import cli
-from server import deps
-from server.dashboard import auth
-from server.dashboard.render import PLOTLY_PATH
-from server.main import create_app, serve
-from server.settings import ServerSettings
+from cachewatch_server import deps
+from cachewatch_server.dashboard import auth
+from cachewatch_server.dashboard.render import PLOTLY_PATH
+from cachewatch_server.main import create_app, serve
+from cachewatch_server.settings import ServerSettings
 
 import serverkit as kit
 

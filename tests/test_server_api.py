@@ -16,8 +16,8 @@ from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
 from cachewatch.store import sinks
-from server.main import create_app
-from server.settings import ServerSettings, SettingsError, load
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings, SettingsError, load
 
 import serverkit as kit
 from serverkit import TOKEN, READ_TOKEN, auth

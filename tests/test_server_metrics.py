@@ -17,9 +17,9 @@ from cachewatch.events import FunctionInfo
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
-from server.main import create_app
-from server.metrics import BUCKETS
-from server.settings import ServerSettings
+from cachewatch_server.main import create_app
+from cachewatch_server.metrics import BUCKETS
+from cachewatch_server.settings import ServerSettings
 
 import serverkit as kit
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from cachewatch import config
-from server.settings import ServerSettings
+from cachewatch_server.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 

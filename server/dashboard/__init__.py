@@ -1,6 +1,6 @@
 """The browser dashboard: which functions recompile, why, since when, and what it costs.
 
-    from server import dashboard
+    from cachewatch_server import dashboard
     app.include_router(dashboard.router)     # /, /functions, /functions/{hash}, /runs, /storms
 
 Server-rendered HTML (Jinja2) with charts drawn by plotly.js, which is served from the

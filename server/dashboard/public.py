@@ -46,7 +46,7 @@ class Asset:
 
 @functools.cache
 def _own_asset(name: str) -> Asset:
-    return Asset((resources.files("server.dashboard") / "static" / name).read_bytes(), _OWN_ASSETS[name])
+    return Asset((resources.files("cachewatch_server.dashboard") / "static" / name).read_bytes(), _OWN_ASSETS[name])
 
 
 @functools.cache

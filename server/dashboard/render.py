@@ -346,12 +346,12 @@ def plotly_url() -> str:
 
 
 def _asset_version(name: str) -> str:
-    data = (resources.files("server.dashboard") / "static" / name).read_bytes()
+    data = (resources.files("cachewatch_server.dashboard") / "static" / name).read_bytes()
     return hashlib.sha256(data).hexdigest()[:12]
 
 
 def make_environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("server.dashboard", "templates"),
+    env = jinja2.Environment(loader=jinja2.PackageLoader("cachewatch_server.dashboard", "templates"),
                              autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True,
                              lstrip_blocks=True)
     env.filters.update(seconds=fmt_seconds, count=fmt_count, share=fmt_share, time=fmt_time, iso=iso_time,
