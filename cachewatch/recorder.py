@@ -18,7 +18,6 @@ import platform
 import queue
 import random
 import socket
-import sys
 import threading
 import time
 import uuid

@@ -12,7 +12,7 @@ from cachewatch import analysis
 from cachewatch.events import STALE_CAPTURE
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
-from cachewatch.store.queries import Filters, event_groups
+from cachewatch.store.queries import Filters
 
 logger = logging.getLogger("cachewatch.server")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import threading
 
-import jax
 import jax.numpy as jnp
 
 import cachewatch

@@ -14,10 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch import analysis, cli, recorder
+from cachewatch import analysis, cli
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, queries, rollup
-from cachewatch.store.queries import Filters
 
 
 def storms_for(url: str, qualname_part: str, **kwargs) -> list[dict]:

@@ -31,7 +31,6 @@ from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
 from cachewatch.store.queries import Filters
-from cachewatch_server import dashboard
 from cachewatch_server.dashboard import render
 from cachewatch_server.deps import parse_time
 from cachewatch_server.main import create_app

@@ -6,7 +6,6 @@ answered, and once writes stop every process answers the same store values."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import threading
