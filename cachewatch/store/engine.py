@@ -1,7 +1,7 @@
 """Engines, sessions and the schema check for SQL stores.
 
-One cached engine per URL; ``session_scope`` commits, rolls back, and turns driver
-errors into :class:`StoreError`. An empty database is migrated on first use; a
+One cached engine per URL; ``connection`` gives a transaction that commits, rolls back,
+and turns driver errors into :class:`StoreError`. An empty database is migrated on first use; a
 database at an older revision is refused with the command that upgrades it.
 """
 
@@ -20,7 +20,6 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
 
 
 class StoreError(RuntimeError):
@@ -116,23 +115,6 @@ def dispose_engines() -> None:
 if hasattr(os, "register_at_fork"):
     # A forked child must not share its parent's connections.
     os.register_at_fork(after_in_child=lambda: (_engines.clear(), _verified.clear()))
-
-
-@contextlib.contextmanager
-def session_scope(url: str) -> Iterator[Session]:
-    engine = get_engine(url)
-    session = sessionmaker(bind=engine, expire_on_commit=False)()
-    try:
-        yield session
-        session.commit()
-    except SQLAlchemyError as exc:
-        session.rollback()
-        raise StoreError(f"{type(exc).__name__}: {exc.orig if hasattr(exc, 'orig') else exc}") from exc
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 @contextlib.contextmanager

@@ -2,8 +2,8 @@
 
 Standard library only (the library must not pull an HTTP client into training
 images). A failure raises :class:`HttpStoreError`; ``retryable`` is False for a
-refusal that will not change on retry (a 4xx other than 408/429), so the writer
-spools rather than hammers. Every batch carries a ``batch_id`` derived from its
+refusal that will not change on retry (a 4xx other than 408, 425 and 429; a 413 is
+resent in halves), so the writer sets the batch aside rather than hammers. Every batch carries a ``batch_id`` derived from its
 content, so a batch retried after a lost response is recognised by the server.
 
     sink = HttpSink("http://cachewatch:8000", token="...")

@@ -288,16 +288,6 @@ def list_events(conn: sa.Connection, filters: Filters = Filters(), function_hash
     return [dict(r._mapping) for r in conn.execute(q)]
 
 
-def list_runs(conn: sa.Connection, limit: int = 100) -> list[dict[str, Any]]:
-    r = models.runs
-    return [dict(row._mapping) for row in conn.execute(sa.select(r).order_by(r.c.started_at.desc()).limit(limit))]
-
-
-def open_report(url: str, filters: Filters = Filters()) -> list[dict[str, Any]]:
-    with enginemod.connection(url) as conn:
-        return function_report(conn, filters)
-
-
 def explain_cache_misses(conn: sa.Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Set ``cache_miss`` on event rows that missed the persistent cache: against the
     latest earlier event of the same function and signature in another run that asked
