@@ -11,6 +11,10 @@ and by the listener (durations, persistent-cache hits, and a backend compile tha
 happened with no trace). JAX reports all of them on the thread that traces and
 compiles, which is the calling thread, so concurrent calls on other threads never
 mix their records.
+
+Compiles of jit objects cachewatch did not wrap (JAX's own, those made before
+``install()``, eager primitives) have no wrapped call to claim them: the listener
+records them itself when their backend compile ends (see ``foreign``).
 """
 
 from __future__ import annotations
