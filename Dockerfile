@@ -18,7 +18,7 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 # Copy only what the package build needs, so local venvs, databases and .git never
 # reach an image layer. README.md* matches nothing harmlessly if the file is absent.
-COPY pyproject.toml README.md* ./
+COPY pyproject.toml setup.py README.md* ./
 COPY cachewatch ./cachewatch
 COPY server ./server
 COPY migrations ./migrations
