@@ -161,6 +161,18 @@ class CompileEvent:
         return row
 
 
+class Batch:
+    """What the writer hands a sink: the run, compile events, and call statistics."""
+
+    __slots__ = ("run", "events", "stats", "dropped")
+
+    def __init__(self, run: RunInfo, events: list[CompileEvent], stats: list[CallStats], dropped: int = 0):
+        self.run = run
+        self.events = events
+        self.stats = stats
+        self.dropped = dropped  # events this process lost since the previous batch (SQL sinks store it)
+
+
 def new_event_id() -> str:
     """A client-made event id: 32 hex digits, microseconds since the epoch then 72 random
     bits. Ids made later sort later, so the store's unique index on them grows at its

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import threading
 import time
 import types
@@ -26,141 +25,23 @@ from typing import Any, Callable
 
 import jax
 
-from . import _guard, _tracking, cachekey, captures, causes, guards, recorder, runtimes
+from . import _guard, _tracking, cachekey, captures, causes, counters, guards, recorder
+from .counters import CallCounter, Watched as _Watched
 from . import signature as sigmod
 from .events import STALE_CAPTURE, CompileEvent, FunctionInfo, new_event_id
 from .identity import call_site, describe_function, is_library_file, unwrap_callable, user_function_in
 
 _jax_jit = jax.jit  # the original, kept before install() may replace jax.jit
 
-_NEVER_SAMPLE = 1 << 62
 # cachewatch's own keywords: time an eager run beside the compiled one, per signature;
 # a recompile limit and what to do past it.
 _EAGER_OPTION = "eager_baseline"
 _LIMIT_OPTIONS = ("max_recompiles", "on_limit")
 
 
-try:
-    # The cache-hit path in C (cachewatch/_fastcall.c); built by pip when a C compiler is
-    # there. Without it, the pure-Python twin in _make_watched does the same, slower.
-    from . import _fastcall
-except ImportError:  # pragma: no cover - the tests build it, and run the twin by switching it off
-    _fastcall = None
-
-if _fastcall is not None and os.environ.get("CACHEWATCH_PURE_PYTHON", "") in ("", "0"):
-    _Counter = _fastcall.Counter
-    _Watched = _fastcall.Watched
-else:
-    _Watched = None
-
-    class _Counter:
-        __slots__ = ("calls", "next_sample")
-
-        def __init__(self) -> None:
-            self.calls = 0
-            self.next_sample = 0
-
-
-class CallStats(_Counter):
-    """Calls of one function (by hash), shared by every jit object around it.
-
-    ``calls`` and ``next_sample`` live in the base class, where the C hot path reads them.
-    Sampled run times wait in ``pending`` (per signature hash: log-spaced buckets and the
-    plain sum of seconds) until the recorder takes them.
-    """
-
-    __slots__ = ("function", "sample_every", "sampled_calls",
-                 "sampled_seconds", "window_start", "window_samples", "max_per_second",
-                 "flushed_calls", "pending", "last_timed_calls", "last_timed_end", "first_hit", "signatures")
-
-    def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
-        super().__init__()  # calls = 0
-        self.function = function
-        self.first_hit = False  # the next sampled call is the first cache hit after a compile
-        self.configure(sample_every, max_per_second)
-        self.sampled_calls = 0
-        self.sampled_seconds = 0.0
-        self.window_start = 0.0
-        self.window_samples = 0
-        self.flushed_calls = 0
-        self.pending: dict[str, tuple[runtimes.Buckets, list[float]]] = {}
-        self.last_timed_calls = 0  # calls counted at the previous timed call
-        self.last_timed_end = 0.0  # perf_counter when it returned (0: none yet)
-        self.signatures: set[str] = set()  # signature hashes compiled so far
-
-    def configure(self, sample_every: int, max_per_second: float) -> None:
-        self.sample_every = sample_every if sample_every > 0 else _NEVER_SAMPLE
-        self.first_hit = self.first_hit and self.sampling  # a compile's first hit is still timed
-        self.next_sample = self.calls + (1 if self.first_hit else self.sample_every)
-        self.max_per_second = max_per_second
-
-    @property
-    def sampling(self) -> bool:
-        return self.sample_every < _NEVER_SAMPLE
-
-    def after_compile(self, signature_hash: str | None) -> None:
-        """Time the next call: every signature gets a run time, however few its calls."""
-        if signature_hash:
-            self.signatures.add(signature_hash)
-        # The calls before the compile were of other signatures: the next timed call
-        # stands for none of them, and its wall time since then holds the compile.
-        self.last_timed_calls = self.calls
-        self.last_timed_end = 0.0
-        if self.sampling:
-            self.first_hit = True
-            self.next_sample = self.calls + 1
-
-    def add_sample(self, signature_hash: str, alone: float, end: float) -> None:
-        """One timed call: ``alone`` its time with nothing queued, ``end`` when it returned.
-
-        Its run time is ``alone``, but no more than the wall time per call since the
-        previous timed call: calls queued back to back overlap their dispatch and runs,
-        and the latency of one call alone (the host waiting on the device and back) is
-        then not what each costs. The previous timed call waited for its outputs, so the
-        calls in between finished inside that wall time.
-        """
-        between = self.calls - self.last_timed_calls
-        weight = max(1, between)  # the calls this sample stands for
-        seconds = alone
-        if self.last_timed_end and between > 0:
-            seconds = min(alone, (end - self.last_timed_end) / between)
-        self.last_timed_calls = self.calls
-        self.last_timed_end = end
-        with _pending_lock:
-            self.sampled_calls += 1
-            self.sampled_seconds += seconds
-            found = self.pending.get(signature_hash)
-            if found is None:
-                found = self.pending[signature_hash] = ({}, [0.0])
-            runtimes.add_sample(found[0], seconds, weight)
-            found[1][0] += seconds
-
-    def take_samples(self) -> dict[str, tuple[runtimes.Buckets, list[float]]]:
-        """The samples since the previous take, per signature hash."""
-        with _pending_lock:
-            taken, self.pending = self.pending, {}
-        return taken
-
-
-_pending_lock = threading.Lock()  # sampled calls are rare: a lock costs nothing there
-
-
-_stats_lock = threading.Lock()
-_stats: dict[str, CallStats] = {}
-
-
-def all_call_stats() -> list[CallStats]:
-    with _stats_lock:
-        return list(_stats.values())
-
-
-def _stats_for(info: FunctionInfo) -> CallStats:
-    with _stats_lock:
-        stats = _stats.get(info.function_hash)
-        if stats is None:
-            cfg = recorder.config()
-            stats = _stats[info.function_hash] = CallStats(info, cfg.sample_every, cfg.sample_max_per_second)
-        return stats
+def _stats_for(info: FunctionInfo) -> CallCounter:
+    cfg = recorder.config()
+    return counters.counter_for(info, cfg.sample_every, cfg.sample_max_per_second)
 
 
 class HookState:
@@ -325,11 +206,7 @@ def _name_after_user_function(state: HookState, args: tuple, kwargs: dict) -> No
         return
     old, state.info = state.info, describe_function(found)
     state.in_library_file = is_library_file(state.info.file)
-    with _stats_lock:
-        stats = _stats.pop(old.function_hash, None)
-        if stats is not None:
-            stats.function = state.info
-            _stats.setdefault(state.info.function_hash, stats)
+    counters.rename(old, state.info)
 
 
 @_guard.guarded(where="hook.guards")
@@ -459,7 +336,7 @@ def is_watched(fn: Any) -> bool:
     return getattr(fn, "__cachewatch_state__", None) is not None
 
 
-def _timed_call(jitted: Any, stats: CallStats, state: HookState, args: tuple, kwargs: dict) -> Any:
+def _timed_call(jitted: Any, stats: CallCounter, state: HookState, args: tuple, kwargs: dict) -> Any:
     """A sampled call, timed alone: the time one call takes with nothing else queued.
 
     JAX dispatches asynchronously: the inputs may be outputs of calls still queued on
@@ -494,7 +371,7 @@ def _timed_call(jitted: Any, stats: CallStats, state: HookState, args: tuple, kw
 
 
 @_guard.guarded(where="jit.sample")
-def _sample_signature(state: HookState, stats: CallStats, args: tuple, kwargs: dict) -> str | None:
+def _sample_signature(state: HookState, stats: CallCounter, args: tuple, kwargs: dict) -> str | None:
     """Wait for the call's inputs, and name its signature (before the call: donated
     inputs are gone after it). None: do not time this call."""
     try:

@@ -25,7 +25,8 @@ from typing import Any
 
 from . import _guard
 from . import config as configmod
-from .events import CallStats, CompileEvent, RunInfo
+from .counters import all_call_stats
+from .events import Batch, CallStats, CompileEvent, RunInfo
 from .runtimes import to_json
 
 logger = logging.getLogger("cachewatch")
@@ -68,8 +69,6 @@ def configure(**settings: Any) -> configmod.Config:
         _overrides = merged
         _config = new
         _guard.raise_errors = new.raise_internal_errors
-        from .jit import all_call_stats
-
         for stats in all_call_stats():  # functions wrapped before this call sample anew too
             stats.configure(new.sample_every, new.sample_max_per_second)
         if _run is not None and (new.run_name != _run.run_name or _job_changed(new, _run)):
@@ -512,21 +511,7 @@ def _refused(exc: Exception) -> bool:
     return isinstance(status, int) and 400 <= status < 500 and status not in (401, 403, 408, 425, 429)
 
 
-class Batch:
-    """What the writer hands a sink: the run, compile events, and call statistics."""
-
-    __slots__ = ("run", "events", "stats", "dropped")
-
-    def __init__(self, run: RunInfo, events: list[CompileEvent], stats: list[CallStats], dropped: int = 0):
-        self.run = run
-        self.events = events
-        self.stats = stats
-        self.dropped = dropped  # events this process lost since the previous batch (SQL sinks store it)
-
-
 def _collect_call_stats() -> list[CallStats]:
-    from .jit import all_call_stats
-
     rows = []
     now = time.time()
     rid = run_id()
@@ -580,8 +565,6 @@ def _after_fork_in_child() -> None:
     _steady_since = None
     _compiled_functions.clear()
     from . import causes
-    from .jit import all_call_stats
-
     causes.reset()
     for stats in all_call_stats():  # the parent's calls were the parent's to report
         stats.flushed_calls = stats.calls

@@ -244,7 +244,7 @@ def test_sampling_times_calls_and_can_be_off(sqlite_url, use_store):
     def sampled(x):
         return x @ x
 
-    from cachewatch.jit import _stats
+    from cachewatch.counters import _stats
 
     # Counts are per function source, so they carry over from an earlier run of this test.
     stats = _stats[sampled.__cachewatch_state__.info.function_hash]

@@ -21,3 +21,69 @@ def test_the_library_never_imports_the_service():
                           env={"JAX_PLATFORMS": "cpu", "CACHEWATCH_ENABLED": "0", "PATH": ""})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == ""
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """cachewatch's modules and the cachewatch modules each imports, at any depth of its code
+    (an import inside a function counts: it is how a circle hides)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "cachewatch"
+    files = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        files[name] = path
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                found = [f"{target}.{a.name}" if f"{target}.{a.name}" in files else target for a in node.names]
+            elif isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            else:
+                continue
+            # The package itself is what users import; only its entry modules (the CLI, the
+            # pytest plugin) import it, and they are imported by nothing.
+            graph[name].update(t for t in found if t in files and t not in (name, "cachewatch"))
+    return graph
+
+
+def test_the_library_has_no_import_circle():
+    graph = _module_imports()
+    assert graph["cachewatch.recorder"] and graph["cachewatch.jit"]  # the walk found imports at all
+    state: dict[str, int] = {}
+    path: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for imported in sorted(graph[module]):
+            if state.get(imported) == 1:
+                circles.append(path[path.index(imported):] + [imported])
+            elif imported not in state:
+                visit(imported)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)
+
+
+def test_the_store_and_the_worker_know_nothing_of_capture():
+    graph = _module_imports()
+    capture = {"cachewatch.jit", "cachewatch._tracking", "cachewatch.foreign", "cachewatch.opbyop",
+               "cachewatch.guards", "cachewatch.captures"}
+    for module, imported in graph.items():
+        if module.startswith("cachewatch.store") or module == "cachewatch.recorder":
+            assert not imported & capture, (module, imported & capture)

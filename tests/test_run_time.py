@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 import cachewatch
 from cachewatch import analysis, cli, runtimes
-from cachewatch.jit import _stats
+from cachewatch.counters import _stats
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
 from cachewatch.store import queries as storequeries
@@ -45,7 +45,7 @@ def report_row(url: str, name: str) -> dict:
     return rows[0]
 
 
-def stats_of(fn) -> "cachewatch.jit.CallStats":
+def stats_of(fn) -> "cachewatch.counters.CallCounter":
     return _stats[fn.__cachewatch_state__.info.function_hash]
 
 

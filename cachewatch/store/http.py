@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from ..events import Batch
 from . import spool
 from .engine import StoreError
 
@@ -72,7 +73,7 @@ class HttpSink:
     def __repr__(self) -> str:  # never show the token
         return f"HttpSink({self.url!r})"
 
-    def write(self, batch: Any) -> None:
+    def write(self, batch: Batch) -> None:
         """Post the batch; one the server finds too large is sent again in halves (each
         stored whole or not at all, and idempotent on event ids)."""
         payload = spool.encode(batch)  # carries the events the recorder lost since its previous batch

@@ -15,13 +15,15 @@ from typing import Any, Mapping, Protocol
 import sqlalchemy as sa
 
 from ..config import Config
-from ..events import MAX_MEASURE, SECONDS_FIELDS, seconds_ok, timestamp_ok
+from ..events import MAX_MEASURE, SECONDS_FIELDS, Batch, seconds_ok, timestamp_ok
 from . import engine as enginemod
 from . import models, rollup
 
 
 class Sink(Protocol):
-    def write(self, batch: Any) -> None: ...
+    """Where the recorder's writer hands each batch: stored whole, or an exception."""
+
+    def write(self, batch: Batch) -> None: ...
 
 
 def open_sink(cfg: Config) -> Sink:
@@ -154,7 +156,7 @@ def in_bounds(event: Any) -> Any:
     return dataclasses.replace(event, **bad) if bad else event
 
 
-def batch_rows(batch: Any) -> tuple[list[dict], list[dict], list[tuple], list[dict]]:
+def batch_rows(batch: Batch) -> tuple[list[dict], list[dict], list[tuple], list[dict]]:
     """Rows for one recorder batch: the run, the functions it mentions, event tuples, stats."""
     first_seen: dict[str, float] = {}
     functions: dict[str, dict] = {}
@@ -179,7 +181,7 @@ class SqlSink:
     def __init__(self, url: str):
         self.url = url
 
-    def write(self, batch: Any) -> None:
+    def write(self, batch: Batch) -> None:
         events = [in_bounds(e) for e in batch.events]
         kept = [e for e in events if e is not None]
         stats = [s for s in batch.stats if timestamp_ok(s.timestamp)]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import Config
-from ..events import event_from_dict, event_to_dict, run_from_dict, stats_from_dict, stats_to_dict
+from ..events import Batch, event_from_dict, event_to_dict, run_from_dict, stats_from_dict, stats_to_dict
 
 _SUFFIX = ".batch.json"
 
@@ -30,14 +30,12 @@ def _dir(cfg: Config) -> Path:
     return Path(cfg.spool_dir) / hashlib.sha256(cfg.store.encode()).hexdigest()[:16]
 
 
-def encode(batch: Any) -> dict[str, Any]:
+def encode(batch: Batch) -> dict[str, Any]:
     return {"run": batch.run.as_dict(), "events": [event_to_dict(e) for e in batch.events],
-            "stats": [stats_to_dict(s) for s in batch.stats], "dropped": getattr(batch, "dropped", 0)}
+            "stats": [stats_to_dict(s) for s in batch.stats], "dropped": batch.dropped}
 
 
-def decode(data: dict[str, Any]) -> Any:
-    from ..recorder import Batch
-
+def decode(data: dict[str, Any]) -> Batch:
     return Batch(run=run_from_dict(data["run"]), events=[event_from_dict(e) for e in data["events"]],
                  stats=[stats_from_dict(s) for s in data["stats"]], dropped=int(data.get("dropped") or 0))
 
@@ -49,7 +47,7 @@ def used_bytes(cfg: Config) -> int:
     return sum(p.stat().st_size for p in directory.glob("*" + _SUFFIX))
 
 
-def save(cfg: Config, batch: Any) -> bool:
+def save(cfg: Config, batch: Batch) -> bool:
     """Write a batch to the spool; False when the spool is full or unwritable."""
     try:
         data = json.dumps(encode(batch)).encode()

@@ -1,0 +1,151 @@
+"""Call counters: how often each watched function is called, and its sampled run times.
+
+One ``CallCounter`` per function (by hash), shared by every jit object around it. The
+cache-hit path of ``cachewatch.jit`` (in C, ``_fastcall.c``, or its pure-Python twin in
+``jit.py``) only increments ``calls`` and compares it with ``next_sample``; everything
+else here runs on sampled calls, after compiles, and when the recorder takes the
+statistics.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from . import runtimes
+from .events import FunctionInfo
+
+NEVER_SAMPLE = 1 << 62
+
+try:
+    # The cache-hit path in C (cachewatch/_fastcall.c); built by pip when a C compiler is
+    # there. Without it, the pure-Python twin in _make_watched does the same, slower.
+    from . import _fastcall
+except ImportError:  # pragma: no cover - the tests build it, and run the twin by switching it off
+    _fastcall = None
+
+if _fastcall is not None and os.environ.get("CACHEWATCH_PURE_PYTHON", "") in ("", "0"):
+    _Counter = _fastcall.Counter
+    Watched = _fastcall.Watched
+else:
+    Watched = None
+
+    class _Counter:
+        __slots__ = ("calls", "next_sample")
+
+        def __init__(self) -> None:
+            self.calls = 0
+            self.next_sample = 0
+
+
+class CallCounter(_Counter):
+    """Calls of one function (by hash), shared by every jit object around it.
+
+    ``calls`` and ``next_sample`` live in the base class, where the C hot path reads them.
+    Sampled run times wait in ``pending`` (per signature hash: log-spaced buckets and the
+    plain sum of seconds) until the recorder takes them.
+    """
+
+    __slots__ = ("function", "sample_every", "sampled_calls",
+                 "sampled_seconds", "window_start", "window_samples", "max_per_second",
+                 "flushed_calls", "pending", "last_timed_calls", "last_timed_end", "first_hit", "signatures")
+
+    def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
+        super().__init__()  # calls = 0
+        self.function = function
+        self.first_hit = False  # the next sampled call is the first cache hit after a compile
+        self.configure(sample_every, max_per_second)
+        self.sampled_calls = 0
+        self.sampled_seconds = 0.0
+        self.window_start = 0.0
+        self.window_samples = 0
+        self.flushed_calls = 0
+        self.pending: dict[str, tuple[runtimes.Buckets, list[float]]] = {}
+        self.last_timed_calls = 0  # calls counted at the previous timed call
+        self.last_timed_end = 0.0  # perf_counter when it returned (0: none yet)
+        self.signatures: set[str] = set()  # signature hashes compiled so far
+
+    def configure(self, sample_every: int, max_per_second: float) -> None:
+        self.sample_every = sample_every if sample_every > 0 else NEVER_SAMPLE
+        self.first_hit = self.first_hit and self.sampling  # a compile's first hit is still timed
+        self.next_sample = self.calls + (1 if self.first_hit else self.sample_every)
+        self.max_per_second = max_per_second
+
+    @property
+    def sampling(self) -> bool:
+        return self.sample_every < NEVER_SAMPLE
+
+    def after_compile(self, signature_hash: str | None) -> None:
+        """Time the next call: every signature gets a run time, however few its calls."""
+        if signature_hash:
+            self.signatures.add(signature_hash)
+        # The calls before the compile were of other signatures: the next timed call
+        # stands for none of them, and its wall time since then holds the compile.
+        self.last_timed_calls = self.calls
+        self.last_timed_end = 0.0
+        if self.sampling:
+            self.first_hit = True
+            self.next_sample = self.calls + 1
+
+    def add_sample(self, signature_hash: str, alone: float, end: float) -> None:
+        """One timed call: ``alone`` its time with nothing queued, ``end`` when it returned.
+
+        Its run time is ``alone``, but no more than the wall time per call since the
+        previous timed call: calls queued back to back overlap their dispatch and runs,
+        and the latency of one call alone (the host waiting on the device and back) is
+        then not what each costs. The previous timed call waited for its outputs, so the
+        calls in between finished inside that wall time.
+        """
+        between = self.calls - self.last_timed_calls
+        weight = max(1, between)  # the calls this sample stands for
+        seconds = alone
+        if self.last_timed_end and between > 0:
+            seconds = min(alone, (end - self.last_timed_end) / between)
+        self.last_timed_calls = self.calls
+        self.last_timed_end = end
+        with _pending_lock:
+            self.sampled_calls += 1
+            self.sampled_seconds += seconds
+            found = self.pending.get(signature_hash)
+            if found is None:
+                found = self.pending[signature_hash] = ({}, [0.0])
+            runtimes.add_sample(found[0], seconds, weight)
+            found[1][0] += seconds
+
+    def take_samples(self) -> dict[str, tuple[runtimes.Buckets, list[float]]]:
+        """The samples since the previous take, per signature hash."""
+        with _pending_lock:
+            taken, self.pending = self.pending, {}
+        return taken
+
+
+_pending_lock = threading.Lock()  # sampled calls are rare: a lock costs nothing there
+
+
+_stats_lock = threading.Lock()
+_stats: dict[str, CallCounter] = {}
+
+
+def all_call_stats() -> list[CallCounter]:
+    with _stats_lock:
+        return list(_stats.values())
+
+
+def counter_for(info: FunctionInfo, sample_every: int, max_per_second: float) -> CallCounter:
+    """The function's counter, made on first use with these sampling settings."""
+    with _stats_lock:
+        stats = _stats.get(info.function_hash)
+        if stats is None:
+            stats = _stats[info.function_hash] = CallCounter(info, sample_every, max_per_second)
+        return stats
+
+
+def rename(old: FunctionInfo, new: FunctionInfo) -> None:
+    """Keep a counter under the function it turned out to be (a library's jit of the user's function)."""
+    with _stats_lock:
+        stats = _stats.pop(old.function_hash, None)
+        if stats is not None:
+            stats.function = new
+            _stats.setdefault(new.function_hash, stats)
+
+
