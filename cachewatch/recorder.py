@@ -21,13 +21,16 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _guard
 from . import config as configmod
 from .counters import all_call_stats
 from .events import Batch, CallStats, CompileEvent, RunInfo
 from .runtimes import to_json
+
+if TYPE_CHECKING:
+    from .store.sinks import Sink
 
 logger = logging.getLogger("cachewatch")
 
@@ -248,6 +251,18 @@ def _get_writer() -> "Writer":
     return writer  # type: ignore[return-value]
 
 
+def use_sink(sink: "Sink | None") -> "Sink":
+    """Hand every later batch to ``sink`` (anything with ``write(batch: Batch)``), or, with
+    None, to the store ``CACHEWATCH_STORE`` names again. Returns the sink used until now.
+
+        previous = cachewatch.recorder.use_sink(MySink())
+    """
+    writer = _get_writer()
+    previous = writer.sink()
+    writer._sink = sink
+    return previous
+
+
 def record_event(event: CompileEvent) -> None:
     """Hand an event to the writer (never blocks; drops and counts when full)."""
     _get_writer().put(event)
@@ -333,7 +348,7 @@ class Writer:
         self.written = 0
         self.failed_batches = 0
         self.set_aside: collections.Counter = collections.Counter()  # reason -> batches set aside for good
-        self._sink = None
+        self._sink: Sink | None = None
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._stopping = False
@@ -494,7 +509,11 @@ class Writer:
             self._warn(f"cachewatch: set aside spooled batches for good ({dict(result.set_aside)}); "
                        f"they stay in {spool._dir(self.cfg)} as *.bad")
 
-    def _get_sink(self) -> Any:
+    def sink(self) -> "Sink":
+        """The sink batches go to: the store CACHEWATCH_STORE names unless use_sink() set one."""
+        return self._get_sink()
+
+    def _get_sink(self) -> "Sink":
         if self._sink is None:
             from .store.sinks import open_sink
 

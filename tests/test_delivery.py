@@ -50,7 +50,7 @@ def test_a_batch_that_fails_while_later_ones_go_through_is_set_aside(tmp_path, s
                 raise _Unreachable("connection reset")
             real.write(batch)
 
-    writer._sink = FailsOnOne()
+    recorder.use_sink(FailsOnOne())
     dropped = writer.dropped
     for _ in range(spool.MAX_STRIKES + 1):
         recorder.record_event(make_event())

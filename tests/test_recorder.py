@@ -54,7 +54,7 @@ def test_full_queue_drops_and_counts(sqlite_url, use_store):
             busy.set()
             release.wait(30)
 
-    writer._sink = SlowSink()
+    recorder.use_sink(SlowSink())
     writer.put(make_event())
     assert busy.wait(10)
     for _ in range(12):
@@ -169,7 +169,7 @@ def test_refused_batch_is_dropped_not_spooled_and_never_blocks_the_spool(tmp_pat
 
     from cachewatch.store.sinks import SqlSink
 
-    writer._sink = Picky(SqlSink(sqlite_url))
+    recorder.use_sink(Picky(SqlSink(sqlite_url)))
     recorder.record_event(make_event())
     assert cachewatch.flush(30)
     assert not spool.has_pending(cfg)
@@ -180,7 +180,7 @@ def test_refused_batch_is_dropped_not_spooled_and_never_blocks_the_spool(tmp_pat
         def write(self, batch):
             raise _Refusal("never")
 
-    writer._sink = Refusing()
+    recorder.use_sink(Refusing())
     dropped = writer.dropped
     recorder.record_event(make_event())
     assert cachewatch.flush(30)

@@ -235,7 +235,7 @@ def test_recorder_drops_reach_the_store_through_a_sql_sink(sqlite_url, use_store
     use_store(sqlite_url, queue_size=2, flush_interval=0.01)
     writer = recorder._get_writer()
     release, busy = threading.Event(), threading.Event()
-    real = writer._get_sink()
+    real = writer.sink()
 
     class Slow:  # holds the writer so that the queue overflows behind it
         def write(self, batch):
@@ -243,14 +243,14 @@ def test_recorder_drops_reach_the_store_through_a_sql_sink(sqlite_url, use_store
             release.wait(30)
             real.write(batch)
 
-    writer._sink = Slow()
+    recorder.use_sink(Slow())
     writer.put(make_event())
     assert busy.wait(10)
     for _ in range(6):
         writer.put(make_event())
     assert writer.dropped == 4
     release.set()
-    writer._sink = real
+    recorder.use_sink(real)
     assert recorder.flush(10)
     recorder.record_event(make_event())  # the next batch carries the count
     assert recorder.flush(10)
