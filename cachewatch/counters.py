@@ -19,7 +19,7 @@ NEVER_SAMPLE = 1 << 62
 
 try:
     # The cache-hit path in C (cachewatch/_fastcall.c); built by pip when a C compiler is
-    # there. Without it, the pure-Python twin in _make_watched does the same, slower.
+    # there. Without it, the pure-Python twin in jit._make_watched does the same, slower.
     from . import _fastcall
 except ImportError:  # pragma: no cover - the tests build it, and run the twin by switching it off
     _fastcall = None
