@@ -159,13 +159,8 @@ def exclusive(url: str, lock: int) -> Iterator[sa.Connection]:
     """A write transaction that no other holder of ``lock`` runs beside (on SQLite, no
     other writer at all: BEGIN IMMEDIATE)."""
     try:
-        with get_engine(url).connect() as conn:
-            with conn.begin():
-                if conn.dialect.name == "sqlite":
-                    conn.exec_driver_sql("BEGIN IMMEDIATE")
-                else:
-                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({int(lock)})")
-                yield conn
+        with _locked_transaction(url, lock, "IMMEDIATE") as conn:
+            yield conn
     except SQLAlchemyError as exc:
         raise StoreError(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}") from exc
 
@@ -241,12 +236,20 @@ def _schema_transaction(url: str) -> Iterator[sa.Connection]:
     """One transaction that no other process changing or creating the schema runs beside:
     an advisory lock on PostgreSQL, an exclusive transaction on SQLite. Processes that
     open one empty store at once so create its schema once, and the others then find it."""
+    with _locked_transaction(url, SCHEMA_LOCK, "EXCLUSIVE") as conn:
+        yield conn
+
+
+@contextlib.contextmanager
+def _locked_transaction(url: str, lock: int, sqlite_begin: str) -> Iterator[sa.Connection]:
+    """A transaction holding PostgreSQL's advisory lock ``lock``, or SQLite's write lock
+    (``BEGIN IMMEDIATE``: no other writer; ``BEGIN EXCLUSIVE``: no reader either)."""
     with get_engine(url).connect() as conn:
         with conn.begin():
             if conn.dialect.name == "sqlite":
-                conn.exec_driver_sql("BEGIN EXCLUSIVE")
+                conn.exec_driver_sql(f"BEGIN {sqlite_begin}")
             else:
-                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})")
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({int(lock)})")
             yield conn
 
 
