@@ -196,12 +196,22 @@ def free_port() -> int:
 @contextlib.contextmanager
 def served(store: str, **env: str) -> Iterator[str]:
     """``python -m cachewatch serve`` on a free loopback port; stopped at the end."""
-    port = free_port()
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}
+    with serve_process(store, **env) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def serve_process(store: str, workers: int = 1, port: int | None = None,
+                  **env: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``python -m cachewatch serve`` on a loopback port (a free one unless given), with
+    ``workers`` workers; yields its URL and process, and stops it at the end."""
+    port = port or free_port()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEWATCH_", "PROMETHEUS_"))}
     environ.update(JAX_PLATFORMS="cpu", NO_PROXY="127.0.0.1,localhost", **env)
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port)],
-                            env=environ, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port),
+                             "--workers", str(workers)], env=environ, stdout=log, stderr=subprocess.STDOUT,
+                            cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -216,7 +226,7 @@ def served(store: str, **env: str) -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise RuntimeError("cachewatch serve did not start")
                 time.sleep(0.2)
-        yield url
+        yield url, proc
     finally:
         proc.send_signal(signal.SIGINT)
         try:

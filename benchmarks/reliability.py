@@ -19,7 +19,6 @@ import multiprocessing
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -64,40 +63,6 @@ def reported_drops(url: str) -> int:
     with enginemod.connection(url) as conn:
         return int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(models.run_drops.c.dropped), 0)))
                    .scalar_one())
-
-
-@contextlib.contextmanager
-def serve(store: str, workers: int = 1, port: int | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``cachewatch serve`` on a loopback port; yields its URL and process."""
-    port = port or benchkit.free_port()
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEWATCH_", "PROMETHEUS_"))}
-    environ.update(JAX_PLATFORMS="cpu", NO_PROXY="127.0.0.1,localhost")
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port),
-                             "--workers", str(workers)], env=environ, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise RuntimeError("cachewatch serve exited:\n" + log.read().decode(errors="replace"))
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=2):
-                    break
-            except (urllib.error.URLError, OSError):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("cachewatch serve did not start")
-                time.sleep(0.2)
-        yield url, proc
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -315,7 +280,7 @@ def scenario_outage(steps: int) -> list[list[Any]]:
 
         def service_up():
             stack = contextlib.ExitStack()
-            stack.enter_context(serve(pg, port=port))
+            stack.enter_context(benchkit.serve_process(pg, port=port))
             state["stack"] = stack
 
         service_up()
@@ -446,7 +411,7 @@ def scenario_writers(events: int) -> list[list[Any]]:
                     store = reader = stack.enter_context(_pg_store())
                 else:
                     reader = stack.enter_context(_pg_store())
-                    store, _ = stack.enter_context(serve(reader, workers=2))
+                    store, _ = stack.enter_context(benchkit.serve_process(reader, workers=2))
                 r = run_writers(store, reader, start, 4, 8, events)
             rows.append([kind, start, r["processes"], f"{r['produced']:,}", f"{r['stored']:,}", r["duplicates"],
                          r["missing"], r["dropped"], f"{r['seconds']:.1f}"])
@@ -488,7 +453,7 @@ def _client(url: str, seconds: float, batch: int, out: Any) -> None:
 
 def scenario_load(clients: int, seconds: float, batch: int) -> list[list[Any]]:
     rows = []
-    with _pg_store() as pg, serve(pg, workers=2) as (url, proc):
+    with _pg_store() as pg, benchkit.serve_process(pg, workers=2) as (url, proc):
         time.sleep(1)
         rss_before = tree_rss_mb(proc.pid)
         ctx = multiprocessing.get_context("spawn")
