@@ -311,32 +311,30 @@ def scenario_outage(steps: int) -> list[list[Any]]:
         run("SQLite locked 40 s", url, url, pause(4, 40, lock, unlock), step_sleep=0.02)
 
     with tempfile.TemporaryDirectory() as work:
-        blocker = Path(work) / "store-dir"
-        blocker.write_text("a file where the store's directory should be")
-        url = f"sqlite:///{blocker}/store.db"
-
-        def restore():
-            blocker.unlink()
-            blocker.mkdir()
-
+        url, restore = _store_away(Path(work))
         run("store down 12 s, spool capped at 20 kB", url, url, pause(4, 8, lambda: None, restore),
             spool_max_bytes=20_000)
-        shutil.rmtree(blocker, ignore_errors=True)
 
     with tempfile.TemporaryDirectory() as work:
-        blocker = Path(work) / "store-dir"
-        blocker.write_text("a file where the store's directory should be")
+        url, restore = _store_away(Path(work))
         not_a_dir = Path(work) / "spool-file"
         not_a_dir.write_text("a file where the spool directory should be")
-        url = f"sqlite:///{blocker}/store.db"
-
-        def restore_store():
-            blocker.unlink()
-            blocker.mkdir()
-
-        run("store down 12 s, spool dir unwritable", url, url, pause(4, 8, lambda: None, restore_store),
+        run("store down 12 s, spool dir unwritable", url, url, pause(4, 8, lambda: None, restore),
             spool=not_a_dir / "spool")
     return rows
+
+
+def _store_away(work: Path) -> tuple[str, Any]:
+    """A SQLite store that cannot be opened (a file stands where its directory should be),
+    and the function that makes room for it."""
+    blocker = work / "store-dir"
+    blocker.write_text("a file where the store's directory should be")
+
+    def restore() -> None:
+        blocker.unlink()
+        blocker.mkdir()
+
+    return f"sqlite:///{blocker}/store.db", restore
 
 
 def _writer_process(store: str, threads: int, events: int, ids_dir: str, spool_dir: str) -> None:

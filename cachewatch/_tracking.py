@@ -274,6 +274,11 @@ def record_everything(on: bool = True) -> None:
     _process_wide = on
 
 
+def recording_everything() -> bool:
+    """Whether ``install()`` is in effect (compiles of every jit are recorded)."""
+    return _process_wide
+
+
 def install_listeners() -> None:
     """Register the listeners with jax.monitoring once per process."""
     global _installed

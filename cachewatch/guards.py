@@ -24,7 +24,7 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
-from . import _tracking, causes, recorder
+from . import _tracking, causes, foreign, recorder
 
 LOWERING_STARTED = "/jax/core/compile/jaxpr_to_mlir_module_duration"  # a scalar at its start
 
@@ -297,14 +297,8 @@ _MAX_FRAMES = 32
 def _lowering_target() -> Any:
     """The function the jit being lowered wraps, read off JAX's dispatch frame: a name can
     be shared by a watched function and a plain ``jax.jit`` (every lambda is ``<lambda>``)."""
-    frame = sys._getframe(2)
-    for _ in range(_MAX_FRAMES):
-        if frame is None:
-            break
-        if frame.f_code.co_name == _DISPATCH_FRAME and frame.f_code.co_filename.endswith("pjit.py"):
-            return frame.f_locals.get("fun", _UNKNOWN)
-        frame = frame.f_back
-    return _UNKNOWN
+    frame = foreign.find_frame(sys._getframe(2), _DISPATCH_FRAME, depth=_MAX_FRAMES)
+    return _UNKNOWN if frame is None else frame.f_locals.get("fun", _UNKNOWN)
 
 
 def act(outcome: BaseException | Warning) -> None:
@@ -316,9 +310,7 @@ def act(outcome: BaseException | Warning) -> None:
 
 
 def _installed() -> bool:
-    import jax
-
-    return getattr(jax.jit, "__module__", "") == "cachewatch.jit"
+    return _tracking.recording_everything()
 
 
 def _is_primitive(name: str) -> bool:
