@@ -32,7 +32,7 @@ import jax
 from . import causes, opbyop, recorder
 from . import signature as sigmod
 from .events import Cause, CompileEvent, FunctionInfo, new_event_id
-from .identity import call_site, describe_function, is_library_file, user_function, user_function_in
+from .identity import call_site, code_file, describe_function, is_library_file, user_function, user_function_in
 
 # JAX's frames this module reads; if a JAX release renames them, compiles are still
 # recorded, with less detail.
@@ -141,7 +141,7 @@ def from_trace(frame: Any, name: str) -> Target | None:
                       sigmod.build_operands(args, _primitive_params(fun)), primitive=name, call_site=site)
     serial, layout = _jit_object(ji, fun)
     described = fun
-    if is_library_file(_file_of(user_function(fun))):
+    if is_library_file(code_file(user_function(fun)) or ""):
         # A library's own jit around the user's function passed as an argument (eqx.filter_jit).
         passed = user_function_in((args, kwargs), getattr(fun, "__name__", name))
         if passed is not None:
@@ -178,11 +178,6 @@ def strip_jit(module_name: str) -> str:
     if module_name.startswith("jit(") and module_name.endswith(")"):
         return module_name[4:-1]
     return module_name
-
-
-def _file_of(fun: Any) -> str:
-    code = getattr(fun, "__code__", None)
-    return os.path.realpath(code.co_filename) if code is not None else ""
 
 
 def _by_source(name: str, source_info: str | None) -> FunctionInfo:

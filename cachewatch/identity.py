@@ -61,7 +61,8 @@ def is_library_file(filename: str) -> bool:
     return filename.startswith(LIBRARY_DIRS) or filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen")
 
 
-def _code_file(fun: Any) -> str | None:
+def code_file(fun: Any) -> str | None:
+    """The file a function's code (or a callable object's ``__call__``) comes from."""
     code = getattr(fun, "__code__", None)
     if code is None:
         call = getattr(type(fun), "__call__", None)
@@ -85,7 +86,7 @@ def user_function(fun: Callable[..., Any]) -> Callable[..., Any]:
     current = fun
     while seen < 8:
         inner, _ = unwrap_callable(current)
-        filename = _code_file(inner)
+        filename = code_file(inner)
         if filename is None or not is_library_file(filename):
             return current  # the user's own (a partial or bound method keeps its wrapping)
         for attr in _WRAPPED_ATTRS:
