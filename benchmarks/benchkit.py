@@ -87,12 +87,23 @@ def real_event_template() -> tuple[Any, Any]:
 
 
 def clone_events(template: Any, run: Any, n: int, start: float) -> list[Any]:
-    return [dataclasses.replace(template, event_id=new_event_id(), run_id=run.run_id, timestamp=start + i * 1e-3)
-            for i in range(n)]
+    return [
+        dataclasses.replace(template, event_id=new_event_id(), run_id=run.run_id, timestamp=start + i * 1e-3)
+        for i in range(n)
+    ]
 
 
-def seed(url: str, events: int, functions: int, *, runs: int = 50, days: float = 30.0, chunk: int = 20_000,
-         template: Any = None, quiet: bool = False) -> dict[str, Any]:
+def seed(
+    url: str,
+    events: int,
+    functions: int,
+    *,
+    runs: int = 50,
+    days: float = 30.0,
+    chunk: int = 20_000,
+    template: Any = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
     """Fill a store with ``events`` compile events over ``functions`` functions, fast.
 
     Compiles per function follow a Zipf-like law (a few functions recompile a lot);
@@ -102,23 +113,65 @@ def seed(url: str, events: int, functions: int, *, runs: int = 50, days: float =
     rng = random.Random(42)
     now = time.time()
     start = now - days * 86400
-    diff = list(template.diff) if template is not None else [
-        {"path": "x", "change": "shape", "cause": "new_shape", "before": "float32[4,16]", "after": "float32[8,16]",
-         "changes": ["shape"], "axes": [0]}]
-    signature = list(template.signature) if template is not None else [
-        {"path": "x", "static": False, "shape": [8, 16], "dtype": "float32", "weak_type": False}]
-    function_rows = [{"function_hash": f"{i:020x}", "name": f"fn_{i}", "qualname": f"model.block_{i % 97}.fn_{i}",
-                      "module": f"model.block_{i % 97}", "file": f"/src/model/block_{i % 97}.py", "line": 10 + i,
-                      "first_seen": start} for i in range(functions)]
+    diff = (
+        list(template.diff)
+        if template is not None
+        else [
+            {
+                "path": "x",
+                "change": "shape",
+                "cause": "new_shape",
+                "before": "float32[4,16]",
+                "after": "float32[8,16]",
+                "changes": ["shape"],
+                "axes": [0],
+            }
+        ]
+    )
+    signature = (
+        list(template.signature)
+        if template is not None
+        else [{"path": "x", "static": False, "shape": [8, 16], "dtype": "float32", "weak_type": False}]
+    )
+    function_rows = [
+        {
+            "function_hash": f"{i:020x}",
+            "name": f"fn_{i}",
+            "qualname": f"model.block_{i % 97}.fn_{i}",
+            "module": f"model.block_{i % 97}",
+            "file": f"/src/model/block_{i % 97}.py",
+            "line": 10 + i,
+            "first_seen": start,
+        }
+        for i in range(functions)
+    ]
     weights = [1.0 / (rank + 1) ** 0.8 for rank in range(functions)]
     total = sum(weights)
     per_function = [max(1, int(events * w / total)) for w in weights]
     per_function[0] += events - sum(per_function)
-    run_rows = [{"run_id": uuid.uuid4().hex, "run_name": f"exp-{i}", "host": f"host-{i % 8}", "pid": 1000 + i,
-                 "started_at": start + i * (days * 86400 / runs), "jax_version": "0.10.2", "jaxlib_version": "0.10.2",
-                 "backend": "cpu", "devices": ["cpu:0"], "python_version": "3.11"} for i in range(runs)]
-    causes = ["new_shape"] * 6 + ["new_static_value", "weak_type", "new_dtype", "new_function_object",
-                                  "new_structure", "cache_cleared"]
+    run_rows = [
+        {
+            "run_id": uuid.uuid4().hex,
+            "run_name": f"exp-{i}",
+            "host": f"host-{i % 8}",
+            "pid": 1000 + i,
+            "started_at": start + i * (days * 86400 / runs),
+            "jax_version": "0.10.2",
+            "jaxlib_version": "0.10.2",
+            "backend": "cpu",
+            "devices": ["cpu:0"],
+            "python_version": "3.11",
+        }
+        for i in range(runs)
+    ]
+    causes = ["new_shape"] * 6 + [
+        "new_static_value",
+        "weak_type",
+        "new_dtype",
+        "new_function_object",
+        "new_structure",
+        "cache_cleared",
+    ]
     started = time.perf_counter()
     e = models.compile_events
     with enginemod.get_engine(url).begin() as conn:
@@ -138,15 +191,34 @@ def seed(url: str, events: int, functions: int, *, runs: int = 50, days: float =
                 run = run_rows[min(runs - 1, int((ts - start) / (days * 86400) * runs))]
                 first = k == 0
                 compile_s = rng.lognormvariate(-3.0, 1.2)
-                yield {"event_id": new_event_id(), "function_hash": function_hash, "run_id": run["run_id"],
-                       "timestamp": ts, "kind": "trace", "cause": "first_call" if first else rng.choice(causes),
-                       "explanation": "`fn` traced again. Argument x changed shape on axis 0: float32[4,16] -> "
-                                      "float32[8,16].", "diff": [] if first else diff, "signature": signature,
-                       "signature_hash": uuid.uuid4().hex[:20], "compiled": True, "nested": False,
-                       "trace_seconds": compile_s * 0.1, "lower_seconds": compile_s * 0.1,
-                       "compile_seconds": compile_s, "persistent_cache_hit": None, "cache_time_saved_seconds": None,
-                       "device": "cpu:0", "backend": "cpu", "call_site": "/src/train.py:120", "jaxpr_eqns": 42,
-                       "flops": None, "bytes_accessed": None, "error": None, "thread": "MainThread"}
+                yield {
+                    "event_id": new_event_id(),
+                    "function_hash": function_hash,
+                    "run_id": run["run_id"],
+                    "timestamp": ts,
+                    "kind": "trace",
+                    "cause": "first_call" if first else rng.choice(causes),
+                    "explanation": "`fn` traced again. Argument x changed shape on axis 0: float32[4,16] -> "
+                    "float32[8,16].",
+                    "diff": [] if first else diff,
+                    "signature": signature,
+                    "signature_hash": uuid.uuid4().hex[:20],
+                    "compiled": True,
+                    "nested": False,
+                    "trace_seconds": compile_s * 0.1,
+                    "lower_seconds": compile_s * 0.1,
+                    "compile_seconds": compile_s,
+                    "persistent_cache_hit": None,
+                    "cache_time_saved_seconds": None,
+                    "device": "cpu:0",
+                    "backend": "cpu",
+                    "call_site": "/src/train.py:120",
+                    "jaxpr_eqns": 42,
+                    "flops": None,
+                    "bytes_accessed": None,
+                    "error": None,
+                    "thread": "MainThread",
+                }
 
     buffer: list[dict] = []
     written = 0
@@ -171,10 +243,16 @@ def seed(url: str, events: int, functions: int, *, runs: int = 50, days: float =
         for k in range(5):
             calls = rng.randint(10, 10_000)
             sampled = calls // 100
-            stats.append({"run_id": run_rows[(index + k) % runs]["run_id"],
-                          "function_hash": function_rows[index]["function_hash"],
-                          "timestamp": start + (k + 1) * days * 86400 / 6, "calls": calls, "sampled_calls": sampled,
-                          "sampled_seconds": sampled * rng.uniform(0.001, 0.05)})
+            stats.append(
+                {
+                    "run_id": run_rows[(index + k) % runs]["run_id"],
+                    "function_hash": function_rows[index]["function_hash"],
+                    "timestamp": start + (k + 1) * days * 86400 / 6,
+                    "calls": calls,
+                    "sampled_calls": sampled,
+                    "sampled_seconds": sampled * rng.uniform(0.001, 0.05),
+                }
+            )
     with enginemod.get_engine(url).begin() as conn:
         conn.execute(sa.insert(models.call_stats), stats)
         rollup.add_call_stats(conn, stats)
@@ -183,8 +261,14 @@ def seed(url: str, events: int, functions: int, *, runs: int = 50, days: float =
         print(f"\r  seeded {written:,} events in {time.perf_counter() - started:.0f}s" + " " * 20, file=sys.stderr)
     busiest = function_rows[0]["function_hash"]
     typical = function_rows[functions // 2]["function_hash"]
-    return {"events": written, "functions": functions, "busiest": busiest, "typical": typical,
-            "busiest_events": per_function[0], "typical_events": per_function[functions // 2]}
+    return {
+        "events": written,
+        "functions": functions,
+        "busiest": busiest,
+        "typical": typical,
+        "busiest_events": per_function[0],
+        "typical_events": per_function[functions // 2],
+    }
 
 
 def free_port() -> int:
@@ -201,17 +285,22 @@ def served(store: str, **env: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serve_process(store: str, workers: int = 1, port: int | None = None,
-                  **env: str) -> Iterator[tuple[str, subprocess.Popen]]:
+def serve_process(
+    store: str, workers: int = 1, port: int | None = None, **env: str
+) -> Iterator[tuple[str, subprocess.Popen]]:
     """``python -m cachewatch serve`` on a loopback port (a free one unless given), with
     ``workers`` workers; yields its URL and process, and stops it at the end."""
     port = port or free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEWATCH_", "PROMETHEUS_"))}
     environ.update(JAX_PLATFORMS="cpu", NO_PROXY="127.0.0.1,localhost", **env)
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port),
-                             "--workers", str(workers)], env=environ, stdout=log, stderr=subprocess.STDOUT,
-                            cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port), "--workers", str(workers)],
+        env=environ,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120

@@ -36,32 +36,48 @@ _JAX_COMPILED = re.compile(r"Finished XLA compilation of jit\((.*?)\) in")
 def measure(program: str, tmp: str) -> dict[str, object]:
     url = f"sqlite:///{tmp}/{program}.db"
     env = {**os.environ, "CACHEWATCH_STORE": url, "JAX_LOG_COMPILES": "1", "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / f"{program}.py")], env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "programs" / f"{program}.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0:
         raise SystemExit(f"{program} failed:\n{done.stderr[-2000:]}")
     logged = collections.Counter(_JAX_COMPILED.findall(done.stderr))
     e, f = models.compile_events, models.functions
     with enginemod.connection(url) as conn:
-        rows = list(conn.execute(sa.select(f.c.name, f.c.module).join(f, f.c.function_hash == e.c.function_hash)
-                                 .where(e.c.compiled)))
+        rows = list(
+            conn.execute(
+                sa.select(f.c.name, f.c.module).join(f, f.c.function_hash == e.c.function_hash).where(e.c.compiled)
+            )
+        )
         storms = analysis.detect_storms(conn)
     recorded = collections.Counter(r.name for r in rows)
-    return {"logged": sum(logged.values()), "recorded": len(rows),
-            "attributed": sum(1 for r in rows if r.module != UNATTRIBUTED_MODULE),
-            "jax_own": sum(1 for r in rows if r.module == "jax.op_by_op" or r.module.startswith("jax._src")),
-            "names": sum(min(logged[n], recorded[n]) for n in logged), "storms": len(storms)}
+    return {
+        "logged": sum(logged.values()),
+        "recorded": len(rows),
+        "attributed": sum(1 for r in rows if r.module != UNATTRIBUTED_MODULE),
+        "jax_own": sum(1 for r in rows if r.module == "jax.op_by_op" or r.module.startswith("jax._src")),
+        "names": sum(min(logged[n], recorded[n]) for n in logged),
+        "storms": len(storms),
+    }
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results = {program: measure(program, tmp) for program in PROGRAMS}
-    print("| program | compiles in JAX's log | recorded | attributed | matching JAX's name and count | coverage "
-          "| JAX's own jits and eager primitives | storms |")
+    print(
+        "| program | compiles in JAX's log | recorded | attributed | matching JAX's name and count | coverage "
+        "| JAX's own jits and eager primitives | storms |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for program, r in results.items():
-        print(f"| `tests/programs/{program}.py` | {r['logged']} | {r['recorded']} | {r['attributed']} | {r['names']} "
-              f"| {r['recorded'] / r['logged']:.0%} | {r['jax_own']} | {r['storms']} |")
+        print(
+            f"| `tests/programs/{program}.py` | {r['logged']} | {r['recorded']} | {r['attributed']} | {r['names']} "
+            f"| {r['recorded'] / r['logged']:.0%} | {r['jax_own']} | {r['storms']} |"
+        )
 
 
 if __name__ == "__main__":

@@ -89,8 +89,9 @@ def main() -> int:
     cachewatch.flush(30)
     print(f"one function compiled for {args.shapes} shapes; medians of {args.repeats} interleaved repeats")
     print(f"    {'variant':28} {'guard ms/trace':>15} {'call ms/compile':>16} {'guard share':>12}")
-    for variant, label in zip(variants, ("no limit (default)", "max_recompiles, not reached",
-                                         "freeze(on_compile='warn')")):
+    for variant, label in zip(
+        variants, ("no limit (default)", "max_recompiles, not reached", "freeze(on_compile='warn')")
+    ):
         g, c = statistics.median(guard_ms[variant]), statistics.median(call_ms[variant])
         print(f"    {label:28} {g:15.4f} {c:16.2f} {g / c:12.2%}")
     return 0

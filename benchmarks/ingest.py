@@ -25,7 +25,7 @@ from cachewatch.store.sinks import SqlSink
 def batches(run, template, events: int, size: int) -> list[Batch]:
     start = time.time()
     clones = benchkit.clone_events(template, run, events, start)
-    return [Batch(run=run, events=clones[i:i + size], stats=[]) for i in range(0, events, size)]
+    return [Batch(run=run, events=clones[i : i + size], stats=[]) for i in range(0, events, size)]
 
 
 def rate(sink, run, template, events: int, size: int) -> float:
@@ -57,12 +57,23 @@ def main() -> int:
                     with benchkit.served(store) as url:
                         sink = HttpSink(url, timeout=60)
                         rates = [rate(sink, run, template, args.events, args.batch) for _ in range(repeats)]
-            rows.append([via, kind, args.batch, f"{args.events:,}", repeats, f"{statistics.median(rates):,.0f}",
-                         f"{min(rates):,.0f}", f"{max(rates):,.0f}"])
+            rows.append(
+                [
+                    via,
+                    kind,
+                    args.batch,
+                    f"{args.events:,}",
+                    repeats,
+                    f"{statistics.median(rates):,.0f}",
+                    f"{min(rates):,.0f}",
+                    f"{max(rates):,.0f}",
+                ]
+            )
             print(f"  {via} -> {kind}: median {statistics.median(rates):,.0f} events/s", flush=True)
     print()
-    benchkit.print_table(["path", "store", "batch", "events/repeat", "repeats", "median ev/s", "min ev/s",
-                          "max ev/s"], rows)
+    benchkit.print_table(
+        ["path", "store", "batch", "events/repeat", "repeats", "median ev/s", "min ev/s", "max ev/s"], rows
+    )
     return 0
 
 

@@ -66,10 +66,14 @@ def main() -> None:
         cachewatch.uninstall()
         cachewatch.flush(30)
 
-    print(f"# {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"jax {jax.__version__} on {jax.default_backend()}")
-    print(f"JAX's helpers at fixed shapes, called eagerly ({args.rounds} interleaved rounds of "
-          f"{args.steps} steps, 7 helper calls per step)")
+    print(
+        f"# {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"jax {jax.__version__} on {jax.default_backend()}"
+    )
+    print(
+        f"JAX's helpers at fixed shapes, called eagerly ({args.rounds} interleaved rounds of "
+        f"{args.steps} steps, 7 helper calls per step)"
+    )
     base = statistics.median(times["without install()"])
     print(f"    {'variant':<22}{'us/step':>10}{'ratio':>9}")
     for name, values in times.items():

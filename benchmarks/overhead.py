@@ -71,7 +71,7 @@ def hit_rounds(wrappers: dict, calls: int, rounds: int) -> dict[str, tuple[float
     per_call: dict[str, list[float]] = {n: [] for n in names}
     ratios: dict[str, list[float]] = {n: [] for n in names}
     for rnd in range(rounds):
-        order = names[rnd % len(names):] + names[: rnd % len(names)]
+        order = names[rnd % len(names) :] + names[: rnd % len(names)]
         times = {}
         for name in order:
             fn = fns[name]
@@ -191,7 +191,7 @@ def interleaved(variants: dict, repeats: int) -> dict[str, float]:
     samples: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for rep in range(repeats):
-        order = names[rep % len(names):] + names[: rep % len(names)]
+        order = names[rep % len(names) :] + names[: rep % len(names)]
         for name in order:
             samples[name].append(variants[name]())
     return {name: statistics.median(values) for name, values in samples.items()}
@@ -213,16 +213,23 @@ def main() -> None:
     store = tempfile.mkdtemp(prefix="cachewatch-bench-")
     cachewatch.configure(store=f"sqlite:///{store}/bench.db", run_name="overhead-benchmark")
 
-    hits = hit_rounds({
-        "jax.jit": jax.jit,
-        "bare Python wrapper (floor)": bare_wrapper,
-        "cachewatch.jit": cachewatch.jit,
-    }, calls=2_000, rounds=args.rounds)
-    compiles = interleaved({
-        "jax.jit": lambda: time_compiles(jax.jit, args.shapes, explain=False),
-        "jax.jit + explain_cache_misses": lambda: time_compiles(jax.jit, args.shapes, explain=True),
-        "cachewatch.jit": lambda: time_compiles(cachewatch.jit, args.shapes, explain=False),
-    }, args.repeats)
+    hits = hit_rounds(
+        {
+            "jax.jit": jax.jit,
+            "bare Python wrapper (floor)": bare_wrapper,
+            "cachewatch.jit": cachewatch.jit,
+        },
+        calls=2_000,
+        rounds=args.rounds,
+    )
+    compiles = interleaved(
+        {
+            "jax.jit": lambda: time_compiles(jax.jit, args.shapes, explain=False),
+            "jax.jit + explain_cache_misses": lambda: time_compiles(jax.jit, args.shapes, explain=True),
+            "cachewatch.jit": lambda: time_compiles(cachewatch.jit, args.shapes, explain=False),
+        },
+        args.repeats,
+    )
     own = OwnTime()
     with own:
         for _ in range(3):
@@ -231,22 +238,28 @@ def main() -> None:
     with theirs:
         for _ in range(3):
             time_compiles(jax.jit, args.shapes, explain=True)
-    hit_after_compile = interleaved({
-        "sampled (cachewatch default)": lambda: first_hits(args.shapes, sample_every=100),
-        "not sampled (CACHEWATCH_SAMPLE_EVERY=0)": lambda: first_hits(args.shapes, sample_every=0),
-    }, args.repeats)
+    hit_after_compile = interleaved(
+        {
+            "sampled (cachewatch default)": lambda: first_hits(args.shapes, sample_every=100),
+            "not sampled (CACHEWATCH_SAMPLE_EVERY=0)": lambda: first_hits(args.shapes, sample_every=0),
+        },
+        args.repeats,
+    )
     cachewatch.flush(30)
 
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"jax {jax.__version__}, backend {jax.default_backend()}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"jax {jax.__version__}, backend {jax.default_backend()}"
+    )
     print()
     print(f"(a) cache-hit call of a tiny function ({args.rounds} interleaved rounds of 2000 calls)")
     print(f"    {'variant':34} {'us/call':>9} {'ratio':>7}")
     for name, (per_call, ratio) in hits.items():
         print(f"    {name:34} {per_call * 1e6:9.2f} {ratio:7.3f}")
     print()
-    print(f"(b) one function compiled for {args.shapes} distinct shapes (medians of {args.repeats} "
-          "interleaved repeats)")
+    print(
+        f"(b) one function compiled for {args.shapes} distinct shapes (medians of {args.repeats} interleaved repeats)"
+    )
     print(f"    {'variant':34} {'ms/compile':>10} {'added vs jax.jit':>17}")
     base = compiles["jax.jit"]
     for name, value in compiles.items():
@@ -256,20 +269,27 @@ def main() -> None:
     print()
     print(f"(c) work added per compile, timed directly over the same {3 * args.shapes} compiles")
     print(f"    {'variant':52} {'ms/compile':>10} {'of a compile':>13}")
-    for name, seconds in (("cachewatch (signature, cause, diff, event)", own.seconds),
-                          ("JAX's jax_explain_cache_misses (explanation, log)", theirs.seconds)):
+    for name, seconds in (
+        ("cachewatch (signature, cause, diff, event)", own.seconds),
+        ("JAX's jax_explain_cache_misses (explanation, log)", theirs.seconds),
+    ):
         ms = 1e3 * seconds / (3 * args.shapes)
         print(f"    {name:52} {ms:10.3f} {100 * ms / base_ms:12.2f}%")
     print()
-    print(f"(d) first cache-hit call after each compile (medians over {args.shapes} compiles, "
-          f"{args.repeats} interleaved repeats)")
+    print(
+        f"(d) first cache-hit call after each compile (medians over {args.shapes} compiles, "
+        f"{args.repeats} interleaved repeats)"
+    )
     print(f"    {'variant':52} {'us/call':>10} {'of a compile':>13}")
     for name, seconds in hit_after_compile.items():
         print(f"    {name:52} {seconds * 1e6:10.1f} {100 * seconds * 1e3 / base_ms:12.3f}%")
-    added = hit_after_compile["sampled (cachewatch default)"] - hit_after_compile[
-        "not sampled (CACHEWATCH_SAMPLE_EVERY=0)"]
-    print(f"    {'added by the first-call sample, per compile':52} {added * 1e6:10.1f} "
-          f"{100 * added * 1e3 / base_ms:12.3f}%")
+    added = (
+        hit_after_compile["sampled (cachewatch default)"] - hit_after_compile["not sampled (CACHEWATCH_SAMPLE_EVERY=0)"]
+    )
+    print(
+        f"    {'added by the first-call sample, per compile':52} {added * 1e6:10.1f} "
+        f"{100 * added * 1e3 / base_ms:12.3f}%"
+    )
 
 
 if __name__ == "__main__":

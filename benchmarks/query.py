@@ -50,11 +50,15 @@ def main() -> int:
                 first_page = json.loads(timed_get(f"{base}/api/v1/functions/{seeded['busiest']}/events?limit=100")[1])
                 endpoints = [
                     ("GET /api/v1/functions", f"{base}/api/v1/functions"),
-                    (f"GET /functions/{{h}}/events (typical, {seeded['typical_events']} ev)",
-                     f"{base}/api/v1/functions/{seeded['typical']}/events?limit=100"),
-                    (f"GET /functions/{{h}}/events (busiest, {seeded['busiest_events']:,} ev, page 2)",
-                     f"{base}/api/v1/functions/{seeded['busiest']}/events?limit=100&cursor="
-                     f"{first_page['next_cursor']}"),
+                    (
+                        f"GET /functions/{{h}}/events (typical, {seeded['typical_events']} ev)",
+                        f"{base}/api/v1/functions/{seeded['typical']}/events?limit=100",
+                    ),
+                    (
+                        f"GET /functions/{{h}}/events (busiest, {seeded['busiest_events']:,} ev, page 2)",
+                        f"{base}/api/v1/functions/{seeded['busiest']}/events?limit=100&cursor="
+                        f"{first_page['next_cursor']}",
+                    ),
                     ("GET /api/v1/summary", f"{base}/api/v1/summary"),
                     ("GET /metrics", f"{base}/metrics"),
                 ]

@@ -61,8 +61,7 @@ def reported_drops(url: str) -> int:
     from cachewatch.store import models
 
     with enginemod.connection(url) as conn:
-        return int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(models.run_drops.c.dropped), 0)))
-                   .scalar_one())
+        return int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(models.run_drops.c.dropped), 0))).scalar_one())
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -146,8 +145,12 @@ def train(args: argparse.Namespace) -> int:
     import cachewatch
     from cachewatch import recorder
 
-    settings = {"store": args.store, "flush_interval": args.flush_interval, "spool_dir": args.spool_dir,
-                "sample_every": 1}
+    settings = {
+        "store": args.store,
+        "flush_interval": args.flush_interval,
+        "spool_dir": args.spool_dir,
+        "sample_every": 1,
+    }
     if args.spool_max_bytes:
         settings["spool_max_bytes"] = args.spool_max_bytes
     cachewatch.configure(**settings)
@@ -166,18 +169,59 @@ def train(args: argparse.Namespace) -> int:
         loss += float(w.sum())
         time.sleep(args.step_sleep)
     result = cachewatch.flush(args.exit_flush)
-    print(json.dumps({"loss": round(loss, 6), "run_id": recorder.run_id(), "dropped": recorder.dropped_events(),
-                      "stored": result.stored, "spooled_batches": result.spooled_batches}), flush=True)
+    print(
+        json.dumps(
+            {
+                "loss": round(loss, 6),
+                "run_id": recorder.run_id(),
+                "dropped": recorder.dropped_events(),
+                "stored": result.stored,
+                "spooled_batches": result.spooled_batches,
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 
-def train_command(store: str, log: Path, spool: Path, *, steps: int, step_sleep: float = 0.01,
-                  flush_interval: float = 1.0, shape_every: int = 1, shapes: int = 10_000,
-                  spool_max_bytes: int = 0, exit_flush: float = 60.0) -> list[str]:
-    return [sys.executable, str(HERE), "_train", "--store", store, "--log", str(log), "--spool-dir", str(spool),
-            "--steps", str(steps), "--step-sleep", str(step_sleep), "--flush-interval", str(flush_interval),
-            "--shape-every", str(shape_every), "--shapes", str(shapes), "--spool-max-bytes", str(spool_max_bytes),
-            "--exit-flush", str(exit_flush)]
+def train_command(
+    store: str,
+    log: Path,
+    spool: Path,
+    *,
+    steps: int,
+    step_sleep: float = 0.01,
+    flush_interval: float = 1.0,
+    shape_every: int = 1,
+    shapes: int = 10_000,
+    spool_max_bytes: int = 0,
+    exit_flush: float = 60.0,
+) -> list[str]:
+    return [
+        sys.executable,
+        str(HERE),
+        "_train",
+        "--store",
+        store,
+        "--log",
+        str(log),
+        "--spool-dir",
+        str(spool),
+        "--steps",
+        str(steps),
+        "--step-sleep",
+        str(step_sleep),
+        "--flush-interval",
+        str(flush_interval),
+        "--shape-every",
+        str(shape_every),
+        "--shapes",
+        str(shapes),
+        "--spool-max-bytes",
+        str(spool_max_bytes),
+        "--exit-flush",
+        str(exit_flush),
+    ]
 
 
 def produced(log: Path) -> dict[str, float]:
@@ -201,9 +245,21 @@ def scenario_sigkill(repeats: int) -> list[list[Any]]:
             store = f"sqlite:///{work}/store.db"
             log = work / "produced.log"
             env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-            proc = subprocess.Popen(train_command(store, log, work / "spool", steps=100_000, step_sleep=0.02,
-                                                  flush_interval=flush_interval, shape_every=3),
-                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+            proc = subprocess.Popen(
+                train_command(
+                    store,
+                    log,
+                    work / "spool",
+                    steps=100_000,
+                    step_sleep=0.02,
+                    flush_interval=flush_interval,
+                    shape_every=3,
+                ),
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd=ROOT,
+            )
             time.sleep(6 + random.Random(attempt).random() * 3)
             killed_at = time.time()
             proc.kill()
@@ -212,8 +268,17 @@ def scenario_sigkill(repeats: int) -> list[list[Any]]:
             have = set(stored_ids(store))
             lost = [ts for event_id, ts in made.items() if event_id not in have]
             oldest = killed_at - min(lost) if lost else 0.0
-            rows.append([f"{flush_interval:.0f} s", attempt + 1, len(made), len(made) - len(lost), len(lost),
-                         f"{oldest:.2f}", "yes" if oldest <= flush_interval + 0.5 else "NO"])
+            rows.append(
+                [
+                    f"{flush_interval:.0f} s",
+                    attempt + 1,
+                    len(made),
+                    len(made) - len(lost),
+                    len(lost),
+                    f"{oldest:.2f}",
+                    "yes" if oldest <= flush_interval + 0.5 else "NO",
+                ]
+            )
             shutil.rmtree(work, ignore_errors=True)
     return rows
 
@@ -232,8 +297,14 @@ def scenario_outage(steps: int) -> list[list[Any]]:
     def run(name: str, store: str, reader_url: str, outage, spool: Path | None = None, **kw) -> None:
         work = Path(tempfile.mkdtemp(prefix="cachewatch-outage-"))
         log = work / "produced.log"
-        proc = subprocess.Popen(train_command(store, log, spool or work / "spool", steps=steps, **kw), env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT, text=True)
+        proc = subprocess.Popen(
+            train_command(store, log, spool or work / "spool", steps=steps, **kw),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+            text=True,
+        )
         outage(proc)
         out, _ = proc.communicate(timeout=600)
         result = json.loads(out.strip().splitlines()[-1])
@@ -242,8 +313,19 @@ def scenario_outage(steps: int) -> list[list[Any]]:
         dup = len(ids) - len(set(ids))
         missing = len(set(made) - set(ids))
         drops = reported_drops(reader_url)
-        rows.append([name, len(made), len(set(ids)), dup, missing, result["dropped"], drops,
-                     result["loss"] == baseline["loss"], "stored" if result["stored"] else "spooled"])
+        rows.append(
+            [
+                name,
+                len(made),
+                len(set(ids)),
+                dup,
+                missing,
+                result["dropped"],
+                drops,
+                result["loss"] == baseline["loss"],
+                "stored" if result["stored"] else "spooled",
+            ]
+        )
         shutil.rmtree(work, ignore_errors=True)
 
     def pause(seconds_in: float, seconds: float, down, up):
@@ -252,13 +334,19 @@ def scenario_outage(steps: int) -> list[list[Any]]:
             down()
             time.sleep(seconds)
             up()
+
         return outage
 
     # The results the training gives with nothing going wrong.
     with tempfile.TemporaryDirectory() as work:
-        out = subprocess.run(train_command(f"sqlite:///{work}/s.db", Path(work) / "log", Path(work) / "spool",
-                                           steps=steps), env=env, capture_output=True, text=True, cwd=ROOT,
-                             timeout=600).stdout
+        out = subprocess.run(
+            train_command(f"sqlite:///{work}/s.db", Path(work) / "log", Path(work) / "spool", steps=steps),
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=600,
+        ).stdout
         baseline = json.loads(out.strip().splitlines()[-1])
 
     with _pg_store() as pg:
@@ -312,15 +400,25 @@ def scenario_outage(steps: int) -> list[list[Any]]:
 
     with tempfile.TemporaryDirectory() as work:
         url, restore = _store_away(Path(work))
-        run("store down 12 s, spool capped at 20 kB", url, url, pause(4, 8, lambda: None, restore),
-            spool_max_bytes=20_000)
+        run(
+            "store down 12 s, spool capped at 20 kB",
+            url,
+            url,
+            pause(4, 8, lambda: None, restore),
+            spool_max_bytes=20_000,
+        )
 
     with tempfile.TemporaryDirectory() as work:
         url, restore = _store_away(Path(work))
         not_a_dir = Path(work) / "spool-file"
         not_a_dir.write_text("a file where the spool directory should be")
-        run("store down 12 s, spool dir unwritable", url, url, pause(4, 8, lambda: None, restore),
-            spool=not_a_dir / "spool")
+        run(
+            "store down 12 s, spool dir unwritable",
+            url,
+            url,
+            pause(4, 8, lambda: None, restore),
+            spool=not_a_dir / "spool",
+        )
     return rows
 
 
@@ -346,13 +444,30 @@ def _writer_process(store: str, threads: int, events: int, ids_dir: str, spool_d
     made: list[list[str]] = [[] for _ in range(threads)]
 
     def work(t: int) -> None:
-        info = FunctionInfo(function_hash=f"{os.getpid():08x}{t:04x}".ljust(20, "0"), name=f"step_{t}",
-                            qualname=f"train.step_{t}", module="train", file="train.py", line=t)
+        info = FunctionInfo(
+            function_hash=f"{os.getpid():08x}{t:04x}".ljust(20, "0"),
+            name=f"step_{t}",
+            qualname=f"train.step_{t}",
+            module="train",
+            file="train.py",
+            line=t,
+        )
         for i in range(events):
-            event = CompileEvent(event_id=new_event_id(), function=info, run_id=recorder.run_id(),
-                                 timestamp=time.time(), kind="trace", cause="new_shape" if i else "first_call",
-                                 explanation="synthetic", diff=(), signature=(), signature_hash=f"{i:020x}",
-                                 compiled=True, nested=False, compile_seconds=0.001 * (i % 50))
+            event = CompileEvent(
+                event_id=new_event_id(),
+                function=info,
+                run_id=recorder.run_id(),
+                timestamp=time.time(),
+                kind="trace",
+                cause="new_shape" if i else "first_call",
+                explanation="synthetic",
+                diff=(),
+                signature=(),
+                signature_hash=f"{i:020x}",
+                compiled=True,
+                nested=False,
+                compile_seconds=0.001 * (i % 50),
+            )
             recorder.record_event(event)
             made[t].append(event.event_id)
 
@@ -362,16 +477,25 @@ def _writer_process(store: str, threads: int, events: int, ids_dir: str, spool_d
     for thread in pool:
         thread.join()
     result = cachewatch.flush(120)
-    Path(ids_dir, f"{os.getpid()}.json").write_text(json.dumps(
-        {"ids": [i for ids in made for i in ids], "stored": result.stored, "dropped": recorder.dropped_events(),
-         "run_id": recorder.run_id()}))
+    Path(ids_dir, f"{os.getpid()}.json").write_text(
+        json.dumps(
+            {
+                "ids": [i for ids in made for i in ids],
+                "stored": result.stored,
+                "dropped": recorder.dropped_events(),
+                "run_id": recorder.run_id(),
+            }
+        )
+    )
 
 
 def writers(args: argparse.Namespace) -> int:
     """Run ``--processes`` writer processes (``--start`` fork or spawn), each with ``--threads`` threads."""
     ctx = multiprocessing.get_context(args.start)
-    procs = [ctx.Process(target=_writer_process, args=(args.store, args.threads, args.events, args.ids_dir,
-                                                        args.spool_dir)) for _ in range(args.processes)]
+    procs = [
+        ctx.Process(target=_writer_process, args=(args.store, args.threads, args.events, args.ids_dir, args.spool_dir))
+        for _ in range(args.processes)
+    ]
     for proc in procs:
         proc.start()
     for proc in procs:
@@ -379,22 +503,55 @@ def writers(args: argparse.Namespace) -> int:
     return max((proc.exitcode or 0) for proc in procs)
 
 
-def run_writers(store: str, reader_url: str, start: str, processes: int, threads: int, events: int,
-                ) -> dict[str, Any]:
+def run_writers(
+    store: str,
+    reader_url: str,
+    start: str,
+    processes: int,
+    threads: int,
+    events: int,
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as ids_dir:
         started = time.perf_counter()
-        subprocess.run([sys.executable, str(HERE), "_writers", "--store", store, "--start", start,
-                        "--processes", str(processes), "--threads", str(threads), "--events", str(events),
-                        "--ids-dir", ids_dir, "--spool-dir", os.path.join(ids_dir, "spool")],
-                       check=True, cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=900)
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE),
+                "_writers",
+                "--store",
+                store,
+                "--start",
+                start,
+                "--processes",
+                str(processes),
+                "--threads",
+                str(threads),
+                "--events",
+                str(events),
+                "--ids-dir",
+                ids_dir,
+                "--spool-dir",
+                os.path.join(ids_dir, "spool"),
+            ],
+            check=True,
+            cwd=ROOT,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            timeout=900,
+        )
         seconds = time.perf_counter() - started
         reports = [json.loads(p.read_text()) for p in Path(ids_dir).glob("*.json")]
     made = [i for r in reports for i in r["ids"]]
     ids = stored_ids(reader_url, {r["run_id"] for r in reports})
-    return {"processes": len(reports), "produced": len(made), "stored": len(set(ids)),
-            "duplicates": len(ids) - len(set(ids)), "missing": len(set(made) - set(ids)),
-            "dropped": sum(r["dropped"] for r in reports), "all_flushed": all(r["stored"] for r in reports),
-            "seconds": seconds}
+    return {
+        "processes": len(reports),
+        "produced": len(made),
+        "stored": len(set(ids)),
+        "duplicates": len(ids) - len(set(ids)),
+        "missing": len(set(made) - set(ids)),
+        "dropped": sum(r["dropped"] for r in reports),
+        "all_flushed": all(r["stored"] for r in reports),
+        "seconds": seconds,
+    }
 
 
 def scenario_writers(events: int) -> list[list[Any]]:
@@ -411,8 +568,19 @@ def scenario_writers(events: int) -> list[list[Any]]:
                     reader = stack.enter_context(_pg_store())
                     store, _ = stack.enter_context(benchkit.serve_process(reader, workers=2))
                 r = run_writers(store, reader, start, 4, 8, events)
-            rows.append([kind, start, r["processes"], f"{r['produced']:,}", f"{r['stored']:,}", r["duplicates"],
-                         r["missing"], r["dropped"], f"{r['seconds']:.1f}"])
+            rows.append(
+                [
+                    kind,
+                    start,
+                    r["processes"],
+                    f"{r['produced']:,}",
+                    f"{r['stored']:,}",
+                    r["duplicates"],
+                    r["missing"],
+                    r["dropped"],
+                    f"{r['seconds']:.1f}",
+                ]
+            )
     return rows
 
 
@@ -427,12 +595,24 @@ def _client(url: str, seconds: float, batch: int, out: Any) -> None:
     latencies, statuses, sent = [], {}, 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        events = [{"event_id": new_event_id(), "function": function, "run_id": run_id, "timestamp": time.time(),
-                   "kind": "trace", "cause": "new_shape", "compiled": True, "compile_seconds": 0.01,
-                   "explanation": "load"} for _ in range(batch)]
+        events = [
+            {
+                "event_id": new_event_id(),
+                "function": function,
+                "run_id": run_id,
+                "timestamp": time.time(),
+                "kind": "trace",
+                "cause": "new_shape",
+                "compiled": True,
+                "compile_seconds": 0.01,
+                "explanation": "load",
+            }
+            for _ in range(batch)
+        ]
         body = orjson.dumps({"run": run, "events": events})
-        request = urllib.request.Request(url + "/api/v1/events", data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            url + "/api/v1/events", data=body, method="POST", headers={"Content-Type": "application/json"}
+        )
         start = time.perf_counter()
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
@@ -473,9 +653,21 @@ def scenario_load(clients: int, seconds: float, batch: int) -> list[list[Any]]:
         sent = sum(r["sent"] for r in results)
         stored = len(set(stored_ids(pg, {r["run_id"] for r in results})))
         errors = sum(n for status, n in statuses.items() if status >= 500 or status == 0)
-        rows.append([clients, batch, f"{seconds:.0f} s", len(latencies), errors, f"{sent:,}", f"{stored:,}",
-                     f"{sent / elapsed:,.0f}", f"{benchkit.percentile(latencies, 0.5):.1f}",
-                     f"{benchkit.percentile(latencies, 0.99):.1f}", f"{rss_before:.0f} -> {rss_after:.0f}"])
+        rows.append(
+            [
+                clients,
+                batch,
+                f"{seconds:.0f} s",
+                len(latencies),
+                errors,
+                f"{sent:,}",
+                f"{stored:,}",
+                f"{sent / elapsed:,.0f}",
+                f"{benchkit.percentile(latencies, 0.5):.1f}",
+                f"{benchkit.percentile(latencies, 0.99):.1f}",
+                f"{rss_before:.0f} -> {rss_after:.0f}",
+            ]
+        )
     return rows
 
 
@@ -494,13 +686,29 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--seconds", type=float, default=20.0, help="load: how long")
         p.add_argument("--batch", type=int, default=100, help="load: events per request")
     t = sub.add_parser("_train")  # the training process the scenarios start
-    for flag, kind in (("--store", str), ("--log", str), ("--spool-dir", str), ("--steps", int),
-                       ("--step-sleep", float), ("--flush-interval", float), ("--shape-every", int),
-                       ("--shapes", int), ("--spool-max-bytes", int), ("--exit-flush", float)):
+    for flag, kind in (
+        ("--store", str),
+        ("--log", str),
+        ("--spool-dir", str),
+        ("--steps", int),
+        ("--step-sleep", float),
+        ("--flush-interval", float),
+        ("--shape-every", int),
+        ("--shapes", int),
+        ("--spool-max-bytes", int),
+        ("--exit-flush", float),
+    ):
         t.add_argument(flag, type=kind, required=True)
     w = sub.add_parser("_writers")
-    for flag, kind in (("--store", str), ("--start", str), ("--processes", int), ("--threads", int),
-                       ("--events", int), ("--ids-dir", str), ("--spool-dir", str)):
+    for flag, kind in (
+        ("--store", str),
+        ("--start", str),
+        ("--processes", int),
+        ("--threads", int),
+        ("--events", int),
+        ("--ids-dir", str),
+        ("--spool-dir", str),
+    ):
         w.add_argument(flag, type=kind, required=True)
     args = parser.parse_args(argv)
     if args.scenario == "_train":
@@ -510,24 +718,63 @@ def main(argv: list[str] | None = None) -> int:
     chosen = ("sigkill", "outage", "writers", "load") if args.scenario == "all" else (args.scenario,)
     if "sigkill" in chosen:
         print("SIGKILL of a training process (SQLite store), lost events against the flush interval")
-        benchkit.print_table(["flush interval", "kill", "produced", "stored", "lost", "oldest lost (s)",
-                              "within interval"], scenario_sigkill(args.repeats))
+        benchkit.print_table(
+            ["flush interval", "kill", "produced", "stored", "lost", "oldest lost (s)", "within interval"],
+            scenario_sigkill(args.repeats),
+        )
         print()
     if "outage" in chosen:
         print(f"The store goes away during training ({args.steps} steps)")
-        benchkit.print_table(["outage", "produced", "stored", "duplicates", "missing", "dropped (process)",
-                              "dropped (store)", "same results", "final flush"], scenario_outage(args.steps))
+        benchkit.print_table(
+            [
+                "outage",
+                "produced",
+                "stored",
+                "duplicates",
+                "missing",
+                "dropped (process)",
+                "dropped (store)",
+                "same results",
+                "final flush",
+            ],
+            scenario_outage(args.steps),
+        )
         print()
     if "writers" in chosen:
         print(f"4 processes x 8 threads x {args.events} events at once")
-        benchkit.print_table(["store", "start", "processes", "produced", "stored", "duplicates", "missing",
-                              "dropped", "wall s (with start-up)"], scenario_writers(args.events))
+        benchkit.print_table(
+            [
+                "store",
+                "start",
+                "processes",
+                "produced",
+                "stored",
+                "duplicates",
+                "missing",
+                "dropped",
+                "wall s (with start-up)",
+            ],
+            scenario_writers(args.events),
+        )
         print()
     if "load" in chosen:
         print("Concurrent clients against cachewatch serve --workers 2 on PostgreSQL (loopback)")
-        benchkit.print_table(["clients", "events/request", "for", "requests", "5xx/errors", "sent", "stored",
-                              "events/s", "p50 ms", "p99 ms", "server RSS MB"],
-                             scenario_load(args.clients, args.seconds, args.batch))
+        benchkit.print_table(
+            [
+                "clients",
+                "events/request",
+                "for",
+                "requests",
+                "5xx/errors",
+                "sent",
+                "stored",
+                "events/s",
+                "p50 ms",
+                "p99 ms",
+                "server RSS MB",
+            ],
+            scenario_load(args.clients, args.seconds, args.batch),
+        )
     return 0
 
 

@@ -68,8 +68,13 @@ def pipelined_loop(url: str, seconds: float) -> dict:
     wall = time.perf_counter() - start
     cachewatch.flush(30)
     row = report_row(url, "sgd_step")
-    return {"calls": calls, "wall": wall, "per_call": row["run_seconds_mean"],
-            "ratio": calls * row["run_seconds_mean"] / wall, "samples": row["sampled_calls"]}
+    return {
+        "calls": calls,
+        "wall": wall,
+        "per_call": row["run_seconds_mean"],
+        "ratio": calls * row["run_seconds_mean"] / wall,
+        "samples": row["sampled_calls"],
+    }
 
 
 def blocked_matmul(url: str, calls: int) -> dict:
@@ -87,8 +92,12 @@ def blocked_matmul(url: str, calls: int) -> dict:
     cachewatch.flush(30)
     row = report_row(url, "matmul")
     median = statistics.median(stopwatch)
-    return {"stopwatch": median, "per_call": row["run_seconds_mean"], "ratio": row["run_seconds_mean"] / median,
-            "samples": row["sampled_calls"]}
+    return {
+        "stopwatch": median,
+        "per_call": row["run_seconds_mean"],
+        "ratio": row["run_seconds_mean"] / median,
+        "samples": row["sampled_calls"],
+    }
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -107,8 +116,10 @@ def main() -> None:
         loops.append(pipelined_loop(fresh_store(directory, 2 * i), args.seconds))
         matmuls.append(blocked_matmul(fresh_store(directory, 2 * i + 1), args.calls))
 
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"jax {jax.__version__}, backend {jax.default_backend()}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"jax {jax.__version__}, backend {jax.default_backend()}"
+    )
     print()
     print(f"(a) SGD step on (32, 8), pipelined for {args.seconds:.1f} s ({args.repeats} repeats; median (min-max))")
     print(f"    calls                          {spread([r['calls'] for r in loops], ',.0f')}")

@@ -1,14 +1,14 @@
 """cachewatch: every ``jax.jit`` trace and compile, why it happened, and what it cost.
 
-    import cachewatch
+import cachewatch
 
-    @cachewatch.jit                      # drop-in for jax.jit
-    def step(params, batch): ...
+@cachewatch.jit                      # drop-in for jax.jit
+def step(params, batch): ...
 
-    cachewatch.configure(store="sqlite:///cachewatch.db", run_name="exp-42")
-    cachewatch.install()                 # observe every jax.jit in the process
-    with cachewatch.expect_compiles(step, at_most=1):
-        step(params, batch)
+cachewatch.configure(store="sqlite:///cachewatch.db", run_name="exp-42")
+cachewatch.install()                 # observe every jax.jit in the process
+with cachewatch.expect_compiles(step, at_most=1):
+    step(params, batch)
 """
 
 from __future__ import annotations
@@ -22,17 +22,39 @@ import jax
 from . import _guard, _tracking
 from .config import ConfigError
 from .events import CAUSES, CompileEvent
-from .guards import (FrozenCompileError, FrozenCompileWarning, RecompileLimitError, RecompileLimitWarning,
-                     freeze, unfreeze)
+from .guards import (
+    FrozenCompileError,
+    FrozenCompileWarning,
+    RecompileLimitError,
+    RecompileLimitWarning,
+    freeze,
+    unfreeze,
+)
 from .jit import is_watched, jit
 from .recorder import configure, flush
 
 __version__ = "0.1.0"
 
-__all__ = ["CAUSES", "CompileEvent", "ConfigError", "UnexpectedCompiles", "configure", "is_watched",
-           "expect_compiles", "flush", "install", "installed", "jit", "uninstall",
-           "RecompileLimitError", "FrozenCompileError", "RecompileLimitWarning", "FrozenCompileWarning",
-           "freeze", "unfreeze"]
+__all__ = [
+    "CAUSES",
+    "CompileEvent",
+    "ConfigError",
+    "UnexpectedCompiles",
+    "configure",
+    "is_watched",
+    "expect_compiles",
+    "flush",
+    "install",
+    "installed",
+    "jit",
+    "uninstall",
+    "RecompileLimitError",
+    "FrozenCompileError",
+    "RecompileLimitWarning",
+    "FrozenCompileWarning",
+    "freeze",
+    "unfreeze",
+]
 
 _install_lock = threading.Lock()
 _original_jax_jit: Callable[..., Any] | None = None
@@ -79,10 +101,12 @@ class UnexpectedCompiles(AssertionError):
         self.events = events
         lines = [f"`{name}` compiled {len(events)} time(s), at most {at_most} expected:"]
         for event in events:
-            lines.append(f"  - {event.cause}: {event.explanation}"
-                         + (f" (at {event.call_site})" if event.call_site else ""))
-            lines.extend(f"      {entry.get('path')}: {entry.get('before')} -> {entry.get('after')}"
-                         for entry in event.diff)
+            lines.append(
+                f"  - {event.cause}: {event.explanation}" + (f" (at {event.call_site})" if event.call_site else "")
+            )
+            lines.extend(
+                f"      {entry.get('path')}: {entry.get('before')} -> {entry.get('after')}" for entry in event.diff
+            )
         super().__init__("\n".join(lines))
 
 
@@ -97,8 +121,10 @@ def expect_compiles(fn: Any, at_most: int = 0) -> Iterator[list[CompileEvent]]:
     The list it yields fills with the compile events seen so far.
     """
     if not is_watched(fn):
-        raise TypeError("expect_compiles needs a function wrapped by cachewatch.jit "
-                        f"(or jax.jit after cachewatch.install()), got {type(fn).__name__}")
+        raise TypeError(
+            "expect_compiles needs a function wrapped by cachewatch.jit "
+            f"(or jax.jit after cachewatch.install()), got {type(fn).__name__}"
+        )
     state = fn.__cachewatch_state__
     target = state.info.function_hash
     seen: list[CompileEvent] = []

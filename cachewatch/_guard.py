@@ -59,8 +59,13 @@ def report(where: str, exc: BaseException) -> None:
         if due:
             _last_warning = now
     if due:
-        logger.warning("cachewatch internal error in %s (your program is unaffected): %s: %s",
-                       where, type(exc).__name__, exc, exc_info=first_here)
+        logger.warning(
+            "cachewatch internal error in %s (your program is unaffected): %s: %s",
+            where,
+            type(exc).__name__,
+            exc,
+            exc_info=first_here,
+        )
 
 
 class guard:

@@ -82,10 +82,26 @@ def watch_names(trace_name: str, module_name: str) -> None:
 class Record:
     """One trace, or one compile without a trace, being filled in on this thread."""
 
-    __slots__ = ("seq", "state", "module_name", "kind", "signature", "error", "timestamp",
-                 "trace_seconds", "lower_seconds", "compile_seconds", "compiles",
-                 "persistent_cache_hit", "cache_time_saved", "jaxpr_eqns", "thread",
-                 "captured", "stale", "target")
+    __slots__ = (
+        "seq",
+        "state",
+        "module_name",
+        "kind",
+        "signature",
+        "error",
+        "timestamp",
+        "trace_seconds",
+        "lower_seconds",
+        "compile_seconds",
+        "compiles",
+        "persistent_cache_hit",
+        "cache_time_saved",
+        "jaxpr_eqns",
+        "thread",
+        "captured",
+        "stale",
+        "target",
+    )
 
     def __init__(self, state: Any, module_name: str, kind: str, signature: Any = None):
         self.state = state
@@ -133,8 +149,9 @@ def claim(state: Any, module_name: str, since: int) -> list[Record]:
     mine: list[Record] = []
     keep: list[Record] = []
     for record in pending:
-        if record.seq > since and (record.state is state
-                                   or (record.state is None and record.module_name == module_name)):
+        if record.seq > since and (
+            record.state is state or (record.state is None and record.module_name == module_name)
+        ):
             mine.append(record)
         else:
             keep.append(record)
@@ -201,8 +218,11 @@ def _on_trace(name: str | None, duration: float) -> None:
         return
     if frame is None and name not in _watched_traces:
         return
-    record = _latest(lambda r: r.kind == Kind.TRACE and r.trace_seconds is None
-                     and r.state is not None and r.state.trace_name == name)
+    record = _latest(
+        lambda r: (
+            r.kind == Kind.TRACE and r.trace_seconds is None and r.state is not None and r.state.trace_name == name
+        )
+    )
     if record is not None:
         record.trace_seconds = duration
 
@@ -218,8 +238,7 @@ def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
             if not _process_wide and foreign.strip_jit(name) not in opbyop.primitive_names():
                 return
             caller = sys._getframe(1)
-            record.target = (foreign.from_lowering(caller, name) if event == LOWER_EVENT
-                             else foreign.from_name(name))
+            record.target = foreign.from_lowering(caller, name) if event == LOWER_EVENT else foreign.from_name(name)
         push(record)
     if event == LOWER_EVENT:
         record.lower_seconds = duration
@@ -231,10 +250,20 @@ def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
     if record.target is not None:
         _drop(record)
         hit, key = cache_key_of(record.seq)
-        recorder.record_event(foreign.to_event(
-            record.target, record.kind, record.timestamp, record.trace_seconds, record.lower_seconds,
-            record.compile_seconds, record.persistent_cache_hit if hit is None else hit, record.cache_time_saved,
-            record.thread, cache_key=key))
+        recorder.record_event(
+            foreign.to_event(
+                record.target,
+                record.kind,
+                record.timestamp,
+                record.trace_seconds,
+                record.lower_seconds,
+                record.compile_seconds,
+                record.persistent_cache_hit if hit is None else hit,
+                record.cache_time_saved,
+                record.thread,
+                cache_key=key,
+            )
+        )
 
 
 def _no_cache_key(seq: int) -> tuple[bool | None, dict[str, str] | None]:

@@ -26,9 +26,15 @@ def short_name(qualname: str) -> str:
     return qualname.rsplit("<locals>.", 1)[-1]
 
 
-def detect_storms(conn: sa.Connection, filters: Filters = Filters(), *, threshold: int = 5,
-                  window: float = 600.0, now: float | None = None,
-                  function_hashes: list[str] | None = None) -> list[dict[str, Any]]:
+def detect_storms(
+    conn: sa.Connection,
+    filters: Filters = Filters(),
+    *,
+    threshold: int = 5,
+    window: float = 600.0,
+    now: float | None = None,
+    function_hashes: list[str] | None = None,
+) -> list[dict[str, Any]]:
     """Every storm in the store, newest first (a function can have several, apart in time).
 
     Storms are found per run (one process): recompiles of two runs of the same program
@@ -38,10 +44,12 @@ def detect_storms(conn: sa.Connection, filters: Filters = Filters(), *, threshol
     """
     now = time.time() if now is None else now
     e, f = models.compile_events, models.functions
-    q = filters.apply(e, sa.select(e.c.function_hash, e.c.timestamp, e.c.cause, e.c.diff, e.c.call_site,
-                                   e.c.run_id, e.c.signature)
-                      .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, sa.not_(e.c.warmup))
-                      .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp))
+    q = filters.apply(
+        e,
+        sa.select(e.c.function_hash, e.c.timestamp, e.c.cause, e.c.diff, e.c.call_site, e.c.run_id, e.c.signature)
+        .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, sa.not_(e.c.warmup))
+        .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
+    )
     if function_hashes is not None:
         q = q.where(e.c.function_hash.in_(function_hashes))
     by_run: dict[tuple[str, str], list[Any]] = collections.defaultdict(list)
@@ -49,9 +57,14 @@ def detect_storms(conn: sa.Connection, filters: Filters = Filters(), *, threshol
         by_run[(row.function_hash, row.run_id)].append(row)
     if not by_run:
         return []
-    names = {r.function_hash: r for r in conn.execute(
-        sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module, f.c.file, f.c.line)
-        .where(f.c.function_hash.in_(list({h for h, _ in by_run}))))}
+    names = {
+        r.function_hash: r
+        for r in conn.execute(
+            sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module, f.c.file, f.c.line).where(
+                f.c.function_hash.in_(list({h for h, _ in by_run}))
+            )
+        )
+    }
     storms = []
     for (function_hash, _run), rows in by_run.items():
         for group in _bursts(rows, threshold, window):
@@ -70,8 +83,10 @@ def describe_storm(storm: dict[str, Any]) -> str:
     state = "ACTIVE" if storm["active"] else "ended"
     causes = sorted(storm["causes"].items(), key=lambda kv: -kv[1])
     others = ", ".join(f"{count} {cause}" for cause, count in causes[1:])
-    text = (f"[{state}] {storm['short_name']}: {storm['compiles']} recompiles in run {storm['run_id'][:8]}, "
-            f"mostly {storm['dominant_cause']}" + (f" (also {others})" if others else "") + ".")
+    text = (
+        f"[{state}] {storm['short_name']}: {storm['compiles']} recompiles in run {storm['run_id'][:8]}, "
+        f"mostly {storm['dominant_cause']}" + (f" (also {others})" if others else "") + "."
+    )
     if storm.get("recurs_in_runs", 1) > 1:
         text += f" Recurs in {storm['recurs_in_runs']} runs."
     return text
@@ -91,7 +106,7 @@ def _bursts(rows: list[Any], threshold: int, window: float) -> Iterable[list[Any
             i += 1
             continue
         if start is not None:
-            yield rows[start: i + threshold - 1]
+            yield rows[start : i + threshold - 1]
             start = None
         i += 1
     if start is not None:
@@ -115,8 +130,11 @@ def _describe(function_hash: str, info: Any, rows: list[Any], now: float, window
         "active": now - rows[-1].timestamp <= window,
         "run_id": rows[0].run_id,
         "run_ids": [rows[0].run_id],
-        "fix": (_op_by_op_fix(info.name, rows) if info is not None and info.module == OP_BY_OP_MODULE
-                else suggest_fix(name, dominant, [r for r in rows if r.cause == dominant])),
+        "fix": (
+            _op_by_op_fix(info.name, rows)
+            if info is not None and info.module == OP_BY_OP_MODULE
+            else suggest_fix(name, dominant, [r for r in rows if r.cause == dominant])
+        ),
     }
 
 
@@ -131,9 +149,11 @@ def _op_by_op_fix(primitive: str, rows: list[Any]) -> str:
         values = {v for e in firsts if e["path"] == path for v in (e.get("before"), e.get("after")) if v is not None}
         kind = "parameter" if any(e.get("change") == "static" for e in firsts if e["path"] == path) else "operand"
         what = f", mostly because its {kind} {path} took {len(values)} different values"
-    return (f"Un-jitted code{_sites_text(rows)} runs `{primitive}` op by op, and JAX compiled it {len(rows)} "
-            f"more times{what}. Move that code inside a jitted function (or keep its shapes fixed), so it "
-            "compiles once as part of one program.")
+    return (
+        f"Un-jitted code{_sites_text(rows)} runs `{primitive}` op by op, and JAX compiled it {len(rows)} "
+        f"more times{what}. Move that code inside a jitted function (or keep its shapes fixed), so it "
+        "compiles once as part of one program."
+    )
 
 
 def _sites_text(rows: list[Any]) -> str:
@@ -163,37 +183,50 @@ def suggest_fix(name: str, cause: str, rows: list[Any]) -> str:
                     values[e["path"]].update(v for v in (e.get("before"), e.get("after")) if v is not None)
         if paths:
             path = paths.most_common(1)[0][0]
-            return (f"Static argument {path} of `{name}` took {len(values[path])} distinct values, one compile "
-                    f"each{at}. If it only feeds arithmetic, make it a traced argument (drop it from "
-                    "static_argnums/static_argnames); if it must stay static, limit it to a few values.")
+            return (
+                f"Static argument {path} of `{name}` took {len(values[path])} distinct values, one compile "
+                f"each{at}. If it only feeds arithmetic, make it a traced argument (drop it from "
+                "static_argnums/static_argnames); if it must stay static, limit it to a few values."
+            )
         return f"A static argument of `{name}` keeps taking new values{at}; make it traced or bound its values."
     if cause == "new_function_object":
-        return (f"`{name}` is wrapped by a new jit object on every call{at}: jax.jit(lambda ...) or "
-                "jax.jit(partial(...)) inside a loop. Create the jitted function once, outside the loop, "
-                "and call that; pass changing values as arguments.")
+        return (
+            f"`{name}` is wrapped by a new jit object on every call{at}: jax.jit(lambda ...) or "
+            "jax.jit(partial(...)) inside a loop. Create the jitted function once, outside the loop, "
+            "and call that; pass changing values as arguments."
+        )
     if cause == "weak_type":
         paths = _paths(rows, "weak_type")
-        return (f"Argument {paths} of `{name}` flips between a Python scalar and a typed array{at}. "
-                "Pass it the same way every time, e.g. jnp.asarray(x, dtype) before the call.")
+        return (
+            f"Argument {paths} of `{name}` flips between a Python scalar and a typed array{at}. "
+            "Pass it the same way every time, e.g. jnp.asarray(x, dtype) before the call."
+        )
     if cause == "new_dtype":
         paths = _paths(rows, "dtype")
         return f"Argument {paths} of `{name}` changes dtype{at}; cast it once (x.astype(...)) before the call."
     if cause == "new_structure":
         paths = _paths(rows, None)
-        return (f"The argument pytree of `{name}` keeps changing ({paths}){at}: keep dict keys, list lengths "
-                "and keyword-versus-positional calls the same; fill optional entries with placeholders.")
+        return (
+            f"The argument pytree of `{name}` keeps changing ({paths}){at}: keep dict keys, list lengths "
+            "and keyword-versus-positional calls the same; fill optional entries with placeholders."
+        )
     if cause == "cache_cleared":
-        return (f"`{name}` is recompiled after its cache is cleared{at}: avoid clear_cache()/jax.clear_caches() "
-                "in the loop, or enable the persistent compilation cache.")
+        return (
+            f"`{name}` is recompiled after its cache is cleared{at}: avoid clear_cache()/jax.clear_caches() "
+            "in the loop, or enable the persistent compilation cache."
+        )
     if cause == "new_device_or_sharding":
-        return (f"`{name}` is compiled again for other devices or shardings{at}: place inputs once "
-                "(jax.device_put with a fixed sharding) before the loop.")
+        return (
+            f"`{name}` is compiled again for other devices or shardings{at}: place inputs once "
+            "(jax.device_put with a fixed sharding) before the loop."
+        )
     return f"`{name}` recompiles for a reason cachewatch could not establish{at}; see its events' diffs."
 
 
 def _paths(rows: list[Any], change: str | None) -> str:
-    counts = collections.Counter(e["path"] for r in rows for e in (r.diff or [])
-                                 if change is None or e.get("change") == change)
+    counts = collections.Counter(
+        e["path"] for r in rows for e in (r.diff or []) if change is None or e.get("change") == change
+    )
     if not counts:
         return "?"
     return ", ".join(p for p, _ in counts.most_common(3))
@@ -213,20 +246,24 @@ def _shape_fix(name: str, rows: list[Any]) -> str:
                     if axis < len(dims):
                         sizes[(e["path"], axis)].add(dims[axis])
     if not sizes:
-        return (f"Array arguments of `{name}` keep changing rank or shape; pad inputs to a fixed shape "
-                "or a few bucket sizes.")
+        return (
+            f"Array arguments of `{name}` keep changing rank or shape; pad inputs to a fixed shape "
+            "or a few bucket sizes."
+        )
     (path, axis), seen = max(sizes.items(), key=lambda kv: len(kv[1]))
     low, high = min(seen), max(seen)
     buckets = len({_next_pow2(s) for s in seen})
-    return (f"Argument {path} axis {axis} took {len(seen)} sizes between {low} and {high}; pad to powers of "
-            f"two: {buckets} compile(s) instead of {len(seen)} (or pad to {high} for one).")
+    return (
+        f"Argument {path} axis {axis} took {len(seen)} sizes between {low} and {high}; pad to powers of "
+        f"two: {buckets} compile(s) instead of {len(seen)} (or pad to {high} for one)."
+    )
 
 
 def _dims(described: Any) -> list[int] | None:
     # "float32[8,784] weak" -> [8, 784]
     if not isinstance(described, str) or "[" not in described:
         return None
-    inside = described[described.index("[") + 1: described.index("]")]
+    inside = described[described.index("[") + 1 : described.index("]")]
     if not inside:
         return []
     try:
@@ -242,9 +279,16 @@ def _next_pow2(n: int) -> int:
 # ------------------------------------------------------------------ is jit worth it
 
 
-def jit_verdict(compile_seconds: float, compiles: int, calls: int, run_mean: float | None,
-                eager_mean: float | None, few_calls: int = 5, run_note: str | None = None,
-                signatures: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def jit_verdict(
+    compile_seconds: float,
+    compiles: int,
+    calls: int,
+    run_mean: float | None,
+    eager_mean: float | None,
+    few_calls: int = 5,
+    run_note: str | None = None,
+    signatures: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Whether compiling paid for itself, from the numbers the report shows.
 
     ``run_mean`` is the report's run time of one call, so the compile share here is the
@@ -257,22 +301,36 @@ def jit_verdict(compile_seconds: float, compiles: int, calls: int, run_mean: flo
     run_est = calls * run_mean if run_mean is not None else None
     share = queries.compile_share(compile_seconds, run_est)  # the report's, from the same numbers
     per_compile = compile_seconds / compiles if compiles else None
-    verdict: dict[str, Any] = {"compiles": compiles, "calls": calls, "compile_seconds": compile_seconds,
-                               "run_seconds_mean": run_mean, "run_seconds_est": run_est, "compile_share": share,
-                               "eager_seconds_mean": eager_mean, "compile_seconds_per_compile": per_compile,
-                               "break_even_calls": None, "break_even_calls_total": None,
-                               "jit_saves_seconds": None, "repaid": None, "signatures": signatures or [],
-                               "few_calls": compiles > 0 and calls <= few_calls * compiles}
+    verdict: dict[str, Any] = {
+        "compiles": compiles,
+        "calls": calls,
+        "compile_seconds": compile_seconds,
+        "run_seconds_mean": run_mean,
+        "run_seconds_est": run_est,
+        "compile_share": share,
+        "eager_seconds_mean": eager_mean,
+        "compile_seconds_per_compile": per_compile,
+        "break_even_calls": None,
+        "break_even_calls_total": None,
+        "jit_saves_seconds": None,
+        "repaid": None,
+        "signatures": signatures or [],
+        "few_calls": compiles > 0 and calls <= few_calls * compiles,
+    }
     text = []
     if compiles and verdict["few_calls"]:
         text.append(f"compiled {compiles} time(s) for {calls} call(s)")
     if run_mean is None:
         text.append(f"no run time ({run_note or 'no call timed'}), so no compile share")
     else:
-        heavier = "compiling costs more than running" if share is not None and share >= 0.5 else \
-            "running costs more than compiling"
-        text.append(f"{heavier}: compile share {_percent(share)} ({compile_seconds:.3g} s compiling, "
-                    f"{run_est:.3g} s running)")
+        heavier = (
+            "compiling costs more than running"
+            if share is not None and share >= 0.5
+            else "running costs more than compiling"
+        )
+        text.append(
+            f"{heavier}: compile share {_percent(share)} ({compile_seconds:.3g} s compiling, {run_est:.3g} s running)"
+        )
     if run_mean is not None and eager_mean is not None:
         saved_per_call = eager_mean - run_mean
         verdict["jit_saves_seconds"] = calls * saved_per_call - compile_seconds
@@ -280,22 +338,33 @@ def jit_verdict(compile_seconds: float, compiles: int, calls: int, run_mean: flo
         if saved_per_call > 0 and per_compile is not None:
             verdict["break_even_calls"] = math.ceil(per_compile / saved_per_call)
             verdict["break_even_calls_total"] = math.ceil(compile_seconds / saved_per_call)
-            text.append(f"one compile is repaid after {verdict['break_even_calls']} calls "
-                        f"({_seconds(saved_per_call)} saved per call against eager)")
+            text.append(
+                f"one compile is repaid after {verdict['break_even_calls']} calls "
+                f"({_seconds(saved_per_call)} saved per call against eager)"
+            )
         elif saved_per_call <= 0:
             text.append("eager is as fast per call, so compiling never pays off")
         if verdict["repaid"]:
-            text.append(f"this run repaid its compiles: jit saves {verdict['jit_saves_seconds']:.3g} s over running "
-                        "eagerly")
+            text.append(
+                f"this run repaid its compiles: jit saves {verdict['jit_saves_seconds']:.3g} s over running eagerly"
+            )
         else:
-            text.append(f"this run did not repay its compiles: jit costs {-verdict['jit_saves_seconds']:.3g} s more "
-                        "than running eagerly" + (f" (it would pay off after {verdict['break_even_calls_total']} "
-                                                  "calls)" if verdict["break_even_calls_total"] is not None else ""))
+            text.append(
+                f"this run did not repay its compiles: jit costs {-verdict['jit_saves_seconds']:.3g} s more "
+                "than running eagerly"
+                + (
+                    f" (it would pay off after {verdict['break_even_calls_total']} calls)"
+                    if verdict["break_even_calls_total"] is not None
+                    else ""
+                )
+            )
     elif eager_mean is not None and calls * eager_mean < compile_seconds:
         # No jit run time, but even a free run could not have saved the compile time.
         verdict["repaid"] = False
-        text.append(f"this run did not repay its compiles: {calls} call(s) save at most "
-                    f"{calls * eager_mean:.3g} s against eager, for {compile_seconds:.3g} s compiling")
+        text.append(
+            f"this run did not repay its compiles: {calls} call(s) save at most "
+            f"{calls * eager_mean:.3g} s against eager, for {compile_seconds:.3g} s compiling"
+        )
     elif run_mean is not None:
         text.append("eager baseline off, so no break-even")
     verdict["text"] = "; ".join(text)
@@ -315,20 +384,27 @@ def _seconds(value: float) -> str:
     return f"{value * 1e6:.3g} us"
 
 
-def verdicts(conn: sa.Connection, report_rows: list[dict[str, Any]], filters: Filters = Filters(),
-             few_calls: int = 5) -> dict[str, dict[str, Any]]:
+def verdicts(
+    conn: sa.Connection, report_rows: list[dict[str, Any]], filters: Filters = Filters(), few_calls: int = 5
+) -> dict[str, dict[str, Any]]:
     """The jit verdict per function of a report, from the row's own numbers, with eager
     baselines and a break-even per signature where measured."""
     e = models.compile_events
     hashes = [row["function_hash"] for row in report_rows if row.get("module") != OP_BY_OP_MODULE]
     if not hashes:
         return {}
-    q = filters.apply(e, sa.select(e.c.function_hash, e.c.signature_hash,
-                                   sa.func.sum(sa.case((e.c.compiled, 1), else_=0)).label("compiles"),
-                                   sa.func.sum(queries.cost_expr(e)).label("seconds"),
-                                   sa.func.avg(e.c.eager_run_seconds).label("eager"))
-                      .where(e.c.function_hash.in_(hashes), e.c.kind != "stale_capture")
-                      .group_by(e.c.function_hash, e.c.signature_hash))
+    q = filters.apply(
+        e,
+        sa.select(
+            e.c.function_hash,
+            e.c.signature_hash,
+            sa.func.sum(sa.case((e.c.compiled, 1), else_=0)).label("compiles"),
+            sa.func.sum(queries.cost_expr(e)).label("seconds"),
+            sa.func.avg(e.c.eager_run_seconds).label("eager"),
+        )
+        .where(e.c.function_hash.in_(hashes), e.c.kind != "stale_capture")
+        .group_by(e.c.function_hash, e.c.signature_hash),
+    )
     per_signature: dict[str, list[Any]] = collections.defaultdict(list)
     for r in conn.execute(q):
         per_signature[r.function_hash].append(r)
@@ -354,16 +430,33 @@ def verdicts(conn: sa.Connection, report_rows: list[dict[str, Any]], filters: Fi
             compiles = int(sig.compiles or 0)
             per_compile = float(sig.seconds or 0.0) / compiles if compiles else None
             saved = float(sig.eager) - run_s if run_s is not None else None
-            signatures.append({"signature_hash": sig.signature_hash, "compiles": compiles,
-                               "compile_seconds_per_compile": per_compile, "run_seconds": run_s,
-                               "eager_seconds": float(sig.eager),
-                               "break_even_calls": (math.ceil(per_compile / saved)
-                                                    if saved is not None and saved > 0 and per_compile else None)})
-        eager = (eager_weighted / eager_weight if eager_weight
-                 else (sum(eager_plain) / len(eager_plain) if eager_plain else None))
-        out[function_hash] = jit_verdict(row["compile_seconds"], row["compiles"], row["calls"],
-                                         row.get("run_seconds_mean"), eager, few_calls,
-                                         run_note=row.get("run_time_note"), signatures=signatures)
+            signatures.append(
+                {
+                    "signature_hash": sig.signature_hash,
+                    "compiles": compiles,
+                    "compile_seconds_per_compile": per_compile,
+                    "run_seconds": run_s,
+                    "eager_seconds": float(sig.eager),
+                    "break_even_calls": (
+                        math.ceil(per_compile / saved) if saved is not None and saved > 0 and per_compile else None
+                    ),
+                }
+            )
+        eager = (
+            eager_weighted / eager_weight
+            if eager_weight
+            else (sum(eager_plain) / len(eager_plain) if eager_plain else None)
+        )
+        out[function_hash] = jit_verdict(
+            row["compile_seconds"],
+            row["compiles"],
+            row["calls"],
+            row.get("run_seconds_mean"),
+            eager,
+            few_calls,
+            run_note=row.get("run_time_note"),
+            signatures=signatures,
+        )
     return out
 
 
@@ -399,56 +492,89 @@ def cost_model(conn: sa.Connection, filters: Filters = Filters(), min_points: in
     """
     e, f = models.compile_events, models.functions
     size = sa.func.coalesce(e.c.hlo_ops, e.c.jaxpr_eqns)
-    q = filters.apply(e, sa.select(e.c.function_hash, size.label("size"),
-                                   (sa.func.coalesce(e.c.lower_seconds, 0.0)
-                                    + sa.func.coalesce(e.c.compile_seconds, 0.0)).label("seconds"))
-                      .where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0))
+    q = filters.apply(
+        e,
+        sa.select(
+            e.c.function_hash,
+            size.label("size"),
+            (sa.func.coalesce(e.c.lower_seconds, 0.0) + sa.func.coalesce(e.c.compile_seconds, 0.0)).label("seconds"),
+        ).where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0),
+    )
     points: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
     for r in conn.execute(q):
         points[r.function_hash].append((float(r.size), float(r.seconds)))
     if not points:
         return []
-    names = {r.function_hash: r.qualname for r in conn.execute(
-        sa.select(f.c.function_hash, f.c.qualname).where(f.c.function_hash.in_(list(points))))}
+    names = {
+        r.function_hash: r.qualname
+        for r in conn.execute(sa.select(f.c.function_hash, f.c.qualname).where(f.c.function_hash.in_(list(points))))
+    }
     rows = []
     for function_hash, pts in points.items():
         sizes = [p[0] for p in pts]
         distinct = len(set(sizes))
-        row = {"function_hash": function_hash, "qualname": names.get(function_hash, ""), "compiles": len(pts),
-               "points": len(pts), "distinct_sizes": distinct, "min_size": min(sizes), "max_size": max(sizes),
-               "seconds_per_1000_ops": None, "exponent": None, "superlinear": False, "note": None}
+        row = {
+            "function_hash": function_hash,
+            "qualname": names.get(function_hash, ""),
+            "compiles": len(pts),
+            "points": len(pts),
+            "distinct_sizes": distinct,
+            "min_size": min(sizes),
+            "max_size": max(sizes),
+            "seconds_per_1000_ops": None,
+            "exponent": None,
+            "superlinear": False,
+            "note": None,
+        }
         if len(pts) >= min_points and distinct >= 2:
             linear = _fit(sizes, [p[1] for p in pts])
             if linear is not None:
                 row["seconds_per_1000_ops"] = linear[0] * 1000
-        if (len(pts) >= EXPONENT_MIN_POINTS and distinct >= EXPONENT_MIN_SIZES
-                and max(sizes) >= EXPONENT_MIN_SPAN * min(sizes)):
+        if (
+            len(pts) >= EXPONENT_MIN_POINTS
+            and distinct >= EXPONENT_MIN_SIZES
+            and max(sizes) >= EXPONENT_MIN_SPAN * min(sizes)
+        ):
             loglog = _fit([math.log(x) for x in sizes], [math.log(p[1]) for p in pts])
             if loglog is not None:
                 row["exponent"] = loglog[0]
                 row["superlinear"] = loglog[0] > 1.5
         else:
-            row["note"] = (f"no growth exponent from {len(pts)} compile(s) over {distinct} size(s) "
-                           f"({min(sizes):.0f}-{max(sizes):.0f}): it needs {EXPONENT_MIN_POINTS} over "
-                           f"{EXPONENT_MIN_SIZES} sizes spanning {EXPONENT_MIN_SPAN:.0f}x")
+            row["note"] = (
+                f"no growth exponent from {len(pts)} compile(s) over {distinct} size(s) "
+                f"({min(sizes):.0f}-{max(sizes):.0f}): it needs {EXPONENT_MIN_POINTS} over "
+                f"{EXPONENT_MIN_SIZES} sizes spanning {EXPONENT_MIN_SPAN:.0f}x"
+            )
         rows.append(row)
     rows.sort(key=lambda r: (-(r["exponent"] or 0.0), -(r["seconds_per_1000_ops"] or 0.0)))
     return rows
 
 
-def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: float = 0.05
-                        ) -> list[dict[str, Any]]:
+def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: float = 0.05) -> list[dict[str, Any]]:
     """The same function and signature compiling markedly slower in a later run.
 
     Compares the median compile time per (function, signature) between consecutive
     runs that compiled it, and names the JAX versions of both runs.
     """
     e, r, f = models.compile_events, models.runs, models.functions
-    q = (sa.select(e.c.function_hash, e.c.signature_hash, e.c.run_id, e.c.compile_seconds, r.c.started_at,
-                   r.c.jax_version, r.c.jaxlib_version)
-         .join(r, r.c.run_id == e.c.run_id)
-         .where(e.c.compiled, e.c.compile_seconds.is_not(None), e.c.signature_hash != "",
-                e.c.persistent_cache_hit.is_not(True)))
+    q = (
+        sa.select(
+            e.c.function_hash,
+            e.c.signature_hash,
+            e.c.run_id,
+            e.c.compile_seconds,
+            r.c.started_at,
+            r.c.jax_version,
+            r.c.jaxlib_version,
+        )
+        .join(r, r.c.run_id == e.c.run_id)
+        .where(
+            e.c.compiled,
+            e.c.compile_seconds.is_not(None),
+            e.c.signature_hash != "",
+            e.c.persistent_cache_hit.is_not(True),
+        )
+    )
     grouped: dict[tuple[str, str], dict[str, list]] = collections.defaultdict(dict)
     run_meta: dict[str, Any] = {}
     for row in conn.execute(q):
@@ -463,17 +589,29 @@ def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: f
             old = statistics.median(per_run[before])
             new = statistics.median(per_run[after])
             if new >= factor * old and new - old >= min_seconds:
-                found.append({"function_hash": function_hash, "signature_hash": signature_hash,
-                              "run_before": before, "run_after": after, "seconds_before": old, "seconds_after": new,
-                              "ratio": new / old if old else None,
-                              "jax_before": f"{run_meta[before].jax_version}/{run_meta[before].jaxlib_version}",
-                              "jax_after": f"{run_meta[after].jax_version}/{run_meta[after].jaxlib_version}"})
+                found.append(
+                    {
+                        "function_hash": function_hash,
+                        "signature_hash": signature_hash,
+                        "run_before": before,
+                        "run_after": after,
+                        "seconds_before": old,
+                        "seconds_after": new,
+                        "ratio": new / old if old else None,
+                        "jax_before": f"{run_meta[before].jax_version}/{run_meta[before].jaxlib_version}",
+                        "jax_after": f"{run_meta[after].jax_version}/{run_meta[after].jaxlib_version}",
+                    }
+                )
     if found:
-        names = {x.function_hash: x.qualname for x in conn.execute(
-            sa.select(f.c.function_hash, f.c.qualname).where(f.c.function_hash.in_({g["function_hash"]
-                                                                                     for g in found})))}
+        names = {
+            x.function_hash: x.qualname
+            for x in conn.execute(
+                sa.select(f.c.function_hash, f.c.qualname).where(
+                    f.c.function_hash.in_({g["function_hash"] for g in found})
+                )
+            )
+        }
         for item in found:
             item["qualname"] = names.get(item["function_hash"], "")
     found.sort(key=lambda g: -(g["ratio"] or 0))
     return found
-

@@ -78,8 +78,7 @@ def _is_plain_value(value: Any, depth: int = 0) -> bool:
     if isinstance(value, (tuple, list)):
         return depth < 2 and len(value) <= _MAX_ITEMS and all(_is_plain_value(v, depth + 1) for v in value)
     if isinstance(value, dict):
-        return depth < 2 and len(value) <= _MAX_ITEMS and all(_is_plain_value(v, depth + 1)
-                                                              for v in value.values())
+        return depth < 2 and len(value) <= _MAX_ITEMS and all(_is_plain_value(v, depth + 1) for v in value.values())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return depth < 2
     return _is_jax_array(value)
@@ -117,9 +116,11 @@ def fingerprint(value: Any, depth: int = 0) -> Any:
         items = list(value.items())[:_MAX_ITEMS]
         return ("dict", len(value), tuple((repr(k), fingerprint(v, depth + 1)) for k, v in items))
     if dataclasses.is_dataclass(value):
-        return ("dataclass", type(value).__qualname__,
-                tuple((f.name, fingerprint(getattr(value, f.name, None), depth + 1))
-                      for f in dataclasses.fields(value)))
+        return (
+            "dataclass",
+            type(value).__qualname__,
+            tuple((f.name, fingerprint(getattr(value, f.name, None), depth + 1)) for f in dataclasses.fields(value)),
+        )
     return ("object", type(value).__qualname__, id(value))
 
 

@@ -85,9 +85,17 @@ def mark_cleared(function_hash: str, serial: int) -> None:
         history.objects.setdefault(serial, ObjectHistory()).cleared = True
 
 
-def explain_trace(function_hash: str, serial: int, name: str, sig: Signature, *,
-                  succeeded: bool, compiled: bool, device: str | None,
-                  call_site: str | None) -> Verdict:
+def explain_trace(
+    function_hash: str,
+    serial: int,
+    name: str,
+    sig: Signature,
+    *,
+    succeeded: bool,
+    compiled: bool,
+    device: str | None,
+    call_site: str | None,
+) -> Verdict:
     """Classify one trace and remember its signature."""
     with _lock:
         history = _histories.setdefault(function_hash, FunctionHistory())
@@ -98,8 +106,7 @@ def explain_trace(function_hash: str, serial: int, name: str, sig: Signature, *,
         return verdict
 
 
-def preview_trace(function_hash: str, serial: int, name: str, sig: Signature,
-                  call_site: str | None) -> Verdict:
+def preview_trace(function_hash: str, serial: int, name: str, sig: Signature, call_site: str | None) -> Verdict:
     """What ``explain_trace`` would say of this trace, remembering nothing (the limits and
     ``freeze`` decide before JAX compiles, and the trace may then be refused)."""
     with _lock:
@@ -108,36 +115,55 @@ def preview_trace(function_hash: str, serial: int, name: str, sig: Signature,
         return _classify_trace(history, obj, name, sig, call_site)
 
 
-def explain_compile(function_hash: str, serial: int, name: str, sig: Signature | None,
-                    device: str | None) -> Verdict:
+def explain_compile(function_hash: str, serial: int, name: str, sig: Signature | None, device: str | None) -> Verdict:
     """Classify a backend compile that happened without a trace."""
     with _lock:
         history = _histories.setdefault(function_hash, FunctionHistory())
         obj = history.objects.setdefault(serial, ObjectHistory())
         if sig is None:
-            return Verdict(Cause.UNKNOWN, f"`{name}` was compiled again without a retrace, "
-                           "and its arguments could not be read.", ())
+            return Verdict(
+                Cause.UNKNOWN,
+                f"`{name}` was compiled again without a retrace, and its arguments could not be read.",
+                (),
+            )
         key = sig.key
         if key in obj.compiled_keys:
             before = obj.devices.get(key)
-            diff = ({"path": "<device>", "change": "device", "cause": Cause.NEW_DEVICE_OR_SHARDING.value,
-                     "before": before, "after": device},) if before != device else ()
+            diff = (
+                (
+                    {
+                        "path": "<device>",
+                        "change": "device",
+                        "cause": Cause.NEW_DEVICE_OR_SHARDING.value,
+                        "before": before,
+                        "after": device,
+                    },
+                )
+                if before != device
+                else ()
+            )
             where = f" (from {before} to {device})" if before != device else ""
-            verdict = Verdict(Cause.NEW_DEVICE_OR_SHARDING,
-                              f"`{name}` was compiled again for the same signature without a retrace: "
-                              f"its arguments moved to another device, sharding or layout{where}.", diff)
+            verdict = Verdict(
+                Cause.NEW_DEVICE_OR_SHARDING,
+                f"`{name}` was compiled again for the same signature without a retrace: "
+                f"its arguments moved to another device, sharding or layout{where}.",
+                diff,
+            )
         elif key in obj.keys:
             cause = Cause.FIRST_CALL if not history.compiled_any else Cause.NEW_DEVICE_OR_SHARDING
-            verdict = Verdict(cause, f"`{name}` was compiled for a signature it had so far only traced "
-                              "inside another transformation (the jaxpr came from JAX's trace cache).", ())
+            verdict = Verdict(
+                cause,
+                f"`{name}` was compiled for a signature it had so far only traced "
+                "inside another transformation (the jaxpr came from JAX's trace cache).",
+                (),
+            )
         else:
             verdict = _classify_trace(history, obj, name, sig, None)
         _remember(history, obj, sig, True, device)
         return verdict
 
 
-def _remember(history: FunctionHistory, obj: ObjectHistory, sig: Signature, compiled: bool,
-              device: str | None) -> None:
+def _remember(history: FunctionHistory, obj: ObjectHistory, sig: Signature, compiled: bool, device: str | None) -> None:
     key = sig.key
     if key not in obj.keys:
         obj.keys.add(key)
@@ -155,8 +181,9 @@ def _remember(history: FunctionHistory, obj: ObjectHistory, sig: Signature, comp
     obj.cleared = False
 
 
-def _classify_trace(history: FunctionHistory, obj: ObjectHistory, name: str, sig: Signature,
-                    call_site: str | None) -> Verdict:
+def _classify_trace(
+    history: FunctionHistory, obj: ObjectHistory, name: str, sig: Signature, call_site: str | None
+) -> Verdict:
     if not history.signatures:
         return Verdict(Cause.FIRST_CALL, f"First trace of `{name}` in this run.", ())
     if not obj.signatures:
@@ -167,18 +194,25 @@ def _classify_trace(history: FunctionHistory, obj: ObjectHistory, name: str, sig
             f"A new jit object was created around `{name}`{where}, which JAX had already traced: "
             "its cache belongs to the old object, so it traced and compiled again. "
             "Create the jit once, outside the loop, and reuse it.",
-            tuple(entries))
+            tuple(entries),
+        )
     if sig.key in obj.keys:
         if obj.cleared:
             text = f"`{name}` was traced again with a signature it had already compiled, after clear_cache()."
         else:
-            text = (f"`{name}` was traced again with a signature it had already compiled: its cache was "
-                    "cleared (jax.clear_caches()) or the entry was evicted.")
+            text = (
+                f"`{name}` was traced again with a signature it had already compiled: its cache was "
+                "cleared (jax.clear_caches()) or the entry was evicted."
+            )
         return Verdict(Cause.CACHE_CLEARED, text, ())
     _, entries = sigmod.closest(obj.signatures, sig)
     if not entries:
-        return Verdict(Cause.UNKNOWN, f"`{name}` was traced again and no difference from an earlier "
-                       "signature could be found (a JAX configuration change, perhaps).", ())
+        return Verdict(
+            Cause.UNKNOWN,
+            f"`{name}` was traced again and no difference from an earlier "
+            "signature could be found (a JAX configuration change, perhaps).",
+            (),
+        )
     return Verdict(entries[0]["cause"], _sentence(name, entries, history), tuple(entries))
 
 
@@ -195,19 +229,27 @@ def _sentence(name: str, entries: list[dict[str, Any]], history: FunctionHistory
         text = f"Argument {path} changed dtype: {before} -> {after}."
     elif change == "weak_type":
         if (before or "").endswith(" weak"):
-            text = (f"Argument {path} was a Python scalar (weakly typed {before[:-5]}) and is now a typed "
-                    f"array ({after}); pass one kind consistently, e.g. always jnp.asarray(...).")
+            text = (
+                f"Argument {path} was a Python scalar (weakly typed {before[:-5]}) and is now a typed "
+                f"array ({after}); pass one kind consistently, e.g. always jnp.asarray(...)."
+            )
         else:
-            text = (f"Argument {path} was a typed array ({before}) and is now a Python scalar "
-                    f"(weakly typed {(after or '')[:-5]}); pass one kind consistently, e.g. always "
-                    "jnp.asarray(...).")
+            text = (
+                f"Argument {path} was a typed array ({before}) and is now a Python scalar "
+                f"(weakly typed {(after or '')[:-5]}); pass one kind consistently, e.g. always "
+                "jnp.asarray(...)."
+            )
     elif change == "static":
         count = len(history.static_values.get(path, ())) + 1
-        text = (f"Static argument {path} took a new value {after} (before: {before}); "
-                f"{count} distinct values so far, one compile each.")
+        text = (
+            f"Static argument {path} took a new value {after} (before: {before}); "
+            f"{count} distinct values so far, one compile each."
+        )
     elif change == "passed_as":
-        text = (f"Argument {path} was passed by {after} instead of by {before}; JAX caches the two "
-                "calling conventions separately.")
+        text = (
+            f"Argument {path} was passed by {after} instead of by {before}; JAX caches the two "
+            "calling conventions separately."
+        )
     elif change == "added":
         text = f"The argument pytree changed: {path} was added ({after})."
     elif change == "removed":

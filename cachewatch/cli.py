@@ -1,10 +1,10 @@
 """The ``cachewatch`` command (also ``python -m cachewatch``).
 
-    cachewatch report [--store URL] [--run RUN_ID] [--format table|json]
-    cachewatch storms [--store URL] [--threshold N] [--window SECONDS] [--format table|json]
-    cachewatch events [--store URL] [--function NAME] [--limit N] [--format table|json]
-    cachewatch db upgrade [--store URL]
-    cachewatch serve [--store URL] [--host H] [--port P] [--workers N]
+cachewatch report [--store URL] [--run RUN_ID] [--format table|json]
+cachewatch storms [--store URL] [--threshold N] [--window SECONDS] [--format table|json]
+cachewatch events [--store URL] [--function NAME] [--limit N] [--format table|json]
+cachewatch db upgrade [--store URL]
+cachewatch serve [--store URL] [--host H] [--port P] [--workers N]
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ def _store_url(args: argparse.Namespace) -> str:
 
 
 def _add_store(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", help="store URL (default: $CACHEWATCH_STORE, else the shared "
-                        f"SQLite file {configmod.default_store_url()})")
+    parser.add_argument(
+        "--store",
+        help=f"store URL (default: $CACHEWATCH_STORE, else the shared SQLite file {configmod.default_store_url()})",
+    )
 
 
 def _add_filters(parser: argparse.ArgumentParser) -> None:
@@ -102,8 +104,9 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "serve":
             serve = _service()
             if serve is None:
-                print("cachewatch: the service is not installed; run: pip install 'cachewatch[server]'",
-                      file=sys.stderr)
+                print(
+                    "cachewatch: the service is not installed; run: pip install 'cachewatch[server]'", file=sys.stderr
+                )
                 return 2
             return serve(store=_store_url(args), host=args.host, port=args.port, workers=args.workers)
         if args.command == "settings":
@@ -120,8 +123,15 @@ def _service() -> Any:
     try:
         module = importlib.import_module("cachewatch_server.main")
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] in ("cachewatch_server", "fastapi", "uvicorn", "jinja2",
-                                                   "prometheus_client", "pydantic_settings", "plotly"):
+        if exc.name and exc.name.split(".")[0] in (
+            "cachewatch_server",
+            "fastapi",
+            "uvicorn",
+            "jinja2",
+            "prometheus_client",
+            "pydantic_settings",
+            "plotly",
+        ):
             return None
         raise
     return module.serve
@@ -151,20 +161,43 @@ def _report(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2, default=str))
         return 0
     if not rows:
-        print(f"No compile events in {enginemod._redact(enginemod.normalize_url(url))} yet. Wrap a function with "
-              "cachewatch.jit (or call cachewatch.install()) and run your program with the same "
-              "CACHEWATCH_STORE.")
+        print(
+            f"No compile events in {enginemod._redact(enginemod.normalize_url(url))} yet. Wrap a function with "
+            "cachewatch.jit (or call cachewatch.install()) and run your program with the same "
+            "CACHEWATCH_STORE."
+        )
         return 0
     table = []
     for r in rows:
         causes = ", ".join(f"{c}={n}" for c, n in sorted(r["causes"].items(), key=lambda kv: -kv[1]))
         where = f"{_basename(r['file'])}:{r['line']}" if r["file"] else "(eager code)"
-        table.append([r["qualname"], where, r["compiles"], r["recompiles"],
-                      f"{r['compile_seconds']:.3f}", r["calls"] or "-",
-                      "-" if r["run_seconds_est"] is None else f"{r['run_seconds_est']:.3f}",
-                      "-" if r["compile_share"] is None else f"{100 * r['compile_share']:.1f}%", causes])
-    _print_table(["function", "defined at", "compiles", "recompiles", "compile s", "calls", "run s (est)",
-                  "compile share", "causes"], table)
+        table.append(
+            [
+                r["qualname"],
+                where,
+                r["compiles"],
+                r["recompiles"],
+                f"{r['compile_seconds']:.3f}",
+                r["calls"] or "-",
+                "-" if r["run_seconds_est"] is None else f"{r['run_seconds_est']:.3f}",
+                "-" if r["compile_share"] is None else f"{100 * r['compile_share']:.1f}%",
+                causes,
+            ]
+        )
+    _print_table(
+        [
+            "function",
+            "defined at",
+            "compiles",
+            "recompiles",
+            "compile s",
+            "calls",
+            "run s (est)",
+            "compile share",
+            "causes",
+        ],
+        table,
+    )
     print("\n" + _coverage_line(rows))
     _print_findings(rows, storms, costs, regressions)
     return 0
@@ -177,8 +210,9 @@ def _coverage_line(rows: list[dict]) -> str:
     total = sum(r["compiles"] for r in rows)
     by_name = sum(r["compiles"] for r in rows if r.get("module") == UNATTRIBUTED_MODULE)
     eager = sum(r["compiles"] for r in rows if r.get("module") == "jax.op_by_op")
-    text = (f"Compiles recorded: {total}; attributed to a function or an eager primitive: {total - by_name}"
-            f" ({eager} eager)")
+    text = (
+        f"Compiles recorded: {total}; attributed to a function or an eager primitive: {total - by_name} ({eager} eager)"
+    )
     if by_name:
         text += f"; known only by the name JAX compiled them under: {by_name}"
     return text + "."
@@ -205,13 +239,17 @@ def _print_findings(rows: list[dict], storms: list[dict], costs: list[dict], reg
     if steep:
         print("\nCompile time grows faster than program size:")
         for c in steep:
-            print(f"  {c['qualname']}: compile seconds ~ size^{c['exponent']:.2f}, fitted on {c['points']} "
-                  f"compiles over sizes {c['min_size']:.0f}-{c['max_size']:.0f}")
+            print(
+                f"  {c['qualname']}: compile seconds ~ size^{c['exponent']:.2f}, fitted on {c['points']} "
+                f"compiles over sizes {c['min_size']:.0f}-{c['max_size']:.0f}"
+            )
     if regressions:
         print("\nCompile-time regressions across runs:")
         for g in regressions:
-            print(f"  {g['qualname']}: {g['seconds_before']:.3f}s -> {g['seconds_after']:.3f}s "
-                  f"(jax {g['jax_before']} -> {g['jax_after']})")
+            print(
+                f"  {g['qualname']}: {g['seconds_before']:.3f}s -> {g['seconds_after']:.3f}s "
+                f"(jax {g['jax_before']} -> {g['jax_after']})"
+            )
 
 
 def _storms(args: argparse.Namespace) -> int:
@@ -222,9 +260,12 @@ def _storms(args: argparse.Namespace) -> int:
     url = _store_url(args)
     cfg = configmod.resolve()
     with enginemod.connection(url) as conn:
-        storms = analysis.detect_storms(conn, queries.Filters(run_id=args.run_id),
-                                        threshold=args.threshold or cfg.storm_threshold,
-                                        window=args.window or cfg.storm_window)
+        storms = analysis.detect_storms(
+            conn,
+            queries.Filters(run_id=args.run_id),
+            threshold=args.threshold or cfg.storm_threshold,
+            window=args.window or cfg.storm_window,
+        )
     if args.format == "json":
         print(json.dumps(storms, indent=2, default=str))
         return 0
@@ -265,8 +306,11 @@ def _events(args: argparse.Namespace) -> int:
         kind = r["kind"] + ("" if r["compiled"] else " (no compile)") + (" (warm-up)" if r.get("warmup") else "")
         why = r["error"] or r["explanation"]
         if r["persistent_cache_hit"] is not None:
-            why += (" Persistent cache: hit." if r["persistent_cache_hit"] else
-                    " " + (r["cache_miss"]["explanation"] if r["cache_miss"] else "Persistent cache: miss."))
+            why += (
+                " Persistent cache: hit."
+                if r["persistent_cache_hit"]
+                else " " + (r["cache_miss"]["explanation"] if r["cache_miss"] else "Persistent cache: miss.")
+            )
         table.append([when, r["qualname"], kind, r["cause"], f"{cost:.3f}", r["call_site"] or "", why])
     _print_table(["time", "function", "kind", "cause", "seconds", "call site", "why"], table)
     return 0

@@ -65,10 +65,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("store", str, default_store_url, "Where events go: sqlite:///path, postgresql://..., or http(s)://server."),
     Setting("run_name", str, "", "A human name for this process's run (shown beside the run id)."),
     Setting("enabled", _parse_bool, True, "Record anything at all; off makes cachewatch.jit plain jax.jit."),
-    Setting("sample_every", int, 100, "Time the first cache hit after each compile, then one call in this many "
-            "(0 turns run-time sampling off)."),
-    Setting("sample_max_per_second", float, 5.0, "Upper bound on timed calls per second per function (the "
-            "first hit after a compile is always timed)."),
+    Setting(
+        "sample_every",
+        int,
+        100,
+        "Time the first cache hit after each compile, then one call in this many (0 turns run-time sampling off).",
+    ),
+    Setting(
+        "sample_max_per_second",
+        float,
+        5.0,
+        "Upper bound on timed calls per second per function (the first hit after a compile is always timed).",
+    ),
     Setting("queue_size", int, 10_000, "Events held in memory before new ones are dropped and counted."),
     Setting("batch_size", int, 500, "Most events the writer sends to the store in one statement."),
     Setting("flush_interval", float, 1.0, "Seconds the writer waits to fill a batch."),
@@ -79,14 +87,29 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("write_token", str, "", "Bearer token sent to an http(s) store."),
     Setting("storm_threshold", int, 5, "Non-first_call compiles within storm_window that make a storm."),
     Setting("storm_window", float, 600.0, "Seconds over which storm_threshold is counted."),
-    Setting("warmup_seconds", float, 0.0, "If set, warm-up (compiles never counted in a storm) is the run's first this many seconds, instead of until the user's jitted code runs a second time."),
+    Setting(
+        "warmup_seconds",
+        float,
+        0.0,
+        "If set, warm-up (compiles never counted in a storm) is the run's first this many seconds, instead of until the user's jitted code runs a second time.",
+    ),
     Setting("eager_baseline", _parse_bool, False, "Once per signature, time a run op by op beside the compiled run."),
     Setting("cost_analysis", _parse_bool, False, "Lower each new compile once more to record HLO size and XLA cost."),
-    Setting("stale_capture_check", _parse_bool, True, "On sampled calls, check that globals baked in at trace time still hold."),
+    Setting(
+        "stale_capture_check",
+        _parse_bool,
+        True,
+        "On sampled calls, check that globals baked in at trace time still hold.",
+    ),
     Setting("max_recompiles", int, 0, "Recompiles allowed per watched function before on_limit acts (0: no limit)."),
     Setting("on_limit", str, "warn", "Past max_recompiles: warn (once), raise RecompileLimitError, or record only."),
     Setting("job", str, "", "Name shared by the ranks of one multi-process job (compared by the service)."),
-    Setting("process_index", _optional_int, None, "This process's rank in the job (default: jax.process_index() when distributed)."),
+    Setting(
+        "process_index",
+        _optional_int,
+        None,
+        "This process's rank in the job (default: jax.process_index() when distributed).",
+    ),
     Setting("process_count", _optional_int, None, "Ranks in the job (default: jax.process_count() when distributed)."),
     Setting("persistent_cache_dir", str, "", "Turn JAX's persistent compilation cache on in this directory."),
     Setting("raise_internal_errors", _parse_bool, False, "Re-raise cachewatch's own errors (for cachewatch's tests)."),
@@ -131,8 +154,7 @@ def resolve(overrides: dict[str, Any] | None = None, environ: dict[str, str] | N
     environ = os.environ if environ is None else environ
     unknown = set(overrides) - set(_BY_NAME)
     if unknown:
-        raise ConfigError(f"unknown cachewatch setting(s): {', '.join(sorted(unknown))}; "
-                          f"known: {', '.join(_BY_NAME)}")
+        raise ConfigError(f"unknown cachewatch setting(s): {', '.join(sorted(unknown))}; known: {', '.join(_BY_NAME)}")
     values: dict[str, Any] = {}
     for setting in SETTINGS:
         if setting.name in overrides and overrides[setting.name] is not None:
@@ -169,8 +191,11 @@ def _check(values: dict[str, Any]) -> None:
     if values["on_limit"] not in ON_LIMIT_ACTIONS:
         raise ConfigError(f"on_limit must be one of {', '.join(ON_LIMIT_ACTIONS)}, got {values['on_limit']!r}")
     index, count = values["process_index"], values["process_count"]
-    if (index is not None and index < 0) or (count is not None and count < 1) or (
-            index is not None and count is not None and index >= count):
+    if (
+        (index is not None and index < 0)
+        or (count is not None and count < 1)
+        or (index is not None and count is not None and index >= count)
+    ):
         raise ConfigError(f"process_index must be in [0, process_count), got {index} of {count}")
     if not values["store"]:
         raise ConfigError("store must be a URL such as sqlite:///cachewatch.db")

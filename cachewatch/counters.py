@@ -46,9 +46,21 @@ class CallCounter(_Counter):
     plain sum of seconds) until the recorder takes them.
     """
 
-    __slots__ = ("function", "sample_every", "sampled_calls",
-                 "sampled_seconds", "window_start", "window_samples", "max_per_second",
-                 "flushed_calls", "pending", "last_timed_calls", "last_timed_end", "first_hit", "signatures")
+    __slots__ = (
+        "function",
+        "sample_every",
+        "sampled_calls",
+        "sampled_seconds",
+        "window_start",
+        "window_samples",
+        "max_per_second",
+        "flushed_calls",
+        "pending",
+        "last_timed_calls",
+        "last_timed_end",
+        "first_hit",
+        "signatures",
+    )
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
         super().__init__()  # calls = 0
@@ -147,5 +159,3 @@ def rename(old: FunctionInfo, new: FunctionInfo) -> None:
         if stats is not None:
             stats.function = new
             _stats.setdefault(new.function_hash, stats)
-
-

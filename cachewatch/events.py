@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+
 class Cause(enum.StrEnum):
     """Why a function was traced or compiled: the single spelling of the vocabulary.
 
@@ -56,8 +57,14 @@ MAX_COUNT = 2**53  # calls and sizes: exact as a double, far beyond any real cou
 MAX_MEASURE = 1e30  # XLA flops and bytes accessed
 
 # The event fields that are durations in seconds.
-SECONDS_FIELDS = ("trace_seconds", "lower_seconds", "compile_seconds", "cache_time_saved_seconds",
-                  "compiled_run_seconds", "eager_run_seconds")
+SECONDS_FIELDS = (
+    "trace_seconds",
+    "lower_seconds",
+    "compile_seconds",
+    "cache_time_saved_seconds",
+    "compiled_run_seconds",
+    "eager_run_seconds",
+)
 
 
 def timestamp_ok(value: Any) -> bool:
@@ -81,8 +88,14 @@ class FunctionInfo:
     line: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {"function_hash": self.function_hash, "name": self.name, "qualname": self.qualname,
-                "module": self.module, "file": self.file, "line": self.line}
+        return {
+            "function_hash": self.function_hash,
+            "name": self.name,
+            "qualname": self.qualname,
+            "module": self.module,
+            "file": self.file,
+            "line": self.line,
+        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -207,11 +220,17 @@ class CallStats:
     sample_every: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "function_hash": self.function.function_hash,
-                "timestamp": self.timestamp, "calls": self.calls,
-                "sampled_calls": self.sampled_calls, "sampled_seconds": self.sampled_seconds,
-                "signature_hash": self.signature_hash, "run_buckets": self.run_buckets,
-                "sample_every": self.sample_every}
+        return {
+            "run_id": self.run_id,
+            "function_hash": self.function.function_hash,
+            "timestamp": self.timestamp,
+            "calls": self.calls,
+            "sampled_calls": self.sampled_calls,
+            "sampled_seconds": self.sampled_seconds,
+            "signature_hash": self.signature_hash,
+            "run_buckets": self.run_buckets,
+            "sample_every": self.sample_every,
+        }
 
 
 def event_from_dict(data: dict[str, Any]) -> CompileEvent:
@@ -243,11 +262,17 @@ def stats_to_dict(stats: CallStats) -> dict[str, Any]:
 
 
 def stats_from_dict(data: dict[str, Any]) -> CallStats:
-    return CallStats(run_id=data["run_id"], function=FunctionInfo(**data["function"]),
-                     timestamp=data["timestamp"], calls=data["calls"],
-                     sampled_calls=data["sampled_calls"], sampled_seconds=data["sampled_seconds"],
-                     signature_hash=data.get("signature_hash") or "", run_buckets=data.get("run_buckets"),
-                     sample_every=data.get("sample_every"))
+    return CallStats(
+        run_id=data["run_id"],
+        function=FunctionInfo(**data["function"]),
+        timestamp=data["timestamp"],
+        calls=data["calls"],
+        sampled_calls=data["sampled_calls"],
+        sampled_seconds=data["sampled_seconds"],
+        signature_hash=data.get("signature_hash") or "",
+        run_buckets=data.get("run_buckets"),
+        sample_every=data.get("sample_every"),
+    )
 
 
 # The parts of JAX's persistent compilation cache key (as JAX names them), in its order,
@@ -263,12 +288,17 @@ CACHE_KEY_PARTS: tuple[tuple[str, str], ...] = (
     ("custom_hook", "the custom cache-key hook"),
 )
 # Readable values kept beside the hashes: shown next to the part that changed.
-_CACHE_KEY_VALUES = {"jax_lib version": ("jax", "jaxlib"), "backend version": ("backend",),
-                     "accelerator_config": ("device_kind",), "XLA flags": ("xla_flags",)}
+_CACHE_KEY_VALUES = {
+    "jax_lib version": ("jax", "jaxlib"),
+    "backend version": ("backend",),
+    "accelerator_config": ("device_kind",),
+    "XLA flags": ("xla_flags",),
+}
 
 
-def explain_cache_miss(before: dict[str, str], after: dict[str, str], *, earlier_run: str,
-                       earlier_hit: bool | None) -> dict[str, Any]:
+def explain_cache_miss(
+    before: dict[str, str], after: dict[str, str], *, earlier_run: str, earlier_hit: bool | None
+) -> dict[str, Any]:
     """Why a compile missed the persistent cache when the same function and signature was
     in it for ``earlier_run``: the parts of the key whose hash changed."""
     changed = [part for part, _ in CACHE_KEY_PARTS if part in before and part in after and before[part] != after[part]]
@@ -281,11 +311,14 @@ def explain_cache_miss(before: dict[str, str], after: dict[str, str], *, earlier
         phrases.append(meaning + (f" ({', '.join(shown)})" if shown else ""))
     was = "hit the cache" if earlier_hit else "was compiled with the cache on"
     if phrases:
-        text = (f"Missed the persistent compilation cache: the same function and signature {was} in run "
-                f"{earlier_run[:12]}, and since then the cache key changed in " + "; ".join(phrases) + ".")
+        text = (
+            f"Missed the persistent compilation cache: the same function and signature {was} in run "
+            f"{earlier_run[:12]}, and since then the cache key changed in " + "; ".join(phrases) + "."
+        )
     else:
-        text = (f"Missed the persistent compilation cache with the same key as in run {earlier_run[:12]}: the "
-                "entry is not in this cache directory (another directory, evicted, or never written because "
-                "it was below JAX's size or compile-time threshold).")
-    return {"earlier_run_id": earlier_run, "earlier_hit": earlier_hit,
-            "changed": changed, "explanation": text}
+        text = (
+            f"Missed the persistent compilation cache with the same key as in run {earlier_run[:12]}: the "
+            "entry is not in this cache directory (another directory, evicted, or never written because "
+            "it was below JAX's size or compile-time threshold)."
+        )
+    return {"earlier_run_id": earlier_run, "earlier_hit": earlier_hit, "changed": changed, "explanation": text}

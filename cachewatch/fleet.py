@@ -33,9 +33,11 @@ def _reference(counts: list[int]) -> int:
 
 def job_runs(conn: sa.Connection, job: str) -> list[dict[str, Any]]:
     r = models.runs
-    rows = conn.execute(sa.select(r.c.run_id, r.c.run_name, r.c.host, r.c.pid, r.c.started_at,
-                                  r.c.process_index, r.c.process_count)
-                        .where(r.c.job == job).order_by(r.c.process_index, r.c.started_at))
+    rows = conn.execute(
+        sa.select(r.c.run_id, r.c.run_name, r.c.host, r.c.pid, r.c.started_at, r.c.process_index, r.c.process_count)
+        .where(r.c.job == job)
+        .order_by(r.c.process_index, r.c.started_at)
+    )
     return [dict(row._mapping) for row in rows]
 
 
@@ -50,7 +52,8 @@ def compare_job(conn: sa.Connection, job: str) -> dict[str, Any] | None:
     grouped = conn.execute(
         sa.select(e.c.run_id, e.c.function_hash, e.c.signature_hash, sa.func.count())
         .where(e.c.run_id.in_(list(rank_of)), e.c.compiled.is_(True))
-        .group_by(e.c.run_id, e.c.function_hash, e.c.signature_hash))
+        .group_by(e.c.run_id, e.c.function_hash, e.c.signature_hash)
+    )
     # (function, signature) -> rank -> compiles; a rank restarted in the same job adds up.
     compiles: dict[tuple[str, str], Counter] = defaultdict(Counter)
     per_rank: Counter = Counter()
@@ -68,23 +71,43 @@ def compare_job(conn: sa.Connection, job: str) -> dict[str, Any] | None:
             for rank, n in zip(ranks, counts):
                 if n > baseline:
                     others = {str(o): by_rank.get(o, 0) for o in ranks if o != rank}
-                    found.append({"process_index": rank, "function_hash": function_hash,
-                                  "signature_hash": signature_hash, "compiles": n, "others": others,
-                                  "reason": "only_this_rank" if not any(others.values()) else "more_compiles"})
+                    found.append(
+                        {
+                            "process_index": rank,
+                            "function_hash": function_hash,
+                            "signature_hash": signature_hash,
+                            "compiles": n,
+                            "others": others,
+                            "reason": "only_this_rank" if not any(others.values()) else "more_compiles",
+                        }
+                    )
     # Per rank, signatures of watched functions before JAX's eager compiles (which carry none).
-    found.sort(key=lambda d: (d["process_index"], d["signature_hash"] == "", d["reason"] != "only_this_rank",
-                              -d["compiles"], d["function_hash"], d["signature_hash"]))
+    found.sort(
+        key=lambda d: (
+            d["process_index"],
+            d["signature_hash"] == "",
+            d["reason"] != "only_this_rank",
+            -d["compiles"],
+            d["function_hash"],
+            d["signature_hash"],
+        )
+    )
     shown = found[:MAX_DIVERGENCES]
     _describe(conn, shown, [run_id for run_id in rank_of])
     divergent = sorted({d["process_index"] for d in found})
     return {
         "job": job,
         "process_count": declared or len(ranks),
-        "ranks": [{"process_index": rank,
-                   "run_ids": [run["run_id"] for run in runs if rank_of[run["run_id"]] == rank],
-                   "hosts": sorted({run["host"] for run in runs if rank_of[run["run_id"]] == rank}),
-                   "compiles": per_rank.get(rank, 0),
-                   "divergent": rank in divergent} for rank in ranks],
+        "ranks": [
+            {
+                "process_index": rank,
+                "run_ids": [run["run_id"] for run in runs if rank_of[run["run_id"]] == rank],
+                "hosts": sorted({run["host"] for run in runs if rank_of[run["run_id"]] == rank}),
+                "compiles": per_rank.get(rank, 0),
+                "divergent": rank in divergent,
+            }
+            for rank in ranks
+        ],
         "missing_ranks": [i for i in range(declared) if i not in ranks] if declared else [],
         "divergent_ranks": divergent,
         "divergences": shown,
@@ -98,29 +121,41 @@ def _describe(conn: sa.Connection, found: list[dict[str, Any]], run_ids: list[st
         return
     f, e = models.functions, models.compile_events
     hashes = sorted({d["function_hash"] for d in found})
-    names = {row.function_hash: row.qualname for row in conn.execute(
-        sa.select(f.c.function_hash, f.c.qualname).where(f.c.function_hash.in_(hashes)))}
+    names = {
+        row.function_hash: row.qualname
+        for row in conn.execute(sa.select(f.c.function_hash, f.c.qualname).where(f.c.function_hash.in_(hashes)))
+    }
     signatures: dict[tuple[str, str], Any] = {}
     for d in found:
         key = (d["function_hash"], d["signature_hash"])
         if key in signatures:
             continue
-        row = conn.execute(sa.select(e.c.signature, e.c.explanation)
-                           .where(e.c.function_hash == key[0], e.c.signature_hash == key[1],
-                                  e.c.run_id.in_(run_ids), e.c.compiled.is_(True))
-                           .order_by(e.c.timestamp.desc()).limit(1)).first()
+        row = conn.execute(
+            sa.select(e.c.signature, e.c.explanation)
+            .where(
+                e.c.function_hash == key[0],
+                e.c.signature_hash == key[1],
+                e.c.run_id.in_(run_ids),
+                e.c.compiled.is_(True),
+            )
+            .order_by(e.c.timestamp.desc())
+            .limit(1)
+        ).first()
         signatures[key] = (list(row.signature or []), row.explanation) if row else ([], "")
     for d in found:
         d["function"] = names.get(d["function_hash"], d["function_hash"][:12])
         d["signature"], last_explanation = signatures[(d["function_hash"], d["signature_hash"])]
         shape = signature_text(d["signature"])
         if d["reason"] == "only_this_rank":
-            text = (f"Rank {d['process_index']} compiled `{d['function']}` for {shape}, which no other rank "
-                    f"compiled ({d['compiles']} time(s)).")
+            text = (
+                f"Rank {d['process_index']} compiled `{d['function']}` for {shape}, which no other rank "
+                f"compiled ({d['compiles']} time(s))."
+            )
         else:
             others = ", ".join(f"rank {r}: {n}" for r, n in d["others"].items())
-            text = (f"Rank {d['process_index']} compiled `{d['function']}` for {shape} {d['compiles']} time(s) "
-                    f"({others}).")
+            text = (
+                f"Rank {d['process_index']} compiled `{d['function']}` for {shape} {d['compiles']} time(s) ({others})."
+            )
         d["explanation"] = text
         d["last_explanation"] = last_explanation
 
@@ -145,6 +180,7 @@ def recent_jobs(conn: sa.Connection, limit: int = 20) -> list[str]:
     """The jobs with the most recently started runs (the metric and the dashboard list these)."""
     r = models.runs
     latest = sa.func.max(r.c.started_at)
-    rows = conn.execute(sa.select(r.c.job, latest).where(r.c.job != "").group_by(r.c.job)
-                        .order_by(latest.desc()).limit(limit))
+    rows = conn.execute(
+        sa.select(r.c.job, latest).where(r.c.job != "").group_by(r.c.job).order_by(latest.desc()).limit(limit)
+    )
     return [row[0] for row in rows]

@@ -90,8 +90,9 @@ def _jit_object(ji: Any, fun: Any) -> tuple[int, sigmod.ParamLayout | None]:
             _objects.move_to_end(key)
             return found[1], found[2]
         try:
-            layout = sigmod.ParamLayout.from_function(fun, getattr(ji, "static_argnums", ()),
-                                                      getattr(ji, "static_argnames", ()))
+            layout = sigmod.ParamLayout.from_function(
+                fun, getattr(ji, "static_argnums", ()), getattr(ji, "static_argnames", ())
+            )
         except Exception:
             layout = None
         serial = next(_serials)
@@ -137,8 +138,13 @@ def from_trace(frame: Any, name: str) -> Target | None:
     args, kwargs = local.get("args") or (), local.get("kwargs") or {}
     site = call_site(2)
     if getattr(fun, "_apply_primitive", False):
-        return Target(opbyop.function_info(name), 0,
-                      sigmod.build_operands(args, _primitive_params(fun)), primitive=name, call_site=site)
+        return Target(
+            opbyop.function_info(name),
+            0,
+            sigmod.build_operands(args, _primitive_params(fun)),
+            primitive=name,
+            call_site=site,
+        )
     serial, layout = _jit_object(ji, fun)
     described = fun
     if is_library_file(code_file(user_function(fun)) or ""):
@@ -166,8 +172,9 @@ def from_lowering(frame: Any, name: str) -> Target:
     inner = strip_jit(name)
     if inner in opbyop.primitive_names():
         return Target(opbyop.function_info(inner), 0, signature, primitive=inner, call_site=site)
-    return Target(_by_source(inner, getattr(debug, "func_src_info", None)), 0, signature, call_site=site,
-                  lowered_only=True)
+    return Target(
+        _by_source(inner, getattr(debug, "func_src_info", None)), 0, signature, call_site=site, lowered_only=True
+    )
 
 
 def from_name(name: str) -> Target:
@@ -231,18 +238,32 @@ def _by_name(name: str, source_info: str | None) -> FunctionInfo:
     # The hash leaves the directory out, like a wrapped function's: the same code on
     # two hosts is one function.
     digest = hashlib.sha256(f"{UNATTRIBUTED_MODULE}:{name}:{os.path.basename(file)}:{line}".encode())
-    return FunctionInfo(function_hash=digest.hexdigest()[:20], name=name, qualname=name,
-                        module=UNATTRIBUTED_MODULE, file=file, line=line)
+    return FunctionInfo(
+        function_hash=digest.hexdigest()[:20],
+        name=name,
+        qualname=name,
+        module=UNATTRIBUTED_MODULE,
+        file=file,
+        line=line,
+    )
 
 
 # ------------------------------------------------------------------------- events
 
 
-def to_event(target: Target, kind: str, timestamp: float, trace_seconds: float | None,
-             lower_seconds: float | None, compile_seconds: float | None,
-             persistent_cache_hit: bool | None, cache_time_saved: float | None,
-             thread: str, jaxpr_eqns: int | None = None,
-             cache_key: dict[str, str] | None = None) -> CompileEvent:
+def to_event(
+    target: Target,
+    kind: str,
+    timestamp: float,
+    trace_seconds: float | None,
+    lower_seconds: float | None,
+    compile_seconds: float | None,
+    persistent_cache_hit: bool | None,
+    cache_time_saved: float | None,
+    thread: str,
+    jaxpr_eqns: int | None = None,
+    cache_key: dict[str, str] | None = None,
+) -> CompileEvent:
     info = target.info
     device = _default_device()
     sig = target.signature
@@ -251,23 +272,49 @@ def to_event(target: Target, kind: str, timestamp: float, trace_seconds: float |
     elif target.lowered_only:
         cause, explanation, diff = _explain_lowered(target)
     elif sig is None:
-        cause, explanation, diff = Cause.UNKNOWN, (
-            f"JAX compiled `{info.name}` again; its arguments could not be read, so what changed is "
-            "unknown."), ()
+        cause, explanation, diff = (
+            Cause.UNKNOWN,
+            (f"JAX compiled `{info.name}` again; its arguments could not be read, so what changed is unknown."),
+            (),
+        )
     else:
-        verdict = causes.explain_trace(info.function_hash, target.serial, info.name, sig, succeeded=True,
-                                       compiled=True, device=device, call_site=target.call_site)
+        verdict = causes.explain_trace(
+            info.function_hash,
+            target.serial,
+            info.name,
+            sig,
+            succeeded=True,
+            compiled=True,
+            device=device,
+            call_site=target.call_site,
+        )
         cause, explanation, diff = verdict.cause, verdict.explanation, verdict.diff
     return CompileEvent(
-        event_id=new_event_id(), function=info, run_id=recorder.run_id(), timestamp=timestamp,
-        kind=kind, cause=cause, explanation=explanation, diff=tuple(diff),
+        event_id=new_event_id(),
+        function=info,
+        run_id=recorder.run_id(),
+        timestamp=timestamp,
+        kind=kind,
+        cause=cause,
+        explanation=explanation,
+        diff=tuple(diff),
         signature=sig.as_json() if sig is not None else (),
         signature_hash=sig.stable_hash() if sig is not None else "",
-        compiled=True, nested=False, trace_seconds=trace_seconds, lower_seconds=lower_seconds,
-        compile_seconds=compile_seconds, persistent_cache_hit=persistent_cache_hit,
-        cache_time_saved_seconds=cache_time_saved, device=device, backend=_backend(),
-        call_site=target.call_site, jaxpr_eqns=jaxpr_eqns, thread=thread,
-        warmup=recorder.in_warmup(timestamp), cache_key=cache_key)
+        compiled=True,
+        nested=False,
+        trace_seconds=trace_seconds,
+        lower_seconds=lower_seconds,
+        compile_seconds=compile_seconds,
+        persistent_cache_hit=persistent_cache_hit,
+        cache_time_saved_seconds=cache_time_saved,
+        device=device,
+        backend=_backend(),
+        call_site=target.call_site,
+        jaxpr_eqns=jaxpr_eqns,
+        thread=thread,
+        warmup=recorder.in_warmup(timestamp),
+        cache_key=cache_key,
+    )
 
 
 # Primitives whose name says little to a user.
@@ -285,31 +332,61 @@ def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], 
     if sig is None:
         first = opbyop.first_compile(primitive)
         if first:
-            return Cause.FIRST_CALL, (f"JAX compiled the primitive `{primitive}` op by op, outside any jit, for the "
-                                  f"first time{where}."), ()
-        return Cause.UNKNOWN, (f"JAX compiled the primitive `{primitive}` op by op again{where}; JAX did not expose "
-                           "its operands here, so what changed is unknown."), ()
+            return (
+                Cause.FIRST_CALL,
+                (f"JAX compiled the primitive `{primitive}` op by op, outside any jit, for the first time{where}."),
+                (),
+            )
+        return (
+            Cause.UNKNOWN,
+            (
+                f"JAX compiled the primitive `{primitive}` op by op again{where}; JAX did not expose "
+                "its operands here, so what changed is unknown."
+            ),
+            (),
+        )
     operands = ", ".join(leaf.describe() for leaf in sig.leaves if not leaf.static) or "no operands"
-    verdict = causes.explain_trace(info.function_hash, 0, primitive, sig, succeeded=True, compiled=True,
-                                   device=None, call_site=target.call_site)
+    verdict = causes.explain_trace(
+        info.function_hash, 0, primitive, sig, succeeded=True, compiled=True, device=None, call_site=target.call_site
+    )
     note = _PRIMITIVE_NOTES.get(primitive, "")
     if verdict.cause == Cause.FIRST_CALL:
         opbyop.first_compile(primitive)
-        return Cause.FIRST_CALL, (f"JAX compiled the primitive `{primitive}`{note} op by op, outside any jit, for "
-                              f"the first time{where} ({operands})."), ()
+        return (
+            Cause.FIRST_CALL,
+            (
+                f"JAX compiled the primitive `{primitive}`{note} op by op, outside any jit, for "
+                f"the first time{where} ({operands})."
+            ),
+            (),
+        )
     if not verdict.diff:
-        return verdict.cause, (f"JAX compiled the primitive `{primitive}` op by op again{where} ({operands}) "
-                               "with operands and parameters it had compiled before: its cache was cleared."), ()
+        return (
+            verdict.cause,
+            (
+                f"JAX compiled the primitive `{primitive}` op by op again{where} ({operands}) "
+                "with operands and parameters it had compiled before: its cache was cleared."
+            ),
+            (),
+        )
     change = verdict.diff[0]
     if change.get("change") == "static":
         what = f"its parameter `{change['path']}` changed: {change['before']} -> {change['after']}"
     else:
-        what = f"operand {change['path']} changed {change['change'].replace('_', ' ')}: " \
-               f"{change['before']} -> {change['after']}"
+        what = (
+            f"operand {change['path']} changed {change['change'].replace('_', ' ')}: "
+            f"{change['before']} -> {change['after']}"
+        )
     more = f" ({len(verdict.diff) - 1} more difference(s) in the diff)" if len(verdict.diff) > 1 else ""
-    return verdict.cause, (f"JAX compiled the primitive `{primitive}`{note} op by op again, outside any jit{where}: "
-                           f"{what}{more}. Eager code compiles each primitive once per new shape; move it "
-                           "inside a jitted function or keep its shapes fixed."), verdict.diff
+    return (
+        verdict.cause,
+        (
+            f"JAX compiled the primitive `{primitive}`{note} op by op again, outside any jit{where}: "
+            f"{what}{more}. Eager code compiles each primitive once per new shape; move it "
+            "inside a jitted function or keep its shapes fixed."
+        ),
+        verdict.diff,
+    )
 
 
 # Signatures of compiles without a trace, per function: JAX names their arguments
@@ -325,24 +402,40 @@ def _explain_lowered(target: Target) -> tuple[str, str, tuple[dict[str, Any], ..
         if sig is not None:
             _lowered.setdefault(info.function_hash, []).append(sig)
             del _lowered[info.function_hash][:-64]
-    inside = ("traced inside a transformation (grad, vmap, a library's lifted transform) and run outside "
-              "any jit")
+    inside = "traced inside a transformation (grad, vmap, a library's lifted transform) and run outside any jit"
     if not earlier:
         if not causes.seen(info.function_hash):
             causes.note(info.function_hash)
             return Cause.FIRST_CALL, f"First compile of `{info.name}` in this run, {inside}.", ()
-        return Cause.UNKNOWN, (f"`{info.name}` was compiled again, {inside}; JAX reports no call of its own for it, "
-                           "so what changed is unknown."), ()
+        return (
+            Cause.UNKNOWN,
+            (
+                f"`{info.name}` was compiled again, {inside}; JAX reports no call of its own for it, "
+                "so what changed is unknown."
+            ),
+            (),
+        )
     if sig is None:
         return Cause.UNKNOWN, f"`{info.name}` was compiled again, {inside}; its arguments could not be read.", ()
     _, entries = sigmod.closest(earlier, sig)
     if not entries:
-        return Cause.UNKNOWN, (f"`{info.name}` was compiled again, {inside}, with argument types it had compiled "
-                           "before: its jaxpr or a static value differed."), ()
+        return (
+            Cause.UNKNOWN,
+            (
+                f"`{info.name}` was compiled again, {inside}, with argument types it had compiled "
+                "before: its jaxpr or a static value differed."
+            ),
+            (),
+        )
     first = entries[0]
-    return first["cause"], (f"`{info.name}` was compiled again, {inside}: argument {first['path']} changed "
-                            f"{first['change'].replace('_', ' ')}: {first['before']} -> {first['after']}."), \
-        tuple(entries)
+    return (
+        first["cause"],
+        (
+            f"`{info.name}` was compiled again, {inside}: argument {first['path']} changed "
+            f"{first['change'].replace('_', ' ')}: {first['before']} -> {first['after']}."
+        ),
+        tuple(entries),
+    )
 
 
 def reset() -> None:

@@ -36,8 +36,15 @@ class RecompileLimitError(RuntimeError):
     signature) and ``causes`` (cause -> count of the recompiles so far) say why.
     """
 
-    def __init__(self, message: str, *, function: str = "", cause: str = "",
-                 diff: tuple[dict[str, Any], ...] = (), causes: dict[str, int] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        function: str = "",
+        cause: str = "",
+        diff: tuple[dict[str, Any], ...] = (),
+        causes: dict[str, int] | None = None,
+    ):
         super().__init__(message)
         self.function = function
         self.cause = cause
@@ -73,7 +80,7 @@ class Tally:
 _lock = threading.Lock()
 _tallies: dict[str, Tally] = {}
 _explicit: dict[str, tuple[int, str]] = {}  # function hash -> (max_recompiles, on_limit) from jit()
-_frozen: str | None = None                  # "raise" | "warn" while frozen
+_frozen: str | None = None  # "raise" | "warn" while frozen
 _frozen_at = 0
 _tls = threading.local()
 
@@ -84,16 +91,19 @@ def set_limit(function_hash: str, max_recompiles: int | None, on_limit: str | No
         return
     with _lock:
         before = _explicit.get(function_hash, (None, None))
-        _explicit[function_hash] = (max_recompiles if max_recompiles is not None else before[0],
-                                    on_limit if on_limit is not None else before[1])
+        _explicit[function_hash] = (
+            max_recompiles if max_recompiles is not None else before[0],
+            on_limit if on_limit is not None else before[1],
+        )
 
 
 def check_options(max_recompiles: Any, on_limit: Any) -> None:
     """Refuse bad ``cachewatch.jit`` limit options when the function is wrapped, not later."""
     from .config import ON_LIMIT_ACTIONS
 
-    if max_recompiles is not None and (not isinstance(max_recompiles, int) or isinstance(max_recompiles, bool)
-                                       or max_recompiles < 0):
+    if max_recompiles is not None and (
+        not isinstance(max_recompiles, int) or isinstance(max_recompiles, bool) or max_recompiles < 0
+    ):
         raise ValueError(f"max_recompiles must be a non-negative int (0: no limit), got {max_recompiles!r}")
     if on_limit is not None and on_limit not in ON_LIMIT_ACTIONS:
         raise ValueError(f"on_limit must be one of {', '.join(ON_LIMIT_ACTIONS)}, got {on_limit!r}")
@@ -208,8 +218,9 @@ def describe(name: str, verdict: causes.Verdict, call_site: str | None) -> list[
     return lines
 
 
-def check_trace(state: Any, record: _tracking.Record | None,
-                call_site_of: Callable[[], str | None]) -> BaseException | Warning | None:
+def check_trace(
+    state: Any, record: _tracking.Record | None, call_site_of: Callable[[], str | None]
+) -> BaseException | Warning | None:
     """What to do about this trace of a watched function: None (go on), a warning to
     emit, or an exception to raise. Counts the trace when it is a recompile."""
     if record is None or record.signature is None:
@@ -222,8 +233,7 @@ def check_trace(state: Any, record: _tracking.Record | None,
     call_site = call_site_of()
     verdict = causes.preview_trace(info.function_hash, state.serial, info.name, record.signature, call_site)
     if frozen_mode is not None:
-        head = (f"`{info.qualname}` would be traced and compiled after cachewatch.freeze() "
-                f"({verdict.cause}):")
+        head = f"`{info.qualname}` would be traced and compiled after cachewatch.freeze() ({verdict.cause}):"
         text = "\n".join([head, *describe(info.qualname, verdict, call_site)])
         if frozen_mode == "raise":
             return FrozenCompileError(text, function=info.qualname, cause=verdict.cause, diff=verdict.diff)
@@ -251,13 +261,21 @@ def check_trace(state: Any, record: _tracking.Record | None,
         tally.warned = True
     counts = ", ".join(f"{c}={n}" for c, n in sorted(so_far.items(), key=lambda kv: -kv[1]))
     if action == "raise":
-        head = (f"`{info.qualname}` would recompile past its limit of {limit} "
-                f"(max_recompiles); JAX did not compile it. Recompiles so far: {counts}.")
-        return RecompileLimitError("\n".join([head, *describe(info.qualname, verdict, call_site)]),
-                                   function=info.qualname, cause=verdict.cause, diff=verdict.diff,
-                                   causes=so_far)
-    head = (f"`{info.qualname}` recompiled {tally.recompiles} times, past its limit of {limit} "
-            f"(max_recompiles); recompiles so far: {counts}. Further ones are not reported again.")
+        head = (
+            f"`{info.qualname}` would recompile past its limit of {limit} "
+            f"(max_recompiles); JAX did not compile it. Recompiles so far: {counts}."
+        )
+        return RecompileLimitError(
+            "\n".join([head, *describe(info.qualname, verdict, call_site)]),
+            function=info.qualname,
+            cause=verdict.cause,
+            diff=verdict.diff,
+            causes=so_far,
+        )
+    head = (
+        f"`{info.qualname}` recompiled {tally.recompiles} times, past its limit of {limit} "
+        f"(max_recompiles); recompiles so far: {counts}. Further ones are not reported again."
+    )
     return RecompileLimitWarning("\n".join([head, *describe(info.qualname, verdict, call_site)]))
 
 
@@ -279,9 +297,11 @@ def on_lowering(module_name: str | None) -> BaseException | Warning | None:
             return None
         if _is_primitive(module_name[4:-1]):
             return None  # op-by-op execution of eager code: not a jit of the user's
-    what = ("compiled again without a retrace (another device, sharding or layout, or a jaxpr JAX "
-            "had cached)" if watched else
-            "compiled (a jit made before cachewatch.install(), so its arguments are not known)")
+    what = (
+        "compiled again without a retrace (another device, sharding or layout, or a jaxpr JAX had cached)"
+        if watched
+        else "compiled (a jit made before cachewatch.install(), so its arguments are not known)"
+    )
     text = f"`{module_name}` would be {what} after cachewatch.freeze()."
     if _frozen == "raise":
         return FrozenCompileError(text, function=module_name, cause="new_device_or_sharding" if watched else "unknown")

@@ -57,7 +57,8 @@ class HookState:
         self.in_library_file = is_library_file(self.info.file)
         self.look_for_user_function = self.in_library_file
         self.layout = sigmod.ParamLayout.from_function(
-            fun, options.get("static_argnums"), options.get("static_argnames"))
+            fun, options.get("static_argnums"), options.get("static_argnames")
+        )
         self.trace_name = _jax_fun_name(fun)
         self.module_name = f"jit({self.trace_name})"
         with HookState._serial_lock:
@@ -68,8 +69,7 @@ class HookState:
         self.measured: set = set()  # signature keys with an eager baseline already taken
         # The eager baseline calls the function again; a bound method's instance is held
         # weakly, like the hook holds it.
-        self.fun = (weakref.WeakMethod(fun) if isinstance(fun, types.MethodType)
-                    else (lambda: fun))
+        self.fun = weakref.WeakMethod(fun) if isinstance(fun, types.MethodType) else (lambda: fun)
         _tracking.watch_names(self.trace_name, self.module_name)
 
 
@@ -293,6 +293,7 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
     if _Watched is not None:
         watched = _Watched(jitted, stats, sampled, finish)
     else:
+
         def watched(*args, **kwargs):
             stats.calls += 1
             if stats.calls >= stats.next_sample:
@@ -384,8 +385,7 @@ def _sample_signature(state: HookState, stats: CallCounter, args: tuple, kwargs:
 
 
 @_guard.guarded(where="jit.finish")
-def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
-            exc: BaseException | None) -> bool:
+def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict, exc: BaseException | None) -> bool:
     """Record what the call traced and compiled; True when the call was made while tracing
     another function (a call of the jaxpr being built, not an execution)."""
     records = _tracking.claim(state, state.module_name, mark)
@@ -405,8 +405,15 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
         if state.eager_baseline:
             extra.update(_eager_baseline(state, jitted, compiled[0], args, kwargs))
     for record in records:
-        event = _to_event(state, record, args, kwargs, call_site, device,
-                          extra if record is (compiled[0] if compiled else None) else {})
+        event = _to_event(
+            state,
+            record,
+            args,
+            kwargs,
+            call_site,
+            device,
+            extra if record is (compiled[0] if compiled else None) else {},
+        )
         if event is not None:
             recorder.record_event(event)
         for name, before, after in record.stale:
@@ -419,16 +426,30 @@ def _sample_next_call(state: HookState, args: tuple, kwargs: dict, record: _trac
     _stats_for(state.info).after_compile(sig.stable_hash() if sig is not None else None)
 
 
-def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: dict,
-              call_site: str | None, device: str | None, extra: dict[str, Any]) -> CompileEvent | None:
+def _to_event(
+    state: HookState,
+    record: _tracking.Record,
+    args: tuple,
+    kwargs: dict,
+    call_site: str | None,
+    device: str | None,
+    extra: dict[str, Any],
+) -> CompileEvent | None:
     info = state.info
     compiled = record.compiles > 0
     if record.kind == "trace":
         sig = record.signature
         nested = record.trace_seconds is None and not compiled
-        verdict = causes.explain_trace(info.function_hash, state.serial, info.name, sig,
-                                       succeeded=record.error is None, compiled=compiled,
-                                       device=device, call_site=call_site)
+        verdict = causes.explain_trace(
+            info.function_hash,
+            state.serial,
+            info.name,
+            sig,
+            succeeded=record.error is None,
+            compiled=compiled,
+            device=device,
+            call_site=call_site,
+        )
     else:
         sig = _concrete_signature(state, args, kwargs)
         nested = False
@@ -469,14 +490,26 @@ def _to_event(state: HookState, record: _tracking.Record, args: tuple, kwargs: d
 def _stale_event(state: HookState, name: str, before: str, after: str, call_site: str | None) -> CompileEvent:
     info = state.info
     return CompileEvent(
-        event_id=new_event_id(), function=info, run_id=recorder.run_id(), timestamp=time.time(),
-        kind="stale_capture", cause=STALE_CAPTURE,
-        explanation=(f"`{info.name}` read `{name}` when it was traced ({before}); it is now {after}, but the "
-                     f"compiled code still uses the old value. Pass `{name}` as an argument (static if it "
-                     "steers Python control flow) instead of reading it from the enclosing scope."),
+        event_id=new_event_id(),
+        function=info,
+        run_id=recorder.run_id(),
+        timestamp=time.time(),
+        kind="stale_capture",
+        cause=STALE_CAPTURE,
+        explanation=(
+            f"`{info.name}` read `{name}` when it was traced ({before}); it is now {after}, but the "
+            f"compiled code still uses the old value. Pass `{name}` as an argument (static if it "
+            "steers Python control flow) instead of reading it from the enclosing scope."
+        ),
         diff=({"path": name, "change": "value", "cause": STALE_CAPTURE, "before": before, "after": after},),
-        signature=(), signature_hash="", compiled=False, nested=False, call_site=call_site,
-        backend=_backend(), thread=threading.current_thread().name)
+        signature=(),
+        signature_hash="",
+        compiled=False,
+        nested=False,
+        call_site=call_site,
+        backend=_backend(),
+        thread=threading.current_thread().name,
+    )
 
 
 def _capture_changes(state: HookState) -> list[tuple[str, str, str]]:
@@ -495,8 +528,9 @@ def _check_captures(state: HookState) -> None:
             recorder.record_event(_stale_event(state, name, before, after, site))
 
 
-def _eager_baseline(state: HookState, jitted: Any, record: _tracking.Record, args: tuple,
-                    kwargs: dict) -> dict[str, Any]:
+def _eager_baseline(
+    state: HookState, jitted: Any, record: _tracking.Record, args: tuple, kwargs: dict
+) -> dict[str, Any]:
     """One steady-state compiled run and one op-by-op run of this signature, timed."""
     key = record.signature.key if record.signature is not None else None
     if key is None or key in state.measured:
@@ -523,8 +557,13 @@ def _cost_analysis(jitted: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     with _tracking.suppress():
         lowered = jitted.trace(*args, **kwargs).lower()
         text = lowered.as_text()
-        result: dict[str, Any] = {"hlo_ops": sum(1 for line in text.splitlines() if " = " in line
-                                                 or line.lstrip().startswith(("stablehlo.", "func.return")))}
+        result: dict[str, Any] = {
+            "hlo_ops": sum(
+                1
+                for line in text.splitlines()
+                if " = " in line or line.lstrip().startswith(("stablehlo.", "func.return"))
+            )
+        }
         try:
             cost = lowered.cost_analysis() or {}
             if isinstance(cost, (list, tuple)):

@@ -49,9 +49,9 @@ def function_info(primitive: str) -> FunctionInfo:
     info = _infos.get(primitive)
     if info is None:
         digest = hashlib.sha256(f"{MODULE}:{primitive}".encode()).hexdigest()[:20]
-        info = _infos[primitive] = FunctionInfo(function_hash=digest, name=primitive,
-                                                qualname=f"{primitive} (op-by-op)", module=MODULE, file="",
-                                                line=0)
+        info = _infos[primitive] = FunctionInfo(
+            function_hash=digest, name=primitive, qualname=f"{primitive} (op-by-op)", module=MODULE, file="", line=0
+        )
     return info
 
 

@@ -22,15 +22,21 @@ from typing import Any
 
 import pytest
 
-_MARKER_HELP = ("max_compiles(fn_or_name, n): fail the test when the cachewatch-watched function "
-                "(a cachewatch.jit function, or a function's name or qualified name) compiles more "
-                "than n times during it")
+_MARKER_HELP = (
+    "max_compiles(fn_or_name, n): fail the test when the cachewatch-watched function "
+    "(a cachewatch.jit function, or a function's name or qualified name) compiles more "
+    "than n times during it"
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("cachewatch")
-    group.addoption("--cachewatch-report", action="store_true", default=False,
-                    help="print the compiles of watched functions during the session, per function, at the end")
+    group.addoption(
+        "--cachewatch-report",
+        action="store_true",
+        default=False,
+        help="print the compiles of watched functions during the session, per function, at the end",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -67,14 +73,19 @@ class CompileLog:
     def of(self, fn_or_name: Any) -> list[Any]:
         """The compile events of one function: a watched function, or a name or qualified name."""
         if isinstance(fn_or_name, str):
-            return [e for e in self.events
-                    if fn_or_name in (e.function.name, e.function.qualname)
-                    or fn_or_name == f"{e.function.module}.{e.function.qualname}"]
+            return [
+                e
+                for e in self.events
+                if fn_or_name in (e.function.name, e.function.qualname)
+                or fn_or_name == f"{e.function.module}.{e.function.qualname}"
+            ]
         state = getattr(fn_or_name, "__cachewatch_state__", None)
         if state is None:
-            raise TypeError("max_compiles and the cachewatch fixture take a function wrapped by "
-                            "cachewatch.jit (or jax.jit after cachewatch.install()) or a function's "
-                            f"name, got {type(fn_or_name).__name__}")
+            raise TypeError(
+                "max_compiles and the cachewatch fixture take a function wrapped by "
+                "cachewatch.jit (or jax.jit after cachewatch.install()) or a function's "
+                f"name, got {type(fn_or_name).__name__}"
+            )
         return [e for e in self.events if e.function.function_hash == state.info.function_hash]
 
 
@@ -89,16 +100,20 @@ def explain_extra(name: str, limit: int, events: list[Any]) -> str:
     """The failure message: the function, then the cause, sentence and diff of each
     compile past the limit."""
     counts = Counter(e.cause for e in events)
-    lines = [f"`{name}` compiled {len(events)} time(s), at most {limit} allowed "
-             f"(causes: {', '.join(f'{c}={n}' for c, n in counts.most_common())}).",
-             f"Compiles past the limit ({len(events) - limit}):"]
+    lines = [
+        f"`{name}` compiled {len(events)} time(s), at most {limit} allowed "
+        f"(causes: {', '.join(f'{c}={n}' for c, n in counts.most_common())}).",
+        f"Compiles past the limit ({len(events) - limit}):",
+    ]
     for number, event in enumerate(events[limit:], start=limit + 1):
         lines.append(f"  #{number} {event.cause}: {event.explanation}")
         if event.call_site:
             lines.append(f"     called at {event.call_site}")
         for entry in event.diff:
-            lines.append(f"     {entry.get('path')}: {entry.get('before')} -> {entry.get('after')}"
-                         f"  ({entry.get('cause') or entry.get('change')})")
+            lines.append(
+                f"     {entry.get('path')}: {entry.get('before')} -> {entry.get('after')}"
+                f"  ({entry.get('cause') or entry.get('change')})"
+            )
     return "\n".join(lines)
 
 
@@ -115,8 +130,10 @@ def pytest_runtest_call(item: pytest.Item):
     for marker in markers:
         args = list(marker.args) + [marker.kwargs[k] for k in ("fn_or_name", "n") if k in marker.kwargs]
         if len(args) != 2 or not isinstance(args[1], int):
-            raise pytest.UsageError(f"{item.nodeid}: use @pytest.mark.max_compiles(fn_or_name, n), "
-                                    f"got args={marker.args!r} kwargs={marker.kwargs!r}")
+            raise pytest.UsageError(
+                f"{item.nodeid}: use @pytest.mark.max_compiles(fn_or_name, n), "
+                f"got args={marker.args!r} kwargs={marker.kwargs!r}"
+            )
         limits.append((args[0], args[1]))
     log = CompileLog().attach()
     try:
@@ -136,10 +153,10 @@ def pytest_runtest_call(item: pytest.Item):
 class Fixture:
     """What the ``cachewatch`` fixture gives a test: the compiles seen during it, and the guards.
 
-        def test_step(cachewatch):
-            step(x); step(x)
-            assert cachewatch.compiles(step) == 1
-            cachewatch.freeze()      # undone when the test ends
+    def test_step(cachewatch):
+        step(x); step(x)
+        assert cachewatch.compiles(step) == 1
+        cachewatch.freeze()      # undone when the test ends
     """
 
     def __init__(self, log: CompileLog):
@@ -216,11 +233,18 @@ def report_lines(events: list[Any]) -> list[str]:
         return ["no watched function compiled during the session"]
     rows: dict[str, dict[str, Any]] = {}
     for event in events:
-        row = rows.setdefault(event.function.function_hash, {
-            "function": event.function.qualname,
-            "defined at": (f"{event.function.file.rsplit('/', 1)[-1]}:{event.function.line}"
-                           if event.function.file else "-"),
-            "compiles": 0, "seconds": 0.0, "causes": Counter()})
+        row = rows.setdefault(
+            event.function.function_hash,
+            {
+                "function": event.function.qualname,
+                "defined at": (
+                    f"{event.function.file.rsplit('/', 1)[-1]}:{event.function.line}" if event.function.file else "-"
+                ),
+                "compiles": 0,
+                "seconds": 0.0,
+                "causes": Counter(),
+            },
+        )
         row["compiles"] += 1
         row["seconds"] += sum(v for v in (event.trace_seconds, event.lower_seconds, event.compile_seconds) if v)
         row["causes"][event.cause] += 1
@@ -228,8 +252,15 @@ def report_lines(events: list[Any]) -> list[str]:
     table = [("function", "defined at", "compiles", "recompiles", "compile s", "causes")]
     for row in ordered:
         recompiles = row["compiles"] - row["causes"].get("first_call", 0)
-        table.append((row["function"], row["defined at"], str(row["compiles"]), str(recompiles),
-                      f"{row['seconds']:.3f}",
-                      ", ".join(f"{c}={n}" for c, n in row["causes"].most_common())))
+        table.append(
+            (
+                row["function"],
+                row["defined at"],
+                str(row["compiles"]),
+                str(recompiles),
+                f"{row['seconds']:.3f}",
+                ", ".join(f"{c}={n}" for c, n in row["causes"].most_common()),
+            )
+        )
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
     return ["  ".join(cell.ljust(w) for cell, w in zip(r[:-1], widths)) + "  " + r[-1] for r in table]

@@ -63,7 +63,7 @@ def configure(**settings: Any) -> configmod.Config:
     with _lock:
         merged = {**_overrides, **settings}
         new = configmod.resolve(merged)  # raises ConfigError before anything changes
-        _apply_persistent_cache(new)      # so does a cache directory that cannot be made
+        _apply_persistent_cache(new)  # so does a cache directory that cannot be made
         old_writer = _writer
         if old_writer is not None and new.store != (_config.store if _config else None):
             old_writer.flush(new.exit_timeout)
@@ -201,9 +201,11 @@ def _job_and_rank(cfg: configmod.Config) -> dict[str, Any]:
 
 
 def _job_changed(cfg: configmod.Config, run: RunInfo) -> bool:
-    return ((bool(cfg.job) and cfg.job != run.job)
-            or (cfg.process_index is not None and cfg.process_index != run.process_index)
-            or (cfg.process_count is not None and cfg.process_count != run.process_count))
+    return (
+        (bool(cfg.job) and cfg.job != run.job)
+        or (cfg.process_index is not None and cfg.process_index != run.process_index)
+        or (cfg.process_count is not None and cfg.process_count != run.process_count)
+    )
 
 
 _cache_dir_applied: str | None = None
@@ -221,8 +223,9 @@ def _apply_persistent_cache(cfg: configmod.Config) -> None:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
-        raise configmod.ConfigError(f"persistent_cache_dir={cfg.persistent_cache_dir!r} cannot be created: "
-                                    f"{exc}") from None
+        raise configmod.ConfigError(
+            f"persistent_cache_dir={cfg.persistent_cache_dir!r} cannot be created: {exc}"
+        ) from None
     jax.config.update("jax_compilation_cache_dir", path)
     # Cache every compile, however small or quick: what cachewatch explains is each one.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
@@ -290,8 +293,8 @@ def remove_listener(callback) -> None:
 class FlushResult:
     """What :func:`flush` achieved. True only when the events are in the store:
 
-        if not cachewatch.flush(10):
-            print(cachewatch.flush(0))  # FlushResult(done=True, spooled_batches=3, set_aside_batches=0)
+    if not cachewatch.flush(10):
+        print(cachewatch.flush(0))  # FlushResult(done=True, spooled_batches=3, set_aside_batches=0)
     """
 
     done: bool  # the writer handled every event recorded before the call, within the timeout
@@ -315,8 +318,9 @@ def flush(timeout: float = 5.0) -> FlushResult:
     done = writer.flush(timeout)
     from .store import spool
 
-    return FlushResult(done=done, spooled_batches=spool.pending_batches(writer.cfg),
-                       set_aside_batches=sum(writer.set_aside.values()))
+    return FlushResult(
+        done=done, spooled_batches=spool.pending_batches(writer.cfg), set_aside_batches=sum(writer.set_aside.values())
+    )
 
 
 def dropped_events() -> int:
@@ -364,8 +368,7 @@ class Writer:
             self.queue.put_nowait(item)
         except queue.Full:
             self.dropped += 1
-            self._warn(f"cachewatch queue full ({self.cfg.queue_size} events): "
-                       f"{self.dropped} event(s) dropped so far")
+            self._warn(f"cachewatch queue full ({self.cfg.queue_size} events): {self.dropped} event(s) dropped so far")
 
     def flush(self, timeout: float) -> bool:
         self._ensure_thread()
@@ -461,8 +464,9 @@ class Writer:
             # only block the batches behind it.
             self.dropped += len(batch)
             self.set_aside["refused by the store"] += 1
-            self._warn(f"cachewatch: {_safe_url(self.cfg.store)} refused a batch, {len(batch)} event(s) "
-                       f"dropped: {failure}")
+            self._warn(
+                f"cachewatch: {_safe_url(self.cfg.store)} refused a batch, {len(batch)} event(s) dropped: {failure}"
+            )
         else:
             self.failed_batches += 1
             from .store import spool
@@ -470,8 +474,10 @@ class Writer:
             spooled = spool.save(self.cfg, payload)
             if not spooled:
                 self.dropped += len(batch)
-            self._warn(f"cachewatch could not write to {_safe_url(self.cfg.store)}; "
-                       f"{'spooled' if spooled else 'dropped'} {len(batch)} event(s)")
+            self._warn(
+                f"cachewatch could not write to {_safe_url(self.cfg.store)}; "
+                f"{'spooled' if spooled else 'dropped'} {len(batch)} event(s)"
+            )
 
     def _send(self, sink: Any, payload: "Batch", attempts: int = 4) -> Exception | None:
         """Write with retries (backoff and jitter); the last error, or None once written."""
@@ -506,8 +512,10 @@ class Writer:
         if result.set_aside:
             self.set_aside.update(result.set_aside)
             self.dropped += result.set_aside_events  # reported to the store with the next batch
-            self._warn(f"cachewatch: set aside spooled batches for good ({dict(result.set_aside)}); "
-                       f"they stay in {spool._dir(self.cfg)} as *.bad")
+            self._warn(
+                f"cachewatch: set aside spooled batches for good ({dict(result.set_aside)}); "
+                f"they stay in {spool._dir(self.cfg)} as *.bad"
+            )
 
     def sink(self) -> "Sink":
         """The sink batches go to: the store CACHEWATCH_STORE names unless use_sink() set one."""
@@ -543,14 +551,32 @@ def _collect_call_stats() -> list[CallStats]:
         stats.flushed_calls = calls
         sample_every = stats.sample_every if stats.sampling else 0
         if not samples:
-            rows.append(CallStats(run_id=rid, function=stats.function, timestamp=now, calls=new_calls,
-                                  sampled_calls=0, sampled_seconds=0.0, sample_every=sample_every))
+            rows.append(
+                CallStats(
+                    run_id=rid,
+                    function=stats.function,
+                    timestamp=now,
+                    calls=new_calls,
+                    sampled_calls=0,
+                    sampled_seconds=0.0,
+                    sample_every=sample_every,
+                )
+            )
             continue
         for signature_hash, (buckets, seconds) in samples.items():
-            rows.append(CallStats(run_id=rid, function=stats.function, timestamp=now, calls=new_calls,
-                                  sampled_calls=sum(v[0] for v in buckets.values()), sampled_seconds=seconds[0],
-                                  signature_hash=signature_hash, run_buckets=to_json(buckets),
-                                  sample_every=sample_every))
+            rows.append(
+                CallStats(
+                    run_id=rid,
+                    function=stats.function,
+                    timestamp=now,
+                    calls=new_calls,
+                    sampled_calls=sum(v[0] for v in buckets.values()),
+                    sampled_seconds=seconds[0],
+                    signature_hash=signature_hash,
+                    run_buckets=to_json(buckets),
+                    sample_every=sample_every,
+                )
+            )
             new_calls = 0  # the function's calls go on its first row
     return rows
 
@@ -584,6 +610,7 @@ def _after_fork_in_child() -> None:
     _steady_since = None
     _compiled_functions.clear()
     from . import causes
+
     causes.reset()
     for stats in all_call_stats():  # the parent's calls were the parent's to report
         stats.flushed_calls = stats.calls

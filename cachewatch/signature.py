@@ -48,8 +48,13 @@ class Leaf:
     def as_dict(self) -> dict[str, Any]:
         if self.static:
             return {"path": self.path, "static": True, "value": self.value_repr}
-        return {"path": self.path, "static": False, "shape": list(self.shape or ()),
-                "dtype": self.dtype, "weak_type": bool(self.weak_type)}
+        return {
+            "path": self.path,
+            "static": False,
+            "shape": list(self.shape or ()),
+            "dtype": self.dtype,
+            "weak_type": bool(self.weak_type),
+        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,8 +82,7 @@ class Signature:
 
     def stable_hash(self) -> str:
         """Same signature, same hash, in every process (static values by repr)."""
-        payload = json.dumps([[s.as_dict() for s in self.structure], list(self.as_json())],
-                             sort_keys=True, default=str)
+        payload = json.dumps([[s.as_dict() for s in self.structure], list(self.as_json())], sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 
@@ -158,9 +162,14 @@ def _array_leaf(path: str, arg: int, value: Any) -> Leaf:
             return _static_leaf(path, arg, value)
     shape = tuple(int(d) if isinstance(d, int) else d for d in getattr(aval, "shape", ()))
     dtype = getattr(aval, "dtype", None)
-    return Leaf(path=path, arg=arg, static=False, shape=shape,
-                dtype=str(dtype) if dtype is not None else None,
-                weak_type=bool(getattr(aval, "weak_type", False)))
+    return Leaf(
+        path=path,
+        arg=arg,
+        static=False,
+        shape=shape,
+        dtype=str(dtype) if dtype is not None else None,
+        weak_type=bool(getattr(aval, "weak_type", False)),
+    )
 
 
 def build(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) -> Signature:
@@ -209,16 +218,27 @@ def from_avals(arg_names: Sequence[str], avals: Sequence[Any]) -> Signature:
         structure.append(ArgStructure(name, "positional", False, "*"))
         shape = tuple(int(d) if isinstance(d, int) else d for d in getattr(aval, "shape", ()))
         dtype = getattr(aval, "dtype", None)
-        leaves.append(Leaf(path=name, arg=index, static=False, shape=shape,
-                           dtype=str(dtype) if dtype is not None else None,
-                           weak_type=bool(getattr(aval, "weak_type", False))))
+        leaves.append(
+            Leaf(
+                path=name,
+                arg=index,
+                static=False,
+                shape=shape,
+                dtype=str(dtype) if dtype is not None else None,
+                weak_type=bool(getattr(aval, "weak_type", False)),
+            )
+        )
     return Signature(tuple(structure), tuple(leaves))
 
 
 # ---------------------------------------------------------------------------- diff
 
-_LEAF_CAUSE = {"shape": Cause.NEW_SHAPE, "dtype": Cause.NEW_DTYPE, "weak_type": Cause.WEAK_TYPE,
-               "static": Cause.NEW_STATIC_VALUE}
+_LEAF_CAUSE = {
+    "shape": Cause.NEW_SHAPE,
+    "dtype": Cause.NEW_DTYPE,
+    "weak_type": Cause.WEAK_TYPE,
+    "static": Cause.NEW_STATIC_VALUE,
+}
 
 
 def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
@@ -251,8 +271,9 @@ def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
         new_leaves = new_by_arg.get(index, [])
         old_arg_leaves = {leaf.path: leaf for leaf in old_by_arg.get(old_index, [])}
         if old_arg.treedef != arg.treedef and set(old_arg_leaves) == {leaf.path for leaf in new_leaves}:
-            entries.append(_entry(arg.name, "structure", Cause.NEW_STRUCTURE,
-                                  _short(old_arg.treedef), _short(arg.treedef)))
+            entries.append(
+                _entry(arg.name, "structure", Cause.NEW_STRUCTURE, _short(old_arg.treedef), _short(arg.treedef))
+            )
         for leaf in new_leaves:
             prior = old_leaves.get(leaf.path)
             if prior is None or prior.arg != old_index:
@@ -266,8 +287,12 @@ def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
                 else:
                     entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe(), leaf.describe())
                 entry["changes"] = changes
-                if change == "shape" and prior.shape is not None and leaf.shape is not None \
-                        and len(prior.shape) == len(leaf.shape):
+                if (
+                    change == "shape"
+                    and prior.shape is not None
+                    and leaf.shape is not None
+                    and len(prior.shape) == len(leaf.shape)
+                ):
                     entry["axes"] = [a for a, (x, y) in enumerate(zip(prior.shape, leaf.shape)) if x != y]
                 entries.append(entry)
         new_paths = {leaf.path for leaf in new_leaves}
@@ -325,8 +350,7 @@ def closest(candidates: Iterable[Signature], target: Signature) -> tuple[Signatu
     best: tuple[tuple[int, int, int], Signature, list[dict[str, Any]] | None] | None = None
     for candidate in reversed(list(candidates)):
         entries: list[dict[str, Any]] | None = None
-        if candidate.structure == target.structure and \
-                [leaf.path for leaf in candidate.leaves] == target_paths:
+        if candidate.structure == target.structure and [leaf.path for leaf in candidate.leaves] == target_paths:
             differing = changes = 0
             for before, after in zip(candidate.leaves, target.leaves):
                 found = _leaf_changes(before, after)

@@ -33,8 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=24, help="training steps (default 24)")
     parser.add_argument("--sizes", type=int, default=8, help="distinct batch sizes (default 8)")
     parser.add_argument("--loop-jits", type=int, default=8, help="steps that jit a new lambda (default 8)")
-    parser.add_argument("--pause", type=float, default=0.0,
-                        help="seconds to wait after each step, to spread the storm over time (default 0)")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=0.0,
+        help="seconds to wait after each step, to spread the storm over time (default 0)",
+    )
     args = parser.parse_args(argv)
 
     key = jax.random.PRNGKey(0)

@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/ensure-ops-tools.sh
 bash scripts/ensure-browser.sh
-.venv/bin/ruff check cachewatch server tests benchmarks examples migrations deploy
+LINTED="cachewatch server tests benchmarks examples migrations deploy"
+.venv/bin/ruff check $LINTED
+.venv/bin/ruff format --check $LINTED
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 exec .venv/bin/python -m pytest "$@"

@@ -48,8 +48,11 @@ def _check_bearer(request: Request, expected: str | None) -> None:
         return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected.encode()):
-        raise HTTPException(status_code=401, detail="missing or wrong bearer token: send the header "
-                            "'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            status_code=401,
+            detail="missing or wrong bearer token: send the header 'Authorization: Bearer <token>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
 
 def _write_auth(request: Request, settings: Settings) -> None:
@@ -79,8 +82,9 @@ def parse_time(name: str, value: str | None) -> float | None:
         try:
             when = dt.datetime.fromisoformat(value)
         except ValueError:
-            raise invalid(("query", name), "expected epoch seconds or an ISO 8601 time such as "
-                          "2026-11-22T01:00:00Z", value) from None
+            raise invalid(
+                ("query", name), "expected epoch seconds or an ISO 8601 time such as 2026-11-22T01:00:00Z", value
+            ) from None
         if when.tzinfo is None:
             when = when.replace(tzinfo=dt.timezone.utc)
         seconds = when.timestamp()
@@ -91,10 +95,12 @@ def parse_time(name: str, value: str | None) -> float | None:
 
 def _filters(
     run_id: Annotated[str | None, Query(max_length=32, description="Only this run.")] = None,
-    since: Annotated[str | None, Query(max_length=64, description="From this time on (inclusive): epoch "
-                                       "seconds or ISO 8601.")] = None,
-    until: Annotated[str | None, Query(max_length=64, description="Before this time (exclusive): epoch "
-                                       "seconds or ISO 8601.")] = None,
+    since: Annotated[
+        str | None, Query(max_length=64, description="From this time on (inclusive): epoch seconds or ISO 8601.")
+    ] = None,
+    until: Annotated[
+        str | None, Query(max_length=64, description="Before this time (exclusive): epoch seconds or ISO 8601.")
+    ] = None,
 ) -> Filters:
     return Filters(run_id=run_id or None, since=parse_time("since", since), until=parse_time("until", until))
 
@@ -110,10 +116,10 @@ class PageParams:
 
 def _page(
     settings: Settings,
-    limit: Annotated[int, Query(ge=1, description="Most rows in this page (bounded by the server's "
-                                "max_page_size).")] = 100,
-    cursor: Annotated[str | None, Query(max_length=512, description="The `next_cursor` of the previous "
-                                        "page.")] = None,
+    limit: Annotated[
+        int, Query(ge=1, description="Most rows in this page (bounded by the server's max_page_size).")
+    ] = 100,
+    cursor: Annotated[str | None, Query(max_length=512, description="The `next_cursor` of the previous page.")] = None,
 ) -> PageParams:
     if limit > settings.max_page_size:
         raise invalid(("query", "limit"), f"at most {settings.max_page_size} rows per page", limit)
@@ -138,6 +144,9 @@ def decode_cursor(kind: str, cursor: str | None) -> Any:
     except (binascii.Error, ValueError, TypeError):
         found, position = None, None
     if found != kind:
-        raise invalid(("query", "cursor"), "not a cursor of this listing; pass the next_cursor of the "
-                      "previous page unchanged", cursor)
+        raise invalid(
+            ("query", "cursor"),
+            "not a cursor of this listing; pass the next_cursor of the previous page unchanged",
+            cursor,
+        )
     return position

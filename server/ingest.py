@@ -34,11 +34,14 @@ class IngestCounters:
     """
 
     def __init__(self, registry: CollectorRegistry | None):
-        self.batches = Counter("cachewatch_ingest_rejected_batches", "Ingest batches refused (invalid, "
-                               "oversized, or refused by the store); nothing of them was stored.",
-                               registry=registry)
-        self.events = Counter("cachewatch_ingest_rejected_events", "Events in refused ingest batches.",
-                              registry=registry)
+        self.batches = Counter(
+            "cachewatch_ingest_rejected_batches",
+            "Ingest batches refused (invalid, oversized, or refused by the store); nothing of them was stored.",
+            registry=registry,
+        )
+        self.events = Counter(
+            "cachewatch_ingest_rejected_events", "Events in refused ingest batches.", registry=registry
+        )
 
     def rejected(self, events: int) -> None:
         self.batches.inc()
@@ -55,8 +58,7 @@ def parse(body: bytes) -> BatchIn:
             data = orjson.loads(body)  # only to count the events refused
         except orjson.JSONDecodeError:
             data = None
-        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()],
-                                     body=data) from None
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()], body=data) from None
 
 
 def accept(body: bytes, max_events: int, url: str, counters: IngestCounters) -> dict[str, Any]:
@@ -74,21 +76,29 @@ def check(batch: BatchIn, max_events: int) -> None:
     """Refuse what the schema alone cannot: sizes from settings, and rows of another run."""
     for name, rows in (("events", batch.events), ("stats", batch.stats)):
         if len(rows) > max_events:
-            raise invalid(("body", name), f"{len(rows)} rows in one batch; at most {max_events} "
-                          "(send smaller batches)", len(rows))
+            raise invalid(
+                ("body", name), f"{len(rows)} rows in one batch; at most {max_events} (send smaller batches)", len(rows)
+            )
     run_id = batch.run.run_id
     for name, rows in (("events", batch.events), ("stats", batch.stats)):
         for i, row in enumerate(rows):
             if row.run_id != run_id:
-                raise invalid(("body", name, i, "run_id"), f"must equal run.run_id ({run_id!r}); send "
-                              "one batch per run", row.run_id)
+                raise invalid(
+                    ("body", name, i, "run_id"),
+                    f"must equal run.run_id ({run_id!r}); send one batch per run",
+                    row.run_id,
+                )
             if row.function_hash is not None and row.function_hash != row.function.function_hash:
-                raise invalid(("body", name, i, "function_hash"), "must equal function.function_hash",
-                              row.function_hash)
+                raise invalid(
+                    ("body", name, i, "function_hash"), "must equal function.function_hash", row.function_hash
+                )
     for i, row in enumerate(batch.events):
         if row.eager_run_seconds is not None and row.compiled_run_seconds is None:
-            raise invalid(("body", "events", i, "eager_run_seconds"), "comes with compiled_run_seconds (the "
-                          "two runs are measured together)", row.eager_run_seconds)
+            raise invalid(
+                ("body", "events", i, "eager_run_seconds"),
+                "comes with compiled_run_seconds (the two runs are measured together)",
+                row.eager_run_seconds,
+            )
     # No check of sampled calls against calls: a function's statistics come as one row per
     # sampled signature (its calls on the first), and a call counted just before one flush
     # may be timed just after it, so a batch can rightly hold more samples than calls.
@@ -102,18 +112,27 @@ def store(url: str, batch: BatchIn) -> dict[str, Any]:
     events = [_strip_nul_values(row) for row in events]
     with enginemod.connection(url, ensure=False) as conn:
         if conn.dialect.name == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
-                         {"key": "cachewatch-ingest:" + batch.run.run_id})
+            conn.execute(
+                sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
+                {"key": "cachewatch-ingest:" + batch.run.run_id},
+            )
         new_stats = _new_stats(conn, batch.run.run_id, stats)
         stored = len(sinks.write_rows(conn, runs, functions, events, new_stats, dropped=batch.dropped))
-    return {"batch_id": batch.batch_id, "events": len(events), "stored_events": stored,
-            "duplicate_events": len(events) - stored, "stats": len(stats), "stored_stats": len(new_stats),
-            "duplicate_stats": len(stats) - len(new_stats)}
+    return {
+        "batch_id": batch.batch_id,
+        "events": len(events),
+        "stored_events": stored,
+        "duplicate_events": len(events) - stored,
+        "stats": len(stats),
+        "stored_stats": len(new_stats),
+        "duplicate_stats": len(stats) - len(new_stats),
+    }
 
 
 # Columns the schema carries (function_hash comes from the nested function).
-_STATS_FIELDS = tuple(c.name for c in models.call_stats.c
-                      if c.name in CallStatsIn.model_fields and c.name != "function_hash")
+_STATS_FIELDS = tuple(
+    c.name for c in models.call_stats.c if c.name in CallStatsIn.model_fields and c.name != "function_hash"
+)
 
 
 def table_rows(batch: BatchIn) -> tuple[list[dict], list[dict], list[tuple], list[dict]]:
@@ -172,13 +191,23 @@ def _new_stats(conn: sa.Connection, run_id: str, rows: list[dict]) -> list[dict]
     existing: set[tuple[str, float, str]] = set()
     half = _CHUNK // 2
     for start in range(0, len(hashes), half):
-        existing.update((r.function_hash, r.timestamp, r.signature_hash) for r in conn.execute(
-            sa.select(s.c.function_hash, s.c.timestamp, s.c.signature_hash)
-            .where(s.c.function_hash.in_(hashes[start:start + half]), s.c.timestamp.in_(stamps[:half]),
-                   s.c.run_id == run_id)))
+        existing.update(
+            (r.function_hash, r.timestamp, r.signature_hash)
+            for r in conn.execute(
+                sa.select(s.c.function_hash, s.c.timestamp, s.c.signature_hash).where(
+                    s.c.function_hash.in_(hashes[start : start + half]),
+                    s.c.timestamp.in_(stamps[:half]),
+                    s.c.run_id == run_id,
+                )
+            )
+        )
     if len(stamps) > half:  # not what a recorder sends: fall back to the run's rows
-        existing.update((r.function_hash, r.timestamp, r.signature_hash) for r in conn.execute(
-            sa.select(s.c.function_hash, s.c.timestamp, s.c.signature_hash).where(s.c.run_id == run_id)))
+        existing.update(
+            (r.function_hash, r.timestamp, r.signature_hash)
+            for r in conn.execute(
+                sa.select(s.c.function_hash, s.c.timestamp, s.c.signature_hash).where(s.c.run_id == run_id)
+            )
+        )
     fresh = []
     for row in rows:
         key = (row["function_hash"], row["timestamp"], row.get("signature_hash") or "")

@@ -69,10 +69,16 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     # The API's description (/openapi.json, /docs) asks for the read token like the API it
     # describes: the built-in routes would answer anyone.
-    app = FastAPI(title="cachewatch", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None,
-                  description="Why did jax.jit compile, and what did it cost? Batch ingest from "
-                  "cachewatch recorders, per-function compile history, storms, and Prometheus metrics.")
+    app = FastAPI(
+        title="cachewatch",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        description="Why did jax.jit compile, and what did it cost? Batch ingest from "
+        "cachewatch recorders, per-function compile history, storms, and Prometheus metrics.",
+    )
     app.state.settings = settings
     app.state.registry = registry
     app.state.counters = counters
@@ -121,8 +127,11 @@ async def _store_error(request: Request, exc: Exception) -> JSONResponse:
             request.app.state.counters.rejected(0)
         return JSONResponse(status_code=422, content={"detail": f"the store refused the batch: {exc}"})
     logger.warning("store error on %s %s: %s", request.method, request.url.path, exc)
-    return JSONResponse(status_code=503, headers={"Retry-After": "5"},
-                        content={"detail": f"the store is unavailable, retry later: {exc}"})
+    return JSONResponse(
+        status_code=503,
+        headers={"Retry-After": "5"},
+        content={"detail": f"the store is unavailable, retry later: {exc}"},
+    )
 
 
 def _where(loc: Any) -> str:
@@ -136,8 +145,7 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     if _is_ingest(request) and isinstance(body, dict):
         events_in = body.get("events")
         request.app.state.counters.rejected(len(events_in) if isinstance(events_in, list) else 0)
-    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-              for e in errors]
+    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in errors]
     lines = [f"{_where(e['loc'])}: {e['msg']}" for e in detail[:5]]
     if len(detail) > 5:
         lines.append(f"and {len(detail) - 5} more")
@@ -170,8 +178,10 @@ def serve(store: str | None = None, host: str = "127.0.0.1", port: int = 8000, w
     enginemod.ensure_schema(settings.store)
     enginemod.dispose_engines()
     if host not in _LOOPBACK and settings.write_token is None:
-        logger.warning("cachewatch serve listens on %s without CACHEWATCH_WRITE_TOKEN: anyone who can reach "
-                       "it can write events", host)
+        logger.warning(
+            "cachewatch serve listens on %s without CACHEWATCH_WRITE_TOKEN: anyone who can reach it can write events",
+            host,
+        )
     if workers == 1:
         uvicorn.run(create_app(settings), host=host, port=port)
         return 0

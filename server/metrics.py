@@ -101,15 +101,17 @@ class _Store:
 def _read_store(conn: sa.Connection) -> _Store:
     f, c, m = models.function_compile_totals, models.function_call_totals, models.metric_labels
     seconds, compiles, events = {}, {}, 0
-    for function_hash, n, live, n_compiles, cost in enginemod.fetch_tuples(conn, sa.select(
-            f.c.function_hash, f.c.events, f.c.live_events, f.c.compiles, f.c.cost_seconds)):
+    for function_hash, n, live, n_compiles, cost in enginemod.fetch_tuples(
+        conn, sa.select(f.c.function_hash, f.c.events, f.c.live_events, f.c.compiles, f.c.cost_seconds)
+    ):
         events += int(n)
         if live:
             seconds[function_hash] = float(cost or 0.0)
             compiles[function_hash] = int(n_compiles or 0)
     calls, run_now = {}, {}
     for function_hash, n, run_seconds, per_call in enginemod.fetch_tuples(
-            conn, sa.select(c.c.function_hash, c.c.calls, c.c.run_seconds, c.c.run_seconds_per_call)):
+        conn, sa.select(c.c.function_hash, c.c.calls, c.c.run_seconds, c.c.run_seconds_per_call)
+    ):
         calls[function_hash] = (int(n or 0), float(run_seconds or 0.0), per_call is not None)
         if per_call is not None:
             run_now[function_hash] = int(n or 0) * float(per_call)
@@ -122,20 +124,21 @@ def _detail(conn: sa.Connection, hashes: list[str]) -> dict[str, Series]:
     t, h = models.function_totals, models.function_cost_buckets
     out = {function_hash: Series() for function_hash in hashes}
     for start in range(0, len(hashes), 500):
-        chunk = hashes[start:start + 500]
+        chunk = hashes[start : start + 500]
         for function_hash, cause, n in conn.execute(
-                sa.select(t.c.function_hash, t.c.cause, sa.func.sum(t.c.events))
-                .where(t.c.kind != STALE_CAPTURE, t.c.compiled, t.c.function_hash.in_(chunk))
-                .group_by(t.c.function_hash, t.c.cause)):
+            sa.select(t.c.function_hash, t.c.cause, sa.func.sum(t.c.events))
+            .where(t.c.kind != STALE_CAPTURE, t.c.compiled, t.c.function_hash.in_(chunk))
+            .group_by(t.c.function_hash, t.c.cause)
+        ):
             out[function_hash].compiles[cause] += int(n)
         for function_hash, bucket_index, n in conn.execute(
-                sa.select(h.c.function_hash, h.c.bucket, h.c.events).where(h.c.function_hash.in_(chunk))):
+            sa.select(h.c.function_hash, h.c.bucket, h.c.events).where(h.c.function_hash.in_(chunk))
+        ):
             out[function_hash].buckets[int(bucket_index)] += int(n)
     return out
 
 
-def _choose_label(info: tuple[str, str, str], function_hash: str, taken: set[str],
-                  names: collections.Counter) -> str:
+def _choose_label(info: tuple[str, str, str], function_hash: str, taken: set[str], names: collections.Counter) -> str:
     """The short name; with the module when another function shares it; with the hash
     when even that is taken (two versions of one function's source)."""
     name, qualname, module = info
@@ -165,8 +168,12 @@ def decide_labels(url: str, top_n: int, now: float | None = None) -> int:
         if not undecided:
             return 0
         fn = models.functions
-        infos = {h: (name, qualname, module or "") for h, name, qualname, module in
-                 conn.execute(sa.select(fn.c.function_hash, fn.c.name, fn.c.qualname, fn.c.module))}
+        infos = {
+            h: (name, qualname, module or "")
+            for h, name, qualname, module in conn.execute(
+                sa.select(fn.c.function_hash, fn.c.name, fn.c.qualname, fn.c.module)
+            )
+        }
         names = collections.Counter(short_name(q) or n or h[:12] for h, (n, q, _m) in infos.items())
         taken = {label for label in store.labels.values() if label is not None}
         decided_at = time.time() if now is None else now
@@ -207,8 +214,9 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
         # on the order, so it never wobbles down.
         other = snap.other = Series()
         c, b = models.cause_totals, models.cost_bucket_totals
-        for cause, n in enginemod.fetch_tuples(conn, sa.select(c.c.cause, c.c.events)
-                                               .where(c.c.kind != STALE_CAPTURE, c.c.compiled)):
+        for cause, n in enginemod.fetch_tuples(
+            conn, sa.select(c.c.cause, c.c.events).where(c.c.kind != STALE_CAPTURE, c.c.compiled)
+        ):
             other.compiles[cause] += int(n)
         for bucket_index, n in enginemod.fetch_tuples(conn, sa.select(b.c.bucket, b.c.events)):
             other.buckets[int(bucket_index)] += int(n)
@@ -221,13 +229,21 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
         other.run_seconds = math.fsum(store.calls.get(h, (0, 0.0, False))[1] for h in in_other)
         measured = [h for h in in_other if store.calls.get(h, (0, 0.0, False))[2]]
         other.measured = bool(measured)
-        snap.other_share = _share(math.fsum(store.seconds.get(h, 0.0) for h in measured),
-                                  math.fsum(store.run_now.get(h, 0.0) for h in measured))
+        snap.other_share = _share(
+            math.fsum(store.seconds.get(h, 0.0) for h in measured),
+            math.fsum(store.run_now.get(h, 0.0) for h in measured),
+        )
 
     d = models.run_drops
     snap.client_dropped = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(d.c.dropped), 0))).scalar_one())
-    for storm in queries.storms(conn, queries.Filters(), threshold=settings.storm_threshold,
-                                window=settings.storm_window, active_only=True, now=now):
+    for storm in queries.storms(
+        conn,
+        queries.Filters(),
+        threshold=settings.storm_threshold,
+        window=settings.storm_window,
+        active_only=True,
+        now=now,
+    ):
         label = store.labels.get(storm["function_hash"], "")
         if label:
             snap.labeled[label].storming = True
@@ -278,9 +294,12 @@ class StoreCollector:
             return
         up.add_metric([], 1)
         yield up
-        dropped = CounterMetricFamily("cachewatch_events_dropped", "Events the recorders lost before they "
-                                      "reached the store (queue or spool full, batch refused), as they "
-                                      "reported them to the store.")
+        dropped = CounterMetricFamily(
+            "cachewatch_events_dropped",
+            "Events the recorders lost before they "
+            "reached the store (queue or spool full, batch refused), as they "
+            "reported them to the store.",
+        )
         dropped.add_metric([], snap.client_dropped)
         yield dropped
         yield from families(snap)
@@ -290,16 +309,18 @@ class StoreCollector:
 def families(snap: Snapshot) -> Iterator[Metric]:
     shown = sorted(snap.labeled.items()) + ([(OTHER, snap.other)] if snap.other is not None else [])
 
-    compiles = CounterMetricFamily("cachewatch_compiles", "Compiles by function and cause.",
-                                   labels=["function", "cause"])
+    compiles = CounterMetricFamily(
+        "cachewatch_compiles", "Compiles by function and cause.", labels=["function", "cause"]
+    )
     for label, series in shown:
         for cause, n in sorted(series.compiles.items()):
             if n > 0:
                 compiles.add_metric([label, cause], n)
     yield compiles
 
-    histogram = HistogramMetricFamily("cachewatch_compile_seconds", "Trace + lowering + compile seconds "
-                                      "per event.", labels=["function"])
+    histogram = HistogramMetricFamily(
+        "cachewatch_compile_seconds", "Trace + lowering + compile seconds per event.", labels=["function"]
+    )
     for label, series in shown:
         cumulative, running = [], 0
         for n in series.buckets:
@@ -311,27 +332,38 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     yield histogram
 
     calls = CounterMetricFamily("cachewatch_calls", "Calls by function.", labels=["function"])
-    run = CounterMetricFamily("cachewatch_run_seconds", "Estimated run seconds by function (each batch of "
-                              "calls valued at the run time of one call known when it was stored).",
-                              labels=["function"])
+    run = CounterMetricFamily(
+        "cachewatch_run_seconds",
+        "Estimated run seconds by function (each batch of "
+        "calls valued at the run time of one call known when it was stored).",
+        labels=["function"],
+    )
     for label, series in shown:
         calls.add_metric([label], series.calls)
         run.add_metric([label], series.run_seconds)
     yield calls
     yield run
 
-    share = GaugeMetricFamily("cachewatch_compile_share_ratio", "Compile seconds over compile plus "
-                              "estimated run seconds (calls times the run time of one call), for functions "
-                              "with a timed call; as `cachewatch report` shows it.", labels=["function"])
+    share = GaugeMetricFamily(
+        "cachewatch_compile_share_ratio",
+        "Compile seconds over compile plus "
+        "estimated run seconds (calls times the run time of one call), for functions "
+        "with a timed call; as `cachewatch report` shows it.",
+        labels=["function"],
+    )
     for label, series in shown:
-        value = snap.other_share if label == OTHER else (
-            _share(series.seconds, series.run_now) if series.measured else None)
+        value = (
+            snap.other_share
+            if label == OTHER
+            else (_share(series.seconds, series.run_now) if series.measured else None)
+        )
         if value is not None:
             share.add_metric([label], value)
     yield share
 
-    storm = GaugeMetricFamily("cachewatch_storm_active", "1 while the function is in a recompilation "
-                              "storm.", labels=["function"])
+    storm = GaugeMetricFamily(
+        "cachewatch_storm_active", "1 while the function is in a recompilation storm.", labels=["function"]
+    )
     for label, series in shown:
         storm.add_metric([label], 1.0 if series.storming else 0.0)
     yield storm
@@ -357,18 +389,26 @@ def fleet_and_cache_families(settings: ServerSettings) -> Iterator[Metric]:
     except Exception as exc:
         logger.warning("metrics: cannot read jobs or cache totals: %s", exc)
         return
-    requests = CounterMetricFamily("cachewatch_persistent_cache_requests", "Compiles that asked JAX's "
-                                   "persistent compilation cache, by result.", labels=["result"])
+    requests = CounterMetricFamily(
+        "cachewatch_persistent_cache_requests",
+        "Compiles that asked JAX's persistent compilation cache, by result.",
+        labels=["result"],
+    )
     for result in ("hit", "miss"):
         requests.add_metric([result], cache.get(result, 0))
     yield requests
-    saved_family = CounterMetricFamily("cachewatch_persistent_cache_saved_seconds", "Compile seconds the "
-                                       "persistent compilation cache saved (JAX's own estimate).")
+    saved_family = CounterMetricFamily(
+        "cachewatch_persistent_cache_saved_seconds",
+        "Compile seconds the persistent compilation cache saved (JAX's own estimate).",
+    )
     saved_family.add_metric([], float(saved or 0.0))
     yield saved_family
-    divergence = GaugeMetricFamily("cachewatch_rank_divergence", "Ranks of the job that compiled a signature "
-                                   "the other ranks did not, or compiled it more often (0: the ranks agree).",
-                                   labels=["job"])
+    divergence = GaugeMetricFamily(
+        "cachewatch_rank_divergence",
+        "Ranks of the job that compiled a signature "
+        "the other ranks did not, or compiled it more often (0: the ranks agree).",
+        labels=["job"],
+    )
     for job, report in jobs.items():
         if report is not None:
             divergence.add_metric([job], float(len(report["divergent_ranks"])))

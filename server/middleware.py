@@ -35,8 +35,11 @@ class BodyLimit:
         received = 0
 
         def too_large() -> HTTPException:
-            return HTTPException(status_code=413, detail=f"request body larger than {limit} bytes; send "
-                                 "smaller batches (the limit is CACHEWATCH_MAX_BODY_BYTES)")
+            return HTTPException(
+                status_code=413,
+                detail=f"request body larger than {limit} bytes; send "
+                "smaller batches (the limit is CACHEWATCH_MAX_BODY_BYTES)",
+            )
 
         async def limited() -> Message:
             nonlocal received
@@ -65,11 +68,16 @@ class RequestMetrics:
         """The two metrics, registered once per app on its own registry (none in multiprocess
         mode, where a scrape reads every worker's files instead)."""
         return {
-            "requests": Counter("cachewatch_http_requests", "HTTP requests served.",
-                                ["method", "route", "status"], registry=registry),
-            "duration": Histogram("cachewatch_http_request_duration_seconds", "Time to serve an HTTP request.",
-                                  ["method", "route"], registry=registry,
-                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)),
+            "requests": Counter(
+                "cachewatch_http_requests", "HTTP requests served.", ["method", "route", "status"], registry=registry
+            ),
+            "duration": Histogram(
+                "cachewatch_http_request_duration_seconds",
+                "Time to serve an HTTP request.",
+                ["method", "route"],
+                registry=registry,
+                buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            ),
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

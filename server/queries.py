@@ -33,8 +33,9 @@ def function_rows(conn: sa.Connection, filters: Filters) -> list[dict[str, Any]]
     return storequeries.function_report(conn, filters)
 
 
-def function_page(conn: sa.Connection, filters: Filters, q: str | None, offset: int,
-                  limit: int) -> tuple[list[dict[str, Any]], bool]:
+def function_page(
+    conn: sa.Connection, filters: Filters, q: str | None, offset: int, limit: int
+) -> tuple[list[dict[str, Any]], bool]:
     """One page of report rows (most compile seconds first) and whether more follow.
 
     Over the whole store the page's functions are chosen in SQL from the totals, and
@@ -46,17 +47,26 @@ def function_page(conn: sa.Connection, filters: Filters, q: str | None, offset: 
         if q:
             needle = q.lower()
             rows = [r for r in rows if needle in r["qualname"].lower() or needle in r["name"].lower()]
-        return rows[offset:offset + limit], offset + limit < len(rows)
+        return rows[offset : offset + limit], offset + limit < len(rows)
     t, f = models.function_totals, models.functions
     cost = sa.func.sum(sa.case((t.c.kind != STALE_CAPTURE, t.c.cost_seconds), else_=0.0)).label("cost")
-    chosen = (sa.select(t.c.function_hash, cost, f.c.qualname).join(f, f.c.function_hash == t.c.function_hash)
-              .group_by(t.c.function_hash, f.c.qualname))
+    chosen = (
+        sa.select(t.c.function_hash, cost, f.c.qualname)
+        .join(f, f.c.function_hash == t.c.function_hash)
+        .group_by(t.c.function_hash, f.c.qualname)
+    )
     if q:
         needle = q.lower()
-        chosen = chosen.where(sa.or_(sa.func.lower(f.c.qualname).contains(needle, autoescape=True),
-                                     sa.func.lower(f.c.name).contains(needle, autoescape=True)))
-    hashes = [r.function_hash for r in conn.execute(
-        chosen.order_by(cost.desc(), f.c.qualname).offset(offset).limit(limit + 1))]
+        chosen = chosen.where(
+            sa.or_(
+                sa.func.lower(f.c.qualname).contains(needle, autoescape=True),
+                sa.func.lower(f.c.name).contains(needle, autoescape=True),
+            )
+        )
+    hashes = [
+        r.function_hash
+        for r in conn.execute(chosen.order_by(cost.desc(), f.c.qualname).offset(offset).limit(limit + 1))
+    ]
     rows = storequeries.function_report(conn, filters, function_hashes=hashes[:limit]) if hashes else []
     return rows, len(hashes) > limit
 
@@ -64,22 +74,28 @@ def function_page(conn: sa.Connection, filters: Filters, q: str | None, offset: 
 _EVENT_COLUMNS = [c for c in models.compile_events.c if c.name != "id"]
 
 
-def event_rows(conn: sa.Connection, function_hash: str, filters: Filters, limit: int,
-               after: tuple[float, int] | None = None) -> list[dict[str, Any]]:
+def event_rows(
+    conn: sa.Connection, function_hash: str, filters: Filters, limit: int, after: tuple[float, int] | None = None
+) -> list[dict[str, Any]]:
     """One function's events in time order (ties by id), with its name; ``after`` pages on.
 
     Ordered by (timestamp, id) rather than id alone so the (function_hash, timestamp)
     index serves the order: a busy function's page needs no sort of all its events.
     """
     e, f = models.compile_events, models.functions
-    q = filters.apply(e, sa.select(e.c.id, *_EVENT_COLUMNS, f.c.name, f.c.qualname)
-                      .join(f, f.c.function_hash == e.c.function_hash)
-                      .where(e.c.function_hash == function_hash))
+    q = filters.apply(
+        e,
+        sa.select(e.c.id, *_EVENT_COLUMNS, f.c.name, f.c.qualname)
+        .join(f, f.c.function_hash == e.c.function_hash)
+        .where(e.c.function_hash == function_hash),
+    )
     if after is not None:
         timestamp, last_id = after
         # The redundant `>=` lets the planner start the index range at the cursor.
-        q = q.where(e.c.timestamp >= timestamp,
-                    sa.or_(e.c.timestamp > timestamp, sa.and_(e.c.timestamp == timestamp, e.c.id > last_id)))
+        q = q.where(
+            e.c.timestamp >= timestamp,
+            sa.or_(e.c.timestamp > timestamp, sa.and_(e.c.timestamp == timestamp, e.c.id > last_id)),
+        )
     return [dict(r._mapping) for r in conn.execute(q.order_by(e.c.timestamp, e.c.id).limit(limit))]
 
 
@@ -97,17 +113,41 @@ def function_row(conn: sa.Connection, function_hash: str, filters: Filters) -> d
     rows = storequeries.function_report(conn, filters, function_hashes=[function_hash])
     if rows:
         return rows[0]
-    return {"name": info.name, "qualname": info.qualname, "module": info.module, "file": info.file,
-            "line": info.line, "function_hash": function_hash, "traces": 0, "compiles": 0, "recompiles": 0,
-            "causes": {}, "dominant_cause": None, "stale_captures": 0, "compile_seconds": 0.0, "calls": 0,
-            "sampled_calls": 0, "run_seconds_mean": None, "run_seconds_est": None, "compile_share": None,
-            "run_time_note": "never called",
-            "first_compile": None, "last_compile": None}
+    return {
+        "name": info.name,
+        "qualname": info.qualname,
+        "module": info.module,
+        "file": info.file,
+        "line": info.line,
+        "function_hash": function_hash,
+        "traces": 0,
+        "compiles": 0,
+        "recompiles": 0,
+        "causes": {},
+        "dominant_cause": None,
+        "stale_captures": 0,
+        "compile_seconds": 0.0,
+        "calls": 0,
+        "sampled_calls": 0,
+        "run_seconds_mean": None,
+        "run_seconds_est": None,
+        "compile_share": None,
+        "run_time_note": "never called",
+        "first_compile": None,
+        "last_compile": None,
+    }
 
 
-def storms(conn: sa.Connection, filters: Filters, *, threshold: int, window: float,
-           function_hashes: list[str] | None = None, active_only: bool = False,
-           now: float | None = None) -> list[dict[str, Any]]:
+def storms(
+    conn: sa.Connection,
+    filters: Filters,
+    *,
+    threshold: int,
+    window: float,
+    function_hashes: list[str] | None = None,
+    active_only: bool = False,
+    now: float | None = None,
+) -> list[dict[str, Any]]:
     """Storms, newest first. With ``active_only`` only recent events are read.
 
     A storm is active when its last compile is within ``window`` of now, and the
@@ -117,30 +157,40 @@ def storms(conn: sa.Connection, filters: Filters, *, threshold: int, window: flo
     now = time.time() if now is None else now
     if active_only:
         horizon = now - 2 * window
-        filters = Filters(run_id=filters.run_id, until=filters.until,
-                          since=horizon if filters.since is None else max(filters.since, horizon))
-    found = analysis.detect_storms(conn, filters, threshold=threshold, window=window, now=now,
-                                   function_hashes=function_hashes)
+        filters = Filters(
+            run_id=filters.run_id,
+            until=filters.until,
+            since=horizon if filters.since is None else max(filters.since, horizon),
+        )
+    found = analysis.detect_storms(
+        conn, filters, threshold=threshold, window=window, now=now, function_hashes=function_hashes
+    )
     return [s for s in found if s["active"]] if active_only else found
 
 
-def run_rows(conn: sa.Connection, filters: Filters, limit: int,
-             after: tuple[float, str] | None = None) -> list[dict[str, Any]]:
+def run_rows(
+    conn: sa.Connection, filters: Filters, limit: int, after: tuple[float, str] | None = None
+) -> list[dict[str, Any]]:
     """Runs, newest first, with their event counts; ``since``/``until`` apply to the start time."""
     r = models.runs
     q = filters.apply_to_runs(sa.select(r))
     if after is not None:
         started, run_id = after
         q = q.where(sa.or_(r.c.started_at < started, sa.and_(r.c.started_at == started, r.c.run_id < run_id)))
-    rows = [dict(row._mapping) for row in conn.execute(
-        q.order_by(r.c.started_at.desc(), r.c.run_id.desc()).limit(limit))]
+    rows = [
+        dict(row._mapping) for row in conn.execute(q.order_by(r.c.started_at.desc(), r.c.run_id.desc()).limit(limit))
+    ]
     if not rows:
         return rows
     totals = models.run_totals
-    counts = {row.run_id: row for row in conn.execute(
-        sa.select(totals.c.run_id, totals.c.events, totals.c.compiles,
-                  totals.c.cost_seconds.label("compile_seconds"))
-        .where(totals.c.run_id.in_([row["run_id"] for row in rows])))}
+    counts = {
+        row.run_id: row
+        for row in conn.execute(
+            sa.select(
+                totals.c.run_id, totals.c.events, totals.c.compiles, totals.c.cost_seconds.label("compile_seconds")
+            ).where(totals.c.run_id.in_([row["run_id"] for row in rows]))
+        )
+    }
     for row in rows:
         found = counts.get(row["run_id"])
         row["devices"] = list(row.get("devices") or [])
@@ -159,8 +209,11 @@ def _grouped(conn: sa.Connection, filters: Filters, *columns: str) -> list[tuple
     if filters.run_id is None and filters.since is None and filters.until is None:
         t = models.function_totals
         keys = [t.c[c] for c in columns]
-        q = sa.select(*keys, sa.func.sum(t.c.events),
-                      sa.func.sum(sa.case((t.c.kind != STALE_CAPTURE, t.c.cost_seconds), else_=0.0)))
+        q = sa.select(
+            *keys,
+            sa.func.sum(t.c.events),
+            sa.func.sum(sa.case((t.c.kind != STALE_CAPTURE, t.c.cost_seconds), else_=0.0)),
+        )
     else:
         e = models.compile_events
         keys = [e.c[c] for c in columns]
@@ -200,8 +253,9 @@ def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: fl
             totals["compiles"] += n
             if cause != "first_call":
                 totals["recompiles"] += n
-    compile_by_function = {function_hash: float(cost or 0.0)
-                           for function_hash, _, cost in _grouped(conn, filters, "function_hash")}
+    compile_by_function = {
+        function_hash: float(cost or 0.0) for function_hash, _, cost in _grouped(conn, filters, "function_hash")
+    }
     calls = 0
     run_total = 0.0
     measured_compile = 0.0
@@ -218,7 +272,8 @@ def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: fl
     note = None
     if not measured:
         note = storequeries.run_time_note(
-            storequeries.CallTotals("", calls, 0, 0.0, None, unsampled), totals["compiles"])
+            storequeries.CallTotals("", calls, 0, 0.0, None, unsampled), totals["compiles"]
+        )
     active = storms(conn, filters, threshold=threshold, window=window, active_only=True)
     return {
         "functions": len(compile_by_function),

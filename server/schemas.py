@@ -13,16 +13,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from cachewatch.events import (CAUSES, KINDS, MAX_COUNT, MAX_MEASURE, MAX_SECONDS, MAX_TIMESTAMP,
-                               MIN_TIMESTAMP)
+from cachewatch.events import CAUSES, KINDS, MAX_COUNT, MAX_MEASURE, MAX_SECONDS, MAX_TIMESTAMP, MIN_TIMESTAMP
 
 Cause = Literal[CAUSES]  # type: ignore[valid-type]
 Kind = Literal[KINDS]  # type: ignore[valid-type]
 
 # Every measure is bounded (cachewatch.events): a value outside could not be shown or
 # summed, and one such row used to break every page that formatted it.
-Timestamp = Annotated[float, Field(ge=MIN_TIMESTAMP, lt=MAX_TIMESTAMP, allow_inf_nan=False,
-                                   description="Seconds since the epoch, between 2000 and 2100.")]
+Timestamp = Annotated[
+    float,
+    Field(
+        ge=MIN_TIMESTAMP,
+        lt=MAX_TIMESTAMP,
+        allow_inf_nan=False,
+        description="Seconds since the epoch, between 2000 and 2100.",
+    ),
+]
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 
 
@@ -34,8 +40,11 @@ def _finite_or_none(value: Any) -> Any:
     return value
 
 
-Seconds = Annotated[Annotated[float, Field(ge=0.0, le=MAX_SECONDS)] | None, BeforeValidator(_finite_or_none),
-                    Field(description="Seconds, at most a week; NaN or infinite reads as unknown (null).")]
+Seconds = Annotated[
+    Annotated[float, Field(ge=0.0, le=MAX_SECONDS)] | None,
+    BeforeValidator(_finite_or_none),
+    Field(description="Seconds, at most a week; NaN or infinite reads as unknown (null)."),
+]
 Measure = Annotated[Annotated[float, Field(ge=0.0, le=MAX_MEASURE)] | None, BeforeValidator(_finite_or_none)]
 
 
@@ -102,13 +111,15 @@ class EventIn(_In):
     hlo_ops: Annotated[int | None, Field(ge=0, le=2**31 - 1)] = None
     compiled_run_seconds: Seconds = None
     eager_run_seconds: Seconds = None
-    captured: Annotated[dict[str, Annotated[str, _text(4096)]] | None,
-                        Field(max_length=10_000, description="Globals and closure values read at trace time: "
-                              "name -> short summary.")] = None
+    captured: Annotated[
+        dict[str, Annotated[str, _text(4096)]] | None,
+        Field(max_length=10_000, description="Globals and closure values read at trace time: name -> short summary."),
+    ] = None
     warmup: Annotated[bool, Field(description="Made during the run's warm-up; never counted in a storm.")] = False
-    cache_key: Annotated[dict[str, Annotated[str, _text(512)]] | None,
-                         Field(max_length=64, description="Persistent compilation cache key, part -> short "
-                               "hash (and readable values).")] = None
+    cache_key: Annotated[
+        dict[str, Annotated[str, _text(512)]] | None,
+        Field(max_length=64, description="Persistent compilation cache key, part -> short hash (and readable values)."),
+    ] = None
 
 
 class CallStatsIn(_In):
@@ -120,24 +131,35 @@ class CallStatsIn(_In):
     sampled_calls: Count = 0
     sampled_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS * MAX_COUNT, allow_inf_nan=False)] = 0.0
     signature_hash: Annotated[str, _text(40)] = ""
-    run_buckets: Annotated[dict[Annotated[str, Field(pattern=r"^[0-9]{1,4}$")],
-                                Annotated[list[Count], Field(min_length=2, max_length=2)]] | None,
-                           Field(max_length=1000, description="Sampled run times of this signature: "
-                                 "log-spaced bucket -> [samples, calls they stand for].")] = None
+    run_buckets: Annotated[
+        dict[Annotated[str, Field(pattern=r"^[0-9]{1,4}$")], Annotated[list[Count], Field(min_length=2, max_length=2)]]
+        | None,
+        Field(
+            max_length=1000,
+            description="Sampled run times of this signature: log-spaced bucket -> [samples, calls they stand for].",
+        ),
+    ] = None
     sample_every: Annotated[Count | None, Field(description="The process's sampling setting (0: off).")] = None
 
 
 class BatchIn(_In):
     """One batch from a recorder: its run, compile events and call statistics."""
 
-    batch_id: Annotated[str | None, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$",
-                                          description="Client-made id of the batch; a retried batch "
-                                          "is stored once.")] = None
+    batch_id: Annotated[
+        str | None,
+        Field(
+            min_length=1,
+            max_length=64,
+            pattern=r"^[A-Za-z0-9_.-]+$",
+            description="Client-made id of the batch; a retried batch is stored once.",
+        ),
+    ] = None
     run: RunIn
     events: list[EventIn] = []
     stats: list[CallStatsIn] = []
-    dropped: Annotated[Count, Field(description="Events the client dropped since its previous batch "
-                                    "(queue full, spool full).")] = 0
+    dropped: Annotated[
+        Count, Field(description="Events the client dropped since its previous batch (queue full, spool full).")
+    ] = 0
 
 
 class IngestResult(BaseModel):
@@ -164,19 +186,25 @@ class FunctionOut(BaseModel):
     compiles: int
     recompiles: int = Field(description="Compiles whose cause is not first_call.")
     causes: dict[str, int] = Field(description="Cause -> number of events (stale captures not included).")
-    dominant_cause: str | None = Field(description="The most frequent cause other than first_call (first_call "
-                                       "when that is all); null without events.")
+    dominant_cause: str | None = Field(
+        description="The most frequent cause other than first_call (first_call when that is all); null without events."
+    )
     stale_captures: int = Field(0, description="Times a global read at trace time changed afterwards.")
     compile_seconds: float = Field(description="Trace + lowering + XLA compile seconds, summed.")
     calls: int
     sampled_calls: int
-    run_seconds_mean: float | None = Field(description="Run time of one call: the median of its sampled calls "
-                                           "per signature (log-spaced buckets), weighted by the calls each "
-                                           "signature's samples stand for.")
+    run_seconds_mean: float | None = Field(
+        description="Run time of one call: the median of its sampled calls "
+        "per signature (log-spaced buckets), weighted by the calls each "
+        "signature's samples stand for."
+    )
     run_seconds_est: float | None = Field(description="run_seconds_mean times calls.")
     compile_share: float | None = Field(description="compile_seconds / (compile_seconds + run_seconds_est).")
-    run_time_note: str | None = Field(None, description="Why there is no run time: \"never called\", "
-                                      "\"called only while compiling\", \"sampling off\", \"no call timed yet\".")
+    run_time_note: str | None = Field(
+        None,
+        description='Why there is no run time: "never called", '
+        '"called only while compiling", "sampling off", "no call timed yet".',
+    )
     first_compile: float | None
     last_compile: float | None
 
@@ -228,15 +256,13 @@ class VerdictOut(BaseModel):
     run_seconds_mean: float | None
     run_seconds_est: float | None = None
     compile_share: float | None = Field(None, description="The report's compile share, from the same numbers.")
-    eager_seconds_mean: float | None = Field(description="Op-by-op run time per call, when measured "
-                                             "(eager_baseline).")
+    eager_seconds_mean: float | None = Field(description="Op-by-op run time per call, when measured (eager_baseline).")
     compile_seconds_per_compile: float | None = None
     break_even_calls: int | None = Field(description="Calls after which the time saved repays one compile.")
     break_even_calls_total: int | None = Field(None, description="Calls after which it repays all the compiles.")
     jit_saves_seconds: float | None = Field(description="Eager total minus jit total (compiles + runs).")
     repaid: bool | None = Field(None, description="Whether the calls repaid the compiles (eager_baseline).")
-    signatures: list[SignatureVerdictOut] = Field([], description="Break-even per signature with an eager "
-                                                  "baseline.")
+    signatures: list[SignatureVerdictOut] = Field([], description="Break-even per signature with an eager baseline.")
     few_calls: bool = Field(description="Called at most a few times per compile.")
     worth_it: bool | None
     text: str
@@ -276,10 +302,8 @@ class RegressionOut(BaseModel):
 
 class DiagnosisOut(BaseModel):
     verdicts: dict[str, VerdictOut] = Field(description="By function hash: is jit worth it.")
-    cost_model: list[CostModelOut] = Field(description="Compile seconds against program size, fastest-growing "
-                                           "first.")
-    regressions: list[RegressionOut] = Field(description="Same function and signature compiling slower in a "
-                                             "later run.")
+    cost_model: list[CostModelOut] = Field(description="Compile seconds against program size, fastest-growing first.")
+    regressions: list[RegressionOut] = Field(description="Same function and signature compiling slower in a later run.")
 
 
 class EventOut(BaseModel):
@@ -316,9 +340,12 @@ class EventOut(BaseModel):
     captured: dict[str, str] | None = None
     warmup: bool = False
     cache_key: dict[str, str] | None = None
-    cache_miss: dict[str, Any] | None = Field(default=None, description="For a persistent-cache miss of a "
-                                              "function and signature stored in an earlier run: that run and "
-                                              "the parts of the cache key that changed.")
+    cache_miss: dict[str, Any] | None = Field(
+        default=None,
+        description="For a persistent-cache miss of a "
+        "function and signature stored in an earlier run: that run and "
+        "the parts of the cache key that changed.",
+    )
 
 
 class EventPage(BaseModel):
@@ -361,10 +388,13 @@ class Summary(BaseModel):
     stale_captures: int
     compile_seconds: float
     calls: int
-    run_seconds_est: float | None = Field(description="Sum of the functions' estimated run seconds (those "
-                                          "with a sampled run time).")
-    compile_share: float | None = Field(description="Compile seconds over compile plus estimated run seconds, "
-                                        "over the functions with a sampled run time.")
+    run_seconds_est: float | None = Field(
+        description="Sum of the functions' estimated run seconds (those with a sampled run time)."
+    )
+    compile_share: float | None = Field(
+        description="Compile seconds over compile plus estimated run seconds, "
+        "over the functions with a sampled run time."
+    )
     run_time_note: str | None = Field(None, description="Why no function has a run time (null when one has).")
     active_storms: int
     storm_threshold: int

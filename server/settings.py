@@ -30,21 +30,30 @@ class ServerSettings(BaseSettings):
     # The library reads other CACHEWATCH_* variables from the same environment.
     model_config = SettingsConfigDict(env_prefix="CACHEWATCH_", extra="ignore", frozen=True)
 
-    store: str = Field(default_factory=_default_store,
-                       description="Store URL: sqlite:///path or postgresql://user@host/db.")
-    write_token: SecretStr | None = Field(None, description="Bearer token required by POST /api/v1/events; "
-                                          "unset means ingest is open.")
-    read_token: SecretStr | None = Field(None, description="Bearer token required by the read API and "
-                                         "/metrics; unset means reads are open.")
-    metrics_top_n: int = Field(50, ge=1, le=1000, description="Functions with their own `function` label on "
-                               "/metrics (by all-time compiles); the rest are `other`.")
-    max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024,
-                                description="Largest request body accepted, in bytes.")
-    max_batch_events: int = Field(5000, ge=1, le=100_000, description="Most events (and most call-statistics "
-                                  "rows) in one ingest batch.")
+    store: str = Field(
+        default_factory=_default_store, description="Store URL: sqlite:///path or postgresql://user@host/db."
+    )
+    write_token: SecretStr | None = Field(
+        None, description="Bearer token required by POST /api/v1/events; unset means ingest is open."
+    )
+    read_token: SecretStr | None = Field(
+        None, description="Bearer token required by the read API and /metrics; unset means reads are open."
+    )
+    metrics_top_n: int = Field(
+        50,
+        ge=1,
+        le=1000,
+        description="Functions with their own `function` label on "
+        "/metrics (by all-time compiles); the rest are `other`.",
+    )
+    max_body_bytes: int = Field(
+        10 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024, description="Largest request body accepted, in bytes."
+    )
+    max_batch_events: int = Field(
+        5000, ge=1, le=100_000, description="Most events (and most call-statistics rows) in one ingest batch."
+    )
     max_page_size: int = Field(1000, ge=1, le=10_000, description="Largest `limit` a query may ask for.")
-    storm_threshold: int = Field(5, ge=1, description="Non-first_call compiles within storm_window that make "
-                                 "a storm.")
+    storm_threshold: int = Field(5, ge=1, description="Non-first_call compiles within storm_window that make a storm.")
     storm_window: float = Field(600.0, gt=0, description="Seconds over which storm_threshold is counted.")
 
     @field_validator("write_token", "read_token", mode="before")
@@ -60,8 +69,10 @@ class ServerSettings(BaseSettings):
             return None
         token = value.get_secret_value()
         if len(token) < MIN_TOKEN_LENGTH:
-            raise ValueError(f"a token must be at least {MIN_TOKEN_LENGTH} characters long "
-                             f"(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
+            raise ValueError(
+                f"a token must be at least {MIN_TOKEN_LENGTH} characters long "
+                f"(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+            )
         if any(c.isspace() for c in token) or not token.isprintable():
             raise ValueError("a token must be printable and contain no whitespace")
         return value

@@ -1,6 +1,6 @@
 """One process compiling one function with JAX's persistent compilation cache on.
 
-    python tests/cache_worker.py STORE CACHE_DIR
+python tests/cache_worker.py STORE CACHE_DIR
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ import jax
 
 rank, port, store = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 extra = "--extra-shape" in sys.argv[4:]
-jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=rank,
-                           initialization_timeout=120)
+jax.distributed.initialize(
+    coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=rank, initialization_timeout=120
+)
 
 import jax.numpy as jnp  # noqa: E402
 

@@ -223,10 +223,26 @@ def stale_global():
     return ["scaled"]
 
 
-ALL = {f.__name__: f for f in (lambda_in_loop, lambda_hoisted, same_function_rewrapped, partial_in_loop,
-                               static_values, batch_sizes, dtype_change, weak_type_flip, scalar_flip,
-                               dict_keys_change, positional_vs_keyword, clear_cache, nested_jit, threads,
-                               failing_traces)}
+ALL = {
+    f.__name__: f
+    for f in (
+        lambda_in_loop,
+        lambda_hoisted,
+        same_function_rewrapped,
+        partial_in_loop,
+        static_values,
+        batch_sizes,
+        dtype_change,
+        weak_type_flip,
+        scalar_flip,
+        dict_keys_change,
+        positional_vs_keyword,
+        clear_cache,
+        nested_jit,
+        threads,
+        failing_traces,
+    )
+}
 
 # (function name, cause) of every *compiled* event each scenario must produce, in order
 # (order is free for the threads scenario).

@@ -58,6 +58,7 @@ def run_jax_workload() -> Recorded:
     seen: list[CompileEvent] = []
     recorder.add_listener(seen.append)
     try:
+
         @cachewatch.jit
         def step(x):
             return (x * 2.0).sum()
@@ -82,20 +83,27 @@ def run_jax_workload() -> Recorded:
 
 
 def new_run(run: RunInfo, started_at: float | None = None, name: str = "") -> RunInfo:
-    return dataclasses.replace(run, run_id=uuid.uuid4().hex, started_at=started_at or time.time(),
-                               run_name=name or run.run_name)
+    return dataclasses.replace(
+        run, run_id=uuid.uuid4().hex, started_at=started_at or time.time(), run_name=name or run.run_name
+    )
 
 
 def copy_event(event: CompileEvent, run: RunInfo, timestamp: float, **changes: Any) -> CompileEvent:
     """The same real event, as if a later run recorded it at ``timestamp``."""
-    return dataclasses.replace(event, event_id=uuid.uuid4().hex, run_id=run.run_id, timestamp=timestamp,
-                               **changes)
+    return dataclasses.replace(event, event_id=uuid.uuid4().hex, run_id=run.run_id, timestamp=timestamp, **changes)
 
 
-def stats(run: RunInfo, function: FunctionInfo, timestamp: float, calls: int, sampled: int = 0,
-          seconds: float = 0.0) -> CallStats:
-    return CallStats(run_id=run.run_id, function=function, timestamp=timestamp, calls=calls,
-                     sampled_calls=sampled, sampled_seconds=seconds)
+def stats(
+    run: RunInfo, function: FunctionInfo, timestamp: float, calls: int, sampled: int = 0, seconds: float = 0.0
+) -> CallStats:
+    return CallStats(
+        run_id=run.run_id,
+        function=function,
+        timestamp=timestamp,
+        calls=calls,
+        sampled_calls=sampled,
+        sampled_seconds=seconds,
+    )
 
 
 def batch(run: RunInfo, events: list[CompileEvent], call_stats: list[CallStats] = ()) -> Batch:
@@ -118,8 +126,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_process(store: str, workdir: Path, env: dict[str, str], timeout: float = 90.0,
-                  workers: int = 1, log_name: str = "serve.log") -> Iterator[str]:
+def serve_process(
+    store: str, workdir: Path, env: dict[str, str], timeout: float = 90.0, workers: int = 1, log_name: str = "serve.log"
+) -> Iterator[str]:
     """`python -m cachewatch serve` on a free loopback port, as a user runs it; yields its URL.
 
     Waits for /healthz to answer ok, and stops (and waits for) the process at the end;
@@ -128,9 +137,13 @@ def serve_process(store: str, workdir: Path, env: dict[str, str], timeout: float
     port = free_port()
     log_path = workdir / log_name
     log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port),
-                             "--workers", str(workers)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port), "--workers", str(workers)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=workdir,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -168,8 +181,7 @@ class LiveServer:
         self._thread: threading.Thread | None = None
 
     def start(self, timeout: float = 30.0) -> "LiveServer":
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="on")
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="test-uvicorn", daemon=True)
         self._thread.start()

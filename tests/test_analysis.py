@@ -59,7 +59,7 @@ def test_varying_batch_axis_storm_suggests_bucketing(store):
 def test_static_argument_storm_counts_values(store):
     @functools.partial(cachewatch.jit, static_argnums=1)
     def power(x, k):
-        return x ** k
+        return x**k
 
     for k in range(7):
         power(jnp.ones(3), k)
@@ -75,7 +75,8 @@ def test_jit_in_loop_storm_names_the_line_to_hoist(store):
         return x * 3
 
     for i in range(6):
-        cachewatch.jit(lambda x: body(x))(jnp.ones(2)); line = _line()  # noqa: E702
+        cachewatch.jit(lambda x: body(x))(jnp.ones(2))
+        line = _line()  # noqa: E702
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "<lambda>")
     assert storm["dominant_cause"] == "new_function_object"
@@ -144,23 +145,48 @@ def test_storm_threshold_and_window(sqlite_url):
         names = {s["qualname"] for s in analysis.detect_storms(conn, threshold=5, window=600)}
         assert names == {"burst"}
         assert not analysis.detect_storms(conn, threshold=6, window=600)
-        assert {s["qualname"] for s in analysis.detect_storms(conn, threshold=5, window=8 * 3600)} == {"spread",
-                                                                                                    "burst"}
+        assert {s["qualname"] for s in analysis.detect_storms(conn, threshold=5, window=8 * 3600)} == {
+            "spread",
+            "burst",
+        }
 
 
 def _insert_compiles(url: str, name: str, timestamps: list[float], run_id: str = "r" * 32, **fields) -> None:
     with enginemod.connection(url) as conn:
-        conn.execute(sa.insert(models.runs).prefix_with("OR IGNORE"),
-                     [{"run_id": run_id, "started_at": fields.pop("started_at", 0.0),
-                       "jax_version": fields.pop("jax_version", "0.10.2"), "devices": []}])
-        conn.execute(sa.insert(models.functions).prefix_with("OR IGNORE"),
-                     [{"function_hash": name, "name": name, "qualname": name, "first_seen": 0.0}])
-        conn.execute(sa.insert(models.compile_events), [
-            {"event_id": uuid.uuid4().hex, "function_hash": name, "run_id": run_id, "timestamp": t,
-             "kind": "trace", "cause": "new_shape", "compiled": True, "nested": False,
-             "signature_hash": fields.get("signature_hash", "s"), "compile_seconds": fields.get("seconds", 0.1),
-             "jaxpr_eqns": fields.get("eqns")}
-            for t in timestamps])
+        conn.execute(
+            sa.insert(models.runs).prefix_with("OR IGNORE"),
+            [
+                {
+                    "run_id": run_id,
+                    "started_at": fields.pop("started_at", 0.0),
+                    "jax_version": fields.pop("jax_version", "0.10.2"),
+                    "devices": [],
+                }
+            ],
+        )
+        conn.execute(
+            sa.insert(models.functions).prefix_with("OR IGNORE"),
+            [{"function_hash": name, "name": name, "qualname": name, "first_seen": 0.0}],
+        )
+        conn.execute(
+            sa.insert(models.compile_events),
+            [
+                {
+                    "event_id": uuid.uuid4().hex,
+                    "function_hash": name,
+                    "run_id": run_id,
+                    "timestamp": t,
+                    "kind": "trace",
+                    "cause": "new_shape",
+                    "compiled": True,
+                    "nested": False,
+                    "signature_hash": fields.get("signature_hash", "s"),
+                    "compile_seconds": fields.get("seconds", 0.1),
+                    "jaxpr_eqns": fields.get("eqns"),
+                }
+                for t in timestamps
+            ],
+        )
         rollup.rebuild(conn)  # rows written behind the writers' back: recount the totals
 
 
@@ -249,15 +275,19 @@ def test_break_even_arithmetic():
     assert verdict["jit_saves_seconds"] == pytest.approx(41 * 0.02 - (3.0 + 41 * 0.01))
     assert verdict["worth_it"] is False and verdict["repaid"] is False
     assert verdict["compile_share"] == pytest.approx(3.0 / (3.0 + 0.41))
-    assert verdict["text"] == ("compiled 12 time(s) for 41 call(s); compiling costs more than running: compile "
-                               "share 88.0% (3 s compiling, 0.41 s running); one compile is repaid after 25 calls "
-                               "(10 ms saved per call against eager); this run did not repay its compiles: jit "
-                               "costs 2.59 s more than running eagerly (it would pay off after 300 calls)")
+    assert verdict["text"] == (
+        "compiled 12 time(s) for 41 call(s); compiling costs more than running: compile "
+        "share 88.0% (3 s compiling, 0.41 s running); one compile is repaid after 25 calls "
+        "(10 ms saved per call against eager); this run did not repay its compiles: jit "
+        "costs 2.59 s more than running eagerly (it would pay off after 300 calls)"
+    )
     paid = analysis.jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
     assert paid["worth_it"] and paid["break_even_calls"] == 167 and not paid["few_calls"]
-    assert paid["text"] == ("running costs more than compiling: compile share 33.3% (0.5 s compiling, 1 s running); "
-                            "one compile is repaid after 167 calls (3 ms saved per call against eager); this run "
-                            "repaid its compiles: jit saves 2.5 s over running eagerly")
+    assert paid["text"] == (
+        "running costs more than compiling: compile share 33.3% (0.5 s compiling, 1 s running); "
+        "one compile is repaid after 167 calls (3 ms saved per call against eager); this run "
+        "repaid its compiles: jit saves 2.5 s over running eagerly"
+    )
     slower = analysis.jit_verdict(compile_seconds=0.5, compiles=1, calls=10, run_mean=0.004, eager_mean=0.001)
     assert slower["break_even_calls"] is None and "eager is as fast per call" in slower["text"]
 
@@ -266,18 +296,24 @@ def test_verdict_agrees_with_the_compile_share():
     # A run whose compile share is 95.8% says compiling costs more, whatever the baseline.
     share = analysis.jit_verdict(compile_seconds=2.3, compiles=1, calls=1000, run_mean=0.0001, eager_mean=None)
     assert share["compile_share"] == pytest.approx(0.958, abs=5e-4)
-    assert share["text"] == ("compiling costs more than running: compile share 95.8% (2.3 s compiling, 0.1 s "
-                             "running); eager baseline off, so no break-even")
+    assert share["text"] == (
+        "compiling costs more than running: compile share 95.8% (2.3 s compiling, 0.1 s "
+        "running); eager baseline off, so no break-even"
+    )
     assert share["break_even_calls"] is None and share["worth_it"] is None
-    untimed = analysis.jit_verdict(compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=None,
-                                   run_note="called only while compiling")
-    assert untimed["text"] == ("compiled 3 time(s) for 3 call(s); no run time (called only while compiling), "
-                               "so no compile share")
+    untimed = analysis.jit_verdict(
+        compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=None, run_note="called only while compiling"
+    )
+    assert untimed["text"] == (
+        "compiled 3 time(s) for 3 call(s); no run time (called only while compiling), so no compile share"
+    )
     # With an eager baseline, a run whose calls could not have saved the compile time says so.
-    eager = analysis.jit_verdict(compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=0.01,
-                                 run_note="called only while compiling")
+    eager = analysis.jit_verdict(
+        compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=0.01, run_note="called only while compiling"
+    )
     assert eager["repaid"] is False and eager["text"].endswith(
-        "this run did not repay its compiles: 3 call(s) save at most 0.03 s against eager, for 1 s compiling")
+        "this run did not repay its compiles: 3 call(s) save at most 0.03 s against eager, for 1 s compiling"
+    )
 
 
 def test_eager_baseline_is_measured_once_per_signature(sqlite_url, use_store, capsys):
@@ -309,8 +345,7 @@ def test_eager_baseline_is_measured_once_per_signature(sqlite_url, use_store, ca
     for sig in verdict["signatures"]:
         assert sig["compiles"] == 1 and sig["run_seconds"] > 0 and sig["eager_seconds"] > 0
         saved = sig["eager_seconds"] - sig["run_seconds"]
-        assert sig["break_even_calls"] == (math.ceil(sig["compile_seconds_per_compile"] / saved) if saved > 0
-                                           else None)
+        assert sig["break_even_calls"] == (math.ceil(sig["compile_seconds_per_compile"] / saved) if saved > 0 else None)
 
 
 # ------------------------------------------------------------------ compile cost model
@@ -319,10 +354,10 @@ def test_eager_baseline_is_measured_once_per_signature(sqlite_url, use_store, ca
 def test_cost_model_flags_superlinear_growth(sqlite_url):
     enginemod.ensure_schema(sqlite_url)
     for i, size in enumerate([10, 20, 40, 80, 160]):
-        _insert_compiles(sqlite_url, "quadratic", [1000.0 + i], eqns=size, seconds=1e-5 * size ** 2,
-                         signature_hash=f"q{i}")
-        _insert_compiles(sqlite_url, "linear", [1000.0 + i], eqns=size, seconds=1e-3 * size,
-                         signature_hash=f"l{i}")
+        _insert_compiles(
+            sqlite_url, "quadratic", [1000.0 + i], eqns=size, seconds=1e-5 * size**2, signature_hash=f"q{i}"
+        )
+        _insert_compiles(sqlite_url, "linear", [1000.0 + i], eqns=size, seconds=1e-3 * size, signature_hash=f"l{i}")
     with enginemod.connection(sqlite_url) as conn:
         rows = {r["qualname"]: r for r in analysis.cost_model(conn)}
     assert rows["quadratic"]["exponent"] == pytest.approx(2.0) and rows["quadratic"]["superlinear"]
@@ -332,10 +367,12 @@ def test_cost_model_flags_superlinear_growth(sqlite_url):
 
 def test_compile_regression_across_runs(sqlite_url):
     enginemod.ensure_schema(sqlite_url)
-    _insert_compiles(sqlite_url, "step", [10.0, 11.0], run_id="a" * 32, started_at=1.0, jax_version="0.9.0",
-                     seconds=0.2)
-    _insert_compiles(sqlite_url, "step", [20.0, 21.0], run_id="b" * 32, started_at=2.0, jax_version="0.10.2",
-                     seconds=0.5)
+    _insert_compiles(
+        sqlite_url, "step", [10.0, 11.0], run_id="a" * 32, started_at=1.0, jax_version="0.9.0", seconds=0.2
+    )
+    _insert_compiles(
+        sqlite_url, "step", [20.0, 21.0], run_id="b" * 32, started_at=2.0, jax_version="0.10.2", seconds=0.5
+    )
     _insert_compiles(sqlite_url, "steady", [10.0], run_id="a" * 32, seconds=0.2)
     _insert_compiles(sqlite_url, "steady", [20.0], run_id="b" * 32, seconds=0.21)
     with enginemod.connection(sqlite_url) as conn:

@@ -122,8 +122,12 @@ def test_dtype_and_structure_diffs(sqlite_url, use_store):
     assert (events[1]["diff"][0]["before"], events[1]["diff"][0]["after"]) == ("float32[3]", "int32[3]")
     events, _ = run_scenario("positional_vs_keyword", sqlite_url, use_store)
     entry = events[1]["diff"][0]
-    assert (entry["path"], entry["change"], entry["before"], entry["after"]) == ("w", "passed_as", "positional",
-                                                                                 "keyword")
+    assert (entry["path"], entry["change"], entry["before"], entry["after"]) == (
+        "w",
+        "passed_as",
+        "positional",
+        "keyword",
+    )
     events, _ = run_scenario("dict_keys_change", sqlite_url, use_store)
     assert [(e["path"], e["change"]) for e in events[1]["diff"]] == [("batch['mask']", "added")]
 
@@ -174,14 +178,34 @@ def test_failing_traces_recorded_with_error(sqlite_url, use_store):
 
 def normalized(events: list[dict]) -> list[tuple]:
     """The parts of a row that must not depend on the store (ids and timings do)."""
-    rows = [(e["name"], e["kind"], e["cause"], e["compiled"], e["nested"], repr(e["diff"]), repr(e["signature"]),
-             e["signature_hash"], e["error"], e["explanation"].split(" at /")[0]) for e in events]
+    rows = [
+        (
+            e["name"],
+            e["kind"],
+            e["cause"],
+            e["compiled"],
+            e["nested"],
+            repr(e["diff"]),
+            repr(e["signature"]),
+            e["signature_hash"],
+            e["error"],
+            e["explanation"].split(" at /")[0],
+        )
+        for e in events
+    ]
     return sorted(rows)
 
 
 def test_postgresql_stores_the_same_rows_as_sqlite(sqlite_url, pg_url, use_store):
-    for name in ("batch_sizes", "weak_type_flip", "static_values", "lambda_in_loop", "failing_traces",
-                 "nested_jit", "positional_vs_keyword"):
+    for name in (
+        "batch_sizes",
+        "weak_type_flip",
+        "static_values",
+        "lambda_in_loop",
+        "failing_traces",
+        "nested_jit",
+        "positional_vs_keyword",
+    ):
         on_sqlite, _ = run_scenario(name, sqlite_url, use_store)
         on_postgres, _ = run_scenario(name, pg_url, use_store)
         assert normalized(on_postgres) == normalized(on_sqlite), name
@@ -215,13 +239,22 @@ def test_new_device_compiles_without_retrace(sqlite_url):
     import sys
 
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-    out = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT, sqlite_url], env=env, capture_output=True,
-                         text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", DEVICE_SCRIPT, sqlite_url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     events = stored_events(sqlite_url, ["placed"])
     assert [(e["kind"], e["cause"], e["device"]) for e in events] == [
-        ("trace", "first_call", "cpu:0"), ("compile", "new_device_or_sharding", "cpu:1")]
-    assert events[1]["diff"] == [{"path": "<device>", "change": "device", "cause": "new_device_or_sharding",
-                                  "before": "cpu:0", "after": "cpu:1"}]
+        ("trace", "first_call", "cpu:0"),
+        ("compile", "new_device_or_sharding", "cpu:1"),
+    ]
+    assert events[1]["diff"] == [
+        {"path": "<device>", "change": "device", "cause": "new_device_or_sharding", "before": "cpu:0", "after": "cpu:1"}
+    ]
     assert int(out.strip()) == sum(e["compiled"] for e in events) == 2
 
 
@@ -249,8 +282,11 @@ def test_persistent_cache_hits_are_recorded(sqlite_url, tmp_path):
     import subprocess
     import sys
 
-    subprocess.run([sys.executable, "-c", PERSISTENT_SCRIPT, sqlite_url, str(tmp_path / "xla-cache")],
-                   env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=120, check=True)
+    subprocess.run(
+        [sys.executable, "-c", PERSISTENT_SCRIPT, sqlite_url, str(tmp_path / "xla-cache")],
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        timeout=120,
+        check=True,
+    )
     events = stored_events(sqlite_url, ["persisted"])
-    assert [(e["cause"], e["persistent_cache_hit"]) for e in events] == [("first_call", False),
-                                                                        ("cache_cleared", True)]
+    assert [(e["cause"], e["persistent_cache_hit"]) for e in events] == [("first_call", False), ("cache_cleared", True)]

@@ -58,10 +58,24 @@ def test_every_jit_keyword_passes_through(events):
     def body(x, y, flag):
         return x + (y if flag else 0)
 
-    ours = cachewatch.jit(body, static_argnums=(2,), in_shardings=(sharding, sharding),
-                          out_shardings=sharding, keep_unused=True, inline=False, donate_argnames="x")
-    theirs = jax.jit(body, static_argnums=(2,), in_shardings=(sharding, sharding), out_shardings=sharding,
-                     keep_unused=True, inline=False, donate_argnames="x")
+    ours = cachewatch.jit(
+        body,
+        static_argnums=(2,),
+        in_shardings=(sharding, sharding),
+        out_shardings=sharding,
+        keep_unused=True,
+        inline=False,
+        donate_argnames="x",
+    )
+    theirs = jax.jit(
+        body,
+        static_argnums=(2,),
+        in_shardings=(sharding, sharding),
+        out_shardings=sharding,
+        keep_unused=True,
+        inline=False,
+        donate_argnames="x",
+    )
     np.testing.assert_allclose(ours(jnp.ones(2), jnp.ones(2), True), theirs(jnp.ones(2), jnp.ones(2), True))
     with pytest.raises(TypeError) as ours_error:
         cachewatch.jit(body, no_such_option=1)
@@ -77,7 +91,11 @@ def test_wrapper_stands_in_for_the_function(events, hot_path):
 
     fn = cachewatch.jit(scaled, static_argnames="k")
     assert (fn.__name__, fn.__qualname__, fn.__module__, fn.__doc__) == (
-        scaled.__name__, scaled.__qualname__, scaled.__module__, "Scales x.")
+        scaled.__name__,
+        scaled.__qualname__,
+        scaled.__module__,
+        "Scales x.",
+    )
     assert inspect.signature(fn) == inspect.signature(scaled)
     assert "scaled" in repr(fn)
     np.testing.assert_allclose(fn(jnp.ones(2), k=3), [3.0, 3.0])
@@ -102,7 +120,7 @@ def test_errors_keep_their_traceback_whether_or_not_they_trace(events, hot_path)
     assert [(e.kind, e.compiled, e.error) for e in events] == [("trace", False, "ValueError: from user code")] * 2
 
     def power(x, n):
-        return x ** n
+        return x**n
 
     ours, theirs = cachewatch.jit(power, static_argnums=1), jax.jit(power, static_argnums=1)
     with pytest.raises(ValueError) as ours_error:  # raised by JAX before any trace

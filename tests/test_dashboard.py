@@ -42,11 +42,25 @@ from conftest import create_pg_database, drop_pg_database
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 SCREENSHOTS = ROOT / "test-output" / "screenshots"
-PITFALLS = ("static_values", "batch_sizes", "dtype_change", "weak_type_flip", "dict_keys_change", "clear_cache",
-            "lambda_in_loop")
+PITFALLS = (
+    "static_values",
+    "batch_sizes",
+    "dtype_change",
+    "weak_type_flip",
+    "dict_keys_change",
+    "clear_cache",
+    "lambda_in_loop",
+)
 
 # Read by `shifted` when it is traced, changed afterwards: a stale capture.
 BIAS = 0.0
@@ -103,9 +117,17 @@ def copy_store(source: str, target: str) -> None:
     """The same rows in another store (the PostgreSQL variant reuses the SQLite runs)."""
     enginemod.ensure_schema(target)
     with enginemod.connection(source) as src, enginemod.connection(target) as dst:
-        for table in (models.runs, models.functions, models.compile_events, models.call_stats,
-                      models.function_totals, models.function_cost_buckets, models.run_totals,
-                      models.function_call_totals, models.run_time_buckets):
+        for table in (
+            models.runs,
+            models.functions,
+            models.compile_events,
+            models.call_stats,
+            models.function_totals,
+            models.function_cost_buckets,
+            models.run_totals,
+            models.function_call_totals,
+            models.run_time_buckets,
+        ):
             columns = [c for c in table.c if c.name != "id"]
             order = table.c.id if "id" in table.c else list(table.primary_key.columns)[0]
             rows = [dict(r._mapping) for r in src.execute(sa.select(*columns).order_by(order))]
@@ -154,10 +176,12 @@ def server(store):
 @pytest.fixture(scope="module")
 def api(server):
     with httpx.Client(base_url=server.url, trust_env=False, timeout=30) as client:
+
         def get(path: str, **params: Any) -> Any:
             response = client.get("/api/v1" + path, params={k: v for k, v in params.items() if v is not None})
             assert response.status_code == 200, response.text
             return response.json()
+
         yield get
 
 
@@ -167,8 +191,13 @@ def api(server):
 @pytest.fixture(scope="module")
 def chromium():
     """Debian's Chromium driven by Playwright; installed first when missing, never downloaded."""
-    setup = subprocess.run(["bash", str(ROOT / "scripts" / "ensure-browser.sh")], capture_output=True, text=True,
-                           cwd=ROOT, env={**os.environ, "PYTHON": sys.executable})
+    setup = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "ensure-browser.sh")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     if setup.returncode != 0:
         pytest.fail(f"scripts/ensure-browser.sh failed:\n{setup.stdout}\n{setup.stderr}")
     importlib.invalidate_caches()
@@ -364,8 +393,11 @@ def test_overview_shows_storms_causes_and_cost(tab, api):
 
     # Active storms, each with its fix, as the API lists them.
     storms = api("/storms", active="true")["items"]
-    shown = tab.page.eval_on_selector_all("#storms-title ~ .storm-list > li", """items => items.map(li => ({
-        hash: li.dataset.functionHash, fix: li.querySelector('.fix').innerText}))""")
+    shown = tab.page.eval_on_selector_all(
+        "#storms-title ~ .storm-list > li",
+        """items => items.map(li => ({
+        hash: li.dataset.functionHash, fix: li.querySelector('.fix').innerText}))""",
+    )
     assert [s["hash"] for s in shown] == [s["function_hash"] for s in storms]
     for item, storm in zip(shown, storms):
         assert item["fix"] == "Fix: " + storm["fix"]
@@ -389,12 +421,17 @@ def test_overview_shows_storms_causes_and_cost(tab, api):
     assert compile_trace["x"] == pytest.approx([f["compile_seconds"] for f in functions[:10]])
 
     # Top offenders: the functions with the most recompiles, with the API's numbers.
-    rows = tab.page.eval_on_selector_all("#offenders tbody tr", """rows => rows.map(r => ({
+    rows = tab.page.eval_on_selector_all(
+        "#offenders tbody tr",
+        """rows => rows.map(r => ({
         hash: r.dataset.functionHash, recompiles: r.querySelector('[data-col=recompiles]').innerText,
-        seconds: r.querySelector('[data-col=compile_seconds]').dataset.value}))""")
+        seconds: r.querySelector('[data-col=compile_seconds]').dataset.value}))""",
+    )
     by_hash = {f["function_hash"]: f for f in functions}
-    expected = sorted((f for f in functions if f["recompiles"]), key=lambda f: (-f["recompiles"], -f["compile_seconds"],
-                                                                                f["qualname"]))[:8]
+    expected = sorted(
+        (f for f in functions if f["recompiles"]),
+        key=lambda f: (-f["recompiles"], -f["compile_seconds"], f["qualname"]),
+    )[:8]
     assert [r["hash"] for r in rows] == [f["function_hash"] for f in expected]
     for row in rows:
         assert int(row["recompiles"]) == by_hash[row["hash"]]["recompiles"]
@@ -453,14 +490,17 @@ def test_functions_table_sorts_filters_and_pages(tab, api):
 
 
 def read_function_rows(tab: Tab) -> list[dict[str, str]]:
-    return tab.page.eval_on_selector_all("#functions-table tbody tr", """rows => rows.map(r => {
+    return tab.page.eval_on_selector_all(
+        "#functions-table tbody tr",
+        """rows => rows.map(r => {
         const cell = name => r.querySelector('[data-col=' + name + ']');
         return {hash: r.dataset.functionHash, name: cell('name').querySelector('a').innerText,
                 compiles: cell('compiles').innerText, recompiles: cell('recompiles').innerText,
                 calls: cell('calls').innerText, cause: cell('dominant_cause').dataset.value,
                 seconds: cell('compile_seconds').dataset.value, share: cell('compile_share').dataset.value,
                 last: cell('last_compile').dataset.value};
-    })""")
+    })""",
+    )
 
 
 def test_function_detail_explains_each_recompile(tab, api):
@@ -504,8 +544,10 @@ def test_function_detail_explains_each_recompile(tab, api):
     for item in shown:
         event = api_by_id[item["id"]]
         assert item["cause"] == event["cause"]
-        assert item["diff"] == [{"path": d["path"], "change": d["change"], "before": d["before"] or "",
-                                 "after": d["after"] or ""} for d in event["diff"]]
+        assert item["diff"] == [
+            {"path": d["path"], "change": d["change"], "before": d["before"] or "", "after": d["after"] or ""}
+            for d in event["diff"]
+        ]
         diffs += len(event["diff"])
     assert diffs >= 8
 
@@ -533,11 +575,14 @@ def test_function_detail_explains_each_recompile(tab, api):
 
 
 def read_events(tab: Tab) -> list[dict[str, Any]]:
-    return tab.page.eval_on_selector_all("#events > li.event", """items => items.map(li => ({
+    return tab.page.eval_on_selector_all(
+        "#events > li.event",
+        """items => items.map(li => ({
         id: li.dataset.eventId, cause: li.dataset.cause,
         diff: Array.from(li.querySelectorAll('tbody.diff-entry')).map(b => ({
             path: b.dataset.path, change: b.dataset.change, before: b.dataset.before, after: b.dataset.after})),
-    }))""")
+    }))""",
+    )
 
 
 def test_function_events_page_with_filters(tab, api, store):
@@ -572,12 +617,24 @@ def test_stale_captures_and_unknown_function(tab, api):
     tab.open("/functions?q=shifted")
     assert "stale capture" in tab.text(f"tr[data-function-hash='{shifted['function_hash']}']")
     tab.open(f"/functions/{shifted['function_hash']}")
-    rows = tab.page.eval_on_selector_all("#stale-captures tbody tr", """rows => rows.map(r => ({
-        id: r.dataset.eventId, cells: Array.from(r.children).map(c => c.innerText)}))""")
+    rows = tab.page.eval_on_selector_all(
+        "#stale-captures tbody tr",
+        """rows => rows.map(r => ({
+        id: r.dataset.eventId, cells: Array.from(r.children).map(c => c.innerText)}))""",
+    )
     entry = stale[0]["diff"][0]
-    assert rows == [{"id": stale[0]["event_id"],
-                     "cells": [render.fmt_time(stale[0]["timestamp"]), entry["path"], entry["before"], entry["after"],
-                               render.short_site(stale[0]["call_site"])]}]
+    assert rows == [
+        {
+            "id": stale[0]["event_id"],
+            "cells": [
+                render.fmt_time(stale[0]["timestamp"]),
+                entry["path"],
+                entry["before"],
+                entry["after"],
+                render.short_site(stale[0]["call_site"]),
+            ],
+        }
+    ]
     assert entry["path"] == "BIAS" and (entry["before"], entry["after"]) == ("0.0", "1.0")
 
     # An unknown hash is a 404 page that points back to the functions (Chromium logs the 404).
@@ -629,16 +686,25 @@ def test_run_filter_is_carried_through_links(tab, api):
     tab.follow(lambda: tab.page.click("header nav >> text=Runs"))
     tab.follow(lambda: tab.page.click("text=Clear filters"))
     assert tab.path == "/runs" and tab.query == {}
-    shown = tab.page.eval_on_selector_all("#runs-table tbody tr", """rows => rows.map(r => ({
+    shown = tab.page.eval_on_selector_all(
+        "#runs-table tbody tr",
+        """rows => rows.map(r => ({
         id: r.dataset.runId, text: r.innerText, events: r.querySelector('[data-col=events]').innerText,
         compiles: r.querySelector('[data-col=compiles]').innerText,
-        seconds: r.querySelector('[data-col=compile_seconds]').dataset.value}))""")
+        seconds: r.querySelector('[data-col=compile_seconds]').dataset.value}))""",
+    )
     assert [r["id"] for r in shown] == [r["run_id"] for r in runs]
     for row, run in zip(shown, runs):
         assert int(row["events"]) == run["events"] and int(row["compiles"]) == run["compiles"]
         assert approx(row["seconds"], run["compile_seconds"])
-        for value in (run["run_name"], run["host"], str(run["pid"]), run["jax_version"], run["jaxlib_version"],
-                      *run["devices"]):
+        for value in (
+            run["run_name"],
+            run["host"],
+            str(run["pid"]),
+            run["jax_version"],
+            run["jaxlib_version"],
+            *run["devices"],
+        ):
             assert value in row["text"]
     tab.shot("runs")
     train = next(r for r in runs if r["run_name"] == "train-storms")
@@ -681,12 +747,16 @@ def test_storms_page(tab, api):
     assert storms
     ordered = sorted(storms, key=lambda s: (not s["active"], -s["end"]))
     tab.open("/storms")
-    shown = tab.page.eval_on_selector_all("#storms > li", """items => items.map(li => ({
+    shown = tab.page.eval_on_selector_all(
+        "#storms > li",
+        """items => items.map(li => ({
         hash: li.dataset.functionHash, active: li.dataset.active === 'true',
         compiles: li.querySelector('.storm-compiles').innerText, fix: li.querySelector('.fix').innerText,
-        href: li.querySelector('a.storm-name').getAttribute('href')}))""")
-    assert [(s["hash"], s["active"], int(s["compiles"])) for s in shown] == \
-        [(s["function_hash"], s["active"], s["compiles"]) for s in ordered]
+        href: li.querySelector('a.storm-name').getAttribute('href')}))""",
+    )
+    assert [(s["hash"], s["active"], int(s["compiles"])) for s in shown] == [
+        (s["function_hash"], s["active"], s["compiles"]) for s in ordered
+    ]
     assert [s["fix"] for s in shown] == ["Fix: " + s["fix"] for s in ordered]
     assert [s["active"] for s in shown] == sorted((s["active"] for s in shown), reverse=True)  # active first
     tab.shot("storms")
@@ -700,7 +770,7 @@ def test_assets_come_from_the_installed_plotly(server):
         page = client.get("/").text
         src = next(part.split('"')[0] for part in page.split('<script src="')[1:] if "plotly" in part)
         assert src.startswith(render.PLOTLY_PATH + "?v=")
-        installed = (Path(importlib.util.find_spec("plotly").origin).parent / "package_data" / "plotly.min.js")
+        installed = Path(importlib.util.find_spec("plotly").origin).parent / "package_data" / "plotly.min.js"
         plain = client.get(src, headers={"Accept-Encoding": "identity"})
         assert plain.status_code == 200 and plain.content == installed.read_bytes()
         assert "immutable" in plain.headers["cache-control"]
@@ -772,8 +842,11 @@ def test_short_run_shows_a_compile_share(chromium, sqlite_url, use_store):
     assert recorder.flush(30)
     with kit.live_server(make_app(sqlite_url)) as live:
         summary = httpx.get(live.url + "/api/v1/summary", trust_env=False).json()
-        (row,) = [r for r in httpx.get(live.url + "/api/v1/functions", trust_env=False).json()["items"]
-                  if r["name"] == "brief"]
+        (row,) = [
+            r
+            for r in httpx.get(live.url + "/api/v1/functions", trust_env=False).json()["items"]
+            if r["name"] == "brief"
+        ]
         context = chromium.new_context(viewport={"width": 1360, "height": 900})
         tab = Tab(context.new_page(), live.url, SCREENSHOTS / "short-run")
         try:
@@ -806,8 +879,12 @@ def test_read_token_login(chromium, seeded_sqlite, caplog):
             assert client.get("/", headers=kit.auth(token)).status_code == 200
             assert client.get("/", headers=kit.auth("x" * len(token))).status_code == 303
             assert client.get("/api/v1/summary").status_code == 401  # the API still wants its bearer
-            assert client.post("/login", data={"token": token, "next": "https://elsewhere.example/"},
-                               follow_redirects=False).headers["location"] == "/"
+            assert (
+                client.post(
+                    "/login", data={"token": token, "next": "https://elsewhere.example/"}, follow_redirects=False
+                ).headers["location"]
+                == "/"
+            )
 
         context = chromium.new_context(viewport={"width": 1360, "height": 900})
         tab = Tab(context.new_page(), live.url, SCREENSHOTS / "sqlite")

@@ -84,8 +84,9 @@ def test_torn_spool_files_are_skipped_counted_and_the_rest_delivered(tmp_path, s
     whole = files[1].read_bytes()
     files[1].write_bytes(whole[: len(whole) // 2])  # half a record, as a crash mid-copy leaves it
     # A process killed while writing its spool file left this (and its pid is gone).
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     (spool._dir(cfg) / f"{time.time_ns():020d}-{dead}-deadbeef.tmp").write_bytes(whole[:100])
     result = cachewatch.flush(30)
     assert result.stored
@@ -99,8 +100,9 @@ def test_a_batch_claimed_by_a_dead_process_goes_back_in_line(tmp_path, sqlite_ur
     cfg = recorder.config()
     assert spool.save(cfg, _batch(3))
     path = next(spool._dir(cfg).glob("*.batch.json"))
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     os.rename(path, path.with_name(path.name + f".sending-{dead}"))
     assert cachewatch.flush(30)
     assert count_events(sqlite_url) == 3

@@ -123,8 +123,20 @@ def promtool(tools: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 # --- PromQL helpers -----------------------------------------------------------------
 
 _PROMQL_KEYWORDS = {
-    "and", "or", "unless", "bool", "by", "without", "on", "ignoring",
-    "group_left", "group_right", "offset", "inf", "nan", "atan2",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "offset",
+    "inf",
+    "nan",
+    "atan2",
 }
 
 
@@ -133,14 +145,12 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', '""', expr)
     text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
     text = re.sub(r"\[[^\]]*\]", " ", text)  # ranges and subqueries
-    text = re.sub(
-        r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text
-    )
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
     text = re.sub(r"\boffset\s+-?\S+", " ", text)
     names = set()
     for match in re.finditer(r"(?<![\w.$])[A-Za-z_:][A-Za-z0-9_:]*", text):
         name = match.group(0)
-        called = text[match.end():].lstrip().startswith("(")  # a function or aggregation
+        called = text[match.end() :].lstrip().startswith("(")  # a function or aggregation
         if not called and name.lower() not in _PROMQL_KEYWORDS:
             names.add(name)
     return names
@@ -155,9 +165,9 @@ def grafana_to_promql(expr: str) -> str:
 
 def test_metric_names_helper():
     expr = (
-        'histogram_quantile(0.95, sum by (function, le) '
+        "histogram_quantile(0.95, sum by (function, le) "
         '(rate(cachewatch_compile_seconds_bucket{function=~"a|b",cause!="x"}[5m]))) '
-        '> 1e3 and on (function) up offset 5m or vector(0)'
+        "> 1e3 and on (function) up offset 5m or vector(0)"
     )
     assert metric_names(expr) == {"cachewatch_compile_seconds_bucket", "up"}
 
@@ -329,8 +339,10 @@ def test_alerts_match_the_product_definitions(alert_rules):
     assert share["for"] == "15m"
 
     dropped = alert_rules["CachewatchEventsDropped"]
-    assert " ".join(dropped["expr"].split()) == ("increase(cachewatch_events_dropped_total[10m]) > 0 "
-                                                 "or increase(cachewatch_ingest_rejected_events_total[10m]) > 0")
+    assert " ".join(dropped["expr"].split()) == (
+        "increase(cachewatch_events_dropped_total[10m]) > 0 "
+        "or increase(cachewatch_ingest_rejected_events_total[10m]) > 0"
+    )
 
     down = alert_rules["CachewatchDown"]
     assert " ".join(down["expr"].split()) == 'up{job="cachewatch"} == 0'
@@ -375,9 +387,10 @@ def test_every_alert_has_firing_and_quiet_unit_tests(alert_rules):
                 firing.add(case["alertname"])
                 for alert in case["exp_alerts"]:
                     assert alert.get("exp_labels"), (group["name"], case)
-                    assert {"summary", "description", "dashboard"} <= set(
-                        alert.get("exp_annotations", {})
-                    ), (group["name"], case)
+                    assert {"summary", "description", "dashboard"} <= set(alert.get("exp_annotations", {})), (
+                        group["name"],
+                        case,
+                    )
             else:
                 quiet.add(case["alertname"])
     assert firing >= set(alert_rules), f"no firing test for {set(alert_rules) - firing}"
@@ -541,9 +554,7 @@ def test_recompile_storm_goes_pending_with_a_working_link(live_prometheus):
 def test_dashboard_queries_run_on_prometheus(live_prometheus, dashboard):
     end = time.time()
     for where, expr in _panel_exprs(dashboard):
-        query = urllib.parse.urlencode(
-            {"query": grafana_to_promql(expr), "start": end - 60, "end": end, "step": "1"}
-        )
+        query = urllib.parse.urlencode({"query": grafana_to_promql(expr), "start": end - 60, "end": end, "step": "1"})
         try:
             body = _get_json(f"{live_prometheus}/api/v1/query_range?{query}")
         except urllib.error.HTTPError as err:
@@ -657,9 +668,11 @@ def test_alert_thresholds_are_drawn_on_the_dashboard(alert_rules, dashboard):
     timeseries = [p for p in _panels(dashboard["panels"]) if p["type"] == "timeseries"]
 
     storm_panels = [
-        p for p in timeseries
+        p
+        for p in timeseries
         if any(
-            "cachewatch_compiles_total" in t["expr"] and f"[{window}]" in t["expr"]
+            "cachewatch_compiles_total" in t["expr"]
+            and f"[{window}]" in t["expr"]
             and 'cause!="first_call"' in t["expr"]
             for t in p["targets"]
         )
@@ -669,10 +682,7 @@ def test_alert_thresholds_are_drawn_on_the_dashboard(alert_rules, dashboard):
         f"storm threshold {threshold} per {window} is not drawn"
     )
 
-    share_panels = [
-        p for p in timeseries
-        if any("cachewatch_compile_share_ratio" in t["expr"] for t in p["targets"])
-    ]
+    share_panels = [p for p in timeseries if any("cachewatch_compile_share_ratio" in t["expr"] for t in p["targets"])]
     assert share_panels
     assert any(float(share) in _threshold_values(p) and drawn(p) for p in share_panels), (
         f"compile share threshold {share} is not drawn"
@@ -723,16 +733,21 @@ def test_grafana_alerts_use_the_prometheus_thresholds(alert_rules):
         assert isinstance(threshold, exprmodels.TypeThreshold) and threshold.expression == "B"
         (condition,) = threshold.conditions
         assert (condition.evaluator.type_val, condition.evaluator.params) == ("gt", [0])
-        source = next(name for name, r in alert_rules.items()
-                      if " ".join(r["expr"].split()) == " ".join(promql.expr.split()))
+        source = next(
+            name for name, r in alert_rules.items() if " ".join(r["expr"].split()) == " ".join(promql.expr.split())
+        )
         assert rule.for_val == alert_rules[source].get("for", "0m"), rule.title
         assert rule.labels["severity"] == alert_rules[source]["labels"]["severity"]
         assert rule.no_data_state == "OK" and rule.uid
         assert "$externalLabels" not in " ".join(rule.annotations.values())
         assert "$value |" not in " ".join(rule.annotations.values())  # Grafana's $value is text
         mirrored[rule.title] = source
-    assert set(mirrored.values()) == {"CachewatchRecompileStorm", "CachewatchStormActive",
-                                      "CachewatchCompileShareHigh", "CachewatchRankDivergence"}
+    assert set(mirrored.values()) == {
+        "CachewatchRecompileStorm",
+        "CachewatchStormActive",
+        "CachewatchCompileShareHigh",
+        "CachewatchRankDivergence",
+    }
     assert len(mirrored) == 4
 
 
@@ -799,8 +814,7 @@ def test_compose_file_is_valid_and_wires_the_stack(compose_config):
     assert grafana_env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
 
     published = {
-        name: {(int(p["published"]), int(p["target"])) for p in svc.get("ports", [])}
-        for name, svc in services.items()
+        name: {(int(p["published"]), int(p["target"])) for p in svc.get("ports", [])} for name, svc in services.items()
     }
     assert published["cachewatch"] == {(8000, 8000)}
     assert published["prometheus"] == {(9090, 9090)}
@@ -817,9 +831,7 @@ def test_compose_file_is_also_valid_compose_spec(ops_tools, compose_config, tmp_
     spec = _compose_config(ops_tools, tmp_path, spec_file)
     assert spec["services"].keys() == compose_config["services"].keys()
     for name in SERVICES:
-        assert spec["services"][name].get("depends_on") == compose_config["services"][name].get(
-            "depends_on"
-        ), name
+        assert spec["services"][name].get("depends_on") == compose_config["services"][name].get("depends_on"), name
 
 
 def test_compose_mounts_the_prometheus_config(compose_config):

@@ -23,8 +23,13 @@ DEMO = ROOT / "examples" / "storm_demo.py"
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}
-    env.update(JAX_PLATFORMS="cpu", CACHEWATCH_SPOOL_DIR=str(tmp_path / "spool"),
-               XDG_DATA_HOME=str(tmp_path / "data"), NO_PROXY="127.0.0.1,localhost", **extra)
+    env.update(
+        JAX_PLATFORMS="cpu",
+        CACHEWATCH_SPOOL_DIR=str(tmp_path / "spool"),
+        XDG_DATA_HOME=str(tmp_path / "data"),
+        NO_PROXY="127.0.0.1,localhost",
+        **extra,
+    )
     return env
 
 
@@ -37,22 +42,37 @@ def _get(url: str, timeout: float = 10.0):
 @pytest.fixture
 def served(tmp_path):
     """`python -m cachewatch serve` on a free port, stopped (and waited for) at the end."""
-    with kit.serve_process(f"sqlite:///{tmp_path / 'service.db'}", tmp_path,
-                           _env(tmp_path, CACHEWATCH_WRITE_TOKEN=TOKEN)) as url:
+    with kit.serve_process(
+        f"sqlite:///{tmp_path / 'service.db'}", tmp_path, _env(tmp_path, CACHEWATCH_WRITE_TOKEN=TOKEN)
+    ) as url:
         yield url
 
 
 def test_training_script_through_the_service(served, tmp_path):
-    result = subprocess.run([sys.executable, str(DEMO)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                            env=_env(tmp_path, CACHEWATCH_STORE=served, CACHEWATCH_WRITE_TOKEN=TOKEN,
-                                     CACHEWATCH_RUN_NAME="e2e-demo", CACHEWATCH_SAMPLE_EVERY="1"))
+    result = subprocess.run(
+        [sys.executable, str(DEMO)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(
+            tmp_path,
+            CACHEWATCH_STORE=served,
+            CACHEWATCH_WRITE_TOKEN=TOKEN,
+            CACHEWATCH_RUN_NAME="e2e-demo",
+            CACHEWATCH_SAMPLE_EVERY="1",
+        ),
+    )
     assert result.returncode == 0, result.stderr
     assert "events written: True" in result.stdout
 
     functions = {f["name"]: f for f in _get(served + "/api/v1/functions")["items"]}
     step, loop = functions["train_step"], functions["<lambda>"]
-    assert (step["compiles"], step["causes"], step["dominant_cause"]) == (8, {"first_call": 1, "new_shape": 7},
-                                                                          "new_shape")
+    assert (step["compiles"], step["causes"], step["dominant_cause"]) == (
+        8,
+        {"first_call": 1, "new_shape": 7},
+        "new_shape",
+    )
     assert step["calls"] == 24 and step["run_seconds_est"] > 0 and 0 < step["compile_share"] < 1
     assert (loop["compiles"], loop["dominant_cause"]) == (8, "new_function_object")
 
@@ -79,12 +99,14 @@ def test_training_script_through_the_service(served, tmp_path):
     assert kit.sample(samples, "cachewatch_storm_active", function="train_step") == 1
     assert kit.sample(samples, "cachewatch_events_ingested_total") == summary["events"]
     assert kit.sample(samples, "cachewatch_events_dropped_total") == 0
-    assert kit.sample(samples, "cachewatch_http_requests_total", method="POST", route="/api/v1/events",
-                      status="200") >= 1
+    assert (
+        kit.sample(samples, "cachewatch_http_requests_total", method="POST", route="/api/v1/events", status="200") >= 1
+    )
 
     # Without the token the service refuses to store anything.
-    request = urllib.request.Request(served + "/api/v1/events", data=b"{}", method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        served + "/api/v1/events", data=b"{}", method="POST", headers={"Content-Type": "application/json"}
+    )
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(request, timeout=10)
     assert info.value.code == 401

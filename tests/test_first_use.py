@@ -38,8 +38,9 @@ def test_processes_opening_an_empty_store_at_once_create_it_once(store_url, star
         proc.join(30)
     assert outcomes == ["ok"] * PROCESSES, "\n".join(o for o in outcomes if o != "ok")
     with enginemod.get_engine(store_url).connect() as conn:
-        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all() == \
-            [enginemod.head_revision()]
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all() == [
+            enginemod.head_revision()
+        ]
 
 
 def test_an_older_schema_is_still_refused(store_url):

@@ -123,8 +123,9 @@ def test_job_rank_and_cache_key_travel_through_ingest(store_url, tmp_path):
         for rank, events in ((0, step_events[:3]), (1, step_events[:4])):
             run = dataclasses.replace(kit.new_run(recorded.run), job="posted", process_index=rank, process_count=2)
             key = {"computation": "abc", "jax": "0.10.2"}
-            copies = [kit.copy_event(e, run, now + i, persistent_cache_hit=False, cache_key=key)
-                      for i, e in enumerate(events)]
+            copies = [
+                kit.copy_event(e, run, now + i, persistent_cache_hit=False, cache_key=key) for i, e in enumerate(events)
+            ]
             r = client.post("/api/v1/events", json=kit.payload(run, copies))
             assert r.status_code == 200, r.text
         report = client.get("/api/v1/jobs/posted").json()

@@ -59,8 +59,11 @@ def test_sink_posts_batches_once(store_url, recorded):
 
 
 def test_batch_id_is_stable():
-    payload = {"run": {"run_id": "r"}, "events": [{"event_id": "a"}, {"event_id": "b"}],
-               "stats": [{"function": {"function_hash": "h"}, "timestamp": 1.5}]}
+    payload = {
+        "run": {"run_id": "r"},
+        "events": [{"event_id": "a"}, {"event_id": "b"}],
+        "stats": [{"function": {"function_hash": "h"}, "timestamp": 1.5}],
+    }
     assert batch_id(payload) == batch_id(dict(payload))
     assert batch_id(payload) != batch_id({**payload, "events": [{"event_id": "a"}]})
 
@@ -107,8 +110,9 @@ class _Canned(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("status,retryable", [(500, True), (503, True), (429, True), (400, False),
-                                              (413, False), (307, False)])
+@pytest.mark.parametrize(
+    "status,retryable", [(500, True), (503, True), (429, True), (400, False), (413, False), (307, False)]
+)
 def test_status_codes(status, retryable, recorded):
     handler = type("Handler", (_Canned,), {"status": status, "location": "http://elsewhere.invalid/x"})
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -117,7 +121,8 @@ def test_status_codes(status, retryable, recorded):
     try:
         with pytest.raises(HttpStoreError) as info:
             HttpSink(f"http://127.0.0.1:{httpd.server_address[1]}", token=TOKEN).write(
-                kit.batch(recorded.run, recorded.events[:1]))
+                kit.batch(recorded.run, recorded.events[:1])
+            )
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -133,6 +138,7 @@ def test_service_down_then_back_loses_nothing(store_url, tmp_path, use_store):
     seen: list = []
     recorder.add_listener(seen.append)
     try:
+
         @cachewatch.jit
         def layer(x):
             return jnp.tanh(x) * 2

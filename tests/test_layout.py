@@ -17,8 +17,13 @@ def test_the_library_never_imports_the_service():
                         if m.split(".")[0] in ("cachewatch_server", "server", "fastapi", "uvicorn", "starlette"))
         print(",".join(loaded))
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={"JAX_PLATFORMS": "cpu", "CACHEWATCH_ENABLED": "0", "PATH": ""})
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"JAX_PLATFORMS": "cpu", "CACHEWATCH_ENABLED": "0", "PATH": ""},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == ""
 
@@ -68,7 +73,7 @@ def test_the_library_has_no_import_circle():
         path.append(module)
         for imported in sorted(graph[module]):
             if state.get(imported) == 1:
-                circles.append(path[path.index(imported):] + [imported])
+                circles.append(path[path.index(imported) :] + [imported])
             elif imported not in state:
                 visit(imported)
         path.pop()
@@ -82,8 +87,14 @@ def test_the_library_has_no_import_circle():
 
 def test_the_store_and_the_worker_know_nothing_of_capture():
     graph = _module_imports()
-    capture = {"cachewatch.jit", "cachewatch._tracking", "cachewatch.foreign", "cachewatch.opbyop",
-               "cachewatch.guards", "cachewatch.captures"}
+    capture = {
+        "cachewatch.jit",
+        "cachewatch._tracking",
+        "cachewatch.foreign",
+        "cachewatch.opbyop",
+        "cachewatch.guards",
+        "cachewatch.captures",
+    }
     for module, imported in graph.items():
         if module.startswith("cachewatch.store") or module == "cachewatch.recorder":
             assert not imported & capture, (module, imported & capture)

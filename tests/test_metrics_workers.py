@@ -19,11 +19,22 @@ from cachewatch.events import FunctionInfo
 
 import serverkit as kit
 
-STORE_COUNTERS = ("cachewatch_compiles_total", "cachewatch_compile_seconds_bucket", "cachewatch_compile_seconds_sum",
-                  "cachewatch_compile_seconds_count", "cachewatch_calls_total", "cachewatch_run_seconds_total",
-                  "cachewatch_events_ingested_total", "cachewatch_events_dropped_total")
-PROCESS_COUNTERS = ("cachewatch_http_requests_total", "cachewatch_ingest_rejected_events_total",
-                    "cachewatch_ingest_rejected_batches_total", "cachewatch_http_request_duration_seconds_count")
+STORE_COUNTERS = (
+    "cachewatch_compiles_total",
+    "cachewatch_compile_seconds_bucket",
+    "cachewatch_compile_seconds_sum",
+    "cachewatch_compile_seconds_count",
+    "cachewatch_calls_total",
+    "cachewatch_run_seconds_total",
+    "cachewatch_events_ingested_total",
+    "cachewatch_events_dropped_total",
+)
+PROCESS_COUNTERS = (
+    "cachewatch_http_requests_total",
+    "cachewatch_ingest_rejected_events_total",
+    "cachewatch_ingest_rejected_batches_total",
+    "cachewatch_http_request_duration_seconds_count",
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +44,18 @@ def recorded(tmp_path_factory) -> kit.Recorded:
 
 
 def _function(i: int) -> FunctionInfo:
-    return FunctionInfo(function_hash=f"{i:020x}", name=f"f{i}", qualname=f"layer.f{i}", module="net",
-                        file="net.py", line=i)
+    return FunctionInfo(
+        function_hash=f"{i:020x}", name=f"f{i}", qualname=f"layer.f{i}", module="net", file="net.py", line=i
+    )
 
 
 def _post(url: str, body: dict) -> int:
-    request = urllib.request.Request(url + "/api/v1/events", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    request = urllib.request.Request(
+        url + "/api/v1/events",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status
@@ -131,8 +147,10 @@ def test_two_workers_never_show_a_counter_going_down(kind, tmp_path, recorded, r
 
 def test_two_services_on_one_postgresql_agree(pg_url, tmp_path, recorded):
     with contextlib.ExitStack() as stack:
-        urls = [stack.enter_context(kit.serve_process(pg_url, tmp_path, _env(tmp_path), log_name=f"serve-{i}.log"))
-                for i in range(2)]
+        urls = [
+            stack.enter_context(kit.serve_process(pg_url, tmp_path, _env(tmp_path), log_name=f"serve-{i}.log"))
+            for i in range(2)
+        ]
         history = _run(urls, recorded, scrapes=150)
     # Request counters belong to each service; the store's are the same whichever answers.
     assert _assert_never_lower(history, STORE_COUNTERS) > 1000

@@ -26,8 +26,9 @@ WORKER = Path(__file__).with_name("cache_worker.py")
 def run_process(store: str, cache_dir: Path, **env: str) -> None:
     full = {**os.environ, "JAX_PLATFORMS": "cpu", **env}
     full.pop("CACHEWATCH_RAISE_INTERNAL_ERRORS", None)
-    proc = subprocess.run([sys.executable, str(WORKER), store, str(cache_dir)], env=full,
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), store, str(cache_dir)], env=full, capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -35,15 +36,30 @@ def run_process(store: str, cache_dir: Path, **env: str) -> None:
 def cache_store(tmp_path_factory) -> str:
     work = tmp_path_factory.mktemp("pcache")
     store = f"sqlite:///{work / 'store.db'}"
-    run_process(store, work / "cache")                      # compiles, writes the entry
-    run_process(store, work / "cache")                      # same key: a hit
+    run_process(store, work / "cache")  # compiles, writes the entry
+    run_process(store, work / "cache")  # same key: a hit
     run_process(store, work / "cache", XLA_FLAGS="--xla_cpu_enable_fast_math=true")  # a miss
     return store
 
 
 def cli_events(store: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "cachewatch", "events", "--store", store, "--function",
-                          "cached_step", "--format", "json"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cachewatch",
+            "events",
+            "--store",
+            store,
+            "--function",
+            "cached_step",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -60,8 +76,12 @@ def test_hit_across_processes_and_miss_after_an_xla_flag_explained(cache_store):
     assert "jax_lib version" not in miss["cache_miss"]["changed"]
     assert "xla_flags '' -> '--xla_cpu_enable_fast_math=true'" in miss["cache_miss"]["explanation"]
 
-    table = subprocess.run([sys.executable, "-m", "cachewatch", "events", "--store", cache_store, "--function",
-                            "cached_step"], capture_output=True, text=True, check=True).stdout
+    table = subprocess.run(
+        [sys.executable, "-m", "cachewatch", "events", "--store", cache_store, "--function", "cached_step"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "Persistent cache: hit." in table and "the cache key changed in" in table
 
 
@@ -75,31 +95,53 @@ def test_api_function_page_and_metrics_show_it(cache_store):
         page = client.get(f"/functions/{function_hash}").text
         assert "persistent cache hit" in page and "the cache key changed in the XLA flags" in page
         families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
-        requests = {s.labels["result"]: s.value for s in families["cachewatch_persistent_cache_requests"].samples
-                    if s.name.endswith("_total")}
+        requests = {
+            s.labels["result"]: s.value
+            for s in families["cachewatch_persistent_cache_requests"].samples
+            if s.name.endswith("_total")
+        }
     # Every compile that asked the cache is counted: cached_step's (one hit, two misses) and
     # those of the eager code around it (jnp.ones), recorded as op-by-op compiles.
     e = models.compile_events
     with enginemod.connection(cache_store) as conn:
-        stored = dict(conn.execute(sa.select(e.c.persistent_cache_hit, sa.func.count())
-                                   .where(e.c.persistent_cache_hit.is_not(None))
-                                   .group_by(e.c.persistent_cache_hit)).all())
+        stored = dict(
+            conn.execute(
+                sa.select(e.c.persistent_cache_hit, sa.func.count())
+                .where(e.c.persistent_cache_hit.is_not(None))
+                .group_by(e.c.persistent_cache_hit)
+            ).all()
+        )
     assert requests == {"hit": float(stored.get(True, 0)), "miss": float(stored.get(False, 0))}
     assert requests["hit"] >= 1 and requests["miss"] >= 2
 
 
 def test_each_changed_part_is_named():
-    base = {"computation": "a", "jax_lib version": "b", "backend version": "c", "accelerator_config": "d",
-            "XLA flags": "e", "compile_options": "f", "jax": "0.9", "jaxlib": "0.9", "backend": "cpu",
-            "device_kind": "cpu", "xla_flags": ""}
-    cases = {"computation": "the program", "jax_lib version": "the jax/jaxlib version",
-             "backend version": "the backend", "accelerator_config": "the device kind",
-             "compile_options": "the compile options"}
+    base = {
+        "computation": "a",
+        "jax_lib version": "b",
+        "backend version": "c",
+        "accelerator_config": "d",
+        "XLA flags": "e",
+        "compile_options": "f",
+        "jax": "0.9",
+        "jaxlib": "0.9",
+        "backend": "cpu",
+        "device_kind": "cpu",
+        "xla_flags": "",
+    }
+    cases = {
+        "computation": "the program",
+        "jax_lib version": "the jax/jaxlib version",
+        "backend version": "the backend",
+        "accelerator_config": "the device kind",
+        "compile_options": "the compile options",
+    }
     for part, words in cases.items():
         found = explain_cache_miss(base, {**base, part: "z"}, earlier_run="r" * 32, earlier_hit=True)
         assert found["changed"] == [part] and words in found["explanation"]
-    upgraded = explain_cache_miss(base, {**base, "jax_lib version": "z", "jax": "0.10", "jaxlib": "0.10"},
-                                  earlier_run="r" * 32, earlier_hit=True)
+    upgraded = explain_cache_miss(
+        base, {**base, "jax_lib version": "z", "jax": "0.10", "jaxlib": "0.10"}, earlier_run="r" * 32, earlier_hit=True
+    )
     assert "jax '0.9' -> '0.10'" in upgraded["explanation"]
     same = explain_cache_miss(base, dict(base), earlier_run="r" * 32, earlier_hit=False)
     assert same["changed"] == [] and "same key" in same["explanation"]

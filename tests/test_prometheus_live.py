@@ -75,8 +75,11 @@ def test_storm_alert_goes_pending_then_firing(tmp_path, prometheus_binary):
                     rule["for"] = "3s"
         (tmp_path / "alerts.yml").write_text(yaml.safe_dump(rules))
         config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
-                       "external_labels": {"cachewatch_url": service}},
+            "global": {
+                "scrape_interval": "1s",
+                "evaluation_interval": "1s",
+                "external_labels": {"cachewatch_url": service},
+            },
             "rule_files": [str(tmp_path / "alerts.yml")],
             "scrape_configs": [{"job_name": "cachewatch", "static_configs": [{"targets": [target]}]}],
         }
@@ -84,9 +87,15 @@ def test_storm_alert_goes_pending_then_firing(tmp_path, prometheus_binary):
         prom_port = free_port()
         prom_log = tmp_path / "prometheus.log"
         prometheus = subprocess.Popen(
-            [prometheus_binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
-            stdout=prom_log.open("w"), stderr=subprocess.STDOUT)
+            [
+                prometheus_binary,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+            ],
+            stdout=prom_log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
         prom = f"http://127.0.0.1:{prom_port}"
         _wait_http(f"{prom}/-/ready", prometheus, prom_log)
         deadline = time.monotonic() + 30
@@ -97,15 +106,22 @@ def test_storm_alert_goes_pending_then_firing(tmp_path, prometheus_binary):
         # The storm, sent over HTTP while Prometheus watches the counters grow.
         training = subprocess.Popen(
             [sys.executable, str(ROOT / "examples" / "storm_demo.py"), "--steps", "16", "--pause", "0.4"],
-            env={**env, "CACHEWATCH_STORE": service, "CACHEWATCH_FLUSH_INTERVAL": "0.2",
-                 "CACHEWATCH_SPOOL_DIR": str(tmp_path / "spool")})
+            env={
+                **env,
+                "CACHEWATCH_STORE": service,
+                "CACHEWATCH_FLUSH_INTERVAL": "0.2",
+                "CACHEWATCH_SPOOL_DIR": str(tmp_path / "spool"),
+            },
+        )
 
         seen: dict[str, float] = {}
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and "firing" not in seen:
             for alert in _get(f"{prom}/api/v1/alerts")["data"]["alerts"]:
-                if alert["labels"].get("alertname") == "CachewatchRecompileStorm" \
-                        and alert["labels"].get("function") == "train_step":
+                if (
+                    alert["labels"].get("alertname") == "CachewatchRecompileStorm"
+                    and alert["labels"].get("function") == "train_step"
+                ):
                     seen.setdefault(alert["state"], time.monotonic())
                     firing = alert
             time.sleep(0.5)

@@ -11,7 +11,7 @@ import pytest
 
 pytest_plugins = ("pytester",)
 
-HEADER = '''
+HEADER = """
 import jax.numpy as jnp
 import pytest
 import cachewatch
@@ -19,7 +19,7 @@ import cachewatch
 @cachewatch.jit
 def train_step(x):
     return x * 2
-'''
+"""
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def run(pytester, tmp_path, monkeypatch):
 
 
 def test_max_compiles_marker_fails_with_function_cause_and_diff(run):
-    result = run('''
+    result = run("""
         @pytest.mark.max_compiles(train_step, 1)
         def test_steady():
             for n in (8, 8, 9, 10):
@@ -46,19 +46,21 @@ def test_max_compiles_marker_fails_with_function_cause_and_diff(run):
         def test_within_limit():
             train_step(jnp.ones(8))   # compiled by the test before: a cache hit
             train_step(jnp.ones(11))
-    ''')
+    """)
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     assert "MaxCompilesExceeded" in out
     assert "`train_step` compiled 3 time(s), at most 1 allowed (causes: new_shape=2, first_call=1)" in out
-    assert "#2 new_shape: `train_step` traced again. Argument x changed shape on axis 0: float32[8] -> float32[9]." in out
+    assert (
+        "#2 new_shape: `train_step` traced again. Argument x changed shape on axis 0: float32[8] -> float32[9]." in out
+    )
     assert "x: float32[8] -> float32[9]  (new_shape)" in out
     assert "x: float32[9] -> float32[10]  (new_shape)" in out
     assert "test_user.py" in out  # the call site of each extra compile
 
 
 def test_fixture_counts_compiles_and_undoes_freeze(run):
-    result = run('''
+    result = run("""
         def test_counts(cachewatch):
             train_step(jnp.ones(3))
             train_step(jnp.ones(3))
@@ -80,21 +82,24 @@ def test_fixture_counts_compiles_and_undoes_freeze(run):
             cachewatch.assert_compiles(train_step, at_most=1)
 
         cachewatch_module = cachewatch
-    ''')
+    """)
     result.assert_outcomes(passed=3, failed=1)
     out = result.stdout.str()
     assert "test_assert_compiles" in out and "x: float32[6] -> float32[]  (new_shape)" in out
 
 
 def test_report_option_prints_the_session_table(run):
-    result = run('''
+    result = run(
+        """
         def test_a():
             for n in (1, 2, 3):
                 train_step(jnp.ones(n))
 
         def test_b():
             train_step(jnp.ones(1))
-    ''', "--cachewatch-report")
+    """,
+        "--cachewatch-report",
+    )
     result.assert_outcomes(passed=2)
     out = result.stdout.str()
     assert "cachewatch compile report" in out
@@ -104,11 +109,11 @@ def test_report_option_prints_the_session_table(run):
 
 
 def test_bad_marker_is_a_usage_error(run):
-    result = run('''
+    result = run("""
         @pytest.mark.max_compiles("train_step")
         def test_bad():
             pass
-    ''')
+    """)
     assert result.ret != 0
     assert "use @pytest.mark.max_compiles(fn_or_name, n)" in result.stdout.str() + result.stderr.str()
 
@@ -119,7 +124,14 @@ def test_importing_cachewatch_does_not_import_pytest_or_the_plugin():
     entry = [e for e in importlib.metadata.entry_points(group="pytest11") if e.name == "cachewatch"]
     assert entry and entry[0].value == "cachewatch.pytest_plugin"
     probe = subprocess.run(
-        [sys.executable, "-c", "import sys, cachewatch; "
-         "print('pytest' in sys.modules, 'cachewatch.pytest_plugin' in sys.modules)"],
-        capture_output=True, text=True, check=True, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+        [
+            sys.executable,
+            "-c",
+            "import sys, cachewatch; print('pytest' in sys.modules, 'cachewatch.pytest_plugin' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
     assert probe.stdout.split() == ["False", "False"]

@@ -34,21 +34,41 @@ STEPS = {
 _JAX_COMPILED = re.compile(r"Finished XLA compilation of jit\((.*?)\) in")
 
 
-def run_python(args: list[str], store: str, extra_env: dict[str, str] | None = None,
-               **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CACHEWATCH_STORE": store, "JAX_PLATFORMS": "cpu", "JAX_LOG_COMPILES": "1",
-           "CACHEWATCH_RAISE_INTERNAL_ERRORS": "1", **(extra_env or {})}
-    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300,
-                          **kwargs)
+def run_python(
+    args: list[str], store: str, extra_env: dict[str, str] | None = None, **kwargs
+) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "CACHEWATCH_STORE": store,
+        "JAX_PLATFORMS": "cpu",
+        "JAX_LOG_COMPILES": "1",
+        "CACHEWATCH_RAISE_INTERNAL_ERRORS": "1",
+        **(extra_env or {}),
+    }
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300, **kwargs)
 
 
 def compiled_rows(url: str) -> list[sa.Row]:
     e, f = models.compile_events, models.functions
     with enginemod.connection(url) as conn:
-        return list(conn.execute(
-            sa.select(f.c.name, f.c.module, f.c.file, f.c.line, e.c.cause, e.c.call_site, e.c.warmup,
-                      e.c.explanation, e.c.diff)
-            .join(f, f.c.function_hash == e.c.function_hash).where(e.c.compiled).order_by(e.c.timestamp)))
+        return list(
+            conn.execute(
+                sa.select(
+                    f.c.name,
+                    f.c.module,
+                    f.c.file,
+                    f.c.line,
+                    e.c.cause,
+                    e.c.call_site,
+                    e.c.warmup,
+                    e.c.explanation,
+                    e.c.diff,
+                )
+                .join(f, f.c.function_hash == e.c.function_hash)
+                .where(e.c.compiled)
+                .order_by(e.c.timestamp)
+            )
+        )
 
 
 @pytest.mark.parametrize("program", sorted(STEPS))
@@ -78,8 +98,12 @@ def test_every_compile_of_a_training_program_is_recorded(program, sqlite_url):
         assert analysis.detect_storms(conn) == []  # set-up and one smaller last batch are no storm
     assert "alembic" not in done.stderr.lower()
 
-    report = subprocess.run([sys.executable, "-m", "cachewatch", "report", "--store", sqlite_url],
-                            capture_output=True, text=True, timeout=120)
+    report = subprocess.run(
+        [sys.executable, "-m", "cachewatch", "report", "--store", sqlite_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     total = sum(logged.values())
     assert f"Compiles recorded: {total}; attributed to a function or an eager primitive: {total} (" in report.stdout
 
@@ -111,11 +135,22 @@ def test_eager_code_right_after_install_is_recorded(sqlite_url):
 
 
 def test_cli_output_into_a_closed_pipe_ends_quietly(sqlite_url):
-    done = run_python(["-c", "import cachewatch, jax.numpy as jnp; cachewatch.install(); "
-                             "[jnp.ones(n).sum() for n in range(2, 9)]; cachewatch.flush(30)"], sqlite_url)
+    done = run_python(
+        [
+            "-c",
+            "import cachewatch, jax.numpy as jnp; cachewatch.install(); "
+            "[jnp.ones(n).sum() for n in range(2, 9)]; cachewatch.flush(30)",
+        ],
+        sqlite_url,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    report = subprocess.run(f"{sys.executable} -m cachewatch report --store '{sqlite_url}' | head -1",
-                            shell=True, capture_output=True, text=True, timeout=120)
+    report = subprocess.run(
+        f"{sys.executable} -m cachewatch report --store '{sqlite_url}' | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert report.stdout.startswith("function") and report.stderr == ""
 
 
@@ -179,7 +214,7 @@ def test_jit_made_before_install_is_recorded_with_static_values(sqlite_url, use_
     use_store(sqlite_url)
 
     def scale(x, power):
-        return x ** power
+        return x**power
 
     made_before = jax.jit(scale, static_argnums=1)  # like a library's jit made at import
     jax.clear_caches()
@@ -208,9 +243,9 @@ def test_warm_up_ends_when_the_users_step_runs_again(sqlite_url, use_store):
     def step(x):
         return x + 1.0
 
-    step(jnp.ones(3))        # set-up: first compile
-    step(jnp.ones(3))        # from the cache: the loop runs
-    step(jnp.ones(4))        # a recompile in steady state
+    step(jnp.ones(3))  # set-up: first compile
+    step(jnp.ones(3))  # from the cache: the loop runs
+    step(jnp.ones(4))  # a recompile in steady state
     recorder.remove_listener(seen.append)
     flags = [e.warmup for e in seen if e.function.name == "step"]
     assert flags == [True, False]
@@ -233,16 +268,33 @@ def test_storms_are_found_per_run(store_url):
 
     def insert(name: str, per_run: int, runs: int) -> None:
         with enginemod.connection(store_url) as conn:
-            conn.execute(sa.insert(models.functions), [{"function_hash": name, "name": name, "qualname": name,
-                                                        "first_seen": now}])
+            conn.execute(
+                sa.insert(models.functions),
+                [{"function_hash": name, "name": name, "qualname": name, "first_seen": now}],
+            )
             for r in range(runs):
                 run_id = uuid.uuid4().hex
-                conn.execute(sa.insert(models.runs), [{"run_id": run_id, "started_at": now + 100 * r,
-                                                       "jax_version": "0.10.2", "devices": []}])
-                conn.execute(sa.insert(models.compile_events), [
-                    {"event_id": uuid.uuid4().hex, "function_hash": name, "run_id": run_id,
-                     "timestamp": now + 100 * r + i, "kind": "trace", "cause": "new_static_value",
-                     "compiled": True, "nested": False, "signature_hash": str(i)} for i in range(per_run)])
+                conn.execute(
+                    sa.insert(models.runs),
+                    [{"run_id": run_id, "started_at": now + 100 * r, "jax_version": "0.10.2", "devices": []}],
+                )
+                conn.execute(
+                    sa.insert(models.compile_events),
+                    [
+                        {
+                            "event_id": uuid.uuid4().hex,
+                            "function_hash": name,
+                            "run_id": run_id,
+                            "timestamp": now + 100 * r + i,
+                            "kind": "trace",
+                            "cause": "new_static_value",
+                            "compiled": True,
+                            "nested": False,
+                            "signature_hash": str(i),
+                        }
+                        for i in range(per_run)
+                    ],
+                )
             rollup.rebuild(conn)
 
     insert("twice_per_run", per_run=2, runs=3)
@@ -270,6 +322,6 @@ def test_calls_made_while_tracing_are_not_executions(sqlite_url, use_store):
     counter = next(s for s in stats if s.function.function_hash == inner.__cachewatch_state__.info.function_hash)
     before = counter.calls
     outer(jnp.ones(5))
-    outer(jnp.ones(5))   # from the cache: inner is not called at all
-    inner(jnp.ones(2))   # one execution
+    outer(jnp.ones(5))  # from the cache: inner is not called at all
+    inner(jnp.ones(2))  # one execution
     assert counter.calls - before == 1

@@ -16,14 +16,25 @@ from cachewatch.events import CompileEvent, FunctionInfo
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
 
-INFO = FunctionInfo(function_hash="f" * 20, name="synthetic", qualname="synthetic", module="tests", file="x.py",
-                    line=1)
+INFO = FunctionInfo(function_hash="f" * 20, name="synthetic", qualname="synthetic", module="tests", file="x.py", line=1)
 
 
 def make_event(**overrides) -> CompileEvent:
-    values = dict(event_id=uuid.uuid4().hex, function=INFO, run_id=recorder.run_id(), timestamp=time.time(),
-                  kind="trace", cause="first_call", explanation="synthetic", diff=(), signature=(),
-                  signature_hash="0" * 20, compiled=True, nested=False, compile_seconds=0.01)
+    values = dict(
+        event_id=uuid.uuid4().hex,
+        function=INFO,
+        run_id=recorder.run_id(),
+        timestamp=time.time(),
+        kind="trace",
+        cause="first_call",
+        explanation="synthetic",
+        diff=(),
+        signature=(),
+        signature_hash="0" * 20,
+        compiled=True,
+        nested=False,
+        compile_seconds=0.01,
+    )
     values.update(overrides)
     return CompileEvent(**values)
 

@@ -210,14 +210,33 @@ def test_signatures_are_weighted_by_the_calls_they_stand_for(sqlite_url):
     runtimes.add_sample(big, 0.010, weight=100)
     with enginemod.connection(sqlite_url) as conn:
         conn.execute(sa.insert(models.runs), [{"run_id": "r" * 32, "started_at": 0.0, "devices": []}])
-        conn.execute(sa.insert(models.functions), [{"function_hash": "f", "name": "f", "qualname": "f",
-                                                    "first_seen": 0.0}])
-        stats = [{"run_id": "r" * 32, "function_hash": "f", "timestamp": 1.0, "calls": 1000, "sampled_calls": 1,
-                  "sampled_seconds": 0.001, "signature_hash": "small", "run_buckets": runtimes.to_json(small),
-                  "sample_every": 100},
-                 {"run_id": "r" * 32, "function_hash": "f", "timestamp": 1.0, "calls": 0, "sampled_calls": 1,
-                  "sampled_seconds": 0.010, "signature_hash": "big", "run_buckets": runtimes.to_json(big),
-                  "sample_every": 100}]
+        conn.execute(
+            sa.insert(models.functions), [{"function_hash": "f", "name": "f", "qualname": "f", "first_seen": 0.0}]
+        )
+        stats = [
+            {
+                "run_id": "r" * 32,
+                "function_hash": "f",
+                "timestamp": 1.0,
+                "calls": 1000,
+                "sampled_calls": 1,
+                "sampled_seconds": 0.001,
+                "signature_hash": "small",
+                "run_buckets": runtimes.to_json(small),
+                "sample_every": 100,
+            },
+            {
+                "run_id": "r" * 32,
+                "function_hash": "f",
+                "timestamp": 1.0,
+                "calls": 0,
+                "sampled_calls": 1,
+                "sampled_seconds": 0.010,
+                "signature_hash": "big",
+                "run_buckets": runtimes.to_json(big),
+                "sample_every": 100,
+            },
+        ]
         conn.execute(sa.insert(models.call_stats), stats)
         rollup.add_call_stats(conn, stats)
         (total,) = storequeries.call_totals(conn)
@@ -232,12 +251,21 @@ def test_signatures_are_weighted_by_the_calls_they_stand_for(sqlite_url):
 def test_ingest_keeps_one_row_per_signature(sqlite_url, recorded):
     now = time.time()
     step = recorded.function("step")
-    rows = [kit.stats(recorded.run, step, now, calls=30, sampled=1, seconds=0.002),
-            kit.stats(recorded.run, step, now, calls=0, sampled=1, seconds=0.02)]
-    rows = [type(r)(**{**{f: getattr(r, f) for f in r.__dataclass_fields__}, "signature_hash": sig,
-                       "run_buckets": runtimes.to_json({runtimes.bucket_of(r.sampled_seconds): [1, 15]}),
-                       "sample_every": 100})
-            for r, sig in zip(rows, ("a", "b"))]
+    rows = [
+        kit.stats(recorded.run, step, now, calls=30, sampled=1, seconds=0.002),
+        kit.stats(recorded.run, step, now, calls=0, sampled=1, seconds=0.02),
+    ]
+    rows = [
+        type(r)(
+            **{
+                **{f: getattr(r, f) for f in r.__dataclass_fields__},
+                "signature_hash": sig,
+                "run_buckets": runtimes.to_json({runtimes.bucket_of(r.sampled_seconds): [1, 15]}),
+                "sample_every": 100,
+            }
+        )
+        for r, sig in zip(rows, ("a", "b"))
+    ]
     with service(sqlite_url) as client:
         body = kit.payload(recorded.run, recorded.events, rows)
         assert client.post("/api/v1/events", json=body).json()["stored_stats"] == 2
@@ -258,8 +286,7 @@ def test_cost_model_gives_no_exponent_from_too_few_points(sqlite_url):
 
     enginemod.ensure_schema(sqlite_url)
     for i, size in enumerate([10, 20, 40, 80]):
-        _insert_compiles(sqlite_url, "four", [1000.0 + i], eqns=size, seconds=1e-5 * size ** 2.6,
-                         signature_hash=f"f{i}")
+        _insert_compiles(sqlite_url, "four", [1000.0 + i], eqns=size, seconds=1e-5 * size**2.6, signature_hash=f"f{i}")
     with enginemod.connection(sqlite_url) as conn:
         (row,) = analysis.cost_model(conn)
     assert row["points"] == 4 and row["exponent"] is None and not row["superlinear"]

@@ -75,8 +75,11 @@ def _routes(app) -> set[tuple[str, str]]:
 
 
 def _concrete(path: str, function_hash: str) -> str:
-    return (path.replace("{function_hash}", function_hash).replace("{name}", "dashboard.css")
-            .replace("{job}", "security-walk"))
+    return (
+        path.replace("{function_hash}", function_hash)
+        .replace("{name}", "dashboard.css")
+        .replace("{job}", "security-walk")
+    )
 
 
 def test_every_route_answers_as_documented(sqlite_url, recorded, caplog):
@@ -85,8 +88,12 @@ def test_every_route_answers_as_documented(sqlite_url, recorded, caplog):
     body = kit.payload(recorded.run, recorded.events)
     function_hash = recorded.events[0].function.function_hash
     caplog.set_level(logging.DEBUG)
-    credentials = {"none": {}, "wrong": kit.auth("not-the-token-0123456789"), "write": kit.auth(WRITE),
-                   "read": kit.auth(READ)}
+    credentials = {
+        "none": {},
+        "wrong": kit.auth("not-the-token-0123456789"),
+        "write": kit.auth(WRITE),
+        "read": kit.auth(READ),
+    }
     with TestClient(app, raise_server_exceptions=False) as client:
         assert client.post("/api/v1/events", json=body, headers=kit.auth(WRITE)).status_code == 200
         for (method, path), access in sorted(ACCESS.items()):
@@ -95,13 +102,17 @@ def test_every_route_answers_as_documented(sqlite_url, recorded, caplog):
                 if method == "POST" and path == "/api/v1/events":
                     response = client.post(url, json=body, headers=headers)
                 elif method == "POST":
-                    response = client.post(url, data={"token": "x", "next": "/"}, headers=headers,
-                                           follow_redirects=False)
+                    response = client.post(
+                        url, data={"token": "x", "next": "/"}, headers=headers, follow_redirects=False
+                    )
                 else:
                     response = client.get(url, headers=headers, follow_redirects=False)
                 status = response.status_code
-                allowed = (access == "public" or (access == "write" and who == "write")
-                           or (access in ("read", "page") and who == "read"))
+                allowed = (
+                    access == "public"
+                    or (access == "write" and who == "write")
+                    or (access in ("read", "page") and who == "read")
+                )
                 if (method, path) == ("POST", "/login"):
                     assert status == 401 and "Sign in" in response.text  # the form's token "x" is wrong
                 elif (method, path) in (("POST", "/logout"), ("GET", "/login")):
@@ -109,8 +120,12 @@ def test_every_route_answers_as_documented(sqlite_url, recorded, caplog):
                 elif allowed:
                     assert status == 200, (method, path, who, status)
                 elif access == "page":
-                    assert status == 303 and response.headers["location"].startswith("/login?next="), \
-                        (method, path, who, status)
+                    assert status == 303 and response.headers["location"].startswith("/login?next="), (
+                        method,
+                        path,
+                        who,
+                        status,
+                    )
                 else:
                     assert status == 401, (method, path, who, status)
                     assert response.headers["www-authenticate"] == "Bearer"
@@ -156,8 +171,9 @@ def test_the_dashboard_session_expires_on_the_server(sqlite_url):
 
 def test_cors_is_closed_by_default(sqlite_url):
     with TestClient(create_app(ServerSettings(store=sqlite_url, write_token=None, read_token=None))) as client:
-        preflight = client.options("/api/v1/events", headers={"Origin": "https://evil.example",
-                                                              "Access-Control-Request-Method": "POST"})
+        preflight = client.options(
+            "/api/v1/events", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}
+        )
         simple = client.get("/api/v1/summary", headers={"Origin": "https://evil.example"})
     for response in (preflight, simple):
         assert "access-control-allow-origin" not in response.headers

@@ -32,8 +32,16 @@ def recorded(tmp_path_factory) -> kit.Recorded:
 
 
 def make_client(url: str, **settings) -> TestClient:
-    return TestClient(create_app(ServerSettings(store=url, write_token=settings.pop("write_token", None),
-                                                read_token=settings.pop("read_token", None), **settings)))
+    return TestClient(
+        create_app(
+            ServerSettings(
+                store=url,
+                write_token=settings.pop("write_token", None),
+                read_token=settings.pop("read_token", None),
+                **settings,
+            )
+        )
+    )
 
 
 @pytest.fixture
@@ -50,12 +58,20 @@ def count(url: str, table: sa.Table) -> int:
 def test_ingest_then_query(client, store_url, recorded):
     now = time.time()
     step = recorded.function("step")
-    body = kit.payload(recorded.run, recorded.events, [kit.stats(recorded.run, step, now, calls=40, sampled=4,
-                                                                 seconds=0.2)])
+    body = kit.payload(
+        recorded.run, recorded.events, [kit.stats(recorded.run, step, now, calls=40, sampled=4, seconds=0.2)]
+    )
     r = client.post("/api/v1/events", json=body)
     assert r.status_code == 200, r.text
-    assert r.json() == {"batch_id": None, "events": len(recorded.events), "stored_events": len(recorded.events),
-                        "duplicate_events": 0, "stats": 1, "stored_stats": 1, "duplicate_stats": 0}
+    assert r.json() == {
+        "batch_id": None,
+        "events": len(recorded.events),
+        "stored_events": len(recorded.events),
+        "duplicate_events": 0,
+        "stats": 1,
+        "stored_stats": 1,
+        "duplicate_stats": 0,
+    }
 
     items = client.get("/api/v1/functions").json()["items"]
     by_name = {row["name"]: row for row in items}
@@ -112,8 +128,9 @@ def test_ingest_then_query(client, store_url, recorded):
 def test_retried_batch_is_stored_once(client, store_url, recorded):
     now = time.time()
     step = recorded.function("step")
-    body = kit.payload(recorded.run, recorded.events, [kit.stats(recorded.run, step, now, calls=10)],
-                       batch_id="b-1", dropped=2)
+    body = kit.payload(
+        recorded.run, recorded.events, [kit.stats(recorded.run, step, now, calls=10)], batch_id="b-1", dropped=2
+    )
     first = client.post("/api/v1/events", json=body)
     again = client.post("/api/v1/events", json=body)
     assert first.status_code == again.status_code == 200
@@ -164,7 +181,7 @@ def test_store_failure_mid_batch_rolls_back(client, store_url, recorded):
     # fails (an event names a function the batch does not carry): nothing stays.
     runs, functions, events, stats = sinks.batch_rows(kit.batch(recorded.run, recorded.events[:2]))
     at = models.EVENT_COLUMNS.index("function_hash")
-    events[1] = events[1][:at] + ("0" * 20,) + events[1][at + 1:]
+    events[1] = events[1][:at] + ("0" * 20,) + events[1][at + 1 :]
     with pytest.raises(enginemod.StoreError):
         with enginemod.connection(store_url, ensure=False) as conn:
             sinks.write_rows(conn, runs, functions, events, stats)
@@ -322,7 +339,8 @@ def test_filters_and_cursors(client, recorded):
     page = client.get("/api/v1/runs", params={"limit": 1, "cursor": page["next_cursor"]}).json()
     assert [r["run_id"] for r in page["items"]] == [run_a.run_id] and page["next_cursor"] is None
     assert [r["run_id"] for r in client.get("/api/v1/runs", params={"until": base + 1}).json()["items"]] == [
-        run_a.run_id]
+        run_a.run_id
+    ]
 
     summary = client.get("/api/v1/summary", params={"run_id": run_b.run_id}).json()
     assert (summary["events"], summary["functions"], summary["runs"]) == (8, 1, 1)
@@ -337,8 +355,12 @@ def test_storms(client, recorded):
     lambda_events = recorded.by_name("<lambda>")
     # Yesterday: step recompiled 7 times in 7 seconds. Now: 6 new lambdas in the loop.
     old_events = [kit.copy_event(e, run_old, old + i) for i, e in enumerate(step_events)]
-    new_events = [kit.copy_event(lambda_events[min(i, 2)], run_new, now - 30 + i,
-                                 cause="first_call" if i == 0 else "new_function_object") for i in range(7)]
+    new_events = [
+        kit.copy_event(
+            lambda_events[min(i, 2)], run_new, now - 30 + i, cause="first_call" if i == 0 else "new_function_object"
+        )
+        for i in range(7)
+    ]
     for run, events in ((run_old, old_events), (run_new, new_events)):
         assert client.post("/api/v1/events", json=kit.payload(run, events)).status_code == 200
 
@@ -346,15 +368,14 @@ def test_storms(client, recorded):
     assert (page["threshold"], page["window"]) == (5, 600.0)
     storms = page["items"]
     assert [(s["name"], s["dominant_cause"], s["active"], s["compiles"]) for s in storms] == [
-        ("<lambda>", "new_function_object", True, 6), ("step", "new_shape", False, 7)]
+        ("<lambda>", "new_function_object", True, 6),
+        ("step", "new_shape", False, 7),
+    ]
     assert "outside the loop" in storms[0]["fix"]
     assert storms[1]["run_ids"] == [run_old.run_id]
-    assert [s["name"] for s in client.get("/api/v1/storms", params={"active": True}).json()["items"]] == [
-        "<lambda>"]
-    assert [s["name"] for s in client.get("/api/v1/storms", params={"active": False}).json()["items"]] == [
-        "step"]
-    assert [s["name"] for s in client.get("/api/v1/storms", params={"until": now - 3600}).json()["items"]] == [
-        "step"]
+    assert [s["name"] for s in client.get("/api/v1/storms", params={"active": True}).json()["items"]] == ["<lambda>"]
+    assert [s["name"] for s in client.get("/api/v1/storms", params={"active": False}).json()["items"]] == ["step"]
+    assert [s["name"] for s in client.get("/api/v1/storms", params={"until": now - 3600}).json()["items"]] == ["step"]
     step_hash = step_events[0].function.function_hash
     only = client.get("/api/v1/storms", params={"function_hash": step_hash}).json()["items"]
     assert [s["name"] for s in only] == ["step"]
@@ -407,9 +428,17 @@ def test_healthz_reports_an_unreachable_store(tmp_path):
 
 def test_openapi_documents_the_api(client):
     spec = client.get("/openapi.json").json()
-    for path in ("/api/v1/events", "/api/v1/functions", "/api/v1/functions/{function_hash}",
-                 "/api/v1/functions/{function_hash}/events", "/api/v1/runs", "/api/v1/storms",
-                 "/api/v1/summary", "/metrics", "/healthz"):
+    for path in (
+        "/api/v1/events",
+        "/api/v1/functions",
+        "/api/v1/functions/{function_hash}",
+        "/api/v1/functions/{function_hash}/events",
+        "/api/v1/runs",
+        "/api/v1/storms",
+        "/api/v1/summary",
+        "/metrics",
+        "/healthz",
+    ):
         assert path in spec["paths"], path
     schemas = spec["components"]["schemas"]
     assert set(schemas["EventIn"]["properties"]["cause"]["enum"]) == set(recorder_causes())

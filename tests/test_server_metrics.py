@@ -23,9 +23,17 @@ from cachewatch_server.settings import ServerSettings
 
 import serverkit as kit
 
-STORE_SERIES = ("cachewatch_compiles_total", "cachewatch_compile_seconds_bucket", "cachewatch_compile_seconds_sum",
-                "cachewatch_compile_seconds_count", "cachewatch_calls_total", "cachewatch_run_seconds_total",
-                "cachewatch_compile_share_ratio", "cachewatch_storm_active", "cachewatch_events_ingested_total")
+STORE_SERIES = (
+    "cachewatch_compiles_total",
+    "cachewatch_compile_seconds_bucket",
+    "cachewatch_compile_seconds_sum",
+    "cachewatch_compile_seconds_count",
+    "cachewatch_calls_total",
+    "cachewatch_run_seconds_total",
+    "cachewatch_compile_share_ratio",
+    "cachewatch_storm_active",
+    "cachewatch_events_ingested_total",
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +59,11 @@ def cost(event) -> float:
 def test_metrics_equal_the_store(store_url, recorded):
     now = time.time()
     step, scale = recorded.function("step"), recorded.function("scale")
-    stats = [kit.stats(recorded.run, step, now - 20, calls=100, sampled=2, seconds=0.02),
-             kit.stats(recorded.run, step, now - 10, calls=50, sampled=1, seconds=0.03),
-             kit.stats(recorded.run, scale, now - 10, calls=7)]
+    stats = [
+        kit.stats(recorded.run, step, now - 20, calls=100, sampled=2, seconds=0.02),
+        kit.stats(recorded.run, step, now - 10, calls=50, sampled=1, seconds=0.03),
+        kit.stats(recorded.run, scale, now - 10, calls=7),
+    ]
     with make_client(store_url) as client:
         assert client.post("/api/v1/events", json=kit.payload(recorded.run, recorded.events, stats)).status_code == 200
         text = client.get("/metrics").text
@@ -61,8 +71,12 @@ def test_metrics_equal_the_store(store_url, recorded):
 
     names = {name for name, _ in samples}
     assert set(STORE_SERIES) <= names
-    assert {"cachewatch_events_dropped_total", "cachewatch_http_requests_total", "cachewatch_store_up",
-            "cachewatch_http_request_duration_seconds_count"} <= names
+    assert {
+        "cachewatch_events_dropped_total",
+        "cachewatch_http_requests_total",
+        "cachewatch_store_up",
+        "cachewatch_http_request_duration_seconds_count",
+    } <= names
     fams = kit.families(text)
     assert fams["cachewatch_compiles"].type == "counter"
     assert fams["cachewatch_compile_seconds"].type == "histogram"
@@ -77,7 +91,8 @@ def test_metrics_equal_the_store(store_url, recorded):
             assert kit.sample(samples, "cachewatch_compiles_total", function=label, cause=cause) == expected
         assert kit.sample(samples, "cachewatch_compile_seconds_count", function=label) == len(events)
         assert kit.sample(samples, "cachewatch_compile_seconds_sum", function=label) == pytest.approx(
-            sum(cost(e) for e in events))
+            sum(cost(e) for e in events)
+        )
         for le in BUCKETS:
             got = kit.sample(samples, "cachewatch_compile_seconds_bucket", function=label, le=repr(float(le)))
             assert got == sum(1 for e in events if cost(e) <= le), (label, le)
@@ -88,7 +103,8 @@ def test_metrics_equal_the_store(store_url, recorded):
         report = {short_name(r["qualname"]): r for r in storequeries.function_report(conn)}
     for label, row in report.items():
         assert kit.sample(samples, "cachewatch_compile_seconds_sum", function=label) == pytest.approx(
-            row["compile_seconds"])
+            row["compile_seconds"]
+        )
         assert kit.sample(samples, "cachewatch_calls_total", function=label) == row["calls"]
 
     # Each statistics row is costed at the run time per call known when it was written:
@@ -101,7 +117,8 @@ def test_metrics_equal_the_store(store_url, recorded):
     assert kit.sample(samples, "cachewatch_run_seconds_total", function="scale") == 0
     compile_s = report["step"]["compile_seconds"]
     assert kit.sample(samples, "cachewatch_compile_share_ratio", function="step") == pytest.approx(
-        compile_s / (compile_s + run_seconds))
+        compile_s / (compile_s + run_seconds)
+    )
     # Never timed: no share rather than a made-up one.
     assert kit.sample(samples, "cachewatch_compile_share_ratio", function="scale") is None
 
@@ -110,8 +127,9 @@ def test_metrics_equal_the_store(store_url, recorded):
     assert kit.sample(samples, "cachewatch_events_ingested_total") == len(recorded.events)
     assert kit.sample(samples, "cachewatch_events_dropped_total") == 0
     assert kit.sample(samples, "cachewatch_store_up") == 1
-    assert kit.sample(samples, "cachewatch_http_requests_total", method="POST", route="/api/v1/events",
-                      status="200") == 1
+    assert (
+        kit.sample(samples, "cachewatch_http_requests_total", method="POST", route="/api/v1/events", status="200") == 1
+    )
     assert not any(dict(labels).get("function") == "other" for _, labels in samples)
 
     # A second worker (or a restarted service) reads the same numbers from the store.
@@ -123,8 +141,9 @@ def test_metrics_equal_the_store(store_url, recorded):
 
 
 def _function(i: int) -> FunctionInfo:
-    return FunctionInfo(function_hash=f"{i:020x}", name=f"f{i}", qualname=f"model.f{i}", module="model",
-                        file="model.py", line=i)
+    return FunctionInfo(
+        function_hash=f"{i:020x}", name=f"f{i}", qualname=f"model.f{i}", module="model", file="model.py", line=i
+    )
 
 
 def _compiles(recorded, run, function: FunctionInfo, n: int, start: float) -> list:
@@ -141,8 +160,7 @@ def _assert_monotonic(before: dict, after: dict) -> None:
 
 
 def _function_labels(samples: dict) -> set[str]:
-    return {dict(labels)["function"] for name, labels in samples
-            if name == "cachewatch_compiles_total"}
+    return {dict(labels)["function"] for name, labels in samples if name == "cachewatch_compiles_total"}
 
 
 def test_labels_are_decided_once_and_counters_never_go_down(store_url, recorded):
@@ -184,8 +202,11 @@ def test_labels_are_decided_once_and_counters_never_go_down(store_url, recorded)
                 assert again[key] == value, key
     with enginemod.connection(store_url) as conn:
         rows = dict(conn.execute(sa.select(models.metric_labels.c.function_hash, models.metric_labels.c.label)).all())
-    assert rows == {_function(1).function_hash: "model.f1", _function(2).function_hash: "model.f2",
-                    **{_function(i).function_hash: None for i in (3, 4, 5)}}
+    assert rows == {
+        _function(1).function_hash: "model.f1",
+        _function(2).function_hash: "model.f2",
+        **{_function(i).function_hash: None for i in (3, 4, 5)},
+    }
 
 
 def test_functions_sharing_a_name_get_one_label_each(store_url, recorded):
@@ -193,16 +214,21 @@ def test_functions_sharing_a_name_get_one_label_each(store_url, recorded):
     a = dataclasses.replace(_function(1), qualname="<lambda>", name="<lambda>")
     b = dataclasses.replace(_function(2), qualname="<lambda>", name="<lambda>", module="other_module")
     c = dataclasses.replace(_function(3), qualname="<lambda>", name="<lambda>")  # a's module, another source
-    events = (_compiles(recorded, run, a, 3, time.time() - 100) + _compiles(recorded, run, b, 2, time.time() - 50)
-              + _compiles(recorded, run, c, 1, time.time() - 40))
+    events = (
+        _compiles(recorded, run, a, 3, time.time() - 100)
+        + _compiles(recorded, run, b, 2, time.time() - 50)
+        + _compiles(recorded, run, c, 1, time.time() - 40)
+    )
     with make_client(store_url) as client:
         client.post("/api/v1/events", json=kit.payload(run, events))
         samples = scrape(client)
-    assert _function_labels(samples) == {"model.<lambda>", "other_module.<lambda>",
-                                         f"model.<lambda>@{c.function_hash[:12]}"}
+    assert _function_labels(samples) == {
+        "model.<lambda>",
+        "other_module.<lambda>",
+        f"model.<lambda>@{c.function_hash[:12]}",
+    }
     assert kit.sample(samples, "cachewatch_compiles_total", function="model.<lambda>", cause="new_shape") == 3
-    assert kit.sample(samples, "cachewatch_compiles_total", function="other_module.<lambda>",
-                      cause="new_shape") == 2
+    assert kit.sample(samples, "cachewatch_compiles_total", function="other_module.<lambda>", cause="new_shape") == 2
 
 
 def test_dropped_events_counter(sqlite_url, recorded):
@@ -269,10 +295,19 @@ def test_unreachable_store_keeps_metrics_up():
 
 def test_stale_captures_are_events_but_not_compiles(sqlite_url, recorded):
     step = recorded.by_name("step")
-    stale = kit.copy_event(step[-1], recorded.run, time.time(), kind="stale_capture", cause="stale_capture",
-                           compiled=False, trace_seconds=None, lower_seconds=None, compile_seconds=None,
-                           diff=({"path": "SCALE", "change": "value", "cause": "stale_capture", "before": "1.0",
-                                  "after": "2.0"},), captured={"SCALE": "1.0"})
+    stale = kit.copy_event(
+        step[-1],
+        recorded.run,
+        time.time(),
+        kind="stale_capture",
+        cause="stale_capture",
+        compiled=False,
+        trace_seconds=None,
+        lower_seconds=None,
+        compile_seconds=None,
+        diff=({"path": "SCALE", "change": "value", "cause": "stale_capture", "before": "1.0", "after": "2.0"},),
+        captured={"SCALE": "1.0"},
+    )
     with make_client(sqlite_url) as client:
         assert client.post("/api/v1/events", json=kit.payload(recorded.run, step + [stale])).status_code == 200
         samples = scrape(client)
@@ -289,8 +324,9 @@ def test_stale_captures_are_events_but_not_compiles(sqlite_url, recorded):
 def test_jax_op_by_op_compiles_never_take_a_label(sqlite_url, recorded):
     run = kit.new_run(recorded.run)
     eager = dataclasses.replace(_function(7), name="add", qualname="add", module="jax.op_by_op")
-    events = _compiles(recorded, run, eager, 6, time.time() - 100) + \
-        _compiles(recorded, run, _function(8), 2, time.time() - 50)
+    events = _compiles(recorded, run, eager, 6, time.time() - 100) + _compiles(
+        recorded, run, _function(8), 2, time.time() - 50
+    )
     with make_client(sqlite_url, metrics_top_n=5) as client:
         client.post("/api/v1/events", json=kit.payload(run, events))
         samples = scrape(client)

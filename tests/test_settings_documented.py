@@ -25,8 +25,11 @@ def variables_read() -> set[str]:
 def documented() -> set[str]:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
-    return {name for row in re.findall(r"^\|([^|]*)\|", section, re.M)
-            for name in re.findall(r"CACHEWATCH_[A-Z0-9_]+[A-Z0-9]", row)}
+    return {
+        name
+        for row in re.findall(r"^\|([^|]*)\|", section, re.M)
+        for name in re.findall(r"CACHEWATCH_[A-Z0-9_]+[A-Z0-9]", row)
+    }
 
 
 def test_every_variable_the_code_reads_is_in_the_readme_table():

@@ -64,8 +64,21 @@ def test_report_and_events_json(store_url, use_store, capsys):
     assert cli.main(["report", "--store", store_url, "--format", "json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     step = rows["train_step"]
-    for field in ("name", "qualname", "module", "file", "line", "function_hash", "traces", "compiles",
-                  "recompiles", "causes", "compile_seconds", "calls", "run_seconds_est"):
+    for field in (
+        "name",
+        "qualname",
+        "module",
+        "file",
+        "line",
+        "function_hash",
+        "traces",
+        "compiles",
+        "recompiles",
+        "causes",
+        "compile_seconds",
+        "calls",
+        "run_seconds_est",
+    ):
         assert field in step
     assert (step["traces"], step["compiles"], step["recompiles"], step["calls"]) == (3, 3, 2, 4)
     assert step["causes"] == {"first_call": 1, "new_shape": 2}
@@ -84,21 +97,35 @@ def test_report_and_events_json(store_url, use_store, capsys):
 
 
 def test_python_dash_m_is_the_same_program(sqlite_url):
-    out = subprocess.run([sys.executable, "-m", "cachewatch", "report", "--store", sqlite_url],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "cachewatch", "report", "--store", sqlite_url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "No compile events" in out
 
 
 def test_library_and_cli_share_the_default_store(tmp_path):
     # No settings anywhere: the script and `cachewatch report` meet in one SQLite file.
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"),
-           "JAX_PLATFORMS": "cpu"}
-    script = ("import cachewatch, jax.numpy as jnp\n"
-              "f = cachewatch.jit(lambda x: x + 1)\n"
-              "f(jnp.ones(2)); f(jnp.ones(3))\n")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "JAX_PLATFORMS": "cpu",
+    }
+    script = (
+        "import cachewatch, jax.numpy as jnp\nf = cachewatch.jit(lambda x: x + 1)\nf(jnp.ones(2)); f(jnp.ones(3))\n"
+    )
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
-    out = subprocess.run([sys.executable, "-m", "cachewatch", "report", "--format", "json"], env=env,
-                         capture_output=True, text=True, check=True, timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "cachewatch", "report", "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     (row,) = [r for r in json.loads(out) if r["module"] != "jax.op_by_op"]
     assert row["compiles"] == 2 and row["causes"] == {"first_call": 1, "new_shape": 1}
     assert (tmp_path / "data" / "cachewatch" / "cachewatch.db").exists()
@@ -128,10 +155,15 @@ def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_stor
     assert sum(row[2] for row in kept if row[0] == "run_totals") == stored
     # A batch sent again (a retry, a spool replay) adds nothing.
     with enginemod.connection(store_url) as conn:
-        events = [dict(r._mapping) for r in conn.execute(sa.select(*[c for c in models.compile_events.c
-                                                                      if c.name != "id"]))]
-        assert sinks.write_rows(conn, [recorder.run_info().as_dict()], [],
-                                [sinks.event_row(event) for event in events], []) == set()
+        events = [
+            dict(r._mapping) for r in conn.execute(sa.select(*[c for c in models.compile_events.c if c.name != "id"]))
+        ]
+        assert (
+            sinks.write_rows(
+                conn, [recorder.run_info().as_dict()], [], [sinks.event_row(event) for event in events], []
+            )
+            == set()
+        )
     assert _rollup_rows(store_url) == kept
     with enginemod.connection(store_url) as conn:
         rollup.rebuild(conn)
@@ -140,9 +172,9 @@ def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_stor
     fresh = [{**event, "event_id": new_event_id()} for event in events[:3]]
     mixed = events[3:] + fresh[:2] + events[:3] + fresh[2:]
     with enginemod.connection(store_url) as conn:
-        assert sinks.write_rows(conn, [recorder.run_info().as_dict()], [],
-                                [sinks.event_row(event) for event in mixed], []) == \
-            {event["event_id"] for event in fresh}
+        assert sinks.write_rows(
+            conn, [recorder.run_info().as_dict()], [], [sinks.event_row(event) for event in mixed], []
+        ) == {event["event_id"] for event in fresh}
     grown = _rollup_rows(store_url)
     assert sum(row[2] for row in grown if row[0] == "run_totals") == stored + 3
     with enginemod.connection(store_url) as conn:
@@ -174,13 +206,25 @@ def test_run_time_estimate_only_grows_and_values_early_calls(sqlite_url):
     enginemod.ensure_schema(sqlite_url)
     with enginemod.connection(sqlite_url) as conn:
         conn.execute(sa.insert(models.runs), [{"run_id": "r" * 32, "started_at": 0.0, "devices": []}])
-        conn.execute(sa.insert(models.functions), [{"function_hash": "f", "name": "f", "qualname": "f",
-                                                    "first_seen": 0.0}])
+        conn.execute(
+            sa.insert(models.functions), [{"function_hash": "f", "name": "f", "qualname": "f", "first_seen": 0.0}]
+        )
 
     def write(timestamp, calls, sampled, seconds):
         with enginemod.connection(sqlite_url) as conn:
-            rollup.add_call_stats(conn, [{"run_id": "r" * 32, "function_hash": "f", "timestamp": timestamp,
-                                          "calls": calls, "sampled_calls": sampled, "sampled_seconds": seconds}])
+            rollup.add_call_stats(
+                conn,
+                [
+                    {
+                        "run_id": "r" * 32,
+                        "function_hash": "f",
+                        "timestamp": timestamp,
+                        "calls": calls,
+                        "sampled_calls": sampled,
+                        "sampled_seconds": seconds,
+                    }
+                ],
+            )
             return conn.execute(sa.select(models.function_call_totals)).one()
 
     first = write(1.0, 100, 0, 0.0)  # no sample yet: the calls wait to be valued

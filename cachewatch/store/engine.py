@@ -46,12 +46,13 @@ _verified: set[str] = set()
 def normalize_url(url: str) -> str:
     """Accept the URLs people type and name the driver cachewatch ships with."""
     if url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://"):]
+        url = "postgresql://" + url[len("postgres://") :]
     if url.startswith("postgresql://"):
-        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+        url = "postgresql+psycopg://" + url[len("postgresql://") :]
     if not (url.startswith("sqlite:") or url.startswith("postgresql+")):
-        raise InvalidStoreURL(f"unsupported store URL {url!r}: use sqlite:///path/to/file.db "
-                              "or postgresql://user@host/db")
+        raise InvalidStoreURL(
+            f"unsupported store URL {url!r}: use sqlite:///path/to/file.db or postgresql://user@host/db"
+        )
     return url
 
 
@@ -86,8 +87,9 @@ def _create_engine(url: str) -> Engine:
         path = sa.engine.make_url(url).database
         if path and path != ":memory:":
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False},
-                                  json_serializer=json_dumps)
+        engine = sa.create_engine(
+            url, connect_args={"timeout": 30, "check_same_thread": False}, json_serializer=json_dumps
+        )
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record):
@@ -138,8 +140,7 @@ def snapshot(url: str) -> Iterator[sa.Connection]:
     """
     try:
         with get_engine(url).connect() as raw:
-            conn = raw.execution_options(isolation_level="REPEATABLE READ") \
-                if raw.dialect.name == "postgresql" else raw
+            conn = raw.execution_options(isolation_level="REPEATABLE READ") if raw.dialect.name == "postgresql" else raw
             with conn.begin():
                 if conn.dialect.name == "sqlite":
                     conn.exec_driver_sql("BEGIN")
@@ -285,16 +286,20 @@ def ensure_schema(url: str, *, migrate_empty: bool = True) -> None:
                 current = MigrationContext.configure(conn).get_current_revision()
                 if current is None:
                     if sa.inspect(conn).get_table_names():
-                        raise SchemaOutdated(f"the store at {_redact(url)} has tables but no cachewatch schema "
-                                             f"revision; point cachewatch at an empty database, or run: "
-                                             f"{upgrade_command(url)}")
+                        raise SchemaOutdated(
+                            f"the store at {_redact(url)} has tables but no cachewatch schema "
+                            f"revision; point cachewatch at an empty database, or run: "
+                            f"{upgrade_command(url)}"
+                        )
                     if not migrate_empty:
                         raise SchemaOutdated(f"the store at {_redact(url)} is empty; run: {upgrade_command(url)}")
                     _run_upgrade(url, conn, "head")
                     current = head
         if current != head:
-            raise SchemaOutdated(f"the store at {_redact(url)} is at schema revision {current}, this "
-                                 f"cachewatch needs {head}; run: {upgrade_command(url)}")
+            raise SchemaOutdated(
+                f"the store at {_redact(url)} is at schema revision {current}, this "
+                f"cachewatch needs {head}; run: {upgrade_command(url)}"
+            )
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot open store {_redact(url)}: {getattr(exc, 'orig', None) or exc}") from exc
     _verified.add(key)

@@ -34,8 +34,7 @@ _LARGE_BODY = 256 * 1024  # a dropped connection while sending more than this is
 class HttpStoreError(StoreError):
     """The server could not be reached, or refused the batch."""
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = True,
-                 too_large: bool = False):
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = True, too_large: bool = False):
         super().__init__(message)
         self.status = status
         self.retryable = retryable
@@ -85,21 +84,34 @@ class HttpSink:
                 raise
             events, stats = list(batch.events), list(batch.stats)
             if len(events) + len(stats) <= 1:
-                raise HttpStoreError(f"{exc} (one row is larger than the server takes)", status=413,
-                                     retryable=False) from None
+                raise HttpStoreError(
+                    f"{exc} (one row is larger than the server takes)", status=413, retryable=False
+                ) from None
             half = len(events) // 2
-            parts = ((events[:half], stats), (events[half:], [])) if events else ((events, stats[:len(stats) // 2]),
-                                                                                 (events, stats[len(stats) // 2:]))
+            parts = (
+                ((events[:half], stats), (events[half:], []))
+                if events
+                else ((events, stats[: len(stats) // 2]), (events, stats[len(stats) // 2 :]))
+            )
             for i, (part_events, part_stats) in enumerate(parts):
-                self.write(types.SimpleNamespace(run=batch.run, events=part_events, stats=part_stats,
-                                                 dropped=getattr(batch, "dropped", 0) if i == 0 else 0))
+                self.write(
+                    types.SimpleNamespace(
+                        run=batch.run,
+                        events=part_events,
+                        stats=part_stats,
+                        dropped=getattr(batch, "dropped", 0) if i == 0 else 0,
+                    )
+                )
 
     def post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST one JSON batch; returns the server's answer or raises :class:`HttpStoreError`."""
         # orjson writes NaN and infinities as null, which the service reads as "unknown".
         body = orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS)
-        headers = {"Content-Type": "application/json", "Accept": "application/json",
-                   "User-Agent": "cachewatch-http-sink"}
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": "cachewatch-http-sink",
+        }
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
@@ -111,19 +123,24 @@ class HttpSink:
             detail = _detail(exc)
             exc.close()
             if 300 <= status < 400:
-                raise HttpStoreError(f"{self.url} redirected ({status}) to {exc.headers.get('Location')}; "
-                                     "set CACHEWATCH_STORE to the final address", status=status,
-                                     retryable=False) from None
+                raise HttpStoreError(
+                    f"{self.url} redirected ({status}) to {exc.headers.get('Location')}; "
+                    "set CACHEWATCH_STORE to the final address",
+                    status=status,
+                    retryable=False,
+                ) from None
             retryable = status >= 500 or status in _RETRYABLE_STATUS
-            raise HttpStoreError(f"{self.url} answered {status}: {detail}", status=status,
-                                 retryable=retryable, too_large=status == 413) from None
+            raise HttpStoreError(
+                f"{self.url} answered {status}: {detail}", status=status, retryable=retryable, too_large=status == 413
+            ) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # refused, reset, timeout
             reason = getattr(exc, "reason", exc)
             # A server that refuses a body by its length may answer 413 and close before it
             # has read it all: the client sees the connection drop instead.
             dropped = isinstance(reason, (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected))
-            raise HttpStoreError(f"cannot reach {self.url}: {reason}",
-                                 too_large=dropped and len(body) > _LARGE_BODY) from None
+            raise HttpStoreError(
+                f"cannot reach {self.url}: {reason}", too_large=dropped and len(body) > _LARGE_BODY
+            ) from None
         try:
             return json.loads(answer) if answer else {}
         except ValueError:
@@ -138,5 +155,3 @@ def _detail(exc: urllib.error.HTTPError) -> str:
         return str(text or raw.decode(errors="replace"))[:500]
     except Exception:
         return exc.reason if isinstance(exc.reason, str) else "no detail"
-
-

@@ -8,7 +8,7 @@ precision), which sort and subtract the same way on every backend.
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy import (JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text)
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -52,8 +52,7 @@ class CompileEventRow(Base):
 
     # A surrogate key keeps indexes small and gives a stable cursor order; the
     # client-made event_id makes a retried batch idempotent.
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
-                                    autoincrement=True)
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     event_id: Mapped[str] = mapped_column(String(32), unique=True)
     function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"))
     run_id: Mapped[str] = mapped_column(String(32), ForeignKey("runs.run_id"))
@@ -105,8 +104,7 @@ class CompileEventRow(Base):
 class CallStatsRow(Base):
     __tablename__ = "call_stats"
 
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
-                                    autoincrement=True)
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(String(32), ForeignKey("runs.run_id"))
     function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"))
     timestamp: Mapped[float] = mapped_column(Float)
@@ -131,8 +129,7 @@ class FunctionTotalsRow(Base):
 
     __tablename__ = "function_totals"
 
-    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"),
-                                               primary_key=True)
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"), primary_key=True)
     kind: Mapped[str] = mapped_column(String(16), primary_key=True)
     cause: Mapped[str] = mapped_column(String(32), primary_key=True)
     compiled: Mapped[bool] = mapped_column(Boolean, primary_key=True)
@@ -147,8 +144,7 @@ class FunctionCostBucketRow(Base):
 
     __tablename__ = "function_cost_buckets"
 
-    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"),
-                                               primary_key=True)
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"), primary_key=True)
     bucket: Mapped[int] = mapped_column(Integer, primary_key=True)
     events: Mapped[int] = mapped_column(BigInteger, default=0)
 
@@ -159,8 +155,7 @@ class FunctionCompileTotalsRow(Base):
 
     __tablename__ = "function_compile_totals"
 
-    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"),
-                                               primary_key=True)
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"), primary_key=True)
     events: Mapped[int] = mapped_column(BigInteger, default=0)
     live_events: Mapped[int] = mapped_column(BigInteger, default=0)  # traces and compiles (not stale captures)
     compiles: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -211,8 +206,7 @@ class FunctionCallTotalsRow(Base):
 
     __tablename__ = "function_call_totals"
 
-    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"),
-                                               primary_key=True)
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"), primary_key=True)
     calls: Mapped[int] = mapped_column(BigInteger, default=0)
     sampled_calls: Mapped[int] = mapped_column(BigInteger, default=0)
     sampled_seconds: Mapped[float] = mapped_column(Float, default=0.0)
@@ -231,8 +225,7 @@ class RunTimeBucketRow(Base):
 
     __tablename__ = "run_time_buckets"
 
-    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"),
-                                               primary_key=True)
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"), primary_key=True)
     signature_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
     bucket: Mapped[int] = mapped_column(Integer, primary_key=True)
     samples: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -259,10 +252,11 @@ class MetricLabelRow(Base):
 
     __tablename__ = "metric_labels"
 
-    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"),
-                                               primary_key=True)
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"), primary_key=True)
     label: Mapped[str | None] = mapped_column(String(600), unique=True, nullable=True)
     decided_at: Mapped[float] = mapped_column(Float)
+
+
 class PersistentCacheTotalsRow(Base):
     """Compiles that asked JAX's persistent compilation cache, by result (hit, miss)."""
 

@@ -49,12 +49,16 @@ class Filters:
 
 def cost_expr(e: sa.Table) -> sa.ColumnElement:
     """An event's compile seconds as the report counts them: trace + lowering + XLA compile."""
-    return (sa.func.coalesce(e.c.trace_seconds, 0.0) + sa.func.coalesce(e.c.lower_seconds, 0.0)
-            + sa.func.coalesce(e.c.compile_seconds, 0.0))
+    return (
+        sa.func.coalesce(e.c.trace_seconds, 0.0)
+        + sa.func.coalesce(e.c.lower_seconds, 0.0)
+        + sa.func.coalesce(e.c.compile_seconds, 0.0)
+    )
 
 
-def function_report(conn: sa.Connection, filters: Filters = Filters(),
-                    function_hashes: list[str] | None = None) -> list[dict[str, Any]]:
+def function_report(
+    conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None
+) -> list[dict[str, Any]]:
     """One row per function, most compile seconds first.
 
     ``compile_seconds`` is the whole cost of (re)compiling: trace + lowering + XLA
@@ -66,11 +70,19 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
     causes: dict[str, dict[str, int]] = {}
     # Thousands of groups on a big store: plain tuples and locals keep this loop cheap.
     for function_hash, kind, cause, compiled, events, cost, first_ts, last_ts in event_groups(
-            conn, filters, function_hashes):
+        conn, filters, function_hashes
+    ):
         row = rows.get(function_hash)
         if row is None:
-            row = rows[function_hash] = {"traces": 0, "compiles": 0, "recompiles": 0, "compile_seconds": 0.0,
-                                         "stale_captures": 0, "first_compile": first_ts, "last_compile": last_ts}
+            row = rows[function_hash] = {
+                "traces": 0,
+                "compiles": 0,
+                "recompiles": 0,
+                "compile_seconds": 0.0,
+                "stale_captures": 0,
+                "first_compile": first_ts,
+                "last_compile": last_ts,
+            }
             causes[function_hash] = {}
         else:
             if first_ts < row["first_compile"]:
@@ -108,29 +120,31 @@ def function_report(conn: sa.Connection, filters: Filters = Filters(),
         compile_seconds = float(row["compile_seconds"] or 0.0)
         run_est = per_call * calls if per_call is not None else None
         compiles = int(row["compiles"] or 0)
-        report.append({
-            "name": info.name if info else "",
-            "qualname": info.qualname if info else "",
-            "module": info.module if info else "",
-            "file": info.file if info else "",
-            "line": info.line if info else 0,
-            "function_hash": function_hash,
-            "traces": int(row["traces"] or 0),
-            "compiles": compiles,
-            "recompiles": int(row["recompiles"] or 0),
-            "causes": causes.get(function_hash, {}),
-            "dominant_cause": _dominant(causes.get(function_hash, {})),
-            "stale_captures": int(row["stale_captures"] or 0),
-            "compile_seconds": compile_seconds,
-            "calls": calls,
-            "sampled_calls": sampled,
-            "run_seconds_mean": per_call,
-            "run_seconds_est": run_est,
-            "compile_share": compile_share(compile_seconds, run_est),
-            "run_time_note": run_time_note(stat, compiles),
-            "first_compile": row["first_compile"],
-            "last_compile": row["last_compile"],
-        })
+        report.append(
+            {
+                "name": info.name if info else "",
+                "qualname": info.qualname if info else "",
+                "module": info.module if info else "",
+                "file": info.file if info else "",
+                "line": info.line if info else 0,
+                "function_hash": function_hash,
+                "traces": int(row["traces"] or 0),
+                "compiles": compiles,
+                "recompiles": int(row["recompiles"] or 0),
+                "causes": causes.get(function_hash, {}),
+                "dominant_cause": _dominant(causes.get(function_hash, {})),
+                "stale_captures": int(row["stale_captures"] or 0),
+                "compile_seconds": compile_seconds,
+                "calls": calls,
+                "sampled_calls": sampled,
+                "run_seconds_mean": per_call,
+                "run_seconds_est": run_est,
+                "compile_share": compile_share(compile_seconds, run_est),
+                "run_time_note": run_time_note(stat, compiles),
+                "first_compile": row["first_compile"],
+                "last_compile": row["last_compile"],
+            }
+        )
     report.sort(key=lambda r: (-r["compile_seconds"], r["qualname"]))
     return report
 
@@ -165,18 +179,33 @@ def _unfiltered(filters: Filters) -> bool:
     return filters.run_id is None and filters.since is None and filters.until is None
 
 
-def call_totals(conn: sa.Connection, filters: Filters = Filters(),
-                function_hashes: list[str] | None = None) -> list[CallTotals]:
+def call_totals(
+    conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None
+) -> list[CallTotals]:
     """Per function: calls, samples, and the run time of one call (from the totals when unfiltered)."""
     if _unfiltered(filters):
         t = models.function_call_totals
-        q = sa.select(t.c.function_hash, t.c.calls, t.c.sampled_calls, t.c.sampled_seconds,
-                      t.c.run_seconds_per_call, t.c.unsampled_calls)
+        q = sa.select(
+            t.c.function_hash,
+            t.c.calls,
+            t.c.sampled_calls,
+            t.c.sampled_seconds,
+            t.c.run_seconds_per_call,
+            t.c.unsampled_calls,
+        )
         if function_hashes is not None:
             q = q.where(t.c.function_hash.in_(function_hashes))
-        return [CallTotals(h, int(calls or 0), int(sampled or 0), float(seconds or 0.0),
-                           None if per_call is None else float(per_call), int(unsampled or 0))
-                for h, calls, sampled, seconds, per_call, unsampled in enginemod.fetch_tuples(conn, q)]
+        return [
+            CallTotals(
+                h,
+                int(calls or 0),
+                int(sampled or 0),
+                float(seconds or 0.0),
+                None if per_call is None else float(per_call),
+                int(unsampled or 0),
+            )
+            for h, calls, sampled, seconds, per_call, unsampled in enginemod.fetch_tuples(conn, q)
+        ]
     found: dict[str, list] = {}
     per_signature: dict[str, dict[str, runtimes.Buckets]] = {}
     for row in _stat_rows(conn, filters, function_hashes):
@@ -187,23 +216,37 @@ def call_totals(conn: sa.Connection, filters: Filters = Filters(),
         totals[3] += int(row["calls"] or 0) if row["sample_every"] == 0 else 0
         buckets = rollup.row_buckets(row)
         if buckets:
-            runtimes.merge(per_signature.setdefault(row["function_hash"], {})
-                           .setdefault(row["signature_hash"] or "", {}), buckets)
-    return [CallTotals(h, calls, sampled, seconds, runtimes.per_call_seconds(per_signature.get(h, {})), unsampled)
-            for h, (calls, sampled, seconds, unsampled) in found.items()]
+            runtimes.merge(
+                per_signature.setdefault(row["function_hash"], {}).setdefault(row["signature_hash"] or "", {}), buckets
+            )
+    return [
+        CallTotals(h, calls, sampled, seconds, runtimes.per_call_seconds(per_signature.get(h, {})), unsampled)
+        for h, (calls, sampled, seconds, unsampled) in found.items()
+    ]
 
 
 def _stat_rows(conn: sa.Connection, filters: Filters, function_hashes: list[str] | None) -> list[Any]:
     s = models.call_stats
-    q = filters.apply(s, sa.select(s.c.function_hash, s.c.signature_hash, s.c.calls, s.c.sampled_calls,
-                                   s.c.sampled_seconds, s.c.run_buckets, s.c.sample_every))
+    q = filters.apply(
+        s,
+        sa.select(
+            s.c.function_hash,
+            s.c.signature_hash,
+            s.c.calls,
+            s.c.sampled_calls,
+            s.c.sampled_seconds,
+            s.c.run_buckets,
+            s.c.sample_every,
+        ),
+    )
     if function_hashes is not None:
         q = q.where(s.c.function_hash.in_(function_hashes))
     return conn.execute(q).mappings().all()
 
 
-def signature_run_times(conn: sa.Connection, filters: Filters = Filters(),
-                        function_hashes: list[str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+def signature_run_times(
+    conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Per function and signature hash: the run time of one call (median), its samples,
     and the calls they stand for."""
     per_signature: dict[str, dict[str, runtimes.Buckets]] = {}
@@ -214,18 +257,28 @@ def signature_run_times(conn: sa.Connection, filters: Filters = Filters(),
             q = q.where(b.c.function_hash.in_(function_hashes))
         for function_hash, signature_hash, bucket, samples, weight in conn.execute(q):
             per_signature.setdefault(function_hash, {}).setdefault(signature_hash, {})[int(bucket)] = [
-                int(samples), int(weight)]
+                int(samples),
+                int(weight),
+            ]
     else:
         for row in _stat_rows(conn, filters, function_hashes):
             buckets = rollup.row_buckets(row)
             if buckets:
-                runtimes.merge(per_signature.setdefault(row["function_hash"], {})
-                               .setdefault(row["signature_hash"] or "", {}), buckets)
-    return {h: {sig: {"run_seconds": runtimes.median_seconds(buckets),
-                      "samples": sum(v[0] for v in buckets.values()),
-                      "weight": sum(v[1] for v in buckets.values())}
-                for sig, buckets in sigs.items()}
-            for h, sigs in per_signature.items()}
+                runtimes.merge(
+                    per_signature.setdefault(row["function_hash"], {}).setdefault(row["signature_hash"] or "", {}),
+                    buckets,
+                )
+    return {
+        h: {
+            sig: {
+                "run_seconds": runtimes.median_seconds(buckets),
+                "samples": sum(v[0] for v in buckets.values()),
+                "weight": sum(v[1] for v in buckets.values()),
+            }
+            for sig, buckets in sigs.items()
+        }
+        for h, sigs in per_signature.items()
+    }
 
 
 def run_time_note(stat: CallTotals | None, compiles: int) -> str | None:
@@ -242,8 +295,9 @@ def run_time_note(stat: CallTotals | None, compiles: int) -> str | None:
     return "no call timed yet"
 
 
-def event_groups(conn: sa.Connection, filters: Filters = Filters(),
-                 function_hashes: list[str] | None = None) -> list[Any]:
+def event_groups(
+    conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None
+) -> list[Any]:
     """Event totals per (function, kind, cause, compiled): count, cost seconds, first and last time.
 
     Over the whole store they come from the totals the writers keep (a few rows per
@@ -251,16 +305,33 @@ def event_groups(conn: sa.Connection, filters: Filters = Filters(),
     """
     if filters.run_id is None and filters.since is None and filters.until is None:
         t = models.function_totals
-        q = sa.select(t.c.function_hash, t.c.kind, t.c.cause, t.c.compiled, t.c.events,
-                      t.c.cost_seconds, t.c.first_ts, t.c.last_ts)
+        q = sa.select(
+            t.c.function_hash,
+            t.c.kind,
+            t.c.cause,
+            t.c.compiled,
+            t.c.events,
+            t.c.cost_seconds,
+            t.c.first_ts,
+            t.c.last_ts,
+        )
         if function_hashes is not None:
             return conn.execute(q.where(t.c.function_hash.in_(function_hashes))).all()
         return enginemod.fetch_tuples(conn, q)
     e = models.compile_events
-    q = filters.apply(e, sa.select(e.c.function_hash, e.c.kind, e.c.cause, e.c.compiled,
-                                   sa.func.count().label("events"), sa.func.sum(cost_expr(e)).label("cost_seconds"),
-                                   sa.func.min(e.c.timestamp).label("first_ts"),
-                                   sa.func.max(e.c.timestamp).label("last_ts")))
+    q = filters.apply(
+        e,
+        sa.select(
+            e.c.function_hash,
+            e.c.kind,
+            e.c.cause,
+            e.c.compiled,
+            sa.func.count().label("events"),
+            sa.func.sum(cost_expr(e)).label("cost_seconds"),
+            sa.func.min(e.c.timestamp).label("first_ts"),
+            sa.func.max(e.c.timestamp).label("last_ts"),
+        ),
+    )
     if function_hashes is not None:
         q = q.where(e.c.function_hash.in_(function_hashes))
     return conn.execute(q.group_by(e.c.function_hash, e.c.kind, e.c.cause, e.c.compiled)).all()
@@ -269,17 +340,24 @@ def event_groups(conn: sa.Connection, filters: Filters = Filters(),
 def find_functions(conn: sa.Connection, name: str) -> list[str]:
     """Hashes of functions whose name, qualified name or hash prefix matches ``name``."""
     f = models.functions
-    q = sa.select(f.c.function_hash).where(sa.or_(f.c.name == name, f.c.qualname == name,
-                                                  f.c.function_hash.startswith(name)))
+    q = sa.select(f.c.function_hash).where(
+        sa.or_(f.c.name == name, f.c.qualname == name, f.c.function_hash.startswith(name))
+    )
     return [r.function_hash for r in conn.execute(q)]
 
 
-def list_events(conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None,
-                limit: int = 1000, after_id: int | None = None) -> list[dict[str, Any]]:
+def list_events(
+    conn: sa.Connection,
+    filters: Filters = Filters(),
+    function_hashes: list[str] | None = None,
+    limit: int = 1000,
+    after_id: int | None = None,
+) -> list[dict[str, Any]]:
     """Compile events, oldest first, with the function's name; ``after_id`` pages on."""
     e, f = models.compile_events, models.functions
-    q = filters.apply(e, sa.select(e.c.id, *_EVENT_COLUMNS, f.c.name, f.c.qualname)
-                      .join(f, f.c.function_hash == e.c.function_hash))
+    q = filters.apply(
+        e, sa.select(e.c.id, *_EVENT_COLUMNS, f.c.name, f.c.qualname).join(f, f.c.function_hash == e.c.function_hash)
+    )
     if function_hashes is not None:
         q = q.where(e.c.function_hash.in_(function_hashes))
     if after_id is not None:
@@ -300,12 +378,19 @@ def explain_cache_misses(conn: sa.Connection, rows: list[dict[str, Any]]) -> lis
             continue
         earlier = conn.execute(
             sa.select(e.c.run_id, e.c.persistent_cache_hit, e.c.cache_key)
-            .where(e.c.function_hash == row["function_hash"], e.c.timestamp < row["timestamp"],
-                   e.c.signature_hash == row["signature_hash"], e.c.run_id != row["run_id"],
-                   e.c.persistent_cache_hit.is_not(None))
-            .order_by(e.c.timestamp.desc()).limit(1)).first()
+            .where(
+                e.c.function_hash == row["function_hash"],
+                e.c.timestamp < row["timestamp"],
+                e.c.signature_hash == row["signature_hash"],
+                e.c.run_id != row["run_id"],
+                e.c.persistent_cache_hit.is_not(None),
+            )
+            .order_by(e.c.timestamp.desc())
+            .limit(1)
+        ).first()
         if earlier is None or not earlier.cache_key:
             continue
-        row["cache_miss"] = explain_cache_miss(earlier.cache_key, key, earlier_run=earlier.run_id,
-                                               earlier_hit=earlier.persistent_cache_hit)
+        row["cache_miss"] = explain_cache_miss(
+            earlier.cache_key, key, earlier_run=earlier.run_id, earlier_hit=earlier.persistent_cache_hit
+        )
     return rows

@@ -22,8 +22,23 @@ from . import models
 
 # Upper bounds (seconds) of trace + lowering + compile per event: from a cached retrace
 # of a tiny function to a large model's XLA compile. The last bucket is unbounded.
-COST_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                                   120.0, 300.0)
+COST_BUCKETS: tuple[float, ...] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
 
 STALE_KIND = "stale_capture"
 # Columns the upsert replaces instead of adding to.
@@ -35,8 +50,10 @@ def cost_bucket(cost: float) -> int:
     return bisect.bisect_left(COST_BUCKETS, cost)
 
 
-def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVENT_COLUMNS,
-           ) -> dict[sa.Table, list[dict[str, Any]]]:
+def deltas(
+    events: Iterable[Sequence[Any]],
+    columns: Sequence[str] = models.EVENT_COLUMNS,
+) -> dict[sa.Table, list[dict[str, Any]]]:
     """The rows to add to each totals table for a set of newly stored events (tuples of
     ``columns``).
 
@@ -44,8 +61,20 @@ def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVEN
     runs for every event the store takes. The coarser totals (per function alone, and
     store-wide) are then summed from its few rows.
     """
-    at = {name: columns.index(name) for name in ("function_hash", "run_id", "kind", "cause", "compiled",
-                                                 "timestamp", "trace_seconds", "lower_seconds", "compile_seconds")}
+    at = {
+        name: columns.index(name)
+        for name in (
+            "function_hash",
+            "run_id",
+            "kind",
+            "cause",
+            "compiled",
+            "timestamp",
+            "trace_seconds",
+            "lower_seconds",
+            "compile_seconds",
+        )
+    }
     hash_at, run_at, kind_at, cause_at, compiled_at, ts_at, trace_at, lower_at, compile_at = at.values()
     functions: dict[tuple, dict] = {}
     buckets: dict[tuple, dict] = {}
@@ -58,8 +87,16 @@ def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVEN
         key = (function_hash, e[kind_at], e[cause_at], compiled)
         row = functions.get(key)
         if row is None:
-            functions[key] = {"function_hash": function_hash, "kind": key[1], "cause": key[2], "compiled": compiled,
-                              "events": 1, "cost_seconds": cost, "first_ts": ts, "last_ts": ts}
+            functions[key] = {
+                "function_hash": function_hash,
+                "kind": key[1],
+                "cause": key[2],
+                "compiled": compiled,
+                "events": 1,
+                "cost_seconds": cost,
+                "first_ts": ts,
+                "last_ts": ts,
+            }
         else:
             row["events"] += 1
             row["cost_seconds"] += cost
@@ -77,8 +114,14 @@ def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVEN
         run_id = e[run_at]
         row = runs.get(run_id)
         if row is None:
-            runs[run_id] = {"run_id": run_id, "events": 1, "compiles": int(compiled), "cost_seconds": run_cost,
-                            "first_ts": ts, "last_ts": ts}
+            runs[run_id] = {
+                "run_id": run_id,
+                "events": 1,
+                "compiles": int(compiled),
+                "cost_seconds": run_cost,
+                "first_ts": ts,
+                "last_ts": ts,
+            }
         else:
             row["events"] += 1
             row["compiles"] += compiled
@@ -90,21 +133,32 @@ def deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVEN
     causes: dict[Any, dict] = {}
     for row in functions.values():
         live = row["kind"] != STALE_KIND
-        _sum_into(per_function, {"function_hash": row["function_hash"]},
-                  {"events": row["events"], "live_events": row["events"] if live else 0,
-                   "compiles": row["events"] if live and row["compiled"] else 0,
-                   "cost_seconds": row["cost_seconds"] if live else 0.0})
-        _sum_into(causes, {"kind": row["kind"], "cause": row["cause"], "compiled": row["compiled"]},
-                  {"events": row["events"], "cost_seconds": row["cost_seconds"]})
+        _sum_into(
+            per_function,
+            {"function_hash": row["function_hash"]},
+            {
+                "events": row["events"],
+                "live_events": row["events"] if live else 0,
+                "compiles": row["events"] if live and row["compiled"] else 0,
+                "cost_seconds": row["cost_seconds"] if live else 0.0,
+            },
+        )
+        _sum_into(
+            causes,
+            {"kind": row["kind"], "cause": row["cause"], "compiled": row["compiled"]},
+            {"events": row["events"], "cost_seconds": row["cost_seconds"]},
+        )
     store_buckets: dict[Any, dict] = {}
     for row in buckets.values():
         _sum_into(store_buckets, {"bucket": row["bucket"]}, {"events": row["events"]})
-    return {models.function_totals: list(functions.values()),
-            models.function_cost_buckets: list(buckets.values()),
-            models.run_totals: list(runs.values()),
-            models.function_compile_totals: list(per_function.values()),
-            models.cause_totals: list(causes.values()),
-            models.cost_bucket_totals: list(store_buckets.values())}
+    return {
+        models.function_totals: list(functions.values()),
+        models.function_cost_buckets: list(buckets.values()),
+        models.run_totals: list(runs.values()),
+        models.function_compile_totals: list(per_function.values()),
+        models.cause_totals: list(causes.values()),
+        models.cost_bucket_totals: list(store_buckets.values()),
+    }
 
 
 def _sum_into(out: dict[Any, dict], key: dict[str, Any], values: dict[str, Any]) -> None:
@@ -150,8 +204,16 @@ def _upsert(dialect: str, table: sa.Table) -> Any:
     return stmt.on_conflict_do_update(index_elements=key, set_=updates)
 
 
-TABLES = ("function_totals", "function_cost_buckets", "run_totals", "function_call_totals",
-          "function_compile_totals", "cause_totals", "cost_bucket_totals", "run_time_buckets")
+TABLES = (
+    "function_totals",
+    "function_cost_buckets",
+    "run_totals",
+    "function_call_totals",
+    "function_compile_totals",
+    "cause_totals",
+    "cost_bucket_totals",
+    "run_time_buckets",
+)
 
 
 def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
@@ -166,12 +228,16 @@ def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
         return
     t, b = models.function_call_totals, models.run_time_buckets
     hashes = sorted({row["function_hash"] for row in stats})
-    waiting = {r[0]: int(r[1]) for r in conn.execute(
-        sa.select(t.c.function_hash, t.c.unvalued_calls).where(t.c.function_hash.in_(hashes)))}
+    waiting = {
+        r[0]: int(r[1])
+        for r in conn.execute(sa.select(t.c.function_hash, t.c.unvalued_calls).where(t.c.function_hash.in_(hashes)))
+    }
     known: dict[str, dict[str, runtimes.Buckets]] = {h: {} for h in hashes}
     for function_hash, signature_hash, bucket, samples, weight in conn.execute(
-            sa.select(b.c.function_hash, b.c.signature_hash, b.c.bucket, b.c.samples, b.c.weight)
-            .where(b.c.function_hash.in_(hashes))):
+        sa.select(b.c.function_hash, b.c.signature_hash, b.c.bucket, b.c.samples, b.c.weight).where(
+            b.c.function_hash.in_(hashes)
+        )
+    ):
         known[function_hash].setdefault(signature_hash, {})[int(bucket)] = [int(samples), int(weight)]
     deltas: dict[str, dict[str, Any]] = {}
     new_buckets: dict[tuple[str, str, int], dict[str, Any]] = {}
@@ -179,9 +245,16 @@ def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
         key = row["function_hash"]
         delta = deltas.get(key)
         if delta is None:
-            delta = deltas[key] = {"function_hash": key, "calls": 0, "sampled_calls": 0, "sampled_seconds": 0.0,
-                                   "run_seconds": 0.0, "unvalued_calls": 0, "unsampled_calls": 0,
-                                   "run_seconds_per_call": None}
+            delta = deltas[key] = {
+                "function_hash": key,
+                "calls": 0,
+                "sampled_calls": 0,
+                "sampled_seconds": 0.0,
+                "run_seconds": 0.0,
+                "unvalued_calls": 0,
+                "unsampled_calls": 0,
+                "run_seconds_per_call": None,
+            }
         calls = int(row["calls"])
         delta["calls"] += calls
         delta["sampled_calls"] += int(row["sampled_calls"])
@@ -193,9 +266,16 @@ def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
             signature_hash = row.get("signature_hash") or ""
             runtimes.merge(known[key].setdefault(signature_hash, {}), buckets)
             for bucket, (samples, weight) in buckets.items():
-                found = new_buckets.setdefault((key, signature_hash, bucket), {
-                    "function_hash": key, "signature_hash": signature_hash, "bucket": bucket,
-                    "samples": 0, "weight": 0})
+                found = new_buckets.setdefault(
+                    (key, signature_hash, bucket),
+                    {
+                        "function_hash": key,
+                        "signature_hash": signature_hash,
+                        "bucket": bucket,
+                        "samples": 0,
+                        "weight": 0,
+                    },
+                )
                 found["samples"] += samples
                 found["weight"] += weight
         per_call = runtimes.per_call_seconds(known[key])
@@ -228,8 +308,18 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
     e = models.compile_events
     for name in tables:
         conn.execute(sa.delete(models.Base.metadata.tables[name]))
-    columns = [e.c.id, e.c.function_hash, e.c.run_id, e.c.kind, e.c.cause, e.c.compiled, e.c.timestamp,
-               e.c.trace_seconds, e.c.lower_seconds, e.c.compile_seconds]
+    columns = [
+        e.c.id,
+        e.c.function_hash,
+        e.c.run_id,
+        e.c.kind,
+        e.c.cause,
+        e.c.compiled,
+        e.c.timestamp,
+        e.c.trace_seconds,
+        e.c.lower_seconds,
+        e.c.compile_seconds,
+    ]
     names = [c.name for c in columns]
     last_id = 0
     while True:
@@ -242,22 +332,34 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
         return
     s = models.call_stats
     # The columns a store at the caller's revision has: sampled buckets came with run_time_buckets.
-    stat_columns = [s.c.id, s.c.run_id, s.c.function_hash, s.c.timestamp, s.c.calls, s.c.sampled_calls,
-                    s.c.sampled_seconds]
+    stat_columns = [
+        s.c.id,
+        s.c.run_id,
+        s.c.function_hash,
+        s.c.timestamp,
+        s.c.calls,
+        s.c.sampled_calls,
+        s.c.sampled_seconds,
+    ]
     if "run_time_buckets" in tables:
         stat_columns += [s.c.signature_hash, s.c.run_buckets, s.c.sample_every]
     last_id = 0
     while True:
-        rows = conn.execute(sa.select(*stat_columns).where(s.c.id > last_id).order_by(s.c.id)
-                            .limit(chunk)).mappings().all()
+        rows = (
+            conn.execute(sa.select(*stat_columns).where(s.c.id > last_id).order_by(s.c.id).limit(chunk))
+            .mappings()
+            .all()
+        )
         if not rows:
             return
         add_call_stats(conn, [dict(r) for r in rows])
         last_id = rows[-1]["id"]
 
 
-def cache_deltas(events: Iterable[Sequence[Any]], columns: Sequence[str] = models.EVENT_COLUMNS,
-                 ) -> dict[sa.Table, list[dict[str, Any]]]:
+def cache_deltas(
+    events: Iterable[Sequence[Any]],
+    columns: Sequence[str] = models.EVENT_COLUMNS,
+) -> dict[sa.Table, list[dict[str, Any]]]:
     """Persistent-cache requests (hit or miss) and seconds saved, for newly stored events."""
     hit_at, saved_at = columns.index("persistent_cache_hit"), columns.index("cache_time_saved_seconds")
     totals: dict[str, dict[str, Any]] = {}

@@ -37,17 +37,20 @@ def open_sink(cfg: Config) -> Sink:
 
 def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]], key: str) -> None:
     if rows:
-        conn.execute(enginemod.upsert_insert(conn.dialect.name, table).on_conflict_do_nothing(index_elements=[key]),
-                     rows)
+        conn.execute(
+            enginemod.upsert_insert(conn.dialect.name, table).on_conflict_do_nothing(index_elements=[key]), rows
+        )
 
 
 # Event tuples (models.EVENT_COLUMNS) read off a CompileEvent, or off the service's
 # validated EventIn: both carry these attributes.
-event_values = operator.attrgetter(*("function.function_hash" if name == "function_hash" else name
-                                     for name in models.EVENT_COLUMNS))
+event_values = operator.attrgetter(
+    *("function.function_hash" if name == "function_hash" else name for name in models.EVENT_COLUMNS)
+)
 _EVENT_ID = models.EVENT_COLUMNS.index("event_id")
-_JSON_AT = tuple(i for i, name in enumerate(models.EVENT_COLUMNS)
-                 if isinstance(models.compile_events.c[name].type, sa.JSON))
+_JSON_AT = tuple(
+    i for i, name in enumerate(models.EVENT_COLUMNS) if isinstance(models.compile_events.c[name].type, sa.JSON)
+)
 
 
 def event_row(values: Mapping[str, Any]) -> tuple:
@@ -77,15 +80,18 @@ def _insert_events(conn: sa.Connection, events: list[tuple]) -> set[str]:
     # repeats one, never concurrently.
     existing: set[Any] = set()
     for start in range(0, len(wanted), 900):
-        existing.update(conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(wanted[start:start + 900])))
-                        .scalars())
+        existing.update(
+            conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(wanted[start : start + 900]))).scalars()
+        )
     stmt = enginemod.upsert_insert(conn.dialect.name, e).on_conflict_do_nothing(index_elements=["event_id"])
     conn.execute(stmt, [dict(zip(models.EVENT_COLUMNS, row)) for row in events])
     return set(wanted) - existing
 
 
-_SQLITE_INSERT_EVENTS = (f"INSERT OR IGNORE INTO {models.compile_events.name} ({', '.join(models.EVENT_COLUMNS)}) "
-                         f"VALUES ({', '.join('?' for _ in models.EVENT_COLUMNS)})")
+_SQLITE_INSERT_EVENTS = (
+    f"INSERT OR IGNORE INTO {models.compile_events.name} ({', '.join(models.EVENT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in models.EVENT_COLUMNS)})"
+)
 
 
 def _sqlite_insert_or_ignore(conn: sa.Connection, events: list[tuple]) -> int:
@@ -105,8 +111,14 @@ def _sqlite_insert_or_ignore(conn: sa.Connection, events: list[tuple]) -> int:
         return cursor.rowcount
 
 
-def write_rows(conn: sa.Connection, runs: list[dict], functions: list[dict], events: list[tuple],
-               stats: list[dict], dropped: int = 0) -> set[str]:
+def write_rows(
+    conn: sa.Connection,
+    runs: list[dict],
+    functions: list[dict],
+    events: list[tuple],
+    stats: list[dict],
+    dropped: int = 0,
+) -> set[str]:
     """Insert one batch in one transaction; repeats of the same ids are ignored.
 
     ``events`` are tuples of ``models.EVENT_COLUMNS``. ``dropped`` is what the run's
@@ -146,8 +158,9 @@ def in_bounds(event: Any) -> Any:
         value = getattr(event, name)
         if value is not None and not (isinstance(value, (int, float)) and 0.0 <= value <= MAX_MEASURE):
             bad[name] = None
-    if getattr(event, "eager_run_seconds") is not None and (event.compiled_run_seconds is None
-                                                           or "compiled_run_seconds" in bad):
+    if getattr(event, "eager_run_seconds") is not None and (
+        event.compiled_run_seconds is None or "compiled_run_seconds" in bad
+    ):
         bad["eager_run_seconds"] = None  # measured as a pair, or not at all
     for name in ("jaxpr_eqns", "hlo_ops"):
         value = getattr(event, name)
@@ -173,8 +186,12 @@ def batch_rows(batch: Batch) -> tuple[list[dict], list[dict], list[tuple], list[
         first_seen.setdefault(info.function_hash, stat.timestamp)
         functions.setdefault(info.function_hash, info.as_dict())
     function_rows = [{**row, "first_seen": first_seen[h]} for h, row in functions.items()]
-    return ([batch.run.as_dict()], function_rows, [event_values(e) for e in batch.events],
-            [s.as_dict() for s in batch.stats])
+    return (
+        [batch.run.as_dict()],
+        function_rows,
+        [event_values(e) for e in batch.events],
+        [s.as_dict() for s in batch.stats],
+    )
 
 
 class SqlSink:
@@ -187,8 +204,9 @@ class SqlSink:
         stats = [s for s in batch.stats if timestamp_ok(s.timestamp)]
         refused = len(events) - len(kept)
         if refused or len(stats) != len(batch.stats) or any(a is not b for a, b in zip(kept, batch.events)):
-            batch = types.SimpleNamespace(run=batch.run, events=kept, stats=stats,
-                                          dropped=getattr(batch, "dropped", 0) + refused)
+            batch = types.SimpleNamespace(
+                run=batch.run, events=kept, stats=stats, dropped=getattr(batch, "dropped", 0) + refused
+            )
         runs, functions, rows, stats_rows = batch_rows(batch)
         with enginemod.connection(self.url) as conn:
             write_rows(conn, runs, functions, rows, stats_rows, dropped=getattr(batch, "dropped", 0))

@@ -31,13 +31,21 @@ def _dir(cfg: Config) -> Path:
 
 
 def encode(batch: Batch) -> dict[str, Any]:
-    return {"run": batch.run.as_dict(), "events": [event_to_dict(e) for e in batch.events],
-            "stats": [stats_to_dict(s) for s in batch.stats], "dropped": batch.dropped}
+    return {
+        "run": batch.run.as_dict(),
+        "events": [event_to_dict(e) for e in batch.events],
+        "stats": [stats_to_dict(s) for s in batch.stats],
+        "dropped": batch.dropped,
+    }
 
 
 def decode(data: dict[str, Any]) -> Batch:
-    return Batch(run=run_from_dict(data["run"]), events=[event_from_dict(e) for e in data["events"]],
-                 stats=[stats_from_dict(s) for s in data["stats"]], dropped=int(data.get("dropped") or 0))
+    return Batch(
+        run=run_from_dict(data["run"]),
+        events=[event_from_dict(e) for e in data["events"]],
+        stats=[stats_from_dict(s) for s in data["stats"]],
+        dropped=int(data.get("dropped") or 0),
+    )
 
 
 def used_bytes(cfg: Config) -> int:
@@ -222,8 +230,9 @@ def replay(cfg: Config, send: Callable[[Any], str], store_up: bool = False) -> R
 def _strike_or_set_aside(path: Path, result: Replayed) -> None:
     strikes, struck = _strike(path)
     if strikes >= MAX_STRIKES:
-        _set_aside(struck, f"failed {MAX_STRIKES} times while the store took other batches", result,
-                   _count_events(struck))
+        _set_aside(
+            struck, f"failed {MAX_STRIKES} times while the store took other batches", result, _count_events(struck)
+        )
 
 
 def _count_events(path: Path) -> int:

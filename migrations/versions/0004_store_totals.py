@@ -45,22 +45,44 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("bucket"),
     )
     # The stored per-function totals hold everything the new ones need.
-    totals = sa.table("function_totals", sa.column("function_hash"), sa.column("kind"), sa.column("cause"),
-                      sa.column("compiled"), sa.column("events"), sa.column("cost_seconds"))
+    totals = sa.table(
+        "function_totals",
+        sa.column("function_hash"),
+        sa.column("kind"),
+        sa.column("cause"),
+        sa.column("compiled"),
+        sa.column("events"),
+        sa.column("cost_seconds"),
+    )
     buckets = sa.table("function_cost_buckets", sa.column("bucket"), sa.column("events"))
     live = totals.c.kind != STALE_KIND
-    _fill("function_compile_totals", ["function_hash", "events", "live_events", "compiles", "cost_seconds"],
-          sa.select(totals.c.function_hash, sa.func.sum(totals.c.events),
-                    sa.func.sum(sa.case((live, totals.c.events), else_=0)),
-                    sa.func.sum(sa.case((sa.and_(live, totals.c.compiled), totals.c.events), else_=0)),
-                    sa.func.sum(sa.case((live, totals.c.cost_seconds), else_=0.0)))
-          .group_by(totals.c.function_hash))
-    _fill("cause_totals", ["kind", "cause", "compiled", "events", "cost_seconds"],
-          sa.select(totals.c.kind, totals.c.cause, totals.c.compiled, sa.func.sum(totals.c.events),
-                    sa.func.sum(totals.c.cost_seconds))
-          .group_by(totals.c.kind, totals.c.cause, totals.c.compiled))
-    _fill("cost_bucket_totals", ["bucket", "events"],
-          sa.select(buckets.c.bucket, sa.func.sum(buckets.c.events)).group_by(buckets.c.bucket))
+    _fill(
+        "function_compile_totals",
+        ["function_hash", "events", "live_events", "compiles", "cost_seconds"],
+        sa.select(
+            totals.c.function_hash,
+            sa.func.sum(totals.c.events),
+            sa.func.sum(sa.case((live, totals.c.events), else_=0)),
+            sa.func.sum(sa.case((sa.and_(live, totals.c.compiled), totals.c.events), else_=0)),
+            sa.func.sum(sa.case((live, totals.c.cost_seconds), else_=0.0)),
+        ).group_by(totals.c.function_hash),
+    )
+    _fill(
+        "cause_totals",
+        ["kind", "cause", "compiled", "events", "cost_seconds"],
+        sa.select(
+            totals.c.kind,
+            totals.c.cause,
+            totals.c.compiled,
+            sa.func.sum(totals.c.events),
+            sa.func.sum(totals.c.cost_seconds),
+        ).group_by(totals.c.kind, totals.c.cause, totals.c.compiled),
+    )
+    _fill(
+        "cost_bucket_totals",
+        ["bucket", "events"],
+        sa.select(buckets.c.bucket, sa.func.sum(buckets.c.events)).group_by(buckets.c.bucket),
+    )
 
 
 def _fill(table: str, columns: list[str], query: sa.Select) -> None:

@@ -33,11 +33,16 @@ def upgrade() -> None:
     # Hits and misses were recorded before this revision: count them once.
     events = sa.table("compile_events", sa.column("persistent_cache_hit"), sa.column("cache_time_saved_seconds"))
     result = sa.case((events.c.persistent_cache_hit, "hit"), else_="miss")
-    op.execute(sa.table("persistent_cache_totals", sa.column("result"), sa.column("events"),
-                        sa.column("saved_seconds")).insert().from_select(
-        ["result", "events", "saved_seconds"],
-        sa.select(result, sa.func.count(), sa.func.coalesce(sa.func.sum(events.c.cache_time_saved_seconds), 0.0))
-        .where(events.c.persistent_cache_hit.is_not(None)).group_by(result)))
+    op.execute(
+        sa.table("persistent_cache_totals", sa.column("result"), sa.column("events"), sa.column("saved_seconds"))
+        .insert()
+        .from_select(
+            ["result", "events", "saved_seconds"],
+            sa.select(result, sa.func.count(), sa.func.coalesce(sa.func.sum(events.c.cache_time_saved_seconds), 0.0))
+            .where(events.c.persistent_cache_hit.is_not(None))
+            .group_by(result),
+        )
+    )
 
 
 def downgrade() -> None:

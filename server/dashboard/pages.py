@@ -61,8 +61,8 @@ _env = render.make_environment()
 _PAGE_HEADERS = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-                               "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
-                               "base-uri 'none'; form-action 'self'",
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
@@ -83,8 +83,14 @@ class PageRoute(APIRoute):
                 return await handler(request)
             except enginemod.StoreError as exc:
                 logger.warning("dashboard: store error on %s: %s", request.url.path, exc)
-                return page(request, "error.html", status=503, title="Store unavailable", view=None,
-                            message=f"The store is unavailable: {exc}. Try again in a moment.")
+                return page(
+                    request,
+                    "error.html",
+                    status=503,
+                    title="Store unavailable",
+                    view=None,
+                    message=f"The store is unavailable: {exc}. Try again in a moment.",
+                )
 
         return guarded
 
@@ -127,17 +133,25 @@ class View:
                 parsed[name] = parse_time(name, raw)
                 times[name] = raw
             except RequestValidationError:
-                problems.append(f"{name}={raw!r} is not a time; use epoch seconds or ISO 8601 such as "
-                                "2026-11-22T01:00:00Z. It was ignored.")
+                problems.append(
+                    f"{name}={raw!r} is not a time; use epoch seconds or ISO 8601 such as "
+                    "2026-11-22T01:00:00Z. It was ignored."
+                )
                 parsed[name], times[name] = None, None
         for key in cls.FILTER_KEYS:
             query.pop(key, None)
         for key, value in (("run_id", run_id), ("since", times["since"]), ("until", times["until"])):
             if value is not None:
                 query[key] = value
-        return cls(path=request.url.path, query=query, run_id=run_id, since=times["since"],
-                   until=times["until"], filters=Filters(run_id=run_id, since=parsed["since"], until=parsed["until"]),
-                   problems=problems)
+        return cls(
+            path=request.url.path,
+            query=query,
+            run_id=run_id,
+            since=times["since"],
+            until=times["until"],
+            filters=Filters(run_id=run_id, since=parsed["since"], until=parsed["until"]),
+            problems=problems,
+        )
 
     @property
     def filter_params(self) -> dict[str, str]:
@@ -176,8 +190,12 @@ class View:
 def page(request: Request, template: str, *, status: int = 200, view: View | None, **context: Any) -> HTMLResponse:
     settings = request.app.state.settings
     html = _env.get_template(template).render(
-        request_path=request.url.path, view=view, rendered_at=time.time(),
-        login_enabled=settings.read_secret() is not None, **context)
+        request_path=request.url.path,
+        view=view,
+        rendered_at=time.time(),
+        login_enabled=settings.read_secret() is not None,
+        **context,
+    )
     return HTMLResponse(html, status_code=status, headers=_PAGE_HEADERS)
 
 
@@ -211,11 +229,17 @@ def _per_page(request: Request, default: int) -> int:
 def _pager(view: View, number: int, per_page: int, total: int) -> dict[str, Any]:
     pages = max(1, math.ceil(total / per_page))
     number = min(number, pages)
-    return {"number": number, "pages": pages, "total": total, "per_page": per_page,
-            "first": (number - 1) * per_page + 1 if total else 0, "last": min(total, number * per_page),
-            "offset": (number - 1) * per_page,
-            "prev": view.here(page=number - 1 if number > 2 else None) if number > 1 else None,
-            "next": view.here(page=number + 1) if number < pages else None}
+    return {
+        "number": number,
+        "pages": pages,
+        "total": total,
+        "per_page": per_page,
+        "first": (number - 1) * per_page + 1 if total else 0,
+        "last": min(total, number * per_page),
+        "offset": (number - 1) * per_page,
+        "prev": view.here(page=number - 1 if number > 2 else None) if number > 1 else None,
+        "next": view.here(page=number + 1) if number < pages else None,
+    }
 
 
 def _empty_state(request: Request, conn, view: View) -> dict[str, Any] | None:
@@ -245,8 +269,9 @@ def overview(request: Request) -> HTMLResponse:
         storms = apiqueries.storms(conn, view.filters, active_only=True, **_storm_settings(request))
         over_time = dq.compiles_over_time(conn, view.filters)
         empty = _empty_state(request, conn, view) if not summary["events"] else None
-    offenders = sorted((r for r in report if r["recompiles"]),
-                       key=lambda r: (-r["recompiles"], -r["compile_seconds"], r["qualname"]))[:TOP_OFFENDERS]
+    offenders = sorted(
+        (r for r in report if r["recompiles"]), key=lambda r: (-r["recompiles"], -r["compile_seconds"], r["qualname"])
+    )[:TOP_OFFENDERS]
     costly = report[:COST_CHART_FUNCTIONS]
     charts = {}
     if over_time["rows"]:
@@ -255,9 +280,20 @@ def overview(request: Request) -> HTMLResponse:
         charts["cost"] = render.cost_chart(costly)
     if summary["causes"]:
         charts["causes"] = render.causes_chart(summary["causes"])
-    return page(request, "overview.html", view=view, title="Overview", summary=summary, offenders=offenders,
-                costly=costly, storms=storms, over_time=over_time, charts=charts, empty=empty,
-                storm_hashes={s["function_hash"] for s in storms})
+    return page(
+        request,
+        "overview.html",
+        view=view,
+        title="Overview",
+        summary=summary,
+        offenders=offenders,
+        costly=costly,
+        storms=storms,
+        over_time=over_time,
+        charts=charts,
+        empty=empty,
+        storm_hashes={s["function_hash"] for s in storms},
+    )
 
 
 def _sort_rows(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
@@ -296,10 +332,22 @@ def functions(request: Request) -> HTMLResponse:
         rows = [r for r in rows if r["causes"].get(cause)]
     rows = _sort_rows(rows, sort)
     pager = _pager(view, _page_number(request), _per_page(request, FUNCTIONS_PER_PAGE), len(rows))
-    shown = rows[pager["offset"]: pager["offset"] + pager["per_page"]]
-    return page(request, "functions.html", view=view, title="Functions", rows=shown, pager=pager, q=q,
-                cause=cause, sort=sort, sort_keys=SORT_KEYS, all_causes=all_causes, empty=empty,
-                storm_hashes={s["function_hash"] for s in storms})
+    shown = rows[pager["offset"] : pager["offset"] + pager["per_page"]]
+    return page(
+        request,
+        "functions.html",
+        view=view,
+        title="Functions",
+        rows=shown,
+        pager=pager,
+        q=q,
+        cause=cause,
+        sort=sort,
+        sort_keys=SORT_KEYS,
+        all_causes=all_causes,
+        empty=empty,
+        storm_hashes={s["function_hash"] for s in storms},
+    )
 
 
 def _verdict_text(row: dict[str, Any], verdict: dict[str, Any] | None) -> str:
@@ -320,8 +368,10 @@ def _suggested_fix(conn, row: dict[str, Any], storms: list[dict[str, Any]], filt
         return None
     name = render.label(row)
     if row.get("module") == analysis.OP_BY_OP_MODULE:
-        return (f"Un-jitted code runs `{row['name']}` op by op and JAX compiles it again for each new shape: "
-                "move that code inside a jitted function, or keep its shapes fixed.")
+        return (
+            f"Un-jitted code runs `{row['name']}` op by op and JAX compiles it again for each new shape: "
+            "move that code inside a jitted function, or keep its shapes fixed."
+        )
     rows = dq.dominant_cause_rows(conn, row["function_hash"], filters, dominant)
     return analysis.suggest_fix(name, dominant, rows)
 
@@ -333,8 +383,9 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
         view = _open_view(request, conn)
         row = apiqueries.function_row(conn, function_hash, view.filters) if len(function_hash) <= 40 else None
         if row is None:
-            return page(request, "not_found.html", status=404, view=view, title="No such function",
-                        function_hash=function_hash)
+            return page(
+                request, "not_found.html", status=404, view=view, title="No such function", function_hash=function_hash
+            )
         storms = apiqueries.storms(conn, view.filters, function_hashes=[function_hash], **_storm_settings(request))
         verdict = apiqueries.verdicts(conn, [row], view.filters).get(function_hash)
         fix = _suggested_fix(conn, row, storms, view.filters)
@@ -344,12 +395,16 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
         number = _page_number(request)
         total = dq.count_events(conn, function_hash, view.filters, kind="compiles")
         pager = _pager(view, number, _per_page(request, EVENTS_PER_PAGE), total)
-        events = dq.events_page(conn, function_hash, view.filters, limit=pager["per_page"],
-                                offset=pager["offset"], kind="compiles")
+        events = dq.events_page(
+            conn, function_hash, view.filters, limit=pager["per_page"], offset=pager["offset"], kind="compiles"
+        )
         storequeries.explain_cache_misses(conn, events)
         stale_total = row["stale_captures"]
-        stale = dq.events_page(conn, function_hash, view.filters, limit=STALE_SHOWN, offset=0,
-                               kind=STALE_CAPTURE) if stale_total else []
+        stale = (
+            dq.events_page(conn, function_hash, view.filters, limit=STALE_SHOWN, offset=0, kind=STALE_CAPTURE)
+            if stale_total
+            else []
+        )
     compile_costs = [p["seconds"] for p in points if p["compiled"]]
     causes = row["causes"]
     charts = {}
@@ -359,12 +414,28 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
         charts["causes"] = render.causes_chart(causes)
     if compile_costs:
         charts["histogram"] = render.histogram_chart(compile_costs)
-    return page(request, "function.html", view=view, title=render.label(row), row=row, storms=storms,
-                verdict=verdict, verdict_text=_verdict_text(row, verdict), fix=fix, sites=sites, events=events,
-                pager=pager, stale=stale, stale_total=stale_total, charts=charts, points=points,
-                over_time=over_time, compile_costs=compile_costs,
-                histogram=render.histogram_table(compile_costs),
-                active_storm=any(s["active"] for s in storms))
+    return page(
+        request,
+        "function.html",
+        view=view,
+        title=render.label(row),
+        row=row,
+        storms=storms,
+        verdict=verdict,
+        verdict_text=_verdict_text(row, verdict),
+        fix=fix,
+        sites=sites,
+        events=events,
+        pager=pager,
+        stale=stale,
+        stale_total=stale_total,
+        charts=charts,
+        points=points,
+        over_time=over_time,
+        compile_costs=compile_costs,
+        histogram=render.histogram_table(compile_costs),
+        active_storm=any(s["active"] for s in storms),
+    )
 
 
 @router.get("/runs", response_class=HTMLResponse)
@@ -374,7 +445,7 @@ def runs(request: Request) -> HTMLResponse:
         view = _open_view(request, conn)
         total = dq.count_runs(conn, view.filters)
         pager = _pager(view, _page_number(request), _per_page(request, RUNS_PER_PAGE), total)
-        rows = apiqueries.run_rows(conn, view.filters, limit=pager["offset"] + pager["per_page"])[pager["offset"]:]
+        rows = apiqueries.run_rows(conn, view.filters, limit=pager["offset"] + pager["per_page"])[pager["offset"] :]
         spans = dq.run_spans(conn, [r["run_id"] for r in rows])
         empty = _empty_state(request, conn, view) if not rows else None
     for row in rows:
@@ -391,10 +462,20 @@ def storms_page(request: Request) -> HTMLResponse:
         empty = _empty_state(request, conn, view) if not found else None
     found.sort(key=lambda s: (not s["active"], -s["end"]))
     pager = _pager(view, _page_number(request), _per_page(request, STORMS_PER_PAGE), len(found))
-    shown = found[pager["offset"]: pager["offset"] + pager["per_page"]]
+    shown = found[pager["offset"] : pager["offset"] + pager["per_page"]]
     run_names = {r["run_id"]: r["run_name"] for r in view.runs}
-    return page(request, "storms.html", view=view, title="Storms", storms=shown, pager=pager, empty=empty,
-                active_count=sum(1 for s in found if s["active"]), run_names=run_names, **_storm_settings(request))
+    return page(
+        request,
+        "storms.html",
+        view=view,
+        title="Storms",
+        storms=shown,
+        pager=pager,
+        empty=empty,
+        active_count=sum(1 for s in found if s["active"]),
+        run_names=run_names,
+        **_storm_settings(request),
+    )
 
 
 JOBS_LISTED = 100
@@ -405,8 +486,9 @@ def jobs_page(request: Request) -> HTMLResponse:
     settings = request.app.state.settings
     with enginemod.connection(settings.store, ensure=False) as conn:
         view = _open_view(request, conn)
-        reports = [r for r in (fleet.compare_job(conn, job) for job in fleet.recent_jobs(conn, JOBS_LISTED))
-                   if r is not None]
+        reports = [
+            r for r in (fleet.compare_job(conn, job) for job in fleet.recent_jobs(conn, JOBS_LISTED)) if r is not None
+        ]
     return page(request, "jobs.html", view=view, title="Jobs", reports=reports)
 
 
@@ -418,5 +500,4 @@ def job_page(request: Request, job: str) -> HTMLResponse:
         report = fleet.compare_job(conn, job) if len(job) <= 200 else None
     if report is None:
         return page(request, "not_found.html", status=404, view=view, title="No such job", job=job)
-    return page(request, "job.html", view=view, title=f"Job {job}", report=report,
-                signature_text=fleet.signature_text)
+    return page(request, "job.html", view=view, title=f"Job {job}", report=report, signature_text=fleet.signature_text)

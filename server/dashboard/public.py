@@ -35,8 +35,12 @@ class Asset:
     def response(self, request: Request) -> Response:
         # A versioned URL (?v=...) never changes content: let the browser keep it.
         cache = "public, max-age=31536000, immutable" if "v" in request.query_params else "no-cache"
-        headers = {"ETag": self.etag, "Cache-Control": cache, "Vary": "Accept-Encoding",
-                   "X-Content-Type-Options": "nosniff"}
+        headers = {
+            "ETag": self.etag,
+            "Cache-Control": cache,
+            "Vary": "Accept-Encoding",
+            "X-Content-Type-Options": "nosniff",
+        }
         if self.etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
             return Response(status_code=304, headers=headers)
         if "gzip" in request.headers.get("accept-encoding", ""):
@@ -96,8 +100,15 @@ async def login(request: Request) -> Response:
     if not auth.token_matches(given, token):
         return page(request, "login.html", status=401, view=None, title="Sign in", next=target, failed=True)
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(auth.COOKIE, auth.session_value(token), max_age=auth.COOKIE_MAX_AGE, httponly=True,
-                        samesite="lax", secure=request.url.scheme == "https", path="/")
+    response.set_cookie(
+        auth.COOKIE,
+        auth.session_value(token),
+        max_age=auth.COOKIE_MAX_AGE,
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
     return response
 
 

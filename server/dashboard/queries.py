@@ -14,8 +14,7 @@ from cachewatch.store.queries import Filters, cost_expr
 
 # Bucket widths for the charts over time, in seconds: the first giving at most
 # MAX_BUCKETS bars over the span shown wins.
-_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 6 * 3600, 12 * 3600, 86400,
-            7 * 86400)
+_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 6 * 3600, 12 * 3600, 86400, 7 * 86400)
 MAX_BUCKETS = 80
 
 
@@ -52,8 +51,9 @@ def _bucket(conn: sa.Connection, column: sa.ColumnElement, width: int) -> sa.Col
     return sa.func.floor(column / width) * width
 
 
-def compiles_over_time(conn: sa.Connection, filters: Filters, *, recompiles_only: bool = True,
-                       function_hash: str | None = None) -> dict[str, Any]:
+def compiles_over_time(
+    conn: sa.Connection, filters: Filters, *, recompiles_only: bool = True, function_hash: str | None = None
+) -> dict[str, Any]:
     """Compiles per time bucket and cause: ``{"width": s, "rows": [(bucket_start, cause, n), ...]}``."""
     e = models.compile_events
     width = bucket_width(time_span(conn, filters, function_hash))
@@ -70,10 +70,13 @@ def compiles_over_time(conn: sa.Connection, filters: Filters, *, recompiles_only
 def timeline(conn: sa.Connection, function_hash: str, filters: Filters, limit: int = 5000) -> list[dict[str, Any]]:
     """The function's traces and compiles (newest ``limit``), oldest first, with their cost."""
     e = models.compile_events
-    q = filters.apply(e, sa.select(e.c.timestamp, e.c.cause, e.c.kind, e.c.compiled, e.c.call_site,
-                                   cost_expr(e).label("seconds"))
-                      .where(e.c.function_hash == function_hash, e.c.kind != STALE_CAPTURE)
-                      .order_by(e.c.timestamp.desc(), e.c.id.desc()).limit(limit))
+    q = filters.apply(
+        e,
+        sa.select(e.c.timestamp, e.c.cause, e.c.kind, e.c.compiled, e.c.call_site, cost_expr(e).label("seconds"))
+        .where(e.c.function_hash == function_hash, e.c.kind != STALE_CAPTURE)
+        .order_by(e.c.timestamp.desc(), e.c.id.desc())
+        .limit(limit),
+    )
     rows = [dict(r._mapping) for r in conn.execute(q)]
     rows.reverse()
     return rows
@@ -83,14 +86,28 @@ def call_sites(conn: sa.Connection, function_hash: str, filters: Filters) -> lis
     """Where the function was called when it traced or compiled, busiest first."""
     e = models.compile_events
     recompiles = sa.func.sum(sa.case((sa.and_(e.c.compiled, e.c.cause != "first_call"), 1), else_=0))
-    q = filters.apply(e, sa.select(e.c.call_site, sa.func.count().label("events"),
-                                   recompiles.label("recompiles"),
-                                   sa.func.sum(cost_expr(e)).label("seconds"),
-                                   sa.func.max(e.c.timestamp).label("last"))
-                      .where(e.c.function_hash == function_hash, e.c.kind != STALE_CAPTURE)
-                      .group_by(e.c.call_site))
-    rows = [{"call_site": r.call_site, "events": int(r.events), "recompiles": int(r.recompiles or 0),
-             "seconds": float(r.seconds or 0.0), "last": r.last} for r in conn.execute(q)]
+    q = filters.apply(
+        e,
+        sa.select(
+            e.c.call_site,
+            sa.func.count().label("events"),
+            recompiles.label("recompiles"),
+            sa.func.sum(cost_expr(e)).label("seconds"),
+            sa.func.max(e.c.timestamp).label("last"),
+        )
+        .where(e.c.function_hash == function_hash, e.c.kind != STALE_CAPTURE)
+        .group_by(e.c.call_site),
+    )
+    rows = [
+        {
+            "call_site": r.call_site,
+            "events": int(r.events),
+            "recompiles": int(r.recompiles or 0),
+            "seconds": float(r.seconds or 0.0),
+            "last": r.last,
+        }
+        for r in conn.execute(q)
+    ]
     rows.sort(key=lambda r: (-r["events"], r["call_site"] or ""))
     return rows
 
@@ -109,28 +126,40 @@ def _event_kind(e: sa.Table, kind: str | None) -> list[sa.ColumnElement]:
 
 def count_events(conn: sa.Connection, function_hash: str, filters: Filters, kind: str | None = None) -> int:
     e = models.compile_events
-    q = filters.apply(e, sa.select(sa.func.count()).select_from(e)
-                      .where(e.c.function_hash == function_hash, *_event_kind(e, kind)))
+    q = filters.apply(
+        e, sa.select(sa.func.count()).select_from(e).where(e.c.function_hash == function_hash, *_event_kind(e, kind))
+    )
     return int(conn.execute(q).scalar_one())
 
 
-def events_page(conn: sa.Connection, function_hash: str, filters: Filters, *, limit: int, offset: int,
-                kind: str | None = None) -> list[dict[str, Any]]:
+def events_page(
+    conn: sa.Connection, function_hash: str, filters: Filters, *, limit: int, offset: int, kind: str | None = None
+) -> list[dict[str, Any]]:
     """One page of a function's events, newest first: the latest is what a person looks for first."""
     e = models.compile_events
-    q = filters.apply(e, sa.select(e.c.id, *_EVENT_COLUMNS)
-                      .where(e.c.function_hash == function_hash, *_event_kind(e, kind))
-                      .order_by(e.c.timestamp.desc(), e.c.id.desc()).limit(limit).offset(offset))
+    q = filters.apply(
+        e,
+        sa.select(e.c.id, *_EVENT_COLUMNS)
+        .where(e.c.function_hash == function_hash, *_event_kind(e, kind))
+        .order_by(e.c.timestamp.desc(), e.c.id.desc())
+        .limit(limit)
+        .offset(offset),
+    )
     return [dict(r._mapping) for r in conn.execute(q)]
 
 
-def dominant_cause_rows(conn: sa.Connection, function_hash: str, filters: Filters, cause: str,
-                        limit: int = 500) -> list[Any]:
+def dominant_cause_rows(
+    conn: sa.Connection, function_hash: str, filters: Filters, cause: str, limit: int = 500
+) -> list[Any]:
     """The latest compiles of one cause, as rows with ``diff`` and ``call_site`` (for suggest_fix)."""
     e = models.compile_events
-    q = filters.apply(e, sa.select(e.c.diff, e.c.call_site, e.c.cause, e.c.timestamp)
-                      .where(e.c.function_hash == function_hash, e.c.cause == cause, e.c.compiled)
-                      .order_by(e.c.timestamp.desc()).limit(limit))
+    q = filters.apply(
+        e,
+        sa.select(e.c.diff, e.c.call_site, e.c.cause, e.c.timestamp)
+        .where(e.c.function_hash == function_hash, e.c.cause == cause, e.c.compiled)
+        .order_by(e.c.timestamp.desc())
+        .limit(limit),
+    )
     return list(conn.execute(q))
 
 
@@ -139,8 +168,11 @@ def run_spans(conn: sa.Connection, run_ids: list[str]) -> dict[str, tuple[float,
     if not run_ids:
         return {}
     e = models.compile_events
-    q = (sa.select(e.c.run_id, sa.func.min(e.c.timestamp).label("first"), sa.func.max(e.c.timestamp).label("last"))
-         .where(e.c.run_id.in_(run_ids)).group_by(e.c.run_id))
+    q = (
+        sa.select(e.c.run_id, sa.func.min(e.c.timestamp).label("first"), sa.func.max(e.c.timestamp).label("last"))
+        .where(e.c.run_id.in_(run_ids))
+        .group_by(e.c.run_id)
+    )
     return {r.run_id: (float(r.first), float(r.last)) for r in conn.execute(q)}
 
 
@@ -153,8 +185,9 @@ def run_choices(conn: sa.Connection, limit: int = 200) -> list[dict[str, Any]]:
 
 def run_info(conn: sa.Connection, run_id: str) -> dict[str, Any] | None:
     r = models.runs
-    row = conn.execute(sa.select(r.c.run_id, r.c.run_name, r.c.host, r.c.started_at)
-                       .where(r.c.run_id == run_id)).first()
+    row = conn.execute(
+        sa.select(r.c.run_id, r.c.run_name, r.c.host, r.c.started_at).where(r.c.run_id == run_id)
+    ).first()
     return dict(row._mapping) if row is not None else None
 
 

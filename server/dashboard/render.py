@@ -160,10 +160,13 @@ def parse_described(text: Any) -> dict[str, Any]:
         return {"value": repr(text)}
     match = _DESCRIBED.match(text.strip())
     if match:
-        return {"shape": "[" + match["dims"].replace(" ", "") + "]", "dtype": match["dtype"],
-                "weak_type": bool(match["weak"])}
+        return {
+            "shape": "[" + match["dims"].replace(" ", "") + "]",
+            "dtype": match["dtype"],
+            "weak_type": bool(match["weak"]),
+        }
     if text.startswith("static "):
-        return {"value": text[len("static "):]}
+        return {"value": text[len("static ") :]}
     return {"value": text}
 
 
@@ -172,8 +175,11 @@ def signature_parts(entry: dict[str, Any]) -> dict[str, Any]:
     if entry.get("static"):
         return {"value": entry.get("value")}
     shape = entry.get("shape")
-    return {"shape": "[" + ",".join(str(d) for d in shape) + "]" if shape is not None else None,
-            "dtype": entry.get("dtype"), "weak_type": bool(entry.get("weak_type"))}
+    return {
+        "shape": "[" + ",".join(str(d) for d in shape) + "]" if shape is not None else None,
+        "dtype": entry.get("dtype"),
+        "weak_type": bool(entry.get("weak_type")),
+    }
 
 
 def short_site(site: str | None) -> str:
@@ -186,22 +192,36 @@ def short_site(site: str | None) -> str:
 
 # ------------------------------------------------------------------ charts
 
-_FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif", "size": 13,
-         "color": "#1f2328"}
+_FONT = {
+    "family": "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif",
+    "size": 13,
+    "color": "#1f2328",
+}
 
 
 def _layout(**extra: Any) -> dict[str, Any]:
-    layout = {"font": _FONT, "paper_bgcolor": "#ffffff", "plot_bgcolor": "#ffffff",
-              "margin": {"l": 56, "r": 16, "t": 36, "b": 48}, "hovermode": "closest",
-              # Above the plot: below it, the legend would collide with the x axis title.
-              "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "traceorder": "normal"}}
+    layout = {
+        "font": _FONT,
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+        "margin": {"l": 56, "r": 16, "t": 36, "b": 48},
+        "hovermode": "closest",
+        # Above the plot: below it, the legend would collide with the x axis title.
+        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "traceorder": "normal"},
+    }
     layout.update(extra)
     return layout
 
 
 def _axis(title: str, **extra: Any) -> dict[str, Any]:
-    return {"title": {"text": title}, "gridcolor": "#e6e8eb", "zerolinecolor": "#c9ced4",
-            "linecolor": "#8b949e", "automargin": True, **extra}
+    return {
+        "title": {"text": title},
+        "gridcolor": "#e6e8eb",
+        "zerolinecolor": "#c9ced4",
+        "linecolor": "#8b949e",
+        "automargin": True,
+        **extra,
+    }
 
 
 def _count_axis(title: str, largest: int) -> dict[str, Any]:
@@ -219,21 +239,33 @@ def recompiles_chart(buckets: dict[str, Any]) -> dict[str, Any]:
     data = []
     for cause in cause_order(by_cause):
         points = sorted(by_cause[cause].items())
-        data.append({"type": "bar", "name": cause, "marker": {"color": cause_color(cause)},
-                     "x": [plot_time(t + width / 2) for t, _ in points], "y": [n for _, n in points],
-                     "width": width * 1000 * 0.9,
-                     "hovertemplate": "%{y} recompile(s)<br>%{x}<extra>" + cause + "</extra>"})
-    layout = _layout(barmode="stack", bargap=0.05,
-                     xaxis=_axis(f"time (UTC), {fmt_duration(width)} buckets", type="date"),
-                     yaxis=_count_axis("recompiles", max(_stack_heights(buckets["rows"]), default=0)))
+        data.append(
+            {
+                "type": "bar",
+                "name": cause,
+                "marker": {"color": cause_color(cause)},
+                "x": [plot_time(t + width / 2) for t, _ in points],
+                "y": [n for _, n in points],
+                "width": width * 1000 * 0.9,
+                "hovertemplate": "%{y} recompile(s)<br>%{x}<extra>" + cause + "</extra>",
+            }
+        )
+    layout = _layout(
+        barmode="stack",
+        bargap=0.05,
+        xaxis=_axis(f"time (UTC), {fmt_duration(width)} buckets", type="date"),
+        yaxis=_count_axis("recompiles", max(_stack_heights(buckets["rows"]), default=0)),
+    )
     return {"data": data, "layout": layout}
 
 
 def unique_labels(rows: list[dict[str, Any]]) -> list[str]:
     """Short names, made longer only where two functions share one (a chart axis would merge them)."""
     names = [label(r) for r in rows]
-    for longer in (lambda r: r.get("qualname") or label(r),
-                   lambda r: f"{r.get('qualname') or label(r)} ({r['function_hash'][:8]})"):
+    for longer in (
+        lambda r: r.get("qualname") or label(r),
+        lambda r: f"{r.get('qualname') or label(r)} ({r['function_hash'][:8]})",
+    ):
         seen: dict[str, int] = {}
         for n in names:
             seen[n] = seen.get(n, 0) + 1
@@ -252,30 +284,57 @@ def cost_chart(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Grouped horizontal bars: compile seconds against estimated run seconds, per function."""
     names = unique_labels(rows)
     data = [
-        {"type": "bar", "orientation": "h", "name": "compile seconds", "y": names,
-         "x": [r["compile_seconds"] for r in rows], "marker": {"color": COMPILE_COLOR},
-         "hovertemplate": "%{x:.3f} s compiling<extra>%{y}</extra>"},
-        {"type": "bar", "orientation": "h", "name": "estimated run seconds", "y": names,
-         "x": [r["run_seconds_est"] or 0.0 for r in rows], "marker": {"color": RUN_COLOR},
-         "hovertemplate": "%{x:.3f} s running (estimated)<extra>%{y}</extra>"},
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": "compile seconds",
+            "y": names,
+            "x": [r["compile_seconds"] for r in rows],
+            "marker": {"color": COMPILE_COLOR},
+            "hovertemplate": "%{x:.3f} s compiling<extra>%{y}</extra>",
+        },
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": "estimated run seconds",
+            "y": names,
+            "x": [r["run_seconds_est"] or 0.0 for r in rows],
+            "marker": {"color": RUN_COLOR},
+            "hovertemplate": "%{x:.3f} s running (estimated)<extra>%{y}</extra>",
+        },
     ]
-    layout = _layout(barmode="group", height=max(260, 46 * len(rows) + 110),
-                     xaxis=_axis("seconds", rangemode="tozero"),
-                     yaxis=_axis("", autorange="reversed"),
-                     margin={"l": 16, "r": 16, "t": 36, "b": 48})
+    layout = _layout(
+        barmode="group",
+        height=max(260, 46 * len(rows) + 110),
+        xaxis=_axis("seconds", rangemode="tozero"),
+        yaxis=_axis("", autorange="reversed"),
+        margin={"l": 16, "r": 16, "t": 36, "b": 48},
+    )
     return {"data": data, "layout": layout}
 
 
 def causes_chart(causes: dict[str, int]) -> dict[str, Any]:
     """Horizontal bars, one per cause, in the cause's colour."""
     order = [c for c in cause_order(causes) if causes.get(c)]
-    data = [{"type": "bar", "orientation": "h", "y": order, "x": [causes[c] for c in order],
-             "marker": {"color": [cause_color(c) for c in order]}, "showlegend": False,
-             "text": [str(causes[c]) for c in order], "textposition": "auto",
-             "hovertemplate": "%{x} event(s)<extra>%{y}</extra>"}]
-    layout = _layout(height=max(200, 34 * len(order) + 90),
-                     xaxis=_count_axis("events", max((causes[c] for c in order), default=0)),
-                     yaxis=_axis("", autorange="reversed"), margin={"l": 16, "r": 16, "t": 16, "b": 48})
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "y": order,
+            "x": [causes[c] for c in order],
+            "marker": {"color": [cause_color(c) for c in order]},
+            "showlegend": False,
+            "text": [str(causes[c]) for c in order],
+            "textposition": "auto",
+            "hovertemplate": "%{x} event(s)<extra>%{y}</extra>",
+        }
+    ]
+    layout = _layout(
+        height=max(200, 34 * len(order) + 90),
+        xaxis=_count_axis("events", max((causes[c] for c in order), default=0)),
+        yaxis=_axis("", autorange="reversed"),
+        margin={"l": 16, "r": 16, "t": 16, "b": 48},
+    )
     return {"data": data, "layout": layout}
 
 
@@ -287,22 +346,38 @@ def timeline_chart(points: list[dict[str, Any]]) -> dict[str, Any]:
     data = []
     for cause in cause_order(by_cause):
         pts = by_cause[cause]
-        data.append({"type": "scatter", "mode": "markers", "name": cause,
-                     "x": [plot_time(p["timestamp"]) for p in pts], "y": [p["seconds"] for p in pts],
-                     "marker": {"color": cause_color(cause), "size": 9,
-                                "symbol": ["circle" if p["compiled"] else "circle-open" for p in pts],
-                                "line": {"width": 1.5, "color": cause_color(cause)}},
-                     "hovertemplate": "%{y:.3f} s<br>%{x}<extra>" + cause + "</extra>"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": cause,
+                "x": [plot_time(p["timestamp"]) for p in pts],
+                "y": [p["seconds"] for p in pts],
+                "marker": {
+                    "color": cause_color(cause),
+                    "size": 9,
+                    "symbol": ["circle" if p["compiled"] else "circle-open" for p in pts],
+                    "line": {"width": 1.5, "color": cause_color(cause)},
+                },
+                "hovertemplate": "%{y:.3f} s<br>%{x}<extra>" + cause + "</extra>",
+            }
+        )
     layout = _layout(xaxis=_axis("time (UTC)", type="date"), yaxis=_axis("seconds", rangemode="tozero"))
     return {"data": data, "layout": layout}
 
 
 def histogram_chart(seconds: list[float]) -> dict[str, Any]:
     seconds = [s for s in seconds if math.isfinite(s)]
-    data = [{"type": "histogram", "x": seconds, "marker": {"color": COMPILE_COLOR, "line": {"color": "#ffffff",
-                                                                                           "width": 1}},
-             "nbinsx": min(30, max(5, int(math.sqrt(len(seconds))) * 2)), "showlegend": False,
-             "hovertemplate": "%{y} compile(s) of %{x} s<extra></extra>"}]
+    data = [
+        {
+            "type": "histogram",
+            "x": seconds,
+            "marker": {"color": COMPILE_COLOR, "line": {"color": "#ffffff", "width": 1}},
+            "nbinsx": min(30, max(5, int(math.sqrt(len(seconds))) * 2)),
+            "showlegend": False,
+            "hovertemplate": "%{y} compile(s) of %{x} s<extra></extra>",
+        }
+    ]
     # No bin holds more compiles than there are.
     layout = _layout(bargap=0.04, xaxis=_axis("seconds per compile"), yaxis=_count_axis("compiles", len(seconds)))
     return {"data": data, "layout": layout}
@@ -351,14 +426,29 @@ def _asset_version(name: str) -> str:
 
 
 def make_environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("cachewatch_server.dashboard", "templates"),
-                             autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True,
-                             lstrip_blocks=True)
-    env.filters.update(seconds=fmt_seconds, count=fmt_count, share=fmt_share, time=fmt_time, iso=iso_time,
-                       duration=fmt_duration, site=short_site, short=short_name)
-    env.globals.update(cause_color=cause_color, cause_help=CAUSE_HELP, label=label,
-                       parse_described=parse_described, signature_parts=signature_parts,
-                       plotly_url=plotly_url(),
-                       asset={name: f"/static/{name}?v={_asset_version(name)}"
-                              for name in ("dashboard.css", "dashboard.js")})
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("cachewatch_server.dashboard", "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        seconds=fmt_seconds,
+        count=fmt_count,
+        share=fmt_share,
+        time=fmt_time,
+        iso=iso_time,
+        duration=fmt_duration,
+        site=short_site,
+        short=short_name,
+    )
+    env.globals.update(
+        cause_color=cause_color,
+        cause_help=CAUSE_HELP,
+        label=label,
+        parse_described=parse_described,
+        signature_parts=signature_parts,
+        plotly_url=plotly_url(),
+        asset={name: f"/static/{name}?v={_asset_version(name)}" for name in ("dashboard.css", "dashboard.js")},
+    )
     return env

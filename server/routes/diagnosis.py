@@ -16,6 +16,8 @@ router = APIRouter(prefix="/api/v1", tags=["diagnosis"])
 @router.get("/diagnosis", response_model=DiagnosisOut, summary="Verdicts, compile cost model and regressions")
 def diagnosis(_: ReadAuth, conn: Connection, filters: QueryFilters) -> dict:
     rows = queries.function_rows(conn, filters)
-    return {"verdicts": queries.verdicts(conn, rows, filters),
-            "cost_model": analysis.cost_model(conn, filters),
-            "regressions": analysis.compile_regressions(conn)}
+    return {
+        "verdicts": queries.verdicts(conn, rows, filters),
+        "cost_model": analysis.cost_model(conn, filters),
+        "regressions": analysis.compile_regressions(conn),
+    }

@@ -15,9 +15,12 @@ from ..dashboard import auth
 
 def _allowed(request: Request) -> None:
     if not auth.allowed(request):
-        raise HTTPException(status_code=401, detail="missing or wrong bearer token: send the header "
-                            "'Authorization: Bearer <token>' (or sign in at /login)",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            status_code=401,
+            detail="missing or wrong bearer token: send the header "
+            "'Authorization: Bearer <token>' (or sign in at /login)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
 
 def router(openapi: Callable[[], dict[str, Any]]) -> APIRouter:

@@ -19,17 +19,24 @@ router = APIRouter(prefix="/api/v1", tags=["ingest"])
 _BODY = {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/BatchIn"}}}}
 
 
-@router.post("/events", response_model=IngestResult, summary="Store a batch of compile events",
-             openapi_extra={"requestBody": _BODY},
-             responses={401: {"description": "A write token is configured and the request lacks it."},
-                        413: {"description": "The body is larger than CACHEWATCH_MAX_BODY_BYTES."},
-                        422: {"description": "The batch is invalid; nothing of it was stored."},
-                        503: {"description": "The store is unavailable; retry later."}})
+@router.post(
+    "/events",
+    response_model=IngestResult,
+    summary="Store a batch of compile events",
+    openapi_extra={"requestBody": _BODY},
+    responses={
+        401: {"description": "A write token is configured and the request lacks it."},
+        413: {"description": "The body is larger than CACHEWATCH_MAX_BODY_BYTES."},
+        422: {"description": "The batch is invalid; nothing of it was stored."},
+        503: {"description": "The store is unavailable; retry later."},
+    },
+)
 async def ingest_events(_: WriteAuth, request: Request, settings: Settings) -> dict:
     """Store the batch whole or not at all. Repeating a batch (same event ids) stores nothing twice."""
     body = await request.body()
-    return await run_in_threadpool(ingest.accept, body, settings.max_batch_events, settings.store,
-                                   request.app.state.counters)
+    return await run_in_threadpool(
+        ingest.accept, body, settings.max_batch_events, settings.store, request.app.state.counters
+    )
 
 
 def document(spec: dict[str, Any]) -> None:

@@ -25,39 +25,59 @@ def _offset(cursor: str | None) -> int:
 
 
 @router.get("/functions", response_model=FunctionPage, summary="Functions, most compile seconds first")
-def list_functions(_: ReadAuth, conn: Connection, filters: QueryFilters, page: Page,
-                   q: Annotated[str | None, Query(max_length=200, description="Only functions whose name or "
-                                                  "qualified name contains this text.")] = None) -> dict:
+def list_functions(
+    _: ReadAuth,
+    conn: Connection,
+    filters: QueryFilters,
+    page: Page,
+    q: Annotated[
+        str | None, Query(max_length=200, description="Only functions whose name or qualified name contains this text.")
+    ] = None,
+) -> dict:
     offset = _offset(page.cursor)
     rows, more = queries.function_page(conn, filters, q, offset, page.limit)
     end = offset + page.limit
     return {"items": rows, "next_cursor": encode_cursor("functions", end) if more else None}
 
 
-@router.get("/functions/{function_hash}", response_model=FunctionDetail, summary="One function, with its storms",
-            responses={404: {"description": "No function with this hash in the store."}})
-def get_function(_: ReadAuth, conn: Connection, settings: Settings, filters: QueryFilters,
-                 function_hash: FunctionHash) -> dict:
+@router.get(
+    "/functions/{function_hash}",
+    response_model=FunctionDetail,
+    summary="One function, with its storms",
+    responses={404: {"description": "No function with this hash in the store."}},
+)
+def get_function(
+    _: ReadAuth, conn: Connection, settings: Settings, filters: QueryFilters, function_hash: FunctionHash
+) -> dict:
     row = queries.function_row(conn, function_hash, filters)
     if row is None:
         raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
-    row["storms"] = queries.storms(conn, filters, threshold=settings.storm_threshold,
-                                   window=settings.storm_window, function_hashes=[function_hash])
+    row["storms"] = queries.storms(
+        conn, filters, threshold=settings.storm_threshold, window=settings.storm_window, function_hashes=[function_hash]
+    )
     row["verdict"] = queries.verdicts(conn, [row], filters).get(function_hash)
     return row
 
 
-@router.get("/functions/{function_hash}/events", response_model=EventPage,
-            summary="A function's compile events with their diffs, oldest first (by event time)",
-            responses={404: {"description": "No function with this hash in the store."}})
-def function_events(_: ReadAuth, conn: Connection, filters: QueryFilters, page: Page,
-                    function_hash: FunctionHash) -> dict:
+@router.get(
+    "/functions/{function_hash}/events",
+    response_model=EventPage,
+    summary="A function's compile events with their diffs, oldest first (by event time)",
+    responses={404: {"description": "No function with this hash in the store."}},
+)
+def function_events(
+    _: ReadAuth, conn: Connection, filters: QueryFilters, page: Page, function_hash: FunctionHash
+) -> dict:
     if not queries.function_exists(conn, function_hash):
         raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
     after = decode_cursor("events", page.cursor)
     if after is not None:
-        if not (isinstance(after, list) and len(after) == 2 and isinstance(after[0], (int, float))
-                and isinstance(after[1], int)):
+        if not (
+            isinstance(after, list)
+            and len(after) == 2
+            and isinstance(after[0], (int, float))
+            and isinstance(after[1], int)
+        ):
             raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
         after = (float(after[0]), after[1])
     rows = queries.event_rows(conn, function_hash, filters, limit=page.limit + 1, after=after)

@@ -14,13 +14,16 @@ from ..schemas import Health
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=Health, summary="Service and store health",
-            responses={503: {"model": Health, "description": "The store is unreachable."}})
+@router.get(
+    "/healthz",
+    response_model=Health,
+    summary="Service and store health",
+    responses={503: {"model": Health, "description": "The store is unreachable."}},
+)
 def healthz(settings: Settings):
     try:
         with enginemod.get_engine(settings.store).connect() as conn:
             conn.execute(sa.text("SELECT 1"))
     except Exception as exc:
-        return JSONResponse(status_code=503, content={"status": "error",
-                                                      "store": f"unreachable: {type(exc).__name__}"})
+        return JSONResponse(status_code=503, content={"status": "error", "store": f"unreachable: {type(exc).__name__}"})
     return {"status": "ok", "store": "ok"}

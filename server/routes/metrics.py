@@ -10,7 +10,11 @@ from ..deps import ReadAuth
 router = APIRouter(tags=["metrics"])
 
 
-@router.get("/metrics", response_class=Response, summary="Prometheus metrics",
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format."}})
+@router.get(
+    "/metrics",
+    response_class=Response,
+    summary="Prometheus metrics",
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format."}},
+)
 def metrics(_: ReadAuth, request: Request) -> Response:
     return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)

@@ -15,8 +15,12 @@ router = APIRouter(prefix="/api/v1", tags=["runs"])
 def list_runs(_: ReadAuth, conn: Connection, filters: QueryFilters, page: Page) -> dict:
     after = decode_cursor("runs", page.cursor)
     if after is not None:
-        if not (isinstance(after, list) and len(after) == 2 and isinstance(after[0], (int, float))
-                and isinstance(after[1], str)):
+        if not (
+            isinstance(after, list)
+            and len(after) == 2
+            and isinstance(after[0], (int, float))
+            and isinstance(after[1], str)
+        ):
             raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
         after = (float(after[0]), after[1])
     rows = queries.run_rows(conn, filters, limit=page.limit + 1, after=after)

@@ -14,19 +14,32 @@ router = APIRouter(prefix="/api/v1", tags=["storms"])
 
 
 @router.get("/storms", response_model=StormPage, summary="Recompilation storms, newest first")
-def list_storms(_: ReadAuth, conn: Connection, settings: Settings, filters: QueryFilters, page: Page,
-                active: Annotated[bool | None, Query(description="Only active (true) or only past (false) "
-                                                     "storms.")] = None,
-                function_hash: Annotated[str | None, Query(max_length=40, description="Only this "
-                                                           "function.")] = None) -> dict:
+def list_storms(
+    _: ReadAuth,
+    conn: Connection,
+    settings: Settings,
+    filters: QueryFilters,
+    page: Page,
+    active: Annotated[bool | None, Query(description="Only active (true) or only past (false) storms.")] = None,
+    function_hash: Annotated[str | None, Query(max_length=40, description="Only this function.")] = None,
+) -> dict:
     offset = decode_cursor("storms", page.cursor) or 0
     if not isinstance(offset, int) or offset < 0:
         raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
-    found = queries.storms(conn, filters, threshold=settings.storm_threshold, window=settings.storm_window,
-                           function_hashes=[function_hash] if function_hash else None,
-                           active_only=active is True)
+    found = queries.storms(
+        conn,
+        filters,
+        threshold=settings.storm_threshold,
+        window=settings.storm_window,
+        function_hashes=[function_hash] if function_hash else None,
+        active_only=active is True,
+    )
     if active is False:
         found = [s for s in found if not s["active"]]
     end = offset + page.limit
-    return {"threshold": settings.storm_threshold, "window": settings.storm_window,
-            "items": found[offset:end], "next_cursor": encode_cursor("storms", end) if end < len(found) else None}
+    return {
+        "threshold": settings.storm_threshold,
+        "window": settings.storm_window,
+        "items": found[offset:end],
+        "next_cursor": encode_cursor("storms", end) if end < len(found) else None,
+    }

@@ -34,8 +34,7 @@ def main():
     opt_state = optimizer.init(eqx.filter(model, eqx.is_array))
     for epoch in range(EPOCHS):
         for start in range(0, N_EXAMPLES, BATCH):  # 300 = 4 batches of 64 and one of 44
-            model, opt_state, loss = train_step(model, opt_state, x[start:start + BATCH],
-                                                y[start:start + BATCH])
+            model, opt_state, loss = train_step(model, opt_state, x[start : start + BATCH], y[start : start + BATCH])
         print(f"epoch {epoch}: loss {float(loss):.4f}")
 
 

@@ -41,8 +41,7 @@ def main():
     opt_state = optimizer.init(params)
     for epoch in range(EPOCHS):
         for start in range(0, N_SEQUENCES, BATCH):  # 200 = 6 batches of 32 and one of 8
-            params, opt_state, loss = train_step(params, opt_state, x[start:start + BATCH],
-                                                 y[start:start + BATCH])
+            params, opt_state, loss = train_step(params, opt_state, x[start : start + BATCH], y[start : start + BATCH])
         print(f"epoch {epoch}: loss {float(loss):.4f}")
 
 

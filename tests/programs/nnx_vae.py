@@ -53,7 +53,7 @@ def main():
     optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
     for epoch in range(EPOCHS):
         for start in range(0, N_EXAMPLES - BATCH + 1, BATCH):
-            loss = train_step(model, optimizer, data[start:start + BATCH])
+            loss = train_step(model, optimizer, data[start : start + BATCH])
         print(f"epoch {epoch}: loss {float(loss):.4f} eval {float(eval_step(model, data)):.4f}")
 
 

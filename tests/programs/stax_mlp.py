@@ -36,8 +36,7 @@ def accuracy(params, batch):
     return jnp.mean(predicted == jnp.argmax(targets, axis=1))
 
 
-init_random_params, predict = stax.serial(
-    stax.Dense(64), stax.Relu, stax.Dense(64), stax.Relu, stax.Dense(N_CLASSES))
+init_random_params, predict = stax.serial(stax.Dense(64), stax.Relu, stax.Dense(64), stax.Relu, stax.Dense(N_CLASSES))
 opt_init, opt_update, get_params = optimizers.adam(1e-3)
 
 
@@ -54,7 +53,7 @@ def main():
     step = 0
     for epoch in range(EPOCHS):
         for start in range(0, N_EXAMPLES, BATCH):
-            opt_state = update(step, opt_state, (x[start:start + BATCH], y[start:start + BATCH]))
+            opt_state = update(step, opt_state, (x[start : start + BATCH], y[start : start + BATCH]))
             step += 1
         params = get_params(opt_state)
         print(f"epoch {epoch}: train accuracy {float(accuracy(params, (x, y))):.3f}")

@@ -15,8 +15,10 @@ N_TRAIN, N_TEST, SIDE, CLASSES, BATCH, EPOCHS, CLIP = 160, 64, 8, 3, 48, 2, 1.0
 
 def init_params(key):
     k1, k2 = random.split(key)
-    return {"conv": random.normal(k1, (4, 1, 3, 3)) * 0.3,
-            "dense": random.normal(k2, (4 * SIDE * SIDE, CLASSES)) * 0.05}
+    return {
+        "conv": random.normal(k1, (4, 1, 3, 3)) * 0.3,
+        "dense": random.normal(k2, (4 * SIDE * SIDE, CLASSES)) * 0.05,
+    }
 
 
 def logits_of(params, image):
@@ -49,7 +51,7 @@ def main():
     params = init_params(k_params)
     for epoch in range(EPOCHS):
         for start in range(0, N_TRAIN, BATCH):  # 160 = 3 batches of 48 and one of 16
-            params = private_step(params, images[start:start + BATCH], labels[start:start + BATCH])
+            params = private_step(params, images[start : start + BATCH], labels[start : start + BATCH])
         test_logits = jax.vmap(logits_of, in_axes=(None, 0))(params, images[N_TRAIN:])
         accuracy = jnp.mean(jnp.argmax(test_logits, axis=1) == labels[N_TRAIN:])
         print(f"epoch {epoch}: test accuracy {float(accuracy):.3f}")
