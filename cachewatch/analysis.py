@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
-from .events import Cause
+from .events import OP_BY_OP_MODULE, Cause
 from .store import models, queries
 from .store.queries import Filters
 
@@ -136,9 +136,6 @@ def _describe(function_hash: str, info: Any, rows: list[Any], now: float, window
             else suggest_fix(name, dominant, [r for r in rows if r.cause == dominant])
         ),
     }
-
-
-OP_BY_OP_MODULE = "jax.op_by_op"
 
 
 def _op_by_op_fix(primitive: str, rows: list[Any]) -> str:

@@ -18,6 +18,7 @@ import sys
 from typing import Any, Sequence
 
 from . import config as configmod
+from .events import OP_BY_OP_MODULE
 
 
 def _store_url(args: argparse.Namespace) -> str:
@@ -209,7 +210,7 @@ def _coverage_line(rows: list[dict]) -> str:
 
     total = sum(r["compiles"] for r in rows)
     by_name = sum(r["compiles"] for r in rows if r.get("module") == UNATTRIBUTED_MODULE)
-    eager = sum(r["compiles"] for r in rows if r.get("module") == "jax.op_by_op")
+    eager = sum(r["compiles"] for r in rows if r.get("module") == OP_BY_OP_MODULE)
     text = (
         f"Compiles recorded: {total}; attributed to a function or an eager primitive: {total - by_name} ({eager} eager)"
     )

@@ -47,6 +47,9 @@ CAUSES: tuple[str, ...] = tuple(cause.value for cause in Cause)
 KINDS: tuple[str, ...] = tuple(kind.value for kind in Kind)
 STALE_CAPTURE = Cause.STALE_CAPTURE.value
 
+# The module every eager (op-by-op) compile is filed under; its functions are primitives.
+OP_BY_OP_MODULE = "jax.op_by_op"
+
 
 # Bounds of every measure a store takes, checked by the service at ingest and by the
 # library's own SQL writer: a row outside them could not be shown or summed sensibly.

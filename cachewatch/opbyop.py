@@ -14,9 +14,9 @@ import hashlib
 import sys
 import threading
 
+from .events import OP_BY_OP_MODULE as MODULE
 from .events import FunctionInfo
 
-MODULE = "jax.op_by_op"
 _lock = threading.Lock()
 _seen: set[str] = set()
 _infos: dict[str, FunctionInfo] = {}

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from .events import OP_BY_OP_MODULE
+
 _MARKER_HELP = (
     "max_compiles(fn_or_name, n): fail the test when the cachewatch-watched function "
     "(a cachewatch.jit function, or a function's name or qualified name) compiles more "
@@ -44,9 +46,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--cachewatch-report", default=False):
         session_log = SessionLog()
         config.pluginmanager.register(session_log, "cachewatch-session-log")
-
-
-OP_BY_OP_MODULE = "jax.op_by_op"  # what cachewatch.opbyop files eager compiles under
 
 
 class CompileLog:

@@ -36,7 +36,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from cachewatch import fleet
-from cachewatch.analysis import OP_BY_OP_MODULE, short_name
+from cachewatch.analysis import short_name
+from cachewatch.events import OP_BY_OP_MODULE
 from cachewatch.events import STALE_CAPTURE
 from cachewatch.foreign import UNATTRIBUTED_MODULE
 from cachewatch.store import engine as enginemod

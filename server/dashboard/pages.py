@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
 from cachewatch import analysis, fleet
-from cachewatch.events import STALE_CAPTURE
+from cachewatch.events import OP_BY_OP_MODULE, STALE_CAPTURE
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries as storequeries
 from cachewatch.store.queries import Filters
@@ -351,7 +351,7 @@ def functions(request: Request) -> HTMLResponse:
 
 
 def _verdict_text(row: dict[str, Any], verdict: dict[str, Any] | None) -> str:
-    if row.get("module") == analysis.OP_BY_OP_MODULE:
+    if row.get("module") == OP_BY_OP_MODULE:
         return "These are JAX's own op-by-op compiles of un-jitted code: there is no jit to weigh."
     if verdict is None or not row["compiles"]:
         return "No compiles in this view, so there is nothing to weigh."
@@ -367,7 +367,7 @@ def _suggested_fix(conn, row: dict[str, Any], storms: list[dict[str, Any]], filt
     if dominant is None or dominant == "first_call":
         return None
     name = render.label(row)
-    if row.get("module") == analysis.OP_BY_OP_MODULE:
+    if row.get("module") == OP_BY_OP_MODULE:
         return (
             f"Un-jitted code runs `{row['name']}` op by op and JAX compiles it again for each new shape: "
             "move that code inside a jitted function, or keep its shapes fixed."
