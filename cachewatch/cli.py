@@ -100,7 +100,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "db":
             url = _store_url(args)
             revision = enginemod.upgrade(url)
-            print(f"store {enginemod._redact(enginemod.normalize_url(url))} is at revision {revision}")
+            print(f"store {enginemod.redact_url(enginemod.normalize_url(url))} is at revision {revision}")
             return 0
         if args.command == "serve":
             serve = _service()
@@ -163,7 +163,7 @@ def _report(args: argparse.Namespace) -> int:
         return 0
     if not rows:
         print(
-            f"No compile events in {enginemod._redact(enginemod.normalize_url(url))} yet. Wrap a function with "
+            f"No compile events in {enginemod.redact_url(enginemod.normalize_url(url))} yet. Wrap a function with "
             "cachewatch.jit (or call cachewatch.install()) and run your program with the same "
             "CACHEWATCH_STORE."
         )

@@ -464,9 +464,7 @@ class Writer:
             # only block the batches behind it.
             self.dropped += len(batch)
             self.set_aside["refused by the store"] += 1
-            self._warn(
-                f"cachewatch: {_safe_url(self.cfg.store)} refused a batch, {len(batch)} event(s) dropped: {failure}"
-            )
+            self._warn(f"cachewatch: {self._shown_store()} refused a batch, {len(batch)} event(s) dropped: {failure}")
         else:
             self.failed_batches += 1
             from .store import spool
@@ -475,9 +473,14 @@ class Writer:
             if not spooled:
                 self.dropped += len(batch)
             self._warn(
-                f"cachewatch could not write to {_safe_url(self.cfg.store)}; "
+                f"cachewatch could not write to {self._shown_store()}; "
                 f"{'spooled' if spooled else 'dropped'} {len(batch)} event(s)"
             )
+
+    def _shown_store(self) -> str:
+        from .store.engine import redact_url  # loaded already: the sink's module imports it
+
+        return redact_url(self.cfg.store)
 
     def _send(self, sink: Any, payload: "Batch", attempts: int = 4) -> Exception | None:
         """Write with retries (backoff and jitter); the last error, or None once written."""
@@ -579,14 +582,6 @@ def _collect_call_stats() -> list[CallStats]:
             )
             new_calls = 0  # the function's calls go on its first row
     return rows
-
-
-def _safe_url(url: str) -> str:
-    # Never print credentials: keep scheme, host and path.
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
 
 
 def _at_exit() -> None:

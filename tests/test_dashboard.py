@@ -30,6 +30,7 @@ from cachewatch import _guard, analysis, causes, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
+from cachewatch.store.engine import redact_url
 from cachewatch.store.queries import Filters
 from cachewatch_server.dashboard import render
 from cachewatch_server.deps import parse_time
@@ -812,7 +813,7 @@ def test_empty_store_says_what_to_do(chromium, empty_store, tmp_path):
         tab = Tab(context.new_page(), live.url, SCREENSHOTS / empty_store.split(":", 1)[0].split("+")[0])
         try:
             tab.open("/")
-            shown = render.redact_url(empty_store)
+            shown = redact_url(empty_store)
             assert "No events yet" in tab.text("main")
             assert f"CACHEWATCH_STORE={shown}" in tab.text("main")
             assert "hunter2" not in tab.page.content()
@@ -865,8 +866,8 @@ def test_short_run_shows_a_compile_share(chromium, sqlite_url, use_store):
 
 
 def test_redact_url():
-    assert render.redact_url("postgresql://cw:s3cret@db:5432/cw") == "postgresql://cw:***@db:5432/cw"
-    assert render.redact_url("sqlite:////data/cachewatch.db") == "sqlite:////data/cachewatch.db"
+    assert redact_url("postgresql://cw:s3cret@db:5432/cw") == "postgresql://cw:***@db:5432/cw"
+    assert redact_url("sqlite:////data/cachewatch.db") == "sqlite:////data/cachewatch.db"
 
 
 def test_read_token_login(chromium, seeded_sqlite, caplog):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 from importlib import resources
 from pathlib import Path
@@ -255,14 +256,16 @@ def _locked_transaction(url: str, lock: int, sqlite_begin: str) -> Iterator[sa.C
 
 
 def upgrade_command(url: str) -> str:
-    return f"cachewatch db upgrade --store '{_redact(url)}'"
+    return f"cachewatch db upgrade --store '{redact_url(url)}'"
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
+    """The URL with its password hidden, fit to print or show."""
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
     except Exception:
-        return url
+        # Not a URL SQLAlchemy reads: drop any user:password@ part by hand.
+        return re.sub(r"//[^/@]*@", "//***@", url)
 
 
 def ensure_schema(url: str, *, migrate_empty: bool = True) -> None:
@@ -279,7 +282,7 @@ def ensure_schema(url: str, *, migrate_empty: bool = True) -> None:
         current = current_revision(url)
         if current is None:
             if not migrate_empty and not sa.inspect(get_engine(url)).get_table_names():
-                raise SchemaOutdated(f"the store at {_redact(url)} is empty; run: {upgrade_command(url)}")
+                raise SchemaOutdated(f"the store at {redact_url(url)} is empty; run: {upgrade_command(url)}")
             with _schema_transaction(url) as conn, quiet_alembic():
                 from alembic.runtime.migration import MigrationContext
 
@@ -287,21 +290,21 @@ def ensure_schema(url: str, *, migrate_empty: bool = True) -> None:
                 if current is None:
                     if sa.inspect(conn).get_table_names():
                         raise SchemaOutdated(
-                            f"the store at {_redact(url)} has tables but no cachewatch schema "
+                            f"the store at {redact_url(url)} has tables but no cachewatch schema "
                             f"revision; point cachewatch at an empty database, or run: "
                             f"{upgrade_command(url)}"
                         )
                     if not migrate_empty:
-                        raise SchemaOutdated(f"the store at {_redact(url)} is empty; run: {upgrade_command(url)}")
+                        raise SchemaOutdated(f"the store at {redact_url(url)} is empty; run: {upgrade_command(url)}")
                     _run_upgrade(url, conn, "head")
                     current = head
         if current != head:
             raise SchemaOutdated(
-                f"the store at {_redact(url)} is at schema revision {current}, this "
+                f"the store at {redact_url(url)} is at schema revision {current}, this "
                 f"cachewatch needs {head}; run: {upgrade_command(url)}"
             )
     except SQLAlchemyError as exc:
-        raise StoreError(f"cannot open store {_redact(url)}: {getattr(exc, 'orig', None) or exc}") from exc
+        raise StoreError(f"cannot open store {redact_url(url)}: {getattr(exc, 'orig', None) or exc}") from exc
     _verified.add(key)
 
 

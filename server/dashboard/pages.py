@@ -248,7 +248,7 @@ def _empty_state(request: Request, conn, view: View) -> dict[str, Any] | None:
         if view.filtered:
             return {"kind": "filtered", "reset_url": view.without_filters()}
         return None
-    return {"kind": "empty", "store": render.redact_url(request.app.state.settings.store)}
+    return {"kind": "empty", "store": enginemod.redact_url(request.app.state.settings.store)}
 
 
 def _storm_settings(request: Request) -> dict[str, Any]:

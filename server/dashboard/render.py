@@ -17,7 +17,6 @@ from importlib import resources
 from typing import Any, Iterable
 
 import jinja2
-import sqlalchemy as sa
 
 from cachewatch.analysis import short_name
 from cachewatch.events import CAUSES
@@ -138,15 +137,6 @@ def fmt_duration(seconds: float | None) -> str:
     if seconds < 86400:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} days"
-
-
-def redact_url(url: str) -> str:
-    """The store URL with its password hidden, for the empty-state hint."""
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        # Not a URL SQLAlchemy reads: drop any user:password@ part by hand.
-        return re.sub(r"//[^/@]*@", "//***@", url)
 
 
 _DESCRIBED = re.compile(r"^(?P<dtype>[A-Za-z0-9_]+)\[(?P<dims>[0-9, ]*)\](?P<weak> weak)?$")
