@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from cachewatch.events import new_event_id
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models, rollup, sinks
+from cachewatch.store import models, rollup, writes
 
 PG_ADMIN_URL = os.environ.get("CACHEWATCH_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 ROOT = Path(__file__).resolve().parent.parent
@@ -228,7 +228,7 @@ def seed(
             with enginemod.get_engine(url).begin() as conn:
                 conn.execute(sa.insert(e), buffer)
                 # What the writers keep beside the events.
-                rollup.add(conn, rollup.deltas([sinks.event_row(row) for row in buffer]))
+                rollup.add(conn, rollup.deltas([writes.event_row(row) for row in buffer]))
             written += len(buffer)
             buffer = []
             if not quiet:
@@ -236,7 +236,7 @@ def seed(
     if buffer:
         with enginemod.get_engine(url).begin() as conn:
             conn.execute(sa.insert(e), buffer)
-            rollup.add(conn, rollup.deltas([sinks.event_row(row) for row in buffer]))
+            rollup.add(conn, rollup.deltas([writes.event_row(row) for row in buffer]))
         written += len(buffer)
     stats = []
     for index in range(functions):

@@ -9,7 +9,7 @@ that check (SQLite already serialises writers).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence, cast
 
 import orjson
 import sqlalchemy as sa
@@ -18,10 +18,10 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import ValidationError
 
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models, sinks
+from cachewatch.store import models, writes
 
 from .deps import invalid
-from .schemas import BatchIn, CallStatsIn
+from .schemas import BatchIn, CallStatsIn, EventIn
 
 _CHUNK = 900  # below SQLite's smallest bound-parameter limit
 
@@ -80,8 +80,9 @@ def check(batch: BatchIn, max_events: int) -> None:
                 ("body", name), f"{len(rows)} rows in one batch; at most {max_events} (send smaller batches)", len(rows)
             )
     run_id = batch.run.run_id
-    for name, rows in (("events", batch.events), ("stats", batch.stats)):
-        for i, row in enumerate(rows):
+    parts: tuple[tuple[str, Sequence[EventIn | CallStatsIn]], ...] = (("events", batch.events), ("stats", batch.stats))
+    for name, records in parts:
+        for i, row in enumerate(records):
             if row.run_id != run_id:
                 raise invalid(
                     ("body", name, i, "run_id"),
@@ -106,87 +107,39 @@ def check(batch: BatchIn, max_events: int) -> None:
 
 def store(url: str, batch: BatchIn) -> dict[str, Any]:
     """Write one checked batch in one transaction; returns what was new and what was a repeat."""
-    runs, functions, events, stats = table_rows(batch)
-    for rows in (runs, functions):
-        _strip_nul(rows)
-    events = [_strip_nul_values(row) for row in events]
+    rows = writes.table_rows(batch)
     with enginemod.connection(url, ensure=False) as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(
                 sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
                 {"key": "cachewatch-ingest:" + batch.run.run_id},
             )
-        new_stats = _new_stats(conn, batch.run.run_id, stats)
-        stored = len(sinks.write_rows(conn, runs, functions, events, new_stats, dropped=batch.dropped))
+        new_stats = _new_stats(conn, batch.run.run_id, rows.stats)
+        stored = len(writes.write_rows(conn, rows._replace(stats=new_stats), dropped=batch.dropped))
     return {
         "batch_id": batch.batch_id,
-        "events": len(events),
+        "events": len(rows.events),
         "stored_events": stored,
-        "duplicate_events": len(events) - stored,
-        "stats": len(stats),
+        "duplicate_events": len(rows.events) - stored,
+        "stats": len(rows.stats),
         "stored_stats": len(new_stats),
-        "duplicate_stats": len(stats) - len(new_stats),
+        "duplicate_stats": len(rows.stats) - len(new_stats),
     }
 
 
-# Columns the schema carries (function_hash comes from the nested function).
-_STATS_FIELDS = tuple(
-    c.name for c in models.call_stats.c if c.name in CallStatsIn.model_fields and c.name != "function_hash"
-)
+def _stats_key(row: writes.Row) -> tuple[str, float, str]:
+    """What tells a statistics row from a repeat: its function, flush time and signature."""
+    return str(row["function_hash"]), cast(float, row["timestamp"]), str(row.get("signature_hash") or "")
 
 
-def table_rows(batch: BatchIn) -> tuple[list[dict], list[dict], list[tuple], list[dict]]:
-    """The batch as table rows, like ``sinks.batch_rows`` for a recorder's batch.
-
-    Read off the validated model's attributes: its values are plain Python already,
-    and dumping the whole model again cost as much as validating it.
-    """
-    functions: dict[str, dict] = {}
-    first_seen: dict[str, float] = {}
-    events = []
-    for event in batch.events:
-        key = event.function.function_hash
-        if key not in functions:
-            functions[key] = event.function.model_dump()
-        first_seen[key] = min(first_seen.get(key, event.timestamp), event.timestamp)
-        events.append(sinks.event_values(event))
-    stats = []
-    for stat in batch.stats:
-        key = stat.function.function_hash
-        if key not in functions:
-            functions[key] = stat.function.model_dump()
-        first_seen.setdefault(key, stat.timestamp)
-        row = {name: getattr(stat, name) for name in _STATS_FIELDS}
-        row["function_hash"] = key
-        stats.append(row)
-    function_rows = [{**info, "first_seen": first_seen[key]} for key, info in functions.items()]
-    return [batch.run.model_dump()], function_rows, events, stats
-
-
-# PostgreSQL text cannot hold NUL; an exception message that carries one must not make
-# the whole batch unstorable.
-
-
-def _strip_nul(rows: list[dict]) -> None:
-    for row in rows:
-        for key, value in row.items():
-            if isinstance(value, str) and "\x00" in value:
-                row[key] = value.replace("\x00", "\ufffd")
-
-
-def _strip_nul_values(row: tuple) -> tuple:
-    if not any(isinstance(value, str) and "\x00" in value for value in row):
-        return row
-    return tuple(value.replace("\x00", "\ufffd") if isinstance(value, str) else value for value in row)
-
-
-def _new_stats(conn: sa.Connection, run_id: str, rows: list[dict]) -> list[dict]:
+def _new_stats(conn: sa.Connection, run_id: str, rows: list[writes.Row]) -> list[writes.Row]:
     if not rows:
         return rows
     s = models.call_stats
+    keys = [_stats_key(row) for row in rows]
     # A batch's stats share one or two flush times; (function_hash, timestamp) is indexed.
-    hashes = sorted({r["function_hash"] for r in rows})
-    stamps = sorted({r["timestamp"] for r in rows})
+    hashes = sorted({h for h, _, _ in keys})
+    stamps = sorted({t for _, t, _ in keys})
     # A flush writes one row per signature sampled: a row is known by all three.
     existing: set[tuple[str, float, str]] = set()
     half = _CHUNK // 2
@@ -209,8 +162,7 @@ def _new_stats(conn: sa.Connection, run_id: str, rows: list[dict]) -> list[dict]
             )
         )
     fresh = []
-    for row in rows:
-        key = (row["function_hash"], row["timestamp"], row.get("signature_hash") or "")
+    for row, key in zip(rows, keys):
         if key not in existing:
             existing.add(key)
             fresh.append(row)

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from cachewatch import recorder
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models, sinks
+from cachewatch.store import models, sinks, writes
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
 
@@ -81,8 +81,7 @@ def test_rows_outside_the_bounds_already_stored_never_break_a_page_or_command(st
     # Written as a store older than the bounds would have taken them: straight through the rows.
     batch = kit.batch(run, bad)
     with enginemod.connection(store_url) as conn:
-        runs, functions, events, stats = sinks.batch_rows(batch)
-        sinks.write_rows(conn, runs, functions, events, stats)
+        writes.write_rows(conn, writes.table_rows(batch))
     function_hash = good[0].function.function_hash
     with client_for(store_url) as client:
         answers = _pages(client, function_hash, run.run_id)
@@ -244,3 +243,15 @@ def test_the_library_writer_keeps_bounds_too(sqlite_url, recorded):
     assert {r.event_id for r in rows} == {events[0].event_id, events[2].event_id}
     assert [(r.compile_seconds, r.trace_seconds) for r in rows if r.event_id == events[2].event_id] == [(None, None)]
     assert dropped == 1
+
+
+def test_the_library_writer_stores_text_with_nul(store_url, recorded):
+    # An exception message may carry a NUL, which PostgreSQL text cannot hold: the library's
+    # own writer replaces it as the service does, rather than lose the batch.
+    good = recorded.by_name("step")
+    run = kit.new_run(recorded.run)
+    events = [kit.copy_event(good[0], run, time.time(), error="ValueError: bad\x00byte")]
+    sinks.SqlSink(store_url).write(kit.batch(run, events))
+    with enginemod.connection(store_url) as conn:
+        stored = conn.execute(sa.select(models.compile_events.c.error)).scalar_one()
+    assert stored == "ValueError: bad\ufffdbyte"

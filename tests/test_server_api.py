@@ -15,7 +15,7 @@ from cachewatch import recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
-from cachewatch.store import sinks
+from cachewatch.store import writes
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings, SettingsError, load
 
@@ -179,12 +179,13 @@ def test_one_bad_event_stores_nothing(client, store_url, recorded):
 def test_store_failure_mid_batch_rolls_back(client, store_url, recorded):
     # The ingest transaction: the run and function rows go in, then the events insert
     # fails (an event names a function the batch does not carry): nothing stays.
-    runs, functions, events, stats = sinks.batch_rows(kit.batch(recorded.run, recorded.events[:2]))
+    rows = writes.table_rows(kit.batch(recorded.run, recorded.events[:2]))
+    events = rows.events
     at = models.EVENT_COLUMNS.index("function_hash")
     events[1] = events[1][:at] + ("0" * 20,) + events[1][at + 1 :]
     with pytest.raises(enginemod.StoreError):
         with enginemod.connection(store_url, ensure=False) as conn:
-            sinks.write_rows(conn, runs, functions, events, stats)
+            writes.write_rows(conn, rows)
     assert count(store_url, models.runs) == 0 and count(store_url, models.compile_events) == 0
 
 

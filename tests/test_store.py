@@ -142,7 +142,7 @@ def _rollup_rows(url: str) -> list[tuple]:
 
 def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_store):
     from cachewatch import recorder
-    from cachewatch.store import sinks
+    from cachewatch.store import writes
 
     use_store(store_url)
     scenarios.batch_sizes()
@@ -159,8 +159,8 @@ def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_stor
             dict(r._mapping) for r in conn.execute(sa.select(*[c for c in models.compile_events.c if c.name != "id"]))
         ]
         assert (
-            sinks.write_rows(
-                conn, [recorder.run_info().as_dict()], [], [sinks.event_row(event) for event in events], []
+            writes.write_rows(
+                conn, writes.TableRows([recorder.run_info().as_dict()], [], [writes.event_row(e) for e in events], [])
             )
             == set()
         )
@@ -172,8 +172,8 @@ def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_stor
     fresh = [{**event, "event_id": new_event_id()} for event in events[:3]]
     mixed = events[3:] + fresh[:2] + events[:3] + fresh[2:]
     with enginemod.connection(store_url) as conn:
-        assert sinks.write_rows(
-            conn, [recorder.run_info().as_dict()], [], [sinks.event_row(event) for event in mixed], []
+        assert writes.write_rows(
+            conn, writes.TableRows([recorder.run_info().as_dict()], [], [writes.event_row(e) for e in mixed], [])
         ) == {event["event_id"] for event in fresh}
     grown = _rollup_rows(store_url)
     assert sum(row[2] for row in grown if row[0] == "run_totals") == stored + 3

@@ -267,21 +267,28 @@ class PersistentCacheTotalsRow(Base):
     saved_seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
 
-runs = RunRow.__table__
-functions = FunctionRow.__table__
-compile_events = CompileEventRow.__table__
-call_stats = CallStatsRow.__table__
-function_totals = FunctionTotalsRow.__table__
-function_cost_buckets = FunctionCostBucketRow.__table__
-run_totals = RunTotalsRow.__table__
-function_compile_totals = FunctionCompileTotalsRow.__table__
-cause_totals = CauseTotalsRow.__table__
-cost_bucket_totals = CostBucketTotalsRow.__table__
-function_call_totals = FunctionCallTotalsRow.__table__
-run_time_buckets = RunTimeBucketRow.__table__
-run_drops = RunDropsRow.__table__
-metric_labels = MetricLabelRow.__table__
-persistent_cache_totals = PersistentCacheTotalsRow.__table__
+def _table(row: type[Base]) -> sa.Table:
+    """A mapped class's table, typed as the Table it is (SQLAlchemy types it as a FromClause)."""
+    table = row.__table__
+    assert isinstance(table, sa.Table)
+    return table
+
+
+runs = _table(RunRow)
+functions = _table(FunctionRow)
+compile_events = _table(CompileEventRow)
+call_stats = _table(CallStatsRow)
+function_totals = _table(FunctionTotalsRow)
+function_cost_buckets = _table(FunctionCostBucketRow)
+run_totals = _table(RunTotalsRow)
+function_compile_totals = _table(FunctionCompileTotalsRow)
+cause_totals = _table(CauseTotalsRow)
+cost_bucket_totals = _table(CostBucketTotalsRow)
+function_call_totals = _table(FunctionCallTotalsRow)
+run_time_buckets = _table(RunTimeBucketRow)
+run_drops = _table(RunDropsRow)
+metric_labels = _table(MetricLabelRow)
+persistent_cache_totals = _table(PersistentCacheTotalsRow)
 
 # A compile event as the writers hand it over: a tuple of these columns, in this order
 # (tuples, not dicts: the writer builds one per event).

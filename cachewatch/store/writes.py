@@ -1,0 +1,244 @@
+"""The store's one write path: a batch turned into table rows and stored in one transaction.
+
+Both writers use it: the library's SQL sink (``sinks.SqlSink``) with a recorder's
+``Batch``, and the service's ingest with the batch it validated. Rows are read off
+either by attribute, so neither is converted into the other first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Iterable, NamedTuple, Protocol, Sequence, TypeVar
+
+import sqlalchemy as sa
+
+from ..events import MAX_MEASURE, SECONDS_FIELDS, seconds_ok, timestamp_ok
+from . import engine as enginemod
+from . import models, rollup
+
+Row = dict[str, object]
+# A compile event as stored: the values of models.EVENT_COLUMNS, in that order.
+EventValues = tuple[Any, ...]
+
+
+class FunctionLike(Protocol):
+    @property
+    def function_hash(self) -> str: ...
+
+
+class Recorded(Protocol):
+    """An event or a statistics row of a batch: it names its function and its time."""
+
+    @property
+    def function(self) -> FunctionLike: ...
+    @property
+    def timestamp(self) -> float: ...
+
+
+class BatchLike(Protocol):
+    """A recorder's ``events.Batch`` or the service's validated ``BatchIn``."""
+
+    @property
+    def run(self) -> object: ...
+    @property
+    def events(self) -> Sequence[Recorded]: ...
+    @property
+    def stats(self) -> Sequence[Recorded]: ...
+    @property
+    def dropped(self) -> int: ...
+
+
+class TableRows(NamedTuple):
+    runs: list[Row]
+    functions: list[Row]
+    events: list[EventValues]
+    stats: list[Row]
+
+
+def _columns(table: sa.Table, *, leave_out: tuple[str, ...] = ()) -> tuple[str, ...]:
+    return tuple(c.name for c in table.c if c.name not in leave_out)
+
+
+_RUN_COLUMNS = _columns(models.runs)
+_FUNCTION_COLUMNS = _columns(models.functions, leave_out=("first_seen",))
+_STATS_COLUMNS = _columns(models.call_stats, leave_out=("id", "function_hash"))
+
+# Event tuples read off a CompileEvent or the service's EventIn: both carry these attributes.
+event_values = operator.attrgetter(
+    *("function.function_hash" if name == "function_hash" else name for name in models.EVENT_COLUMNS)
+)
+_EVENT_ID = models.EVENT_COLUMNS.index("event_id")
+_JSON_AT = tuple(
+    i for i, name in enumerate(models.EVENT_COLUMNS) if isinstance(models.compile_events.c[name].type, sa.JSON)
+)
+
+
+def event_row(values: dict[str, object]) -> EventValues:
+    """An event tuple from a mapping of column names (missing columns are None)."""
+    return tuple(values.get(name) for name in models.EVENT_COLUMNS)
+
+
+def table_rows(batch: BatchLike) -> TableRows:
+    """The batch's rows: its run, the functions it mentions (first seen at their earliest
+    event), event tuples, and statistics rows."""
+    run: Row = {name: getattr(batch.run, name) for name in _RUN_COLUMNS}
+    run["devices"] = list(run["devices"] or ())  # type: ignore[call-overload]  # a tuple or a list of names
+    functions: dict[str, Row] = {}
+    first_seen: dict[str, float] = {}
+    for event in batch.events:
+        info = event.function
+        key = info.function_hash
+        seen = first_seen.get(key)
+        if seen is None:
+            functions[key] = {name: getattr(info, name) for name in _FUNCTION_COLUMNS}  # once per function
+            first_seen[key] = event.timestamp
+        elif event.timestamp < seen:
+            first_seen[key] = event.timestamp
+    stats = []
+    for stat in batch.stats:
+        info = stat.function
+        key = info.function_hash
+        if key not in functions:
+            functions[key] = {name: getattr(info, name) for name in _FUNCTION_COLUMNS}
+            first_seen[key] = stat.timestamp
+        row: Row = {name: getattr(stat, name) for name in _STATS_COLUMNS}
+        row["function_hash"] = key
+        stats.append(row)
+    function_rows: list[Row] = [{**info_row, "first_seen": first_seen[key]} for key, info_row in functions.items()]
+    return TableRows([run], function_rows, [event_values(e) for e in batch.events], stats)
+
+
+E = TypeVar("E")
+
+
+def in_bounds(event: E) -> E | None:
+    """The event as the store may take it: None when its time is outside the store's
+    bounds; a duration or measure outside them (negative, infinite, absurd) becomes
+    unknown (None). The service refuses such a batch; the library's own writer keeps
+    the rest of what it recorded."""
+    if not timestamp_ok(getattr(event, "timestamp")):
+        return None
+    bad: dict[str, None] = {name: None for name in SECONDS_FIELDS if not seconds_ok(getattr(event, name))}
+    for name in ("flops", "bytes_accessed"):
+        value = getattr(event, name)
+        if value is not None and not (isinstance(value, (int, float)) and 0.0 <= value <= MAX_MEASURE):
+            bad[name] = None
+    if getattr(event, "eager_run_seconds") is not None and (
+        getattr(event, "compiled_run_seconds") is None or "compiled_run_seconds" in bad
+    ):
+        bad["eager_run_seconds"] = None  # measured as a pair, or not at all
+    for name in ("jaxpr_eqns", "hlo_ops"):
+        value = getattr(event, name)
+        if value is not None and not (0 <= value < 2**31):
+            bad[name] = None
+    return dataclasses.replace(event, **bad) if bad else event  # type: ignore[type-var]  # a CompileEvent
+
+
+def write_rows(conn: sa.Connection, rows: TableRows, dropped: int = 0) -> set[str]:
+    """Insert one batch's rows in one transaction; repeats of the same ids are ignored.
+
+    ``dropped`` is what the run's recorder lost since its previous batch. Returns the
+    ids of the events that were new (the rest were already stored).
+    """
+    # PostgreSQL text cannot hold NUL; an exception message that carries one must not make
+    # the whole batch unstorable. Replaced on every backend, so a store reads the same.
+    runs, functions, stats = (_strip_nul(part) for part in (rows.runs, rows.functions, rows.stats))
+    events = [_strip_nul_values(row) for row in rows.events]
+    _insert_ignoring_duplicates(conn, models.runs, _unique(runs, "run_id"), "run_id")
+    _insert_ignoring_duplicates(conn, models.functions, _unique(functions, "function_hash"), "function_hash")
+    inserted = _insert_events(conn, events)
+    if inserted:
+        rollup.add(conn, rollup.deltas(row for row in events if row[_EVENT_ID] in inserted))
+        rollup.add(conn, rollup.cache_deltas(row for row in events if row[_EVENT_ID] in inserted))
+    if stats:
+        conn.execute(sa.insert(models.call_stats), stats)
+        rollup.add_call_stats(conn, stats)
+    if dropped and runs and (inserted or stats or not events):  # a repeated batch reports nothing new
+        rollup.add(conn, {models.run_drops: [{"run_id": runs[0]["run_id"], "dropped": int(dropped)}]})
+    return inserted
+
+
+def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list[Row], key: str) -> None:
+    if rows:
+        conn.execute(
+            enginemod.upsert_insert(conn.dialect.name, table).on_conflict_do_nothing(index_elements=[key]), rows
+        )
+
+
+def _insert_events(conn: sa.Connection, events: list[EventValues]) -> set[str]:
+    """Insert the events whose id is new; returns those ids."""
+    if not events:
+        return set()
+    e = models.compile_events
+    wanted = [row[_EVENT_ID] for row in events]
+    if conn.dialect.name == "sqlite":
+        # SQLite has one writer at a time, and this transaction holds the write lock
+        # from its first insert on; a new rowid is the largest one plus one. So the rows
+        # this insert added are the newest ``rowcount`` rows, and when that is every row
+        # (a batch seen for the first time, the usual case) there is nothing to ask.
+        added = _sqlite_insert_or_ignore(conn, events)
+        if added == len(set(wanted)):
+            return set(wanted)
+        newest = sa.select(e.c.event_id).order_by(e.c.id.desc()).limit(added)
+        return set(conn.execute(newest).scalars()) if added else set()
+    # Which ids are new, asked before inserting: RETURNING over a many-row insert is
+    # slow to prepare (psycopg parses the statement in Python). Two writers never share
+    # event ids (the recording process makes them), so only this writer's own retry
+    # repeats one, never concurrently.
+    existing: set[str] = set()
+    for start in range(0, len(wanted), 900):
+        existing.update(
+            conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(wanted[start : start + 900]))).scalars()
+        )
+    stmt = enginemod.upsert_insert(conn.dialect.name, e).on_conflict_do_nothing(index_elements=["event_id"])
+    conn.execute(stmt, [dict(zip(models.EVENT_COLUMNS, row)) for row in events])
+    return set(wanted) - existing
+
+
+_SQLITE_INSERT_EVENTS = (
+    f"INSERT OR IGNORE INTO {models.compile_events.name} ({', '.join(models.EVENT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in models.EVENT_COLUMNS)})"
+)
+
+
+def _sqlite_insert_or_ignore(conn: sa.Connection, events: list[EventValues]) -> int:
+    """The driver's own executemany: the row-by-row parameter processing of the ORM layer
+    costs more than SQLite's insert. JSON columns are serialized here (booleans bind as
+    0/1 by themselves). Returns how many rows were inserted."""
+    dumps = enginemod.json_dumps
+    params = []
+    for row in events:
+        values = list(row)
+        for i in _JSON_AT:
+            if values[i] is not None:
+                values[i] = dumps(values[i])
+        params.append(values)
+    with enginemod.driver_cursor(conn) as cursor:
+        cursor.executemany(_SQLITE_INSERT_EVENTS, params)
+        return int(cursor.rowcount)
+
+
+def _unique(rows: list[Row], key: str) -> list[Row]:
+    seen: dict[object, Row] = {}
+    for row in rows:
+        seen.setdefault(row[key], row)
+    return list(seen.values())
+
+
+def _strip_nul(rows: Iterable[Row]) -> list[Row]:
+    return [
+        {k: v.replace("\x00", "\ufffd") if isinstance(v, str) and "\x00" in v else v for k, v in row.items()}
+        for row in rows
+    ]
+
+
+_TEXT_AT = tuple(
+    i for i, name in enumerate(models.EVENT_COLUMNS) if isinstance(models.compile_events.c[name].type, sa.String)
+)
+
+
+def _strip_nul_values(row: EventValues) -> EventValues:
+    if not any(row[i] and "\x00" in row[i] for i in _TEXT_AT):
+        return row
+    return tuple(value.replace("\x00", "\ufffd") if isinstance(value, str) else value for value in row)
