@@ -177,18 +177,6 @@ class CompileEvent:
         return row
 
 
-class Batch:
-    """What the writer hands a sink: the run, compile events, and call statistics."""
-
-    __slots__ = ("run", "events", "stats", "dropped")
-
-    def __init__(self, run: RunInfo, events: list[CompileEvent], stats: list[CallStats], dropped: int = 0):
-        self.run = run
-        self.events = events
-        self.stats = stats
-        self.dropped = dropped  # events this process lost since the previous batch (SQL sinks store it)
-
-
 def new_event_id() -> str:
     """A client-made event id: 32 hex digits, microseconds since the epoch then 72 random
     bits. Ids made later sort later, so the store's unique index on them grows at its
@@ -236,35 +224,57 @@ class CallStats:
         }
 
 
-def event_from_dict(data: dict[str, Any]) -> CompileEvent:
-    """Inverse of ``CompileEvent.as_dict`` plus its ``function`` (for spool files and ingest)."""
-    fields = {f.name for f in dataclasses.fields(CompileEvent)}
-    values = {k: v for k, v in data.items() if k in fields and k != "function"}
+class Batch:
+    """What the writer hands a sink: the run, compile events, and call statistics.
+
+    Its wire format (``to_wire``/``from_wire``) is the JSON a spool file holds and the
+    body the HTTP sink posts to the service's ``POST /api/v1/events``.
+    """
+
+    __slots__ = ("run", "events", "stats", "dropped")
+
+    def __init__(self, run: RunInfo, events: list[CompileEvent], stats: list[CallStats], dropped: int = 0):
+        self.run = run
+        self.events = events
+        self.stats = stats
+        self.dropped = dropped  # events this process lost since the previous batch (SQL sinks store it)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "run": self.run.as_dict(),
+            "events": [{**e.as_dict(), "function": e.function.as_dict()} for e in self.events],
+            "stats": [{**s.as_dict(), "function": s.function.as_dict()} for s in self.stats],
+            "dropped": self.dropped,
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Batch:
+        return cls(
+            run=_run_from_wire(data["run"]),
+            events=[_event_from_wire(e) for e in data["events"]],
+            stats=[_stats_from_wire(s) for s in data["stats"]],
+            dropped=int(data.get("dropped") or 0),
+        )
+
+
+_EVENT_INIT_FIELDS = frozenset(f.name for f in dataclasses.fields(CompileEvent)) - {"function"}
+
+
+def _event_from_wire(data: dict[str, Any]) -> CompileEvent:
+    values = {k: v for k, v in data.items() if k in _EVENT_INIT_FIELDS}
     values["function"] = FunctionInfo(**data["function"])
     values["diff"] = tuple(data.get("diff") or ())
     values["signature"] = tuple(data.get("signature") or ())
     return CompileEvent(**values)
 
 
-def event_to_dict(event: CompileEvent) -> dict[str, Any]:
-    row = event.as_dict()
-    row["function"] = event.function.as_dict()
-    return row
-
-
-def run_from_dict(data: dict[str, Any]) -> RunInfo:
+def _run_from_wire(data: dict[str, Any]) -> RunInfo:
     values = dict(data)
     values["devices"] = tuple(values.get("devices") or ())
     return RunInfo(**values)
 
 
-def stats_to_dict(stats: CallStats) -> dict[str, Any]:
-    row = stats.as_dict()
-    row["function"] = stats.function.as_dict()
-    return row
-
-
-def stats_from_dict(data: dict[str, Any]) -> CallStats:
+def _stats_from_wire(data: dict[str, Any]) -> CallStats:
     return CallStats(
         run_id=data["run_id"],
         function=FunctionInfo(**data["function"]),

@@ -1,6 +1,6 @@
 """API schemas: what the service accepts and returns (pydantic models, not ORM rows).
 
-The ingest batch is exactly what ``cachewatch.store.spool.encode(batch)`` produces, plus
+The ingest batch is exactly what ``cachewatch.events.Batch.to_wire()`` produces, plus
 an optional ``batch_id`` and ``dropped`` count, so the HTTP sink posts it unchanged.
 String limits follow the store's column sizes; unknown fields are ignored so that an
 older service accepts batches from a newer library.

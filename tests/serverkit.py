@@ -26,7 +26,6 @@ import cachewatch
 from cachewatch import causes, recorder
 from cachewatch.events import CallStats, CompileEvent, FunctionInfo, RunInfo
 from cachewatch.recorder import Batch
-from cachewatch.store import spool
 
 TOKEN = "test-token-0123456789abcdef"
 READ_TOKEN = "read-token-0123456789abcdef"
@@ -112,7 +111,7 @@ def batch(run: RunInfo, events: list[CompileEvent], call_stats: list[CallStats] 
 
 def payload(run: RunInfo, events: list[CompileEvent], call_stats: list[CallStats] = (), **extra) -> dict:
     """The JSON body of POST /api/v1/events: what the HTTP sink sends."""
-    return {**spool.encode(batch(run, events, call_stats)), **extra}
+    return {**batch(run, events, call_stats).to_wire(), **extra}
 
 
 def auth(token: str = TOKEN) -> dict[str, str]:

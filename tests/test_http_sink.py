@@ -51,7 +51,7 @@ def test_sink_posts_batches_once(store_url, recorded):
         sink = HttpSink(server.url + "/", token=TOKEN)
         sink.write(batch)
         sink.write(batch)  # the response was lost, say, and the writer retried
-        answer = sink.post({**spool.encode(batch), "batch_id": batch_id(spool.encode(batch))})
+        answer = sink.post({**batch.to_wire(), "batch_id": batch_id(batch.to_wire())})
     assert answer["duplicate_events"] == len(recorded.events) and answer["stored_stats"] == 0
     ids = stored_event_ids(store_url)
     assert sorted(ids) == sorted(e.event_id for e in recorded.events)
@@ -77,7 +77,7 @@ def test_failures_say_whether_to_retry(sqlite_url, recorded):
         assert "wrong-token" not in str(info.value) and TOKEN not in str(info.value)
 
         bad = kit.batch(recorded.run, recorded.events)
-        payload = spool.encode(bad)
+        payload = bad.to_wire()
         payload["events"][0]["cause"] = "gremlins"
         with pytest.raises(HttpStoreError) as info:
             HttpSink(server.url, token=TOKEN).post(payload)

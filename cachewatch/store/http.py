@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import types
 import urllib.error
 import urllib.request
 from typing import Any
@@ -23,7 +22,6 @@ from typing import Any
 import orjson
 
 from ..events import Batch
-from . import spool
 from .engine import StoreError
 
 INGEST_PATH = "/api/v1/events"
@@ -75,7 +73,7 @@ class HttpSink:
     def write(self, batch: Batch) -> None:
         """Post the batch; one the server finds too large is sent again in halves (each
         stored whole or not at all, and idempotent on event ids)."""
-        payload = spool.encode(batch)  # carries the events the recorder lost since its previous batch
+        payload = batch.to_wire()  # carries the events the recorder lost since its previous batch
         payload["batch_id"] = batch_id(payload)
         try:
             self.post(payload)
@@ -94,14 +92,7 @@ class HttpSink:
                 else ((events, stats[: len(stats) // 2]), (events, stats[len(stats) // 2 :]))
             )
             for i, (part_events, part_stats) in enumerate(parts):
-                self.write(
-                    types.SimpleNamespace(
-                        run=batch.run,
-                        events=part_events,
-                        stats=part_stats,
-                        dropped=getattr(batch, "dropped", 0) if i == 0 else 0,
-                    )
-                )
+                self.write(Batch(batch.run, part_events, part_stats, dropped=batch.dropped if i == 0 else 0))
 
     def post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST one JSON batch; returns the server's answer or raises :class:`HttpStoreError`."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import Config
-from ..events import Batch, event_from_dict, event_to_dict, run_from_dict, stats_from_dict, stats_to_dict
+from ..events import Batch
 
 _SUFFIX = ".batch.json"
 
@@ -28,24 +28,6 @@ _SUFFIX = ".batch.json"
 def _dir(cfg: Config) -> Path:
     # One subdirectory per store, so a batch is only ever replayed to its own store.
     return Path(cfg.spool_dir) / hashlib.sha256(cfg.store.encode()).hexdigest()[:16]
-
-
-def encode(batch: Batch) -> dict[str, Any]:
-    return {
-        "run": batch.run.as_dict(),
-        "events": [event_to_dict(e) for e in batch.events],
-        "stats": [stats_to_dict(s) for s in batch.stats],
-        "dropped": batch.dropped,
-    }
-
-
-def decode(data: dict[str, Any]) -> Batch:
-    return Batch(
-        run=run_from_dict(data["run"]),
-        events=[event_from_dict(e) for e in data["events"]],
-        stats=[stats_from_dict(s) for s in data["stats"]],
-        dropped=int(data.get("dropped") or 0),
-    )
 
 
 def used_bytes(cfg: Config) -> int:
@@ -58,7 +40,7 @@ def used_bytes(cfg: Config) -> int:
 def save(cfg: Config, batch: Batch) -> bool:
     """Write a batch to the spool; False when the spool is full or unwritable."""
     try:
-        data = json.dumps(encode(batch)).encode()
+        data = json.dumps(batch.to_wire()).encode()
         if used_bytes(cfg) + len(data) > cfg.spool_max_bytes:
             return False
         directory = _dir(cfg)
@@ -153,8 +135,8 @@ def sweep_torn(cfg: Config, result: Replayed) -> None:
         result.set_aside["torn write"] += 1
     # A batch claimed by a process that died while sending it goes back in line.
     for path in directory.glob("*.sending-*"):
-        name, _, pid = path.name.rpartition(".sending-")
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        name, _, sender = path.name.rpartition(".sending-")
+        if sender.isdigit() and int(sender) != os.getpid() and not _alive(int(sender)):
             try:
                 os.rename(path, path.with_name(name))
             except OSError:
@@ -198,7 +180,7 @@ def replay(cfg: Config, send: Callable[[Any], str], store_up: bool = False) -> R
         except OSError:
             continue
         try:
-            batch = decode(json.loads(claimed.read_bytes()))
+            batch = Batch.from_wire(json.loads(claimed.read_bytes()))
         except (OSError, ValueError, KeyError, TypeError):
             # A torn or foreign file: set it aside rather than retrying it forever.
             _set_aside(claimed, "unreadable", result, 0)
