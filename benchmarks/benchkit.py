@@ -67,10 +67,10 @@ def real_event_template() -> tuple[Any, Any]:
     import jax.numpy as jnp
 
     import cachewatch
-    from cachewatch import recorder
+    from cachewatch import current, recorder
 
     scratch = tempfile.mkdtemp(prefix="cachewatch-bench-lib-")
-    recorder.configure(store=f"sqlite:///{scratch}/lib.db")
+    current.configure(store=f"sqlite:///{scratch}/lib.db")
     seen: list = []
     recorder.add_listener(seen.append)
 
@@ -83,7 +83,7 @@ def real_event_template() -> tuple[Any, Any]:
         layer(params, jnp.ones((n, 16)))
     recorder.flush(10)
     recorder.remove_listener(seen.append)
-    return recorder.run_info(), seen[-1]
+    return current.run_info(), seen[-1]
 
 
 def clone_events(template: Any, run: Any, n: int, start: float) -> list[Any]:

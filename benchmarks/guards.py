@@ -26,7 +26,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax.numpy as jnp  # noqa: E402
 
 import cachewatch  # noqa: E402
-from cachewatch import causes, guards, recorder  # noqa: E402
+from cachewatch import causes, current, guards  # noqa: E402
 
 _spent = [0.0]
 _original_check = guards.check_trace
@@ -75,7 +75,7 @@ def main() -> int:
     parser.add_argument("--shapes", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    recorder.configure(store=f"sqlite:///{tempfile.mkdtemp(prefix='cachewatch-bench-')}/store.db")
+    current.configure(store=f"sqlite:///{tempfile.mkdtemp(prefix='cachewatch-bench-')}/store.db")
     variants = ("no limit", "limit", "freeze")
     guard_ms: dict[str, list[float]] = {v: [] for v in variants}
     call_ms: dict[str, list[float]] = {v: [] for v in variants}

@@ -143,7 +143,7 @@ def train(args: argparse.Namespace) -> int:
     import jax.numpy as jnp
 
     import cachewatch
-    from cachewatch import recorder
+    from cachewatch import current, recorder
 
     settings = {
         "store": args.store,
@@ -173,7 +173,7 @@ def train(args: argparse.Namespace) -> int:
         json.dumps(
             {
                 "loss": round(loss, 6),
-                "run_id": recorder.run_id(),
+                "run_id": current.run_id(),
                 "dropped": recorder.dropped_events(),
                 "stored": result.stored,
                 "spooled_batches": result.spooled_batches,
@@ -437,7 +437,7 @@ def _store_away(work: Path) -> tuple[str, Any]:
 
 def _writer_process(store: str, threads: int, events: int, ids_dir: str, spool_dir: str) -> None:
     import cachewatch
-    from cachewatch import recorder
+    from cachewatch import current, recorder
     from cachewatch.events import CompileEvent, FunctionInfo, new_event_id
 
     cachewatch.configure(store=store, flush_interval=0.2, queue_size=1_000_000, spool_dir=spool_dir)
@@ -456,7 +456,7 @@ def _writer_process(store: str, threads: int, events: int, ids_dir: str, spool_d
             event = CompileEvent(
                 event_id=new_event_id(),
                 function=info,
-                run_id=recorder.run_id(),
+                run_id=current.run_id(),
                 timestamp=time.time(),
                 kind="trace",
                 cause="new_shape" if i else "first_call",
@@ -483,7 +483,7 @@ def _writer_process(store: str, threads: int, events: int, ids_dir: str, spool_d
                 "ids": [i for ids in made for i in ids],
                 "stored": result.stored,
                 "dropped": recorder.dropped_events(),
-                "run_id": recorder.run_id(),
+                "run_id": current.run_id(),
             }
         )
     )

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 import cachewatch
-from cachewatch import recorder
+from cachewatch import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries
 
@@ -41,7 +41,7 @@ def report_row(url: str, name: str) -> dict:
 
 def fresh_store(directory: str, index: int) -> str:
     url = f"sqlite:///{directory}/run-{index}.db"
-    recorder.reset_configuration()
+    current.reset_configuration()
     cachewatch.configure(store=url, run_name=f"run-time-{index}")
     return url
 

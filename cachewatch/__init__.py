@@ -31,7 +31,8 @@ from .guards import (
     unfreeze,
 )
 from .jit import is_watched, jit
-from .recorder import configure, flush
+from .current import configure
+from .recorder import flush
 
 __version__ = "0.1.0"
 

@@ -10,6 +10,7 @@ traced, is the re-created-jit pitfall (``jax.jit(lambda ...)`` in a loop).
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from typing import Any
 
@@ -56,6 +57,13 @@ def reset() -> None:
         _histories.clear()
     for forget in _on_reset:
         forget()
+
+
+def _after_fork_in_child() -> None:
+    # The child is a new run: its first compile of each function is its own first call.
+    global _lock
+    _lock = threading.Lock()
+    reset()
 
 
 # Other per-run histories (eager primitives, compiles without a trace) forget with this one.
@@ -259,3 +267,7 @@ def _sentence(name: str, entries: list[dict[str, Any]], history: FunctionHistory
     if len(entries) > 1:
         text += f" {len(entries) - 1} more difference(s) in the diff."
     return f"`{name}` traced again. " + text
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from . import runtimes
-from .events import FunctionInfo
+from .events import CallStats, FunctionInfo
 
 NEVER_SAMPLE = 1 << 62
 
@@ -159,3 +160,57 @@ def rename(old: FunctionInfo, new: FunctionInfo) -> None:
         if stats is not None:
             stats.function = new
             _stats.setdefault(new.function_hash, stats)
+
+
+def collect_call_stats(run_id: str) -> list[CallStats]:
+    """Rows for the calls and timed samples since the last collection, one per sampled
+    signature (the function's new calls on the first), for the recorder's next batch."""
+    rows = []
+    now = time.time()
+    for stats in all_call_stats():
+        calls = stats.calls
+        samples = stats.take_samples()
+        if calls == stats.flushed_calls and not samples:
+            continue
+        new_calls = calls - stats.flushed_calls
+        stats.flushed_calls = calls
+        sample_every = stats.sample_every if stats.sampling else 0
+        if not samples:
+            rows.append(
+                CallStats(
+                    run_id=run_id,
+                    function=stats.function,
+                    timestamp=now,
+                    calls=new_calls,
+                    sampled_calls=0,
+                    sampled_seconds=0.0,
+                    sample_every=sample_every,
+                )
+            )
+            continue
+        for signature_hash, (buckets, seconds) in samples.items():
+            rows.append(
+                CallStats(
+                    run_id=run_id,
+                    function=stats.function,
+                    timestamp=now,
+                    calls=new_calls,
+                    sampled_calls=sum(v[0] for v in buckets.values()),
+                    sampled_seconds=seconds[0],
+                    signature_hash=signature_hash,
+                    run_buckets=runtimes.to_json(buckets),
+                    sample_every=sample_every,
+                )
+            )
+            new_calls = 0  # the function's calls go on its first row
+    return rows
+
+
+def _after_fork_in_child() -> None:
+    for stats in all_call_stats():  # the parent's calls were the parent's to report
+        stats.flushed_calls = stats.calls
+        stats.take_samples()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -29,7 +29,7 @@ from typing import Any
 
 import jax
 
-from . import causes, opbyop, recorder
+from . import causes, current, opbyop
 from . import signature as sigmod
 from .events import Cause, CompileEvent, FunctionInfo, new_event_id
 from .identity import call_site, code_file, describe_function, is_library_file, user_function, user_function_in
@@ -292,7 +292,7 @@ def to_event(
     return CompileEvent(
         event_id=new_event_id(),
         function=info,
-        run_id=recorder.run_id(),
+        run_id=current.run_id(),
         timestamp=timestamp,
         kind=kind,
         cause=cause,
@@ -312,7 +312,7 @@ def to_event(
         call_site=target.call_site,
         jaxpr_eqns=jaxpr_eqns,
         thread=thread,
-        warmup=recorder.in_warmup(timestamp),
+        warmup=current.in_warmup(timestamp),
         cache_key=cache_key,
     )
 

@@ -24,7 +24,7 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
-from . import _tracking, causes, foreign, recorder
+from . import _tracking, causes, current, foreign
 
 LOWERING_STARTED = "/jax/core/compile/jaxpr_to_mlir_module_duration"  # a scalar at its start
 
@@ -110,7 +110,7 @@ def check_options(max_recompiles: Any, on_limit: Any) -> None:
 
 
 def _limit_for(function_hash: str) -> tuple[int, str]:
-    cfg = recorder.config()
+    cfg = current.config()
     limit, action = _explicit.get(function_hash, (None, None))
     return (cfg.max_recompiles if limit is None else limit, cfg.on_limit if action is None else action)
 

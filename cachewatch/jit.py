@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import jax
 
-from . import _guard, _tracking, cachekey, captures, causes, counters, guards, recorder
+from . import _guard, _tracking, cachekey, captures, causes, counters, current, guards, recorder
 from .counters import CallCounter, Watched as _Watched
 from . import signature as sigmod
 from .events import STALE_CAPTURE, CompileEvent, FunctionInfo, new_event_id
@@ -40,7 +40,7 @@ _LIMIT_OPTIONS = ("max_recompiles", "on_limit")
 
 
 def _stats_for(info: FunctionInfo) -> CallCounter:
-    cfg = recorder.config()
+    cfg = current.config()
     return counters.counter_for(info, cfg.sample_every, cfg.sample_max_per_second)
 
 
@@ -65,7 +65,7 @@ class HookState:
             self.serial = next(HookState._serials)
         reader = captures.reader(fun)
         self.captures = captures.CaptureState(reader) if reader is not None else None
-        self.eager_baseline = recorder.config().eager_baseline
+        self.eager_baseline = current.config().eager_baseline
         self.measured: set = set()  # signature keys with an eager baseline already taken
         # The eager baseline calls the function again; a bound method's instance is held
         # weakly, like the hook holds it.
@@ -264,7 +264,7 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
     def finish(mark: int, args: tuple, kwargs: dict, exc: BaseException | None) -> None:
         if _finish(state, jitted, mark, args, kwargs, exc):
             stats.calls -= 1  # made while tracing an outer function: not an execution
-        if not recorder.steady():
+        if not current.steady():
             stats.next_sample = stats.calls + 1  # the next call tells whether warm-up is over
 
     def run(call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -277,8 +277,8 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
             raise
         if tracking.activity != mark:
             finish(mark, args, kwargs, None)
-        elif not recorder.steady() and not state.in_library_file:
-            recorder.mark_steady()  # the user's own step ran from the cache: set-up is over
+        elif not current.steady() and not state.in_library_file:
+            current.mark_steady()  # the user's own step ran from the cache: set-up is over
         return out
 
     def timed(*args, **kwargs):
@@ -396,10 +396,10 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
     extra: dict[str, Any] = {}
     compiled = [r for r in records if r.compiles > 0 and r.error is None]
     if compiled and not state.in_library_file:
-        recorder.note_user_compile(state.info.function_hash)
+        current.note_user_compile(state.info.function_hash)
     if compiled and exc is None:
         _sample_next_call(state, args, kwargs, compiled[0])
-        cfg = recorder.config()
+        cfg = current.config()
         if cfg.cost_analysis:
             extra.update(_cost_analysis(jitted, args, kwargs))
         if state.eager_baseline:
@@ -459,7 +459,7 @@ def _to_event(
     return CompileEvent(
         event_id=new_event_id(),
         function=info,
-        run_id=recorder.run_id(),
+        run_id=current.run_id(),
         timestamp=record.timestamp,
         kind=record.kind,
         cause=verdict.cause,
@@ -481,7 +481,7 @@ def _to_event(
         error=record.error,
         thread=record.thread,
         captured=record.captured or None,
-        warmup=recorder.in_warmup(record.timestamp),
+        warmup=current.in_warmup(record.timestamp),
         cache_key=cache_key,
         **extra,
     )
@@ -492,7 +492,7 @@ def _stale_event(state: HookState, name: str, before: str, after: str, call_site
     return CompileEvent(
         event_id=new_event_id(),
         function=info,
-        run_id=recorder.run_id(),
+        run_id=current.run_id(),
         timestamp=time.time(),
         kind="stale_capture",
         cause=STALE_CAPTURE,
@@ -514,7 +514,7 @@ def _stale_event(state: HookState, name: str, before: str, after: str, call_site
 
 def _capture_changes(state: HookState) -> list[tuple[str, str, str]]:
     """Changes to the values baked in at trace time, unless the check is turned off."""
-    if not recorder.config().stale_capture_check:
+    if not current.config().stale_capture_check:
         return []
     return state.captures.changes()
 
@@ -622,7 +622,7 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
     eager_baseline = jit_options.pop(_EAGER_OPTION, None)
     max_recompiles, on_limit = (jit_options.pop(name, None) for name in _LIMIT_OPTIONS)
     guards.check_options(max_recompiles, on_limit)
-    if not recorder.config().enabled:
+    if not current.config().enabled:
         return _jax_jit(fun, **jit_options)
     hook = None
     with _guard.guard("jit.wrap"):

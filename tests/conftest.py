@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch import _guard, causes, guards, recorder
+from cachewatch import _guard, causes, current, guards, recorder
 from cachewatch.store import engine as enginemod
 
 PG_ADMIN_URL = os.environ.get("CACHEWATCH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -76,14 +76,14 @@ def use_store(request):
     """Point the library at a store for this test, in a run of its own."""
 
     def _use(url: str, **settings) -> str:
-        recorder.reset_configuration()
-        recorder.configure(store=url, **settings)
+        current.reset_configuration()
+        current.configure(store=url, **settings)
         new_run()
         return url
 
     yield _use
     recorder.flush(10)
-    recorder.reset_configuration()
+    current.reset_configuration()
 
 
 def new_run() -> None:
@@ -91,7 +91,7 @@ def new_run() -> None:
     recorder.flush(10)
     causes.reset()
     guards.reset()
-    recorder._new_run()
+    current._new_run()
 
 
 @pytest.fixture(autouse=True)

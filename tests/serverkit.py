@@ -23,7 +23,7 @@ import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 import cachewatch
-from cachewatch import causes, recorder
+from cachewatch import causes, current, recorder
 from cachewatch.events import CallStats, CompileEvent, FunctionInfo, RunInfo
 from cachewatch.recorder import Batch
 
@@ -53,7 +53,7 @@ def run_jax_workload() -> Recorded:
     """
     recorder.flush(10)
     causes.reset()
-    recorder._new_run()
+    current._new_run()
     seen: list[CompileEvent] = []
     recorder.add_listener(seen.append)
     try:
@@ -78,7 +78,7 @@ def run_jax_workload() -> Recorded:
         recorder.remove_listener(seen.append)
     # Only the functions above: eager jnp calls add op-by-op compiles of their own.
     mine = [e for e in seen if e.function.qualname.startswith("run_jax_workload.<locals>.")]
-    return Recorded(run=recorder.run_info(), events=mine)
+    return Recorded(run=current.run_info(), events=mine)
 
 
 def new_run(run: RunInfo, started_at: float | None = None, name: str = "") -> RunInfo:

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from cachewatch import recorder
+from cachewatch import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, sinks, writes
 from cachewatch_server.main import create_app
@@ -26,7 +26,7 @@ import serverkit as kit
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> kit.Recorded:
-    recorder.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
+    current.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
     return kit.run_jax_workload()
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import cachewatch
-from cachewatch import _guard, recorder
+from cachewatch import _guard, current, recorder
 from cachewatch import signature as sigmod
 
 # Every test here runs with the C hot path and with its pure-Python twin.
@@ -301,7 +301,7 @@ def test_internal_failure_never_reaches_the_user(sqlite_url, use_store, monkeypa
     warnings = [r for r in caplog.records if "internal error" in r.getMessage()]
     assert len(warnings) == 1  # reported once, not once per call
     _guard.reset()
-    recorder.configure(raise_internal_errors=True)
+    current.configure(raise_internal_errors=True)
 
 
 def test_disabled_is_plain_jax_jit(sqlite_url, use_store):
@@ -309,7 +309,7 @@ def test_disabled_is_plain_jax_jit(sqlite_url, use_store):
     fn = cachewatch.jit(lambda x: x + 1)
     assert not cachewatch.is_watched(fn)
     np.testing.assert_allclose(fn(jnp.ones(1)), [2.0])
-    recorder.configure(enabled=True)
+    current.configure(enabled=True)
 
 
 def test_install_watches_every_jax_jit(events):

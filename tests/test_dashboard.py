@@ -26,7 +26,7 @@ import pytest
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch import _guard, analysis, causes, recorder
+from cachewatch import _guard, analysis, causes, current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
@@ -84,9 +84,9 @@ def seed_store(url: str) -> None:
 
     from conftest import new_run
 
-    recorder.reset_configuration()
+    current.reset_configuration()
     # Every cache-hit call timed: the run-time estimates (and so compile shares) exist.
-    recorder.configure(store=url, sample_every=1, sample_max_per_second=1000.0, run_name="train-storms")
+    current.configure(store=url, sample_every=1, sample_max_per_second=1000.0, run_name="train-storms")
     new_run()
     example = _load_example()
     argv = sys.argv
@@ -97,7 +97,7 @@ def seed_store(url: str) -> None:
         sys.argv = argv
     recorder.flush(30)
     causes.reset()
-    recorder.configure(run_name="pitfalls")  # a new run name starts a new run
+    current.configure(run_name="pitfalls")  # a new run name starts a new run
     for name in PITFALLS:
         scenarios.ALL[name]()
 
@@ -144,7 +144,7 @@ def seeded_sqlite(tmp_path_factory) -> str:
         seed_store(url)
     finally:
         recorder.flush(10)
-        recorder.reset_configuration()
+        current.reset_configuration()
     assert _guard.internal_error_count() == errors, _guard.internal_errors()
     return url
 

@@ -13,7 +13,8 @@ import time
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch import recorder
+from cachewatch import current, recorder
+from cachewatch.events import Batch
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
 from cachewatch.store.sinks import SqlSink
@@ -32,13 +33,13 @@ class _Unreachable(Exception):
     retryable = True  # looks like the store is down: the writer would keep it
 
 
-def _batch(n: int = 1) -> recorder.Batch:
-    return recorder.Batch(run=recorder.run_info(), events=[make_event() for _ in range(n)], stats=[])
+def _batch(n: int = 1) -> Batch:
+    return Batch(run=current.run_info(), events=[make_event() for _ in range(n)], stats=[])
 
 
 def test_a_batch_that_fails_while_later_ones_go_through_is_set_aside(tmp_path, sqlite_url, use_store):
     use_store(sqlite_url, spool_dir=str(tmp_path / "spool"), **IDLE)
-    cfg = recorder.config()
+    cfg = current.config()
     writer = recorder._get_writer()
     poison, behind = _batch(2), [_batch(1) for _ in range(3)]
     assert spool.save(cfg, poison) and all(spool.save(cfg, b) for b in behind)
@@ -77,7 +78,7 @@ def test_a_store_that_is_down_strikes_no_batch(tmp_path, use_store):
 
 def test_torn_spool_files_are_skipped_counted_and_the_rest_delivered(tmp_path, sqlite_url, use_store):
     use_store(sqlite_url, spool_dir=str(tmp_path / "spool"), **IDLE)
-    cfg = recorder.config()
+    cfg = current.config()
     good = [_batch(2) for _ in range(3)]
     assert all(spool.save(cfg, b) for b in good)
     files = sorted(spool._dir(cfg).glob("*.batch.json"))
@@ -97,7 +98,7 @@ def test_torn_spool_files_are_skipped_counted_and_the_rest_delivered(tmp_path, s
 
 def test_a_batch_claimed_by_a_dead_process_goes_back_in_line(tmp_path, sqlite_url, use_store):
     use_store(sqlite_url, spool_dir=str(tmp_path / "spool"), **IDLE)
-    cfg = recorder.config()
+    cfg = current.config()
     assert spool.save(cfg, _batch(3))
     path = next(spool._dir(cfg).glob("*.batch.json"))
     dead = subprocess.run(

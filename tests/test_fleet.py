@@ -113,9 +113,9 @@ def test_job_rank_and_cache_key_travel_through_ingest(store_url, tmp_path):
     import time
 
     import serverkit as kit
-    from cachewatch import recorder
+    from cachewatch import current
 
-    recorder.configure(store=f"sqlite:///{tmp_path / 'lib.db'}")
+    current.configure(store=f"sqlite:///{tmp_path / 'lib.db'}")
     recorded = kit.run_jax_workload()
     with TestClient(create_app(ServerSettings(store=store_url))) as client:
         now = time.time()

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 import cachewatch
 import jax.numpy as jnp
-from cachewatch import recorder
+from cachewatch import current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
 from cachewatch.store.http import HttpSink, HttpStoreError, batch_id
@@ -26,7 +26,7 @@ from serverkit import TOKEN
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> kit.Recorded:
-    recorder.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
+    current.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
     return kit.run_jax_workload()
 
 
@@ -134,7 +134,7 @@ def test_service_down_then_back_loses_nothing(store_url, tmp_path, use_store):
     port = kit.free_port()
     url = f"http://127.0.0.1:{port}"
     use_store(url, write_token=TOKEN, spool_dir=str(tmp_path / "spool"), sample_every=1)
-    cfg = recorder.config()
+    cfg = current.config()
     seen: list = []
     recorder.add_listener(seen.append)
     try:

@@ -94,7 +94,17 @@ def test_the_store_and_the_worker_know_nothing_of_capture():
         "cachewatch.opbyop",
         "cachewatch.guards",
         "cachewatch.captures",
+        "cachewatch.causes",
+        "cachewatch.signature",
     }
+    # The worker, the run it records and the store only carry what capture made.
     for module, imported in graph.items():
-        if module.startswith("cachewatch.store") or module == "cachewatch.recorder":
+        if module.startswith("cachewatch.store") or module in ("cachewatch.recorder", "cachewatch.current"):
             assert not imported & capture, (module, imported & capture)
+
+
+def test_the_store_writes_through_one_module():
+    graph = _module_imports()
+    writers = {module for module, imported in graph.items() if "cachewatch.store.writes" in imported}
+    # In the library only its SQL sink writes rows (the service's ingest is the other writer).
+    assert writers == {"cachewatch.store.sinks"}

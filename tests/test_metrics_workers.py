@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from cachewatch import recorder
+from cachewatch import current
 from cachewatch.events import FunctionInfo
 
 import serverkit as kit
@@ -39,7 +39,7 @@ PROCESS_COUNTERS = (
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> kit.Recorded:
-    recorder.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
+    current.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
     return kit.run_jax_workload()
 
 

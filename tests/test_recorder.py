@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 import cachewatch
 from cachewatch import config as configmod
-from cachewatch import recorder
-from cachewatch.events import CompileEvent, FunctionInfo
+from cachewatch import current, recorder
+from cachewatch.events import Batch, CompileEvent, FunctionInfo
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
 
@@ -23,7 +23,7 @@ def make_event(**overrides) -> CompileEvent:
     values = dict(
         event_id=uuid.uuid4().hex,
         function=INFO,
-        run_id=recorder.run_id(),
+        run_id=current.run_id(),
         timestamp=time.time(),
         kind="trace",
         cause="first_call",
@@ -87,7 +87,7 @@ def test_store_down_spools_then_replays_without_loss_or_duplicates(tmp_path, use
         recorder.record_event(event)
     result = cachewatch.flush(30)
     assert not result and result.done and result.spooled_batches >= 1  # handled, but only spooled
-    cfg = recorder.config()
+    cfg = current.config()
     assert spool.has_pending(cfg)
     assert recorder.written_events() == 0
     # The store comes back: the next write replays the spool first.
@@ -107,7 +107,7 @@ def test_store_down_spools_then_replays_without_loss_or_duplicates(tmp_path, use
 
 def test_spool_respects_its_byte_cap(tmp_path):
     cfg = configmod.resolve({"store": "sqlite:///x.db", "spool_dir": str(tmp_path), "spool_max_bytes": 3000})
-    batch = recorder.Batch(run=recorder.run_info(), events=[make_event()], stats=[])
+    batch = Batch(run=current.run_info(), events=[make_event()], stats=[])
     saved = [spool.save(cfg, batch) for _ in range(10)]
     assert saved[0] and not all(saved)
     assert spool.used_bytes(cfg) <= 3000
@@ -118,14 +118,14 @@ def test_child_after_fork_gets_its_own_run_and_writer(sqlite_url, use_store):
     use_store(sqlite_url)
     recorder.record_event(make_event())
     assert cachewatch.flush(10)
-    parent_run = recorder.run_id()
+    parent_run = current.run_id()
     pid = os.fork()
     if pid == 0:  # child: no JAX work here, only the recorder
         code = 1
         try:
             assert recorder._writer is None
-            recorder.record_event(make_event(run_id=recorder.run_id()))
-            code = 0 if cachewatch.flush(20) and recorder.run_id() != parent_run else 2
+            recorder.record_event(make_event(run_id=current.run_id()))
+            code = 0 if cachewatch.flush(20) and current.run_id() != parent_run else 2
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
@@ -162,11 +162,11 @@ class _Refusal(Exception):
 
 def test_refused_batch_is_dropped_not_spooled_and_never_blocks_the_spool(tmp_path, sqlite_url, use_store):
     use_store(sqlite_url, spool_dir=str(tmp_path / "spool"), flush_interval=0.05)
-    cfg = recorder.config()
+    cfg = current.config()
     writer = recorder._get_writer()
     # An older batch the store refuses sits in the spool ahead of a good one.
-    refused = recorder.Batch(run=recorder.run_info(), events=[make_event()], stats=[])
-    good = recorder.Batch(run=recorder.run_info(), events=[make_event()], stats=[])
+    refused = Batch(run=current.run_info(), events=[make_event()], stats=[])
+    good = Batch(run=current.run_info(), events=[make_event()], stats=[])
     assert spool.save(cfg, refused) and spool.save(cfg, good)
 
     class Picky:

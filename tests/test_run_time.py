@@ -20,7 +20,7 @@ from cachewatch.store import models, rollup
 from cachewatch.store import queries as storequeries
 from fastapi.testclient import TestClient
 
-from cachewatch import recorder
+from cachewatch import current
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
 
@@ -34,7 +34,7 @@ def service(url: str) -> TestClient:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> kit.Recorded:
     # Real events from a scratch store; the test posts them to the service.
-    recorder.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
+    current.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
     return kit.run_jax_workload()
 
 

@@ -56,9 +56,9 @@ ACCESS = {
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> kit.Recorded:
-    from cachewatch import recorder
+    from cachewatch import current
 
-    recorder.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}", job="security-walk")
+    current.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}", job="security-walk")
     return kit.run_jax_workload()
 
 

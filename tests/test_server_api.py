@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from cachewatch import recorder
+from cachewatch import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
@@ -27,7 +27,7 @@ from serverkit import TOKEN, READ_TOKEN, auth
 def recorded(tmp_path_factory) -> kit.Recorded:
     # The library writes to a scratch store; the tests post the same events to the service.
     # It stays pointed there: later flushes then never reach the user's default store.
-    recorder.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
+    current.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
     return kit.run_jax_workload()
 
 

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from cachewatch import recorder, runtimes
+from cachewatch import current, recorder, runtimes
 from cachewatch.analysis import short_name
 from cachewatch.events import FunctionInfo
 from cachewatch.store import engine as enginemod
@@ -38,7 +38,7 @@ STORE_SERIES = (
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> kit.Recorded:
-    recorder.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
+    current.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}")
     return kit.run_jax_workload()
 
 

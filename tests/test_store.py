@@ -141,7 +141,7 @@ def _rollup_rows(url: str) -> list[tuple]:
 
 
 def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_store):
-    from cachewatch import recorder
+    from cachewatch import current
     from cachewatch.store import writes
 
     use_store(store_url)
@@ -160,7 +160,7 @@ def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_stor
         ]
         assert (
             writes.write_rows(
-                conn, writes.TableRows([recorder.run_info().as_dict()], [], [writes.event_row(e) for e in events], [])
+                conn, writes.TableRows([current.run_info().as_dict()], [], [writes.event_row(e) for e in events], [])
             )
             == set()
         )
@@ -173,7 +173,7 @@ def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_stor
     mixed = events[3:] + fresh[:2] + events[:3] + fresh[2:]
     with enginemod.connection(store_url) as conn:
         assert writes.write_rows(
-            conn, writes.TableRows([recorder.run_info().as_dict()], [], [writes.event_row(e) for e in mixed], [])
+            conn, writes.TableRows([current.run_info().as_dict()], [], [writes.event_row(e) for e in mixed], [])
         ) == {event["event_id"] for event in fresh}
     grown = _rollup_rows(store_url)
     assert sum(row[2] for row in grown if row[0] == "run_totals") == stored + 3
