@@ -85,7 +85,7 @@ def uninstall() -> None:
     global _original_jax_jit
     with _install_lock:
         if _original_jax_jit is not None:
-            jax.jit = _original_jax_jit  # type: ignore[assignment]
+            jax.jit = _original_jax_jit
             _original_jax_jit = None
         with _guard.guard("uninstall"):
             _tracking.record_everything(False)

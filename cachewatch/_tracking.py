@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from . import _guard, foreign, opbyop, recorder
 from .events import Kind
@@ -56,6 +56,7 @@ _watched_modules: dict[str, int] = {}
 _watched_traces: dict[str, int] = {}
 
 
+_native_bump: Callable[[], int] | None
 try:
     # The C hot path (cachewatch/_fastcall.c) reads its own copy, kept equal to this one.
     from ._fastcall import bump as _native_bump
@@ -187,13 +188,16 @@ def _latest(predicate) -> Record | None:
 
 
 @_guard.guarded(where="monitoring.duration")
-def on_duration(event: str, duration: float, **kwargs: Any) -> None:
+def on_duration(event: str, duration_secs: float, **kwargs: str | int) -> None:
     if suppressed():
         return
+    duration = duration_secs
+    fun_name = kwargs.get("fun_name")
+    name = fun_name if isinstance(fun_name, str) else None
     if event == TRACE_EVENT:
-        _on_trace(kwargs.get("fun_name"), duration)
+        _on_trace(name, duration)
     elif event == LOWER_EVENT or event == COMPILE_EVENT:
-        _on_lower_or_compile(event, kwargs.get("fun_name") or "", duration)
+        _on_lower_or_compile(event, name or "", duration)
     elif event == CACHE_SAVED_EVENT:
         record = _latest(lambda r: r.compiles == 0)
         if record is not None:
@@ -211,10 +215,10 @@ def _on_trace(name: str | None, duration: float) -> None:
             return
         target = foreign.from_trace(caller, name or "")
         if target is not None:
-            record = Record(None, f"jit({name})", Kind.TRACE, target.signature)
-            record.target = target
-            record.trace_seconds = duration
-            push(record)
+            made = Record(None, f"jit({name})", Kind.TRACE, target.signature)
+            made.target = target
+            made.trace_seconds = duration
+            push(made)
         return
     if frame is None and name not in _watched_traces:
         return

@@ -172,14 +172,16 @@ def suggest_fix(name: str, cause: str, rows: list[Any]) -> str:
     if cause == "new_shape":
         return _shape_fix(name, rows) + at
     if cause == "new_static_value":
-        paths = collections.Counter(e["path"] for r in rows for e in (r.diff or []) if e.get("change") == "static")
+        static_paths = collections.Counter(
+            e["path"] for r in rows for e in (r.diff or []) if e.get("change") == "static"
+        )
         values: dict[str, set] = collections.defaultdict(set)
         for r in rows:
             for e in r.diff or []:
                 if e.get("change") == "static":
                     values[e["path"]].update(v for v in (e.get("before"), e.get("after")) if v is not None)
-        if paths:
-            path = paths.most_common(1)[0][0]
+        if static_paths:
+            path = static_paths.most_common(1)[0][0]
             return (
                 f"Static argument {path} of `{name}` took {len(values[path])} distinct values, one compile "
                 f"each{at}. If it only feeds arithmetic, make it a traced argument (drop it from "

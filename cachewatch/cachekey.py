@@ -44,8 +44,9 @@ class _PartCollector(logging.Filter):
         if record.levelno > logging.DEBUG:
             return True
         with _guard.guard("cachekey.log"):
-            if record.msg == "get_cache_key hash of serialized %s: %s" and len(record.args or ()) == 2:
-                part, digest = record.args
+            args = record.args
+            if record.msg == "get_cache_key hash of serialized %s: %s" and isinstance(args, tuple) and len(args) == 2:
+                part, digest = args
                 parts = getattr(_tls, "parts", None)
                 if parts is None or part == "computation":  # the first part: a new key
                     parts = _tls.parts = {}
@@ -113,7 +114,7 @@ def _cache_dir() -> str | None:
     try:
         import jax
 
-        return jax.config.jax_compilation_cache_dir
+        return jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]  # a flag, not in jax's stubs
     except Exception:
         return None
 

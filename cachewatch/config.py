@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 
 class ConfigError(ValueError):
@@ -148,10 +148,10 @@ class Config:
     persistent_cache_dir: str = ""
 
 
-def resolve(overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> Config:
+def resolve(overrides: dict[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Config:
     """Build a Config from explicit overrides, then the environment, then defaults."""
     overrides = dict(overrides or {})
-    environ = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
     unknown = set(overrides) - set(_BY_NAME)
     if unknown:
         raise ConfigError(f"unknown cachewatch setting(s): {', '.join(sorted(unknown))}; known: {', '.join(_BY_NAME)}")
@@ -161,8 +161,8 @@ def resolve(overrides: dict[str, Any] | None = None, environ: dict[str, str] | N
             value = overrides[setting.name]
             if isinstance(value, str) and setting.parse is not str:
                 value = _parse(setting, value, source="argument")
-        elif setting.env_var in environ:
-            value = _parse(setting, environ[setting.env_var], source=setting.env_var)
+        elif setting.env_var in env:
+            value = _parse(setting, env[setting.env_var], source=setting.env_var)
         else:
             value = setting.default() if callable(setting.default) else setting.default
         values[setting.name] = value

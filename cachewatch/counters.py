@@ -12,31 +12,47 @@ from __future__ import annotations
 import os
 import threading
 import time
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from . import runtimes
 from .events import CallStats, FunctionInfo
 
 NEVER_SAMPLE = 1 << 62
 
-try:
-    # The cache-hit path in C (cachewatch/_fastcall.c); built by pip when a C compiler is
-    # there. Without it, the pure-Python twin in jit._make_watched does the same, slower.
-    from . import _fastcall
-except ImportError:  # pragma: no cover - the tests build it, and run the twin by switching it off
-    _fastcall = None
 
-if _fastcall is not None and os.environ.get("CACHEWATCH_PURE_PYTHON", "") in ("", "0"):
-    _Counter = _fastcall.Counter
-    Watched = _fastcall.Watched
+class _PyCounter:
+    """The pure-Python twin of ``_fastcall.Counter``."""
+
+    __slots__ = ("calls", "next_sample")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.next_sample = 0
+
+
+def _native() -> ModuleType | None:
+    """The cache-hit path in C (cachewatch/_fastcall.c), built by pip when a C compiler is
+    there; without it (or with CACHEWATCH_PURE_PYTHON set), the pure-Python twin in
+    jit._make_watched does the same, slower."""
+    if os.environ.get("CACHEWATCH_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from . import _fastcall
+    except ImportError:  # pragma: no cover - the tests build it, and run the twin by switching it off
+        return None
+    return _fastcall
+
+
+if TYPE_CHECKING:
+    from ._fastcall import Counter as _Counter
+    from ._fastcall import Watched as _WatchedType
+
+    Watched: type[_WatchedType] | None
+elif (_fastcall := _native()) is not None:
+    _Counter, Watched = _fastcall.Counter, _fastcall.Watched
 else:
-    Watched = None
-
-    class _Counter:
-        __slots__ = ("calls", "next_sample")
-
-        def __init__(self) -> None:
-            self.calls = 0
-            self.next_sample = 0
+    _Counter, Watched = _PyCounter, None
 
 
 class CallCounter(_Counter):

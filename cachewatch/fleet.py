@@ -63,7 +63,7 @@ def compare_job(conn: sa.Connection, job: str) -> dict[str, Any] | None:
         per_rank[rank] += int(n)
     ranks = sorted(set(rank_of.values()))
     declared = max((run["process_count"] or 0 for run in runs), default=0)
-    found = []
+    found: list[dict[str, Any]] = []
     if len(ranks) > 1:
         for (function_hash, signature_hash), by_rank in compiles.items():
             counts = [by_rank.get(rank, 0) for rank in ranks]

@@ -79,7 +79,7 @@ class Tally:
 
 _lock = threading.Lock()
 _tallies: dict[str, Tally] = {}
-_explicit: dict[str, tuple[int, str]] = {}  # function hash -> (max_recompiles, on_limit) from jit()
+_explicit: dict[str, tuple[int | None, str | None]] = {}  # function hash -> (max_recompiles, on_limit) from jit()
 _frozen: str | None = None  # "raise" | "warn" while frozen
 _frozen_at = 0
 _tls = threading.local()

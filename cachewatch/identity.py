@@ -40,7 +40,7 @@ def unwrap_callable(fun: Callable[..., Any]) -> tuple[Callable[..., Any], str]:
 
 def _library_dirs() -> tuple[str, ...]:
     """Where installed libraries and the standard library live: code there is not the user's."""
-    dirs = set()
+    dirs: set[str] = set()
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         path = sysconfig.get_paths().get(key)
         if path:

@@ -21,7 +21,7 @@ import threading
 import time
 import types
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, ParamSpec, Protocol, TypeVar, overload
 
 import jax
 
@@ -138,10 +138,10 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
     # JAX reads the parameters through inspect.signature and the source location
     # through __wrapped__ (for its error messages); both must show the user's function.
     try:
-        hook.__signature__ = inspect.signature(fun)
+        setattr(hook, "__signature__", inspect.signature(fun))
     except (TypeError, ValueError):
         pass
-    hook.__wrapped__ = target if self_ref is not None else fun
+    setattr(hook, "__wrapped__", target if self_ref is not None else fun)
     # The listener and freeze() tell a wrapped function's trace from a plain jit's by it.
     setattr(hook, _tracking.HOOK_ATTR, True)
     return hook
@@ -290,6 +290,7 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
     def sampled(*args, **kwargs):  # the call is counted already
         return run(timed, args, kwargs)
 
+    watched: Any
     if _Watched is not None:
         watched = _Watched(jitted, stats, sampled, finish)
     else:
@@ -514,7 +515,7 @@ def _stale_event(state: HookState, name: str, before: str, after: str, call_site
 
 def _capture_changes(state: HookState) -> list[tuple[str, str, str]]:
     """Changes to the values baked in at trace time, unless the check is turned off."""
-    if not current.config().stale_capture_check:
+    if state.captures is None or not current.config().stale_capture_check:
         return []
     return state.captures.changes()
 
@@ -543,8 +544,10 @@ def _eager_baseline(
         start = time.perf_counter()
         jax.block_until_ready(jitted(*args, **kwargs))
         compiled_seconds = time.perf_counter() - start
+        fun = state.fun()
+        if fun is None:  # the method's instance is gone
+            return {}
         with jax.disable_jit():
-            fun = state.fun()
             jax.block_until_ready(fun(*args, **kwargs))  # warm JAX's op-by-op caches
             start = time.perf_counter()
             jax.block_until_ready(fun(*args, **kwargs))
@@ -613,12 +616,42 @@ def _backend() -> str | None:
 # ------------------------------------------------------------------ public entry
 
 
+P = ParamSpec("P")
+R = TypeVar("R", covariant=True)
+
+
+class Jitted(Protocol[P, R]):
+    """What ``cachewatch.jit`` returns: the function, with its parameters and result type,
+    and the jit object's methods (``lower``, ``trace``, ``eval_shape``, ``clear_cache``)."""
+
+    @property
+    def __wrapped__(self) -> Callable[P, R]: ...
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+    def lower(self, *args: P.args, **kwargs: P.kwargs) -> jax.stages.Lowered: ...
+    def trace(self, *args: P.args, **kwargs: P.kwargs) -> jax.stages.Traced: ...
+    def eval_shape(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
+    def clear_cache(self) -> None: ...
+
+    # A jitted method binds like a function (its first parameter is the instance).
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> Jitted[P, R]: ...
+    @overload
+    def __get__(self, instance: object, owner: type[Any]) -> Callable[..., R]: ...
+
+
+@overload
+def jit(fun: Callable[P, R], /, **jit_options: Any) -> Jitted[P, R]: ...
+@overload
+def jit(fun: None = None, /, **jit_options: Any) -> Callable[[Callable[P, R]], Jitted[P, R]]: ...
+
+
 def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
     """Drop-in for ``jax.jit``: same arguments, same behaviour, plus a record of every compile."""
     if fun is None:
         return lambda f: jit(f, **jit_options)
     if is_watched(fun):
-        fun = fun.__wrapped__
+        fun = getattr(fun, "__wrapped__")
     eager_baseline = jit_options.pop(_EAGER_OPTION, None)
     max_recompiles, on_limit = (jit_options.pop(name, None) for name in _LIMIT_OPTIONS)
     guards.check_options(max_recompiles, on_limit)

@@ -146,6 +146,7 @@ def _short_repr(value: Any) -> str:
 
 
 def _static_leaf(path: str, arg: int, value: Any) -> Leaf:
+    key: tuple[object, ...]
     try:
         key = (type(value).__module__, type(value).__qualname__, hash(value))
     except TypeError:

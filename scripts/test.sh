@@ -8,5 +8,6 @@ bash scripts/ensure-browser.sh
 LINTED="cachewatch server tests benchmarks examples migrations deploy"
 .venv/bin/ruff check $LINTED
 .venv/bin/ruff format --check $LINTED
+.venv/bin/mypy  # cachewatch/ and server/, configured in pyproject.toml
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 exec .venv/bin/python -m pytest "$@"

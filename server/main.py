@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, disable_created_metrics, values
 from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy.exc import DataError, IntegrityError
@@ -94,10 +94,12 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            events.document(generate())
+            schema = generate()  # FastAPI keeps it as app.openapi_schema
+            events.document(schema)
+            return schema
         return app.openapi_schema
 
-    app.openapi = openapi
+    setattr(app, "openapi", openapi)  # FastAPI's documented way to amend the schema
     app.include_router(docs.router(openapi))
 
     app.add_exception_handler(enginemod.StoreError, _store_error)
@@ -139,7 +141,8 @@ def _where(loc: Any) -> str:
     return ".".join(parts) or "request"
 
 
-async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)  # registered for it alone
     errors = exc.errors()
     body = getattr(exc, "body", None)
     if _is_ingest(request) and isinstance(body, dict):
@@ -155,7 +158,8 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     return JSONResponse(status_code=422, content={"detail": detail, "message": message})
 
 
-async def _http_error(request: Request, exc: StarletteHTTPException):
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)  # registered for it alone
     if exc.status_code == 413 and _is_ingest(request):
         request.app.state.counters.rejected(0)
     return await http_exception_handler(request, exc)

@@ -207,7 +207,9 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
         series.seconds = store.seconds.get(function_hash, 0.0)
         series.calls, series.run_seconds, series.measured = store.calls.get(function_hash, (0, 0.0, False))
         series.run_now = store.run_now.get(function_hash, 0.0)
-        snap.labeled[store.labels[function_hash]] = series
+        label = store.labels[function_hash]
+        assert label is not None  # labeled: it has its own
+        snap.labeled[label] = series
 
     if in_other:
         # Counts: the store-wide totals less the other functions' (exact integers in one

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TypedDict
 
 from fastapi import HTTPException
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -55,6 +56,11 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
+class RequestMetricSet(TypedDict):
+    requests: Counter
+    duration: Histogram
+
+
 class RequestMetrics:
     """``cachewatch_http_requests_total`` and ``..._duration_seconds`` by route template (bounded)."""
 
@@ -64,7 +70,7 @@ class RequestMetrics:
         self.duration = duration
 
     @staticmethod
-    def metrics(registry: CollectorRegistry | None) -> dict[str, Counter | Histogram]:
+    def metrics(registry: CollectorRegistry | None) -> RequestMetricSet:
         """The two metrics, registered once per app on its own registry (none in multiprocess
         mode, where a scrape reads every worker's files instead)."""
         return {

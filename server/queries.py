@@ -224,10 +224,10 @@ def _grouped(conn: sa.Connection, filters: Filters, *columns: str) -> list[tuple
 def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: float) -> dict[str, Any]:
     """Totals over the store (or the filtered part of it)."""
     if filters.since is None and filters.until is None:
-        totals = models.run_totals
-        runs_q = sa.select(sa.func.count()).select_from(totals).where(totals.c.events > 0)
+        per_run = models.run_totals
+        runs_q = sa.select(sa.func.count()).select_from(per_run).where(per_run.c.events > 0)
         if filters.run_id:
-            runs_q = runs_q.where(totals.c.run_id == filters.run_id)
+            runs_q = runs_q.where(per_run.c.run_id == filters.run_id)
     else:
         # One index probe per run ((run_id, timestamp) is indexed) instead of a DISTINCT
         # over every event.

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import orjson
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -66,15 +67,13 @@ def get_engine(url: str) -> Engine:
         return engine
 
 
-def upsert_insert(dialect: str, table: sa.Table) -> Any:
+def upsert_insert(dialect: str, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
     """The dialect's own INSERT for ``table``, the one that has ON CONFLICT clauses."""
     if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:  # pragma: no cover - only the two dialects above are supported
-        raise InvalidStoreURL(f"unsupported dialect {dialect}")
-    return insert(table)
+        return postgresql.insert(table)
+    if dialect == "sqlite":
+        return sqlite.insert(table)
+    raise InvalidStoreURL(f"unsupported dialect {dialect}")  # pragma: no cover - only these two
 
 
 def json_dumps(value: Any) -> str:
@@ -115,9 +114,14 @@ def dispose_engines() -> None:
         _verified.clear()
 
 
+def _forget_connections() -> None:
+    _engines.clear()
+    _verified.clear()
+
+
 if hasattr(os, "register_at_fork"):
     # A forked child must not share its parent's connections.
-    os.register_at_fork(after_in_child=lambda: (_engines.clear(), _verified.clear()))
+    os.register_at_fork(after_in_child=_forget_connections)
 
 
 @contextlib.contextmanager
@@ -316,7 +320,9 @@ def driver_cursor(conn: sa.Connection) -> Iterator[Any]:
     than the database's work. Driver errors come out as SQLAlchemy's own, as they would
     from ``conn.execute``.
     """
-    cursor = conn.connection.dbapi_connection.cursor()
+    driver_connection = conn.connection.dbapi_connection
+    assert driver_connection is not None  # conn is open
+    cursor = driver_connection.cursor()
     try:
         yield cursor
     except conn.dialect.loaded_dbapi.Error as exc:

@@ -8,7 +8,7 @@ Field names follow DESIGN.md: a report row carries ``name``, ``qualname``, ``mod
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import sqlalchemy as sa
 
@@ -225,7 +225,7 @@ def call_totals(
     ]
 
 
-def _stat_rows(conn: sa.Connection, filters: Filters, function_hashes: list[str] | None) -> list[Any]:
+def _stat_rows(conn: sa.Connection, filters: Filters, function_hashes: list[str] | None) -> Sequence[sa.RowMapping]:
     s = models.call_stats
     q = filters.apply(
         s,
@@ -297,7 +297,7 @@ def run_time_note(stat: CallTotals | None, compiles: int) -> str | None:
 
 def event_groups(
     conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None
-) -> list[Any]:
+) -> Sequence[tuple[Any, ...]]:
     """Event totals per (function, kind, cause, compiled): count, cost seconds, first and last time.
 
     Over the whole store they come from the totals the writers keep (a few rows per

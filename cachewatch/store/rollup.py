@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
@@ -188,7 +188,7 @@ def _upsert(dialect: str, table: sa.Table) -> Any:
     smaller, larger = (sa.func.least, sa.func.greatest) if dialect == "postgresql" else (sa.func.min, sa.func.max)
     key = [c.name for c in table.primary_key.columns]
     stmt = enginemod.upsert_insert(dialect, table)
-    updates = {}
+    updates: dict[str, sa.ColumnElement[Any]] = {}
     for column in table.c:
         if column.name in key:
             continue
@@ -291,7 +291,7 @@ def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
     add(conn, {t: list(deltas.values()), b: list(new_buckets.values())})
 
 
-def row_buckets(row: dict[str, Any]) -> runtimes.Buckets:
+def row_buckets(row: Mapping[str, Any] | sa.RowMapping) -> runtimes.Buckets:
     """A statistics row's buckets; a row written before buckets were kept holds its
     samples at their mean, standing for the row's calls."""
     if row.get("run_buckets"):
@@ -345,15 +345,15 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
         stat_columns += [s.c.signature_hash, s.c.run_buckets, s.c.sample_every]
     last_id = 0
     while True:
-        rows = (
+        stat_rows = (
             conn.execute(sa.select(*stat_columns).where(s.c.id > last_id).order_by(s.c.id).limit(chunk))
             .mappings()
             .all()
         )
-        if not rows:
+        if not stat_rows:
             return
-        add_call_stats(conn, [dict(r) for r in rows])
-        last_id = rows[-1]["id"]
+        add_call_stats(conn, [dict(r) for r in stat_rows])
+        last_id = stat_rows[-1]["id"]
 
 
 def cache_deltas(
