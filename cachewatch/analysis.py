@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
-from .events import OP_BY_OP_MODULE, Cause
+from .events import OP_BY_OP_MODULE, Cause, Kind, parse_described
 from .store import models, queries
 from .store.queries import Filters
 
@@ -131,11 +131,19 @@ def _describe(function_hash: str, info: Any, rows: list[Any], now: float, window
         "run_id": rows[0].run_id,
         "run_ids": [rows[0].run_id],
         "fix": (
-            _op_by_op_fix(info.name, rows)
-            if info is not None and info.module == OP_BY_OP_MODULE
-            else suggest_fix(name, dominant, [r for r in rows if r.cause == dominant])
+            fix_for(info.name, info.qualname, info.module, dominant, rows)
+            if info is not None
+            else fix_for(function_hash, function_hash, "", dominant, rows)
         ),
     }
+
+
+def fix_for(name: str, qualname: str, module: str, cause: str, rows: list[Any]) -> str:
+    """What to change about a function's recompiles (``rows``: their events), most of them
+    of ``cause``; an eager compile's function is its primitive, ``name``."""
+    if module == OP_BY_OP_MODULE:
+        return _op_by_op_fix(name, rows)
+    return suggest_fix(short_name(qualname), cause, [r for r in rows if r.cause == cause])
 
 
 def _op_by_op_fix(primitive: str, rows: list[Any]) -> str:
@@ -169,9 +177,9 @@ def suggest_fix(name: str, cause: str, rows: list[Any]) -> str:
     """A concrete fix for a storm of one cause, naming the argument and call site."""
     sites = _sites_text(rows)
     at = f" (called{sites})" if sites else ""
-    if cause == "new_shape":
+    if cause == Cause.NEW_SHAPE:
         return _shape_fix(name, rows) + at
-    if cause == "new_static_value":
+    if cause == Cause.NEW_STATIC_VALUE:
         static_paths = collections.Counter(
             e["path"] for r in rows for e in (r.diff or []) if e.get("change") == "static"
         )
@@ -188,33 +196,33 @@ def suggest_fix(name: str, cause: str, rows: list[Any]) -> str:
                 "static_argnums/static_argnames); if it must stay static, limit it to a few values."
             )
         return f"A static argument of `{name}` keeps taking new values{at}; make it traced or bound its values."
-    if cause == "new_function_object":
+    if cause == Cause.NEW_FUNCTION_OBJECT:
         return (
             f"`{name}` is wrapped by a new jit object on every call{at}: jax.jit(lambda ...) or "
             "jax.jit(partial(...)) inside a loop. Create the jitted function once, outside the loop, "
             "and call that; pass changing values as arguments."
         )
-    if cause == "weak_type":
+    if cause == Cause.WEAK_TYPE:
         paths = _paths(rows, "weak_type")
         return (
             f"Argument {paths} of `{name}` flips between a Python scalar and a typed array{at}. "
             "Pass it the same way every time, e.g. jnp.asarray(x, dtype) before the call."
         )
-    if cause == "new_dtype":
+    if cause == Cause.NEW_DTYPE:
         paths = _paths(rows, "dtype")
         return f"Argument {paths} of `{name}` changes dtype{at}; cast it once (x.astype(...)) before the call."
-    if cause == "new_structure":
+    if cause == Cause.NEW_STRUCTURE:
         paths = _paths(rows, None)
         return (
             f"The argument pytree of `{name}` keeps changing ({paths}){at}: keep dict keys, list lengths "
             "and keyword-versus-positional calls the same; fill optional entries with placeholders."
         )
-    if cause == "cache_cleared":
+    if cause == Cause.CACHE_CLEARED:
         return (
             f"`{name}` is recompiled after its cache is cleared{at}: avoid clear_cache()/jax.clear_caches() "
             "in the loop, or enable the persistent compilation cache."
         )
-    if cause == "new_device_or_sharding":
+    if cause == Cause.NEW_DEVICE_OR_SHARDING:
         return (
             f"`{name}` is compiled again for other devices or shardings{at}: place inputs once "
             "(jax.device_put with a fixed sharding) before the loop."
@@ -258,17 +266,9 @@ def _shape_fix(name: str, rows: list[Any]) -> str:
     )
 
 
-def _dims(described: Any) -> list[int] | None:
-    # "float32[8,784] weak" -> [8, 784]
-    if not isinstance(described, str) or "[" not in described:
-        return None
-    inside = described[described.index("[") + 1 : described.index("]")]
-    if not inside:
-        return []
-    try:
-        return [int(d) for d in inside.split(",")]
-    except ValueError:
-        return None
+def _dims(described: Any) -> tuple[int, ...] | None:
+    parsed = parse_described(described)
+    return parsed[1] if parsed is not None else None
 
 
 def _next_pow2(n: int) -> int:
@@ -401,7 +401,7 @@ def verdicts(
             sa.func.sum(queries.cost_expr(e)).label("seconds"),
             sa.func.avg(e.c.eager_run_seconds).label("eager"),
         )
-        .where(e.c.function_hash.in_(hashes), e.c.kind != "stale_capture")
+        .where(e.c.function_hash.in_(hashes), e.c.kind != Kind.STALE_CAPTURE)
         .group_by(e.c.function_hash, e.c.signature_hash),
     )
     per_signature: dict[str, list[Any]] = collections.defaultdict(list)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import re
 import time
-from typing import Any
+from typing import Any, Iterable
 
 
 class Cause(enum.StrEnum):
@@ -45,10 +46,27 @@ class Kind(enum.StrEnum):
 
 CAUSES: tuple[str, ...] = tuple(cause.value for cause in Cause)
 KINDS: tuple[str, ...] = tuple(kind.value for kind in Kind)
-STALE_CAPTURE = Cause.STALE_CAPTURE.value
 
 # The module every eager (op-by-op) compile is filed under; its functions are primitives.
 OP_BY_OP_MODULE = "jax.op_by_op"
+
+
+# How a diff or a signature names an array: ``float32[8,784]``, `` weak`` when weakly typed.
+_DESCRIBED = re.compile(r"^(?P<dtype>[A-Za-z0-9_]+)\[(?P<dims>[0-9, ]*)\](?P<weak> weak)?$")
+
+
+def describe_array(dtype: object, shape: Iterable[int], weak_type: bool) -> str:
+    return f"{dtype}[{','.join(str(d) for d in shape)}]" + (" weak" if weak_type else "")
+
+
+def parse_described(text: object) -> tuple[str, tuple[int, ...], bool] | None:
+    """The dtype, dimensions and weak type of an array as :func:`describe_array` wrote it;
+    None for anything else (a static value, a repr)."""
+    match = _DESCRIBED.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        return None
+    dims = tuple(int(d) for d in match["dims"].replace(" ", "").split(",") if d)
+    return match["dtype"], dims, bool(match["weak"])
 
 
 # Bounds of every measure a store takes, checked by the service at ingest and by the

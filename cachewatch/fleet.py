@@ -18,6 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from .events import describe_array
 from .store import models
 
 # Signatures shown per divergence listing; the count of the rest is still given.
@@ -168,9 +169,9 @@ def signature_text(signature: list[dict[str, Any]]) -> str:
         if "static" in leaf and leaf.get("static"):
             parts.append(f"{path}={leaf.get('value')}")
         elif "shape" in leaf:
-            dims = ",".join(str(d) for d in leaf.get("shape") or [])
-            weak = " weak" if leaf.get("weak_type") else ""
-            parts.append(f"{path}: {leaf.get('dtype')}[{dims}]{weak}")
+            parts.append(
+                f"{path}: {describe_array(leaf.get('dtype'), leaf.get('shape') or (), bool(leaf.get('weak_type')))}"
+            )
         else:
             parts.append(str(path))
     return ", ".join(parts) if parts else "an unrecorded signature"

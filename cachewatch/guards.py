@@ -25,6 +25,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from . import _tracking, causes, current, foreign
+from .events import Cause
 
 LOWERING_STARTED = "/jax/core/compile/jaxpr_to_mlir_module_duration"  # a scalar at its start
 
@@ -239,7 +240,7 @@ def check_trace(
             return FrozenCompileError(text, function=info.qualname, cause=verdict.cause, diff=verdict.diff)
         _tls.reported = state.module_name  # the lowering that follows is this same compile
         return FrozenCompileWarning(text)
-    if verdict.cause == "first_call":
+    if verdict.cause == Cause.FIRST_CALL:
         return None
     with _lock:
         tally = _tallies.get(info.function_hash)
@@ -304,7 +305,9 @@ def on_lowering(module_name: str | None) -> BaseException | Warning | None:
     )
     text = f"`{module_name}` would be {what} after cachewatch.freeze()."
     if _frozen == "raise":
-        return FrozenCompileError(text, function=module_name, cause="new_device_or_sharding" if watched else "unknown")
+        return FrozenCompileError(
+            text, function=module_name, cause=Cause.NEW_DEVICE_OR_SHARDING if watched else Cause.UNKNOWN
+        )
     return FrozenCompileWarning(text)
 
 

@@ -28,7 +28,7 @@ import jax
 from . import _guard, _tracking, cachekey, captures, causes, counters, current, guards, recorder
 from .counters import CallCounter, Watched as _Watched
 from . import signature as sigmod
-from .events import STALE_CAPTURE, CompileEvent, FunctionInfo, new_event_id
+from .events import Cause, CompileEvent, FunctionInfo, Kind, new_event_id
 from .identity import call_site, describe_function, is_library_file, unwrap_callable, user_function_in
 
 _jax_jit = jax.jit  # the original, kept before install() may replace jax.jit
@@ -191,7 +191,7 @@ def _begin_trace(state: HookState, args: tuple, kwargs: dict) -> _tracking.Recor
     if state.look_for_user_function:
         _name_after_user_function(state, args, kwargs)
     sig = sigmod.build(state.layout, args, kwargs)
-    record = _tracking.Record(state, state.module_name, "trace", sig)
+    record = _tracking.Record(state, state.module_name, Kind.TRACE, sig)
     if state.captures is not None:
         record.stale = _capture_changes(state)
         record.captured = state.captures.snapshot()
@@ -419,11 +419,11 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
             recorder.record_event(event)
         for name, before, after in record.stale:
             recorder.record_event(_stale_event(state, name, before, after, call_site))
-    return all(r.kind == "trace" and r.trace_seconds is None and r.compiles == 0 for r in records)
+    return all(r.kind == Kind.TRACE and r.trace_seconds is None and r.compiles == 0 for r in records)
 
 
 def _sample_next_call(state: HookState, args: tuple, kwargs: dict, record: _tracking.Record) -> None:
-    sig = record.signature if record.kind == "trace" else _concrete_signature(state, args, kwargs)
+    sig = record.signature if record.kind == Kind.TRACE else _concrete_signature(state, args, kwargs)
     _stats_for(state.info).after_compile(sig.stable_hash() if sig is not None else None)
 
 
@@ -438,7 +438,7 @@ def _to_event(
 ) -> CompileEvent | None:
     info = state.info
     compiled = record.compiles > 0
-    if record.kind == "trace":
+    if record.kind == Kind.TRACE:
         sig = record.signature
         nested = record.trace_seconds is None and not compiled
         verdict = causes.explain_trace(
@@ -495,14 +495,14 @@ def _stale_event(state: HookState, name: str, before: str, after: str, call_site
         function=info,
         run_id=current.run_id(),
         timestamp=time.time(),
-        kind="stale_capture",
-        cause=STALE_CAPTURE,
+        kind=Kind.STALE_CAPTURE,
+        cause=Cause.STALE_CAPTURE,
         explanation=(
             f"`{info.name}` read `{name}` when it was traced ({before}); it is now {after}, but the "
             f"compiled code still uses the old value. Pass `{name}` as an argument (static if it "
             "steers Python control flow) instead of reading it from the enclosing scope."
         ),
-        diff=({"path": name, "change": "value", "cause": STALE_CAPTURE, "before": before, "after": after},),
+        diff=({"path": name, "change": "value", "cause": Cause.STALE_CAPTURE, "before": before, "after": after},),
         signature=(),
         signature_hash="",
         compiled=False,

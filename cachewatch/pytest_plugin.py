@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from .events import OP_BY_OP_MODULE
+from .events import OP_BY_OP_MODULE, Cause
 
 _MARKER_HELP = (
     "max_compiles(fn_or_name, n): fail the test when the cachewatch-watched function "
@@ -250,7 +250,7 @@ def report_lines(events: list[Any]) -> list[str]:
     ordered = sorted(rows.values(), key=lambda r: (-r["compiles"], r["function"]))
     table = [("function", "defined at", "compiles", "recompiles", "compile s", "causes")]
     for row in ordered:
-        recompiles = row["compiles"] - row["causes"].get("first_call", 0)
+        recompiles = row["compiles"] - row["causes"].get(Cause.FIRST_CALL, 0)
         table.append(
             (
                 row["function"],

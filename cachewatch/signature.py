@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 
 import jax
 
-from .events import Cause
+from .events import Cause, describe_array
 
 _MAX_REPR = 200
 
@@ -42,8 +42,7 @@ class Leaf:
     def describe(self) -> str:
         if self.static:
             return f"static {self.value_repr}"
-        dims = ",".join(str(d) for d in (self.shape or ()))
-        return f"{self.dtype}[{dims}]" + (" weak" if self.weak_type else "")
+        return describe_array(self.dtype, self.shape or (), bool(self.weak_type))
 
     def as_dict(self) -> dict[str, Any]:
         if self.static:

@@ -37,8 +37,7 @@ from prometheus_client.utils import floatToGoString
 
 from cachewatch import fleet
 from cachewatch.analysis import short_name
-from cachewatch.events import OP_BY_OP_MODULE
-from cachewatch.events import STALE_CAPTURE
+from cachewatch.events import OP_BY_OP_MODULE, Kind
 from cachewatch.foreign import UNATTRIBUTED_MODULE
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
@@ -128,7 +127,7 @@ def _detail(conn: sa.Connection, hashes: list[str]) -> dict[str, Series]:
         chunk = hashes[start : start + 500]
         for function_hash, cause, n in conn.execute(
             sa.select(t.c.function_hash, t.c.cause, sa.func.sum(t.c.events))
-            .where(t.c.kind != STALE_CAPTURE, t.c.compiled, t.c.function_hash.in_(chunk))
+            .where(t.c.kind != Kind.STALE_CAPTURE, t.c.compiled, t.c.function_hash.in_(chunk))
             .group_by(t.c.function_hash, t.c.cause)
         ):
             out[function_hash].compiles[cause] += int(n)
@@ -218,7 +217,7 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
         other = snap.other = Series()
         c, b = models.cause_totals, models.cost_bucket_totals
         for cause, n in enginemod.fetch_tuples(
-            conn, sa.select(c.c.cause, c.c.events).where(c.c.kind != STALE_CAPTURE, c.c.compiled)
+            conn, sa.select(c.c.cause, c.c.events).where(c.c.kind != Kind.STALE_CAPTURE, c.c.compiled)
         ):
             other.compiles[cause] += int(n)
         for bucket_index, n in enginemod.fetch_tuples(conn, sa.select(b.c.bucket, b.c.events)):

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cachewatch import analysis
-from cachewatch.events import STALE_CAPTURE
+from cachewatch.events import Cause, Kind
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
 from cachewatch.store.queries import Filters
@@ -42,14 +42,14 @@ def function_page(
     only they get a full report row; with a run or time filter the report is built for
     every function that matches and then cut.
     """
-    if filters.run_id or filters.since is not None or filters.until is not None:
+    if not filters.is_empty():
         rows = storequeries.function_report(conn, filters)
         if q:
             needle = q.lower()
             rows = [r for r in rows if needle in r["qualname"].lower() or needle in r["name"].lower()]
         return rows[offset : offset + limit], offset + limit < len(rows)
     t, f = models.function_totals, models.functions
-    cost = sa.func.sum(sa.case((t.c.kind != STALE_CAPTURE, t.c.cost_seconds), else_=0.0)).label("cost")
+    cost = sa.func.sum(sa.case((t.c.kind != Kind.STALE_CAPTURE, t.c.cost_seconds), else_=0.0)).label("cost")
     chosen = (
         sa.select(t.c.function_hash, cost, f.c.qualname)
         .join(f, f.c.function_hash == t.c.function_hash)
@@ -206,13 +206,13 @@ def _grouped(conn: sa.Connection, filters: Filters, *columns: str) -> list[tuple
     Over the whole store this reads the per-function totals; with a run or time filter,
     the events through their indexes. Stale captures count as events but cost nothing.
     """
-    if filters.run_id is None and filters.since is None and filters.until is None:
+    if filters.is_empty():
         t = models.function_totals
         keys = [t.c[c] for c in columns]
         q = sa.select(
             *keys,
             sa.func.sum(t.c.events),
-            sa.func.sum(sa.case((t.c.kind != STALE_CAPTURE, t.c.cost_seconds), else_=0.0)),
+            sa.func.sum(sa.case((t.c.kind != Kind.STALE_CAPTURE, t.c.cost_seconds), else_=0.0)),
         )
     else:
         e = models.compile_events
@@ -242,16 +242,16 @@ def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: fl
     totals = {"events": 0, "traces": 0, "compiles": 0, "recompiles": 0, "stale_captures": 0}
     for kind, cause, compiled, n, _ in _grouped(conn, filters, "kind", "cause", "compiled"):
         n = int(n)
-        if kind == STALE_CAPTURE:
+        if kind == Kind.STALE_CAPTURE:
             # Not a compile: the report keeps these out of the causes too.
             totals["stale_captures"] += n
         else:
             causes[cause] = causes.get(cause, 0) + n
         totals["events"] += n
-        totals["traces"] += n if kind == "trace" else 0
+        totals["traces"] += n if kind == Kind.TRACE else 0
         if compiled:
             totals["compiles"] += n
-            if cause != "first_call":
+            if cause != Cause.FIRST_CALL:
                 totals["recompiles"] += n
     compile_by_function = {
         function_hash: float(cost or 0.0) for function_hash, _, cost in _grouped(conn, filters, "function_hash")

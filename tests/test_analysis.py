@@ -76,7 +76,7 @@ def test_jit_in_loop_storm_names_the_line_to_hoist(store):
 
     for i in range(6):
         cachewatch.jit(lambda x: body(x))(jnp.ones(2))
-        line = _line()  # noqa: E702
+        line = _line() - 1
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "<lambda>")
     assert storm["dominant_cause"] == "new_function_object"

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import sqlalchemy as sa
 
 from .. import runtimes
-from ..events import explain_cache_miss
+from ..events import Cause, Kind, explain_cache_miss
 from . import engine as enginemod
 from . import models, rollup
 
@@ -25,6 +25,10 @@ class Filters:
     run_id: str | None = None
     since: float | None = None
     until: float | None = None
+
+    def is_empty(self) -> bool:
+        """No run and no time bound: the whole store, which the kept totals answer."""
+        return not self.run_id and self.since is None and self.until is None
 
     def apply(self, table: sa.Table, query: sa.Select) -> sa.Select:
         if self.run_id:
@@ -90,15 +94,15 @@ def function_report(
             if last_ts > row["last_compile"]:
                 row["last_compile"] = last_ts
         n = int(events)
-        if kind == "stale_capture":
+        if kind == Kind.STALE_CAPTURE:
             row["stale_captures"] += n
             continue
-        if kind == "trace":
+        if kind == Kind.TRACE:
             row["traces"] += n
         row["compile_seconds"] += float(cost or 0.0)
         if compiled:
             row["compiles"] += n
-            if cause != "first_call":
+            if cause != Cause.FIRST_CALL:
                 row["recompiles"] += n
         per = causes[function_hash]
         per[cause] = per.get(cause, 0) + n
@@ -107,7 +111,7 @@ def function_report(
     stats = {r.function_hash: r for r in call_totals(conn, filters, function_hashes)}
     f = models.functions
     meta_q = sa.select(f)
-    if function_hashes is not None or filters.run_id or filters.since is not None or filters.until is not None:
+    if function_hashes is not None or not filters.is_empty():
         meta_q = meta_q.where(f.c.function_hash.in_(list(rows)))
     meta = {r.function_hash: r for r in conn.execute(meta_q)}
     report = []
@@ -158,7 +162,7 @@ def compile_share(compile_seconds: float, run_seconds: float | None) -> float | 
 
 def _dominant(causes: dict[str, int]) -> str | None:
     """The most frequent cause other than first_call (first_call when that is all)."""
-    others = {c: n for c, n in causes.items() if c != "first_call"}
+    others = {c: n for c, n in causes.items() if c != Cause.FIRST_CALL}
     pool = others or causes
     return max(sorted(pool), key=lambda c: pool[c]) if pool else None
 
@@ -175,15 +179,11 @@ class CallTotals:
     unsampled_calls: int  # calls made while sampling was off
 
 
-def _unfiltered(filters: Filters) -> bool:
-    return filters.run_id is None and filters.since is None and filters.until is None
-
-
 def call_totals(
     conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None
 ) -> list[CallTotals]:
     """Per function: calls, samples, and the run time of one call (from the totals when unfiltered)."""
-    if _unfiltered(filters):
+    if filters.is_empty():
         t = models.function_call_totals
         q = sa.select(
             t.c.function_hash,
@@ -250,7 +250,7 @@ def signature_run_times(
     """Per function and signature hash: the run time of one call (median), its samples,
     and the calls they stand for."""
     per_signature: dict[str, dict[str, runtimes.Buckets]] = {}
-    if _unfiltered(filters):
+    if filters.is_empty():
         b = models.run_time_buckets
         q = sa.select(b.c.function_hash, b.c.signature_hash, b.c.bucket, b.c.samples, b.c.weight)
         if function_hashes is not None:
@@ -303,7 +303,7 @@ def event_groups(
     Over the whole store they come from the totals the writers keep (a few rows per
     function); for one run or a time range, from the events through their indexes.
     """
-    if filters.run_id is None and filters.since is None and filters.until is None:
+    if filters.is_empty():
         t = models.function_totals
         q = sa.select(
             t.c.function_hash,

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import sqlalchemy as sa
 
 from .. import runtimes
+from ..events import Kind
 from . import engine as enginemod
 from . import models
 
@@ -40,7 +41,7 @@ COST_BUCKETS: tuple[float, ...] = (
     300.0,
 )
 
-STALE_KIND = "stale_capture"
+STALE_KIND = Kind.STALE_CAPTURE
 # Columns the upsert replaces instead of adding to.
 _LATEST = frozenset({"run_seconds_per_call"})
 

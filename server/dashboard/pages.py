@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
 from cachewatch import analysis, fleet
-from cachewatch.events import OP_BY_OP_MODULE, STALE_CAPTURE
+from cachewatch.events import OP_BY_OP_MODULE, Cause, Kind
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries as storequeries
 from cachewatch.store.queries import Filters
@@ -364,16 +364,10 @@ def _suggested_fix(conn, row: dict[str, Any], storms: list[dict[str, Any]], filt
     if storms:
         return storms[0]["fix"]
     dominant = row.get("dominant_cause")
-    if dominant is None or dominant == "first_call":
+    if dominant is None or dominant == Cause.FIRST_CALL:
         return None
-    name = render.label(row)
-    if row.get("module") == OP_BY_OP_MODULE:
-        return (
-            f"Un-jitted code runs `{row['name']}` op by op and JAX compiles it again for each new shape: "
-            "move that code inside a jitted function, or keep its shapes fixed."
-        )
     rows = dq.dominant_cause_rows(conn, row["function_hash"], filters, dominant)
-    return analysis.suggest_fix(name, dominant, rows)
+    return analysis.fix_for(row["name"], render.label(row), row.get("module") or "", dominant, rows)
 
 
 @router.get("/functions/{function_hash}", response_class=HTMLResponse)
@@ -401,7 +395,7 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
         storequeries.explain_cache_misses(conn, events)
         stale_total = row["stale_captures"]
         stale = (
-            dq.events_page(conn, function_hash, view.filters, limit=STALE_SHOWN, offset=0, kind=STALE_CAPTURE)
+            dq.events_page(conn, function_hash, view.filters, limit=STALE_SHOWN, offset=0, kind=Kind.STALE_CAPTURE)
             if stale_total
             else []
         )

@@ -8,7 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cachewatch.events import STALE_CAPTURE
+from cachewatch.events import Cause, Kind
 from cachewatch.store import models
 from cachewatch.store.queries import Filters, cost_expr
 
@@ -60,7 +60,7 @@ def compiles_over_time(
     bucket = _bucket(conn, e.c.timestamp, width).label("bucket")
     q = filters.apply(e, sa.select(bucket, e.c.cause, sa.func.count().label("n")).where(e.c.compiled))
     if recompiles_only:
-        q = q.where(e.c.cause != "first_call")
+        q = q.where(e.c.cause != Cause.FIRST_CALL)
     if function_hash is not None:
         q = q.where(e.c.function_hash == function_hash)
     rows = conn.execute(q.group_by(bucket, e.c.cause).order_by(bucket)).all()
@@ -73,7 +73,7 @@ def timeline(conn: sa.Connection, function_hash: str, filters: Filters, limit: i
     q = filters.apply(
         e,
         sa.select(e.c.timestamp, e.c.cause, e.c.kind, e.c.compiled, e.c.call_site, cost_expr(e).label("seconds"))
-        .where(e.c.function_hash == function_hash, e.c.kind != STALE_CAPTURE)
+        .where(e.c.function_hash == function_hash, e.c.kind != Kind.STALE_CAPTURE)
         .order_by(e.c.timestamp.desc(), e.c.id.desc())
         .limit(limit),
     )
@@ -85,7 +85,7 @@ def timeline(conn: sa.Connection, function_hash: str, filters: Filters, limit: i
 def call_sites(conn: sa.Connection, function_hash: str, filters: Filters) -> list[dict[str, Any]]:
     """Where the function was called when it traced or compiled, busiest first."""
     e = models.compile_events
-    recompiles = sa.func.sum(sa.case((sa.and_(e.c.compiled, e.c.cause != "first_call"), 1), else_=0))
+    recompiles = sa.func.sum(sa.case((sa.and_(e.c.compiled, e.c.cause != Cause.FIRST_CALL), 1), else_=0))
     q = filters.apply(
         e,
         sa.select(
@@ -95,7 +95,7 @@ def call_sites(conn: sa.Connection, function_hash: str, filters: Filters) -> lis
             sa.func.sum(cost_expr(e)).label("seconds"),
             sa.func.max(e.c.timestamp).label("last"),
         )
-        .where(e.c.function_hash == function_hash, e.c.kind != STALE_CAPTURE)
+        .where(e.c.function_hash == function_hash, e.c.kind != Kind.STALE_CAPTURE)
         .group_by(e.c.call_site),
     )
     rows = [
@@ -117,10 +117,10 @@ _EVENT_COLUMNS = [c for c in models.compile_events.c if c.name != "id"]
 
 def _event_kind(e: sa.Table, kind: str | None) -> list[sa.ColumnElement]:
     # "stale" events are not compiles: the detail page lists them apart.
-    if kind == STALE_CAPTURE:
-        return [e.c.kind == STALE_CAPTURE]
+    if kind == Kind.STALE_CAPTURE:
+        return [e.c.kind == Kind.STALE_CAPTURE]
     if kind == "compiles":
-        return [e.c.kind != STALE_CAPTURE]
+        return [e.c.kind != Kind.STALE_CAPTURE]
     return []
 
 

@@ -11,7 +11,6 @@ import datetime as dt
 import hashlib
 import importlib.metadata
 import math
-import re
 import urllib.parse
 from importlib import resources
 from typing import Any, Iterable
@@ -19,23 +18,24 @@ from typing import Any, Iterable
 import jinja2
 
 from cachewatch.analysis import short_name
-from cachewatch.events import CAUSES
+from cachewatch import events
+from cachewatch.events import CAUSES, Cause
 
 # One fixed colour per cause, the same on every page and chart: ten hues as far apart
 # as ten can be, each darkened to keep at least 3:1 contrast against white, as bars and
 # swatches need. The cause's name is always shown beside its colour.
-_PALETTE = {
-    "first_call": "#767676",
-    "new_shape": "#1F6FB4",
-    "new_dtype": "#9C6A00",
-    "weak_type": "#B5478F",
-    "new_static_value": "#2A8A2A",
-    "new_structure": "#C62828",
-    "new_function_object": "#7B4FB0",
-    "cache_cleared": "#0F8B99",
-    "new_device_or_sharding": "#8C564B",
-    "unknown": "#333333",
-    "stale_capture": "#7F7F00",
+_PALETTE: dict[str, str] = {
+    Cause.FIRST_CALL: "#767676",
+    Cause.NEW_SHAPE: "#1F6FB4",
+    Cause.NEW_DTYPE: "#9C6A00",
+    Cause.WEAK_TYPE: "#B5478F",
+    Cause.NEW_STATIC_VALUE: "#2A8A2A",
+    Cause.NEW_STRUCTURE: "#C62828",
+    Cause.NEW_FUNCTION_OBJECT: "#7B4FB0",
+    Cause.CACHE_CLEARED: "#0F8B99",
+    Cause.NEW_DEVICE_OR_SHARDING: "#8C564B",
+    Cause.UNKNOWN: "#333333",
+    Cause.STALE_CAPTURE: "#7F7F00",
 }
 _FALLBACK = "#5A5A5A"
 CAUSE_COLORS: dict[str, str] = {cause: _PALETTE.get(cause, _FALLBACK) for cause in CAUSES}
@@ -43,18 +43,18 @@ CAUSE_COLORS: dict[str, str] = {cause: _PALETTE.get(cause, _FALLBACK) for cause 
 COMPILE_COLOR = "#2B3A4A"
 RUN_COLOR = "#6A88A6"
 
-CAUSE_HELP = {
-    "first_call": "first trace of this function in this run",
-    "new_shape": "an array argument changed shape",
-    "new_dtype": "an array argument changed dtype",
-    "weak_type": "an argument flipped between a Python scalar and a typed array",
-    "new_static_value": "a static argument took a value not seen before",
-    "new_structure": "the pytree of the arguments changed",
-    "new_function_object": "the same source was wrapped by a new jit object",
-    "cache_cleared": "the function's cache was cleared or evicted",
-    "new_device_or_sharding": "compiled again for another device, sharding or layout",
-    "unknown": "no cause could be established",
-    "stale_capture": "a value read at trace time changed afterwards",
+CAUSE_HELP: dict[str, str] = {
+    Cause.FIRST_CALL: "first trace of this function in this run",
+    Cause.NEW_SHAPE: "an array argument changed shape",
+    Cause.NEW_DTYPE: "an array argument changed dtype",
+    Cause.WEAK_TYPE: "an argument flipped between a Python scalar and a typed array",
+    Cause.NEW_STATIC_VALUE: "a static argument took a value not seen before",
+    Cause.NEW_STRUCTURE: "the pytree of the arguments changed",
+    Cause.NEW_FUNCTION_OBJECT: "the same source was wrapped by a new jit object",
+    Cause.CACHE_CLEARED: "the function's cache was cleared or evicted",
+    Cause.NEW_DEVICE_OR_SHARDING: "compiled again for another device, sharding or layout",
+    Cause.UNKNOWN: "no cause could be established",
+    Cause.STALE_CAPTURE: "a value read at trace time changed afterwards",
 }
 
 
@@ -139,22 +139,16 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-_DESCRIBED = re.compile(r"^(?P<dtype>[A-Za-z0-9_]+)\[(?P<dims>[0-9, ]*)\](?P<weak> weak)?$")
-
-
 def parse_described(text: Any) -> dict[str, Any]:
     """Split a diff side (``float32[32,16] weak``, ``static 3``, a repr) into its parts."""
     if text is None:
         return {"absent": True}
     if not isinstance(text, str):
         return {"value": repr(text)}
-    match = _DESCRIBED.match(text.strip())
-    if match:
-        return {
-            "shape": "[" + match["dims"].replace(" ", "") + "]",
-            "dtype": match["dtype"],
-            "weak_type": bool(match["weak"]),
-        }
+    array = events.parse_described(text)
+    if array is not None:
+        dtype, dims, weak = array
+        return {"shape": "[" + ",".join(str(d) for d in dims) + "]", "dtype": dtype, "weak_type": weak}
     if text.startswith("static "):
         return {"value": text[len("static ") :]}
     return {"value": text}
