@@ -29,7 +29,7 @@ from typing import Any
 
 import jax
 
-from . import causes, current, opbyop
+from . import causes, current, devices, opbyop
 from . import signature as sigmod
 from .events import Cause, CompileEvent, FunctionInfo, new_event_id
 from .identity import call_site, code_file, describe_function, is_library_file, user_function, user_function_in
@@ -265,7 +265,7 @@ def to_event(
     cache_key: dict[str, str] | None = None,
 ) -> CompileEvent:
     info = target.info
-    device = _default_device()
+    device = devices.default_device()
     sig = target.signature
     if target.primitive is not None:
         cause, explanation, diff = _explain_primitive(target)
@@ -308,7 +308,7 @@ def to_event(
         persistent_cache_hit=persistent_cache_hit,
         cache_time_saved_seconds=cache_time_saved,
         device=device,
-        backend=_backend(),
+        backend=devices.backend(),
         call_site=target.call_site,
         jaxpr_eqns=jaxpr_eqns,
         thread=thread,
@@ -446,25 +446,3 @@ def reset() -> None:
 
 causes.on_reset(reset)
 causes.on_reset(opbyop.reset)
-
-
-_device_lock = threading.Lock()
-_device: list[str | None] = []
-
-
-def _default_device() -> str | None:
-    if not _device:
-        with _device_lock:
-            if not _device:
-                try:
-                    _device.append(str(jax.devices()[0]))
-                except Exception:
-                    _device.append(None)
-    return _device[0]
-
-
-def _backend() -> str | None:
-    try:
-        return jax.default_backend()
-    except Exception:
-        return None

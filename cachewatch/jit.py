@@ -25,7 +25,7 @@ from typing import Any, Callable, ParamSpec, Protocol, TypeVar, overload
 
 import jax
 
-from . import _guard, _tracking, cachekey, captures, causes, counters, current, guards, recorder
+from . import _guard, _tracking, cachekey, captures, causes, counters, current, devices, guards, recorder
 from .counters import CallCounter, Watched as _Watched
 from . import signature as sigmod
 from .events import Cause, CompileEvent, FunctionInfo, Kind, new_event_id
@@ -393,7 +393,7 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
     if not records:
         return False
     call_site = _call_site()
-    device = _device_of(args, kwargs)
+    device = devices.of_inputs(args, kwargs)
     extra: dict[str, Any] = {}
     compiled = [r for r in records if r.compiles > 0 and r.error is None]
     if compiled and not state.in_library_file:
@@ -476,7 +476,7 @@ def _to_event(
         persistent_cache_hit=record.persistent_cache_hit if cache_hit is None else cache_hit,
         cache_time_saved_seconds=record.cache_time_saved,
         device=device,
-        backend=_backend(),
+        backend=devices.backend(),
         call_site=call_site,
         jaxpr_eqns=record.jaxpr_eqns,
         error=record.error,
@@ -508,7 +508,7 @@ def _stale_event(state: HookState, name: str, before: str, after: str, call_site
         compiled=False,
         nested=False,
         call_site=call_site,
-        backend=_backend(),
+        backend=devices.backend(),
         thread=threading.current_thread().name,
     )
 
@@ -587,30 +587,6 @@ def _concrete_signature(state: HookState, args: tuple, kwargs: dict) -> sigmod.S
 
 def _call_site() -> str | None:
     return call_site(3)
-
-
-def _device_of(args: tuple, kwargs: dict) -> str | None:
-    for leaf in jax.tree_util.tree_leaves((args, kwargs)):
-        devices = getattr(leaf, "devices", None)
-        if devices is None or isinstance(leaf, jax.core.Tracer):
-            continue
-        try:
-            found = sorted(str(d) for d in devices())
-        except Exception:
-            continue
-        return ",".join(found)
-    try:
-        return str(jax.devices()[0])
-    except Exception:
-        return None
-
-
-@functools.lru_cache(maxsize=1)
-def _backend() -> str | None:
-    try:
-        return jax.default_backend()
-    except Exception:
-        return None
 
 
 # ------------------------------------------------------------------ public entry
