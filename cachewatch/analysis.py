@@ -9,16 +9,19 @@ static argument took how many values, which line re-creates the jit.
 from __future__ import annotations
 
 import collections
+import logging
 import math
 import statistics
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import sqlalchemy as sa
 
 from .events import OP_BY_OP_MODULE, Cause, Kind, parse_described
 from .store import models, queries
-from .store.queries import Filters
+from .store.queries import Filters, FunctionReport
+
+logger = logging.getLogger("cachewatch")
 
 
 def short_name(qualname: str) -> str:
@@ -384,7 +387,7 @@ def _seconds(value: float) -> str:
 
 
 def verdicts(
-    conn: sa.Connection, report_rows: list[dict[str, Any]], filters: Filters = Filters(), few_calls: int = 5
+    conn: sa.Connection, report_rows: Sequence[FunctionReport], filters: Filters = Filters(), few_calls: int = 5
 ) -> dict[str, dict[str, Any]]:
     """The jit verdict per function of a report, from the row's own numbers, with eager
     baselines and a break-even per signature where measured."""
@@ -614,3 +617,55 @@ def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: f
             item["qualname"] = names.get(item["function_hash"], "")
     found.sort(key=lambda g: -(g["ratio"] or 0))
     return found
+
+
+def storms(
+    conn: sa.Connection,
+    filters: Filters,
+    *,
+    threshold: int,
+    window: float,
+    function_hashes: list[str] | None = None,
+    active_only: bool = False,
+    now: float | None = None,
+) -> list[dict[str, Any]]:
+    """Storms, newest first. With ``active_only`` only recent events are read.
+
+    A storm is active when its last compile is within ``window`` of now, and the
+    ``threshold`` compiles that make it span at most ``window``: so every event of an
+    active storm is younger than ``2 * window`` and older events need not be read.
+    """
+    now = time.time() if now is None else now
+    if active_only:
+        horizon = now - 2 * window
+        filters = Filters(
+            run_id=filters.run_id,
+            until=filters.until,
+            since=horizon if filters.since is None else max(filters.since, horizon),
+        )
+    found = detect_storms(conn, filters, threshold=threshold, window=window, now=now, function_hashes=function_hashes)
+    return [s for s in found if s["active"]] if active_only else found
+
+
+def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: float) -> dict[str, Any]:
+    """The store's totals (or the filtered part's) and how many storms are active now."""
+    active = storms(conn, filters, threshold=threshold, window=window, active_only=True)
+    return {
+        **queries.totals(conn, filters),
+        "active_storms": len(active),
+        "storm_threshold": threshold,
+        "storm_window": window,
+    }
+
+
+def verdicts_or_none(
+    conn: sa.Connection, rows: Sequence[FunctionReport], filters: Filters
+) -> dict[str, dict[str, Any]]:
+    """:func:`verdicts`, or none when a stored row it cannot weigh (a run time measured
+    op by op without its compiled twin, written before the store refused such rows) would
+    fail the whole page: the page shows what is there, without the verdicts."""
+    try:
+        return verdicts(conn, rows, filters)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+        logger.warning("verdicts left out: a stored row cannot be weighed: %s: %s", type(exc).__name__, exc)
+        return {}

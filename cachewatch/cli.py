@@ -15,7 +15,7 @@ import importlib
 import json
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from . import config as configmod
 from .events import OP_BY_OP_MODULE
@@ -147,17 +147,12 @@ def _report(args: argparse.Namespace) -> int:
     cfg = configmod.resolve()
     filters = queries.Filters(run_id=args.run_id)
     with enginemod.connection(url) as conn:
-        rows = queries.function_report(conn, filters)
-        try:
-            verdicts = analysis.verdicts(conn, rows, filters)
-        except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:  # a stored row it cannot weigh
-            print(f"cachewatch: verdicts left out: {type(exc).__name__}: {exc}", file=sys.stderr)
-            verdicts = {}
+        report = queries.function_report(conn, filters)
+        verdicts = analysis.verdicts_or_none(conn, report, filters)
         storms = analysis.detect_storms(conn, filters, threshold=cfg.storm_threshold, window=cfg.storm_window)
         costs = analysis.cost_model(conn, filters)
         regressions = analysis.compile_regressions(conn)
-    for row in rows:
-        row["verdict"] = verdicts.get(row["function_hash"])
+    rows: list[dict[str, Any]] = [{**row, "verdict": verdicts.get(row["function_hash"])} for row in report]
     if args.format == "json":
         print(json.dumps(rows, indent=2, default=str))
         return 0
@@ -204,7 +199,7 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _coverage_line(rows: list[dict]) -> str:
+def _coverage_line(rows: Sequence[Mapping[str, Any]]) -> str:
     """How many compiles were tied to a function, and how many only to the name JAX gave them."""
     from .foreign import UNATTRIBUTED_MODULE
 
@@ -219,7 +214,9 @@ def _coverage_line(rows: list[dict]) -> str:
     return text + "."
 
 
-def _print_findings(rows: list[dict], storms: list[dict], costs: list[dict], regressions: list[dict]) -> None:
+def _print_findings(
+    rows: Sequence[Mapping[str, Any]], storms: list[dict], costs: list[dict], regressions: list[dict]
+) -> None:
     from . import analysis
 
     if storms:

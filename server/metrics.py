@@ -35,14 +35,15 @@ import sqlalchemy as sa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from cachewatch import analysis
 from cachewatch import fleet
 from cachewatch.analysis import short_name
 from cachewatch.events import OP_BY_OP_MODULE, Kind
 from cachewatch.foreign import UNATTRIBUTED_MODULE
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
+from cachewatch.store.queries import Filters
 
-from . import queries
 from .settings import ServerSettings
 
 logger = logging.getLogger("cachewatch.server")
@@ -238,9 +239,9 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
 
     d = models.run_drops
     snap.client_dropped = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(d.c.dropped), 0))).scalar_one())
-    for storm in queries.storms(
+    for storm in analysis.storms(
         conn,
-        queries.Filters(),
+        Filters(),
         threshold=settings.storm_threshold,
         window=settings.storm_window,
         active_only=True,

@@ -8,7 +8,7 @@ Field names follow DESIGN.md: a report row carries ``name``, ``qualname``, ``mod
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence, TypedDict, cast
 
 import sqlalchemy as sa
 
@@ -17,7 +17,8 @@ from ..events import Cause, Kind, explain_cache_miss
 from . import engine as enginemod
 from . import models, rollup
 
-_EVENT_COLUMNS = [c for c in models.compile_events.c if c.name != "id"]
+# Every column of an event but the store's own row id.
+EVENT_SELECT = [c for c in models.compile_events.c if c.name != "id"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,77 @@ class Filters:
         return query
 
 
+class FunctionReport(TypedDict):
+    """One function's row of the report (the CLI's table, ``/api/v1/functions``, the dashboard)."""
+
+    name: str
+    qualname: str
+    module: str
+    file: str
+    line: int
+    function_hash: str
+    traces: int
+    compiles: int
+    recompiles: int
+    causes: dict[str, int]  # compiles and traces by cause
+    dominant_cause: str | None  # the most frequent cause other than first_call
+    stale_captures: int
+    compile_seconds: float  # trace + lowering + XLA compile, over all compiles
+    calls: int
+    sampled_calls: int
+    run_seconds_mean: float | None  # one call's run time; None: none was timed
+    run_seconds_est: float | None  # that times the calls
+    compile_share: float | None  # compile seconds over compile plus run seconds
+    run_time_note: str | None  # why there is no run time
+    first_compile: float | None
+    last_compile: float | None
+
+
+class EventRow(TypedDict, total=False):
+    """One stored event as read back: the store's row id and every column of
+    ``models.compile_events`` (the listings add the function's ``name`` and ``qualname``)."""
+
+    id: int
+    event_id: str
+    function_hash: str
+    run_id: str
+    timestamp: float
+    kind: str
+    cause: str
+    explanation: str
+    diff: list[dict[str, Any]]
+    signature: list[dict[str, Any]]
+    signature_hash: str
+    compiled: bool
+    nested: bool
+    trace_seconds: float | None
+    lower_seconds: float | None
+    compile_seconds: float | None
+    persistent_cache_hit: bool | None
+    cache_time_saved_seconds: float | None
+    device: str | None
+    backend: str | None
+    call_site: str | None
+    jaxpr_eqns: int | None
+    flops: float | None
+    bytes_accessed: float | None
+    error: str | None
+    thread: str | None
+    hlo_ops: int | None
+    compiled_run_seconds: float | None
+    eager_run_seconds: float | None
+    captured: dict[str, str] | None
+    warmup: bool
+    cache_key: dict[str, str] | None
+    name: str
+    qualname: str
+    cache_miss: dict[str, Any] | None  # set by explain_cache_misses
+
+
+def _event_rows(result: Iterable[sa.Row[Any]]) -> list[EventRow]:
+    return [cast(EventRow, dict(r._mapping)) for r in result]
+
+
 def cost_expr(e: sa.Table) -> sa.ColumnElement:
     """An event's compile seconds as the report counts them: trace + lowering + XLA compile."""
     return (
@@ -62,7 +134,7 @@ def cost_expr(e: sa.Table) -> sa.ColumnElement:
 
 def function_report(
     conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None
-) -> list[dict[str, Any]]:
+) -> list[FunctionReport]:
     """One row per function, most compile seconds first.
 
     ``compile_seconds`` is the whole cost of (re)compiling: trace + lowering + XLA
@@ -78,15 +150,7 @@ def function_report(
     ):
         row = rows.get(function_hash)
         if row is None:
-            row = rows[function_hash] = {
-                "traces": 0,
-                "compiles": 0,
-                "recompiles": 0,
-                "compile_seconds": 0.0,
-                "stale_captures": 0,
-                "first_compile": first_ts,
-                "last_compile": last_ts,
-            }
+            row = rows[function_hash] = {**_NO_EVENTS, "first_compile": first_ts, "last_compile": last_ts}
             causes[function_hash] = {}
         else:
             if first_ts < row["first_compile"]:
@@ -114,43 +178,63 @@ def function_report(
     if function_hashes is not None or not filters.is_empty():
         meta_q = meta_q.where(f.c.function_hash.in_(list(rows)))
     meta = {r.function_hash: r for r in conn.execute(meta_q)}
-    report = []
-    for function_hash, row in rows.items():
-        info = meta.get(function_hash)
-        stat = stats.get(function_hash)
-        calls = stat.calls if stat else 0
-        sampled = stat.sampled_calls if stat else 0
-        per_call = stat.run_seconds_per_call if stat else None
-        compile_seconds = float(row["compile_seconds"] or 0.0)
-        run_est = per_call * calls if per_call is not None else None
-        compiles = int(row["compiles"] or 0)
-        report.append(
-            {
-                "name": info.name if info else "",
-                "qualname": info.qualname if info else "",
-                "module": info.module if info else "",
-                "file": info.file if info else "",
-                "line": info.line if info else 0,
-                "function_hash": function_hash,
-                "traces": int(row["traces"] or 0),
-                "compiles": compiles,
-                "recompiles": int(row["recompiles"] or 0),
-                "causes": causes.get(function_hash, {}),
-                "dominant_cause": _dominant(causes.get(function_hash, {})),
-                "stale_captures": int(row["stale_captures"] or 0),
-                "compile_seconds": compile_seconds,
-                "calls": calls,
-                "sampled_calls": sampled,
-                "run_seconds_mean": per_call,
-                "run_seconds_est": run_est,
-                "compile_share": compile_share(compile_seconds, run_est),
-                "run_time_note": run_time_note(stat, compiles),
-                "first_compile": row["first_compile"],
-                "last_compile": row["last_compile"],
-            }
+    report = [
+        _report_row(
+            function_hash, meta.get(function_hash), row, causes.get(function_hash, {}), stats.get(function_hash)
         )
+        for function_hash, row in rows.items()
+    ]
     report.sort(key=lambda r: (-r["compile_seconds"], r["qualname"]))
     return report
+
+
+def _report_row(
+    function_hash: str,
+    info: sa.Row[Any] | None,
+    totals: dict[str, Any],
+    causes: dict[str, int],
+    stat: CallTotals | None,
+) -> FunctionReport:
+    """A function's report row from its event totals and its call totals."""
+    calls = stat.calls if stat else 0
+    per_call = stat.run_seconds_per_call if stat else None
+    compile_seconds = float(totals["compile_seconds"] or 0.0)
+    run_est = per_call * calls if per_call is not None else None
+    compiles = int(totals["compiles"] or 0)
+    return {
+        "name": info.name if info else "",
+        "qualname": info.qualname if info else "",
+        "module": info.module if info else "",
+        "file": info.file if info else "",
+        "line": info.line if info else 0,
+        "function_hash": function_hash,
+        "traces": int(totals["traces"] or 0),
+        "compiles": compiles,
+        "recompiles": int(totals["recompiles"] or 0),
+        "causes": causes,
+        "dominant_cause": _dominant(causes),
+        "stale_captures": int(totals["stale_captures"] or 0),
+        "compile_seconds": compile_seconds,
+        "calls": calls,
+        "sampled_calls": stat.sampled_calls if stat else 0,
+        "run_seconds_mean": per_call,
+        "run_seconds_est": run_est,
+        "compile_share": compile_share(compile_seconds, run_est),
+        "run_time_note": run_time_note(stat, compiles),
+        "first_compile": totals["first_compile"],
+        "last_compile": totals["last_compile"],
+    }
+
+
+_NO_EVENTS = {
+    "traces": 0,
+    "compiles": 0,
+    "recompiles": 0,
+    "compile_seconds": 0.0,
+    "stale_captures": 0,
+    "first_compile": None,
+    "last_compile": None,
+}
 
 
 def compile_share(compile_seconds: float, run_seconds: float | None) -> float | None:
@@ -352,21 +436,21 @@ def list_events(
     function_hashes: list[str] | None = None,
     limit: int = 1000,
     after_id: int | None = None,
-) -> list[dict[str, Any]]:
+) -> list[EventRow]:
     """Compile events, oldest first, with the function's name; ``after_id`` pages on."""
     e, f = models.compile_events, models.functions
     q = filters.apply(
-        e, sa.select(e.c.id, *_EVENT_COLUMNS, f.c.name, f.c.qualname).join(f, f.c.function_hash == e.c.function_hash)
+        e, sa.select(e.c.id, *EVENT_SELECT, f.c.name, f.c.qualname).join(f, f.c.function_hash == e.c.function_hash)
     )
     if function_hashes is not None:
         q = q.where(e.c.function_hash.in_(function_hashes))
     if after_id is not None:
         q = q.where(e.c.id > after_id)
     q = q.order_by(e.c.id).limit(limit)
-    return [dict(r._mapping) for r in conn.execute(q)]
+    return _event_rows(conn.execute(q))
 
 
-def explain_cache_misses(conn: sa.Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def explain_cache_misses(conn: sa.Connection, rows: list[EventRow]) -> list[EventRow]:
     """Set ``cache_miss`` on event rows that missed the persistent cache: against the
     latest earlier event of the same function and signature in another run that asked
     the cache, the parts of the key that changed (None where there is none to compare)."""
@@ -394,3 +478,389 @@ def explain_cache_misses(conn: sa.Connection, rows: list[dict[str, Any]]) -> lis
             earlier.cache_key, key, earlier_run=earlier.run_id, earlier_hit=earlier.persistent_cache_hit
         )
     return rows
+
+
+# ------------------------------------------------------------------ the service's listings
+
+
+def function_page(
+    conn: sa.Connection, filters: Filters, q: str | None, offset: int, limit: int
+) -> tuple[list[FunctionReport], bool]:
+    """One page of report rows (most compile seconds first) and whether more follow.
+
+    Over the whole store the page's functions are chosen in SQL from the totals, and
+    only they get a full report row; with a run or time filter the report is built for
+    every function that matches and then cut.
+    """
+    if not filters.is_empty():
+        rows = function_report(conn, filters)
+        if q:
+            needle = q.lower()
+            rows = [r for r in rows if needle in r["qualname"].lower() or needle in r["name"].lower()]
+        return rows[offset : offset + limit], offset + limit < len(rows)
+    t, f = models.function_totals, models.functions
+    cost = sa.func.sum(sa.case((t.c.kind != Kind.STALE_CAPTURE, t.c.cost_seconds), else_=0.0)).label("cost")
+    chosen = (
+        sa.select(t.c.function_hash, cost, f.c.qualname)
+        .join(f, f.c.function_hash == t.c.function_hash)
+        .group_by(t.c.function_hash, f.c.qualname)
+    )
+    if q:
+        needle = q.lower()
+        chosen = chosen.where(
+            sa.or_(
+                sa.func.lower(f.c.qualname).contains(needle, autoescape=True),
+                sa.func.lower(f.c.name).contains(needle, autoescape=True),
+            )
+        )
+    hashes = [
+        r.function_hash
+        for r in conn.execute(chosen.order_by(cost.desc(), f.c.qualname).offset(offset).limit(limit + 1))
+    ]
+    rows = function_report(conn, filters, function_hashes=hashes[:limit]) if hashes else []
+    return rows, len(hashes) > limit
+
+
+def event_rows(
+    conn: sa.Connection, function_hash: str, filters: Filters, limit: int, after: tuple[float, int] | None = None
+) -> list[EventRow]:
+    """One function's events in time order (ties by id), with its name; ``after`` pages on.
+
+    Ordered by (timestamp, id) rather than id alone so the (function_hash, timestamp)
+    index serves the order: a busy function's page needs no sort of all its events.
+    """
+    e, f = models.compile_events, models.functions
+    q = filters.apply(
+        e,
+        sa.select(e.c.id, *EVENT_SELECT, f.c.name, f.c.qualname)
+        .join(f, f.c.function_hash == e.c.function_hash)
+        .where(e.c.function_hash == function_hash),
+    )
+    if after is not None:
+        timestamp, last_id = after
+        # The redundant `>=` lets the planner start the index range at the cursor.
+        q = q.where(
+            e.c.timestamp >= timestamp,
+            sa.or_(e.c.timestamp > timestamp, sa.and_(e.c.timestamp == timestamp, e.c.id > last_id)),
+        )
+    return _event_rows(conn.execute(q.order_by(e.c.timestamp, e.c.id).limit(limit)))
+
+
+def function_exists(conn: sa.Connection, function_hash: str) -> bool:
+    f = models.functions
+    return conn.execute(sa.select(f.c.function_hash).where(f.c.function_hash == function_hash)).first() is not None
+
+
+def function_row(conn: sa.Connection, function_hash: str, filters: Filters) -> FunctionReport | None:
+    """One function's report row (zeros when it has no events in the filters); None if unknown."""
+    f = models.functions
+    info = conn.execute(sa.select(f).where(f.c.function_hash == function_hash)).first()
+    if info is None:
+        return None
+    rows = function_report(conn, filters, function_hashes=[function_hash])
+    if rows:
+        return rows[0]
+    return _report_row(function_hash, info, _NO_EVENTS, {}, None)
+
+
+def run_rows(
+    conn: sa.Connection, filters: Filters, limit: int, after: tuple[float, str] | None = None
+) -> list[dict[str, Any]]:
+    """Runs, newest first, with their event counts; ``since``/``until`` apply to the start time."""
+    r = models.runs
+    q = filters.apply_to_runs(sa.select(r))
+    if after is not None:
+        started, run_id = after
+        q = q.where(sa.or_(r.c.started_at < started, sa.and_(r.c.started_at == started, r.c.run_id < run_id)))
+    rows = [
+        dict(row._mapping) for row in conn.execute(q.order_by(r.c.started_at.desc(), r.c.run_id.desc()).limit(limit))
+    ]
+    if not rows:
+        return rows
+    totals = models.run_totals
+    counts = {
+        row.run_id: row
+        for row in conn.execute(
+            sa.select(
+                totals.c.run_id, totals.c.events, totals.c.compiles, totals.c.cost_seconds.label("compile_seconds")
+            ).where(totals.c.run_id.in_([row["run_id"] for row in rows]))
+        )
+    }
+    for row in rows:
+        found = counts.get(row["run_id"])
+        row["devices"] = list(row.get("devices") or [])
+        row["events"] = int(found.events) if found else 0
+        row["compiles"] = int(found.compiles or 0) if found else 0
+        row["compile_seconds"] = float(found.compile_seconds or 0.0) if found else 0.0
+    return rows
+
+
+def _grouped(conn: sa.Connection, filters: Filters, *columns: str) -> list[tuple]:
+    """(columns..., events, cost seconds) grouped by ``columns``, aggregated by the database.
+
+    Over the whole store this reads the per-function totals; with a run or time filter,
+    the events through their indexes. Stale captures count as events but cost nothing.
+    """
+    if filters.is_empty():
+        t = models.function_totals
+        keys = [t.c[c] for c in columns]
+        q = sa.select(
+            *keys,
+            sa.func.sum(t.c.events),
+            sa.func.sum(sa.case((t.c.kind != Kind.STALE_CAPTURE, t.c.cost_seconds), else_=0.0)),
+        )
+    else:
+        e = models.compile_events
+        keys = [e.c[c] for c in columns]
+        q = filters.apply(e, sa.select(*keys, sa.func.count(), sa.func.sum(cost_expr(e))))
+    return [tuple(row) for row in conn.execute(q.group_by(*keys))]
+
+
+def totals(conn: sa.Connection, filters: Filters) -> dict[str, Any]:
+    """Totals over the store (or the filtered part of it): events, compiles by cause, cost,
+    calls and run time (the summary without its storms)."""
+    if filters.since is None and filters.until is None:
+        per_run = models.run_totals
+        runs_q = sa.select(sa.func.count()).select_from(per_run).where(per_run.c.events > 0)
+        if filters.run_id:
+            runs_q = runs_q.where(per_run.c.run_id == filters.run_id)
+    else:
+        # One index probe per run ((run_id, timestamp) is indexed) instead of a DISTINCT
+        # over every event.
+        e = models.compile_events
+        r = models.runs
+        has_events = filters.apply(e, sa.select(e.c.id).where(e.c.run_id == r.c.run_id)).exists()
+        runs_q = sa.select(sa.func.count()).select_from(r).where(has_events)
+        if filters.run_id:
+            runs_q = runs_q.where(r.c.run_id == filters.run_id)
+    runs = conn.execute(runs_q).scalar_one()
+    causes: dict[str, int] = {}
+    totals = {"events": 0, "traces": 0, "compiles": 0, "recompiles": 0, "stale_captures": 0}
+    for kind, cause, compiled, n, _ in _grouped(conn, filters, "kind", "cause", "compiled"):
+        n = int(n)
+        if kind == Kind.STALE_CAPTURE:
+            # Not a compile: the report keeps these out of the causes too.
+            totals["stale_captures"] += n
+        else:
+            causes[cause] = causes.get(cause, 0) + n
+        totals["events"] += n
+        totals["traces"] += n if kind == Kind.TRACE else 0
+        if compiled:
+            totals["compiles"] += n
+            if cause != Cause.FIRST_CALL:
+                totals["recompiles"] += n
+    compile_by_function = {
+        function_hash: float(cost or 0.0) for function_hash, _, cost in _grouped(conn, filters, "function_hash")
+    }
+    calls = 0
+    run_total = 0.0
+    measured_compile = 0.0
+    measured = False
+    unsampled = 0
+    for row in call_totals(conn, filters):
+        calls += row.calls
+        unsampled += row.unsampled_calls
+        if row.run_seconds_per_call is not None:
+            measured = True
+            run_total += row.run_seconds_per_call * row.calls
+            measured_compile += compile_by_function.get(row.function_hash, 0.0)
+    compile_seconds = sum(compile_by_function.values())
+    note = None
+    if not measured:
+        note = run_time_note(CallTotals("", calls, 0, 0.0, None, unsampled), totals["compiles"])
+    return {
+        "functions": len(compile_by_function),
+        "runs": int(runs or 0),
+        **totals,
+        "causes": causes,
+        "compile_seconds": compile_seconds,
+        "calls": calls,
+        "run_seconds_est": run_total if measured else None,
+        "compile_share": compile_share(measured_compile, run_total if measured else None),
+        "run_time_note": note,
+    }
+
+
+# ------------------------------------------------------------------ the dashboard's charts and pages
+
+
+# Bucket widths for the charts over time, in seconds: the first giving at most
+# MAX_BUCKETS bars over the span shown wins.
+_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 6 * 3600, 12 * 3600, 86400, 7 * 86400)
+MAX_BUCKETS = 80
+
+
+def has_events(conn: sa.Connection) -> bool:
+    e = models.compile_events
+    return conn.execute(sa.select(e.c.id).limit(1)).first() is not None
+
+
+def time_span(conn: sa.Connection, filters: Filters, function_hash: str | None = None) -> tuple[float, float] | None:
+    e = models.compile_events
+    q = filters.apply(e, sa.select(sa.func.min(e.c.timestamp), sa.func.max(e.c.timestamp)))
+    if function_hash is not None:
+        q = q.where(e.c.function_hash == function_hash)
+    low, high = conn.execute(q).one()
+    return None if low is None else (float(low), float(high))
+
+
+def bucket_width(span: tuple[float, float] | None) -> int:
+    if span is None:
+        return 60
+    seconds = max(span[1] - span[0], 1.0)
+    for width in _BUCKETS:
+        if seconds / width <= MAX_BUCKETS:
+            return width
+    return _BUCKETS[-1]
+
+
+def _bucket(conn: sa.Connection, column: sa.ColumnElement, width: int) -> sa.ColumnElement:
+    # floor() is missing from SQLite builds without the math functions; a cast to
+    # integer truncates, which is floor for the positive epoch seconds stored here.
+    # PostgreSQL's cast rounds instead, so it gets floor().
+    if conn.dialect.name == "sqlite":
+        return sa.cast(column / width, sa.Integer) * width
+    return sa.func.floor(column / width) * width
+
+
+def compiles_over_time(
+    conn: sa.Connection, filters: Filters, *, recompiles_only: bool = True, function_hash: str | None = None
+) -> dict[str, Any]:
+    """Compiles per time bucket and cause: ``{"width": s, "rows": [(bucket_start, cause, n), ...]}``."""
+    e = models.compile_events
+    width = bucket_width(time_span(conn, filters, function_hash))
+    bucket = _bucket(conn, e.c.timestamp, width).label("bucket")
+    q = filters.apply(e, sa.select(bucket, e.c.cause, sa.func.count().label("n")).where(e.c.compiled))
+    if recompiles_only:
+        q = q.where(e.c.cause != Cause.FIRST_CALL)
+    if function_hash is not None:
+        q = q.where(e.c.function_hash == function_hash)
+    rows = conn.execute(q.group_by(bucket, e.c.cause).order_by(bucket)).all()
+    return {"width": width, "rows": [(float(r.bucket), r.cause, int(r.n)) for r in rows]}
+
+
+def timeline(conn: sa.Connection, function_hash: str, filters: Filters, limit: int = 5000) -> list[dict[str, Any]]:
+    """The function's traces and compiles (newest ``limit``), oldest first, with their cost."""
+    e = models.compile_events
+    q = filters.apply(
+        e,
+        sa.select(e.c.timestamp, e.c.cause, e.c.kind, e.c.compiled, e.c.call_site, cost_expr(e).label("seconds"))
+        .where(e.c.function_hash == function_hash, e.c.kind != Kind.STALE_CAPTURE)
+        .order_by(e.c.timestamp.desc(), e.c.id.desc())
+        .limit(limit),
+    )
+    rows = [dict(r._mapping) for r in conn.execute(q)]
+    rows.reverse()
+    return rows
+
+
+def call_sites(conn: sa.Connection, function_hash: str, filters: Filters) -> list[dict[str, Any]]:
+    """Where the function was called when it traced or compiled, busiest first."""
+    e = models.compile_events
+    recompiles = sa.func.sum(sa.case((sa.and_(e.c.compiled, e.c.cause != Cause.FIRST_CALL), 1), else_=0))
+    q = filters.apply(
+        e,
+        sa.select(
+            e.c.call_site,
+            sa.func.count().label("events"),
+            recompiles.label("recompiles"),
+            sa.func.sum(cost_expr(e)).label("seconds"),
+            sa.func.max(e.c.timestamp).label("last"),
+        )
+        .where(e.c.function_hash == function_hash, e.c.kind != Kind.STALE_CAPTURE)
+        .group_by(e.c.call_site),
+    )
+    rows = [
+        {
+            "call_site": r.call_site,
+            "events": int(r.events),
+            "recompiles": int(r.recompiles or 0),
+            "seconds": float(r.seconds or 0.0),
+            "last": r.last,
+        }
+        for r in conn.execute(q)
+    ]
+    rows.sort(key=lambda r: (-r["events"], r["call_site"] or ""))
+    return rows
+
+
+def _event_kind(e: sa.Table, kind: str | None) -> list[sa.ColumnElement]:
+    # "stale" events are not compiles: the detail page lists them apart.
+    if kind == Kind.STALE_CAPTURE:
+        return [e.c.kind == Kind.STALE_CAPTURE]
+    if kind == "compiles":
+        return [e.c.kind != Kind.STALE_CAPTURE]
+    return []
+
+
+def count_events(conn: sa.Connection, function_hash: str, filters: Filters, kind: str | None = None) -> int:
+    e = models.compile_events
+    q = filters.apply(
+        e, sa.select(sa.func.count()).select_from(e).where(e.c.function_hash == function_hash, *_event_kind(e, kind))
+    )
+    return int(conn.execute(q).scalar_one())
+
+
+def events_page(
+    conn: sa.Connection, function_hash: str, filters: Filters, *, limit: int, offset: int, kind: str | None = None
+) -> list[EventRow]:
+    """One page of a function's events, newest first: the latest is what a person looks for first."""
+    e = models.compile_events
+    q = filters.apply(
+        e,
+        sa.select(e.c.id, *EVENT_SELECT)
+        .where(e.c.function_hash == function_hash, *_event_kind(e, kind))
+        .order_by(e.c.timestamp.desc(), e.c.id.desc())
+        .limit(limit)
+        .offset(offset),
+    )
+    return _event_rows(conn.execute(q))
+
+
+def dominant_cause_rows(
+    conn: sa.Connection, function_hash: str, filters: Filters, cause: str, limit: int = 500
+) -> list[Any]:
+    """The latest compiles of one cause, as rows with ``diff`` and ``call_site`` (for suggest_fix)."""
+    e = models.compile_events
+    q = filters.apply(
+        e,
+        sa.select(e.c.diff, e.c.call_site, e.c.cause, e.c.timestamp)
+        .where(e.c.function_hash == function_hash, e.c.cause == cause, e.c.compiled)
+        .order_by(e.c.timestamp.desc())
+        .limit(limit),
+    )
+    return list(conn.execute(q))
+
+
+def run_spans(conn: sa.Connection, run_ids: list[str]) -> dict[str, tuple[float, float]]:
+    """First and last event time of each run."""
+    if not run_ids:
+        return {}
+    e = models.compile_events
+    q = (
+        sa.select(e.c.run_id, sa.func.min(e.c.timestamp).label("first"), sa.func.max(e.c.timestamp).label("last"))
+        .where(e.c.run_id.in_(run_ids))
+        .group_by(e.c.run_id)
+    )
+    return {r.run_id: (float(r.first), float(r.last)) for r in conn.execute(q)}
+
+
+def run_choices(conn: sa.Connection, limit: int = 200) -> list[dict[str, Any]]:
+    """Runs for the filter menu, newest first: id, name and start only."""
+    r = models.runs
+    q = sa.select(r.c.run_id, r.c.run_name, r.c.host, r.c.started_at).order_by(r.c.started_at.desc()).limit(limit)
+    return [dict(row._mapping) for row in conn.execute(q)]
+
+
+def run_info(conn: sa.Connection, run_id: str) -> dict[str, Any] | None:
+    r = models.runs
+    row = conn.execute(
+        sa.select(r.c.run_id, r.c.run_name, r.c.host, r.c.started_at).where(r.c.run_id == run_id)
+    ).first()
+    return dict(row._mapping) if row is not None else None
+
+
+def count_runs(conn: sa.Connection, filters: Filters) -> int:
+    """How many runs the runs page lists (since/until apply to the start time, as in the API)."""
+    q = filters.apply_to_runs(sa.select(sa.func.count()).select_from(models.runs))
+    return int(conn.execute(q).scalar_one())

@@ -14,6 +14,8 @@ import time
 import urllib.parse
 from typing import Any, Callable
 
+import sqlalchemy as sa
+
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -23,12 +25,10 @@ from cachewatch import analysis, fleet
 from cachewatch.events import OP_BY_OP_MODULE, Cause, Kind
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries as storequeries
-from cachewatch.store.queries import Filters
+from cachewatch.store.queries import Filters, FunctionReport
 
-from .. import queries as apiqueries
 from ..deps import parse_time
 from . import auth, render
-from . import queries as dq
 
 logger = logging.getLogger("cachewatch.server")
 
@@ -201,9 +201,11 @@ def page(request: Request, template: str, *, status: int = 200, view: View | Non
 
 def _open_view(request: Request, conn) -> View:
     view = View.from_request(request)
-    view.runs = dq.run_choices(conn)
+    view.runs = storequeries.run_choices(conn)
     if view.run_id:
-        view.run = next((r for r in view.runs if r["run_id"] == view.run_id), None) or dq.run_info(conn, view.run_id)
+        view.run = next((r for r in view.runs if r["run_id"] == view.run_id), None) or storequeries.run_info(
+            conn, view.run_id
+        )
         if view.run is None:
             view.problems.append(f"There is no run {view.run_id!r} in the store.")
     return view
@@ -244,7 +246,7 @@ def _pager(view: View, number: int, per_page: int, total: int) -> dict[str, Any]
 
 def _empty_state(request: Request, conn, view: View) -> dict[str, Any] | None:
     """What to tell a person when there is nothing to show, and what to do about it."""
-    if dq.has_events(conn):
+    if storequeries.has_events(conn):
         if view.filtered:
             return {"kind": "filtered", "reset_url": view.without_filters()}
         return None
@@ -264,10 +266,10 @@ def overview(request: Request) -> HTMLResponse:
     settings = request.app.state.settings
     with enginemod.connection(settings.store, ensure=False) as conn:
         view = _open_view(request, conn)
-        summary = apiqueries.summary(conn, view.filters, **_storm_settings(request))
+        summary = analysis.summary(conn, view.filters, **_storm_settings(request))
         report = storequeries.function_report(conn, view.filters)
-        storms = apiqueries.storms(conn, view.filters, active_only=True, **_storm_settings(request))
-        over_time = dq.compiles_over_time(conn, view.filters)
+        storms = analysis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
+        over_time = storequeries.compiles_over_time(conn, view.filters)
         empty = _empty_state(request, conn, view) if not summary["events"] else None
     offenders = sorted(
         (r for r in report if r["recompiles"]), key=lambda r: (-r["recompiles"], -r["compile_seconds"], r["qualname"])
@@ -296,11 +298,11 @@ def overview(request: Request) -> HTMLResponse:
     )
 
 
-def _sort_rows(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
+def _sort_rows(rows: list[FunctionReport], sort: str) -> list[FunctionReport]:
     key = sort.lstrip("-")
     descending = sort.startswith("-")
 
-    def value(row: dict[str, Any]) -> Any:
+    def value(row: FunctionReport) -> Any:
         if key == "name":
             return render.label(row).lower()
         return row.get(key)
@@ -322,7 +324,7 @@ def functions(request: Request) -> HTMLResponse:
     with enginemod.connection(settings.store, ensure=False) as conn:
         view = _open_view(request, conn)
         rows = storequeries.function_report(conn, view.filters)
-        storms = apiqueries.storms(conn, view.filters, active_only=True, **_storm_settings(request))
+        storms = analysis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
         empty = _empty_state(request, conn, view) if not rows else None
     all_causes = render.cause_order(c for r in rows for c in r["causes"])
     if q:
@@ -350,7 +352,7 @@ def functions(request: Request) -> HTMLResponse:
     )
 
 
-def _verdict_text(row: dict[str, Any], verdict: dict[str, Any] | None) -> str:
+def _verdict_text(row: FunctionReport, verdict: dict[str, Any] | None) -> str:
     if row.get("module") == OP_BY_OP_MODULE:
         return "These are JAX's own op-by-op compiles of un-jitted code: there is no jit to weigh."
     if verdict is None or not row["compiles"]:
@@ -360,13 +362,15 @@ def _verdict_text(row: dict[str, Any], verdict: dict[str, Any] | None) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-def _suggested_fix(conn, row: dict[str, Any], storms: list[dict[str, Any]], filters: Filters) -> str | None:
+def _suggested_fix(
+    conn: sa.Connection, row: FunctionReport, storms: list[dict[str, Any]], filters: Filters
+) -> str | None:
     if storms:
         return storms[0]["fix"]
     dominant = row.get("dominant_cause")
     if dominant is None or dominant == Cause.FIRST_CALL:
         return None
-    rows = dq.dominant_cause_rows(conn, row["function_hash"], filters, dominant)
+    rows = storequeries.dominant_cause_rows(conn, row["function_hash"], filters, dominant)
     return analysis.fix_for(row["name"], render.label(row), row.get("module") or "", dominant, rows)
 
 
@@ -375,27 +379,31 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
     settings = request.app.state.settings
     with enginemod.connection(settings.store, ensure=False) as conn:
         view = _open_view(request, conn)
-        row = apiqueries.function_row(conn, function_hash, view.filters) if len(function_hash) <= 40 else None
+        row = storequeries.function_row(conn, function_hash, view.filters) if len(function_hash) <= 40 else None
         if row is None:
             return page(
                 request, "not_found.html", status=404, view=view, title="No such function", function_hash=function_hash
             )
-        storms = apiqueries.storms(conn, view.filters, function_hashes=[function_hash], **_storm_settings(request))
-        verdict = apiqueries.verdicts(conn, [row], view.filters).get(function_hash)
+        storms = analysis.storms(conn, view.filters, function_hashes=[function_hash], **_storm_settings(request))
+        verdict = analysis.verdicts_or_none(conn, [row], view.filters).get(function_hash)
         fix = _suggested_fix(conn, row, storms, view.filters)
-        points = dq.timeline(conn, function_hash, view.filters)
-        sites = dq.call_sites(conn, function_hash, view.filters)
-        over_time = dq.compiles_over_time(conn, view.filters, recompiles_only=False, function_hash=function_hash)
+        points = storequeries.timeline(conn, function_hash, view.filters)
+        sites = storequeries.call_sites(conn, function_hash, view.filters)
+        over_time = storequeries.compiles_over_time(
+            conn, view.filters, recompiles_only=False, function_hash=function_hash
+        )
         number = _page_number(request)
-        total = dq.count_events(conn, function_hash, view.filters, kind="compiles")
+        total = storequeries.count_events(conn, function_hash, view.filters, kind="compiles")
         pager = _pager(view, number, _per_page(request, EVENTS_PER_PAGE), total)
-        events = dq.events_page(
+        events = storequeries.events_page(
             conn, function_hash, view.filters, limit=pager["per_page"], offset=pager["offset"], kind="compiles"
         )
         storequeries.explain_cache_misses(conn, events)
         stale_total = row["stale_captures"]
         stale = (
-            dq.events_page(conn, function_hash, view.filters, limit=STALE_SHOWN, offset=0, kind=Kind.STALE_CAPTURE)
+            storequeries.events_page(
+                conn, function_hash, view.filters, limit=STALE_SHOWN, offset=0, kind=Kind.STALE_CAPTURE
+            )
             if stale_total
             else []
         )
@@ -437,10 +445,10 @@ def runs(request: Request) -> HTMLResponse:
     settings = request.app.state.settings
     with enginemod.connection(settings.store, ensure=False) as conn:
         view = _open_view(request, conn)
-        total = dq.count_runs(conn, view.filters)
+        total = storequeries.count_runs(conn, view.filters)
         pager = _pager(view, _page_number(request), _per_page(request, RUNS_PER_PAGE), total)
-        rows = apiqueries.run_rows(conn, view.filters, limit=pager["offset"] + pager["per_page"])[pager["offset"] :]
-        spans = dq.run_spans(conn, [r["run_id"] for r in rows])
+        rows = storequeries.run_rows(conn, view.filters, limit=pager["offset"] + pager["per_page"])[pager["offset"] :]
+        spans = storequeries.run_spans(conn, [r["run_id"] for r in rows])
         empty = _empty_state(request, conn, view) if not rows else None
     for row in rows:
         row["span"] = spans.get(row["run_id"])
@@ -452,7 +460,7 @@ def storms_page(request: Request) -> HTMLResponse:
     settings = request.app.state.settings
     with enginemod.connection(settings.store, ensure=False) as conn:
         view = _open_view(request, conn)
-        found = apiqueries.storms(conn, view.filters, **_storm_settings(request))
+        found = analysis.storms(conn, view.filters, **_storm_settings(request))
         empty = _empty_state(request, conn, view) if not found else None
     found.sort(key=lambda s: (not s["active"], -s["end"]))
     pager = _pager(view, _page_number(request), _per_page(request, STORMS_PER_PAGE), len(found))

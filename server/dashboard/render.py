@@ -13,7 +13,7 @@ import importlib.metadata
 import math
 import urllib.parse
 from importlib import resources
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 import jinja2
 
@@ -243,7 +243,7 @@ def recompiles_chart(buckets: dict[str, Any]) -> dict[str, Any]:
     return {"data": data, "layout": layout}
 
 
-def unique_labels(rows: list[dict[str, Any]]) -> list[str]:
+def unique_labels(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Short names, made longer only where two functions share one (a chart axis would merge them)."""
     names = [label(r) for r in rows]
     for longer in (
@@ -264,7 +264,7 @@ def _stack_heights(rows: list[tuple[float, str, int]]) -> list[int]:
     return list(totals.values())
 
 
-def cost_chart(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def cost_chart(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Grouped horizontal bars: compile seconds against estimated run seconds, per function."""
     names = unique_labels(rows)
     data = [
@@ -384,7 +384,7 @@ def histogram_table(seconds: list[float], bins: int = 8) -> list[dict[str, Any]]
     return [{"low": low + i * step, "high": low + (i + 1) * step, "n": n} for i, n in enumerate(counts)]
 
 
-def label(row: dict[str, Any]) -> str:
+def label(row: Mapping[str, Any]) -> str:
     """The name a person recognises: the readable tail of the qualified name."""
     return short_name(row.get("qualname") or row.get("name") or row.get("function_hash", "?"))
 

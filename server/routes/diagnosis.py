@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from cachewatch.store import queries as storequeries
 from cachewatch import analysis
 
-from .. import queries
 from ..deps import Connection, QueryFilters, ReadAuth
 from ..schemas import DiagnosisOut
 
@@ -15,9 +15,9 @@ router = APIRouter(prefix="/api/v1", tags=["diagnosis"])
 
 @router.get("/diagnosis", response_model=DiagnosisOut, summary="Verdicts, compile cost model and regressions")
 def diagnosis(_: ReadAuth, conn: Connection, filters: QueryFilters) -> dict:
-    rows = queries.function_rows(conn, filters)
+    rows = storequeries.function_report(conn, filters)
     return {
-        "verdicts": queries.verdicts(conn, rows, filters),
+        "verdicts": analysis.verdicts_or_none(conn, rows, filters),
         "cost_model": analysis.cost_model(conn, filters),
         "regressions": analysis.compile_regressions(conn),
     }

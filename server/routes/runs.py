@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from .. import queries
+from cachewatch.store import queries as storequeries
+
 from ..deps import Connection, Page, QueryFilters, ReadAuth, decode_cursor, encode_cursor, invalid
 from ..schemas import RunPage
 
@@ -23,7 +24,7 @@ def list_runs(_: ReadAuth, conn: Connection, filters: QueryFilters, page: Page) 
         ):
             raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
         after = (float(after[0]), after[1])
-    rows = queries.run_rows(conn, filters, limit=page.limit + 1, after=after)
+    rows = storequeries.run_rows(conn, filters, limit=page.limit + 1, after=after)
     more = len(rows) > page.limit
     rows = rows[: page.limit]
     cursor = encode_cursor("runs", [rows[-1]["started_at"], rows[-1]["run_id"]]) if more else None

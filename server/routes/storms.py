@@ -6,7 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from .. import queries
+from cachewatch import analysis
+
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
 from ..schemas import StormPage
 
@@ -26,7 +27,7 @@ def list_storms(
     offset = decode_cursor("storms", page.cursor) or 0
     if not isinstance(offset, int) or offset < 0:
         raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
-    found = queries.storms(
+    found = analysis.storms(
         conn,
         filters,
         threshold=settings.storm_threshold,
