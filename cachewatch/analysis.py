@@ -17,8 +17,8 @@ from typing import Any, Iterable, Sequence
 
 import sqlalchemy as sa
 
-from .events import OP_BY_OP_MODULE, Cause, Kind, parse_described
-from .store import models, queries
+from .events import OP_BY_OP_MODULE, Cause, parse_described
+from .store import queries
 from .store.queries import Filters, FunctionReport
 
 logger = logging.getLogger("cachewatch")
@@ -46,28 +46,12 @@ def detect_storms(
     (set-up, and the first compile of each step) are left out.
     """
     now = time.time() if now is None else now
-    e, f = models.compile_events, models.functions
-    q = filters.apply(
-        e,
-        sa.select(e.c.function_hash, e.c.timestamp, e.c.cause, e.c.diff, e.c.call_site, e.c.run_id, e.c.signature)
-        .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, sa.not_(e.c.warmup))
-        .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
-    )
-    if function_hashes is not None:
-        q = q.where(e.c.function_hash.in_(function_hashes))
     by_run: dict[tuple[str, str], list[Any]] = collections.defaultdict(list)
-    for row in conn.execute(q):
+    for row in queries.steady_recompiles(conn, filters, function_hashes):
         by_run[(row.function_hash, row.run_id)].append(row)
     if not by_run:
         return []
-    names = {
-        r.function_hash: r
-        for r in conn.execute(
-            sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module, f.c.file, f.c.line).where(
-                f.c.function_hash.in_(list({h for h, _ in by_run}))
-            )
-        )
-    }
+    names = queries.function_infos(conn, {h for h, _ in by_run})
     storms = []
     for (function_hash, _run), rows in by_run.items():
         for group in _bursts(rows, threshold, window):
@@ -391,24 +375,11 @@ def verdicts(
 ) -> dict[str, dict[str, Any]]:
     """The jit verdict per function of a report, from the row's own numbers, with eager
     baselines and a break-even per signature where measured."""
-    e = models.compile_events
     hashes = [row["function_hash"] for row in report_rows if row.get("module") != OP_BY_OP_MODULE]
     if not hashes:
         return {}
-    q = filters.apply(
-        e,
-        sa.select(
-            e.c.function_hash,
-            e.c.signature_hash,
-            sa.func.sum(sa.case((e.c.compiled, 1), else_=0)).label("compiles"),
-            sa.func.sum(queries.cost_expr(e)).label("seconds"),
-            sa.func.avg(e.c.eager_run_seconds).label("eager"),
-        )
-        .where(e.c.function_hash.in_(hashes), e.c.kind != Kind.STALE_CAPTURE)
-        .group_by(e.c.function_hash, e.c.signature_hash),
-    )
     per_signature: dict[str, list[Any]] = collections.defaultdict(list)
-    for r in conn.execute(q):
+    for r in queries.signature_costs(conn, filters, hashes):
         per_signature[r.function_hash].append(r)
     run_times = queries.signature_run_times(conn, filters, hashes)
     out = {}
@@ -492,25 +463,12 @@ def cost_model(conn: sa.Connection, filters: Filters = Filters(), min_points: in
     fit used; with fewer than ``EXPONENT_MIN_POINTS`` over ``EXPONENT_MIN_SIZES`` sizes
     spanning ``EXPONENT_MIN_SPAN``x there is no exponent, and ``note`` says why.
     """
-    e, f = models.compile_events, models.functions
-    size = sa.func.coalesce(e.c.hlo_ops, e.c.jaxpr_eqns)
-    q = filters.apply(
-        e,
-        sa.select(
-            e.c.function_hash,
-            size.label("size"),
-            (sa.func.coalesce(e.c.lower_seconds, 0.0) + sa.func.coalesce(e.c.compile_seconds, 0.0)).label("seconds"),
-        ).where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0),
-    )
     points: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
-    for r in conn.execute(q):
+    for r in queries.compile_sizes(conn, filters):
         points[r.function_hash].append((float(r.size), float(r.seconds)))
     if not points:
         return []
-    names = {
-        r.function_hash: r.qualname
-        for r in conn.execute(sa.select(f.c.function_hash, f.c.qualname).where(f.c.function_hash.in_(list(points))))
-    }
+    names = {h: info.qualname for h, info in queries.function_infos(conn, set(points)).items()}
     rows = []
     for function_hash, pts in points.items():
         sizes = [p[0] for p in pts]
@@ -558,28 +516,9 @@ def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: f
     Compares the median compile time per (function, signature) between consecutive
     runs that compiled it, and names the JAX versions of both runs.
     """
-    e, r, f = models.compile_events, models.runs, models.functions
-    q = (
-        sa.select(
-            e.c.function_hash,
-            e.c.signature_hash,
-            e.c.run_id,
-            e.c.compile_seconds,
-            r.c.started_at,
-            r.c.jax_version,
-            r.c.jaxlib_version,
-        )
-        .join(r, r.c.run_id == e.c.run_id)
-        .where(
-            e.c.compiled,
-            e.c.compile_seconds.is_not(None),
-            e.c.signature_hash != "",
-            e.c.persistent_cache_hit.is_not(True),
-        )
-    )
     grouped: dict[tuple[str, str], dict[str, list]] = collections.defaultdict(dict)
     run_meta: dict[str, Any] = {}
-    for row in conn.execute(q):
+    for row in queries.uncached_compiles(conn):
         grouped[(row.function_hash, row.signature_hash)].setdefault(row.run_id, []).append(row.compile_seconds)
         run_meta[row.run_id] = row
     found = []
@@ -605,16 +544,10 @@ def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: f
                     }
                 )
     if found:
-        names = {
-            x.function_hash: x.qualname
-            for x in conn.execute(
-                sa.select(f.c.function_hash, f.c.qualname).where(
-                    f.c.function_hash.in_({g["function_hash"] for g in found})
-                )
-            )
-        }
+        infos = queries.function_infos(conn, {g["function_hash"] for g in found})
         for item in found:
-            item["qualname"] = names.get(item["function_hash"], "")
+            info = infos.get(item["function_hash"])
+            item["qualname"] = info.qualname if info is not None else ""
     found.sort(key=lambda g: -(g["ratio"] or 0))
     return found
 

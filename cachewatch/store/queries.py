@@ -8,7 +8,7 @@ Field names follow DESIGN.md: a report row carries ``name``, ``qualname``, ``mod
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence, TypedDict, cast
+from typing import Any, Iterable, Sequence, TypedDict, Unpack, cast
 
 import sqlalchemy as sa
 
@@ -119,7 +119,7 @@ class EventRow(TypedDict, total=False):
     cache_miss: dict[str, Any] | None  # set by explain_cache_misses
 
 
-def _event_rows(result: Iterable[sa.Row[Any]]) -> list[EventRow]:
+def _event_rows(result: Iterable[sa.Row[Unpack[tuple[Any, ...]]]]) -> list[EventRow]:
     return [cast(EventRow, dict(r._mapping)) for r in result]
 
 
@@ -190,7 +190,7 @@ def function_report(
 
 def _report_row(
     function_hash: str,
-    info: sa.Row[Any] | None,
+    info: sa.Row[Unpack[tuple[Any, ...]]] | None,
     totals: dict[str, Any],
     causes: dict[str, int],
     stat: CallTotals | None,
@@ -478,6 +478,96 @@ def explain_cache_misses(conn: sa.Connection, rows: list[EventRow]) -> list[Even
             earlier.cache_key, key, earlier_run=earlier.run_id, earlier_hit=earlier.persistent_cache_hit
         )
     return rows
+
+
+# ------------------------------------------------------------------ what analysis reasons over
+
+
+def function_infos(conn: sa.Connection, function_hashes: Iterable[str]) -> dict[str, sa.Row[Unpack[tuple[Any, ...]]]]:
+    """Name, qualified name, module, file and line of each function, by hash."""
+    f = models.functions
+    wanted = list(function_hashes)
+    if not wanted:
+        return {}
+    q = sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module, f.c.file, f.c.line)
+    return {r.function_hash: r for r in conn.execute(q.where(f.c.function_hash.in_(wanted)))}
+
+
+def steady_recompiles(
+    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None = None
+) -> Sequence[sa.Row[Unpack[tuple[Any, ...]]]]:
+    """Recompiles made after warm-up, by function, run and time: what storms are made of."""
+    e = models.compile_events
+    q = filters.apply(
+        e,
+        sa.select(e.c.function_hash, e.c.timestamp, e.c.cause, e.c.diff, e.c.call_site, e.c.run_id, e.c.signature)
+        .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, sa.not_(e.c.warmup))
+        .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
+    )
+    if function_hashes is not None:
+        q = q.where(e.c.function_hash.in_(function_hashes))
+    return conn.execute(q).all()
+
+
+def signature_costs(
+    conn: sa.Connection, filters: Filters, function_hashes: list[str]
+) -> Sequence[sa.Row[Unpack[tuple[Any, ...]]]]:
+    """Per function and signature: compiles, their cost in seconds, and the mean eager run time."""
+    e = models.compile_events
+    q = filters.apply(
+        e,
+        sa.select(
+            e.c.function_hash,
+            e.c.signature_hash,
+            sa.func.sum(sa.case((e.c.compiled, 1), else_=0)).label("compiles"),
+            sa.func.sum(cost_expr(e)).label("seconds"),
+            sa.func.avg(e.c.eager_run_seconds).label("eager"),
+        )
+        .where(e.c.function_hash.in_(function_hashes), e.c.kind != Kind.STALE_CAPTURE)
+        .group_by(e.c.function_hash, e.c.signature_hash),
+    )
+    return conn.execute(q).all()
+
+
+def compile_sizes(conn: sa.Connection, filters: Filters) -> Sequence[sa.Row[Unpack[tuple[Any, ...]]]]:
+    """Each compile's program size (HLO operations, else jaxpr equations) and its lowering
+    plus XLA compile seconds, for the cost model."""
+    e = models.compile_events
+    size = sa.func.coalesce(e.c.hlo_ops, e.c.jaxpr_eqns)
+    q = filters.apply(
+        e,
+        sa.select(
+            e.c.function_hash,
+            size.label("size"),
+            (sa.func.coalesce(e.c.lower_seconds, 0.0) + sa.func.coalesce(e.c.compile_seconds, 0.0)).label("seconds"),
+        ).where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0),
+    )
+    return conn.execute(q).all()
+
+
+def uncached_compiles(conn: sa.Connection) -> Sequence[sa.Row[Unpack[tuple[Any, ...]]]]:
+    """XLA compile seconds of every compile that did not hit the persistent cache, with its
+    run's start and JAX versions, for comparing runs."""
+    e, r = models.compile_events, models.runs
+    q = (
+        sa.select(
+            e.c.function_hash,
+            e.c.signature_hash,
+            e.c.run_id,
+            e.c.compile_seconds,
+            r.c.started_at,
+            r.c.jax_version,
+            r.c.jaxlib_version,
+        )
+        .join(r, r.c.run_id == e.c.run_id)
+        .where(
+            e.c.compiled,
+            e.c.compile_seconds.is_not(None),
+            e.c.signature_hash != "",
+            e.c.persistent_cache_hit.is_not(True),
+        )
+    )
+    return conn.execute(q).all()
 
 
 # ------------------------------------------------------------------ the service's listings
