@@ -17,16 +17,11 @@ from typing import Any, Iterable, Sequence
 
 import sqlalchemy as sa
 
-from .events import OP_BY_OP_MODULE, Cause, parse_described
+from .events import OP_BY_OP_MODULE, Cause, parse_described, short_name
 from .store import queries
 from .store.queries import Filters, FunctionReport
 
 logger = logging.getLogger("cachewatch")
-
-
-def short_name(qualname: str) -> str:
-    """``train.<locals>.step`` -> ``step``: the readable tail of a qualified name."""
-    return qualname.rsplit("<locals>.", 1)[-1]
 
 
 def detect_storms(

@@ -97,6 +97,11 @@ def seconds_ok(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and 0.0 <= value <= MAX_SECONDS)
 
 
+def short_name(qualname: str) -> str:
+    """``train.<locals>.step`` -> ``step``: the readable tail of a qualified name."""
+    return qualname.rsplit("<locals>.", 1)[-1]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class FunctionInfo:
     """Where a jitted function comes from; ``function_hash`` is stable across processes and hosts."""

@@ -37,8 +37,7 @@ from prometheus_client.utils import floatToGoString
 
 from cachewatch import analysis
 from cachewatch import fleet
-from cachewatch.analysis import short_name
-from cachewatch.events import OP_BY_OP_MODULE, Kind
+from cachewatch.events import OP_BY_OP_MODULE, Kind, short_name
 from cachewatch.foreign import UNATTRIBUTED_MODULE
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup

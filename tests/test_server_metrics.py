@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from cachewatch import current, recorder, runtimes
-from cachewatch.analysis import short_name
+from cachewatch.events import short_name
 from cachewatch.events import FunctionInfo
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models

@@ -249,3 +249,43 @@ def test_event_ids_fit_the_column_and_grow_with_time():
     # The time prefix never goes back, so the unique index grows at its end.
     prefixes = [i[:14] for i in ids]
     assert prefixes == sorted(prefixes)
+
+
+def test_a_page_of_functions_is_the_same_in_sql_as_from_the_whole_report(store_url, use_store):
+    # Over the whole store a listing pages in SQL over the kept totals; with a filter it
+    # cuts the full report. Both must show the same functions in the same order.
+    from cachewatch.store import queries
+
+    use_store(store_url, sample_every=1)
+    for scenario in (
+        scenarios.batch_sizes,
+        scenarios.static_values,
+        scenarios.dtype_change,
+        scenarios.weak_type_flip,
+        scenarios.lambda_in_loop,
+        scenarios.stale_global,
+        scenarios.nested_jit,
+    ):
+        scenario()
+    assert cachewatch.flush(30)
+    whole = queries.Filters()
+    # The same view, through the events instead of the totals: a time range holding everything.
+    ranged = queries.Filters(since=0.0, until=4e9)
+    with enginemod.connection(store_url) as conn:
+        everything = len(queries.function_report(conn, whole))
+        assert everything >= 7
+        for key in queries.SORT_KEYS:
+            for sort in (key, "-" + key):
+                for q, cause in ((None, None), ("o", None), (None, "new_shape")):
+                    listed = dict(sort=sort, q=q, cause=cause)
+                    in_sql, total = queries.function_page(conn, whole, offset=0, limit=1000, **listed)
+                    cut, cut_total = queries.function_page(conn, ranged, offset=0, limit=1000, **listed)
+                    assert total == cut_total, listed
+                    assert [r["function_hash"] for r in in_sql] == [r["function_hash"] for r in cut], listed
+                    assert in_sql == cut, listed
+                    pages = [
+                        queries.function_page(conn, whole, offset=o, limit=3, **listed)[0] for o in range(0, total, 3)
+                    ]
+                    assert [r for page in pages for r in page] == in_sql, listed
+        with pytest.raises(ValueError):
+            queries.function_page(conn, whole, offset=0, limit=10, sort="-event_id")

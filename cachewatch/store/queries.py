@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence, TypedDict, Unpack, cast
 import sqlalchemy as sa
 
 from .. import runtimes
-from ..events import Cause, Kind, explain_cache_miss
+from ..events import Cause, Kind, explain_cache_miss, short_name
 from . import engine as enginemod
 from . import models, rollup
 
@@ -573,42 +573,144 @@ def uncached_compiles(conn: sa.Connection) -> Sequence[sa.Row[Unpack[tuple[Any, 
 # ------------------------------------------------------------------ the service's listings
 
 
-def function_page(
-    conn: sa.Connection, filters: Filters, q: str | None, offset: int, limit: int
-) -> tuple[list[FunctionReport], bool]:
-    """One page of report rows (most compile seconds first) and whether more follow.
+# What a listing of functions sorts by: report fields. All but ``name`` and
+# ``dominant_cause`` are sorted in SQL over the kept totals when the view is the whole store.
+SORT_KEYS = (
+    "name",
+    "compiles",
+    "recompiles",
+    "dominant_cause",
+    "compile_seconds",
+    "calls",
+    "compile_share",
+    "last_compile",
+)
 
-    Over the whole store the page's functions are chosen in SQL from the totals, and
-    only they get a full report row; with a run or time filter the report is built for
-    every function that matches and then cut.
+
+def function_page(
+    conn: sa.Connection,
+    filters: Filters,
+    *,
+    offset: int,
+    limit: int,
+    q: str | None = None,
+    cause: str | None = None,
+    sort: str = "-compile_seconds",
+) -> tuple[list[FunctionReport], int]:
+    """One page of report rows and how many functions match in all.
+
+    ``q`` keeps functions whose name or qualified name contains it, ``cause`` those with
+    compiles of that cause; ``sort`` is a field of :data:`SORT_KEYS`, descending with a
+    leading ``-``, unknown values last either way, ties in order of qualified name (then hash). Over the whole
+    store the page is chosen in SQL from the kept totals and only its functions get a
+    full report row; a run or time filter, or a sort by name or dominant cause, builds the
+    report of every function that matches and cuts it.
     """
-    if not filters.is_empty():
-        rows = function_report(conn, filters)
-        if q:
-            needle = q.lower()
-            rows = [r for r in rows if needle in r["qualname"].lower() or needle in r["name"].lower()]
-        return rows[offset : offset + limit], offset + limit < len(rows)
-    t, f = models.function_totals, models.functions
-    cost = sa.func.sum(sa.case((t.c.kind != Kind.STALE_CAPTURE, t.c.cost_seconds), else_=0.0)).label("cost")
-    chosen = (
-        sa.select(t.c.function_hash, cost, f.c.qualname)
-        .join(f, f.c.function_hash == t.c.function_hash)
-        .group_by(t.c.function_hash, f.c.qualname)
+    key = sort.lstrip("-")
+    if key not in SORT_KEYS:
+        raise ValueError(f"cannot sort functions by {sort!r}")
+    descending = sort.startswith("-")
+    if not filters.is_empty() or key in ("name", "dominant_cause"):
+        rows = _matching(function_report(conn, filters), q, cause)
+        rows = _sorted_rows(rows, key, descending)
+        return rows[offset : offset + limit], len(rows)
+    listing = _listing(q, cause)
+    total = conn.execute(sa.select(sa.func.count()).select_from(listing.subquery())).scalar_one()
+    value = listing.selected_columns[key]
+    qualname = listing.selected_columns.qualname
+    order: list[sa.ColumnElement[Any]] = [sa.case((value.is_(None), 1), else_=0)]  # unknowns last, either way
+    order += [value.desc() if descending else value.asc(), qualname.asc(), listing.selected_columns.function_hash.asc()]
+    hashes = [r.function_hash for r in conn.execute(listing.order_by(*order).offset(offset).limit(limit))]
+    by_hash = {r["function_hash"]: r for r in function_report(conn, filters, function_hashes=hashes)} if hashes else {}
+    return [by_hash[h] for h in hashes if h in by_hash], int(total)
+
+
+def _listing(q: str | None, cause: str | None) -> sa.Select[Any]:
+    """Per function, from the kept totals: the report's sortable fields, computed in SQL."""
+    t, f, c = models.function_totals, models.functions, models.function_call_totals
+    compiled_events = sa.case((t.c.compiled, t.c.events), else_=0)
+    per = sa.select(
+        t.c.function_hash,
+        sa.func.sum(sa.case((t.c.kind != Kind.STALE_CAPTURE, t.c.cost_seconds), else_=0.0)).label("compile_seconds"),
+        sa.func.sum(compiled_events).label("compiles"),
+        sa.func.sum(sa.case((t.c.cause != Cause.FIRST_CALL, compiled_events), else_=0)).label("recompiles"),
+        sa.func.max(t.c.last_ts).label("last_compile"),
+        sa.func.sum(
+            sa.case((sa.and_(t.c.kind != Kind.STALE_CAPTURE, t.c.cause == (cause or "")), t.c.events), else_=0)
+        ).label("of_cause"),
+    ).group_by(t.c.function_hash)
+    p = per.subquery()
+    calls = sa.func.coalesce(c.c.calls, 0)
+    run_seconds = c.c.run_seconds_per_call * calls
+    share = sa.case(
+        (
+            sa.and_(c.c.run_seconds_per_call.is_not(None), p.c.compile_seconds + run_seconds > 0),
+            p.c.compile_seconds / (p.c.compile_seconds + run_seconds),
+        ),
+        else_=None,
+    )
+    listing = (
+        sa.select(
+            p.c.function_hash,
+            f.c.qualname,
+            p.c.compile_seconds,
+            p.c.compiles,
+            p.c.recompiles,
+            p.c.last_compile,
+            calls.label("calls"),
+            share.label("compile_share"),
+        )
+        .join(f, f.c.function_hash == p.c.function_hash)
+        .outerjoin(c, c.c.function_hash == p.c.function_hash)
     )
     if q:
         needle = q.lower()
-        chosen = chosen.where(
+        listing = listing.where(
             sa.or_(
                 sa.func.lower(f.c.qualname).contains(needle, autoescape=True),
                 sa.func.lower(f.c.name).contains(needle, autoescape=True),
             )
         )
-    hashes = [
-        r.function_hash
-        for r in conn.execute(chosen.order_by(cost.desc(), f.c.qualname).offset(offset).limit(limit + 1))
-    ]
-    rows = function_report(conn, filters, function_hashes=hashes[:limit]) if hashes else []
-    return rows, len(hashes) > limit
+    if cause:
+        listing = listing.where(p.c.of_cause > 0)
+    return listing
+
+
+def causes_present(conn: sa.Connection, filters: Filters) -> list[str]:
+    """The causes of the compiles in view (what a listing can be narrowed to)."""
+    return sorted(
+        {cause for kind, cause, _, _ in _grouped(conn, filters, "kind", "cause") if kind != Kind.STALE_CAPTURE}
+    )
+
+
+def has_functions(conn: sa.Connection, filters: Filters) -> bool:
+    """Whether any function has events in view."""
+    if filters.is_empty():
+        return conn.execute(sa.select(models.function_totals.c.function_hash).limit(1)).first() is not None
+    e = models.compile_events
+    return conn.execute(filters.apply(e, sa.select(e.c.id)).limit(1)).first() is not None
+
+
+def _matching(rows: list[FunctionReport], q: str | None, cause: str | None) -> list[FunctionReport]:
+    if q:
+        needle = q.lower()
+        rows = [r for r in rows if needle in r["qualname"].lower() or needle in r["name"].lower()]
+    if cause:
+        rows = [r for r in rows if r["causes"].get(cause)]
+    return rows
+
+
+def _sorted_rows(rows: list[FunctionReport], key: str, descending: bool) -> list[FunctionReport]:
+    def value(row: FunctionReport) -> Any:
+        if key == "name":
+            return short_name(row["qualname"] or row["name"] or row["function_hash"]).lower()
+        return row.get(key)
+
+    rows = sorted(rows, key=lambda r: (r["qualname"], r["function_hash"]))
+    present = [r for r in rows if value(r) is not None]
+    missing = [r for r in rows if value(r) is None]  # last, whichever the direction
+    present.sort(key=value, reverse=descending)  # stable: ties keep the qualified names' order
+    return present + missing
 
 
 def event_rows(

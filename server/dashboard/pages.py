@@ -8,6 +8,7 @@ rendered on the server from the same queries as the JSON API.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -42,7 +43,7 @@ TOP_OFFENDERS = 8
 STALE_SHOWN = 50
 COST_CHART_FUNCTIONS = 10
 
-SORT_KEYS = {
+_SORT_LABELS = {
     "name": "Function",
     "compiles": "Compiles",
     "recompiles": "Recompiles",
@@ -52,6 +53,7 @@ SORT_KEYS = {
     "compile_share": "Compile share",
     "last_compile": "Last compile",
 }
+SORT_KEYS = {key: _SORT_LABELS[key] for key in storequeries.SORT_KEYS}  # the read module's sort keys, labelled
 DEFAULT_SORT = "-compile_seconds"
 
 _env = render.make_environment()
@@ -298,21 +300,6 @@ def overview(request: Request) -> HTMLResponse:
     )
 
 
-def _sort_rows(rows: list[FunctionReport], sort: str) -> list[FunctionReport]:
-    key = sort.lstrip("-")
-    descending = sort.startswith("-")
-
-    def value(row: FunctionReport) -> Any:
-        if key == "name":
-            return render.label(row).lower()
-        return row.get(key)
-
-    present = [r for r in rows if value(r) is not None]
-    missing = [r for r in rows if value(r) is None]  # unknowns last, whichever the direction
-    present.sort(key=lambda r: (value(r), r["qualname"]), reverse=descending)
-    return present + missing
-
-
 @router.get("/functions", response_class=HTMLResponse)
 def functions(request: Request) -> HTMLResponse:
     settings = request.app.state.settings
@@ -321,20 +308,19 @@ def functions(request: Request) -> HTMLResponse:
     sort = request.query_params.get("sort") or DEFAULT_SORT
     if sort.lstrip("-") not in SORT_KEYS:
         sort = DEFAULT_SORT
+    number, per_page = _page_number(request), _per_page(request, FUNCTIONS_PER_PAGE)
     with enginemod.connection(settings.store, ensure=False) as conn:
         view = _open_view(request, conn)
-        rows = storequeries.function_report(conn, view.filters)
+        listing = functools.partial(
+            storequeries.function_page, conn, view.filters, q=q, cause=cause, sort=sort, limit=per_page
+        )
+        shown, total = listing(offset=(number - 1) * per_page)
+        pager = _pager(view, number, per_page, total)
+        if pager["number"] != number:  # past the last page: show the last
+            shown, total = listing(offset=pager["offset"])
         storms = analysis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
-        empty = _empty_state(request, conn, view) if not rows else None
-    all_causes = render.cause_order(c for r in rows for c in r["causes"])
-    if q:
-        needle = q.lower()
-        rows = [r for r in rows if needle in r["qualname"].lower() or needle in r["name"].lower()]
-    if cause:
-        rows = [r for r in rows if r["causes"].get(cause)]
-    rows = _sort_rows(rows, sort)
-    pager = _pager(view, _page_number(request), _per_page(request, FUNCTIONS_PER_PAGE), len(rows))
-    shown = rows[pager["offset"] : pager["offset"] + pager["per_page"]]
+        all_causes = render.cause_order(storequeries.causes_present(conn, view.filters))
+        empty = _empty_state(request, conn, view) if not storequeries.has_functions(conn, view.filters) else None
     return page(
         request,
         "functions.html",

@@ -17,9 +17,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import jinja2
 
-from cachewatch.analysis import short_name
 from cachewatch import events
-from cachewatch.events import CAUSES, Cause
+from cachewatch.events import CAUSES, Cause, short_name
 
 # One fixed colour per cause, the same on every page and chart: ten hues as far apart
 # as ten can be, each darkened to keep at least 3:1 contrast against white, as bars and

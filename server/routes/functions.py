@@ -35,9 +35,9 @@ def list_functions(
     ] = None,
 ) -> dict:
     offset = _offset(page.cursor)
-    rows, more = storequeries.function_page(conn, filters, q, offset, page.limit)
+    rows, total = storequeries.function_page(conn, filters, offset=offset, limit=page.limit, q=q)
     end = offset + page.limit
-    return {"items": rows, "next_cursor": encode_cursor("functions", end) if more else None}
+    return {"items": rows, "next_cursor": encode_cursor("functions", end) if end < total else None}
 
 
 @router.get(
