@@ -17,6 +17,7 @@ import cachewatch
 from cachewatch import analysis, cli
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, queries, rollup
+from cachewatch.events import Cause, Kind
 
 
 def storms_for(url: str, qualname_part: str, **kwargs) -> list[dict]:
@@ -49,7 +50,7 @@ def test_varying_batch_axis_storm_suggests_bucketing(store):
         ragged_step(w, {"tokens": jnp.ones((size, 4))})  # line of the call: checked below
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "ragged_step")
-    assert storm["dominant_cause"] == "new_shape" and storm["compiles"] == 9 and storm["active"]
+    assert storm["dominant_cause"] == Cause.NEW_SHAPE and storm["compiles"] == 9 and storm["active"]
     assert "batch['tokens'] axis 0 took 10 sizes between 1 and 144" in storm["fix"]
     buckets = len({1 if s <= 1 else 2 ** (s - 1).bit_length() for s in sizes})
     assert f"pad to powers of two: {buckets} compile(s) instead of 10" in storm["fix"]
@@ -65,7 +66,7 @@ def test_static_argument_storm_counts_values(store):
         power(jnp.ones(3), k)
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "power")
-    assert storm["dominant_cause"] == "new_static_value"
+    assert storm["dominant_cause"] == Cause.NEW_STATIC_VALUE
     assert storm["fix"].startswith("Static argument k of `power` took 7 distinct values")
     assert "make it a traced argument" in storm["fix"]
 
@@ -79,7 +80,7 @@ def test_jit_in_loop_storm_names_the_line_to_hoist(store):
         line = _line() - 1
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "<lambda>")
-    assert storm["dominant_cause"] == "new_function_object"
+    assert storm["dominant_cause"] == Cause.NEW_FUNCTION_OBJECT
     assert f"called at {__file__}:{line}" in storm["fix"] and "outside the loop" in storm["fix"]
 
 
@@ -106,9 +107,9 @@ def test_weak_type_and_changing_keys_storms(store):
         summed({k: jnp.ones(2) for k in keys[:n]})
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "summed")
-    assert storm["dominant_cause"] == "new_structure"
+    assert storm["dominant_cause"] == Cause.NEW_STRUCTURE
     assert "batch['" in storm["fix"] and "keep dict keys" in storm["fix"]
-    weak = [e for e in events_of(store, "scaled") if e["cause"] == "weak_type"]
+    weak = [e for e in events_of(store, "scaled") if e["cause"] == Cause.WEAK_TYPE]
     assert weak and all(e["diff"][0]["path"] == "scale" for e in weak)
     fix = analysis.suggest_fix("scaled", "weak_type", [_Row(e) for e in weak])
     assert fix.startswith("Argument scale of `scaled` flips between a Python scalar and a typed array")
@@ -212,7 +213,7 @@ def test_stale_global_is_flagged_without_changing_results(sqlite_url, use_store)
     assert float(clip(jnp.float32(-1.0))) == 0.0
     assert float(clip(jnp.float32(-1.0))) == 0.0
     assert cachewatch.flush(30)
-    stale = [e for e in events_of(sqlite_url, "clip") if e["kind"] == "stale_capture"]
+    stale = [e for e in events_of(sqlite_url, "clip") if e["kind"] == Kind.STALE_CAPTURE]
     assert len(stale) == 1  # reported once per change, not once per call
     (event,) = stale
     assert event["diff"][0]["path"] == "THRESHOLD"
@@ -235,7 +236,7 @@ def test_closure_cell_change_is_flagged(sqlite_url, use_store):
     offset = jnp.full(2, 5.0)  # noqa: F841 - rebinding the captured cell is the point
     shift(jnp.zeros(2))
     assert cachewatch.flush(30)
-    (event,) = [e for e in events_of(sqlite_url, "shift") if e["kind"] == "stale_capture"]
+    (event,) = [e for e in events_of(sqlite_url, "shift") if e["kind"] == Kind.STALE_CAPTURE]
     assert event["diff"][0]["path"] == "offset"
     assert event["diff"][0]["before"] == "float32[2] [1.0, 1.0]"
 

@@ -10,6 +10,7 @@ import pytest
 
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries
+from cachewatch.events import Cause
 
 import scenarios
 
@@ -76,7 +77,7 @@ def test_scenario_counts_and_causes(name, sqlite_url, use_store):
     for event in events:
         assert event["explanation"]
         if event["cause"] not in ("first_call", "cache_cleared"):
-            assert event["diff"] or event["cause"] == "new_function_object", event
+            assert event["diff"] or event["cause"] == Cause.NEW_FUNCTION_OBJECT, event
 
 
 def _by_cause(events, cause):
@@ -102,7 +103,7 @@ def test_weak_type_blamed_where_jax_blames_keys(sqlite_url, use_store):
     # the closest earlier signature has the same keys and differs only in weak type.
     events, _ = run_scenario("weak_type_flip", sqlite_url, use_store)
     last = events[-1]
-    assert last["cause"] == "weak_type"
+    assert last["cause"] == Cause.WEAK_TYPE
     assert [e["path"] for e in last["diff"]] == ["d['a']"]
     assert last["diff"][0]["before"] == "float32[] weak" and last["diff"][0]["after"] == "float32[]"
     assert events[1]["diff"][0]["change"] == "added" and events[1]["diff"][0]["path"] == "d['b']"

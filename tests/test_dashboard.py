@@ -36,6 +36,7 @@ from cachewatch_server.dashboard import render
 from cachewatch_server.deps import parse_time
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
+from cachewatch.events import Cause, Kind
 
 import scenarios
 import serverkit as kit
@@ -381,7 +382,7 @@ def all_events(api, function_hash: str, **filters: Any) -> list[dict[str, Any]]:
 def test_overview_shows_storms_causes_and_cost(tab, api):
     tab.open("/")
     summary = api("/summary")
-    assert summary["recompiles"] > 20 and summary["causes"]["new_shape"] > 5  # the seeded runs storm
+    assert summary["recompiles"] > 20 and summary["causes"][Cause.NEW_SHAPE] > 5  # the seeded runs storm
 
     for metric in ("compiles", "recompiles", "functions", "active_storms"):
         card = tab.card(metric)
@@ -508,7 +509,7 @@ def test_function_detail_explains_each_recompile(tab, api):
     step = function_named(api, "train_step")
     detail = api(f"/functions/{step['function_hash']}")
     events = all_events(api, step["function_hash"])
-    compiles = [e for e in events if e["kind"] != "stale_capture"]
+    compiles = [e for e in events if e["kind"] != Kind.STALE_CAPTURE]
 
     # From the table to the function, by its link.
     tab.open("/functions")
@@ -519,7 +520,7 @@ def test_function_detail_explains_each_recompile(tab, api):
         assert int(tab.card(metric)["value"]) == detail[metric]
     assert approx(tab.card("compile_seconds")["value"], detail["compile_seconds"])
     assert approx(tab.card("run_seconds_est")["value"], detail["run_seconds_est"])
-    assert detail["dominant_cause"] == "new_shape" and "new_shape" in tab.text(".card[data-metric=dominant_cause]")
+    assert detail["dominant_cause"] == Cause.NEW_SHAPE and "new_shape" in tab.text(".card[data-metric=dominant_cause]")
 
     # The suggested fix is the storm's; the verdict is there.
     assert detail["storms"] and tab.text("#fix") == detail["storms"][0]["fix"]
@@ -553,7 +554,7 @@ def test_function_detail_explains_each_recompile(tab, api):
     assert diffs >= 8
 
     # A shape change reads as a before/after table: the shapes differ, the dtype is the same.
-    shape_event = next(e for e in reversed(compiles) if e["cause"] == "new_shape")
+    shape_event = next(e for e in reversed(compiles) if e["cause"] == Cause.NEW_SHAPE)
     entry = shape_event["diff"][0]
     body = tab.page.locator(f"li[data-event-id='{shape_event['event_id']}'] tbody.diff-entry").first
     before = body.locator("tr.before td.shape").inner_text()
@@ -564,7 +565,7 @@ def test_function_detail_explains_each_recompile(tab, api):
     assert body.locator("tr.after td.dtype").inner_text() == render.parse_described(entry["after"])["dtype"]
     assert body.locator("tr.after td.dtype.changed").count() == 0
     # The weak-type flip of `lr` marks the weak type column.
-    weak = next(e for e in compiles if e["cause"] == "weak_type")
+    weak = next(e for e in compiles if e["cause"] == Cause.WEAK_TYPE)
     row = tab.page.locator(f"li[data-event-id='{weak['event_id']}'] tbody.diff-entry[data-path='lr']")
     assert row.locator("tr.before td.weak_type").inner_text().startswith("weak")
     assert row.locator("tr.after td.weak_type.changed").inner_text().startswith("no")
@@ -613,7 +614,7 @@ def test_function_events_page_with_filters(tab, api, store):
 
 def test_stale_captures_and_unknown_function(tab, api):
     shifted = function_named(api, "seed_store.<locals>.shifted")
-    stale = [e for e in all_events(api, shifted["function_hash"]) if e["kind"] == "stale_capture"]
+    stale = [e for e in all_events(api, shifted["function_hash"]) if e["kind"] == Kind.STALE_CAPTURE]
     assert len(stale) == 1 and shifted["stale_captures"] == 1
     tab.open("/functions?q=shifted")
     assert "stale capture" in tab.text(f"tr[data-function-hash='{shifted['function_hash']}']")

@@ -16,6 +16,7 @@ import pytest
 
 import serverkit as kit
 from serverkit import TOKEN
+from cachewatch.events import Cause
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "examples" / "storm_demo.py"
@@ -88,12 +89,12 @@ def test_training_script_through_the_service(served, tmp_path):
     assert [r["run_name"] for r in runs] == ["e2e-demo"] and runs[0]["events"] == summary["events"]
 
     storms = {s["name"]: s for s in _get(served + "/api/v1/storms")["items"]}
-    assert storms["train_step"]["dominant_cause"] == "new_shape" and storms["train_step"]["active"]
+    assert storms["train_step"]["dominant_cause"] == Cause.NEW_SHAPE and storms["train_step"]["active"]
     assert "batch" in storms["train_step"]["fix"] and "storm_demo.py" in storms["<lambda>"]["fix"]
 
     samples = kit.parse_metrics(_get(served + "/metrics"))
-    assert kit.sample(samples, "cachewatch_compiles_total", function="train_step", cause="new_shape") == 7
-    assert kit.sample(samples, "cachewatch_compiles_total", function="<lambda>", cause="new_function_object") == 7
+    assert kit.sample(samples, "cachewatch_compiles_total", function="train_step", cause=Cause.NEW_SHAPE) == 7
+    assert kit.sample(samples, "cachewatch_compiles_total", function="<lambda>", cause=Cause.NEW_FUNCTION_OBJECT) == 7
     assert kit.sample(samples, "cachewatch_calls_total", function="train_step") == 24
     assert kit.sample(samples, "cachewatch_compile_seconds_count", function="train_step") == 8
     assert kit.sample(samples, "cachewatch_storm_active", function="train_step") == 1

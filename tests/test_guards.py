@@ -12,6 +12,7 @@ import pytest
 
 import cachewatch
 from cachewatch import guards, recorder
+from cachewatch.events import Cause
 
 pytestmark = pytest.mark.usefixtures("hot_path")
 
@@ -39,7 +40,7 @@ def test_raise_past_the_limit_names_function_cause_and_diff_and_keeps_the_cache(
     assert "limited_step" in message and "limit of 2" in message
     assert "cause: new_shape" in message and "new_shape=2" in message
     assert "x: float32[3] -> float32[4]" in message  # the diff against the closest signature
-    assert raised.value.cause == "new_shape" and raised.value.causes == {"new_shape": 2}
+    assert raised.value.cause == Cause.NEW_SHAPE and raised.value.causes == {"new_shape": 2}
     assert raised.value.diff[0]["path"] == "x"
 
     # Nothing was compiled for the refused signature, and what was compiled still runs.
@@ -116,7 +117,7 @@ def test_new_jit_object_counts_toward_the_function_limit(events):
         for _ in range(4):
             # a new partial each time: a new jit object, as jax.jit(partial(...)) in a loop
             cachewatch.jit(functools.partial(body), max_recompiles=1, on_limit="raise")(jnp.ones(2))
-    assert raised.value.cause == "new_function_object"
+    assert raised.value.cause == Cause.NEW_FUNCTION_OBJECT
 
 
 def test_bad_limit_options_are_refused_when_wrapping():

@@ -21,6 +21,7 @@ import cachewatch
 from cachewatch import analysis, counters, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, queries, rollup
+from cachewatch.events import Cause
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 # The user's own jitted steps in each program.
@@ -92,7 +93,7 @@ def test_every_compile_of_a_training_program_is_recorded(program, sqlite_url):
             # even where a library (nnx.jit, eqx.filter_jit) made the jit.
             assert event.file == path and def_line - 2 <= event.line <= def_line, (event.file, event.line)
             assert event.call_site.startswith(path + ":")
-        assert events[0].cause == "first_call"
+        assert events[0].cause == Cause.FIRST_CALL
 
     with enginemod.connection(sqlite_url) as conn:
         assert analysis.detect_storms(conn) == []  # set-up and one smaller last batch are no storm

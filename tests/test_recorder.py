@@ -12,7 +12,7 @@ import sqlalchemy as sa
 import cachewatch
 from cachewatch import config as configmod
 from cachewatch import current, recorder
-from cachewatch.events import Batch, CompileEvent, FunctionInfo
+from cachewatch.events import Batch, Cause, CompileEvent, FunctionInfo
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
 
@@ -26,7 +26,7 @@ def make_event(**overrides) -> CompileEvent:
         run_id=current.run_id(),
         timestamp=time.time(),
         kind="trace",
-        cause="first_call",
+        cause=Cause.FIRST_CALL,
         explanation="synthetic",
         diff=(),
         signature=(),

@@ -21,6 +21,7 @@ from cachewatch_server.settings import ServerSettings, SettingsError, load
 
 import serverkit as kit
 from serverkit import TOKEN, READ_TOKEN, auth
+from cachewatch.events import Cause
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +81,10 @@ def test_ingest_then_query(client, store_url, recorded):
     assert row["function_hash"] == step.function_hash
     assert (row["compiles"], row["recompiles"]) == (8, 7)
     assert row["causes"] == {"first_call": 1, "new_shape": 7}
-    assert row["dominant_cause"] == "new_shape"
+    assert row["dominant_cause"] == Cause.NEW_SHAPE
     # 4 samples at 0.05 s: the run time per call is their bucket's centre, within 4.5%.
     assert row["calls"] == 40 and row["run_seconds_est"] == pytest.approx(2.0, rel=0.05)
-    assert by_name["<lambda>"]["dominant_cause"] == "new_function_object"
+    assert by_name["<lambda>"]["dominant_cause"] == Cause.NEW_FUNCTION_OBJECT
     assert by_name["scale"]["causes"] == {"first_call": 1, "new_static_value": 1}
     # Same numbers as the store's own report (the CLI's).
     with enginemod.connection(store_url) as conn:
@@ -358,7 +359,7 @@ def test_storms(client, recorded):
     old_events = [kit.copy_event(e, run_old, old + i) for i, e in enumerate(step_events)]
     new_events = [
         kit.copy_event(
-            lambda_events[min(i, 2)], run_new, now - 30 + i, cause="first_call" if i == 0 else "new_function_object"
+            lambda_events[min(i, 2)], run_new, now - 30 + i, cause=Cause.FIRST_CALL if i == 0 else "new_function_object"
         )
         for i in range(7)
     ]

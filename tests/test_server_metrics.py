@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from cachewatch import current, recorder, runtimes
-from cachewatch.events import short_name
+from cachewatch.events import Cause, Kind, short_name
 from cachewatch.events import FunctionInfo
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
@@ -182,17 +182,17 @@ def test_labels_are_decided_once_and_counters_never_go_down(store_url, recorded)
         second = scrape(client)
         _assert_monotonic(first, second)
         assert _function_labels(second) == {"model.f1", "model.f2", "other"}
-        assert kit.sample(second, "cachewatch_compiles_total", function="other", cause="new_shape") == 6 + 4 + 2
+        assert kit.sample(second, "cachewatch_compiles_total", function="other", cause=Cause.NEW_SHAPE) == 6 + 4 + 2
         assert kit.sample(second, "cachewatch_compile_seconds_count", function="other") == 12
         assert kit.sample(second, "cachewatch_calls_total", function="other") == 120
-        assert kit.sample(second, "cachewatch_compiles_total", function="model.f1", cause="new_shape") == 10
+        assert kit.sample(second, "cachewatch_compiles_total", function="model.f1", cause=Cause.NEW_SHAPE) == 10
 
         # f4 overtakes everyone: it stays in `other` (labels are never moved), which grows by its compiles.
         client.post("/api/v1/events", json=kit.payload(run, _compiles(recorded, run, _function(4), 10, now + 1000)))
         third = scrape(client)
         _assert_monotonic(second, third)
         assert _function_labels(third) == {"model.f1", "model.f2", "other"}
-        assert kit.sample(third, "cachewatch_compiles_total", function="other", cause="new_shape") == 22
+        assert kit.sample(third, "cachewatch_compiles_total", function="other", cause=Cause.NEW_SHAPE) == 22
 
         # A restarted service (or another worker) answers exactly the same from the store.
         with make_client(store_url, metrics_top_n=2) as restarted:
@@ -227,8 +227,10 @@ def test_functions_sharing_a_name_get_one_label_each(store_url, recorded):
         "other_module.<lambda>",
         f"model.<lambda>@{c.function_hash[:12]}",
     }
-    assert kit.sample(samples, "cachewatch_compiles_total", function="model.<lambda>", cause="new_shape") == 3
-    assert kit.sample(samples, "cachewatch_compiles_total", function="other_module.<lambda>", cause="new_shape") == 2
+    assert kit.sample(samples, "cachewatch_compiles_total", function="model.<lambda>", cause=Cause.NEW_SHAPE) == 3
+    assert (
+        kit.sample(samples, "cachewatch_compiles_total", function="other_module.<lambda>", cause=Cause.NEW_SHAPE) == 2
+    )
 
 
 def test_dropped_events_counter(sqlite_url, recorded):
@@ -300,7 +302,7 @@ def test_stale_captures_are_events_but_not_compiles(sqlite_url, recorded):
         recorded.run,
         time.time(),
         kind="stale_capture",
-        cause="stale_capture",
+        cause=Cause.STALE_CAPTURE,
         compiled=False,
         trace_seconds=None,
         lower_seconds=None,
@@ -315,10 +317,10 @@ def test_stale_captures_are_events_but_not_compiles(sqlite_url, recorded):
         events = client.get(f"/api/v1/functions/{stale.function.function_hash}/events").json()["items"]
     assert kit.sample(samples, "cachewatch_events_ingested_total") == len(step) + 1
     assert kit.sample(samples, "cachewatch_compile_seconds_count", function="step") == len(step)
-    assert kit.sample(samples, "cachewatch_compiles_total", function="step", cause="stale_capture") is None
+    assert kit.sample(samples, "cachewatch_compiles_total", function="step", cause=Cause.STALE_CAPTURE) is None
     assert summary["stale_captures"] == 1 and "stale_capture" not in summary["causes"]
     assert summary["events"] == len(step) + 1 and summary["compiles"] == len(step)
-    assert events[-1]["kind"] == "stale_capture" and events[-1]["captured"] == {"SCALE": "1.0"}
+    assert events[-1]["kind"] == Kind.STALE_CAPTURE and events[-1]["captured"] == {"SCALE": "1.0"}
 
 
 def test_jax_op_by_op_compiles_never_take_a_label(sqlite_url, recorded):
@@ -331,4 +333,4 @@ def test_jax_op_by_op_compiles_never_take_a_label(sqlite_url, recorded):
         client.post("/api/v1/events", json=kit.payload(run, events))
         samples = scrape(client)
     assert _function_labels(samples) == {"model.f8", "other"}
-    assert kit.sample(samples, "cachewatch_compiles_total", function="other", cause="new_shape") == 6
+    assert kit.sample(samples, "cachewatch_compiles_total", function="other", cause=Cause.NEW_SHAPE) == 6
