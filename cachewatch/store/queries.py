@@ -615,12 +615,18 @@ def function_page(
         rows = _sorted_rows(rows, key, descending)
         return rows[offset : offset + limit], len(rows)
     listing = _listing(q, cause)
-    total = conn.execute(sa.select(sa.func.count()).select_from(listing.subquery())).scalar_one()
     value = listing.selected_columns[key]
     qualname = listing.selected_columns.qualname
     order: list[sa.ColumnElement[Any]] = [sa.case((value.is_(None), 1), else_=0)]  # unknowns last, either way
     order += [value.desc() if descending else value.asc(), qualname.asc(), listing.selected_columns.function_hash.asc()]
-    hashes = [r.function_hash for r in conn.execute(listing.order_by(*order).offset(offset).limit(limit))]
+    # The count of all matches rides along with the page (one aggregation, not two).
+    counted = listing.add_columns(sa.func.count().over().label("total"))
+    page = conn.execute(counted.order_by(*order).offset(offset).limit(limit)).all()
+    if page:
+        total = page[0].total
+    else:  # past the end: count alone
+        total = conn.execute(sa.select(sa.func.count()).select_from(listing.subquery())).scalar_one()
+    hashes = [r.function_hash for r in page]
     by_hash = {r["function_hash"]: r for r in function_report(conn, filters, function_hashes=hashes)} if hashes else {}
     return [by_hash[h] for h in hashes if h in by_hash], int(total)
 
