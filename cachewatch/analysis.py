@@ -17,9 +17,9 @@ from typing import Any, Iterable, Sequence
 
 import sqlalchemy as sa
 
-from .events import OP_BY_OP_MODULE, Cause, parse_described, short_name
+from .events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described, short_name
 from .store import queries
-from .store.queries import Filters, FunctionReport
+from .store.queries import Filters, FunctionReport, Recompile, SignatureCost, UncachedCompile
 
 logger = logging.getLogger("cachewatch")
 
@@ -41,7 +41,7 @@ def detect_storms(
     (set-up, and the first compile of each step) are left out.
     """
     now = time.time() if now is None else now
-    by_run: dict[tuple[str, str], list[Any]] = collections.defaultdict(list)
+    by_run: dict[tuple[str, str], list[Recompile]] = collections.defaultdict(list)
     for row in queries.steady_recompiles(conn, filters, function_hashes):
         by_run[(row.function_hash, row.run_id)].append(row)
     if not by_run:
@@ -74,7 +74,7 @@ def describe_storm(storm: dict[str, Any]) -> str:
     return text
 
 
-def _bursts(rows: list[Any], threshold: int, window: float) -> Iterable[list[Any]]:
+def _bursts(rows: list[Recompile], threshold: int, window: float) -> Iterable[list[Recompile]]:
     """Maximal runs of compiles in which every ``threshold`` consecutive ones fit in ``window``."""
     if len(rows) < threshold:
         return
@@ -95,7 +95,9 @@ def _bursts(rows: list[Any], threshold: int, window: float) -> Iterable[list[Any
         yield rows[start:]
 
 
-def _describe(function_hash: str, info: Any, rows: list[Any], now: float, window: float) -> dict[str, Any]:
+def _describe(
+    function_hash: str, info: FunctionInfo | None, rows: list[Recompile], now: float, window: float
+) -> dict[str, Any]:
     cause_counts = collections.Counter(r.cause for r in rows)
     dominant, _ = cause_counts.most_common(1)[0]
     name = short_name(info.qualname) if info else function_hash
@@ -120,7 +122,7 @@ def _describe(function_hash: str, info: Any, rows: list[Any], now: float, window
     }
 
 
-def fix_for(name: str, qualname: str, module: str, cause: str, rows: list[Any]) -> str:
+def fix_for(name: str, qualname: str, module: str, cause: str, rows: Sequence[Recompile]) -> str:
     """What to change about a function's recompiles (``rows``: their events), most of them
     of ``cause``; an eager compile's function is its primitive, ``name``."""
     if module == OP_BY_OP_MODULE:
@@ -128,7 +130,7 @@ def fix_for(name: str, qualname: str, module: str, cause: str, rows: list[Any]) 
     return suggest_fix(short_name(qualname), cause, [r for r in rows if r.cause == cause])
 
 
-def _op_by_op_fix(primitive: str, rows: list[Any]) -> str:
+def _op_by_op_fix(primitive: str, rows: Sequence[Recompile]) -> str:
     firsts = [(r.diff or [])[0] for r in rows if r.diff]
     what = ""
     if firsts:
@@ -143,7 +145,7 @@ def _op_by_op_fix(primitive: str, rows: list[Any]) -> str:
     )
 
 
-def _sites_text(rows: list[Any]) -> str:
+def _sites_text(rows: Sequence[Recompile]) -> str:
     """Where the compiles came from: " at file:line", or the main places when there are several."""
     sites = collections.Counter(r.call_site for r in rows if r.call_site)
     if not sites:
@@ -155,7 +157,7 @@ def _sites_text(rows: list[Any]) -> str:
     return f" at {len(sites)} places: {top}{more}"
 
 
-def suggest_fix(name: str, cause: str, rows: list[Any]) -> str:
+def suggest_fix(name: str, cause: str, rows: Sequence[Recompile]) -> str:
     """A concrete fix for a storm of one cause, naming the argument and call site."""
     sites = _sites_text(rows)
     at = f" (called{sites})" if sites else ""
@@ -212,7 +214,7 @@ def suggest_fix(name: str, cause: str, rows: list[Any]) -> str:
     return f"`{name}` recompiles for a reason cachewatch could not establish{at}; see its events' diffs."
 
 
-def _paths(rows: list[Any], change: str | None) -> str:
+def _paths(rows: Sequence[Recompile], change: str | None) -> str:
     counts = collections.Counter(
         e["path"] for r in rows for e in (r.diff or []) if change is None or e.get("change") == change
     )
@@ -221,7 +223,7 @@ def _paths(rows: list[Any], change: str | None) -> str:
     return ", ".join(p for p, _ in counts.most_common(3))
 
 
-def _shape_fix(name: str, rows: list[Any]) -> str:
+def _shape_fix(name: str, rows: Sequence[Recompile]) -> str:
     sizes: dict[tuple[str, int], set[int]] = collections.defaultdict(set)
     for r in rows:
         for e in r.diff or []:
@@ -373,7 +375,7 @@ def verdicts(
     hashes = [row["function_hash"] for row in report_rows if row.get("module") != OP_BY_OP_MODULE]
     if not hashes:
         return {}
-    per_signature: dict[str, list[Any]] = collections.defaultdict(list)
+    per_signature: dict[str, list[SignatureCost]] = collections.defaultdict(list)
     for r in queries.signature_costs(conn, filters, hashes):
         per_signature[r.function_hash].append(r)
     run_times = queries.signature_run_times(conn, filters, hashes)
@@ -388,23 +390,23 @@ def verdicts(
         signatures = []
         eager_weighted, eager_weight, eager_plain = 0.0, 0, []
         for sig in per_signature.get(function_hash, []):
-            if sig.eager is None:
+            if sig.eager_seconds is None:
                 continue
             run = timed.get(sig.signature_hash, {})
             run_s, weight = run.get("run_seconds"), run.get("weight", 0)
-            eager_plain.append(float(sig.eager))
-            eager_weighted += weight * float(sig.eager)
+            eager_plain.append(sig.eager_seconds)
+            eager_weighted += weight * sig.eager_seconds
             eager_weight += weight
-            compiles = int(sig.compiles or 0)
-            per_compile = float(sig.seconds or 0.0) / compiles if compiles else None
-            saved = float(sig.eager) - run_s if run_s is not None else None
+            compiles = sig.compiles
+            per_compile = sig.seconds / compiles if compiles else None
+            saved = sig.eager_seconds - run_s if run_s is not None else None
             signatures.append(
                 {
                     "signature_hash": sig.signature_hash,
                     "compiles": compiles,
                     "compile_seconds_per_compile": per_compile,
                     "run_seconds": run_s,
-                    "eager_seconds": float(sig.eager),
+                    "eager_seconds": sig.eager_seconds,
                     "break_even_calls": (
                         math.ceil(per_compile / saved) if saved is not None and saved > 0 and per_compile else None
                     ),
@@ -460,15 +462,15 @@ def cost_model(conn: sa.Connection, filters: Filters = Filters(), min_points: in
     """
     points: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
     for r in queries.compile_sizes(conn, filters):
-        points[r.function_hash].append((float(r.size), float(r.seconds)))
+        points[r.function_hash].append((r.size, r.seconds))
     if not points:
         return []
     names = {h: info.qualname for h, info in queries.function_infos(conn, set(points)).items()}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for function_hash, pts in points.items():
         sizes = [p[0] for p in pts]
         distinct = len(set(sizes))
-        row = {
+        row: dict[str, Any] = {
             "function_hash": function_hash,
             "qualname": names.get(function_hash, ""),
             "compiles": len(pts),
@@ -511,16 +513,16 @@ def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: f
     Compares the median compile time per (function, signature) between consecutive
     runs that compiled it, and names the JAX versions of both runs.
     """
-    grouped: dict[tuple[str, str], dict[str, list]] = collections.defaultdict(dict)
-    run_meta: dict[str, Any] = {}
+    grouped: dict[tuple[str, str], dict[str, list[float]]] = collections.defaultdict(dict)
+    run_meta: dict[str, UncachedCompile] = {}
     for row in queries.uncached_compiles(conn):
         grouped[(row.function_hash, row.signature_hash)].setdefault(row.run_id, []).append(row.compile_seconds)
         run_meta[row.run_id] = row
-    found = []
+    found: list[dict[str, Any]] = []
     for (function_hash, signature_hash), per_run in grouped.items():
         if len(per_run) < 2:
             continue
-        ordered = sorted(per_run, key=lambda rid: run_meta[rid].started_at)
+        ordered = sorted(per_run, key=lambda rid: run_meta[rid].run_started_at)
         for before, after in zip(ordered, ordered[1:]):
             old = statistics.median(per_run[before])
             new = statistics.median(per_run[after])

@@ -12,13 +12,14 @@ from __future__ import annotations
 import atexit
 import collections
 import dataclasses
+import enum
 import logging
 import os
 import queue
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Final
 
 from . import _guard, current
 from . import config as configmod
@@ -154,7 +155,7 @@ class Writer:
     def __init__(self, cfg: configmod.Config):
         self.cfg = cfg
         self.pid = os.getpid()
-        self.queue: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
+        self.queue: queue.Queue[CompileEvent | _FlushRequest | None] = queue.Queue(maxsize=cfg.queue_size)
         self.dropped = 0
         self._dropped_reported = 0
         self.written = 0
@@ -170,7 +171,7 @@ class Writer:
 
     # -- producer side (any thread)
 
-    def put(self, item: Any) -> None:
+    def put(self, item: CompileEvent) -> None:
         self._ensure_thread()
         try:
             self.queue.put_nowait(item)
@@ -223,6 +224,7 @@ class Writer:
             batch: list[CompileEvent] = []
             flushes: list[_FlushRequest] = []
             stop = False
+            item: CompileEvent | _FlushRequest | _Queue | None
             try:
                 item = self.queue.get(timeout=min(self.cfg.flush_interval, self.cfg.stats_interval) or 0.1)
             except queue.Empty:
@@ -290,7 +292,7 @@ class Writer:
 
         return redact_url(self.cfg.store)
 
-    def _send(self, sink: Any, payload: "Batch", attempts: int = 4) -> Exception | None:
+    def _send(self, sink: "Sink", payload: Batch, attempts: int = 4) -> Exception | None:
         """Write with retries (backoff and jitter); the last error, or None once written."""
         delay = 0.1
         for attempt in range(attempts):
@@ -312,7 +314,7 @@ class Writer:
             return
         sink = self._get_sink()
 
-        def send(payload: Batch) -> str:
+        def send(payload: Batch) -> spool.Outcome:
             failure = self._send(sink, payload, attempts=1)
             if failure is None:
                 self.written += len(payload.events)
@@ -340,7 +342,11 @@ class Writer:
         return self._sink
 
 
-_EMPTY = object()
+class _Queue(enum.Enum):
+    EMPTY = enum.auto()  # nothing came before the wait ran out
+
+
+_EMPTY: Final = _Queue.EMPTY
 
 
 def _refused(exc: Exception) -> bool:

@@ -17,7 +17,7 @@ import cachewatch
 from cachewatch import analysis, cli
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, queries, rollup
-from cachewatch.events import Cause, Kind
+from cachewatch.events import Cause, FunctionInfo, Kind
 
 
 def storms_for(url: str, qualname_part: str, **kwargs) -> list[dict]:
@@ -189,6 +189,43 @@ def _insert_compiles(url: str, name: str, timestamps: list[float], run_id: str =
             ],
         )
         rollup.rebuild(conn)  # rows written behind the writers' back: recount the totals
+
+
+def test_the_read_module_hands_analysis_typed_rows(store_url, use_store):
+    """What analysis reasons over comes typed from store/queries.py, on both backends."""
+    use_store(store_url, eager_baseline=True)
+
+    @cachewatch.jit
+    def resized(x):
+        return (x * 2.0).sum()
+
+    line = resized.__wrapped__.__code__.co_firstlineno
+    for size in (2, 3, 4, 5, 6, 7):
+        resized(jnp.ones(size))
+    assert cachewatch.flush(30)
+    with enginemod.connection(store_url) as conn:
+        (function_hash,) = queries.find_functions(conn, "resized")
+        infos = queries.function_infos(conn, [function_hash])
+        recompiles = queries.steady_recompiles(conn, queries.Filters(), [function_hash])
+        costs = queries.signature_costs(conn, queries.Filters(), [function_hash])
+        sizes = [s for s in queries.compile_sizes(conn, queries.Filters()) if s.function_hash == function_hash]
+        uncached = [u for u in queries.uncached_compiles(conn) if u.function_hash == function_hash]
+        latest = queries.dominant_cause_rows(conn, function_hash, queries.Filters(), Cause.NEW_SHAPE)
+
+    info = infos[function_hash]
+    assert isinstance(info, FunctionInfo) and info.name == "resized" and info.line == line
+    assert recompiles and all(isinstance(r, queries.Recompile) for r in recompiles)
+    assert {r.cause for r in recompiles} == {Cause.NEW_SHAPE}
+    assert all(isinstance(r.timestamp, float) and r.diff and r.diff[0]["change"] == "shape" for r in recompiles)
+    assert [r.timestamp for r in recompiles] == sorted(r.timestamp for r in recompiles)
+    assert len(costs) == 6 and all(isinstance(c, queries.SignatureCost) for c in costs)
+    assert all(c.compiles == 1 and isinstance(c.seconds, float) and c.seconds > 0 for c in costs)
+    assert all(c.eager_seconds is not None and c.eager_seconds > 0 for c in costs)
+    assert len(sizes) == 6 and all(isinstance(s, queries.CompileSize) and s.size > 0 for s in sizes)
+    assert len(uncached) == 6 and {u.jax_version for u in uncached} == {jax.__version__}
+    assert all(isinstance(u.run_started_at, float) and u.compile_seconds > 0 for u in uncached)
+    assert len(latest) == 5 and all(isinstance(r, queries.Recompile) for r in latest)
+    assert [r.timestamp for r in latest] == sorted((r.timestamp for r in latest), reverse=True)
 
 
 # ------------------------------------------------------------------ stale globals

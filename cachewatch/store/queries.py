@@ -1,4 +1,7 @@
-"""Read queries shared by the command line and the server. They return plain dicts.
+"""Read queries shared by the command line, the service and the dashboard.
+
+Reports and events come as typed dicts (``FunctionReport``, ``EventRow``, the shape the
+API serialises); what analysis reasons over comes as frozen dataclasses.
 
 Field names follow DESIGN.md: a report row carries ``name``, ``qualname``, ``module``,
 ``file``, ``line``, ``function_hash``, ``traces``, ``compiles``, ``recompiles``,
@@ -13,7 +16,7 @@ from typing import Any, Iterable, Sequence, TypedDict, Unpack, cast
 import sqlalchemy as sa
 
 from .. import runtimes
-from ..events import Cause, Kind, explain_cache_miss, short_name
+from ..events import Cause, FunctionInfo, Kind, explain_cache_miss, short_name
 from . import engine as enginemod
 from . import models, rollup
 
@@ -483,35 +486,88 @@ def explain_cache_misses(conn: sa.Connection, rows: list[EventRow]) -> list[Even
 # ------------------------------------------------------------------ what analysis reasons over
 
 
-def function_infos(conn: sa.Connection, function_hashes: Iterable[str]) -> dict[str, sa.Row[Unpack[tuple[Any, ...]]]]:
+@dataclass(frozen=True, slots=True)
+class Recompile:
+    """One compile as the advice and the storm finder read it."""
+
+    function_hash: str
+    run_id: str
+    timestamp: float
+    cause: str
+    diff: list[dict[str, Any]] | None
+    call_site: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureCost:
+    """One signature of a function: its compiles, their seconds, its mean eager run time."""
+
+    function_hash: str
+    signature_hash: str
+    compiles: int
+    seconds: float
+    eager_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CompileSize:
+    """One compile's program size and its lowering plus XLA compile seconds."""
+
+    function_hash: str
+    size: float
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class UncachedCompile:
+    """One XLA compile that missed the persistent cache, with its run's start and JAX versions."""
+
+    function_hash: str
+    signature_hash: str
+    run_id: str
+    compile_seconds: float
+    run_started_at: float
+    jax_version: str
+    jaxlib_version: str
+
+
+_RECOMPILE_COLUMNS = ("function_hash", "run_id", "timestamp", "cause", "diff", "call_site")
+
+
+def _recompiles(result: Iterable[sa.Row[Unpack[tuple[Any, ...]]]]) -> list[Recompile]:
+    return [Recompile(r.function_hash, r.run_id, float(r.timestamp), r.cause, r.diff, r.call_site) for r in result]
+
+
+def function_infos(conn: sa.Connection, function_hashes: Iterable[str]) -> dict[str, FunctionInfo]:
     """Name, qualified name, module, file and line of each function, by hash."""
     f = models.functions
     wanted = list(function_hashes)
     if not wanted:
         return {}
     q = sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module, f.c.file, f.c.line)
-    return {r.function_hash: r for r in conn.execute(q.where(f.c.function_hash.in_(wanted)))}
+    return {
+        r.function_hash: FunctionInfo(r.function_hash, r.name, r.qualname, r.module, r.file, int(r.line or 0))
+        for r in conn.execute(q.where(f.c.function_hash.in_(wanted)))
+    }
 
 
 def steady_recompiles(
     conn: sa.Connection, filters: Filters, function_hashes: list[str] | None = None
-) -> Sequence[sa.Row[Unpack[tuple[Any, ...]]]]:
+) -> list[Recompile]:
     """Recompiles made after warm-up, by function, run and time: what storms are made of."""
     e = models.compile_events
     q = filters.apply(
         e,
-        sa.select(e.c.function_hash, e.c.timestamp, e.c.cause, e.c.diff, e.c.call_site, e.c.run_id, e.c.signature)
+        sa.select(*(e.c[name] for name in _RECOMPILE_COLUMNS))
         .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, sa.not_(e.c.warmup))
         .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
     )
     if function_hashes is not None:
         q = q.where(e.c.function_hash.in_(function_hashes))
-    return conn.execute(q).all()
+    return _recompiles(conn.execute(q))
 
 
-def signature_costs(
-    conn: sa.Connection, filters: Filters, function_hashes: list[str]
-) -> Sequence[sa.Row[Unpack[tuple[Any, ...]]]]:
+def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list[str]) -> list[SignatureCost]:
     """Per function and signature: compiles, their cost in seconds, and the mean eager run time."""
     e = models.compile_events
     q = filters.apply(
@@ -526,10 +582,19 @@ def signature_costs(
         .where(e.c.function_hash.in_(function_hashes), e.c.kind != Kind.STALE_CAPTURE)
         .group_by(e.c.function_hash, e.c.signature_hash),
     )
-    return conn.execute(q).all()
+    return [
+        SignatureCost(
+            r.function_hash,
+            r.signature_hash or "",
+            int(r.compiles or 0),
+            float(r.seconds or 0.0),
+            float(r.eager) if r.eager is not None else None,
+        )
+        for r in conn.execute(q)
+    ]
 
 
-def compile_sizes(conn: sa.Connection, filters: Filters) -> Sequence[sa.Row[Unpack[tuple[Any, ...]]]]:
+def compile_sizes(conn: sa.Connection, filters: Filters) -> list[CompileSize]:
     """Each compile's program size (HLO operations, else jaxpr equations) and its lowering
     plus XLA compile seconds, for the cost model."""
     e = models.compile_events
@@ -542,10 +607,10 @@ def compile_sizes(conn: sa.Connection, filters: Filters) -> Sequence[sa.Row[Unpa
             (sa.func.coalesce(e.c.lower_seconds, 0.0) + sa.func.coalesce(e.c.compile_seconds, 0.0)).label("seconds"),
         ).where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0),
     )
-    return conn.execute(q).all()
+    return [CompileSize(r.function_hash, float(r.size), float(r.seconds)) for r in conn.execute(q)]
 
 
-def uncached_compiles(conn: sa.Connection) -> Sequence[sa.Row[Unpack[tuple[Any, ...]]]]:
+def uncached_compiles(conn: sa.Connection) -> list[UncachedCompile]:
     """XLA compile seconds of every compile that did not hit the persistent cache, with its
     run's start and JAX versions, for comparing runs."""
     e, r = models.compile_events, models.runs
@@ -567,7 +632,18 @@ def uncached_compiles(conn: sa.Connection) -> Sequence[sa.Row[Unpack[tuple[Any, 
             e.c.persistent_cache_hit.is_not(True),
         )
     )
-    return conn.execute(q).all()
+    return [
+        UncachedCompile(
+            r.function_hash,
+            r.signature_hash,
+            r.run_id,
+            float(r.compile_seconds),
+            float(r.started_at),
+            r.jax_version or "",
+            r.jaxlib_version or "",
+        )
+        for r in conn.execute(q)
+    ]
 
 
 # ------------------------------------------------------------------ the service's listings
@@ -1017,17 +1093,17 @@ def events_page(
 
 def dominant_cause_rows(
     conn: sa.Connection, function_hash: str, filters: Filters, cause: str, limit: int = 500
-) -> list[Any]:
-    """The latest compiles of one cause, as rows with ``diff`` and ``call_site`` (for suggest_fix)."""
+) -> list[Recompile]:
+    """The latest compiles of one cause, with their diffs and call sites (for the advice)."""
     e = models.compile_events
     q = filters.apply(
         e,
-        sa.select(e.c.diff, e.c.call_site, e.c.cause, e.c.timestamp)
+        sa.select(*(e.c[name] for name in _RECOMPILE_COLUMNS))
         .where(e.c.function_hash == function_hash, e.c.cause == cause, e.c.compiled)
         .order_by(e.c.timestamp.desc())
         .limit(limit),
     )
-    return list(conn.execute(q))
+    return _recompiles(conn.execute(q))
 
 
 def run_spans(conn: sa.Connection, run_ids: list[str]) -> dict[str, tuple[float, float]]:

@@ -17,7 +17,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Literal
 
 from ..config import Config
 from ..events import Batch
@@ -155,7 +155,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def replay(cfg: Config, send: Callable[[Any], str], store_up: bool = False) -> Replayed:
+# What a replay's send answers for one batch.
+Outcome = Literal["sent", "failed", "refused"]
+
+
+def replay(cfg: Config, send: Callable[[Batch], Outcome], store_up: bool = False) -> Replayed:
     """Send spooled batches oldest first.
 
     ``send`` answers "sent", "failed" (try again later) or "refused" (the store will
