@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import zipfile
+from pathlib import Path
 
 
 def test_the_library_never_imports_the_service():
@@ -108,3 +110,32 @@ def test_the_store_writes_through_one_module():
     writers = {module for module, imported in graph.items() if "cachewatch.store.writes" in imported}
     # In the library only its SQL sink writes rows (the service's ingest is the other writer).
     assert writers == {"cachewatch.store.sinks"}
+
+
+def test_the_package_builds_without_deprecation_warnings_and_ships_what_it_names(tmp_path):
+    """A wheel built as pip builds it: setuptools has nothing to deprecate in the project's
+    metadata, and the wheel holds the library, its typing, its migrations and the service."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--verbose", "--no-deps", "--no-cache-dir", "-w", str(tmp_path), "."],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    deprecations = [line for line in output.splitlines() if "deprecat" in line.lower()]
+    assert deprecations == []
+    (wheel,) = tmp_path.glob("cachewatch-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for shipped in (
+        "cachewatch/py.typed",
+        "cachewatch/_fastcall.pyi",
+        "cachewatch/migrations/env.py",
+        "cachewatch/migrations/script.py.mako",
+        "cachewatch_server/main.py",
+        "cachewatch_server/dashboard/templates/base.html",
+    ):
+        assert shipped in names
+    assert not any(name.startswith(("server/", "tests/", "benchmarks/")) for name in names)
