@@ -13,6 +13,7 @@ import threading
 import jax.numpy as jnp
 
 import cachewatch
+from cachewatch.events import Cause
 
 
 def lambda_in_loop():
@@ -247,19 +248,19 @@ ALL = {
 # (function name, cause) of every *compiled* event each scenario must produce, in order
 # (order is free for the threads scenario).
 EXPECTED_COMPILES = {
-    "lambda_in_loop": [("<lambda>", "first_call")] + [("<lambda>", "new_function_object")] * 19,
-    "lambda_hoisted": [("hoisted_body", "first_call")],
-    "same_function_rewrapped": [("rewrapped_body", "first_call")],
-    "partial_in_loop": [("partial_body", "first_call")] + [("partial_body", "new_function_object")] * 19,
-    "static_values": [("repeat_add", "first_call")] + [("repeat_add", "new_static_value")] * 4,
-    "batch_sizes": [("train_step", "first_call"), ("train_step", "new_shape"), ("train_step", "new_shape")],
-    "dtype_change": [("scale", "first_call"), ("scale", "new_dtype")],
-    "weak_type_flip": [("h", "first_call"), ("h", "new_structure"), ("h", "weak_type")],
-    "scalar_flip": [("add_bias", "first_call"), ("add_bias", "weak_type")],
-    "dict_keys_change": [("loss", "first_call"), ("loss", "new_structure")],
-    "positional_vs_keyword": [("affine", "first_call"), ("affine", "new_structure")],
-    "clear_cache": [("cleared", "first_call"), ("cleared", "cache_cleared")],
-    "nested_jit": [("outer", "first_call"), ("inner", "first_call")],
-    "threads": [("per_thread", "first_call")] + [("per_thread", "new_shape")] * 7,
+    "lambda_in_loop": [("<lambda>", Cause.FIRST_CALL)] + [("<lambda>", Cause.NEW_FUNCTION_OBJECT)] * 19,
+    "lambda_hoisted": [("hoisted_body", Cause.FIRST_CALL)],
+    "same_function_rewrapped": [("rewrapped_body", Cause.FIRST_CALL)],
+    "partial_in_loop": [("partial_body", Cause.FIRST_CALL)] + [("partial_body", Cause.NEW_FUNCTION_OBJECT)] * 19,
+    "static_values": [("repeat_add", Cause.FIRST_CALL)] + [("repeat_add", Cause.NEW_STATIC_VALUE)] * 4,
+    "batch_sizes": [("train_step", Cause.FIRST_CALL), ("train_step", Cause.NEW_SHAPE), ("train_step", Cause.NEW_SHAPE)],
+    "dtype_change": [("scale", Cause.FIRST_CALL), ("scale", Cause.NEW_DTYPE)],
+    "weak_type_flip": [("h", Cause.FIRST_CALL), ("h", Cause.NEW_STRUCTURE), ("h", Cause.WEAK_TYPE)],
+    "scalar_flip": [("add_bias", Cause.FIRST_CALL), ("add_bias", Cause.WEAK_TYPE)],
+    "dict_keys_change": [("loss", Cause.FIRST_CALL), ("loss", Cause.NEW_STRUCTURE)],
+    "positional_vs_keyword": [("affine", Cause.FIRST_CALL), ("affine", Cause.NEW_STRUCTURE)],
+    "clear_cache": [("cleared", Cause.FIRST_CALL), ("cleared", Cause.CACHE_CLEARED)],
+    "nested_jit": [("outer", Cause.FIRST_CALL), ("inner", Cause.FIRST_CALL)],
+    "threads": [("per_thread", Cause.FIRST_CALL)] + [("per_thread", Cause.NEW_SHAPE)] * 7,
     "failing_traces": [],
 }

@@ -111,7 +111,7 @@ def test_weak_type_and_changing_keys_storms(store):
     assert "batch['" in storm["fix"] and "keep dict keys" in storm["fix"]
     weak = [e for e in events_of(store, "scaled") if e["cause"] == Cause.WEAK_TYPE]
     assert weak and all(e["diff"][0]["path"] == "scale" for e in weak)
-    fix = analysis.suggest_fix("scaled", "weak_type", [_Row(e) for e in weak])
+    fix = analysis.suggest_fix("scaled", Cause.WEAK_TYPE, [_Row(e) for e in weak])
     assert fix.startswith("Argument scale of `scaled` flips between a Python scalar and a typed array")
 
 
@@ -178,7 +178,7 @@ def _insert_compiles(url: str, name: str, timestamps: list[float], run_id: str =
                     "run_id": run_id,
                     "timestamp": t,
                     "kind": "trace",
-                    "cause": "new_shape",
+                    "cause": Cause.NEW_SHAPE,
                     "compiled": True,
                     "nested": False,
                     "signature_hash": fields.get("signature_hash", "s"),

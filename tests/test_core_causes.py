@@ -76,7 +76,7 @@ def test_scenario_counts_and_causes(name, sqlite_url, use_store):
         assert ours == jax_compile_count(messages, function_name), function_name
     for event in events:
         assert event["explanation"]
-        if event["cause"] not in ("first_call", "cache_cleared"):
+        if event["cause"] not in (Cause.FIRST_CALL, Cause.CACHE_CLEARED):
             assert event["diff"] or event["cause"] == Cause.NEW_FUNCTION_OBJECT, event
 
 
@@ -86,7 +86,7 @@ def _by_cause(events, cause):
 
 def test_new_shape_names_path_and_axis(sqlite_url, use_store):
     events, _ = run_scenario("batch_sizes", sqlite_url, use_store)
-    shape_events = _by_cause(events, "new_shape")
+    shape_events = _by_cause(events, Cause.NEW_SHAPE)
     assert len(shape_events) == 2
     for event, (before, after) in zip(shape_events, [(8, 16), (16, 32)]):
         entry = event["diff"][0]
@@ -111,7 +111,7 @@ def test_weak_type_blamed_where_jax_blames_keys(sqlite_url, use_store):
 
 def test_static_value_diff(sqlite_url, use_store):
     events, _ = run_scenario("static_values", sqlite_url, use_store)
-    statics = _by_cause(events, "new_static_value")
+    statics = _by_cause(events, Cause.NEW_STATIC_VALUE)
     assert [e["diff"][0]["after"] for e in statics] == ["1", "2", "3", "4"]
     assert all(e["diff"][0]["path"] == "n" for e in statics)
     assert "5 distinct values" in statics[-1]["explanation"]
@@ -135,7 +135,7 @@ def test_dtype_and_structure_diffs(sqlite_url, use_store):
 
 def test_jit_in_loop_points_at_call_site(sqlite_url, use_store):
     events, _ = run_scenario("lambda_in_loop", sqlite_url, use_store)
-    recreated = _by_cause(events, "new_function_object")
+    recreated = _by_cause(events, Cause.NEW_FUNCTION_OBJECT)
     assert len(recreated) == 19
     sites = {e["call_site"] for e in recreated}
     assert len(sites) == 1
@@ -250,11 +250,17 @@ def test_new_device_compiles_without_retrace(sqlite_url):
     ).stdout
     events = stored_events(sqlite_url, ["placed"])
     assert [(e["kind"], e["cause"], e["device"]) for e in events] == [
-        ("trace", "first_call", "cpu:0"),
-        ("compile", "new_device_or_sharding", "cpu:1"),
+        ("trace", Cause.FIRST_CALL, "cpu:0"),
+        ("compile", Cause.NEW_DEVICE_OR_SHARDING, "cpu:1"),
     ]
     assert events[1]["diff"] == [
-        {"path": "<device>", "change": "device", "cause": "new_device_or_sharding", "before": "cpu:0", "after": "cpu:1"}
+        {
+            "path": "<device>",
+            "change": "device",
+            "cause": Cause.NEW_DEVICE_OR_SHARDING,
+            "before": "cpu:0",
+            "after": "cpu:1",
+        }
     ]
     assert int(out.strip()) == sum(e["compiled"] for e in events) == 2
 
@@ -290,4 +296,7 @@ def test_persistent_cache_hits_are_recorded(sqlite_url, tmp_path):
         check=True,
     )
     events = stored_events(sqlite_url, ["persisted"])
-    assert [(e["cause"], e["persistent_cache_hit"]) for e in events] == [("first_call", False), ("cache_cleared", True)]
+    assert [(e["cause"], e["persistent_cache_hit"]) for e in events] == [
+        (Cause.FIRST_CALL, False),
+        (Cause.CACHE_CLEARED, True),
+    ]

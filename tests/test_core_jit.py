@@ -16,6 +16,7 @@ import pytest
 import cachewatch
 from cachewatch import _guard, current, recorder
 from cachewatch import signature as sigmod
+from cachewatch.events import Cause
 
 # Every test here runs with the C hot path and with its pure-Python twin.
 pytestmark = pytest.mark.usefixtures("hot_path")
@@ -145,8 +146,8 @@ def test_lower_trace_eval_shape_clear_cache(events):
     f(jnp.ones(4))
     kinds = [(e.kind, e.cause, e.compiled) for e in events]
     # lower() traces without compiling; the call compiles the jaxpr lower() traced.
-    assert kinds[0] == ("trace", "first_call", False)
-    assert ("trace", "cache_cleared", True) in kinds
+    assert kinds[0] == ("trace", Cause.FIRST_CALL, False)
+    assert ("trace", Cause.CACHE_CLEARED, True) in kinds
     assert events[0].lower_seconds is not None and events[0].jaxpr_eqns == 2
 
 
@@ -185,7 +186,7 @@ def test_methods_bind_like_jax_jit(events):
 
     np.testing.assert_allclose(Model(3.0).apply(jnp.ones(2)), [3.0, 3.0])
     np.testing.assert_allclose(Model(4.0).apply(jnp.ones(2)), [4.0, 4.0])
-    assert [e.cause for e in events] == ["first_call", "new_static_value"]
+    assert [e.cause for e in events] == [Cause.FIRST_CALL, Cause.NEW_STATIC_VALUE]
     assert events[1].diff[0]["path"] == "self"
 
     m = Model(2.0)
@@ -325,7 +326,7 @@ def test_install_watches_every_jax_jit(events):
     finally:
         cachewatch.uninstall()
     assert jax.jit is not cachewatch.jit
-    assert [e.cause for e in events if e.function.name == "library_fn"] == ["first_call", "new_shape"]
+    assert [e.cause for e in events if e.function.name == "library_fn"] == [Cause.FIRST_CALL, Cause.NEW_SHAPE]
 
 
 def test_expect_compiles_guard(events):
@@ -341,4 +342,4 @@ def test_expect_compiles_guard(events):
             for n in (5, 6, 7):
                 guarded_step(jnp.ones(n))
     assert "compiled 3 time(s), at most 1 expected" in str(info.value)
-    assert "new_shape" in str(info.value)
+    assert Cause.NEW_SHAPE in str(info.value)

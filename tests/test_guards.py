@@ -166,7 +166,7 @@ def test_freeze_as_a_context_manager_warns_and_restores(events):
         thawed(jnp.ones(3))  # unfrozen again: no warning
     frozen_warnings = [w for w in caught if issubclass(w.category, cachewatch.FrozenCompileWarning)]
     assert len(frozen_warnings) == 1  # the trace, not the lowering that followed it again
-    assert "thawed" in str(frozen_warnings[0].message) and "new_shape" in str(frozen_warnings[0].message)
+    assert "thawed" in str(frozen_warnings[0].message) and Cause.NEW_SHAPE in str(frozen_warnings[0].message)
     np.testing.assert_allclose(out, [3.0, 3.0])
 
 
@@ -247,4 +247,4 @@ def test_expect_compiles_names_function_cause_and_diff(events):
             guarded_step(jnp.ones(5))
     message = str(raised.value)
     assert "guarded_step` compiled 1 time(s), at most 0 expected" in message
-    assert "new_shape" in message and "x: float32[4] -> float32[5]" in message
+    assert Cause.NEW_SHAPE in message and "x: float32[4] -> float32[5]" in message

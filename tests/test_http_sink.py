@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from cachewatch import current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
+from cachewatch.events import Cause
 from cachewatch.store.http import HttpSink, HttpStoreError, batch_id
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
@@ -165,7 +166,7 @@ def test_service_down_then_back_loses_nothing(store_url, tmp_path, use_store):
         recorder.remove_listener(seen.append)
     assert sorted(ids) == sorted(e.event_id for e in seen), "lost or duplicated events"
     layer_events = sorted((e for e in seen if e.function.name == "layer"), key=lambda e: e.timestamp)
-    assert [e.cause for e in layer_events] == ["first_call"] + ["new_shape"] * 5
+    assert [e.cause for e in layer_events] == [Cause.FIRST_CALL] + [Cause.NEW_SHAPE] * 5
     with enginemod.connection(store_url) as conn:
         calls = conn.execute(sa.select(sa.func.sum(models.call_stats.c.calls))).scalar_one()
     assert calls == 6  # call statistics were spooled and replayed once too

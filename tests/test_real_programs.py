@@ -114,7 +114,7 @@ def test_a_smaller_last_batch_is_one_explained_recompile(sqlite_url):
     done = run_python([path], sqlite_url)
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [r for r in compiled_rows(sqlite_url) if r.name == "train_step"]
-    assert [r.cause for r in steps] == ["first_call", "new_shape"]
+    assert [r.cause for r in steps] == [Cause.FIRST_CALL, Cause.NEW_SHAPE]
     assert steps[0].warmup and not steps[1].warmup
     assert "changed shape on axis 0: float32[32,12,1] -> float32[8,12,1]" in steps[1].explanation
 
@@ -195,7 +195,7 @@ def test_jax_helpers_recompile_at_new_shapes_with_causes(installed):
     line = _line() - 1
     assert cachewatch.flush(30)
     means = [e for e in installed if e.function.name == "_mean" and e.compiled]
-    assert [e.cause for e in means] == ["first_call", "new_shape", "new_shape"]
+    assert [e.cause for e in means] == [Cause.FIRST_CALL, Cause.NEW_SHAPE, Cause.NEW_SHAPE]
     assert means[1].diff[0]["path"] == "a" and means[1].diff[0]["before"] == "float32[7,3]"
     assert all(e.call_site == f"{__file__}:{line}" for e in means)
     assert means[0].function.module == "jax._src.numpy.reductions"
@@ -206,7 +206,7 @@ def test_eager_primitive_recompile_names_the_operand(installed):
         jax.lax.sin(jnp.zeros(n, dtype=jnp.float16))
     assert cachewatch.flush(30)
     sines = [e for e in installed if e.function.qualname == "sin (op-by-op)"]
-    assert [e.cause for e in sines] == ["first_call", "new_shape"]
+    assert [e.cause for e in sines] == [Cause.FIRST_CALL, Cause.NEW_SHAPE]
     assert "operand operands[0] changed shape: float16[5] -> float16[9]" in sines[1].explanation
     assert sines[1].diff[0]["path"] == "operands[0]"
 
@@ -230,7 +230,7 @@ def test_jit_made_before_install_is_recorded_with_static_values(sqlite_url, use_
     finally:
         cachewatch.uninstall()
     events = [e for e in seen if e.function.name == "scale"]
-    assert [e.cause for e in events] == ["first_call", "new_static_value", "new_shape"]
+    assert [e.cause for e in events] == [Cause.FIRST_CALL, Cause.NEW_STATIC_VALUE, Cause.NEW_SHAPE]
     assert events[1].diff[0]["path"] == "power" and events[1].diff[0]["after"] == "3"
     assert events[0].function.file == __file__
 
@@ -288,7 +288,7 @@ def test_storms_are_found_per_run(store_url):
                             "run_id": run_id,
                             "timestamp": now + 100 * r + i,
                             "kind": "trace",
-                            "cause": "new_static_value",
+                            "cause": Cause.NEW_STATIC_VALUE,
                             "compiled": True,
                             "nested": False,
                             "signature_hash": str(i),

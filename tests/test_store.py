@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 
 import cachewatch
 from cachewatch import cli
-from cachewatch.events import new_event_id
+from cachewatch.events import Cause, new_event_id
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
 
@@ -81,13 +81,13 @@ def test_report_and_events_json(store_url, use_store, capsys):
     ):
         assert field in step
     assert (step["traces"], step["compiles"], step["recompiles"], step["calls"]) == (3, 3, 2, 4)
-    assert step["causes"] == {"first_call": 1, "new_shape": 2}
+    assert step["causes"] == {Cause.FIRST_CALL: 1, Cause.NEW_SHAPE: 2}
     assert step["file"] == scenarios.__file__ and step["compile_seconds"] > 0
-    assert rows["repeat_add"]["causes"] == {"first_call": 1, "new_static_value": 4}
+    assert rows["repeat_add"]["causes"] == {Cause.FIRST_CALL: 1, Cause.NEW_STATIC_VALUE: 4}
 
     assert cli.main(["events", "--store", store_url, "--function", "train_step", "--format", "json"]) == 0
     events = json.loads(capsys.readouterr().out)
-    assert [e["cause"] for e in events] == ["first_call", "new_shape", "new_shape"]
+    assert [e["cause"] for e in events] == [Cause.FIRST_CALL, Cause.NEW_SHAPE, Cause.NEW_SHAPE]
     assert all(e["name"] == "train_step" and e["function_hash"] == step["function_hash"] for e in events)
     assert events[1]["diff"][0]["path"] == "batch['x']"
 
@@ -127,7 +127,7 @@ def test_library_and_cli_share_the_default_store(tmp_path):
         timeout=120,
     ).stdout
     (row,) = [r for r in json.loads(out) if r["module"] != "jax.op_by_op"]
-    assert row["compiles"] == 2 and row["causes"] == {"first_call": 1, "new_shape": 1}
+    assert row["compiles"] == 2 and row["causes"] == {Cause.FIRST_CALL: 1, Cause.NEW_SHAPE: 1}
     assert (tmp_path / "data" / "cachewatch" / "cachewatch.db").exists()
 
 
@@ -276,7 +276,7 @@ def test_a_page_of_functions_is_the_same_in_sql_as_from_the_whole_report(store_u
         assert everything >= 7
         for key in queries.SORT_KEYS:
             for sort in (key, "-" + key):
-                for q, cause in ((None, None), ("o", None), (None, "new_shape")):
+                for q, cause in ((None, None), ("o", None), (None, Cause.NEW_SHAPE)):
                     listed = dict(sort=sort, q=q, cause=cause)
                     in_sql, total = queries.function_page(conn, whole, offset=0, limit=1000, **listed)
                     cut, cut_total = queries.function_page(conn, ranged, offset=0, limit=1000, **listed)
