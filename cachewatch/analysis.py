@@ -392,8 +392,8 @@ def verdicts(
         for sig in per_signature.get(function_hash, []):
             if sig.eager_seconds is None:
                 continue
-            run = timed.get(sig.signature_hash, {})
-            run_s, weight = run.get("run_seconds"), run.get("weight", 0)
+            run = timed.get(sig.signature_hash)
+            run_s, weight = (run["run_seconds"], run["weight"]) if run is not None else (None, 0)
             eager_plain.append(sig.eager_seconds)
             eager_weighted += weight * sig.eager_seconds
             eager_weight += weight

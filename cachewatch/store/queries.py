@@ -122,6 +122,87 @@ class EventRow(TypedDict, total=False):
     cache_miss: dict[str, Any] | None  # set by explain_cache_misses
 
 
+class SignatureRunTime(TypedDict):
+    """The run time of one call of a signature (median; None if unknown), from ``samples``
+    timed calls that stand for ``weight`` calls."""
+
+    run_seconds: float | None
+    samples: int
+    weight: int
+
+
+class RunChoice(TypedDict):
+    """A run as the filter menu names it."""
+
+    run_id: str
+    run_name: str
+    host: str
+    started_at: float
+
+
+class RunRow(RunChoice):
+    """A run with its identity, versions and devices, and its event totals."""
+
+    pid: int
+    jax_version: str
+    jaxlib_version: str
+    backend: str
+    devices: list[str]
+    python_version: str
+    job: str
+    process_index: int | None
+    process_count: int | None
+    events: int
+    compiles: int
+    compile_seconds: float
+
+
+class Totals(TypedDict):
+    """The store (or its filtered part) in figures: the summary without its storms."""
+
+    functions: int
+    runs: int
+    events: int
+    traces: int
+    compiles: int
+    recompiles: int
+    stale_captures: int
+    causes: dict[str, int]
+    compile_seconds: float
+    calls: int
+    run_seconds_est: float | None
+    compile_share: float | None
+    run_time_note: str | None
+
+
+class TimelinePoint(TypedDict):
+    """One trace or compile of a function on its timeline."""
+
+    timestamp: float
+    cause: str
+    kind: str
+    compiled: bool
+    call_site: str | None
+    seconds: float
+
+
+class CallSite(TypedDict):
+    """One place a function was called from when it traced or compiled."""
+
+    call_site: str | None
+    events: int
+    recompiles: int
+    seconds: float
+    last: float
+
+
+class CompilesOverTime(TypedDict):
+    """Compiles per time bucket of ``width`` seconds: ``(bucket_start, cause, count)`` rows."""
+
+    width: int
+    rows: list[tuple[float, str, int]]
+
+
 def _event_rows(result: Iterable[sa.Row[Unpack[tuple[Any, ...]]]]) -> list[EventRow]:
     return [cast(EventRow, dict(r._mapping)) for r in result]
 
@@ -148,7 +229,7 @@ def function_report(
     rows: dict[str, dict[str, Any]] = {}
     causes: dict[str, dict[str, int]] = {}
     # Thousands of groups on a big store: plain tuples and locals keep this loop cheap.
-    for function_hash, kind, cause, compiled, events, cost, first_ts, last_ts in event_groups(
+    for function_hash, kind, cause, compiled, events, cost, first_ts, last_ts in _event_groups(
         conn, filters, function_hashes
     ):
         row = rows.get(function_hash)
@@ -333,7 +414,7 @@ def _stat_rows(conn: sa.Connection, filters: Filters, function_hashes: list[str]
 
 def signature_run_times(
     conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None
-) -> dict[str, dict[str, dict[str, Any]]]:
+) -> dict[str, dict[str, SignatureRunTime]]:
     """Per function and signature hash: the run time of one call (median), its samples,
     and the calls they stand for."""
     per_signature: dict[str, dict[str, runtimes.Buckets]] = {}
@@ -357,11 +438,11 @@ def signature_run_times(
                 )
     return {
         h: {
-            sig: {
-                "run_seconds": runtimes.median_seconds(buckets),
-                "samples": sum(v[0] for v in buckets.values()),
-                "weight": sum(v[1] for v in buckets.values()),
-            }
+            sig: SignatureRunTime(
+                run_seconds=runtimes.median_seconds(buckets),
+                samples=sum(v[0] for v in buckets.values()),
+                weight=sum(v[1] for v in buckets.values()),
+            )
             for sig, buckets in sigs.items()
         }
         for h, sigs in per_signature.items()
@@ -382,7 +463,7 @@ def run_time_note(stat: CallTotals | None, compiles: int) -> str | None:
     return "no call timed yet"
 
 
-def event_groups(
+def _event_groups(
     conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None
 ) -> Sequence[tuple[Any, ...]]:
     """Event totals per (function, kind, cause, compiled): count, cost seconds, first and last time.
@@ -838,17 +919,21 @@ def function_row(conn: sa.Connection, function_hash: str, filters: Filters) -> F
 
 
 def run_rows(
-    conn: sa.Connection, filters: Filters, limit: int, after: tuple[float, str] | None = None
-) -> list[dict[str, Any]]:
-    """Runs, newest first, with their event counts; ``since``/``until`` apply to the start time."""
+    conn: sa.Connection,
+    filters: Filters,
+    limit: int,
+    after: tuple[float, str] | None = None,
+    offset: int = 0,
+) -> list[RunRow]:
+    """Runs, newest first, with their event counts; ``since``/``until`` apply to the start
+    time. The API pages on with ``after`` (a cursor), the dashboard with ``offset``."""
     r = models.runs
     q = filters.apply_to_runs(sa.select(r))
     if after is not None:
         started, run_id = after
         q = q.where(sa.or_(r.c.started_at < started, sa.and_(r.c.started_at == started, r.c.run_id < run_id)))
-    rows = [
-        dict(row._mapping) for row in conn.execute(q.order_by(r.c.started_at.desc(), r.c.run_id.desc()).limit(limit))
-    ]
+    q = q.order_by(r.c.started_at.desc(), r.c.run_id.desc()).limit(limit).offset(offset)
+    rows = [cast(RunRow, dict(row._mapping)) for row in conn.execute(q)]
     if not rows:
         return rows
     totals = models.run_totals
@@ -890,7 +975,7 @@ def _grouped(conn: sa.Connection, filters: Filters, *columns: str) -> list[tuple
     return [tuple(row) for row in conn.execute(q.group_by(*keys))]
 
 
-def totals(conn: sa.Connection, filters: Filters) -> dict[str, Any]:
+def totals(conn: sa.Connection, filters: Filters) -> Totals:
     """Totals over the store (or the filtered part of it): events, compiles by cause, cost,
     calls and run time (the summary without its storms)."""
     if filters.since is None and filters.until is None:
@@ -909,20 +994,20 @@ def totals(conn: sa.Connection, filters: Filters) -> dict[str, Any]:
             runs_q = runs_q.where(r.c.run_id == filters.run_id)
     runs = conn.execute(runs_q).scalar_one()
     causes: dict[str, int] = {}
-    totals = {"events": 0, "traces": 0, "compiles": 0, "recompiles": 0, "stale_captures": 0}
+    events = traces = compiles = recompiles = stale_captures = 0
     for kind, cause, compiled, n, _ in _grouped(conn, filters, "kind", "cause", "compiled"):
         n = int(n)
         if kind == Kind.STALE_CAPTURE:
             # Not a compile: the report keeps these out of the causes too.
-            totals["stale_captures"] += n
+            stale_captures += n
         else:
             causes[cause] = causes.get(cause, 0) + n
-        totals["events"] += n
-        totals["traces"] += n if kind == Kind.TRACE else 0
+        events += n
+        traces += n if kind == Kind.TRACE else 0
         if compiled:
-            totals["compiles"] += n
+            compiles += n
             if cause != Cause.FIRST_CALL:
-                totals["recompiles"] += n
+                recompiles += n
     compile_by_function = {
         function_hash: float(cost or 0.0) for function_hash, _, cost in _grouped(conn, filters, "function_hash")
     }
@@ -941,11 +1026,15 @@ def totals(conn: sa.Connection, filters: Filters) -> dict[str, Any]:
     compile_seconds = sum(compile_by_function.values())
     note = None
     if not measured:
-        note = run_time_note(CallTotals("", calls, 0, 0.0, None, unsampled), totals["compiles"])
+        note = run_time_note(CallTotals("", calls, 0, 0.0, None, unsampled), compiles)
     return {
         "functions": len(compile_by_function),
         "runs": int(runs or 0),
-        **totals,
+        "events": events,
+        "traces": traces,
+        "compiles": compiles,
+        "recompiles": recompiles,
+        "stale_captures": stale_captures,
         "causes": causes,
         "compile_seconds": compile_seconds,
         "calls": calls,
@@ -999,8 +1088,8 @@ def _bucket(conn: sa.Connection, column: sa.ColumnElement, width: int) -> sa.Col
 
 def compiles_over_time(
     conn: sa.Connection, filters: Filters, *, recompiles_only: bool = True, function_hash: str | None = None
-) -> dict[str, Any]:
-    """Compiles per time bucket and cause: ``{"width": s, "rows": [(bucket_start, cause, n), ...]}``."""
+) -> CompilesOverTime:
+    """Compiles per time bucket and cause, in buckets as wide as the span shown asks."""
     e = models.compile_events
     width = bucket_width(time_span(conn, filters, function_hash))
     bucket = _bucket(conn, e.c.timestamp, width).label("bucket")
@@ -1013,7 +1102,7 @@ def compiles_over_time(
     return {"width": width, "rows": [(float(r.bucket), r.cause, int(r.n)) for r in rows]}
 
 
-def timeline(conn: sa.Connection, function_hash: str, filters: Filters, limit: int = 5000) -> list[dict[str, Any]]:
+def timeline(conn: sa.Connection, function_hash: str, filters: Filters, limit: int = 5000) -> list[TimelinePoint]:
     """The function's traces and compiles (newest ``limit``), oldest first, with their cost."""
     e = models.compile_events
     q = filters.apply(
@@ -1023,12 +1112,22 @@ def timeline(conn: sa.Connection, function_hash: str, filters: Filters, limit: i
         .order_by(e.c.timestamp.desc(), e.c.id.desc())
         .limit(limit),
     )
-    rows = [dict(r._mapping) for r in conn.execute(q)]
+    rows = [
+        TimelinePoint(
+            timestamp=float(r.timestamp),
+            cause=r.cause,
+            kind=r.kind,
+            compiled=bool(r.compiled),
+            call_site=r.call_site,
+            seconds=float(r.seconds or 0.0),
+        )
+        for r in conn.execute(q)
+    ]
     rows.reverse()
     return rows
 
 
-def call_sites(conn: sa.Connection, function_hash: str, filters: Filters) -> list[dict[str, Any]]:
+def call_sites(conn: sa.Connection, function_hash: str, filters: Filters) -> list[CallSite]:
     """Where the function was called when it traced or compiled, busiest first."""
     e = models.compile_events
     recompiles = sa.func.sum(sa.case((sa.and_(e.c.compiled, e.c.cause != Cause.FIRST_CALL), 1), else_=0))
@@ -1045,13 +1144,13 @@ def call_sites(conn: sa.Connection, function_hash: str, filters: Filters) -> lis
         .group_by(e.c.call_site),
     )
     rows = [
-        {
-            "call_site": r.call_site,
-            "events": int(r.events),
-            "recompiles": int(r.recompiles or 0),
-            "seconds": float(r.seconds or 0.0),
-            "last": r.last,
-        }
+        CallSite(
+            call_site=r.call_site,
+            events=int(r.events),
+            recompiles=int(r.recompiles or 0),
+            seconds=float(r.seconds or 0.0),
+            last=float(r.last),
+        )
         for r in conn.execute(q)
     ]
     rows.sort(key=lambda r: (-r["events"], r["call_site"] or ""))
@@ -1119,19 +1218,24 @@ def run_spans(conn: sa.Connection, run_ids: list[str]) -> dict[str, tuple[float,
     return {r.run_id: (float(r.first), float(r.last)) for r in conn.execute(q)}
 
 
-def run_choices(conn: sa.Connection, limit: int = 200) -> list[dict[str, Any]]:
+def _run_choice(row: sa.Row[Unpack[tuple[Any, ...]]]) -> RunChoice:
+    return RunChoice(run_id=row.run_id, run_name=row.run_name, host=row.host, started_at=float(row.started_at))
+
+
+def run_choices(conn: sa.Connection, limit: int = 200) -> list[RunChoice]:
     """Runs for the filter menu, newest first: id, name and start only."""
     r = models.runs
     q = sa.select(r.c.run_id, r.c.run_name, r.c.host, r.c.started_at).order_by(r.c.started_at.desc()).limit(limit)
-    return [dict(row._mapping) for row in conn.execute(q)]
+    return [_run_choice(row) for row in conn.execute(q)]
 
 
-def run_info(conn: sa.Connection, run_id: str) -> dict[str, Any] | None:
+def run_info(conn: sa.Connection, run_id: str) -> RunChoice | None:
+    """One run as the filter menu names it (None if unknown)."""
     r = models.runs
     row = conn.execute(
         sa.select(r.c.run_id, r.c.run_name, r.c.host, r.c.started_at).where(r.c.run_id == run_id)
     ).first()
-    return dict(row._mapping) if row is not None else None
+    return _run_choice(row) if row is not None else None
 
 
 def count_runs(conn: sa.Connection, filters: Filters) -> int:

@@ -114,8 +114,8 @@ class View:
     until: str | None
     filters: Filters
     problems: list[str]
-    runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    run: dict[str, Any] | None = None
+    runs: list[storequeries.RunChoice] = dataclasses.field(default_factory=list)
+    run: storequeries.RunChoice | None = None
 
     FILTER_KEYS = ("run_id", "since", "until")
 
@@ -433,11 +433,10 @@ def runs(request: Request) -> HTMLResponse:
         view = _open_view(request, conn)
         total = storequeries.count_runs(conn, view.filters)
         pager = _pager(view, _page_number(request), _per_page(request, RUNS_PER_PAGE), total)
-        rows = storequeries.run_rows(conn, view.filters, limit=pager["offset"] + pager["per_page"])[pager["offset"] :]
-        spans = storequeries.run_spans(conn, [r["run_id"] for r in rows])
-        empty = _empty_state(request, conn, view) if not rows else None
-    for row in rows:
-        row["span"] = spans.get(row["run_id"])
+        runs = storequeries.run_rows(conn, view.filters, limit=pager["per_page"], offset=pager["offset"])
+        spans = storequeries.run_spans(conn, [r["run_id"] for r in runs])
+        empty = _empty_state(request, conn, view) if not runs else None
+    rows = [{**run, "span": spans.get(run["run_id"])} for run in runs]
     return page(request, "runs.html", view=view, title="Runs", rows=rows, pager=pager, empty=empty)
 
 

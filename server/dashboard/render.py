@@ -19,6 +19,7 @@ import jinja2
 
 from cachewatch import events
 from cachewatch.events import CAUSES, Cause, short_name
+from cachewatch.store.queries import CompilesOverTime, TimelinePoint
 
 # One fixed colour per cause, the same on every page and chart: ten hues as far apart
 # as ten can be, each darkened to keep at least 3:1 contrast against white, as bars and
@@ -213,7 +214,7 @@ def _count_axis(title: str, largest: int) -> dict[str, Any]:
     return _axis(title, rangemode="tozero", tickformat=",d", **extra)
 
 
-def recompiles_chart(buckets: dict[str, Any]) -> dict[str, Any]:
+def recompiles_chart(buckets: CompilesOverTime) -> dict[str, Any]:
     """Stacked bars: recompiles per time bucket, one trace (and colour) per cause."""
     width = buckets["width"]
     by_cause: dict[str, dict[float, int]] = {}
@@ -321,9 +322,9 @@ def causes_chart(causes: dict[str, int]) -> dict[str, Any]:
     return {"data": data, "layout": layout}
 
 
-def timeline_chart(points: list[dict[str, Any]]) -> dict[str, Any]:
+def timeline_chart(points: Sequence[TimelinePoint]) -> dict[str, Any]:
     """One marker per trace or compile: when (x), how long (y), why (colour)."""
-    by_cause: dict[str, list[dict[str, Any]]] = {}
+    by_cause: dict[str, list[TimelinePoint]] = {}
     for p in points:
         by_cause.setdefault(p["cause"], []).append(p)
     data = []
