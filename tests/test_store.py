@@ -289,3 +289,33 @@ def test_a_page_of_functions_is_the_same_in_sql_as_from_the_whole_report(store_u
                     assert [r for page in pages for r in page] == in_sql, listed
         with pytest.raises(ValueError):
             queries.function_page(conn, whole, offset=0, limit=10, sort="-event_id")
+
+
+def test_pages_of_runs_in_sql_make_up_the_whole_listing(store_url):
+    # The dashboard pages runs with an offset, the API with a cursor: both in SQL, newest
+    # first, ties broken by run id the same way.
+    from cachewatch.store import queries
+
+    enginemod.ensure_schema(store_url)
+    started = [100.0, 200.0, 200.0, 300.0, 300.0, 300.0, 400.0]
+    with enginemod.connection(store_url) as conn:
+        conn.execute(
+            sa.insert(models.runs),
+            [
+                {"run_id": f"{i:032x}", "run_name": f"run {i}", "started_at": t, "devices": []}
+                for i, t in enumerate(started)
+            ],
+        )
+        whole = queries.run_rows(conn, queries.Filters(), limit=100)
+        assert [r["started_at"] for r in whole] == sorted(started, reverse=True)
+        by_offset = [queries.run_rows(conn, queries.Filters(), limit=3, offset=o) for o in range(0, len(started), 3)]
+        assert [r for page in by_offset for r in page] == whole
+        by_cursor, after = [], None
+        while True:
+            page = queries.run_rows(conn, queries.Filters(), limit=3, after=after)
+            if not page:
+                break
+            by_cursor += page
+            after = (page[-1]["started_at"], page[-1]["run_id"])
+        assert by_cursor == whole
+        assert all(r["events"] == 0 and r["compiles"] == 0 for r in whole)
