@@ -771,7 +771,7 @@ def function_page(
         rows = _matching(function_report(conn, filters), q, cause)
         rows = _sorted_rows(rows, key, descending)
         return rows[offset : offset + limit], len(rows)
-    listing = _listing(q, cause)
+    listing = _listing(q, cause, key)
     value = listing.selected_columns[key]
     qualname = listing.selected_columns.qualname
     order: list[sa.ColumnElement[Any]] = [sa.case((value.is_(None), 1), else_=0)]  # unknowns last, either way
@@ -788,44 +788,41 @@ def function_page(
     return [by_hash[h] for h in hashes if h in by_hash], int(total)
 
 
-def _listing(q: str | None, cause: str | None) -> sa.Select[Any]:
-    """Per function, from the kept totals: the report's sortable fields, computed in SQL."""
+def _listing(q: str | None, cause: str | None, key: str) -> sa.Select[Any]:
+    """Per function, from the kept totals: its hash, qualified name and the sort ``key``,
+    computed in SQL (only what that key needs is aggregated or joined)."""
     t, f, c = models.function_totals, models.functions, models.function_call_totals
     compiled_events = sa.case((t.c.compiled, t.c.events), else_=0)
-    per = sa.select(
-        t.c.function_hash,
-        sa.func.sum(sa.case((t.c.kind != Kind.STALE_CAPTURE, t.c.cost_seconds), else_=0.0)).label("compile_seconds"),
-        sa.func.sum(compiled_events).label("compiles"),
-        sa.func.sum(sa.case((t.c.cause != Cause.FIRST_CALL, compiled_events), else_=0)).label("recompiles"),
-        sa.func.max(t.c.last_ts).label("last_compile"),
-        sa.func.sum(
-            sa.case((sa.and_(t.c.kind != Kind.STALE_CAPTURE, t.c.cause == (cause or "")), t.c.events), else_=0)
-        ).label("of_cause"),
-    ).group_by(t.c.function_hash)
-    p = per.subquery()
-    calls = sa.func.coalesce(c.c.calls, 0)
-    run_seconds = c.c.run_seconds_per_call * calls
-    share = sa.case(
-        (
-            sa.and_(c.c.run_seconds_per_call.is_not(None), p.c.compile_seconds + run_seconds > 0),
-            p.c.compile_seconds / (p.c.compile_seconds + run_seconds),
-        ),
-        else_=None,
-    )
-    listing = (
-        sa.select(
-            p.c.function_hash,
-            f.c.qualname,
-            p.c.compile_seconds,
-            p.c.compiles,
-            p.c.recompiles,
-            p.c.last_compile,
-            calls.label("calls"),
-            share.label("compile_share"),
-        )
-        .join(f, f.c.function_hash == p.c.function_hash)
-        .outerjoin(c, c.c.function_hash == p.c.function_hash)
-    )
+    measures: dict[str, sa.ColumnElement[Any]] = {
+        "compile_seconds": sa.func.sum(sa.case((t.c.kind != Kind.STALE_CAPTURE, t.c.cost_seconds), else_=0.0)),
+        "compiles": sa.func.sum(compiled_events),
+        "recompiles": sa.func.sum(sa.case((t.c.cause != Cause.FIRST_CALL, compiled_events), else_=0)),
+        "last_compile": sa.func.max(t.c.last_ts),
+    }
+    aggregated = ["compile_seconds"] if key == "compile_share" else [k for k in (key,) if k in measures]
+    per_columns = [t.c.function_hash, *(measures[k].label(k) for k in aggregated)]
+    if cause:
+        of_cause = sa.case((sa.and_(t.c.kind != Kind.STALE_CAPTURE, t.c.cause == cause), t.c.events), else_=0)
+        per_columns.append(sa.func.sum(of_cause).label("of_cause"))
+    p = sa.select(*per_columns).group_by(t.c.function_hash).subquery()
+    listing = sa.select(p.c.function_hash, f.c.qualname).join(f, f.c.function_hash == p.c.function_hash)
+    if key in measures:
+        listing = listing.add_columns(p.c[key])
+    elif key in ("calls", "compile_share"):
+        calls = sa.func.coalesce(c.c.calls, 0)
+        listing = listing.outerjoin(c, c.c.function_hash == p.c.function_hash)
+        if key == "calls":
+            listing = listing.add_columns(calls.label("calls"))
+        else:
+            run_seconds = c.c.run_seconds_per_call * calls
+            share = sa.case(
+                (
+                    sa.and_(c.c.run_seconds_per_call.is_not(None), p.c.compile_seconds + run_seconds > 0),
+                    p.c.compile_seconds / (p.c.compile_seconds + run_seconds),
+                ),
+                else_=None,
+            )
+            listing = listing.add_columns(share.label("compile_share"))
     if q:
         needle = q.lower()
         listing = listing.where(
