@@ -14,7 +14,9 @@ mix their records.
 
 Compiles of jit objects cachewatch did not wrap (JAX's own, those made before
 ``install()``, eager primitives) have no wrapped call to claim them: the listener
-records them itself when their backend compile ends (see ``foreign``).
+records them itself when their backend compile ends (see ``foreign``). So it does for
+the backward pass of a wrapped function (grad or vjp outside any jit), which JAX
+compiles after the function's call has returned.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import time
 from typing import Any, Callable
 
 from . import _guard, foreign, opbyop, recorder
-from .events import Kind
+from .events import FunctionInfo, Kind
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
@@ -35,7 +37,7 @@ CACHE_MISS_EVENT = "/jax/compilation_cache/cache_misses"
 CACHE_SAVED_EVENT = "/jax/compilation_cache/compile_time_saved_sec"
 
 # Records nobody claims (a compile of a watched function that JAX ran outside the
-# function's own call, such as the backward pass of grad) are kept at most this long.
+# function's own call, other than a backward pass) are kept at most this long.
 _MAX_PENDING = 256
 
 activity = 0
@@ -54,6 +56,10 @@ _process_wide = False
 _watched_lock = threading.Lock()
 _watched_modules: dict[str, int] = {}
 _watched_traces: dict[str, int] = {}
+# The watched functions of each module name (a few, most recent last): a backward-pass
+# compile is recorded under the one JAX's debug information points at.
+_watched_functions: dict[str, list[FunctionInfo]] = {}
+_MAX_FUNCTIONS_PER_NAME = 16
 
 
 _native_bump: Callable[[], int] | None
@@ -74,10 +80,14 @@ def bump() -> int:
         return activity
 
 
-def watch_names(trace_name: str, module_name: str) -> None:
+def watch_names(trace_name: str, module_name: str, info: FunctionInfo) -> None:
     with _watched_lock:
         _watched_traces[trace_name] = _watched_traces.get(trace_name, 0) + 1
         _watched_modules[module_name] = _watched_modules.get(module_name, 0) + 1
+        known = _watched_functions.setdefault(module_name, [])
+        if info not in known:
+            known.append(info)
+            del known[:-_MAX_FUNCTIONS_PER_NAME]
 
 
 class Record:
@@ -243,6 +253,12 @@ def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
                 return
             caller = sys._getframe(1)
             record.target = foreign.from_lowering(caller, name) if event == LOWER_EVENT else foreign.from_name(name)
+        elif event == LOWER_EVENT and foreign.in_backward_pass(caller := sys._getframe(1)):
+            # No call of the function will claim it: its call returned before grad's
+            # backward pass began. Recorded as soon as it is compiled, like a foreign one.
+            with _watched_lock:
+                candidates = list(_watched_functions.get(name, ()))
+            record.target = foreign.from_backward(caller, name, candidates)
         push(record)
     if event == LOWER_EVENT:
         record.lower_seconds = duration

@@ -38,6 +38,10 @@ from .identity import call_site, code_file, describe_function, is_library_file, 
 # recorded, with less detail.
 TRACE_FRAME = "_trace_for_jit"
 LOWER_FRAME = "_cached_lowering_to_hlo"
+# A jitted function's transpose rule: a compile below it is the backward pass of grad or
+# vjp taken outside any jit, which JAX runs after the function's own call has returned.
+TRANSPOSE_FRAMES = ("_pjit_transpose_fancy", "_pjit_transpose")
+_TRANSPOSE_DEPTH = 24
 _JAX_SRC = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 
 # Module of functions known only by the name JAX compiled them under.
@@ -57,6 +61,8 @@ class Target:
     # Compiled without a trace of its own call: traced inside a transformation (grad, vmap,
     # a library's lifted transform) and run outside any jit.
     lowered_only: bool = False
+    # The backward pass of a watched function (its transpose), compiled after its call.
+    backward: bool = False
 
 
 def find_frame(frame: Any, code_name: str, depth: int = 12) -> Any:
@@ -175,6 +181,26 @@ def from_lowering(frame: Any, name: str) -> Target:
     return Target(
         _by_source(inner, getattr(debug, "func_src_info", None)), 0, signature, call_site=site, lowered_only=True
     )
+
+
+def in_backward_pass(frame: Any) -> bool:
+    """Whether JAX is lowering a jitted function's transpose (grad or vjp outside any jit)."""
+    return any(find_frame(frame, name, _TRANSPOSE_DEPTH) is not None for name in TRANSPOSE_FRAMES)
+
+
+def from_backward(frame: Any, name: str, watched: list[FunctionInfo]) -> Target:
+    """The target of a backward-pass compile: of the ``watched`` functions with this name,
+    the one defined where JAX's debug information says (the only one, when it says
+    nothing), else the function as that information names it."""
+    target = from_lowering(frame, name)
+    target.backward = True
+    where = (target.info.file, target.info.line)
+    found = [info for info in watched if (info.file, info.line) == where]
+    if not found and not target.info.file and len(watched) == 1:
+        found = watched
+    if found:
+        target.info = found[-1]
+    return target
 
 
 def from_name(name: str) -> Target:
@@ -391,18 +417,26 @@ def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], 
 
 # Signatures of compiles without a trace, per function: JAX names their arguments
 # differently from a traced call, so they are compared only with each other.
-_lowered: dict[str, list[sigmod.Signature]] = {}
+_lowered: dict[tuple[str, bool], list[sigmod.Signature]] = {}
 _lowered_lock = threading.Lock()
 
 
 def _explain_lowered(target: Target) -> tuple[str, str, tuple[dict[str, Any], ...]]:
     info, sig = target.info, target.signature
+    # A backward pass is compared with the function's other backward passes only: it is
+    # another program than the forward one, with other arguments.
+    key = (info.function_hash, target.backward)
     with _lowered_lock:
-        earlier = list(_lowered.get(info.function_hash, ()))
+        earlier = list(_lowered.get(key, ()))
         if sig is not None:
-            _lowered.setdefault(info.function_hash, []).append(sig)
-            del _lowered[info.function_hash][:-64]
-    inside = "traced inside a transformation (grad, vmap, a library's lifted transform) and run outside any jit"
+            _lowered.setdefault(key, []).append(sig)
+            del _lowered[key][:-64]
+    if target.backward:
+        inside = "for its backward pass (jax.grad or jax.vjp taken outside any jit, which compiles the transpose)"
+        if not earlier:
+            return Cause.FIRST_CALL, f"First compile of `{info.name}` {inside} in this run.", ()
+    else:
+        inside = "traced inside a transformation (grad, vmap, a library's lifted transform) and run outside any jit"
     if not earlier:
         if not causes.seen(info.function_hash):
             causes.note(info.function_hash)

@@ -70,7 +70,7 @@ class HookState:
         # The eager baseline calls the function again; a bound method's instance is held
         # weakly, like the hook holds it.
         self.fun = weakref.WeakMethod(fun) if isinstance(fun, types.MethodType) else (lambda: fun)
-        _tracking.watch_names(self.trace_name, self.module_name)
+        _tracking.watch_names(self.trace_name, self.module_name, self.info)
 
 
 def _jax_fun_name(fun: Callable[..., Any]) -> str:

@@ -183,6 +183,19 @@ def test_freeze_covers_compiles_without_a_retrace(events):
     np.testing.assert_allclose(traced_first(jnp.ones(3)), np.full(3, 7.0))
 
 
+def test_freeze_names_a_backward_pass_compile(events):
+    @cachewatch.jit
+    def smooth_loss(w):
+        return jnp.sum(jnp.sin(w))
+
+    _, pullback = jax.vjp(smooth_loss, jnp.ones(3))  # the forward program compiles here
+    with cachewatch.freeze():
+        with pytest.raises(cachewatch.FrozenCompileError, match="compiled for its backward pass"):
+            pullback(jnp.float32(1.0))
+    (grad,) = pullback(jnp.float32(1.0))
+    np.testing.assert_allclose(grad, np.cos(np.ones(3)), rtol=1e-6)
+
+
 def test_freeze_after_install_covers_jits_made_before_it(events):
     cachewatch.jit(lambda x: x)(jnp.ones(1))  # a watched `<lambda>`: the name says nothing
     made_before = jax.jit(lambda x: x * 11)

@@ -5,6 +5,7 @@ JAX's own compile log; and the pieces of that, one at a time, in this process.""
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import re
 import subprocess
@@ -21,7 +22,7 @@ import cachewatch
 from cachewatch import analysis, counters, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, queries, rollup
-from cachewatch.events import Cause
+from cachewatch.events import Cause, Kind
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 # The user's own jitted steps in each program.
@@ -306,6 +307,66 @@ def test_storms_are_found_per_run(store_url):
     assert len(storms) == 3 and all(s["compiles"] == 5 and s["recurs_in_runs"] == 3 for s in storms)
     assert len({s["run_id"] for s in storms}) == 3
     assert "Recurs in 3 runs." in analysis.describe_storm(storms[0])
+
+
+class _LogLines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_grad_outside_jit_records_the_backward_compile_of_a_wrapped_function(sqlite_url, use_store):
+    # jax.grad over a watched function, taken outside any jit: JAX compiles the forward
+    # program inside the function's call and its transpose after the call has returned.
+    # Both are the function's compiles, as JAX's log counts them.
+    use_store(sqlite_url)
+    seen: list = []
+    recorder.add_listener(seen.append)
+
+    @cachewatch.jit
+    def loss(w, x):
+        return jnp.sum(jnp.tanh(x @ w))
+
+    def loss_elsewhere():  # another watched function named `loss`: JAX's debug info tells them apart
+        def loss(w):
+            return jnp.sum(w)
+
+        return cachewatch.jit(loss)
+
+    loss_elsewhere()
+    w = jnp.ones((4, 3))
+    log = _LogLines()
+    logging.getLogger("jax").addHandler(log)
+    jax.config.update("jax_log_compiles", True)
+    try:
+        for n in (2, 2, 5):
+            jax.grad(loss)(w, jnp.ones((n, 4)))
+        line = _line() - 1
+    finally:
+        jax.config.update("jax_log_compiles", False)
+        logging.getLogger("jax").removeHandler(log)
+        recorder.remove_listener(seen.append)
+    assert cachewatch.flush(30)
+    function_hash = loss.__cachewatch_state__.info.function_hash
+    events = [e for e in seen if e.function.function_hash == function_hash and e.compiled]
+    logged = [m for m in log.lines if m.startswith("Finished XLA compilation of jit(loss) ")]
+    assert len(logged) == 4 and len(events) == 4
+    assert [(e.kind, e.cause) for e in events] == [
+        (Kind.TRACE, Cause.FIRST_CALL),
+        (Kind.COMPILE, Cause.FIRST_CALL),
+        (Kind.TRACE, Cause.NEW_SHAPE),
+        (Kind.COMPILE, Cause.NEW_SHAPE),
+    ]
+    backward = events[3]
+    assert "backward pass" in backward.explanation
+    assert (backward.diff[0]["before"], backward.diff[0]["after"]) == ("float32[2,4]", "float32[5,4]")
+    assert all(e.call_site == f"{__file__}:{line}" for e in events)
+    with enginemod.connection(sqlite_url) as conn:
+        (row,) = queries.function_report(conn, queries.Filters(), function_hashes=[function_hash])
+    assert (row["compiles"], row["recompiles"]) == (4, 2)
 
 
 def test_calls_made_while_tracing_are_not_executions(sqlite_url, use_store):
