@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/coverage.py
 
 Runs each training program of tests/programs/ (stax, per-example gradients with vmap,
-Flax NNX, Flax Linen with Optax, Equinox) with ``cachewatch.install()`` as its first lines and ``JAX_LOG_COMPILES=1``,
+Flax NNX, Flax Linen with Optax, Equinox, a jitted loss under an eager jax.grad) with
+``cachewatch.install()`` as its first lines and ``JAX_LOG_COMPILES=1``,
 and counts, per program: the compiles JAX logged, the compiles recorded, those tied
 to a function or an eager primitive, those whose name and count match JAX's log, those
 of JAX's own jitted helpers and eager primitives, and the storms reported.
@@ -29,7 +30,7 @@ from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAMS = ["stax_mlp", "vmap_convnet", "nnx_vae", "linen_seq", "equinox_mlp"]
+PROGRAMS = ["stax_mlp", "vmap_convnet", "nnx_vae", "linen_seq", "equinox_mlp", "eager_grad"]
 _JAX_COMPILED = re.compile(r"Finished XLA compilation of jit\((.*?)\) in")
 
 

@@ -1,6 +1,7 @@
 """Every compile of a real program: training scripts written with stax, Flax NNX, Flax
-Linen with Optax, Equinox, and per-example gradients with vmap (tests/programs/), run under ``cachewatch.install()`` beside
-JAX's own compile log; and the pieces of that, one at a time, in this process."""
+Linen with Optax, Equinox, per-example gradients with vmap, and a jitted loss under an
+eager jax.grad (tests/programs/), run under ``cachewatch.install()`` beside JAX's own
+compile log; and the pieces of that, one at a time, in this process."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ STEPS = {
     "linen_seq": ["train_step"],
     "equinox_mlp": ["train_step"],
     "vmap_convnet": ["private_step"],
+    "eager_grad": ["loss"],
 }
 _JAX_COMPILED = re.compile(r"Finished XLA compilation of jit\((.*?)\) in")
 
