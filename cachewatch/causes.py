@@ -30,6 +30,9 @@ class ObjectHistory:
     compiled_keys: set = dataclasses.field(default_factory=set)
     devices: dict = dataclasses.field(default_factory=dict)  # signature key -> device string
     cleared: bool = False
+    # (transformation, signature key) -> shapes under its tracers, of compiles made for a
+    # transformation of the function (jvp, vmap, linearize outside any jit) from a cached jaxpr.
+    transformed: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -121,6 +124,49 @@ def preview_trace(function_hash: str, serial: int, name: str, sig: Signature, ca
         history = _histories.get(function_hash) or FunctionHistory()
         obj = history.objects.get(serial) or ObjectHistory()
         return _classify_trace(history, obj, name, sig, call_site)
+
+
+def explain_transformed(
+    function_hash: str, serial: int, name: str, sig: Signature | None, transform: str, shapes: tuple[str, ...]
+) -> Verdict:
+    """Classify a compile without a trace made for a transformation of the function (its
+    arguments were ``transform``'s tracers, over values of ``shapes``): a program of its
+    own, built from a jaxpr JAX had cached, so neither a new device nor the plain program
+    compiled again."""
+    with _lock:
+        history = _histories.setdefault(function_hash, FunctionHistory())
+        obj = history.objects.setdefault(serial, ObjectHistory())
+        key = (transform, sig.key if sig is not None else None)
+        before = obj.transformed.get(key)
+        obj.transformed[key] = shapes
+    if before is None:
+        return Verdict(
+            Cause.FIRST_CALL,
+            f"First compile of `{name}` under {transform} at this signature: a transformation "
+            "taken outside any jit compiles a program of its own.",
+            (),
+        )
+    if before != shapes:
+        return Verdict(
+            Cause.NEW_SHAPE,
+            f"`{name}` was compiled again under {transform}: the arguments it transforms changed "
+            f"shape, {', '.join(before)} -> {', '.join(shapes)}.",
+            (
+                {
+                    "path": f"<{transform}>",
+                    "change": "shape",
+                    "cause": Cause.NEW_SHAPE.value,
+                    "before": ", ".join(before),
+                    "after": ", ".join(shapes),
+                },
+            ),
+        )
+    return Verdict(
+        Cause.UNKNOWN,
+        f"`{name}` was compiled again under {transform} at a signature and shapes it had compiled "
+        "under it before, from a jaxpr JAX had cached: what changed is not in its arguments.",
+        (),
+    )
 
 
 def explain_compile(function_hash: str, serial: int, name: str, sig: Signature | None, device: str | None) -> Verdict:

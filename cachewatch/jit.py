@@ -454,7 +454,11 @@ def _to_event(
     else:
         sig = _concrete_signature(state, args, kwargs)
         nested = False
-        verdict = causes.explain_compile(info.function_hash, state.serial, info.name, sig, device)
+        transform = _transformation(args, kwargs)
+        if transform is not None:
+            verdict = causes.explain_transformed(info.function_hash, state.serial, info.name, sig, *transform)
+        else:
+            verdict = causes.explain_compile(info.function_hash, state.serial, info.name, sig, device)
     signature_json = sig.as_json() if sig is not None else ()
     cache_hit, cache_key = cachekey.take(record.seq)
     return CompileEvent(
@@ -576,6 +580,23 @@ def _cost_analysis(jitted: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
         except Exception:
             pass
     return result
+
+
+# JAX's tracers of the transformations a call can be made under outside any jit.
+_TRANSFORMS = {"JVPTracer": "jvp", "LinearizeTracer": "linearize (grad)", "BatchTracer": "vmap"}
+
+
+def _transformation(args: tuple, kwargs: dict) -> tuple[str, tuple[str, ...]] | None:
+    """The transformation whose tracers the call's arguments are, if any (the compile that
+    follows is of the transformed function, not of the function itself), with the shapes
+    of the values under its tracers (a vmap's batched arguments)."""
+    tracers = [leaf for leaf in jax.tree_util.tree_leaves((args, kwargs)) if isinstance(leaf, jax.core.Tracer)]
+    if not tracers:
+        return None
+    name = type(tracers[0]).__name__
+    values = (getattr(t, "val", None) for t in tracers)  # a tracer's value: an array, or another tracer
+    shapes = tuple(str(tuple(shape)) for shape in (getattr(v, "shape", None) for v in values) if shape is not None)
+    return _TRANSFORMS.get(name, name), shapes
 
 
 def _concrete_signature(state: HookState, args: tuple, kwargs: dict) -> sigmod.Signature | None:

@@ -7,13 +7,45 @@ them with ``jax_log_compiles`` on and compare cachewatch's record with JAX's log
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import threading
+from typing import Iterator
 
+import jax
 import jax.numpy as jnp
 
 import cachewatch
 from cachewatch.events import Cause
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def jax_compile_log() -> Iterator[list[str]]:
+    """JAX's own account: jax_log_compiles on, its log lines captured through logging."""
+    handler = _ListHandler()
+    logger = logging.getLogger("jax")
+    logger.addHandler(handler)
+    previous = jax.config.jax_log_compiles
+    jax.config.update("jax_log_compiles", True)
+    try:
+        yield handler.messages
+    finally:
+        jax.config.update("jax_log_compiles", previous)
+        logger.removeHandler(handler)
+
+
+def jax_compile_count(messages: list[str], name: str) -> int:
+    return sum(1 for m in messages if m.startswith(f"Finished XLA compilation of jit({name}) "))
 
 
 def lambda_in_loop():

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
-
-import jax
 import pytest
 
 from cachewatch.store import engine as enginemod
@@ -18,34 +14,6 @@ import scenarios
 pytestmark = pytest.mark.usefixtures("hot_path")
 
 
-class _ListHandler(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def jax_compile_log():
-    """JAX's own account: jax_log_compiles on, its log lines captured through logging."""
-    handler = _ListHandler()
-    logger = logging.getLogger("jax")
-    logger.addHandler(handler)
-    previous = jax.config.jax_log_compiles
-    jax.config.update("jax_log_compiles", True)
-    try:
-        yield handler.messages
-    finally:
-        jax.config.update("jax_log_compiles", previous)
-        logger.removeHandler(handler)
-
-
-def jax_compile_count(messages: list[str], name: str) -> int:
-    return sum(1 for m in messages if m.startswith(f"Finished XLA compilation of jit({name}) "))
-
-
 def stored_events(url: str, names: list[str]) -> list[dict]:
     with enginemod.connection(url) as conn:
         rows = queries.list_events(conn, limit=10_000)
@@ -54,7 +22,7 @@ def stored_events(url: str, names: list[str]) -> list[dict]:
 
 def run_scenario(name: str, url: str, use_store) -> tuple[list[dict], list[str]]:
     use_store(url)
-    with jax_compile_log() as messages:
+    with scenarios.jax_compile_log() as messages:
         names = scenarios.ALL[name]()
     import cachewatch
 
@@ -73,7 +41,7 @@ def test_scenario_counts_and_causes(name, sqlite_url, use_store):
         assert compiled == expected
     for function_name in {n for n, _ in expected} | {e["name"] for e in events}:
         ours = sum(1 for e in events if e["compiled"] and e["name"] == function_name)
-        assert ours == jax_compile_count(messages, function_name), function_name
+        assert ours == scenarios.jax_compile_count(messages, function_name), function_name
     for event in events:
         assert event["explanation"]
         if event["cause"] not in (Cause.FIRST_CALL, Cause.CACHE_CLEARED):
@@ -156,7 +124,7 @@ def test_nested_trace_recorded_but_not_compiled(sqlite_url, use_store):
     assert len(outer) == 1 and outer[0]["compiled"] and outer[0]["compile_seconds"] > 0
     # Called on its own later, inner compiles from the jaxpr JAX cached: no second trace.
     assert inner[1]["kind"] == "compile" and inner[1]["compiled"] and inner[1]["trace_seconds"] is None
-    assert jax_compile_count(messages, "inner") == 1
+    assert scenarios.jax_compile_count(messages, "inner") == 1
 
 
 def test_threads_attributed_to_their_own_call(sqlite_url, use_store):

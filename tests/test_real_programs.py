@@ -6,7 +6,6 @@ compile log; and the pieces of that, one at a time, in this process."""
 from __future__ import annotations
 
 import collections
-import logging
 import os
 import re
 import subprocess
@@ -24,6 +23,8 @@ from cachewatch import analysis, counters, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, queries, rollup
 from cachewatch.events import Cause, Kind
+
+import scenarios
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 # The user's own jitted steps in each program.
@@ -311,15 +312,6 @@ def test_storms_are_found_per_run(store_url):
     assert "Recurs in 3 runs." in analysis.describe_storm(storms[0])
 
 
-class _LogLines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 def test_grad_outside_jit_records_the_backward_compile_of_a_wrapped_function(sqlite_url, use_store):
     # jax.grad over a watched function, taken outside any jit: JAX compiles the forward
     # program inside the function's call and its transpose after the call has returned.
@@ -340,22 +332,17 @@ def test_grad_outside_jit_records_the_backward_compile_of_a_wrapped_function(sql
 
     loss_elsewhere()
     w = jnp.ones((4, 3))
-    log = _LogLines()
-    logging.getLogger("jax").addHandler(log)
-    jax.config.update("jax_log_compiles", True)
     try:
-        for n in (2, 2, 5):
-            jax.grad(loss)(w, jnp.ones((n, 4)))
-        line = _line() - 1
+        with scenarios.jax_compile_log() as messages:
+            for n in (2, 2, 5):
+                jax.grad(loss)(w, jnp.ones((n, 4)))
+            line = _line() - 1
     finally:
-        jax.config.update("jax_log_compiles", False)
-        logging.getLogger("jax").removeHandler(log)
         recorder.remove_listener(seen.append)
     assert cachewatch.flush(30)
     function_hash = loss.__cachewatch_state__.info.function_hash
     events = [e for e in seen if e.function.function_hash == function_hash and e.compiled]
-    logged = [m for m in log.lines if m.startswith("Finished XLA compilation of jit(loss) ")]
-    assert len(logged) == 4 and len(events) == 4
+    assert scenarios.jax_compile_count(messages, "loss") == 4 and len(events) == 4
     assert [(e.kind, e.cause) for e in events] == [
         (Kind.TRACE, Cause.FIRST_CALL),
         (Kind.COMPILE, Cause.FIRST_CALL),
@@ -369,6 +356,44 @@ def test_grad_outside_jit_records_the_backward_compile_of_a_wrapped_function(sql
     with enginemod.connection(sqlite_url) as conn:
         (row,) = queries.function_report(conn, queries.Filters(), function_hashes=[function_hash])
     assert (row["compiles"], row["recompiles"]) == (4, 2)
+
+
+def test_transformations_outside_jit_compile_programs_of_their_own(sqlite_url, use_store):
+    # grad or vmap of a watched function at a signature JAX has traced already: JAX builds
+    # the transformed program from its cached jaxpr and compiles it without a trace. It is
+    # neither the plain program again nor a new device.
+    use_store(sqlite_url)
+    seen: list = []
+    recorder.add_listener(seen.append)
+
+    @cachewatch.jit
+    def energy(w, x):
+        return jnp.sum(jnp.tanh(x @ w))
+
+    w, x = jnp.ones((4, 3)), jnp.ones((2, 4))
+    try:
+        with scenarios.jax_compile_log() as messages:
+            energy(w, x)  # the function itself: traced and compiled
+            jax.grad(energy)(w, x)  # its linearization from the cached jaxpr, then its backward pass
+            jax.vmap(energy, in_axes=(None, 0))(w, jnp.ones((5, 2, 4)))
+            jax.vmap(energy, in_axes=(None, 0))(w, jnp.ones((6, 2, 4)))
+    finally:
+        recorder.remove_listener(seen.append)
+    assert cachewatch.flush(30)
+    function_hash = energy.__cachewatch_state__.info.function_hash
+    events = [e for e in seen if e.function.function_hash == function_hash and e.compiled]
+    assert scenarios.jax_compile_count(messages, "energy") == 5 and len(events) == 5
+    assert [(e.kind, e.cause) for e in events] == [
+        (Kind.TRACE, Cause.FIRST_CALL),
+        (Kind.COMPILE, Cause.FIRST_CALL),
+        (Kind.COMPILE, Cause.FIRST_CALL),
+        (Kind.COMPILE, Cause.FIRST_CALL),
+        (Kind.COMPILE, Cause.NEW_SHAPE),
+    ]
+    assert "under linearize (grad)" in events[1].explanation
+    assert "backward pass" in events[2].explanation
+    assert "under vmap" in events[3].explanation
+    assert "(5, 2, 4) -> (6, 2, 4)" in events[4].explanation
 
 
 def test_calls_made_while_tracing_are_not_executions(sqlite_url, use_store):
