@@ -46,7 +46,7 @@ _tls = threading.local()
 
 # The attribute that marks cachewatch's trace hook, so the listener tells a wrapped
 # function's trace from a foreign one.
-HOOK_ATTR = "__cachewatch_hook__"
+HOOK_ATTR = foreign.HOOK_ATTR
 # Whether compiles of jit objects cachewatch did not wrap are recorded (install() turns
 # it on; cachewatch.jit alone records only the functions it wraps and eager primitives).
 _process_wide = False
@@ -253,12 +253,12 @@ def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
                 return
             caller = sys._getframe(1)
             record.target = foreign.from_lowering(caller, name) if event == LOWER_EVENT else foreign.from_name(name)
-        elif event == LOWER_EVENT and foreign.in_backward_pass(caller := sys._getframe(1)):
-            # No call of the function will claim it: its call returned before grad's
-            # backward pass began. Recorded as soon as it is compiled, like a foreign one.
+        elif event == LOWER_EVENT and (how := foreign.outside_call(caller := sys._getframe(1))) is not None:
+            # No call of the function will claim it (grad's backward pass begins after the
+            # call has returned): recorded as soon as it is compiled, like a foreign one.
             with _watched_lock:
                 candidates = list(_watched_functions.get(name, ()))
-            record.target = foreign.from_backward(caller, name, candidates)
+            record.target = foreign.from_outside_call(caller, name, how, candidates)
         push(record)
     if event == LOWER_EVENT:
         record.lower_seconds = duration

@@ -41,7 +41,14 @@ LOWER_FRAME = "_cached_lowering_to_hlo"
 # A jitted function's transpose rule: a compile below it is the backward pass of grad or
 # vjp taken outside any jit, which JAX runs after the function's own call has returned.
 TRANSPOSE_FRAMES = ("_pjit_transpose_fancy", "_pjit_transpose")
-_TRANSPOSE_DEPTH = 24
+# JAX's jit dispatch on a cache miss: its ``fun`` is the function jit wraps, marked with
+# HOOK_ATTR when it is a watched one. A compile with no such frame above it is made
+# outside the watched function's own call.
+DISPATCH_FRAME = "cache_miss"
+HOOK_ATTR = "__cachewatch_hook__"
+_OUTSIDE_CALL_DEPTH = 128
+BACKWARD_PASS = "for its backward pass (jax.grad or jax.vjp taken outside any jit, which compiles the transpose)"
+OUTSIDE_CALL = "outside its own call (jax.checkpoint, jax.hessian or another transformation evaluated outside any jit)"
 _JAX_SRC = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 
 # Module of functions known only by the name JAX compiled them under.
@@ -61,8 +68,11 @@ class Target:
     # Compiled without a trace of its own call: traced inside a transformation (grad, vmap,
     # a library's lifted transform) and run outside any jit.
     lowered_only: bool = False
-    # The backward pass of a watched function (its transpose), compiled after its call.
-    backward: bool = False
+    # A watched function compiled outside its own call (its backward pass, say): how.
+    outside_call: str = ""
+    # The lowered program's inputs, outputs and equations: the same program at other
+    # shapes has the same counts (a forward, a remat's recomputation, a backward pass differ).
+    program: tuple[int, int, int] | None = None
 
 
 def find_frame(frame: Any, code_name: str, depth: int = 12) -> Any:
@@ -183,17 +193,29 @@ def from_lowering(frame: Any, name: str) -> Target:
     )
 
 
-def in_backward_pass(frame: Any) -> bool:
-    """Whether JAX is lowering a jitted function's transpose (grad or vjp outside any jit)."""
-    return any(find_frame(frame, name, _TRANSPOSE_DEPTH) is not None for name in TRANSPOSE_FRAMES)
+def outside_call(frame: Any) -> str | None:
+    """How JAX comes to lower a watched function outside the function's own call (its
+    backward pass, or a transformation evaluated outside any jit); None within the call."""
+    found = frame
+    while (found := find_frame(found, DISPATCH_FRAME, _OUTSIDE_CALL_DEPTH)) is not None:
+        if getattr(found.f_locals.get("fun"), HOOK_ATTR, False):
+            return None
+        found = found.f_back
+    backward = any(find_frame(frame, name, _OUTSIDE_CALL_DEPTH) is not None for name in TRANSPOSE_FRAMES)
+    return BACKWARD_PASS if backward else OUTSIDE_CALL
 
 
-def from_backward(frame: Any, name: str, watched: list[FunctionInfo]) -> Target:
-    """The target of a backward-pass compile: of the ``watched`` functions with this name,
-    the one defined where JAX's debug information says (the only one, when it says
-    nothing), else the function as that information names it."""
+def from_outside_call(frame: Any, name: str, how: str, watched: list[FunctionInfo]) -> Target:
+    """The target of a compile made outside the watched function's call: of the
+    ``watched`` functions with this name, the one defined where JAX's debug information
+    says (the only one, when it says nothing), else the function as that information
+    names it."""
     target = from_lowering(frame, name)
-    target.backward = True
+    target.outside_call = how
+    found_lowering = find_frame(frame, LOWER_FRAME)
+    jaxpr = getattr(found_lowering.f_locals.get("closed_jaxpr"), "jaxpr", None) if found_lowering else None
+    if jaxpr is not None:
+        target.program = (len(jaxpr.invars), len(jaxpr.outvars), len(jaxpr.eqns))
     where = (target.info.file, target.info.line)
     found = [info for info in watched if (info.file, info.line) == where]
     if not found and not target.info.file and len(watched) == 1:
@@ -417,22 +439,23 @@ def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], 
 
 # Signatures of compiles without a trace, per function: JAX names their arguments
 # differently from a traced call, so they are compared only with each other.
-_lowered: dict[tuple[str, bool], list[sigmod.Signature]] = {}
+_lowered: dict[tuple[str, str, tuple[int, int, int] | None], list[sigmod.Signature]] = {}
 _lowered_lock = threading.Lock()
 
 
 def _explain_lowered(target: Target) -> tuple[str, str, tuple[dict[str, Any], ...]]:
     info, sig = target.info, target.signature
-    # A backward pass is compared with the function's other backward passes only: it is
-    # another program than the forward one, with other arguments.
-    key = (info.function_hash, target.backward)
+    # A compile outside the function's call is compared only with the function's other
+    # compiles of the same program made the same way: a backward pass, or a remat's
+    # recomputation, is another program than the forward one, with other arguments.
+    key = (info.function_hash, target.outside_call, target.program if target.outside_call else None)
     with _lowered_lock:
         earlier = list(_lowered.get(key, ()))
         if sig is not None:
             _lowered.setdefault(key, []).append(sig)
             del _lowered[key][:-64]
-    if target.backward:
-        inside = "for its backward pass (jax.grad or jax.vjp taken outside any jit, which compiles the transpose)"
+    if target.outside_call:
+        inside = target.outside_call
         if not earlier:
             return Cause.FIRST_CALL, f"First compile of `{info.name}` {inside} in this run.", ()
     else:

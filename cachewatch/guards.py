@@ -298,16 +298,16 @@ def on_lowering(module_name: str | None) -> BaseException | Warning | None:
             return None
         if _is_primitive(module_name[4:-1]):
             return None  # op-by-op execution of eager code: not a jit of the user's
-    backward = watched and foreign.in_backward_pass(sys._getframe(1))
-    if backward:
-        what = "compiled for its backward pass (jax.grad or jax.vjp taken outside any jit)"
+    outside = foreign.outside_call(sys._getframe(1)) if watched else None
+    if outside is not None:
+        what = f"compiled {outside}"
     elif watched:
         what = "compiled again without a retrace (another device, sharding or layout, or a jaxpr JAX had cached)"
     else:
         what = "compiled (a jit made before cachewatch.install(), so its arguments are not known)"
     text = f"`{module_name}` would be {what} after cachewatch.freeze()."
     if _frozen == "raise":
-        cause = Cause.NEW_DEVICE_OR_SHARDING if watched and not backward else Cause.UNKNOWN
+        cause = Cause.NEW_DEVICE_OR_SHARDING if watched and outside is None else Cause.UNKNOWN
         return FrozenCompileError(text, function=module_name, cause=cause)
     return FrozenCompileWarning(text)
 

@@ -396,6 +396,34 @@ def test_transformations_outside_jit_compile_programs_of_their_own(sqlite_url, u
     assert "(5, 2, 4) -> (6, 2, 4)" in events[4].explanation
 
 
+def test_checkpoint_outside_jit_records_the_programs_compiled_after_the_call(sqlite_url, use_store):
+    # grad of jax.checkpoint over a watched function, outside any jit: the call is made while
+    # remat traces, and the forward, the recomputation and the backward programs are
+    # compiled after it. Each is recorded, and each is compared with itself at other shapes.
+    use_store(sqlite_url)
+    seen: list = []
+    recorder.add_listener(seen.append)
+
+    @cachewatch.jit
+    def block(w, x):
+        return jnp.sum(jnp.tanh(x @ w))
+
+    w = jnp.ones((4, 3))
+    try:
+        with scenarios.jax_compile_log() as messages:
+            for n in (9, 9, 10):
+                jax.grad(jax.checkpoint(block))(w, jnp.ones((n, 4)))
+    finally:
+        recorder.remove_listener(seen.append)
+    assert cachewatch.flush(30)
+    function_hash = block.__cachewatch_state__.info.function_hash
+    events = [e for e in seen if e.function.function_hash == function_hash and e.compiled]
+    assert scenarios.jax_compile_count(messages, "block") == 6 and len(events) == 6
+    assert [e.cause for e in events] == [Cause.FIRST_CALL] * 3 + [Cause.NEW_SHAPE] * 3
+    assert all("outside its own call" in e.explanation for e in events)
+    assert all(any("[9," in d["before"] and "[10," in d["after"] for d in e.diff) for e in events[3:])
+
+
 def test_calls_made_while_tracing_are_not_executions(sqlite_url, use_store):
     use_store(sqlite_url)
 
