@@ -314,7 +314,7 @@ def on_lowering(module_name: str | None) -> BaseException | Warning | None:
 
 HOOK_MARK = _tracking.HOOK_ATTR  # set on the function cachewatch.jit hands to jax.jit
 _UNKNOWN = object()
-_DISPATCH_FRAME = "cache_miss"  # JAX's jit dispatch on a cache miss; its `fun` is what jit wraps
+_DISPATCH_FRAME = foreign.DISPATCH_FRAME  # JAX's jit dispatch on a cache miss; its `fun` is what jit wraps
 _MAX_FRAMES = 32
 
 
