@@ -178,6 +178,16 @@ def test_opening_the_store_writes_nothing_to_the_programs_log(tmp_path):
 
 
 @pytest.fixture
+def heard(sqlite_url, use_store):
+    """The events this test records, as the recorder hands them to its listeners."""
+    use_store(sqlite_url)
+    seen: list = []
+    recorder.add_listener(seen.append)
+    yield seen
+    recorder.remove_listener(seen.append)
+
+
+@pytest.fixture
 def installed(sqlite_url, use_store):
     use_store(sqlite_url)
     jax.clear_caches()  # earlier tests may have compiled the same shapes
@@ -312,14 +322,10 @@ def test_storms_are_found_per_run(store_url):
     assert "Recurs in 3 runs." in analysis.describe_storm(storms[0])
 
 
-def test_grad_outside_jit_records_the_backward_compile_of_a_wrapped_function(sqlite_url, use_store):
+def test_grad_outside_jit_records_the_backward_compile_of_a_wrapped_function(heard, sqlite_url):
     # jax.grad over a watched function, taken outside any jit: JAX compiles the forward
     # program inside the function's call and its transpose after the call has returned.
     # Both are the function's compiles, as JAX's log counts them.
-    use_store(sqlite_url)
-    seen: list = []
-    recorder.add_listener(seen.append)
-
     @cachewatch.jit
     def loss(w, x):
         return jnp.sum(jnp.tanh(x @ w))
@@ -332,16 +338,13 @@ def test_grad_outside_jit_records_the_backward_compile_of_a_wrapped_function(sql
 
     loss_elsewhere()
     w = jnp.ones((4, 3))
-    try:
-        with scenarios.jax_compile_log() as messages:
-            for n in (2, 2, 5):
-                jax.grad(loss)(w, jnp.ones((n, 4)))
-            line = _line() - 1
-    finally:
-        recorder.remove_listener(seen.append)
+    with scenarios.jax_compile_log() as messages:
+        for n in (2, 2, 5):
+            jax.grad(loss)(w, jnp.ones((n, 4)))
+        line = _line() - 1
     assert cachewatch.flush(30)
     function_hash = loss.__cachewatch_state__.info.function_hash
-    events = [e for e in seen if e.function.function_hash == function_hash and e.compiled]
+    events = [e for e in heard if e.function.function_hash == function_hash and e.compiled]
     assert scenarios.jax_compile_count(messages, "loss") == 4 and len(events) == 4
     assert [(e.kind, e.cause) for e in events] == [
         (Kind.TRACE, Cause.FIRST_CALL),
@@ -358,30 +361,23 @@ def test_grad_outside_jit_records_the_backward_compile_of_a_wrapped_function(sql
     assert (row["compiles"], row["recompiles"]) == (4, 2)
 
 
-def test_transformations_outside_jit_compile_programs_of_their_own(sqlite_url, use_store):
+def test_transformations_outside_jit_compile_programs_of_their_own(heard):
     # grad or vmap of a watched function at a signature JAX has traced already: JAX builds
     # the transformed program from its cached jaxpr and compiles it without a trace. It is
     # neither the plain program again nor a new device.
-    use_store(sqlite_url)
-    seen: list = []
-    recorder.add_listener(seen.append)
-
     @cachewatch.jit
     def energy(w, x):
         return jnp.sum(jnp.tanh(x @ w))
 
     w, x = jnp.ones((4, 3)), jnp.ones((2, 4))
-    try:
-        with scenarios.jax_compile_log() as messages:
-            energy(w, x)  # the function itself: traced and compiled
-            jax.grad(energy)(w, x)  # its linearization from the cached jaxpr, then its backward pass
-            jax.vmap(energy, in_axes=(None, 0))(w, jnp.ones((5, 2, 4)))
-            jax.vmap(energy, in_axes=(None, 0))(w, jnp.ones((6, 2, 4)))
-    finally:
-        recorder.remove_listener(seen.append)
+    with scenarios.jax_compile_log() as messages:
+        energy(w, x)  # the function itself: traced and compiled
+        jax.grad(energy)(w, x)  # its linearization from the cached jaxpr, then its backward pass
+        jax.vmap(energy, in_axes=(None, 0))(w, jnp.ones((5, 2, 4)))
+        jax.vmap(energy, in_axes=(None, 0))(w, jnp.ones((6, 2, 4)))
     assert cachewatch.flush(30)
     function_hash = energy.__cachewatch_state__.info.function_hash
-    events = [e for e in seen if e.function.function_hash == function_hash and e.compiled]
+    events = [e for e in heard if e.function.function_hash == function_hash and e.compiled]
     assert scenarios.jax_compile_count(messages, "energy") == 5 and len(events) == 5
     assert [(e.kind, e.cause) for e in events] == [
         (Kind.TRACE, Cause.FIRST_CALL),
@@ -396,28 +392,21 @@ def test_transformations_outside_jit_compile_programs_of_their_own(sqlite_url, u
     assert "(5, 2, 4) -> (6, 2, 4)" in events[4].explanation
 
 
-def test_checkpoint_outside_jit_records_the_programs_compiled_after_the_call(sqlite_url, use_store):
+def test_checkpoint_outside_jit_records_the_programs_compiled_after_the_call(heard):
     # grad of jax.checkpoint over a watched function, outside any jit: the call is made while
     # remat traces, and the forward, the recomputation and the backward programs are
     # compiled after it. Each is recorded, and each is compared with itself at other shapes.
-    use_store(sqlite_url)
-    seen: list = []
-    recorder.add_listener(seen.append)
-
     @cachewatch.jit
     def block(w, x):
         return jnp.sum(jnp.tanh(x @ w))
 
     w = jnp.ones((4, 3))
-    try:
-        with scenarios.jax_compile_log() as messages:
-            for n in (9, 9, 10):
-                jax.grad(jax.checkpoint(block))(w, jnp.ones((n, 4)))
-    finally:
-        recorder.remove_listener(seen.append)
+    with scenarios.jax_compile_log() as messages:
+        for n in (9, 9, 10):
+            jax.grad(jax.checkpoint(block))(w, jnp.ones((n, 4)))
     assert cachewatch.flush(30)
     function_hash = block.__cachewatch_state__.info.function_hash
-    events = [e for e in seen if e.function.function_hash == function_hash and e.compiled]
+    events = [e for e in heard if e.function.function_hash == function_hash and e.compiled]
     assert scenarios.jax_compile_count(messages, "block") == 6 and len(events) == 6
     assert [e.cause for e in events] == [Cause.FIRST_CALL] * 3 + [Cause.NEW_SHAPE] * 3
     assert all("outside its own call" in e.explanation for e in events)
