@@ -259,6 +259,10 @@ def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
             with _watched_lock:
                 candidates = list(_watched_functions.get(name, ()))
             record.target = foreign.from_outside_call(caller, name, how, candidates)
+            if record.target is None:  # a plain jit sharing a watched function's name
+                if not _process_wide:
+                    return
+                record.target = foreign.from_lowering(caller, name)
         push(record)
     if event == LOWER_EVENT:
         record.lower_seconds = duration

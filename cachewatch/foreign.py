@@ -178,19 +178,23 @@ def from_lowering(frame: Any, name: str) -> Target:
     site = call_site(2)
     if found is None:
         return Target(_by_name(strip_jit(name), None), 0, None, call_site=site, lowered_only=True)
+    signature, jaxpr, source = _read_lowering(found)
+    inner = strip_jit(name)
+    if inner in opbyop.primitive_names():
+        return Target(opbyop.function_info(inner), 0, signature, primitive=inner, call_site=site)
+    return Target(_by_source(inner, source), 0, signature, call_site=site, lowered_only=True)
+
+
+def _read_lowering(found: Any) -> tuple[sigmod.Signature, Any, str | None]:
+    """From JAX's lowering frame: the arguments' signature, the jaxpr, and where the
+    function it came from is defined (``name at file:line``)."""
     local = found.f_locals
     avals = tuple(local.get("in_avals") or ())
     skip = int(local.get("num_const_args") or 0)
     jaxpr = getattr(local.get("closed_jaxpr"), "jaxpr", None)
     debug = getattr(jaxpr, "_debug_info", None) or getattr(jaxpr, "debug_info", None)
     arg_names = tuple(getattr(debug, "arg_names", None) or ())
-    signature = sigmod.from_avals(arg_names, avals[skip:])
-    inner = strip_jit(name)
-    if inner in opbyop.primitive_names():
-        return Target(opbyop.function_info(inner), 0, signature, primitive=inner, call_site=site)
-    return Target(
-        _by_source(inner, getattr(debug, "func_src_info", None)), 0, signature, call_site=site, lowered_only=True
-    )
+    return sigmod.from_avals(arg_names, avals[skip:]), jaxpr, getattr(debug, "func_src_info", None)
 
 
 def outside_call(frame: Any) -> str | None:
@@ -205,24 +209,23 @@ def outside_call(frame: Any) -> str | None:
     return BACKWARD_PASS if backward else OUTSIDE_CALL
 
 
-def from_outside_call(frame: Any, name: str, how: str, watched: list[FunctionInfo]) -> Target:
-    """The target of a compile made outside the watched function's call: of the
-    ``watched`` functions with this name, the one defined where JAX's debug information
-    says (the only one, when it says nothing), else the function as that information
-    names it."""
-    target = from_lowering(frame, name)
-    target.outside_call = how
-    found_lowering = find_frame(frame, LOWER_FRAME)
-    jaxpr = getattr(found_lowering.f_locals.get("closed_jaxpr"), "jaxpr", None) if found_lowering else None
-    if jaxpr is not None:
-        target.program = (len(jaxpr.invars), len(jaxpr.outvars), len(jaxpr.eqns))
-    where = (target.info.file, target.info.line)
-    found = [info for info in watched if (info.file, info.line) == where]
-    if not found and not target.info.file and len(watched) == 1:
-        found = watched
-    if found:
-        target.info = found[-1]
-    return target
+def from_outside_call(frame: Any, name: str, how: str, watched: list[FunctionInfo]) -> Target | None:
+    """The target of a compile made outside a watched function's call: of the ``watched``
+    functions with this name, the one defined where JAX's debug information says (the
+    only one, when it says nothing). None when it names none of them: a plain jit that
+    shares a watched function's name."""
+    found = find_frame(frame, LOWER_FRAME)
+    signature, jaxpr, source = _read_lowering(found) if found is not None else (None, None, None)
+    where = _source_location(source)
+    matches = [info for info in watched if (info.file, info.line) == where]
+    if not matches and not where[0] and len(watched) == 1:
+        matches = watched
+    if not matches:
+        return None
+    program = (len(jaxpr.invars), len(jaxpr.outvars), len(jaxpr.eqns)) if jaxpr is not None else None
+    return Target(
+        matches[-1], 0, signature, call_site=call_site(2), lowered_only=True, outside_call=how, program=program
+    )
 
 
 def from_name(name: str) -> Target:

@@ -169,6 +169,16 @@ def test_nesting_in_jit_vmap_grad_scan(events):
     assert all(e.function.name == "square" for e in events)
 
 
+def test_a_plain_jit_sharing_a_watched_name_is_not_recorded(events):
+    watched = cachewatch.jit(lambda x: x + 1)  # a watched `<lambda>`
+    watched(jnp.ones(2))
+    plain = jax.jit(lambda x: x * 5)  # without install(), not watched, though of the same name
+    plain(jnp.ones(3))
+    jax.grad(lambda v: plain(v).sum())(jnp.ones(3))  # its backward pass is compiled outside any call
+    assert cachewatch.flush(10)
+    assert {e.function.function_hash for e in events} == {watched.__cachewatch_state__.info.function_hash}
+
+
 def test_methods_bind_like_jax_jit(events):
     class Model:
         def __init__(self, scale):
