@@ -26,7 +26,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import sqlalchemy as sa
 
-from cachewatch.events import new_event_id
+from cachewatch.core.events import new_event_id
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup, writes
 
@@ -67,7 +67,7 @@ def real_event_template() -> tuple[Any, Any]:
     import jax.numpy as jnp
 
     import cachewatch
-    from cachewatch import current, recorder
+    from cachewatch.record import current, recorder
 
     scratch = tempfile.mkdtemp(prefix="cachewatch-bench-lib-")
     current.configure(store=f"sqlite:///{scratch}/lib.db")

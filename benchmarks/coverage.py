@@ -24,8 +24,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import sqlalchemy as sa
 
-from cachewatch import analysis
-from cachewatch.foreign import UNATTRIBUTED_MODULE
+from cachewatch.analysis import diagnosis
+from cachewatch.core.events import UNATTRIBUTED_MODULE
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 
@@ -54,7 +54,7 @@ def measure(program: str, tmp: str) -> dict[str, object]:
                 sa.select(f.c.name, f.c.module).join(f, f.c.function_hash == e.c.function_hash).where(e.c.compiled)
             )
         )
-        storms = analysis.detect_storms(conn)
+        storms = diagnosis.detect_storms(conn)
     recorded = collections.Counter(r.name for r in rows)
     return {
         "logged": sum(logged.values()),

@@ -26,7 +26,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax.numpy as jnp  # noqa: E402
 
 import cachewatch  # noqa: E402
-from cachewatch import causes, current, guards  # noqa: E402
+from cachewatch.explain import causes
+from cachewatch.record import current
+from cachewatch.capture import guards  # noqa: E402
 
 _spent = [0.0]
 _original_check = guards.check_trace

@@ -17,7 +17,7 @@ import time
 
 import benchkit
 
-from cachewatch.recorder import Batch
+from cachewatch.record.recorder import Batch
 from cachewatch.store.http import HttpSink
 from cachewatch.store.sinks import SqlSink
 

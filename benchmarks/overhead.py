@@ -128,7 +128,7 @@ class OwnTime:
         self.seconds = 0.0
 
     def __enter__(self) -> "OwnTime":
-        jitmod = sys.modules["cachewatch.jit"]  # the module: `cachewatch.jit` the name is the function
+        jitmod = sys.modules["cachewatch.capture.jit"]  # the module: `cachewatch.jit` the name is the function
 
         self._saved = {name: getattr(jitmod, name) for name in ("_begin_trace", "_end_trace", "_finish")}
         for name, fn in self._saved.items():
@@ -146,7 +146,7 @@ class OwnTime:
         return wrapper
 
     def __exit__(self, *exc) -> None:
-        jitmod = sys.modules["cachewatch.jit"]  # the module: `cachewatch.jit` the name is the function
+        jitmod = sys.modules["cachewatch.capture.jit"]  # the module: `cachewatch.jit` the name is the function
 
         for name, fn in self._saved.items():
             setattr(jitmod, name, fn)

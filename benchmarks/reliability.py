@@ -143,7 +143,7 @@ def train(args: argparse.Namespace) -> int:
     import jax.numpy as jnp
 
     import cachewatch
-    from cachewatch import current, recorder
+    from cachewatch.record import current, recorder
 
     settings = {
         "store": args.store,
@@ -437,8 +437,8 @@ def _store_away(work: Path) -> tuple[str, Any]:
 
 def _writer_process(store: str, threads: int, events: int, ids_dir: str, spool_dir: str) -> None:
     import cachewatch
-    from cachewatch import current, recorder
-    from cachewatch.events import CompileEvent, FunctionInfo, new_event_id
+    from cachewatch.record import current, recorder
+    from cachewatch.core.events import CompileEvent, FunctionInfo, new_event_id
 
     cachewatch.configure(store=store, flush_interval=0.2, queue_size=1_000_000, spool_dir=spool_dir)
     made: list[list[str]] = [[] for _ in range(threads)]
@@ -587,7 +587,7 @@ def scenario_writers(events: int) -> list[list[Any]]:
 def _client(url: str, seconds: float, batch: int, out: Any) -> None:
     import orjson
 
-    from cachewatch.events import new_event_id
+    from cachewatch.core.events import new_event_id
 
     run_id = uuid.uuid4().hex
     run = {"run_id": run_id, "started_at": time.time(), "host": "load", "pid": os.getpid()}

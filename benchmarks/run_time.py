@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 import cachewatch
-from cachewatch import current
+from cachewatch.record import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries
 

@@ -19,10 +19,11 @@ from typing import Any, Callable, Iterator
 
 import jax
 
-from . import _guard, _tracking
-from .config import ConfigError
-from .events import CAUSES, CompileEvent
-from .guards import (
+from .core import _guard
+from .capture import _tracking
+from .core.config import ConfigError
+from .core.events import CAUSES, VERSION, CompileEvent
+from .capture.guards import (
     FrozenCompileError,
     FrozenCompileWarning,
     RecompileLimitError,
@@ -30,11 +31,12 @@ from .guards import (
     freeze,
     unfreeze,
 )
-from .jit import is_watched, jit
-from .current import configure
-from .recorder import flush
+from .capture.jit import is_watched, jit
+from . import notebook
+from .record.current import configure
+from .record.recorder import flush
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "CAUSES",
@@ -48,6 +50,9 @@ __all__ = [
     "install",
     "installed",
     "jit",
+    "report",
+    "load_ipython_extension",
+    "unload_ipython_extension",
     "uninstall",
     "RecompileLimitError",
     "FrozenCompileError",
@@ -89,6 +94,24 @@ def uninstall() -> None:
             _original_jax_jit = None
         with _guard.guard("uninstall"):
             _tracking.record_everything(False)
+
+
+def report(run_id: str | None = None) -> notebook.RunReport:
+    """This run's summary (compiles, top functions and their causes, storms), as
+    ``cachewatch run`` prints it at exit; in a notebook it shows as a table.
+
+        cachewatch.report()            # the last line of a cell
+    """
+    return notebook.run_report(run_id)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext cachewatch``: install(), and the ``%%cachewatch`` cell magic (cachewatch.notebook)."""
+    notebook.load(ipython, install)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    notebook.unload(ipython)
 
 
 def installed() -> bool:
@@ -134,7 +157,7 @@ def expect_compiles(fn: Any, at_most: int = 0) -> Iterator[list[CompileEvent]]:
         if event.function.function_hash == target and event.compiled:
             seen.append(event)
 
-    from . import recorder
+    from .record import recorder
 
     recorder.add_listener(listener)
     try:

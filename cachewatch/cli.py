@@ -3,8 +3,12 @@
 cachewatch report [--store URL] [--run RUN_ID] [--format table|json]
 cachewatch storms [--store URL] [--threshold N] [--window SECONDS] [--format table|json]
 cachewatch events [--store URL] [--function NAME] [--limit N] [--format table|json]
+cachewatch program EVENT_ID [--store URL] [--format jaxpr|stablehlo|hlo|pprof]
+cachewatch diff EVENT_A [EVENT_B] [--store URL] [--format text|json]
 cachewatch db upgrade [--store URL]
 cachewatch serve [--store URL] [--host H] [--port P] [--workers N]
+cachewatch run [--store URL] [--run-name N] [--max-compiles N] [--fail-on-storm] (script.py | -m module) ARGS...
+cachewatch compare BASELINE_RUN [RUN] [--max-extra-compiles N] [--max-compile-time-ratio R] [--format table|json]
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import os
 import sys
 from typing import Any, Mapping, Sequence
 
-from . import config as configmod
-from .events import OP_BY_OP_MODULE
+from . import runner
+from .core import config as configmod
+from .core.figures import share_text
+from .core.events import OP_BY_OP_MODULE, UNATTRIBUTED_MODULE
 
 
 def _store_url(args: argparse.Namespace) -> str:
@@ -59,6 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--function", help="function name, qualified name or hash prefix")
     events.add_argument("--limit", type=int, default=1000, help="most events to show (default 1000)")
 
+    program = sub.add_parser("program", help="what a compile compiled: its jaxpr, StableHLO, HLO or pprof profile")
+    _add_store(program)
+    program.add_argument("event_id", help="the compile event's id")
+    program.add_argument("--format", choices=("jaxpr", "stablehlo", "hlo", "pprof"), default="jaxpr")
+    program.add_argument("--output", "-o", help="write to this file (pprof is binary: default stdout)")
+
+    diff = sub.add_parser("diff", help="two compiles of a function: key, equations, jaxpr and XLA figures")
+    _add_store(diff)
+    diff.add_argument("event_a", help="a compile event (alone: diffed with the compile before it)")
+    diff.add_argument("event_b", nargs="?", help="a later compile event, diffed against EVENT_A")
+    diff.add_argument("--format", choices=("text", "json"), default="text")
+
     db = sub.add_parser("db", help="store maintenance")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     upgrade = db_sub.add_parser("upgrade", help="migrate the store's schema to this version")
@@ -71,7 +89,63 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
 
     sub.add_parser("settings", help="list the CACHEWATCH_* settings and their defaults")
+
+    doctor = sub.add_parser("doctor", help="what works on the JAX in use: every capability, and one compile end to end")
+    doctor.add_argument("--format", choices=("table", "json"), default="table")
+    runner.add_arguments(
+        sub.add_parser(
+            "run",
+            help="run a Python program with every jit recorded",
+            usage=runner.USAGE,
+            description=runner.DESCRIPTION,
+        )
+    )
+    _add_compare(sub)
     return parser
+
+
+def _add_compare(sub: Any) -> None:
+    compare = sub.add_parser(
+        "compare",
+        help="two runs function by function: compiles, causes, compile seconds (a CI gate)",
+        description="Compare RUN with BASELINE_RUN (run ids, unique id prefixes or run names). Without RUN, the "
+        "newest other run of the baseline's run name (or job); without either, the newest run and the one before it.",
+    )
+    _add_store(compare)
+    compare.add_argument("baseline", nargs="?", metavar="BASELINE_RUN")
+    compare.add_argument("run", nargs="?", metavar="RUN")
+    compare.add_argument(
+        "--max-extra-compiles", type=int, help="exit 1 when RUN compiled more than this many times more"
+    )
+    compare.add_argument(
+        "--max-compile-time-ratio",
+        type=float,
+        help="exit 1 when RUN's compile seconds exceed the baseline's times this",
+    )
+    compare.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from .analysis import comparison
+    from .store import comparison as comparison_reads
+    from .store import engine as enginemod
+
+    with enginemod.connection(_store_url(args)) as conn:
+        try:
+            result = comparison.compare(conn, args.baseline, args.run)
+        except comparison_reads.RunNotFound as exc:
+            print(f"cachewatch: {exc.args[0]}", file=sys.stderr)
+            return 2
+    broken = comparison.gate(
+        result, max_extra_compiles=args.max_extra_compiles, max_compile_time_ratio=args.max_compile_time_ratio
+    )
+    if args.format == "json":
+        print(json.dumps({**result, "limits_broken": broken}, indent=2, default=str))
+    else:
+        print(comparison.text(result))
+        for reason in broken:
+            print(f"FAIL: {reason}")
+    return 1 if broken else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,7 +161,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if argv and argv[0] == "run":
+        # The program's own arguments follow its name untouched: split them off first.
+        try:
+            return runner.main(argv[1:], runner.parser())
+        except configmod.ConfigError as exc:
+            print(f"cachewatch: {exc}", file=sys.stderr)
+            return 2
+    args = parser.parse_args(argv)
     from .store import engine as enginemod
 
     try:
@@ -97,6 +180,10 @@ def _main(argv: Sequence[str] | None) -> int:
             return _events(args)
         if args.command == "storms":
             return _storms(args)
+        if args.command == "program":
+            return _program(args)
+        if args.command == "diff":
+            return _diff(args)
         if args.command == "db":
             url = _store_url(args)
             revision = enginemod.upgrade(url)
@@ -110,13 +197,29 @@ def _main(argv: Sequence[str] | None) -> int:
                 )
                 return 2
             return serve(store=_store_url(args), host=args.host, port=args.port, workers=args.workers)
+        if args.command == "compare":
+            return _compare(args)
         if args.command == "settings":
             print(configmod.describe())
             return 0
+        if args.command == "doctor":
+            return _doctor(args)
     except (enginemod.StoreError, configmod.ConfigError) as exc:
         print(f"cachewatch: {exc}", file=sys.stderr)
         return 2
     return 1
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """Exit 0 when everything works, 1 when a capability is off or a compile was recorded with gaps."""
+    from . import doctor
+
+    check = doctor.checkup()
+    if args.format == "json":
+        print(json.dumps(check.as_json(), indent=2))
+    else:
+        print(doctor.render(check))
+    return 0 if check.healthy else 1
 
 
 def _service() -> Any:
@@ -139,20 +242,40 @@ def _service() -> Any:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from . import analysis
+    from .analysis import diagnosis, programs
     from .store import engine as enginemod
-    from .store import queries
+    from .store import columns, queries
 
     url = _store_url(args)
     cfg = configmod.resolve()
-    filters = queries.Filters(run_id=args.run_id)
+    filters = columns.Filters(run_id=args.run_id)
     with enginemod.connection(url) as conn:
         report = queries.function_report(conn, filters)
-        verdicts = analysis.verdicts_or_none(conn, report, filters)
-        storms = analysis.detect_storms(conn, filters, threshold=cfg.storm_threshold, window=cfg.storm_window)
-        costs = analysis.cost_model(conn, filters)
-        regressions = analysis.compile_regressions(conn)
-    rows: list[dict[str, Any]] = [{**row, "verdict": verdicts.get(row["function_hash"])} for row in report]
+        verdicts = diagnosis.verdicts_or_none(conn, report, filters)
+        storms, passes = diagnosis.storms_and_first_passes(
+            conn, filters, threshold=cfg.storm_threshold, window=cfg.storm_window
+        )
+        costs = diagnosis.cost_model(conn, filters)
+        regressions = diagnosis.compile_regressions(conn)
+        identical = programs.identical_recompiles(conn, filters)
+        profiles = {
+            row["function_hash"]: programs.compile_profile(conn, row["function_hash"], filters)["fixes"]
+            for row in report[:50]
+            if row["compiles"]
+        }
+    wasted: dict[str, list[dict[str, Any]]] = {}
+    for item in identical:
+        wasted.setdefault(item["function_hash"], []).append(item)
+    rows: list[dict[str, Any]] = [
+        {
+            **row,
+            "verdict": verdicts.get(row["function_hash"]),
+            "identical_recompiles": sum(i["recompiles"] for i in wasted.get(row["function_hash"], [])),
+            "identical_seconds": sum(i["seconds"] for i in wasted.get(row["function_hash"], [])),
+            "program_fixes": [fix["text"] for fix in profiles.get(row["function_hash"], [])],
+        }
+        for row in report
+    ]
     if args.format == "json":
         print(json.dumps(rows, indent=2, default=str))
         return 0
@@ -176,7 +299,7 @@ def _report(args: argparse.Namespace) -> int:
                 f"{r['compile_seconds']:.3f}",
                 r["calls"] or "-",
                 "-" if r["run_seconds_est"] is None else f"{r['run_seconds_est']:.3f}",
-                "-" if r["compile_share"] is None else f"{100 * r['compile_share']:.1f}%",
+                share_text(r["compile_share"]),
                 causes,
             ]
         )
@@ -195,14 +318,25 @@ def _report(args: argparse.Namespace) -> int:
         table,
     )
     print("\n" + _coverage_line(rows))
-    _print_findings(rows, storms, costs, regressions)
+    _print_findings(rows, storms, costs, regressions, passes)
+    if identical:
+        total = sum(i["seconds"] for i in identical)
+        count = sum(i["recompiles"] for i in identical)
+        print(f"\nRecompiles that produced the program compiled before ({count}, {total:.3f} s wasted):")
+        for item in identical:
+            print(f"  {_here(item['fix'])}")
+    fixes = [(r["qualname"], text) for r in rows for text in r["program_fixes"]]
+    if fixes:
+        print(
+            "\nCompile cost (what makes the program big; `cachewatch program EVENT_ID --format pprof` for all of it):"
+        )
+        for name, text in fixes:
+            print(f"  {name}: {_here(text)}")
     return 0
 
 
 def _coverage_line(rows: Sequence[Mapping[str, Any]]) -> str:
     """How many compiles were tied to a function, and how many only to the name JAX gave them."""
-    from .foreign import UNATTRIBUTED_MODULE
-
     total = sum(r["compiles"] for r in rows)
     by_name = sum(r["compiles"] for r in rows if r.get("module") == UNATTRIBUTED_MODULE)
     eager = sum(r["compiles"] for r in rows if r.get("module") == OP_BY_OP_MODULE)
@@ -215,14 +349,22 @@ def _coverage_line(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _print_findings(
-    rows: Sequence[Mapping[str, Any]], storms: list[dict], costs: list[dict], regressions: list[dict]
+    rows: Sequence[Mapping[str, Any]],
+    storms: list[dict],
+    costs: list[dict],
+    regressions: list[dict],
+    passes: Sequence[dict] = (),
 ) -> None:
-    from . import analysis
+    from .analysis import diagnosis
 
     if storms:
         print(f"\nStorms ({len(storms)}):")
         for storm in storms:
-            print(f"  {analysis.describe_storm(storm)}\n    Fix: {_here(storm['fix'])}")
+            print(f"  {diagnosis.describe_storm(storm)}\n    Fix: {_here(storm['fix'])}")
+    if passes:
+        print("\nFirst passes (each shape compiled once, then served from the cache; not storms):")
+        for found in passes:
+            print(f"  {diagnosis.describe_first_pass(found)}")
     worth = [(r["qualname"], r["verdict"]["text"]) for r in rows if r.get("verdict") and r["verdict"]["text"]]
     if worth:
         print("\nIs jit worth it:")
@@ -251,16 +393,16 @@ def _print_findings(
 
 
 def _storms(args: argparse.Namespace) -> int:
-    from . import analysis
+    from .analysis import diagnosis
     from .store import engine as enginemod
-    from .store import queries
+    from .store import columns
 
     url = _store_url(args)
     cfg = configmod.resolve()
     with enginemod.connection(url) as conn:
-        storms = analysis.detect_storms(
+        storms = diagnosis.detect_storms(
             conn,
-            queries.Filters(run_id=args.run_id),
+            columns.Filters(run_id=args.run_id),
             threshold=args.threshold or cfg.storm_threshold,
             window=args.window or cfg.storm_window,
         )
@@ -273,14 +415,14 @@ def _storms(args: argparse.Namespace) -> int:
     print(f"Storms ({len(storms)}):")
     for storm in storms:
         start = _local_time(storm["start"], "%Y-%m-%d %H:%M:%S")
-        print(f"  {analysis.describe_storm(storm)} From {start} over {storm['end'] - storm['start']:.0f}s.")
+        print(f"  {diagnosis.describe_storm(storm)} From {start} over {storm['end'] - storm['start']:.0f}s.")
         print(f"    Fix: {_here(storm['fix'])}")
     return 0
 
 
 def _events(args: argparse.Namespace) -> int:
     from .store import engine as enginemod
-    from .store import queries
+    from .store import columns, queries
 
     url = _store_url(args)
     with enginemod.connection(url) as conn:
@@ -290,7 +432,7 @@ def _events(args: argparse.Namespace) -> int:
             if not hashes:
                 print(f"cachewatch: no function named {args.function!r} in the store", file=sys.stderr)
                 return 1
-        rows = queries.list_events(conn, queries.Filters(run_id=args.run_id), hashes, limit=args.limit)
+        rows = queries.list_events(conn, columns.Filters(run_id=args.run_id), hashes, limit=args.limit)
         queries.explain_cache_misses(conn, rows)
     for row in rows:
         row.pop("id", None)
@@ -311,6 +453,42 @@ def _events(args: argparse.Namespace) -> int:
             )
         table.append([when, r["qualname"], kind, r["cause"], f"{cost:.3f}", r["call_site"] or "", why])
     _print_table(["time", "function", "kind", "cause", "seconds", "call site", "why"], table)
+    return 0
+
+
+def _program(args: argparse.Namespace) -> int:
+    from .analysis import programs
+    from .store import engine as enginemod
+
+    try:
+        with enginemod.connection(_store_url(args)) as conn:
+            found = programs.program(conn, args.event_id, args.format)
+    except programs.ProgramNotFound as exc:
+        print(f"cachewatch: {exc}", file=sys.stderr)
+        return 1
+    data = found if isinstance(found, bytes) else found.encode()
+    if args.output:
+        with open(args.output, "wb") as out:
+            out.write(data)
+    else:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data if isinstance(found, bytes) else data + b"\n")
+        sys.stdout.flush()
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from .analysis import programs
+    from .store import engine as enginemod
+
+    after, against = (args.event_b, args.event_a) if args.event_b else (args.event_a, None)
+    try:
+        with enginemod.connection(_store_url(args)) as conn:
+            change = programs.diff(conn, after, against)
+    except programs.ProgramNotFound as exc:
+        print(f"cachewatch: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(change, indent=2, default=str) if args.format == "json" else programs.diff_text(change))
     return 0
 
 

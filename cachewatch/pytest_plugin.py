@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from .events import OP_BY_OP_MODULE, Cause
+from .core.events import OP_BY_OP_MODULE, Cause
 
 _MARKER_HELP = (
     "max_compiles(fn_or_name, n): fail the test when the cachewatch-watched function "
@@ -59,13 +59,13 @@ class CompileLog:
             self.events.append(event)
 
     def attach(self) -> "CompileLog":
-        from cachewatch import recorder
+        from cachewatch.record import recorder
 
         recorder.add_listener(self)
         return self
 
     def detach(self) -> None:
-        from cachewatch import recorder
+        from cachewatch.record import recorder
 
         recorder.remove_listener(self)
 
@@ -192,7 +192,7 @@ class Fixture:
 
 @pytest.fixture(name="cachewatch")
 def cachewatch_fixture():
-    from cachewatch import guards
+    from cachewatch.capture import guards
 
     frozen_before = guards.frozen()
     log = CompileLog().attach()

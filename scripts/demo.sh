@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
-.venv/bin/python examples/train_storms.py
+# The default store may come from an older cachewatch: bring its schema up to date first.
+.venv/bin/cachewatch db upgrade
+.venv/bin/cachewatch run examples/train_storms.py
 .venv/bin/cachewatch report
 port=${CACHEWATCH_PORT:-8000}
 echo

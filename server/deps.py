@@ -12,7 +12,6 @@ import base64
 import binascii
 import dataclasses
 import datetime as dt
-import hmac
 import json
 import math
 from typing import Annotated, Any, Iterator
@@ -22,9 +21,10 @@ from fastapi import Depends, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 
 from cachewatch.store import engine as enginemod
-from cachewatch.store.queries import Filters
+from cachewatch.store.columns import Filters
 
 from .settings import ServerSettings
+from .tokens import bearer_matches
 
 
 def _settings(request: Request) -> ServerSettings:
@@ -46,8 +46,7 @@ Connection = Annotated[sa.Connection, Depends(_connection)]
 def _check_bearer(request: Request, expected: str | None) -> None:
     if expected is None:
         return
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected.encode()):
+    if not bearer_matches(request, expected):
         raise HTTPException(
             status_code=401,
             detail="missing or wrong bearer token: send the header 'Authorization: Bearer <token>'",

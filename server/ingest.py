@@ -115,7 +115,7 @@ def store(url: str, batch: BatchIn) -> dict[str, Any]:
                 {"key": "cachewatch-ingest:" + batch.run.run_id},
             )
         new_stats = _new_stats(conn, batch.run.run_id, rows.stats)
-        stored = len(writes.write_rows(conn, rows._replace(stats=new_stats), dropped=batch.dropped))
+        stored = len(writes.write_rows(conn, rows._replace(stats=new_stats), dropped_by=batch.drops()))
     return {
         "batch_id": batch.batch_id,
         "events": len(rows.events),

@@ -29,14 +29,14 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy.exc import DataError, IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cachewatch import __version__
+from cachewatch.core.events import VERSION as __version__
 from cachewatch.store import engine as enginemod
 
 from .ingest import IngestCounters
 from .metrics import StoreCollector
 from .middleware import BodyLimit, RequestMetrics
 from . import dashboard
-from .routes import diagnosis, docs, events, functions, health, jobs, metrics, runs, storms, summary
+from .routes import diagnosis, docs, events, functions, health, jobs, metrics, programs, runs, storms, summary
 from .settings import ServerSettings, SettingsError, load
 
 logger = logging.getLogger("cachewatch.server")
@@ -86,7 +86,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, **RequestMetrics.metrics(process_registry))  # outermost: sees every status
-    for module in (events, functions, runs, storms, summary, diagnosis, health, metrics, jobs):
+    for module in (events, functions, programs, runs, storms, summary, diagnosis, health, metrics, jobs):
         app.include_router(module.router)
     app.include_router(dashboard.router)
 

@@ -35,15 +35,20 @@ import sqlalchemy as sa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from cachewatch import analysis
-from cachewatch import fleet
-from cachewatch.events import OP_BY_OP_MODULE, Kind, short_name
-from cachewatch.foreign import UNATTRIBUTED_MODULE
+from cachewatch.analysis import diagnosis
+from cachewatch.analysis import fleet
+from cachewatch.core import jaxcompat
+from cachewatch.core.events import DROP_REASONS, OP_BY_OP_MODULE, UNATTRIBUTED_MODULE, Kind, short_name
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
-from cachewatch.store.queries import Filters
+from cachewatch.core import _guard
+from cachewatch.core.figures import compile_share
+from cachewatch.store.columns import Filters, cost_expr
 
 from .settings import ServerSettings
+
+# What a scrape meets when the store is down or refuses: read as cachewatch_store_up 0.
+STORE_ERRORS = (enginemod.StoreError, sa.exc.SQLAlchemyError, OSError)
 
 logger = logging.getLogger("cachewatch.server")
 
@@ -66,6 +71,8 @@ class Series:
     run_now: float = 0.0  # calls times the run time of one call now, for the compile share
     measured: bool = False  # a call was timed: the compile share is known
     storming: bool = False
+    program_eqns: int | None = None  # jaxpr equations of the latest compiled program
+    identical_seconds: float = 0.0  # seconds of recompiles that produced the program compiled before
 
 
 @dataclass
@@ -77,7 +84,7 @@ class Snapshot:
     other_share: float | None = None  # compile share of other's functions with a timed call
     undecided: list[str] = field(default_factory=list)  # functions no scrape has decided yet
     events: int = 0
-    client_dropped: int = 0  # events the recorders reported lost, from the store
+    client_dropped: dict[str, int] = field(default_factory=dict)  # events the recorders reported lost, by reason
 
 
 @dataclass
@@ -231,14 +238,18 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
         other.run_seconds = math.fsum(store.calls.get(h, (0, 0.0, False))[1] for h in in_other)
         measured = [h for h in in_other if store.calls.get(h, (0, 0.0, False))[2]]
         other.measured = bool(measured)
-        snap.other_share = _share(
+        snap.other_share = compile_share(
             math.fsum(store.seconds.get(h, 0.0) for h in measured),
             math.fsum(store.run_now.get(h, 0.0) for h in measured),
         )
 
+    _program_figures(conn, store, snap)
     d = models.run_drops
-    snap.client_dropped = int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(d.c.dropped), 0))).scalar_one())
-    for storm in analysis.storms(
+    snap.client_dropped = {
+        reason: int(n)
+        for reason, n in conn.execute(sa.select(d.c.reason, sa.func.sum(d.c.dropped)).group_by(d.c.reason))
+    }
+    for storm in diagnosis.storms(
         conn,
         Filters(),
         threshold=settings.storm_threshold,
@@ -254,9 +265,36 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
     return snap
 
 
-def _share(compile_seconds: float, run_seconds: float) -> float | None:
-    total = compile_seconds + run_seconds
-    return compile_seconds / total if total > 0 else None
+def _program_figures(conn: sa.Connection, store: _Store, snap: Snapshot) -> None:
+    """Per function: the latest compiled program's size, and the seconds spent on
+    recompiles that produced the program compiled before (``other`` sums the latter)."""
+    e = models.compile_events
+    wasted = conn.execute(
+        sa.select(e.c.function_hash, sa.func.sum(cost_expr(e)))
+        .where(e.c.identical_to.is_not(None))
+        .group_by(e.c.function_hash)
+    ).all()
+    latest = (
+        sa.select(e.c.function_hash, sa.func.max(e.c.timestamp).label("last"))
+        .where(e.c.program_fingerprint.is_not(None), e.c.jaxpr_eqns.is_not(None))
+        .group_by(e.c.function_hash)
+        .subquery()
+    )
+    sizes = conn.execute(
+        sa.select(e.c.function_hash, sa.func.max(e.c.jaxpr_eqns))
+        .join(latest, sa.and_(latest.c.function_hash == e.c.function_hash, latest.c.last == e.c.timestamp))
+        .group_by(e.c.function_hash)
+    ).all()
+    for function_hash, seconds in wasted:
+        label = store.labels.get(function_hash, "")
+        if label:
+            snap.labeled[label].identical_seconds = float(seconds or 0.0)
+        elif label is None and snap.other is not None:
+            snap.other.identical_seconds += float(seconds or 0.0)
+    for function_hash, eqns in sizes:
+        label = store.labels.get(function_hash, "")
+        if label and eqns is not None:
+            snap.labeled[label].program_eqns = int(eqns)
 
 
 class StoreCollector:
@@ -286,26 +324,48 @@ class StoreCollector:
         return snap
 
     def collect(self) -> Iterator[Metric]:
+        yield capability_family()  # whether or not the store answers
         up = GaugeMetricFamily("cachewatch_store_up", "1 if the store answered this scrape's queries.")
         try:
             snap = self.scrape()
-        except Exception as exc:  # a down store must not hide the request metrics
+        except STORE_ERRORS as exc:  # a down store must not hide the request metrics
             logger.warning("metrics: cannot read the store: %s", exc)
             up.add_metric([], 0)
             yield up  # and no store series now: they would read as a counter reset
+            return
+        except Exception as exc:  # a bug in the figures: counted, never read as a down store
+            _guard.report("metrics.scrape", exc)
+            if _guard.raise_errors:
+                raise
             return
         up.add_metric([], 1)
         yield up
         dropped = CounterMetricFamily(
             "cachewatch_events_dropped",
-            "Events the recorders lost before they "
-            "reached the store (queue or spool full, batch refused), as they "
-            "reported them to the store.",
+            "Events the recorders lost before they reached the store, by reason (queue_full, "
+            "store_refused, spool_full, set_aside, out_of_bounds; unreported from older clients), "
+            "as they reported them to the store.",
+            labels=["reason"],
         )
-        dropped.add_metric([], snap.client_dropped)
+        # Every reason has its series from the first scrape: an alert on increase() sees the first loss.
+        for reason in sorted(set(DROP_REASONS) | set(snap.client_dropped)):
+            dropped.add_metric([reason], snap.client_dropped.get(reason, 0))
         yield dropped
         yield from families(snap)
         yield from fleet_and_cache_families(self.settings)
+
+
+def capability_family() -> Metric:
+    """``cachewatch_capability{name}``: 1 where the service's JAX gives cachewatch that
+    capability, 0 where a JAX release took it away (``cachewatch doctor`` says what is lost)."""
+    family = GaugeMetricFamily(
+        "cachewatch_capability",
+        "1 if this capability of cachewatch's JAX seam works on the JAX the service runs, else 0.",
+        labels=["name"],
+    )
+    for status in jaxcompat.status():
+        family.add_metric([status.name], 1 if status.available else 0)
+    return family
 
 
 def families(snap: Snapshot) -> Iterator[Metric]:
@@ -357,7 +417,7 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         value = (
             snap.other_share
             if label == OTHER
-            else (_share(series.seconds, series.run_now) if series.measured else None)
+            else (compile_share(series.seconds, series.run_now) if series.measured else None)
         )
         if value is not None:
             share.add_metric([label], value)
@@ -369,6 +429,23 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     for label, series in shown:
         storm.add_metric([label], 1.0 if series.storming else 0.0)
     yield storm
+
+    size = GaugeMetricFamily(
+        "cachewatch_program_eqns",
+        "Jaxpr equations of the function's latest compiled program (through nested jaxprs).",
+        labels=["function"],
+    )
+    wasted = CounterMetricFamily(
+        "cachewatch_identical_recompile_seconds",
+        "Seconds spent on recompiles that produced the program compiled before in the run.",
+        labels=["function"],
+    )
+    for label, series in shown:
+        if series.program_eqns is not None:
+            size.add_metric([label], series.program_eqns)
+        wasted.add_metric([label], series.identical_seconds)
+    yield size
+    yield wasted
 
     ingested = CounterMetricFamily("cachewatch_events_ingested", "Compile events in the store.")
     ingested.add_metric([], snap.events)
@@ -388,7 +465,7 @@ def fleet_and_cache_families(settings: ServerSettings) -> Iterator[Metric]:
             cache = {result: int(events) for result, events in conn.execute(sa.select(t.c.result, t.c.events))}
             saved = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(t.c.saved_seconds), 0.0))).scalar_one()
             jobs = {job: fleet.compare_job(conn, job) for job in fleet.recent_jobs(conn, RANK_DIVERGENCE_JOBS)}
-    except Exception as exc:
+    except STORE_ERRORS as exc:
         logger.warning("metrics: cannot read jobs or cache totals: %s", exc)
         return
     requests = CounterMetricFamily(

@@ -1,6 +1,6 @@
 """API schemas: what the service accepts and returns (pydantic models, not ORM rows).
 
-The ingest batch is exactly what ``cachewatch.events.Batch.to_wire()`` produces, plus
+The ingest batch is exactly what ``cachewatch.core.events.Batch.to_wire()`` produces, plus
 an optional ``batch_id`` and ``dropped`` count, so the HTTP sink posts it unchanged.
 String limits follow the store's column sizes; unknown fields are ignored so that an
 older service accepts batches from a newer library.
@@ -13,12 +13,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from cachewatch.events import CAUSES, KINDS, MAX_COUNT, MAX_MEASURE, MAX_SECONDS, MAX_TIMESTAMP, MIN_TIMESTAMP
+from cachewatch.core.events import (
+    CAUSES,
+    KINDS,
+    MAX_COUNT,
+    MAX_MEASURE,
+    MAX_SECONDS,
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    dropped_by_reason,
+)
 
 Cause = Literal[CAUSES]  # type: ignore[valid-type]
 Kind = Literal[KINDS]  # type: ignore[valid-type]
 
-# Every measure is bounded (cachewatch.events): a value outside could not be shown or
+# Every measure is bounded (cachewatch.core.events): a value outside could not be shown or
 # summed, and one such row used to break every page that formatted it.
 Timestamp = Annotated[
     float,
@@ -79,6 +88,23 @@ class RunIn(_In):
     job: Annotated[str, _text(200, "Name shared by the ranks of one multi-process job.")] = ""
     process_index: Annotated[int | None, Field(ge=0, le=2**31 - 1)] = None
     process_count: Annotated[int | None, Field(ge=1, le=2**31 - 1)] = None
+    capabilities_off: Annotated[
+        list[Annotated[str, _text(64)]],
+        Field(max_length=256, description="Capabilities of cachewatch's JAX seam that were off in the run."),
+    ] = []
+
+
+class ProgramTextsIn(_In):
+    fingerprint: Annotated[str, _text(64, "The program fingerprint the texts are of.", 1)]
+    texts: Annotated[
+        dict[Literal["jaxpr", "hlo", "stablehlo"], Annotated[str, Field(max_length=64_000_000)]],
+        Field(description="format -> text"),
+    ] = {}
+    left_out: list[Annotated[str, _text(16)]] = []
+    profile: Annotated[
+        list[list[Any]] | None,
+        Field(max_length=1_000_000, description="[file, line, function, primitive, in_loop_body, equations] rows."),
+    ] = None
 
 
 class EventIn(_In):
@@ -120,6 +146,28 @@ class EventIn(_In):
         dict[str, Annotated[str, _text(512)]] | None,
         Field(max_length=64, description="Persistent compilation cache key, part -> short hash (and readable values)."),
     ] = None
+    program_fingerprint: Annotated[
+        str | None, _text(64, "XLA's optimised program, hashed without names and source locations.")
+    ] = None
+    lowered_fingerprint: Annotated[str | None, _text(64, "The lowered module without locations, hashed.")] = None
+    identical_to: Annotated[str | None, _text(32, "The earlier event of the run that compiled the same program.")] = (
+        None
+    )
+    eqns_by_primitive: Annotated[
+        dict[Annotated[str, _text(128)], Annotated[int, Field(ge=0, le=2**31 - 1)]] | None,
+        Field(max_length=2000, description="Jaxpr equations per primitive, through nested jaxprs."),
+    ] = None
+    eqns_by_line: Annotated[
+        list[dict[str, Any]] | None, Field(max_length=200, description="The user source lines with most equations.")
+    ] = None
+    fusions: Annotated[int | None, Field(ge=0, le=2**31 - 1)] = None
+    memory: Annotated[
+        dict[Annotated[str, _text(32)], Annotated[int, Field(ge=0, le=MAX_COUNT)]] | None,
+        Field(max_length=16, description="Compiled memory in bytes: generated_code, argument, output, temp."),
+    ] = None
+    program_texts: Annotated[
+        ProgramTextsIn | None, Field(description="The program's texts, once per fingerprint (stored compressed).")
+    ] = None
 
 
 class CallStatsIn(_In):
@@ -158,8 +206,19 @@ class BatchIn(_In):
     events: list[EventIn] = []
     stats: list[CallStatsIn] = []
     dropped: Annotated[
-        Count, Field(description="Events the client dropped since its previous batch (queue full, spool full).")
+        Count, Field(description="Events the client dropped since its previous batch, all reasons together.")
     ] = 0
+    dropped_by: Annotated[
+        dict[Annotated[str, _text(32, "", 1)], Count],
+        Field(
+            max_length=64,
+            description="The same losses by reason (queue_full, store_refused, spool_full, set_aside, "
+            "out_of_bounds); a client that sends only `dropped` has them counted as unreported.",
+        ),
+    ] = {}
+
+    def drops(self) -> dict[str, int]:
+        return dropped_by_reason(self.dropped, self.dropped_by)
 
 
 class IngestResult(BaseModel):
@@ -229,6 +288,24 @@ class StormOut(BaseModel):
     run_ids: list[str]
     recurs_in_runs: int = Field(1, description="In how many runs this function had a storm.")
     fix: str = Field(description="A concrete change that stops the recompiles.")
+    identical_programs: int = Field(
+        0, description="Recompiles of the storm that produced the program compiled before (pure waste)."
+    )
+    identical_seconds: float = Field(0.0, description="Their seconds.")
+
+
+class FirstPassOut(BaseModel):
+    function_hash: str
+    qualname: str
+    short_name: str = ""
+    run_id: str
+    start: float
+    end: float
+    compiles: int
+    signatures: int = Field(description="New signatures compiled once each in the pass.")
+    seconds: float = Field(description="What the pass cost: its compiles' trace, lowering and compile seconds.")
+    dominant_cause: str
+    text: str
 
 
 class StormPage(BaseModel):
@@ -236,6 +313,11 @@ class StormPage(BaseModel):
     window: float
     items: list[StormOut]
     next_cursor: str | None
+    first_passes: list[FirstPassOut] = Field(
+        default=[],
+        description="Bursts that are no storm: a first pass over a few shapes (an evaluation pass, a first "
+        "epoch) that the cache served afterwards, with their cost; on the first page only.",
+    )
 
 
 class SignatureVerdictOut(BaseModel):
@@ -248,7 +330,7 @@ class SignatureVerdictOut(BaseModel):
 
 
 class VerdictOut(BaseModel):
-    """Whether compiling paid for itself (cachewatch.analysis.jit_verdict)."""
+    """Whether compiling paid for itself (cachewatch.analysis.diagnosis.jit_verdict)."""
 
     compiles: int
     calls: int
@@ -340,6 +422,15 @@ class EventOut(BaseModel):
     captured: dict[str, str] | None = None
     warmup: bool = False
     cache_key: dict[str, str] | None = None
+    program_fingerprint: str | None = None
+    lowered_fingerprint: str | None = None
+    identical_to: str | None = Field(
+        default=None, description="The earlier event of the run that compiled the same program (a wasted recompile)."
+    )
+    eqns_by_primitive: dict[str, int] | None = None
+    eqns_by_line: list[dict[str, Any]] | None = None
+    fusions: int | None = None
+    memory: dict[str, int] | None = None
     cache_miss: dict[str, Any] | None = Field(
         default=None,
         description="For a persistent-cache miss of a "
@@ -370,6 +461,12 @@ class RunOut(BaseModel):
     events: int = Field(description="Compile events recorded by this run.")
     compiles: int
     compile_seconds: float
+    dropped: dict[str, int] = Field(
+        default={}, description="Events the run's recorder lost before the store, by reason (queue_full, ...)."
+    )
+    capabilities_off: list[str] = Field(
+        default=[], description="Capabilities of cachewatch's JAX seam that were off in the run (`cachewatch doctor`)."
+    )
 
 
 class RunPage(BaseModel):
@@ -443,3 +540,52 @@ class JobSummary(BaseModel):
     ranks: int
     divergent_ranks: list[int]
     missing_ranks: list[int]
+
+
+class ComparedRunOut(BaseModel):
+    run_id: str
+    run_name: str
+    job: str
+    started_at: float
+    jax_version: str
+    compiles: int
+    recompiles: int
+    compile_seconds: float
+
+
+class ComparedFiguresOut(BaseModel):
+    compiles: int
+    recompiles: int
+    causes: dict[str, int] = Field(description="Cause -> compiles and traces of this function in this run.")
+    compile_seconds: float
+    calls: int
+    program_size: int | None = Field(description="The largest compiled program's StableHLO operations, if recorded.")
+
+
+class ComparedFunctionOut(BaseModel):
+    function_hash: str
+    name: str
+    qualname: str
+    short_name: str
+    module: str
+    status: str = Field(description="new | gone | changed | same")
+    baseline: ComparedFiguresOut | None = Field(description="Null for a function new in the run.")
+    run: ComparedFiguresOut | None = Field(description="Null for a function gone from the run.")
+    extra_compiles: int
+    extra_recompiles: int
+    extra_seconds: float = Field(description="Compile seconds in the run minus in the baseline.")
+    causes_delta: dict[str, int] = Field(description="Cause -> change in count (non-zero only).")
+    cause: str | None = Field(description="The cause behind most of the extra recompiles.")
+
+
+class RunComparisonOut(BaseModel):
+    baseline: ComparedRunOut
+    run: ComparedRunOut
+    extra_compiles: int
+    extra_seconds: float
+    compile_time_ratio: float | None = Field(
+        description="Run compile seconds over the baseline's; null when it had none."
+    )
+    functions: list[ComparedFunctionOut] = Field(description="Most extra compile seconds first.")
+    new: list[str]
+    gone: list[str]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from cachewatch import config as configmod
+from cachewatch.core import config as configmod
 
 MIN_TOKEN_LENGTH = 16
 

@@ -14,7 +14,10 @@ import pytest
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch import _guard, causes, current, guards, recorder
+from cachewatch.core import _guard
+from cachewatch.explain import causes
+from cachewatch.record import current, recorder
+from cachewatch.capture import guards
 from cachewatch.store import engine as enginemod
 
 PG_ADMIN_URL = os.environ.get("CACHEWATCH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -109,10 +112,10 @@ def hot_path(request, monkeypatch):
     pure-Python twin (which subprocesses get through CACHEWATCH_PURE_PYTHON)."""
     import sys
 
-    jitmod = sys.modules["cachewatch.jit"]  # the module; `cachewatch.jit` the name is the function
+    jitmod = sys.modules["cachewatch.capture.jit"]  # the module; `cachewatch.jit` the name is the function
     if request.param == "python":
         monkeypatch.setattr(jitmod, "_Watched", None)
         monkeypatch.setenv("CACHEWATCH_PURE_PYTHON", "1")
     else:
-        assert jitmod._Watched is not None, "cachewatch._fastcall was not built: pip install needs a C compiler"
+        assert jitmod._Watched is not None, "cachewatch.capture._fastcall was not built: pip install needs a C compiler"
     return request.param

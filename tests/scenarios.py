@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 import cachewatch
-from cachewatch.events import Cause
+from cachewatch.core.events import Cause
 
 
 class _ListHandler(logging.Handler):

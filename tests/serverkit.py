@@ -23,9 +23,10 @@ import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 import cachewatch
-from cachewatch import causes, current, recorder
-from cachewatch.events import CallStats, CompileEvent, FunctionInfo, RunInfo
-from cachewatch.recorder import Batch
+from cachewatch.explain import causes
+from cachewatch.record import current, recorder
+from cachewatch.core.events import CallStats, CompileEvent, FunctionInfo, RunInfo
+from cachewatch.record.recorder import Batch
 
 TOKEN = "test-token-0123456789abcdef"
 READ_TOKEN = "read-token-0123456789abcdef"

@@ -14,15 +14,16 @@ import pytest
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch import analysis, cli
+from cachewatch.analysis import diagnosis
+from cachewatch import cli
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models, queries, rollup
-from cachewatch.events import Cause, FunctionInfo, Kind
+from cachewatch.store import columns, evidence, models, queries, rollup
+from cachewatch.core.events import Cause, FunctionInfo, Kind
 
 
 def storms_for(url: str, qualname_part: str, **kwargs) -> list[dict]:
     with enginemod.connection(url) as conn:
-        storms = analysis.detect_storms(conn, **kwargs)
+        storms = diagnosis.detect_storms(conn, **kwargs)
     return [s for s in storms if qualname_part in s["qualname"]]
 
 
@@ -111,7 +112,7 @@ def test_weak_type_and_changing_keys_storms(store):
     assert "batch['" in storm["fix"] and "keep dict keys" in storm["fix"]
     weak = [e for e in events_of(store, "scaled") if e["cause"] == Cause.WEAK_TYPE]
     assert weak and all(e["diff"][0]["path"] == "scale" for e in weak)
-    fix = analysis.suggest_fix("scaled", Cause.WEAK_TYPE, [_Row(e) for e in weak])
+    fix = diagnosis.suggest_fix("scaled", Cause.WEAK_TYPE, [_Row(e) for e in weak])
     assert fix.startswith("Argument scale of `scaled` flips between a Python scalar and a typed array")
 
 
@@ -143,10 +144,10 @@ def test_storm_threshold_and_window(sqlite_url):
     _insert_compiles(sqlite_url, "spread", [now - 3600 * i for i in range(8)])
     _insert_compiles(sqlite_url, "burst", [now - i for i in range(5)])
     with enginemod.connection(sqlite_url) as conn:
-        names = {s["qualname"] for s in analysis.detect_storms(conn, threshold=5, window=600)}
+        names = {s["qualname"] for s in diagnosis.detect_storms(conn, threshold=5, window=600)}
         assert names == {"burst"}
-        assert not analysis.detect_storms(conn, threshold=6, window=600)
-        assert {s["qualname"] for s in analysis.detect_storms(conn, threshold=5, window=8 * 3600)} == {
+        assert not diagnosis.detect_storms(conn, threshold=6, window=600)
+        assert {s["qualname"] for s in diagnosis.detect_storms(conn, threshold=5, window=8 * 3600)} == {
             "spread",
             "burst",
         }
@@ -192,7 +193,7 @@ def _insert_compiles(url: str, name: str, timestamps: list[float], run_id: str =
 
 
 def test_the_read_module_hands_analysis_typed_rows(store_url, use_store):
-    """What analysis reasons over comes typed from store/queries.py, on both backends."""
+    """What analysis reasons over comes typed from store/evidence.py, on both backends."""
     use_store(store_url, eager_baseline=True)
 
     @cachewatch.jit
@@ -205,26 +206,26 @@ def test_the_read_module_hands_analysis_typed_rows(store_url, use_store):
     assert cachewatch.flush(30)
     with enginemod.connection(store_url) as conn:
         (function_hash,) = queries.find_functions(conn, "resized")
-        infos = queries.function_infos(conn, [function_hash])
-        recompiles = queries.steady_recompiles(conn, queries.Filters(), [function_hash])
-        costs = queries.signature_costs(conn, queries.Filters(), [function_hash])
-        sizes = [s for s in queries.compile_sizes(conn, queries.Filters()) if s.function_hash == function_hash]
-        uncached = [u for u in queries.uncached_compiles(conn) if u.function_hash == function_hash]
-        latest = queries.dominant_cause_rows(conn, function_hash, queries.Filters(), Cause.NEW_SHAPE)
+        infos = evidence.function_infos(conn, [function_hash])
+        recompiles = evidence.steady_recompiles(conn, columns.Filters(), [function_hash])
+        costs = evidence.signature_costs(conn, columns.Filters(), [function_hash])
+        sizes = [s for s in evidence.compile_sizes(conn, columns.Filters()) if s.function_hash == function_hash]
+        uncached = [u for u in evidence.uncached_compiles(conn) if u.function_hash == function_hash]
+        latest = evidence.dominant_cause_rows(conn, function_hash, columns.Filters(), Cause.NEW_SHAPE)
 
     info = infos[function_hash]
     assert isinstance(info, FunctionInfo) and info.name == "resized" and info.line == line
-    assert recompiles and all(isinstance(r, queries.Recompile) for r in recompiles)
+    assert recompiles and all(isinstance(r, evidence.Recompile) for r in recompiles)
     assert {r.cause for r in recompiles} == {Cause.NEW_SHAPE}
     assert all(isinstance(r.timestamp, float) and r.diff and r.diff[0]["change"] == "shape" for r in recompiles)
     assert [r.timestamp for r in recompiles] == sorted(r.timestamp for r in recompiles)
-    assert len(costs) == 6 and all(isinstance(c, queries.SignatureCost) for c in costs)
+    assert len(costs) == 6 and all(isinstance(c, evidence.SignatureCost) for c in costs)
     assert all(c.compiles == 1 and isinstance(c.seconds, float) and c.seconds > 0 for c in costs)
     assert all(c.eager_seconds is not None and c.eager_seconds > 0 for c in costs)
-    assert len(sizes) == 6 and all(isinstance(s, queries.CompileSize) and s.size > 0 for s in sizes)
+    assert len(sizes) == 6 and all(isinstance(s, evidence.CompileSize) and s.size > 0 for s in sizes)
     assert len(uncached) == 6 and {u.jax_version for u in uncached} == {jax.__version__}
     assert all(isinstance(u.run_started_at, float) and u.compile_seconds > 0 for u in uncached)
-    assert len(latest) == 5 and all(isinstance(r, queries.Recompile) for r in latest)
+    assert len(latest) == 5 and all(isinstance(r, evidence.Recompile) for r in latest)
     assert [r.timestamp for r in latest] == sorted((r.timestamp for r in latest), reverse=True)
 
 
@@ -306,7 +307,7 @@ def test_pure_training_loop_has_no_stale_capture(sqlite_url, use_store):
 
 def test_break_even_arithmetic():
     # 12 compiles costing 3.0 s in all, 41 calls; compiled run 0.01 s, eager 0.02 s.
-    verdict = analysis.jit_verdict(compile_seconds=3.0, compiles=12, calls=41, run_mean=0.01, eager_mean=0.02)
+    verdict = diagnosis.jit_verdict(compile_seconds=3.0, compiles=12, calls=41, run_mean=0.01, eager_mean=0.02)
     assert verdict["few_calls"]
     assert verdict["break_even_calls"] == 25  # one compile, 0.25 s, over 0.01 s saved per call
     assert verdict["break_even_calls_total"] == 300  # all twelve
@@ -319,34 +320,34 @@ def test_break_even_arithmetic():
         "(10 ms saved per call against eager); this run did not repay its compiles: jit "
         "costs 2.59 s more than running eagerly (it would pay off after 300 calls)"
     )
-    paid = analysis.jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
+    paid = diagnosis.jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
     assert paid["worth_it"] and paid["break_even_calls"] == 167 and not paid["few_calls"]
     assert paid["text"] == (
         "running costs more than compiling: compile share 33.3% (0.5 s compiling, 1 s running); "
         "one compile is repaid after 167 calls (3 ms saved per call against eager); this run "
         "repaid its compiles: jit saves 2.5 s over running eagerly"
     )
-    slower = analysis.jit_verdict(compile_seconds=0.5, compiles=1, calls=10, run_mean=0.004, eager_mean=0.001)
+    slower = diagnosis.jit_verdict(compile_seconds=0.5, compiles=1, calls=10, run_mean=0.004, eager_mean=0.001)
     assert slower["break_even_calls"] is None and "eager is as fast per call" in slower["text"]
 
 
 def test_verdict_agrees_with_the_compile_share():
     # A run whose compile share is 95.8% says compiling costs more, whatever the baseline.
-    share = analysis.jit_verdict(compile_seconds=2.3, compiles=1, calls=1000, run_mean=0.0001, eager_mean=None)
+    share = diagnosis.jit_verdict(compile_seconds=2.3, compiles=1, calls=1000, run_mean=0.0001, eager_mean=None)
     assert share["compile_share"] == pytest.approx(0.958, abs=5e-4)
     assert share["text"] == (
         "compiling costs more than running: compile share 95.8% (2.3 s compiling, 0.1 s "
         "running); eager baseline off, so no break-even"
     )
     assert share["break_even_calls"] is None and share["worth_it"] is None
-    untimed = analysis.jit_verdict(
+    untimed = diagnosis.jit_verdict(
         compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=None, run_note="called only while compiling"
     )
     assert untimed["text"] == (
         "compiled 3 time(s) for 3 call(s); no run time (called only while compiling), so no compile share"
     )
     # With an eager baseline, a run whose calls could not have saved the compile time says so.
-    eager = analysis.jit_verdict(
+    eager = diagnosis.jit_verdict(
         compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=0.01, run_note="called only while compiling"
     )
     assert eager["repaid"] is False and eager["text"].endswith(
@@ -397,7 +398,7 @@ def test_cost_model_flags_superlinear_growth(sqlite_url):
         )
         _insert_compiles(sqlite_url, "linear", [1000.0 + i], eqns=size, seconds=1e-3 * size, signature_hash=f"l{i}")
     with enginemod.connection(sqlite_url) as conn:
-        rows = {r["qualname"]: r for r in analysis.cost_model(conn)}
+        rows = {r["qualname"]: r for r in diagnosis.cost_model(conn)}
     assert rows["quadratic"]["exponent"] == pytest.approx(2.0) and rows["quadratic"]["superlinear"]
     assert rows["linear"]["exponent"] == pytest.approx(1.0) and not rows["linear"]["superlinear"]
     assert rows["linear"]["seconds_per_1000_ops"] == pytest.approx(1.0)
@@ -414,7 +415,7 @@ def test_compile_regression_across_runs(sqlite_url):
     _insert_compiles(sqlite_url, "steady", [10.0], run_id="a" * 32, seconds=0.2)
     _insert_compiles(sqlite_url, "steady", [20.0], run_id="b" * 32, seconds=0.21)
     with enginemod.connection(sqlite_url) as conn:
-        (found,) = analysis.compile_regressions(conn)
+        (found,) = diagnosis.compile_regressions(conn)
     assert found["qualname"] == "step" and found["ratio"] == pytest.approx(2.5)
     assert found["jax_before"].startswith("0.9.0") and found["jax_after"].startswith("0.10.2")
 
@@ -477,3 +478,24 @@ def test_stale_capture_check_can_be_turned_off(sqlite_url, use_store):
     assert cachewatch.flush(30)
     assert [e["kind"] for e in events_of(sqlite_url, "floor_at")] == ["trace", "trace"]
     THRESHOLD = 0.0
+
+
+def test_a_storm_of_a_librarys_jit_advises_on_the_calls_not_on_its_options():
+    """jax.random.normal's inner jit, wrapped because install() came before JAX's import,
+    recompiles per shape: the user cannot unmark its static argument, only pass fewer shapes."""
+    rows = [
+        evidence.Recompile(
+            "h",
+            "run",
+            float(i),
+            Cause.NEW_STATIC_VALUE,
+            [{"path": "shape", "change": "static", "before": f"({i},)", "after": f"({i + 1},)"}],
+            "train.py:65",
+        )
+        for i in range(6)
+    ]
+    fix = diagnosis.fix_for("_normal", "_normal", "jax._src.random", Cause.NEW_STATIC_VALUE, rows)
+    assert "static argument shape took 7 different values" in fix and "train.py:65" in fix
+    assert "drop it from static_argnums" not in fix  # not the user's to change
+    mine = diagnosis.fix_for("smooth", "smooth", "train", Cause.NEW_STATIC_VALUE, rows, file="/home/me/train.py")
+    assert "drop it from static_argnums" in mine

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from cachewatch import current
+from cachewatch.record import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, sinks, writes
 from cachewatch_server.main import create_app

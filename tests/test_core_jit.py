@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import cachewatch
-from cachewatch import _guard, current, recorder
-from cachewatch import signature as sigmod
-from cachewatch.events import Cause
+from cachewatch.core import _guard
+from cachewatch.record import current, recorder
+from cachewatch.explain import signature as sigmod
+from cachewatch.core.events import Cause
 
 # Every test here runs with the C hot path and with its pure-Python twin.
 pytestmark = pytest.mark.usefixtures("hot_path")
@@ -139,7 +140,11 @@ def test_lower_trace_eval_shape_clear_cache(events):
 
     lowered = f.lower(jnp.ones(4))
     assert "sine" in lowered.as_text()
-    assert len(f.trace(jnp.ones(4)).jaxpr.eqns) == len(jax.jit(lambda x: jnp.sin(x) + 1).trace(jnp.ones(4)).jaxpr.eqns)
+    # The same program as jax.jit's trace: its equations, named, not only their number.
+    ours, theirs = f.trace(jnp.ones(4)), jax.jit(lambda x: jnp.sin(x) + 1).trace(jnp.ones(4))
+    assert [e.primitive.name for e in ours.jaxpr.eqns] == [e.primitive.name for e in theirs.jaxpr.eqns]
+    assert [e.primitive.name for e in ours.jaxpr.eqns] == ["sin", "add"]
+    assert ours.fun_name == "f" and ours.out_info.shape == (4,)
     assert f.eval_shape(jnp.ones(5)).shape == (5,)
     f(jnp.ones(4))
     f.clear_cache()
@@ -263,7 +268,9 @@ def test_cache_hits_add_no_argument_flattening(events):
         for _ in range(10):
             fn(pair)
         counts.append(flattens["n"])
-    assert counts[0] == counts[1]
+    # jax.jit flattens the arguments once per cache hit; cachewatch.jit adds none of its own.
+    # Exact counts, so a wrapper that never reached the pytree (0 == 0) fails too.
+    assert counts == [10, 10]
 
 
 def test_sampling_times_calls_and_can_be_off(sqlite_url, use_store):
@@ -273,7 +280,7 @@ def test_sampling_times_calls_and_can_be_off(sqlite_url, use_store):
     def sampled(x):
         return x @ x
 
-    from cachewatch.counters import _stats
+    from cachewatch.capture.counters import _stats
 
     # Counts are per function source, so they carry over from an earlier run of this test.
     stats = _stats[sampled.__cachewatch_state__.info.function_hash]
@@ -308,9 +315,10 @@ def test_internal_failure_never_reaches_the_user(sqlite_url, use_store, monkeypa
         result = cachewatch.jit(lambda x: x * 3)(jnp.ones(2))
         cachewatch.jit(lambda x: x * 4)(jnp.ones(2))
     np.testing.assert_allclose(result, [3.0, 3.0])
-    assert _guard.internal_error_count() >= 2
+    places = _guard.internal_errors()
+    assert "jit.signature" in places and sum(places.values()) >= 4  # counted at every call
     warnings = [r for r in caplog.records if "internal error" in r.getMessage()]
-    assert len(warnings) == 1  # reported once, not once per call
+    assert len(warnings) == len(places)  # one warning per place the bug surfaced, not one per call
     _guard.reset()
     current.configure(raise_internal_errors=True)
 

@@ -26,17 +26,20 @@ import pytest
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch import _guard, analysis, causes, current, recorder
+from cachewatch.core import _guard
+from cachewatch.analysis import diagnosis
+from cachewatch.explain import causes
+from cachewatch.record import current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
 from cachewatch.store.engine import redact_url
-from cachewatch.store.queries import Filters
+from cachewatch.store.columns import Filters
 from cachewatch_server.dashboard import render
 from cachewatch_server.deps import parse_time
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
-from cachewatch.events import Cause, Kind
+from cachewatch.core.events import Cause, Kind
 
 import scenarios
 import serverkit as kit
@@ -87,7 +90,10 @@ def seed_store(url: str) -> None:
 
     current.reset_configuration()
     # Every cache-hit call timed: the run-time estimates (and so compile shares) exist.
-    current.configure(store=url, sample_every=1, sample_max_per_second=1000.0, run_name="train-storms")
+    # Every program's jaxpr kept, so the function pages can show jaxpr diffs.
+    current.configure(
+        store=url, sample_every=1, sample_max_per_second=1000.0, run_name="train-storms", program_extra_share=1.0
+    )
     new_run()
     example = _load_example()
     argv = sys.argv
@@ -129,6 +135,7 @@ def copy_store(source: str, target: str) -> None:
             models.run_totals,
             models.function_call_totals,
             models.run_time_buckets,
+            models.programs,
         ):
             columns = [c for c in table.c if c.name != "id"]
             order = table.c.id if "id" in table.c else list(table.primary_key.columns)[0]
@@ -604,7 +611,7 @@ def test_function_events_page_with_filters(tab, api, store):
     # The verdict is the analysis' own: 20 compiles for 20 calls do not pay off.
     with enginemod.connection(store[1]) as conn:
         row = storequeries.function_report(conn, Filters(run_id=run_id), function_hashes=[lam["function_hash"]])[0]
-        verdict = analysis.verdicts(conn, [row], Filters(run_id=run_id))[lam["function_hash"]]
+        verdict = diagnosis.verdicts(conn, [row], Filters(run_id=run_id))[lam["function_hash"]]
     assert verdict["few_calls"] and verdict["text"].startswith("compiled 20 time(s) for 20 call(s)")
     assert tab.text("#verdict") == verdict["text"][0].upper() + verdict["text"][1:] + "."
     # The breadcrumb back to the table keeps the run.
@@ -785,7 +792,7 @@ def test_assets_come_from_the_installed_plotly(server):
     # Served from the package, never copied into the repository.
     copies = []
     for folder, subfolders, files in os.walk(ROOT):
-        subfolders[:] = [d for d in subfolders if d not in (".venv", ".git", "node_modules")]
+        subfolders[:] = [d for d in subfolders if d not in (".venv", ".venv-newest", ".git", "node_modules")]
         copies += [os.path.join(folder, f) for f in files if f.startswith("plotly") and f.endswith(".js")]
     assert copies == []
 
@@ -912,3 +919,57 @@ def test_read_token_login(chromium, seeded_sqlite, caplog):
         finally:
             context.close()
     assert token not in caplog.text
+
+
+def test_function_page_shows_what_was_compiled_and_the_program_diff(tab, api):
+    # A recompile that produced the program compiled before: a weak-type flip.
+    h = function_named(api, "weak_type_flip.<locals>.h")
+    tab.open(f"/functions/{h['function_hash']}")
+    section = tab.page.locator("#program-diff")
+    before, after = section.get_attribute("data-before"), section.get_attribute("data-after")
+    change = api(f"/events/{after}/diff", against=before)
+    assert section.get_attribute("data-same-program") == "true" and change["same_program"]
+    assert "Same optimised program as before" in tab.text("#same-program")
+    shown = tab.page.eval_on_selector_all(
+        "#diff-primitives tbody tr", "rows => rows.map(r => [r.dataset.name, +r.dataset.before, +r.dataset.after])"
+    )
+    assert shown == [[r["name"], r["before"], r["after"]] for r in change["eqns_by_primitive"]]
+    wasted = tab.page.eval_on_selector_all(
+        "#identical-recompiles li", "items => items.map(i => [i.dataset.cause, +i.dataset.recompiles])"
+    )
+    assert sorted(wasted) == [["new_structure", 1], ["weak_type", 1]]
+    tab.shot("function-program-identical")
+
+    # A recompile for a new batch shape: another program, its jaxpr diff marked line by line.
+    step = function_named(api, "train_step")
+    compiles = sorted(
+        (e for e in all_events(api, step["function_hash"]) if e["compiled"] and e["program_fingerprint"]),
+        key=lambda e: e["timestamp"],
+    )
+    before, after = next(
+        (a["event_id"], b["event_id"])
+        for a, b in zip(compiles, compiles[1:])
+        if b["cause"] == "new_shape" and a["program_fingerprint"] != b["program_fingerprint"]
+    )
+    tab.open(f"/functions/{step['function_hash']}?diff={after}&against={before}")
+    section = tab.page.locator("#program-diff")
+    assert (section.get_attribute("data-before"), section.get_attribute("data-after")) == (before, after)
+    change = api(f"/events/{after}/diff", against=before)
+    assert section.get_attribute("data-same-program") == "false" and change["cause"] == "new_shape"
+    added = tab.page.eval_on_selector_all("#jaxpr-diff .diff-add", "els => els.map(e => e.textContent)")
+    removed = tab.page.eval_on_selector_all("#jaxpr-diff .diff-del", "els => els.map(e => e.textContent)")
+    assert added == [line for line in change["jaxpr_diff"] if line.startswith("+") and not line.startswith("+++")]
+    assert removed == [line for line in change["jaxpr_diff"] if line.startswith("-") and not line.startswith("---")]
+    assert added and removed
+    colours = tab.page.evaluate(
+        "() => ['.diff-add', '.diff-del'].map(s => getComputedStyle(document.querySelector('#jaxpr-diff ' + s)).backgroundColor)"
+    )
+    assert colours[0] != colours[1]
+    figures = {
+        name: tab.page.locator(f"#diff-xla tr[data-name='{name}']").get_attribute("data-after")
+        for name in ("jaxpr_eqns", "hlo_ops")
+    }
+    assert figures == {name: str(change["xla"][name]["after"]) for name in figures}
+    lines = tab.page.locator("#program-lines tbody tr")
+    assert lines.count() >= 1
+    tab.shot("function-program-diff")

@@ -13,8 +13,8 @@ import time
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch import current, recorder
-from cachewatch.events import Batch
+from cachewatch.record import current, recorder
+from cachewatch.core.events import Batch
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
 from cachewatch.store.sinks import SqlSink

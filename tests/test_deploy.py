@@ -60,6 +60,8 @@ SERVICE_METRICS = {
     "cachewatch_persistent_cache_requests_total",
     "cachewatch_persistent_cache_saved_seconds_total",
     "cachewatch_rank_divergence",
+    "cachewatch_program_eqns",
+    "cachewatch_identical_recompile_seconds_total",
 }
 # Product definitions the alerts and dashboard must agree with.
 STORM_THRESHOLD = 5
@@ -72,6 +74,7 @@ ALERT_NAMES = {
     "CachewatchDown",
     "CachewatchStormActive",
     "CachewatchRankDivergence",
+    "CachewatchCompileTimeJump",
 }
 SERVICES = {"postgres", "migrate", "cachewatch", "prometheus", "grafana"}
 
@@ -422,7 +425,7 @@ cachewatch_storm_active{function="<lambda>"} 0
 # TYPE cachewatch_events_ingested_total counter
 cachewatch_events_ingested_total 42
 # TYPE cachewatch_events_dropped_total counter
-cachewatch_events_dropped_total 0
+cachewatch_events_dropped_total{reason="queue_full"} 0
 """
 
 

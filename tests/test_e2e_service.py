@@ -16,7 +16,7 @@ import pytest
 
 import serverkit as kit
 from serverkit import TOKEN
-from cachewatch.events import Cause
+from cachewatch.core.events import Cause
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "examples" / "storm_demo.py"
@@ -99,7 +99,7 @@ def test_training_script_through_the_service(served, tmp_path):
     assert kit.sample(samples, "cachewatch_compile_seconds_count", function="train_step") == 8
     assert kit.sample(samples, "cachewatch_storm_active", function="train_step") == 1
     assert kit.sample(samples, "cachewatch_events_ingested_total") == summary["events"]
-    assert kit.sample(samples, "cachewatch_events_dropped_total") == 0
+    assert kit.sample(samples, "cachewatch_events_dropped_total", reason="queue_full") == 0
     assert (
         kit.sample(samples, "cachewatch_http_requests_total", method="POST", route="/api/v1/events", status="200") >= 1
     )

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from cachewatch import config as configmod
+from cachewatch.core import config as configmod
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
 
@@ -113,7 +113,7 @@ def test_job_rank_and_cache_key_travel_through_ingest(store_url, tmp_path):
     import time
 
     import serverkit as kit
-    from cachewatch import current
+    from cachewatch.record import current
 
     current.configure(store=f"sqlite:///{tmp_path / 'lib.db'}")
     recorded = kit.run_jax_workload()

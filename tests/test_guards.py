@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import cachewatch
-from cachewatch import guards, recorder
-from cachewatch.events import Cause
+from cachewatch.capture import guards
+from cachewatch.record import recorder
+from cachewatch.core.events import Cause
 
 pytestmark = pytest.mark.usefixtures("hot_path")
 
@@ -148,7 +149,10 @@ def test_freeze_raises_on_the_first_compile_after_it_and_not_before(events):
     finally:
         cachewatch.unfreeze()
     np.testing.assert_allclose(frozen_step(jnp.ones(4)), np.full(4, 2.0))
-    assert len(warm) == 2
+    # The warm-up results are right too: freezing after them changed none.
+    assert [out.shape for out in warm] == [(2,), (3,)]
+    for n, out in zip((2, 3), warm):
+        np.testing.assert_allclose(out, np.full(n, 2.0))
 
 
 def test_freeze_as_a_context_manager_warns_and_restores(events):
@@ -160,9 +164,9 @@ def test_freeze_as_a_context_manager_warns_and_restores(events):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with cachewatch.freeze(on_compile="warn"):
-            assert cachewatch.guards.frozen() == "warn"
+            assert cachewatch.capture.guards.frozen() == "warn"
             out = thawed(jnp.ones(2))
-        assert cachewatch.guards.frozen() is None
+        assert cachewatch.capture.guards.frozen() is None
         thawed(jnp.ones(3))  # unfrozen again: no warning
     frozen_warnings = [w for w in caught if issubclass(w.category, cachewatch.FrozenCompileWarning)]
     assert len(frozen_warnings) == 1  # the trace, not the lowering that followed it again
@@ -176,7 +180,10 @@ def test_freeze_covers_compiles_without_a_retrace(events):
         return x * 7
 
     traced = traced_first.trace(jnp.ones(3))  # traced, never compiled
-    assert traced is not None
+    # The trace is of this function at this shape: the compile below needs no retrace.
+    assert traced.fun_name == "traced_first"
+    assert [eqn.primitive.name for eqn in traced.jaxpr.eqns] == ["mul"]
+    assert traced.out_info.shape == (3,) and traced.out_info.dtype == jnp.float32
     with cachewatch.freeze():
         with pytest.raises(cachewatch.FrozenCompileError, match="without a retrace"):
             traced_first(jnp.ones(3))

@@ -13,10 +13,10 @@ import sqlalchemy as sa
 
 import cachewatch
 import jax.numpy as jnp
-from cachewatch import current, recorder
+from cachewatch.record import current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
-from cachewatch.events import Cause
+from cachewatch.core.events import Cause
 from cachewatch.store.http import HttpSink, HttpStoreError, batch_id
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings

@@ -12,7 +12,7 @@ from pathlib import Path
 def test_the_library_never_imports_the_service():
     script = textwrap.dedent("""
         import sys
-        import cachewatch, cachewatch.cli, cachewatch.analysis, cachewatch.store.queries, cachewatch.pytest_plugin
+        import cachewatch, cachewatch.cli, cachewatch.analysis.diagnosis, cachewatch.store.queries, cachewatch.pytest_plugin
         import jax.numpy as jnp
         cachewatch.jit(lambda x: x + 1)(jnp.ones(3))
         loaded = sorted(m for m in sys.modules
@@ -30,42 +30,141 @@ def test_the_library_never_imports_the_service():
     assert done.stdout.strip() == ""
 
 
-def _module_imports() -> dict[str, set[str]]:
-    """cachewatch's modules and the cachewatch modules each imports, at any depth of its code
-    (an import inside a function counts: it is how a circle hides)."""
-    import ast
-    from pathlib import Path
+# The floors of the library, bottom up, and what each may import (besides itself). The
+# package's top level (cachewatch/__init__.py, cli.py, runner.py, notebook.py,
+# autoinstall.py, pytest_plugin.py, __main__.py) is the interfaces' floor: it may import every layer, and no layer imports it.
+LAYERS = ("core", "explain", "store", "record", "capture", "analysis")
+MAY_IMPORT = {
+    "core": set(),
+    "explain": {"core"},
+    "store": {"core"},
+    "record": {"core", "store"},
+    "capture": {"core", "explain", "record"},
+    "analysis": {"core", "explain", "store"},
+}
+# The service may read through any layer but capture and the recorder: it serves a store.
+SERVICE_MAY_IMPORT = {"core", "explain", "store", "analysis"}
 
-    root = Path(__file__).resolve().parent.parent / "cachewatch"
+
+def _imports_of(root: Path, package: str) -> dict[str, set[str]]:
+    """Each module under ``root`` (named as ``package``) and the cachewatch modules it imports,
+    at any depth of its code: an import inside a function counts, it is how a circle hides."""
+    import ast
+
     files = {}
     for path in root.rglob("*.py"):
-        parts = path.relative_to(root.parent).with_suffix("").parts
+        parts = (package,) + path.relative_to(root).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         files[name] = path
+    library = _library_modules()
     graph: dict[str, set[str]] = {name: set() for name in files}
     for name, path in files.items():
-        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        parent = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = parent.split(".")[: len(parent.split(".")) - node.level + 1]
                     target = ".".join(base + ([node.module] if node.module else []))
                 else:
                     target = node.module or ""
-                found = [f"{target}.{a.name}" if f"{target}.{a.name}" in files else target for a in node.names]
+                found = [f"{target}.{a.name}" if f"{target}.{a.name}" in library else target for a in node.names]
             elif isinstance(node, ast.Import):
                 found = [a.name for a in node.names]
             else:
                 continue
-            # The package itself is what users import; only its entry modules (the CLI, the
-            # pytest plugin) import it, and they are imported by nothing.
-            graph[name].update(t for t in found if t in files and t not in (name, "cachewatch"))
+            graph[name].update(t for t in found if t in library and t != name)
     return graph
+
+
+def _library_modules() -> set[str]:
+    root = Path(__file__).resolve().parent.parent / "cachewatch"
+    names = {"cachewatch"}
+    for path in root.rglob("*.py"):
+        parts = ("cachewatch",) + path.relative_to(root).with_suffix("").parts
+        names.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    names.add("cachewatch.capture._fastcall")  # the C extension
+    return names
+
+
+def _module_imports() -> dict[str, set[str]]:
+    return _imports_of(Path(__file__).resolve().parent.parent / "cachewatch", "cachewatch")
+
+
+def _layer(module: str) -> str:
+    """The floor a library module stands on: its subpackage, or the interfaces on top."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else "interfaces"
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for module, imported in sorted(graph.items()):
+        layer = _layer(module)
+        if layer == "interfaces":
+            continue
+        for target in sorted(imported):
+            floor = _layer(target)
+            if floor != layer and floor not in MAY_IMPORT[layer]:
+                wrong.append(f"{module} ({layer}) imports {target} ({floor})")
+    return wrong
+
+
+def test_every_module_stands_on_a_known_floor():
+    graph = _module_imports()
+    floors = {_layer(m) for m in graph}
+    assert floors == set(LAYERS) | {"interfaces"}
+    top = sorted(m for m in graph if _layer(m) == "interfaces")
+    assert top == [
+        "cachewatch",
+        "cachewatch.__main__",
+        "cachewatch.autoinstall",
+        "cachewatch.cli",
+        "cachewatch.doctor",
+        "cachewatch.notebook",
+        "cachewatch.pytest_plugin",
+        "cachewatch.runner",
+    ]
+
+
+def test_imports_run_downhill():
+    graph = _module_imports()
+    assert graph["cachewatch.record.recorder"] and graph["cachewatch.capture.jit"]  # the walk found imports at all
+    assert layer_violations(graph) == []
+
+
+def test_the_layer_check_sees_an_import_that_climbs():
+    """The direction check itself: a made-up store module importing the recorder, and a
+    recorder importing capture from inside a function, are both caught."""
+    graph = {
+        "cachewatch.store.bad": {"cachewatch.record.recorder"},
+        "cachewatch.record.recorder": {"cachewatch.capture.counters"},
+        "cachewatch.capture.jit": {"cachewatch.record.recorder", "cachewatch.core.events"},
+        "cachewatch.cli": {"cachewatch.capture.jit"},
+    }
+    assert layer_violations(graph) == [
+        "cachewatch.record.recorder (record) imports cachewatch.capture.counters (capture)",
+        "cachewatch.store.bad (store) imports cachewatch.record.recorder (record)",
+    ]
+    import ast
+
+    hidden = ast.parse("def later():\n    from ..capture import counters\n")
+    assert any(isinstance(n, ast.ImportFrom) and n.level == 2 for n in ast.walk(hidden))
+
+
+def test_the_service_reads_a_store_and_never_capture():
+    server = Path(__file__).resolve().parent.parent / "server"
+    graph = _imports_of(server, "cachewatch_server")
+    wrong = [
+        f"{module} imports {target}"
+        for module, imported in sorted(graph.items())
+        for target in sorted(imported)
+        if _layer(target) not in SERVICE_MAY_IMPORT
+    ]
+    assert wrong == []
 
 
 def test_the_library_has_no_import_circle():
     graph = _module_imports()
-    assert graph["cachewatch.recorder"] and graph["cachewatch.jit"]  # the walk found imports at all
     state: dict[str, int] = {}
     path: list[str] = []
     circles: list[list[str]] = []
@@ -76,7 +175,7 @@ def test_the_library_has_no_import_circle():
         for imported in sorted(graph[module]):
             if state.get(imported) == 1:
                 circles.append(path[path.index(imported) :] + [imported])
-            elif imported not in state:
+            elif imported not in state and imported in graph:
                 visit(imported)
         path.pop()
         state[module] = 2
@@ -85,24 +184,6 @@ def test_the_library_has_no_import_circle():
         if module not in state:
             visit(module)
     assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)
-
-
-def test_the_store_and_the_worker_know_nothing_of_capture():
-    graph = _module_imports()
-    capture = {
-        "cachewatch.jit",
-        "cachewatch._tracking",
-        "cachewatch.foreign",
-        "cachewatch.opbyop",
-        "cachewatch.guards",
-        "cachewatch.captures",
-        "cachewatch.causes",
-        "cachewatch.signature",
-    }
-    # The worker, the run it records and the store only carry what capture made.
-    for module, imported in graph.items():
-        if module.startswith("cachewatch.store") or module in ("cachewatch.recorder", "cachewatch.current"):
-            assert not imported & capture, (module, imported & capture)
 
 
 def test_the_store_writes_through_one_module():
@@ -131,11 +212,15 @@ def test_the_package_builds_without_deprecation_warnings_and_ships_what_it_names
     names = set(zipfile.ZipFile(wheel).namelist())
     for shipped in (
         "cachewatch/py.typed",
-        "cachewatch/_fastcall.pyi",
+        "cachewatch/capture/_fastcall.pyi",
         "cachewatch/migrations/env.py",
         "cachewatch/migrations/script.py.mako",
         "cachewatch_server/main.py",
         "cachewatch_server/dashboard/templates/base.html",
+        # at the top, so that it lands in site-packages, where Python reads it at start
+        "cachewatch-install.pth",
     ):
         assert shipped in names
+    pth = zipfile.ZipFile(wheel).read("cachewatch-install.pth").decode()
+    assert pth == (root / "cachewatch" / "cachewatch-install.pth").read_text() and pth.startswith("import os;")
     assert not any(name.startswith(("server/", "tests/", "benchmarks/")) for name in names)

@@ -14,8 +14,8 @@ import urllib.request
 
 import pytest
 
-from cachewatch import current
-from cachewatch.events import FunctionInfo
+from cachewatch.record import current
+from cachewatch.core.events import FunctionInfo
 
 import serverkit as kit
 
@@ -68,9 +68,11 @@ def _scrape(url: str) -> dict:
         return kit.parse_metrics(response.read().decode())
 
 
-def _feed(urls: list[str], recorded, stop: threading.Event, sent: list[int]) -> None:
+def _feed(urls: list[str], recorded, stop: threading.Event, posted: list[tuple[int, int, int]]) -> None:
     """Batches of recompiles, a new function every few batches, the biggest compilers late:
-    so functions arrive (and would overtake the first ones) while scrapes go on."""
+    so functions arrive (and would overtake the first ones) while scrapes go on. Each batch
+    is noted in ``posted`` as (batch, status, events): the test body checks them, since an
+    assert in this thread would only end the thread."""
     template = recorded.by_name("step")[1]
     run = kit.new_run(recorded.run)
     batch = 0
@@ -83,9 +85,7 @@ def _feed(urls: list[str], recorded, stop: threading.Event, sent: list[int]) -> 
         body = kit.payload(run, events, stats)
         if batch % 25 == 24:  # a refused batch now and then: the process counters move too
             body["events"][0]["kind"] = "nope"
-        status = _post(urls[batch % len(urls)], body)
-        assert status in (200, 422), status
-        sent.append(len(events) if status == 200 else 0)
+        posted.append((batch, _post(urls[batch % len(urls)], body), len(events)))
         batch += 1
 
 
@@ -105,8 +105,15 @@ def _assert_never_lower(history: list[dict], names: tuple[str, ...]) -> int:
 
 
 def _run(urls: list[str], recorded, scrapes: int) -> list[dict]:
-    stop, sent, history = threading.Event(), [], []
-    feeder = threading.Thread(target=_feed, args=(urls, recorded, stop, sent), daemon=True)
+    stop, posted, history, crashed = threading.Event(), [], [], []
+
+    def feed() -> None:
+        try:
+            _feed(urls, recorded, stop, posted)
+        except Exception as exc:  # reported by the test body, not lost with the thread
+            crashed.append(exc)
+
+    feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
     try:
         for i in range(scrapes):
@@ -115,11 +122,20 @@ def _run(urls: list[str], recorded, scrapes: int) -> list[dict]:
     finally:
         stop.set()
         feeder.join(60)
+    assert not feeder.is_alive(), "the feeder did not stop"
+    assert crashed == [], crashed
+    # Every batch answered: accepted, except the deliberately broken one in 25.
+    statuses = [status for _, status, _ in posted]
+    assert statuses == [422 if batch % 25 == 24 else 200 for batch, _, _ in posted], statuses
+    sent = [n if status == 200 else 0 for _, status, n in posted]
     assert sum(sent) > 0
     final = [_scrape(url) for url in urls for _ in range(4)]
     store_values = [{k: v for k, v in samples.items() if k[0] in STORE_COUNTERS} for samples in final]
     assert all(values == store_values[0] for values in store_values), "processes disagree on the store"
-    assert max(s for s in store_values[0] if s[0] == "cachewatch_events_ingested_total")
+    # One unlabelled series: the store's total, not one per process or per worker.
+    assert [k for k in store_values[0] if k[0] == "cachewatch_events_ingested_total"] == [
+        ("cachewatch_events_ingested_total", ())
+    ]
     ingested = store_values[0][("cachewatch_events_ingested_total", ())]
     assert ingested == sum(sent)
     labels = {dict(k[1])["function"] for k in store_values[0] if k[0] == "cachewatch_compiles_total"}

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from cachewatch.events import explain_cache_miss
+from cachewatch.core.events import explain_cache_miss
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch_server.main import create_app

@@ -19,10 +19,12 @@ import pytest
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch import analysis, counters, recorder
+from cachewatch.analysis import diagnosis
+from cachewatch.capture import counters
+from cachewatch.record import recorder
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models, queries, rollup
-from cachewatch.events import Cause, Kind
+from cachewatch.store import columns, models, queries, rollup
+from cachewatch.core.events import Cause, Kind
 
 import scenarios
 
@@ -100,7 +102,7 @@ def test_every_compile_of_a_training_program_is_recorded(program, sqlite_url):
         assert events[0].cause == Cause.FIRST_CALL
 
     with enginemod.connection(sqlite_url) as conn:
-        assert analysis.detect_storms(conn) == []  # set-up and one smaller last batch are no storm
+        assert diagnosis.detect_storms(conn) == []  # set-up and one smaller last batch are no storm
     assert "alembic" not in done.stderr.lower()
 
     report = subprocess.run(
@@ -272,7 +274,7 @@ def test_eager_set_up_before_the_loop_is_warm_up_not_a_storm(sqlite_url, use_sto
         jnp.zeros((n, 7)) + 1.0  # like initialising one parameter per shape
     assert cachewatch.flush(30)
     with enginemod.connection(url) as conn:
-        assert not [s for s in analysis.detect_storms(conn) if "(op-by-op)" in s["qualname"]]
+        assert not [s for s in diagnosis.detect_storms(conn) if "(op-by-op)" in s["qualname"]]
         events = queries.list_events(conn, limit=1000)
     assert events and all(e["warmup"] for e in events)
 
@@ -315,11 +317,11 @@ def test_storms_are_found_per_run(store_url):
     insert("twice_per_run", per_run=2, runs=3)
     insert("storming", per_run=5, runs=3)
     with enginemod.connection(store_url) as conn:
-        storms = analysis.detect_storms(conn, threshold=5, window=600, now=now + 1000)
+        storms = diagnosis.detect_storms(conn, threshold=5, window=600, now=now + 1000)
     assert {s["qualname"] for s in storms} == {"storming"}
     assert len(storms) == 3 and all(s["compiles"] == 5 and s["recurs_in_runs"] == 3 for s in storms)
     assert len({s["run_id"] for s in storms}) == 3
-    assert "Recurs in 3 runs." in analysis.describe_storm(storms[0])
+    assert "Recurs in 3 runs." in diagnosis.describe_storm(storms[0])
 
 
 def test_grad_outside_jit_records_the_backward_compile_of_a_wrapped_function(heard, sqlite_url):
@@ -357,7 +359,7 @@ def test_grad_outside_jit_records_the_backward_compile_of_a_wrapped_function(hea
     assert (backward.diff[0]["before"], backward.diff[0]["after"]) == ("float32[2,4]", "float32[5,4]")
     assert all(e.call_site == f"{__file__}:{line}" for e in events)
     with enginemod.connection(sqlite_url) as conn:
-        (row,) = queries.function_report(conn, queries.Filters(), function_hashes=[function_hash])
+        (row,) = queries.function_report(conn, columns.Filters(), function_hashes=[function_hash])
     assert (row["compiles"], row["recompiles"]) == (4, 2)
 
 
@@ -431,3 +433,49 @@ def test_calls_made_while_tracing_are_not_executions(sqlite_url, use_store):
     outer(jnp.ones(5))  # from the cache: inner is not called at all
     inner(jnp.ones(2))  # one execution
     assert counter.calls - before == 1
+
+
+@pytest.mark.parametrize("program", ["eager_loss", "eager_grad", "numpyro_nuts"])
+def test_eager_differentiation_is_never_taken_for_a_cleared_cache(program, sqlite_url):
+    """Programs JAX builds when it differentiates code outside any jit (linearized copies of
+    the primitives, a sampler's initialisation) share a primitive's name and argument types
+    with the primitive run op by op: each is its own program, with its own history."""
+    if program == "numpyro_nuts":
+        pytest.importorskip("numpyro")
+    done = run_python([os.path.join(PROGRAMS, f"{program}.py")], sqlite_url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = collections.Counter(_JAX_COMPILED.findall(done.stderr))
+    rows = compiled_rows(sqlite_url)
+    assert collections.Counter(r.name for r in rows) == logged
+    causes = collections.Counter(r.cause for r in rows)
+    assert causes[Cause.CACHE_CLEARED] == 0, [(r.name, r.explanation) for r in rows if r.cause == Cause.CACHE_CLEARED]
+    assert causes[Cause.UNKNOWN] <= 0.02 * len(rows), [
+        (r.name, r.explanation) for r in rows if r.cause == Cause.UNKNOWN
+    ]
+    assert rows[0].cause == Cause.FIRST_CALL
+
+
+def test_a_program_jax_rebuilds_for_each_eager_transformation_is_named_so(sqlite_url, use_store):
+    use_store(sqlite_url)
+
+    def rebuilt_loss(w, x):
+        return jnp.sum(jnp.sin(x @ w) ** 2)
+
+    cachewatch.install()
+    try:
+        with scenarios.jax_compile_log() as messages:
+            w, x = jnp.ones((7, 2)), jnp.ones((9, 7))
+            for _ in range(2):  # a new lambda every step: JAX traces it into a new jaxpr each time
+                jax.grad(rebuilt_loss)(w, x)
+                jax.jvp(lambda w: rebuilt_loss(w, x), (w,), (w,))
+                jax.linearize(lambda w: rebuilt_loss(w, x), w)
+    finally:
+        cachewatch.uninstall()
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        rows = [r for r in queries.list_events(conn, limit=10_000) if r["compiled"]]
+    assert len(rows) == len(_JAX_COMPILED.findall("\n".join(messages)))
+    causes = collections.Counter(r["cause"] for r in rows)
+    assert not causes[Cause.CACHE_CLEARED] and not causes[Cause.UNKNOWN], causes
+    rebuilt = [r for r in rows if r["cause"] == Cause.NEW_FUNCTION_OBJECT]
+    assert rebuilt and all("rebuilt by JAX as a new jaxpr object" in r["explanation"] for r in rebuilt)

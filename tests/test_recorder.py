@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch import config as configmod
-from cachewatch import current, recorder
-from cachewatch.events import Batch, Cause, CompileEvent, FunctionInfo
+from cachewatch.core import config as configmod
+from cachewatch.record import current, recorder
+from cachewatch.core.events import Batch, Cause, CompileEvent, FunctionInfo
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
 
@@ -72,7 +72,8 @@ def test_full_queue_drops_and_counts(sqlite_url, use_store):
         writer.put(make_event())
     assert writer.dropped == 12 - 5
     release.set()
-    assert cachewatch.flush(10)
+    result = cachewatch.flush(10)
+    assert result and result.dropped == {"queue_full": 7}  # the flush says what was lost, and why
 
 
 def test_store_down_spools_then_replays_without_loss_or_duplicates(tmp_path, use_store):
@@ -194,5 +195,8 @@ def test_refused_batch_is_dropped_not_spooled_and_never_blocks_the_spool(tmp_pat
     recorder.use_sink(Refusing())
     dropped = writer.dropped
     recorder.record_event(make_event())
-    assert cachewatch.flush(30)
+    result = cachewatch.flush(30)
+    assert result
     assert writer.dropped == dropped + 1 and not spool.has_pending(cfg)
+    # The spooled batch set aside on replay and this refused one, each under its reason.
+    assert result.dropped == {"set_aside": dropped, "store_refused": 1} and dropped > 0

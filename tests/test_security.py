@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cachewatch import cli
-from cachewatch_server import deps
+from cachewatch_server import tokens
 from cachewatch_server.dashboard import auth
 from cachewatch_server.dashboard.render import PLOTLY_PATH
 from cachewatch_server.main import create_app, serve
@@ -30,11 +30,14 @@ ACCESS = {
     ("GET", "/api/v1/functions/{function_hash}"): "read",
     ("GET", "/api/v1/functions/{function_hash}/events"): "read",
     ("GET", "/api/v1/runs"): "read",
+    ("GET", "/api/v1/runs/compare"): "read",
     ("GET", "/api/v1/storms"): "read",
     ("GET", "/api/v1/summary"): "read",
     ("GET", "/api/v1/diagnosis"): "read",
     ("GET", "/api/v1/jobs"): "read",
     ("GET", "/api/v1/jobs/{job}"): "read",
+    ("GET", "/api/v1/events/{event_id}/program"): "read",
+    ("GET", "/api/v1/events/{event_id}/diff"): "read",
     ("GET", "/metrics"): "read",
     ("GET", "/openapi.json"): "read",
     ("GET", "/docs"): "read",
@@ -42,8 +45,10 @@ ACCESS = {
     ("GET", "/functions"): "page",
     ("GET", "/functions/{function_hash}"): "page",
     ("GET", "/runs"): "page",
+    ("GET", "/runs/compare"): "page",
     ("GET", "/storms"): "page",
     ("GET", "/jobs"): "page",
+    ("GET", "/health"): "page",
     ("GET", "/jobs/{job}"): "page",
     ("GET", "/healthz"): "public",
     ("GET", "/login"): "public",
@@ -56,9 +61,12 @@ ACCESS = {
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> kit.Recorded:
-    from cachewatch import current
+    from cachewatch.record import current
 
-    current.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}", job="security-walk")
+    # Every jaxpr printed, so the program route has one to answer with.
+    current.configure(
+        store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}", job="security-walk", program_extra_share=1.0
+    )
     return kit.run_jax_workload()
 
 
@@ -74,9 +82,12 @@ def _routes(app) -> set[tuple[str, str]]:
     return found
 
 
-def _concrete(path: str, function_hash: str) -> str:
+def _concrete(path: str, function_hash: str, event_id: str = "") -> str:
+    if path.endswith("/runs/compare"):  # the store's one run, compared with itself
+        return path + "?baseline=security-walk&run=security-walk"
     return (
         path.replace("{function_hash}", function_hash)
+        .replace("{event_id}", event_id)
         .replace("{name}", "dashboard.css")
         .replace("{job}", "security-walk")
     )
@@ -87,6 +98,8 @@ def test_every_route_answers_as_documented(sqlite_url, recorded, caplog):
     assert _routes(app) == set(ACCESS), "a route without a documented access rule"
     body = kit.payload(recorded.run, recorded.events)
     function_hash = recorded.events[0].function.function_hash
+    # A recompile (its program kept, an earlier compile to diff with): both program routes answer 200.
+    event_id = [e for e in recorded.by_name("step") if e.compiled][1].event_id
     caplog.set_level(logging.DEBUG)
     credentials = {
         "none": {},
@@ -97,7 +110,7 @@ def test_every_route_answers_as_documented(sqlite_url, recorded, caplog):
     with TestClient(app, raise_server_exceptions=False) as client:
         assert client.post("/api/v1/events", json=body, headers=kit.auth(WRITE)).status_code == 200
         for (method, path), access in sorted(ACCESS.items()):
-            url = _concrete(path, function_hash)
+            url = _concrete(path, function_hash, event_id)
             for who, headers in credentials.items():
                 if method == "POST" and path == "/api/v1/events":
                     response = client.post(url, json=body, headers=headers)
@@ -140,13 +153,13 @@ def test_every_route_answers_as_documented(sqlite_url, recorded, caplog):
 
 def test_tokens_are_compared_in_constant_time(sqlite_url, monkeypatch):
     compared = []
-    real = deps.hmac.compare_digest
+    real = tokens.hmac.compare_digest
 
     def spy(a, b):
         compared.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(deps.hmac, "compare_digest", spy)
+    monkeypatch.setattr(tokens.hmac, "compare_digest", spy)  # the one reading of a token
     app = create_app(ServerSettings(store=sqlite_url, write_token=WRITE, read_token=READ))
     with TestClient(app) as client:
         assert client.get("/api/v1/summary", headers=kit.auth("x" * 27)).status_code == 401

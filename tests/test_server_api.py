@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from cachewatch import current
+from cachewatch.record import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
@@ -21,7 +21,7 @@ from cachewatch_server.settings import ServerSettings, SettingsError, load
 
 import serverkit as kit
 from serverkit import TOKEN, READ_TOKEN, auth
-from cachewatch.events import Cause
+from cachewatch.core.events import Cause
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +57,13 @@ def count(url: str, table: sa.Table) -> int:
 
 
 def test_ingest_then_query(client, store_url, recorded):
-    now = time.time()
+    # The statistics are written as the workload ends: the run stops right after step's
+    # burst of shapes, which is a storm (a run heard from long after it, with no compile
+    # of step in between, would show a first pass instead).
+    ended = max(e.timestamp for e in recorded.events) + 0.01
     step = recorded.function("step")
     body = kit.payload(
-        recorded.run, recorded.events, [kit.stats(recorded.run, step, now, calls=40, sampled=4, seconds=0.2)]
+        recorded.run, recorded.events, [kit.stats(recorded.run, step, ended, calls=40, sampled=4, seconds=0.2)]
     )
     r = client.post("/api/v1/events", json=body)
     assert r.status_code == 200, r.text
@@ -265,7 +268,7 @@ def test_unsafe_settings_are_refused(sqlite_url, monkeypatch):
     assert load(store=store_url).write_token is None
     # The library's default store is the service's default store.
     monkeypatch.delenv("CACHEWATCH_STORE", raising=False)
-    from cachewatch import config
+    from cachewatch.core import config
 
     assert load().store == config.default_store_url()
 
@@ -448,6 +451,38 @@ def test_openapi_documents_the_api(client):
 
 
 def recorder_causes():
-    from cachewatch.events import CAUSES
+    from cachewatch.core.events import CAUSES
 
     return CAUSES
+
+
+def test_a_run_row_says_what_was_lost_by_reason_and_what_its_jax_lacked(client, recorded):
+    import dataclasses
+
+    run = dataclasses.replace(kit.new_run(recorded.run), capabilities_off=("trace_context",))
+    events = [kit.copy_event(e, run, time.time()) for e in recorded.events[:2]]
+    body = kit.payload(run, events, dropped_by={"queue_full": 3, "spool_full": 1})
+    assert client.post("/api/v1/events", json=body).status_code == 200
+    later = kit.payload(run, [], dropped=2)  # a client that reports a total only
+    assert client.post("/api/v1/events", json=later).status_code == 200
+    (row,) = [r for r in client.get("/api/v1/runs").json()["items"] if r["run_id"] == run.run_id]
+    assert row["dropped"] == {"queue_full": 3, "spool_full": 1, "unreported": 2}
+    assert row["capabilities_off"] == ["trace_context"]
+    page = client.get("/runs").text
+    assert "3 queue full" in page and "trace_context" in page
+
+
+def test_the_health_page_lists_every_capability_of_the_jax_seam(client, recorded):
+    import dataclasses
+
+    from cachewatch.core import jaxcompat
+
+    run = dataclasses.replace(kit.new_run(recorded.run), capabilities_off=("cache_key_log",))
+    body = kit.payload(run, [kit.copy_event(recorded.events[0], run, time.time())])
+    assert client.post("/api/v1/events", json=body).status_code == 200
+    page = client.get("/health").text
+    for status in jaxcompat.status():
+        assert f'data-capability="{status.name}"' in page
+    assert f'data-run-id="{run.run_id}"' in page and "cache_key_log" in page
+    metrics = client.get("/metrics").text
+    assert 'cachewatch_capability{name="trace_context"} 1.0' in metrics

@@ -11,9 +11,10 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from cachewatch import current, recorder, runtimes
-from cachewatch.events import Cause, Kind, short_name
-from cachewatch.events import FunctionInfo
+from cachewatch.record import current, recorder
+from cachewatch.core import runtimes
+from cachewatch.core.events import DROP_REASONS, Cause, Kind, short_name
+from cachewatch.core.events import FunctionInfo
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
@@ -125,7 +126,7 @@ def test_metrics_equal_the_store(store_url, recorded):
     assert kit.sample(samples, "cachewatch_storm_active", function="step") == 1
     assert kit.sample(samples, "cachewatch_storm_active", function="scale") == 0
     assert kit.sample(samples, "cachewatch_events_ingested_total") == len(recorded.events)
-    assert kit.sample(samples, "cachewatch_events_dropped_total") == 0
+    assert {kit.sample(samples, "cachewatch_events_dropped_total", reason=r) for r in DROP_REASONS} == {0}
     assert kit.sample(samples, "cachewatch_store_up") == 1
     assert (
         kit.sample(samples, "cachewatch_http_requests_total", method="POST", route="/api/v1/events", status="200") == 1
@@ -242,14 +243,14 @@ def test_dropped_events_counter(sqlite_url, recorded):
         bad["events"][0]["kind"] = "nope"
         assert client.post("/api/v1/events", json=bad).status_code == 422
         samples = scrape(client)
-    assert kit.sample(samples, "cachewatch_events_dropped_total") == 3
+    assert kit.sample(samples, "cachewatch_events_dropped_total", reason="unreported") == 3
     # What this process refused is its own counter: the store never saw it.
     assert kit.sample(samples, "cachewatch_ingest_rejected_events_total") == 2
     assert kit.sample(samples, "cachewatch_ingest_rejected_batches_total") == 1
     assert kit.sample(samples, "cachewatch_events_ingested_total") == len(recorded.events)
     # The recorders' drops are kept in the store: a restarted service still counts them.
     with make_client(sqlite_url) as client:
-        assert kit.sample(scrape(client), "cachewatch_events_dropped_total") == 3
+        assert kit.sample(scrape(client), "cachewatch_events_dropped_total", reason="unreported") == 3
 
 
 def test_recorder_drops_reach_the_store_through_a_sql_sink(sqlite_url, use_store):
@@ -283,7 +284,8 @@ def test_recorder_drops_reach_the_store_through_a_sql_sink(sqlite_url, use_store
     recorder.record_event(make_event())  # the next batch carries the count
     assert recorder.flush(10)
     with enginemod.connection(sqlite_url) as conn:
-        assert conn.execute(sa.select(sa.func.sum(models.run_drops.c.dropped))).scalar_one() == 4
+        drops = conn.execute(sa.select(models.run_drops.c.reason, models.run_drops.c.dropped)).all()
+    assert [tuple(d) for d in drops] == [("queue_full", 4)]
 
 
 def test_unreachable_store_keeps_metrics_up():

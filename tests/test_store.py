@@ -4,8 +4,10 @@ command line reads what the library wrote."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -14,7 +16,7 @@ from alembic.runtime.migration import MigrationContext
 
 import cachewatch
 from cachewatch import cli
-from cachewatch.events import Cause, new_event_id
+from cachewatch.core.events import Cause, new_event_id
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
 
@@ -141,7 +143,7 @@ def _rollup_rows(url: str) -> list[tuple]:
 
 
 def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_store):
-    from cachewatch import current
+    from cachewatch.record import current
     from cachewatch.store import writes
 
     use_store(store_url)
@@ -243,9 +245,16 @@ def test_run_time_estimate_only_grows_and_values_early_calls(sqlite_url):
 
 
 def test_event_ids_fit_the_column_and_grow_with_time():
+    before = time.time_ns() // 1000
     ids = [new_event_id() for _ in range(2000)]
+    after = time.time_ns() // 1000
     assert len(set(ids)) == len(ids)
-    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    # 32 lowercase hex digits: the width of the event_id column, and one spelling per id.
+    assert [i for i in ids if not re.fullmatch(r"[0-9a-f]{32}", i)] == []
+    # The prefix is the microsecond the id was made at; the rest is random, distinct per id.
+    stamps = [int(i[:14], 16) for i in ids]
+    assert before <= stamps[0] and stamps[-1] <= after
+    assert len({i[14:] for i in ids}) == len(ids)
     # The time prefix never goes back, so the unique index grows at its end.
     prefixes = [i[:14] for i in ids]
     assert prefixes == sorted(prefixes)
@@ -254,7 +263,8 @@ def test_event_ids_fit_the_column_and_grow_with_time():
 def test_a_page_of_functions_is_the_same_in_sql_as_from_the_whole_report(store_url, use_store):
     # Over the whole store a listing pages in SQL over the kept totals; with a filter it
     # cuts the full report. Both must show the same functions in the same order.
-    from cachewatch.store import queries
+    from cachewatch.store import columns, queries
+    from cachewatch_server.reads import listings
 
     use_store(store_url, sample_every=1)
     for scenario in (
@@ -268,33 +278,34 @@ def test_a_page_of_functions_is_the_same_in_sql_as_from_the_whole_report(store_u
     ):
         scenario()
     assert cachewatch.flush(30)
-    whole = queries.Filters()
+    whole = columns.Filters()
     # The same view, through the events instead of the totals: a time range holding everything.
-    ranged = queries.Filters(since=0.0, until=4e9)
+    ranged = columns.Filters(since=0.0, until=4e9)
     with enginemod.connection(store_url) as conn:
         everything = len(queries.function_report(conn, whole))
         assert everything >= 7
-        for key in queries.SORT_KEYS:
+        for key in listings.SORT_KEYS:
             for sort in (key, "-" + key):
                 for q, cause in ((None, None), ("o", None), (None, Cause.NEW_SHAPE)):
                     listed = dict(sort=sort, q=q, cause=cause)
-                    in_sql, total = queries.function_page(conn, whole, offset=0, limit=1000, **listed)
-                    cut, cut_total = queries.function_page(conn, ranged, offset=0, limit=1000, **listed)
+                    in_sql, total = listings.function_page(conn, whole, offset=0, limit=1000, **listed)
+                    cut, cut_total = listings.function_page(conn, ranged, offset=0, limit=1000, **listed)
                     assert total == cut_total, listed
                     assert [r["function_hash"] for r in in_sql] == [r["function_hash"] for r in cut], listed
                     assert in_sql == cut, listed
                     pages = [
-                        queries.function_page(conn, whole, offset=o, limit=3, **listed)[0] for o in range(0, total, 3)
+                        listings.function_page(conn, whole, offset=o, limit=3, **listed)[0] for o in range(0, total, 3)
                     ]
                     assert [r for page in pages for r in page] == in_sql, listed
         with pytest.raises(ValueError):
-            queries.function_page(conn, whole, offset=0, limit=10, sort="-event_id")
+            listings.function_page(conn, whole, offset=0, limit=10, sort="-event_id")
 
 
 def test_pages_of_runs_in_sql_make_up_the_whole_listing(store_url):
     # The dashboard pages runs with an offset, the API with a cursor: both in SQL, newest
     # first, ties broken by run id the same way.
-    from cachewatch.store import queries
+    from cachewatch.store import columns
+    from cachewatch_server.reads import listings
 
     enginemod.ensure_schema(store_url)
     started = [100.0, 200.0, 200.0, 300.0, 300.0, 300.0, 400.0]
@@ -306,13 +317,13 @@ def test_pages_of_runs_in_sql_make_up_the_whole_listing(store_url):
                 for i, t in enumerate(started)
             ],
         )
-        whole = queries.run_rows(conn, queries.Filters(), limit=100)
+        whole = listings.run_rows(conn, columns.Filters(), limit=100)
         assert [r["started_at"] for r in whole] == sorted(started, reverse=True)
-        by_offset = [queries.run_rows(conn, queries.Filters(), limit=3, offset=o) for o in range(0, len(started), 3)]
+        by_offset = [listings.run_rows(conn, columns.Filters(), limit=3, offset=o) for o in range(0, len(started), 3)]
         assert [r for page in by_offset for r in page] == whole
         by_cursor, after = [], None
         while True:
-            page = queries.run_rows(conn, queries.Filters(), limit=3, after=after)
+            page = listings.run_rows(conn, columns.Filters(), limit=3, after=after)
             if not page:
                 break
             by_cursor += page

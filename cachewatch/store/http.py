@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from ..events import Batch
+from ..core.events import Batch
 from .engine import StoreError
 
 INGEST_PATH = "/api/v1/events"
@@ -92,7 +92,7 @@ class HttpSink:
                 else ((events, stats[: len(stats) // 2]), (events, stats[len(stats) // 2 :]))
             )
             for i, (part_events, part_stats) in enumerate(parts):
-                self.write(Batch(batch.run, part_events, part_stats, dropped=batch.dropped if i == 0 else 0))
+                self.write(Batch(batch.run, part_events, part_stats, dropped_by=batch.dropped_by if i == 0 else None))
 
     def post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST one JSON batch; returns the server's answer or raises :class:`HttpStoreError`."""

@@ -1,14 +1,14 @@
 """SQLAlchemy models: the schema of a cachewatch store (SQLite or PostgreSQL).
 
 Rows stay inside the store package; callers get plain dictionaries or the frozen
-objects of ``cachewatch.events``. Timestamps are seconds since the epoch (double
+objects of ``cachewatch.core.events``. Timestamps are seconds since the epoch (double
 precision), which sort and subtract the same way on every backend.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -33,6 +33,8 @@ class RunRow(Base):
     job: Mapped[str] = mapped_column(String(200), default="", server_default="", index=True)
     process_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     process_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Capabilities of cachewatch's JAX seam that were off in this run (its JAX lacked them).
+    capabilities_off: Mapped[list | None] = mapped_column(JSON, nullable=True, default=list)
 
 
 class FunctionRow(Base):
@@ -93,6 +95,16 @@ class CompileEventRow(Base):
     # jaxlib, backend, XLA flags, compile options, devices): part -> short hash, and a
     # few readable values; a miss is explained by the parts that changed since a hit.
     cache_key: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # What was compiled (docs/program.md): the optimised program's fingerprint (names and
+    # source locations left out), the lowered module's (what the persistent cache keys
+    # on), the earlier event of the run with the same program, and the program's shape.
+    program_fingerprint: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lowered_fingerprint: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    identical_to: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    eqns_by_primitive: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    eqns_by_line: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    fusions: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    memory: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         Index("ix_compile_events_function_time", "function_hash", "timestamp"),
@@ -112,7 +124,7 @@ class CallStatsRow(Base):
     sampled_calls: Mapped[int] = mapped_column(BigInteger, default=0)
     sampled_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     # The signature the samples are of ("" on a row with calls and no samples), their
-    # log-spaced buckets (bucket -> [samples, calls they stand for]; cachewatch.runtimes),
+    # log-spaced buckets (bucket -> [samples, calls they stand for]; cachewatch.core.runtimes),
     # and the process's sampling setting (0: off; NULL: written before it was recorded).
     signature_hash: Mapped[str] = mapped_column(String(40), default="")
     run_buckets: Mapped[dict | None] = mapped_column(JSON, nullable=True)
@@ -220,7 +232,7 @@ class FunctionCallTotalsRow(Base):
 
 
 class RunTimeBucketRow(Base):
-    """Sampled run times per function, signature and log-spaced bucket (cachewatch.runtimes):
+    """Sampled run times per function, signature and log-spaced bucket (cachewatch.core.runtimes):
     how many samples fell in the bucket and how many calls they stand for."""
 
     __tablename__ = "run_time_buckets"
@@ -233,11 +245,13 @@ class RunTimeBucketRow(Base):
 
 
 class RunDropsRow(Base):
-    """Events a run's recorder dropped before they reached the store (queue or spool full)."""
+    """Events a run's recorder lost before they reached the store, by reason
+    (cachewatch.core.events.DropReason: queue full, store refused, spool full, ...)."""
 
     __tablename__ = "run_drops"
 
     run_id: Mapped[str] = mapped_column(String(32), ForeignKey("runs.run_id"), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(32), primary_key=True, default="unreported")
     dropped: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
@@ -267,6 +281,26 @@ class PersistentCacheTotalsRow(Base):
     saved_seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+class ProgramRow(Base):
+    """The texts of one compiled program, zlib-compressed, stored once per fingerprint.
+
+    ``profile`` is the equation profile (rows of file, line, function, primitive, in a
+    loop body, equations) from which the pprof export is made; ``left_out`` names the
+    texts over the per-program cap.
+    """
+
+    __tablename__ = "programs"
+
+    fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    stored_at: Mapped[float] = mapped_column(Float)
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    jaxpr: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    hlo: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    stablehlo: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    profile: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    left_out: Mapped[list] = mapped_column(JSON, default=list)
+
+
 def _table(row: type[Base]) -> sa.Table:
     """A mapped class's table, typed as the Table it is (SQLAlchemy types it as a FromClause)."""
     table = row.__table__
@@ -289,6 +323,7 @@ run_time_buckets = _table(RunTimeBucketRow)
 run_drops = _table(RunDropsRow)
 metric_labels = _table(MetricLabelRow)
 persistent_cache_totals = _table(PersistentCacheTotalsRow)
+programs = _table(ProgramRow)
 
 # A compile event as the writers hand it over: a tuple of these columns, in this order
 # (tuples, not dicts: the writer builds one per event).

@@ -16,8 +16,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from .. import runtimes
-from ..events import Kind
+from ..core import runtimes
+from ..core.events import Kind
 from . import engine as enginemod
 from . import models
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..config import Config
-from ..events import Batch, timestamp_ok
+from ..core.config import Config
+from ..core.events import Batch, DropReason, timestamp_ok
 from . import engine as enginemod
-from .writes import in_bounds, table_rows, write_rows
+from .writes import DEFAULT_PROGRAM_STORE_MAX_BYTES, in_bounds, table_rows, write_rows
 
 
 class Sink(Protocol):
@@ -27,14 +27,15 @@ def open_sink(cfg: Config) -> Sink:
         from .http import HttpSink
 
         return HttpSink(url, token=cfg.write_token)
-    return SqlSink(url)
+    return SqlSink(url, program_store_max_bytes=cfg.program_store_max_bytes)
 
 
 class SqlSink:
     """Writes each batch straight into a SQL store, keeping what is within the store's bounds."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, program_store_max_bytes: int = DEFAULT_PROGRAM_STORE_MAX_BYTES):
         self.url = url
+        self.program_store_max_bytes = program_store_max_bytes
 
     def write(self, batch: Batch) -> None:
         events = [in_bounds(e) for e in batch.events]
@@ -42,6 +43,13 @@ class SqlSink:
         stats = [s for s in batch.stats if timestamp_ok(s.timestamp)]
         refused = len(events) - len(kept)
         if refused or len(stats) != len(batch.stats) or any(a is not b for a, b in zip(kept, batch.events)):
-            batch = Batch(run=batch.run, events=kept, stats=stats, dropped=batch.dropped + refused)
+            lost = dict(batch.dropped_by)
+            lost[DropReason.OUT_OF_BOUNDS] = lost.get(DropReason.OUT_OF_BOUNDS, 0) + refused
+            batch = Batch(run=batch.run, events=kept, stats=stats, dropped_by=lost)
         with enginemod.connection(self.url) as conn:
-            write_rows(conn, table_rows(batch), dropped=batch.dropped)
+            write_rows(
+                conn,
+                table_rows(batch),
+                dropped_by=batch.dropped_by,
+                program_store_max_bytes=self.program_store_max_bytes,
+            )

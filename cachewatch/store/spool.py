@@ -19,8 +19,8 @@ import uuid
 from pathlib import Path
 from typing import Callable, Literal
 
-from ..config import Config
-from ..events import Batch
+from ..core.config import Config
+from ..core.events import Batch
 
 _SUFFIX = ".batch.json"
 

@@ -8,12 +8,15 @@ either by attribute, so neither is converted into the other first.
 from __future__ import annotations
 
 import dataclasses
+import json
 import operator
-from typing import Any, Iterable, NamedTuple, Protocol, Sequence, TypeVar
+import time
+import zlib
+from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar
 
 import sqlalchemy as sa
 
-from ..events import MAX_MEASURE, SECONDS_FIELDS, seconds_ok, timestamp_ok
+from ..core.events import MAX_MEASURE, PROGRAM_TEXT_FORMATS, SECONDS_FIELDS, seconds_ok, timestamp_ok
 from . import engine as enginemod
 from . import models, rollup
 
@@ -54,6 +57,11 @@ class TableRows(NamedTuple):
     functions: list[Row]
     events: list[EventValues]
     stats: list[Row]
+    programs: list[Row] = []
+
+
+# A store keeps at most this many bytes of compressed program texts unless told otherwise.
+DEFAULT_PROGRAM_STORE_MAX_BYTES = 512 * 1024 * 1024
 
 
 def _columns(table: sa.Table, *, leave_out: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -84,6 +92,7 @@ def table_rows(batch: BatchLike) -> TableRows:
     event), event tuples, and statistics rows."""
     run: Row = {name: getattr(batch.run, name) for name in _RUN_COLUMNS}
     run["devices"] = list(run["devices"] or ())  # type: ignore[call-overload]  # a tuple or a list of names
+    run["capabilities_off"] = list(run["capabilities_off"] or ())  # type: ignore[call-overload]
     functions: dict[str, Row] = {}
     first_seen: dict[str, float] = {}
     for event in batch.events:
@@ -106,7 +115,26 @@ def table_rows(batch: BatchLike) -> TableRows:
         row["function_hash"] = key
         stats.append(row)
     function_rows: list[Row] = [{**info_row, "first_seen": first_seen[key]} for key, info_row in functions.items()]
-    return TableRows([run], function_rows, [event_values(e) for e in batch.events], stats)
+    programs = [program_row(p) for e in batch.events if (p := getattr(e, "program_texts", None))]
+    return TableRows([run], function_rows, [event_values(e) for e in batch.events], stats, programs)
+
+
+def program_row(payload: Any) -> Row:
+    """A ``programs`` row from an event's ``program_texts``: each text and the equation
+    profile zlib-compressed (here, on the writer's side, not on the compiling thread)."""
+    get = payload.get if isinstance(payload, dict) else lambda name, default=None: getattr(payload, name, default)
+    texts = get("texts") or {}
+    row: Row = {"fingerprint": get("fingerprint"), "stored_at": time.time(), "left_out": list(get("left_out") or [])}
+    size = 0
+    for fmt in PROGRAM_TEXT_FORMATS:
+        text = texts.get(fmt)
+        packed = zlib.compress(text.encode(), 6) if isinstance(text, str) else None
+        row[fmt] = packed
+        size += len(packed or b"")
+    profile = get("profile")
+    row["profile"] = zlib.compress(json.dumps(profile).encode(), 6) if profile is not None else None
+    row["size_bytes"] = size + len(row["profile"] or b"")  # type: ignore[arg-type]
+    return row
 
 
 E = TypeVar("E")
@@ -128,18 +156,25 @@ def in_bounds(event: E) -> E | None:
         getattr(event, "compiled_run_seconds") is None or "compiled_run_seconds" in bad
     ):
         bad["eager_run_seconds"] = None  # measured as a pair, or not at all
-    for name in ("jaxpr_eqns", "hlo_ops"):
+    for name in ("jaxpr_eqns", "hlo_ops", "fusions"):
         value = getattr(event, name)
         if value is not None and not (0 <= value < 2**31):
             bad[name] = None
     return dataclasses.replace(event, **bad) if bad else event  # type: ignore[type-var]  # a CompileEvent
 
 
-def write_rows(conn: sa.Connection, rows: TableRows, dropped: int = 0) -> set[str]:
+def write_rows(
+    conn: sa.Connection,
+    rows: TableRows,
+    dropped_by: Mapping[str, int] | None = None,
+    program_store_max_bytes: int = DEFAULT_PROGRAM_STORE_MAX_BYTES,
+) -> set[str]:
     """Insert one batch's rows in one transaction; repeats of the same ids are ignored.
 
-    ``dropped`` is what the run's recorder lost since its previous batch. Returns the
-    ids of the events that were new (the rest were already stored).
+    ``dropped_by`` is what the run's recorder lost since its previous batch, by reason.
+    Returns the ids of the events that were new (the rest were already stored). Program
+    texts are stored once per fingerprint, while the store's texts stay under
+    ``program_store_max_bytes``.
     """
     # PostgreSQL text cannot hold NUL; an exception message that carries one must not make
     # the whole batch unstorable. Replaced on every backend, so a store reads the same.
@@ -148,15 +183,32 @@ def write_rows(conn: sa.Connection, rows: TableRows, dropped: int = 0) -> set[st
     _insert_ignoring_duplicates(conn, models.runs, _unique(runs, "run_id"), "run_id")
     _insert_ignoring_duplicates(conn, models.functions, _unique(functions, "function_hash"), "function_hash")
     inserted = _insert_events(conn, events)
+    if rows.programs:
+        _insert_programs(conn, rows.programs, program_store_max_bytes)
     if inserted:
         rollup.add(conn, rollup.deltas(row for row in events if row[_EVENT_ID] in inserted))
         rollup.add(conn, rollup.cache_deltas(row for row in events if row[_EVENT_ID] in inserted))
     if stats:
         conn.execute(sa.insert(models.call_stats), stats)
         rollup.add_call_stats(conn, stats)
-    if dropped and runs and (inserted or stats or not events):  # a repeated batch reports nothing new
-        rollup.add(conn, {models.run_drops: [{"run_id": runs[0]["run_id"], "dropped": int(dropped)}]})
+    lost = [(reason, int(n)) for reason, n in (dropped_by or {}).items() if int(n) > 0]
+    if lost and runs and (inserted or stats or not events):  # a repeated batch reports nothing new
+        run_id = runs[0]["run_id"]
+        drops = [{"run_id": run_id, "reason": str(reason)[:32], "dropped": n} for reason, n in lost]
+        rollup.add(conn, {models.run_drops: drops})
     return inserted
+
+
+def _insert_programs(conn: sa.Connection, programs: list[Row], cap: int) -> None:
+    p = models.programs
+    stored = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(p.c.size_bytes), 0))).scalar_one()
+    kept = []
+    for row in _unique(programs, "fingerprint"):
+        if stored + int(row["size_bytes"]) > cap:  # type: ignore[call-overload]
+            continue  # the store is full: the event keeps its figures, the texts are not kept
+        stored += int(row["size_bytes"])  # type: ignore[call-overload]
+        kept.append(row)
+    _insert_ignoring_duplicates(conn, p, kept, "fingerprint")
 
 
 def _insert_ignoring_duplicates(conn: sa.Connection, table: sa.Table, rows: list[Row], key: str) -> None:

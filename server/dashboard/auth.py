@@ -16,6 +16,8 @@ import time
 
 from fastapi import Request
 
+from ..tokens import bearer_matches
+
 COOKIE = "cachewatch_dashboard"
 COOKIE_MAX_AGE = 7 * 24 * 3600
 
@@ -35,16 +37,11 @@ def session_valid(cookie: str, token: str, now: float | None = None) -> bool:
     return hmac.compare_digest(cookie.encode(), expected.encode()) and -60 <= age <= COOKIE_MAX_AGE
 
 
-def token_matches(given: str, token: str) -> bool:
-    return hmac.compare_digest(given.encode(), token.encode())
-
-
 def allowed(request: Request) -> bool:
     token = request.app.state.settings.read_secret()
     if token is None:
         return True
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and token_matches(given.strip(), token):
+    if bearer_matches(request, token):
         return True
     cookie = request.cookies.get(COOKIE)
     return cookie is not None and session_valid(cookie, token)

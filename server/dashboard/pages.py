@@ -22,11 +22,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
-from cachewatch import analysis, fleet
-from cachewatch.events import OP_BY_OP_MODULE, Cause, Kind
+from cachewatch.analysis import comparison, diagnosis, fleet, programs
+from cachewatch.core import jaxcompat
+from cachewatch.store.comparison import RunNotFound
+from cachewatch.core.events import OP_BY_OP_MODULE, Cause, Kind
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries as storequeries
-from cachewatch.store.queries import Filters, FunctionReport
+from ..reads import charts as chartreads
+from cachewatch.store import evidence
+from ..reads import listings
+from cachewatch.store.columns import Filters, FunctionReport
 
 from ..deps import parse_time
 from . import auth, render
@@ -53,7 +58,7 @@ _SORT_LABELS = {
     "compile_share": "Compile share",
     "last_compile": "Last compile",
 }
-SORT_KEYS = {key: _SORT_LABELS[key] for key in storequeries.SORT_KEYS}  # the read module's sort keys, labelled
+SORT_KEYS = {key: _SORT_LABELS[key] for key in listings.SORT_KEYS}  # the read module's sort keys, labelled
 DEFAULT_SORT = "-compile_seconds"
 
 _env = render.make_environment()
@@ -114,8 +119,8 @@ class View:
     until: str | None
     filters: Filters
     problems: list[str]
-    runs: list[storequeries.RunChoice] = dataclasses.field(default_factory=list)
-    run: storequeries.RunChoice | None = None
+    runs: list[listings.RunChoice] = dataclasses.field(default_factory=list)
+    run: listings.RunChoice | None = None
 
     FILTER_KEYS = ("run_id", "since", "until")
 
@@ -203,9 +208,9 @@ def page(request: Request, template: str, *, status: int = 200, view: View | Non
 
 def _open_view(request: Request, conn) -> View:
     view = View.from_request(request)
-    view.runs = storequeries.run_choices(conn)
+    view.runs = listings.run_choices(conn)
     if view.run_id:
-        view.run = next((r for r in view.runs if r["run_id"] == view.run_id), None) or storequeries.run_info(
+        view.run = next((r for r in view.runs if r["run_id"] == view.run_id), None) or listings.run_info(
             conn, view.run_id
         )
         if view.run is None:
@@ -248,7 +253,7 @@ def _pager(view: View, number: int, per_page: int, total: int) -> dict[str, Any]
 
 def _empty_state(request: Request, conn, view: View) -> dict[str, Any] | None:
     """What to tell a person when there is nothing to show, and what to do about it."""
-    if storequeries.has_events(conn):
+    if chartreads.has_events(conn):
         if view.filtered:
             return {"kind": "filtered", "reset_url": view.without_filters()}
         return None
@@ -268,10 +273,10 @@ def overview(request: Request) -> HTMLResponse:
     settings = request.app.state.settings
     with enginemod.connection(settings.store, ensure=False) as conn:
         view = _open_view(request, conn)
-        summary = analysis.summary(conn, view.filters, **_storm_settings(request))
+        summary = diagnosis.summary(conn, view.filters, **_storm_settings(request))
         report = storequeries.function_report(conn, view.filters)
-        storms = analysis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
-        over_time = storequeries.compiles_over_time(conn, view.filters)
+        storms = diagnosis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
+        over_time = chartreads.compiles_over_time(conn, view.filters)
         empty = _empty_state(request, conn, view) if not summary["events"] else None
     offenders = sorted(
         (r for r in report if r["recompiles"]), key=lambda r: (-r["recompiles"], -r["compile_seconds"], r["qualname"])
@@ -312,15 +317,15 @@ def functions(request: Request) -> HTMLResponse:
     with enginemod.connection(settings.store, ensure=False) as conn:
         view = _open_view(request, conn)
         listing = functools.partial(
-            storequeries.function_page, conn, view.filters, q=q, cause=cause, sort=sort, limit=per_page
+            listings.function_page, conn, view.filters, q=q, cause=cause, sort=sort, limit=per_page
         )
         shown, total = listing(offset=(number - 1) * per_page)
         pager = _pager(view, number, per_page, total)
         if pager["number"] != number:  # past the last page: show the last
             shown, total = listing(offset=pager["offset"])
-        storms = analysis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
-        all_causes = render.cause_order(storequeries.causes_present(conn, view.filters))
-        empty = _empty_state(request, conn, view) if not storequeries.has_functions(conn, view.filters) else None
+        storms = diagnosis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
+        all_causes = render.cause_order(listings.causes_present(conn, view.filters))
+        empty = _empty_state(request, conn, view) if not listings.has_functions(conn, view.filters) else None
     return page(
         request,
         "functions.html",
@@ -356,8 +361,8 @@ def _suggested_fix(
     dominant = row.get("dominant_cause")
     if dominant is None or dominant == Cause.FIRST_CALL:
         return None
-    rows = storequeries.dominant_cause_rows(conn, row["function_hash"], filters, dominant)
-    return analysis.fix_for(row["name"], render.label(row), row.get("module") or "", dominant, rows)
+    rows = evidence.dominant_cause_rows(conn, row["function_hash"], filters, dominant)
+    return diagnosis.fix_for(row["name"], render.label(row), row.get("module") or "", dominant, rows)
 
 
 @router.get("/functions/{function_hash}", response_class=HTMLResponse)
@@ -370,24 +375,25 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
             return page(
                 request, "not_found.html", status=404, view=view, title="No such function", function_hash=function_hash
             )
-        storms = analysis.storms(conn, view.filters, function_hashes=[function_hash], **_storm_settings(request))
-        verdict = analysis.verdicts_or_none(conn, [row], view.filters).get(function_hash)
+        storms = diagnosis.storms(conn, view.filters, function_hashes=[function_hash], **_storm_settings(request))
+        verdict = diagnosis.verdicts_or_none(conn, [row], view.filters).get(function_hash)
         fix = _suggested_fix(conn, row, storms, view.filters)
-        points = storequeries.timeline(conn, function_hash, view.filters)
-        sites = storequeries.call_sites(conn, function_hash, view.filters)
-        over_time = storequeries.compiles_over_time(
+        points = chartreads.timeline(conn, function_hash, view.filters)
+        sites = chartreads.call_sites(conn, function_hash, view.filters)
+        over_time = chartreads.compiles_over_time(
             conn, view.filters, recompiles_only=False, function_hash=function_hash
         )
         number = _page_number(request)
-        total = storequeries.count_events(conn, function_hash, view.filters, kind="compiles")
+        total = chartreads.count_events(conn, function_hash, view.filters, kind="compiles")
         pager = _pager(view, number, _per_page(request, EVENTS_PER_PAGE), total)
-        events = storequeries.events_page(
+        events = chartreads.events_page(
             conn, function_hash, view.filters, limit=pager["per_page"], offset=pager["offset"], kind="compiles"
         )
         storequeries.explain_cache_misses(conn, events)
+        program = _program_view(conn, request, function_hash, view)
         stale_total = row["stale_captures"]
         stale = (
-            storequeries.events_page(
+            chartreads.events_page(
                 conn, function_hash, view.filters, limit=STALE_SHOWN, offset=0, kind=Kind.STALE_CAPTURE
             )
             if stale_total
@@ -423,7 +429,25 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
         compile_costs=compile_costs,
         histogram=render.histogram_table(compile_costs),
         active_storm=any(s["active"] for s in storms),
+        program=program,
     )
+
+
+def _program_view(conn, request: Request, function_hash: str, view: View) -> dict[str, Any]:
+    """What the function compiled: its compile-cost profile, its recompiles that produced
+    the same program, and a program diff (the latest recompile's, or ``?diff=EVENT&against=EVENT``)."""
+    profile = programs.compile_profile(conn, function_hash, view.filters)
+    identical = programs.identical_recompiles(conn, view.filters, [function_hash])
+    wanted, against = request.query_params.get("diff"), request.query_params.get("against")
+    change, problem = None, None
+    try:
+        if wanted:
+            change = programs.diff(conn, wanted[:32], against[:32] if against else None)
+        else:
+            change = programs.latest_diff(conn, function_hash)
+    except programs.ProgramNotFound as exc:
+        problem = str(exc)
+    return {"profile": profile, "identical": identical, "diff": change, "problem": problem}
 
 
 @router.get("/runs", response_class=HTMLResponse)
@@ -431,13 +455,30 @@ def runs(request: Request) -> HTMLResponse:
     settings = request.app.state.settings
     with enginemod.connection(settings.store, ensure=False) as conn:
         view = _open_view(request, conn)
-        total = storequeries.count_runs(conn, view.filters)
+        total = listings.count_runs(conn, view.filters)
         pager = _pager(view, _page_number(request), _per_page(request, RUNS_PER_PAGE), total)
-        runs = storequeries.run_rows(conn, view.filters, limit=pager["per_page"], offset=pager["offset"])
-        spans = storequeries.run_spans(conn, [r["run_id"] for r in runs])
+        runs = listings.run_rows(conn, view.filters, limit=pager["per_page"], offset=pager["offset"])
+        spans = listings.run_spans(conn, [r["run_id"] for r in runs])
         empty = _empty_state(request, conn, view) if not runs else None
     rows = [{**run, "span": spans.get(run["run_id"])} for run in runs]
     return page(request, "runs.html", view=view, title="Runs", rows=rows, pager=pager, empty=empty)
+
+
+@router.get("/runs/compare", response_class=HTMLResponse)
+def runs_compare(request: Request) -> HTMLResponse:
+    """Two runs chosen on the runs page, compared as `cachewatch compare` does."""
+    settings = request.app.state.settings
+    baseline = request.query_params.get("baseline") or None
+    run = request.query_params.get("run") or None
+    with enginemod.connection(settings.store, ensure=False) as conn:
+        view = _open_view(request, conn)
+        try:
+            if any(v is not None and len(v) > 200 for v in (baseline, run)):
+                raise RunNotFound("a run is named by its id or run name, of at most 200 characters")
+            result = comparison.compare(conn, baseline, run)
+        except RunNotFound as exc:
+            return page(request, "compare.html", status=404, view=view, title="Compare runs", problem=exc.args[0])
+    return page(request, "compare.html", view=view, title="Compare runs", result=result, problem=None)
 
 
 @router.get("/storms", response_class=HTMLResponse)
@@ -445,8 +486,8 @@ def storms_page(request: Request) -> HTMLResponse:
     settings = request.app.state.settings
     with enginemod.connection(settings.store, ensure=False) as conn:
         view = _open_view(request, conn)
-        found = analysis.storms(conn, view.filters, **_storm_settings(request))
-        empty = _empty_state(request, conn, view) if not found else None
+        found, passes = diagnosis.storms_and_first_passes(conn, view.filters, **_storm_settings(request))
+        empty = _empty_state(request, conn, view) if not found and not passes else None
     found.sort(key=lambda s: (not s["active"], -s["end"]))
     pager = _pager(view, _page_number(request), _per_page(request, STORMS_PER_PAGE), len(found))
     shown = found[pager["offset"] : pager["offset"] + pager["per_page"]]
@@ -461,6 +502,7 @@ def storms_page(request: Request) -> HTMLResponse:
         empty=empty,
         active_count=sum(1 for s in found if s["active"]),
         run_names=run_names,
+        first_passes=[{**p, "text": diagnosis.describe_first_pass(p)} for p in passes],
         **_storm_settings(request),
     )
 
@@ -488,3 +530,24 @@ def job_page(request: Request, job: str) -> HTMLResponse:
     if report is None:
         return page(request, "not_found.html", status=404, view=view, title="No such job", job=job)
     return page(request, "job.html", view=view, title=f"Job {job}", report=report, signature_text=fleet.signature_text)
+
+
+@router.get("/health", response_class=HTMLResponse)
+def health_page(request: Request) -> HTMLResponse:
+    """What works on the JAX in use: the capabilities of cachewatch's JAX seam on the
+    service's JAX, and the recent runs whose own JAX lacked some."""
+    import jax
+
+    settings = request.app.state.settings
+    with enginemod.connection(settings.store, ensure=False) as conn:
+        view = _open_view(request, conn)
+        runs = [r for r in listings.run_rows(conn, Filters(), limit=RUNS_PER_PAGE) if r["capabilities_off"]]
+    return page(
+        request,
+        "health.html",
+        view=view,
+        title="Health",
+        jax_version=jax.__version__,
+        capabilities=jaxcompat.status(),
+        runs=runs,
+    )

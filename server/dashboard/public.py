@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from . import auth
 from .render import PLOTLY_PATH
 from .pages import page
+from ..tokens import token_matches
 
 router = APIRouter(include_in_schema=False)
 
@@ -97,7 +98,7 @@ async def login(request: Request) -> Response:
     token = request.app.state.settings.read_secret()
     if token is None:
         return RedirectResponse(target, status_code=303)
-    if not auth.token_matches(given, token):
+    if not token_matches(given, token):
         return page(request, "login.html", status=401, view=None, title="Sign in", next=target, failed=True)
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(

@@ -17,12 +17,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import jinja2
 
-from cachewatch import events
-from cachewatch.events import CAUSES, Cause, short_name
-from cachewatch.store.queries import CompilesOverTime, TimelinePoint
+from cachewatch.core import events
+from cachewatch.core.events import CAUSES, Cause, short_name
+from cachewatch.core.figures import seconds_cell, share_text
 
-# One fixed colour per cause, the same on every page and chart: ten hues as far apart
-# as ten can be, each darkened to keep at least 3:1 contrast against white, as bars and
+from ..reads.charts import CompilesOverTime, TimelinePoint
+
+# One fixed colour per cause, the same on every page and chart: hues as far apart
+# as they can be, each darkened to keep at least 3:1 contrast against white, as bars and
 # swatches need. The cause's name is always shown beside its colour.
 _PALETTE: dict[str, str] = {
     Cause.FIRST_CALL: "#767676",
@@ -34,6 +36,7 @@ _PALETTE: dict[str, str] = {
     Cause.NEW_FUNCTION_OBJECT: "#7B4FB0",
     Cause.CACHE_CLEARED: "#0F8B99",
     Cause.NEW_DEVICE_OR_SHARDING: "#8C564B",
+    Cause.NEW_CONTEXT: "#C25400",
     Cause.UNKNOWN: "#333333",
     Cause.STALE_CAPTURE: "#7F7F00",
 }
@@ -52,7 +55,8 @@ CAUSE_HELP: dict[str, str] = {
     Cause.NEW_STRUCTURE: "the pytree of the arguments changed",
     Cause.NEW_FUNCTION_OBJECT: "the same source was wrapped by a new jit object",
     Cause.CACHE_CLEARED: "the function's cache was cleared or evicted",
-    Cause.NEW_DEVICE_OR_SHARDING: "compiled again for another device, sharding or layout",
+    Cause.NEW_DEVICE_OR_SHARDING: "compiled again for another device, sharding, layout or commitment",
+    Cause.NEW_CONTEXT: "a configuration option or context manager JAX keys its cache on changed",
     Cause.UNKNOWN: "no cause could be established",
     Cause.STALE_CAPTURE: "a value read at trace time changed afterwards",
 }
@@ -72,17 +76,7 @@ def cause_order(causes: Iterable[str]) -> list[str]:
 
 
 def fmt_seconds(value: float | None) -> str:
-    if value is None:
-        return "–"
-    if not math.isfinite(value):
-        return f"invalid ({value!r})"
-    if value == 0:
-        return "0 s"
-    if abs(value) < 10:
-        return f"{value:.3f} s"
-    if abs(value) < 1000:
-        return f"{value:.1f} s"
-    return f"{value:,.0f} s"
+    return seconds_cell(value, missing="–")
 
 
 def fmt_count(value: int | None) -> str:
@@ -90,9 +84,7 @@ def fmt_count(value: int | None) -> str:
 
 
 def fmt_share(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "–"
-    return f"{value * 100:.1f}%"
+    return share_text(value, missing="–")
 
 
 def utc(value: float | None) -> dt.datetime | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from cachewatch.store import queries as storequeries
-from cachewatch import analysis
+from cachewatch.analysis import diagnosis as analysis
 
 from ..deps import Connection, QueryFilters, ReadAuth
 from ..schemas import DiagnosisOut

@@ -6,8 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from cachewatch import analysis
+from cachewatch.analysis import diagnosis
 from cachewatch.store import queries as storequeries
+from ..reads import listings
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
 from ..schemas import EventPage, FunctionDetail, FunctionPage
@@ -35,7 +36,7 @@ def list_functions(
     ] = None,
 ) -> dict:
     offset = _offset(page.cursor)
-    rows, total = storequeries.function_page(conn, filters, offset=offset, limit=page.limit, q=q)
+    rows, total = listings.function_page(conn, filters, offset=offset, limit=page.limit, q=q)
     end = offset + page.limit
     return {"items": rows, "next_cursor": encode_cursor("functions", end) if end < total else None}
 
@@ -52,10 +53,10 @@ def get_function(
     row = storequeries.function_row(conn, function_hash, filters)
     if row is None:
         raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
-    storms = analysis.storms(
+    storms = diagnosis.storms(
         conn, filters, threshold=settings.storm_threshold, window=settings.storm_window, function_hashes=[function_hash]
     )
-    verdict = analysis.verdicts_or_none(conn, [row], filters).get(function_hash)
+    verdict = diagnosis.verdicts_or_none(conn, [row], filters).get(function_hash)
     return {**row, "storms": storms, "verdict": verdict}
 
 
@@ -68,7 +69,7 @@ def get_function(
 def function_events(
     _: ReadAuth, conn: Connection, filters: QueryFilters, page: Page, function_hash: FunctionHash
 ) -> dict:
-    if not storequeries.function_exists(conn, function_hash):
+    if not listings.function_exists(conn, function_hash):
         raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
     after = decode_cursor("events", page.cursor)
     if after is not None:
@@ -80,7 +81,7 @@ def function_events(
         ):
             raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
         after = (float(after[0]), after[1])
-    rows = storequeries.event_rows(conn, function_hash, filters, limit=page.limit + 1, after=after)
+    rows = listings.event_rows(conn, function_hash, filters, limit=page.limit + 1, after=after)
     more = len(rows) > page.limit
     rows = rows[: page.limit]
     cursor = encode_cursor("events", [rows[-1]["timestamp"], rows[-1]["id"]]) if more else None

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from cachewatch import fleet
+from cachewatch.analysis import fleet
 
 from ..deps import Connection, ReadAuth
 from ..schemas import JobOut, JobSummary

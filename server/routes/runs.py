@@ -1,13 +1,18 @@
-"""``/api/v1/runs``: the processes that recorded events, newest first."""
+"""``/api/v1/runs``: the processes that recorded events, newest first; two of them compared."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from cachewatch.store import queries as storequeries
+from fastapi import APIRouter, HTTPException, Query
+
+from cachewatch.analysis import comparison
+from cachewatch.store.comparison import RunNotFound
+
+from ..reads import listings
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, decode_cursor, encode_cursor, invalid
-from ..schemas import RunPage
+from ..schemas import RunComparisonOut, RunPage
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
 
@@ -24,8 +29,32 @@ def list_runs(_: ReadAuth, conn: Connection, filters: QueryFilters, page: Page) 
         ):
             raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
         after = (float(after[0]), after[1])
-    rows = storequeries.run_rows(conn, filters, limit=page.limit + 1, after=after)
+    rows = listings.run_rows(conn, filters, limit=page.limit + 1, after=after)
     more = len(rows) > page.limit
     rows = rows[: page.limit]
     cursor = encode_cursor("runs", [rows[-1]["started_at"], rows[-1]["run_id"]]) if more else None
     return {"items": rows, "next_cursor": cursor}
+
+
+RunName = Annotated[
+    str | None,
+    Query(max_length=200, description="A run id, a unique prefix of one, or a run name (its newest run)."),
+]
+
+
+@router.get(
+    "/runs/compare",
+    response_model=RunComparisonOut,
+    summary="Two runs compared function by function: compiles, recompiles by cause, compile seconds, "
+    "program size; what is new and what is gone",
+    responses={404: {"description": "A run cannot be told from what was given."}},
+)
+def compare_runs(_: ReadAuth, conn: Connection, baseline: RunName = None, run: RunName = None) -> dict:
+    """Without ``run``, the newest other run of the baseline's run name (or job); without
+    either, the newest run and the one before it."""
+    if run is not None and baseline is None:
+        raise invalid(("query", "baseline"), "give the baseline when naming the run", None)
+    try:
+        return comparison.compare(conn, baseline, run)
+    except RunNotFound as exc:
+        raise HTTPException(status_code=404, detail=exc.args[0]) from None

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from cachewatch import analysis
+from cachewatch.analysis import diagnosis
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
 from ..schemas import StormPage
@@ -27,20 +27,30 @@ def list_storms(
     offset = decode_cursor("storms", page.cursor) or 0
     if not isinstance(offset, int) or offset < 0:
         raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
-    found = analysis.storms(
-        conn,
-        filters,
-        threshold=settings.storm_threshold,
-        window=settings.storm_window,
-        function_hashes=[function_hash] if function_hash else None,
-        active_only=active is True,
-    )
-    if active is False:
-        found = [s for s in found if not s["active"]]
+    hashes = [function_hash] if function_hash else None
+    passes: list[dict] = []
+    if active is True:  # only recent events are read, and first passes are never active
+        found = diagnosis.storms(
+            conn,
+            filters,
+            threshold=settings.storm_threshold,
+            window=settings.storm_window,
+            function_hashes=hashes,
+            active_only=True,
+        )
+    else:
+        found, passes = diagnosis.storms_and_first_passes(
+            conn, filters, threshold=settings.storm_threshold, window=settings.storm_window, function_hashes=hashes
+        )
+        if active is False:
+            found = [s for s in found if not s["active"]]
     end = offset + page.limit
+    if offset:  # the first passes ride on the first page only
+        passes = []
     return {
         "threshold": settings.storm_threshold,
         "window": settings.storm_window,
         "items": found[offset:end],
         "next_cursor": encode_cursor("storms", end) if end < len(found) else None,
+        "first_passes": [{**p, "text": diagnosis.describe_first_pass(p)} for p in passes],
     }

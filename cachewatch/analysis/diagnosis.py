@@ -1,0 +1,777 @@
+"""Storms and their fixes, from the compile events in a store.
+
+A storm is a function with at least ``threshold`` non-``first_call`` compiles within
+``window`` seconds. Each storm names its dominant cause and a concrete fix built from
+the events themselves: which argument and axis varied and over which sizes, which
+static argument took how many values, which line re-creates the jit.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import math
+import statistics
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+import sqlalchemy as sa
+
+from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described, short_name
+from ..store import programs, queries
+from cachewatch.store import evidence
+from ..core.figures import compile_share, seconds_text, share_text
+from ..store.columns import Filters, FunctionReport
+from ..store.evidence import Recompile, SignatureCost, UncachedCompile
+
+logger = logging.getLogger("cachewatch")
+
+
+def detect_storms(
+    conn: sa.Connection,
+    filters: Filters = Filters(),
+    *,
+    threshold: int = 5,
+    window: float = 600.0,
+    now: float | None = None,
+    function_hashes: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Every storm in the store, newest first (a function can have several, apart in time).
+
+    Storms are found per run (one process): recompiles of two runs of the same program
+    never add up to one storm. A function that storms in several runs has one storm per
+    run, each saying in how many runs it recurs. Compiles made during a run's warm-up
+    (set-up, and the first compile of each step) are left out, and so is a first pass
+    (see :func:`first_passes`).
+    """
+    return storms_and_first_passes(
+        conn, filters, threshold=threshold, window=window, now=now, function_hashes=function_hashes
+    )[0]
+
+
+def first_passes(
+    conn: sa.Connection,
+    filters: Filters = Filters(),
+    *,
+    threshold: int = 5,
+    window: float = 600.0,
+    now: float | None = None,
+    function_hashes: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Bursts of compiles that are no storm: a first pass over a finite set of shapes (one
+    evaluation pass, a first epoch, layer-by-layer eager code), each signature compiled
+    once, after which the program went on, served from the cache, for longer than the
+    burst itself lasted. Each carries its compiles and their cost, newest first."""
+    return storms_and_first_passes(
+        conn, filters, threshold=threshold, window=window, now=now, function_hashes=function_hashes
+    )[1]
+
+
+def storms_and_first_passes(
+    conn: sa.Connection,
+    filters: Filters = Filters(),
+    *,
+    threshold: int = 5,
+    window: float = 600.0,
+    now: float | None = None,
+    function_hashes: list[str] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Both, from one reading of the recompiles: what a page showing both needs."""
+    now = time.time() if now is None else now
+    by_run: dict[tuple[str, str], list[Recompile]] = collections.defaultdict(list)
+    for row in evidence.steady_recompiles(conn, filters, function_hashes):
+        by_run[(row.function_hash, row.run_id)].append(row)
+    if not by_run:
+        return [], []
+    names = evidence.function_infos(conn, {h for h, _ in by_run})
+    last_heard = evidence.run_last_activity(conn, {run for _, run in by_run})
+    storms, passes = [], []
+    for (function_hash, run_id), rows in by_run.items():
+        for group in _bursts(rows, threshold, window):
+            found = _describe(function_hash, names.get(function_hash), group, now, window)
+            compiling = functools.partial(evidence.compile_seconds_between, conn, run_id)
+            if _is_first_pass(group, rows, last_heard.get(run_id), compiling):
+                found["active"] = False
+                found["seconds"] = sum(r.seconds for r in group)
+                found["signatures"] = len({r.signature_hash for r in group})
+                passes.append(found)
+            else:
+                storms.append(found)
+    runs_per_function: dict[str, set[str]] = collections.defaultdict(set)
+    for storm in storms:
+        runs_per_function[storm["function_hash"]].add(storm["run_id"])
+    for storm in storms:
+        storm["recurs_in_runs"] = len(runs_per_function[storm["function_hash"]])
+        # How many of its recompiles produced the program compiled before: pure waste.
+        storm["identical_programs"], storm["identical_seconds"] = programs.identical_between(
+            conn, storm["function_hash"], storm["run_id"], storm["start"], storm["end"]
+        )
+    storms.sort(key=lambda s: -s["end"])
+    passes.sort(key=lambda s: -s["end"])
+    return storms, passes
+
+
+# The causes of compiles that a first pass over new shapes is made of: each a signature
+# the function had not compiled before.
+_NEW_SIGNATURE_CAUSES = frozenset(
+    {Cause.NEW_SHAPE, Cause.NEW_DTYPE, Cause.WEAK_TYPE, Cause.NEW_STATIC_VALUE, Cause.NEW_STRUCTURE}
+)
+
+
+def _is_first_pass(
+    group: list[Recompile],
+    rows: list[Recompile],
+    last_heard: float | None,
+    compiling_after: Callable[[float, float], float],
+) -> bool:
+    """Whether a burst was a first pass: every compile a signature not compiled before in
+    the run, none compiled again later, and the program went on after the burst, with no
+    compile of this function, for longer than the burst lasted: it repeated its work,
+    and the cache served it. A function that keeps compiling as the program goes on
+    leaves no such quiet stretch."""
+    if last_heard is None or any(r.cause not in _NEW_SIGNATURE_CAUSES or not r.signature_hash for r in group):
+        return False
+    hashes = [r.signature_hash for r in group]
+    if len(set(hashes)) != len(hashes):
+        return False
+    end = group[-1].timestamp
+    later = [r for r in rows if r.timestamp > end]
+    if later:
+        return False  # it compiled again after the burst (in a burst of its own or not)
+    # Measured from the end of the burst's last compile (an event is stamped when its
+    # trace began) to the run's last word, less the time the run spent compiling other
+    # functions meanwhile (that is not the program repeating its work): longer than the
+    # burst itself, so more than the writer's own delay after a loop that compiled up to
+    # its end.
+    after = end + group[-1].seconds
+    quiet = last_heard - after - compiling_after(after, last_heard)
+    return quiet > end - group[0].timestamp
+
+
+def describe_storm(storm: dict[str, Any]) -> str:
+    """One line for a storm, as the command line and the report print it."""
+    state = "ACTIVE" if storm["active"] else "ended"
+    causes = sorted(storm["causes"].items(), key=lambda kv: -kv[1])
+    others = ", ".join(f"{count} {cause}" for cause, count in causes[1:])
+    text = (
+        f"[{state}] {storm['short_name']}: {storm['compiles']} recompiles in run {storm['run_id'][:8]}, "
+        f"mostly {storm['dominant_cause']}" + (f" (also {others})" if others else "") + "."
+    )
+    if storm.get("recurs_in_runs", 1) > 1:
+        text += f" Recurs in {storm['recurs_in_runs']} runs."
+    if storm.get("identical_programs"):
+        text += (
+            f" {storm['identical_programs']} of them produced the program compiled before "
+            f"({storm['identical_seconds']:.3f} s wasted)."
+        )
+    return text
+
+
+def describe_first_pass(found: dict[str, Any]) -> str:
+    """One line for a first pass, with what it cost."""
+    return (
+        f"{found['short_name']}: {found['compiles']} compiles of {found['signatures']} new signatures in run "
+        f"{found['run_id'][:8]} ({seconds_text(found['seconds'])}), mostly {found['dominant_cause']}; "
+        "then served from the cache as the program went on."
+    )
+
+
+def _bursts(rows: list[Recompile], threshold: int, window: float) -> Iterable[list[Recompile]]:
+    """Maximal runs of compiles in which every ``threshold`` consecutive ones fit in ``window``."""
+    if len(rows) < threshold:
+        return
+    start = None  # index where the current burst began
+    i = 0
+    n = len(rows)
+    while i + threshold - 1 < n:
+        if rows[i + threshold - 1].timestamp - rows[i].timestamp <= window:
+            if start is None:
+                start = i
+            i += 1
+            continue
+        if start is not None:
+            yield rows[start : i + threshold - 1]
+            start = None
+        i += 1
+    if start is not None:
+        yield rows[start:]
+
+
+def _describe(
+    function_hash: str, info: FunctionInfo | None, rows: list[Recompile], now: float, window: float
+) -> dict[str, Any]:
+    cause_counts = collections.Counter(r.cause for r in rows)
+    dominant, _ = cause_counts.most_common(1)[0]
+    name = short_name(info.qualname) if info else function_hash
+    return {
+        "function_hash": function_hash,
+        "name": info.name if info else "",
+        "qualname": info.qualname if info else function_hash,
+        "short_name": name,
+        "start": rows[0].timestamp,
+        "end": rows[-1].timestamp,
+        "compiles": len(rows),
+        "causes": dict(cause_counts),
+        "dominant_cause": dominant,
+        "active": now - rows[-1].timestamp <= window,
+        "run_id": rows[0].run_id,
+        "run_ids": [rows[0].run_id],
+        "fix": (
+            fix_for(info.name, info.qualname, info.module, dominant, rows, file=info.file)
+            if info is not None
+            else fix_for(function_hash, function_hash, "", dominant, rows)
+        ),
+    }
+
+
+def fix_for(name: str, qualname: str, module: str, cause: str, rows: Sequence[Recompile], file: str = "") -> str:
+    """What to change about a function's recompiles (``rows``: their events), most of them
+    of ``cause``; an eager compile's function is its primitive, ``name``."""
+    if module == OP_BY_OP_MODULE:
+        return _op_by_op_fix(name, rows)
+    if is_library_function(module, file):
+        return _library_fix(short_name(qualname), module, cause, [r for r in rows if r.cause == cause])
+    return suggest_fix(short_name(qualname), cause, [r for r in rows if r.cause == cause])
+
+
+def is_library_function(module: str, file: str) -> bool:
+    """A jit defined by JAX or an installed library (jax.random's ``_normal``, made at import
+    and wrapped when install() came first): its options are not the user's to change."""
+    top = module.split(".", 1)[0]
+    return top in ("jax", "jaxlib") or any(part in file for part in ("/site-packages/", "/dist-packages/"))
+
+
+def _library_fix(name: str, module: str, cause: str, rows: Sequence[Recompile]) -> str:
+    """Advice on the calls, not on the function: a library's jit and its static arguments
+    are the library's; what the user controls is what they pass it, and from where."""
+    sites = _sites_text(rows)
+    at = f" (called{sites})" if sites else " (from your code)"
+    changed = collections.Counter(e["path"] for r in rows for e in (r.diff or []))
+    what = ""
+    if changed:
+        path = changed.most_common(1)[0][0]
+        values = {
+            v for r in rows for e in (r.diff or []) if e["path"] == path for v in (e.get("before"), e.get("after"))
+        }
+        values.discard(None)
+        kind = "static argument" if cause == Cause.NEW_STATIC_VALUE else "argument"
+        what = f": its {kind} {path} took {len(values)} different values"
+    return (
+        f"`{name}` is a jit of {module or 'a library'}, compiled again {len(rows)} times{what}{at}. "
+        "Its jit options are the library's: pass it fewer distinct values from your code (fixed "
+        "shapes, a few sizes), or call it inside one of your jitted functions, where it becomes part "
+        "of one program compiled once per signature."
+    )
+
+
+def _op_by_op_fix(primitive: str, rows: Sequence[Recompile]) -> str:
+    firsts = [(r.diff or [])[0] for r in rows if r.diff]
+    what = ""
+    if firsts:
+        path, _ = collections.Counter(e["path"] for e in firsts).most_common(1)[0]
+        values = {v for e in firsts if e["path"] == path for v in (e.get("before"), e.get("after")) if v is not None}
+        kind = "parameter" if any(e.get("change") == "static" for e in firsts if e["path"] == path) else "operand"
+        what = f", mostly because its {kind} {path} took {len(values)} different values"
+    return (
+        f"Un-jitted code{_sites_text(rows)} runs `{primitive}` op by op, and JAX compiled it {len(rows)} "
+        f"more times{what}. Move that code inside a jitted function (or keep its shapes fixed), so it "
+        "compiles once as part of one program."
+    )
+
+
+def _sites_text(rows: Sequence[Recompile]) -> str:
+    """Where the compiles came from: " at file:line", or the main places when there are several."""
+    sites = collections.Counter(r.call_site for r in rows if r.call_site)
+    if not sites:
+        return ""
+    if len(sites) == 1:
+        return f" at {next(iter(sites))}"
+    top = ", ".join(f"{site} ({count}x)" for site, count in sites.most_common(3))
+    more = f" and {len(sites) - 3} more" if len(sites) > 3 else ""
+    return f" at {len(sites)} places: {top}{more}"
+
+
+def suggest_fix(name: str, cause: str, rows: Sequence[Recompile]) -> str:
+    """A concrete fix for a storm of one cause, naming the argument and call site."""
+    sites = _sites_text(rows)
+    at = f" (called{sites})" if sites else ""
+    if cause == Cause.NEW_SHAPE:
+        return _shape_fix(name, rows) + at
+    if cause == Cause.NEW_STATIC_VALUE:
+        static_paths = collections.Counter(
+            e["path"] for r in rows for e in (r.diff or []) if e.get("change") == "static"
+        )
+        values: dict[str, set] = collections.defaultdict(set)
+        for r in rows:
+            for e in r.diff or []:
+                if e.get("change") == "static":
+                    values[e["path"]].update(v for v in (e.get("before"), e.get("after")) if v is not None)
+        if static_paths:
+            path = static_paths.most_common(1)[0][0]
+            return (
+                f"Static argument {path} of `{name}` took {len(values[path])} distinct values, one compile "
+                f"each{at}. If it only feeds arithmetic, make it a traced argument (drop it from "
+                "static_argnums/static_argnames); if it must stay static, limit it to a few values."
+            )
+        return f"A static argument of `{name}` keeps taking new values{at}; make it traced or bound its values."
+    if cause == Cause.NEW_FUNCTION_OBJECT:
+        return (
+            f"`{name}` is wrapped by a new jit object on every call{at}: jax.jit(lambda ...) or "
+            "jax.jit(partial(...)) inside a loop. Create the jitted function once, outside the loop, "
+            "and call that; pass changing values as arguments."
+        )
+    if cause == Cause.WEAK_TYPE:
+        paths = _paths(rows, "weak_type")
+        return (
+            f"Argument {paths} of `{name}` flips between a Python scalar and a typed array{at}. "
+            "Pass it the same way every time, e.g. jnp.asarray(x, dtype) before the call."
+        )
+    if cause == Cause.NEW_DTYPE:
+        paths = _paths(rows, "dtype")
+        return f"Argument {paths} of `{name}` changes dtype{at}; cast it once (x.astype(...)) before the call."
+    if cause == Cause.NEW_STRUCTURE:
+        paths = _paths(rows, None)
+        return (
+            f"The argument pytree of `{name}` keeps changing ({paths}){at}: keep dict keys, list lengths "
+            "and keyword-versus-positional calls the same; fill optional entries with placeholders."
+        )
+    if cause == Cause.CACHE_CLEARED:
+        return (
+            f"`{name}` is recompiled after its cache is cleared{at}: avoid clear_cache()/jax.clear_caches() "
+            "in the loop, or enable the persistent compilation cache."
+        )
+    if cause == Cause.NEW_CONTEXT:
+        options = _paths(rows, "context")
+        return (
+            f"`{name}` is traced again whenever a configuration option or context manager JAX keys its "
+            f"cache on changes ({options}){at}: set the option once at start-up, or call `{name}` inside "
+            "the same context every time (hoist the `with` block out of the loop)."
+        )
+    if cause == Cause.NEW_DEVICE_OR_SHARDING:
+        return (
+            f"`{name}` is compiled again for other devices or shardings{at}: place inputs once "
+            "(jax.device_put with a fixed sharding) before the loop."
+        )
+    return f"`{name}` recompiles for a reason cachewatch could not establish{at}; see its events' diffs."
+
+
+def _paths(rows: Sequence[Recompile], change: str | None) -> str:
+    counts = collections.Counter(
+        e["path"] for r in rows for e in (r.diff or []) if change is None or e.get("change") == change
+    )
+    if not counts:
+        return "?"
+    return ", ".join(p for p, _ in counts.most_common(3))
+
+
+def _shape_fix(name: str, rows: Sequence[Recompile]) -> str:
+    sizes: dict[tuple[str, int], set[int]] = collections.defaultdict(set)
+    lone: dict[tuple[str, int], int] = collections.Counter()  # compiles where it changed as a batch axis
+    for r in rows:
+        shape_entries = [e for e in r.diff or [] if e.get("change") == "shape"]
+        if _one_batch_size(shape_entries):
+            for e in shape_entries:
+                lone[(e["path"], e["axes"][0])] += 1
+        for e in shape_entries:
+            if not e.get("axes"):
+                continue
+            for side in ("before", "after"):
+                dims = _dims(e.get(side))
+                if dims is None:
+                    continue
+                for axis in e["axes"]:
+                    if axis < len(dims):
+                        sizes[(e["path"], axis)].add(dims[axis])
+    if not sizes:
+        return (
+            f"Array arguments of `{name}` keep changing rank or shape; pad inputs to a fixed shape "
+            "or a few bucket sizes."
+        )
+    # Bucketing is advice for a batch or sequence length: one axis of one argument that
+    # varies on its own, leading (or second, behind a batch axis). Shapes that change in
+    # several arguments or axes together are other programs (layers of other widths),
+    # and padding them to one size would change the model.
+    batch_like = {
+        key: seen
+        for key, seen in sizes.items()
+        if lone.get(key, 0) * 2 >= len(rows) and (key[1] == 0 or (key[1] == 1 and _rank(rows, key[0]) >= 3))
+    }
+    if not batch_like:
+        (path, axis), seen = max(sizes.items(), key=lambda kv: len(kv[1]))
+        return (
+            f"`{name}` is compiled for {len(rows) + 1} different combinations of argument shapes "
+            f"(e.g. {path} axis {axis}: {', '.join(str(v) for v in sorted(seen)[:6])}), changing together "
+            "rather than along one batch or sequence axis: they are different programs, each compiled "
+            "once. If they keep coming, jit the larger function that calls it with all of them, so one "
+            "compile covers them; do not pad unrelated shapes to one size."
+        )
+    (path, axis), seen = max(batch_like.items(), key=lambda kv: len(kv[1]))
+    low, high = min(seen), max(seen)
+    buckets = len({_next_pow2(s) for s in seen})
+    return (
+        f"Argument {path} axis {axis} took {len(seen)} sizes between {low} and {high}; pad to powers of "
+        f"two: {buckets} compile(s) instead of {len(seen)} (or pad to {high} for one)."
+    )
+
+
+def _one_batch_size(entries: list[dict[str, Any]]) -> bool:
+    """Whether the shapes that changed in one compile changed as a batch does: one axis
+    each, all to the same new size (the inputs and labels of one batch), not a layer's
+    input and weights changing together."""
+    sizes = set()
+    for e in entries:
+        dims = _dims(e.get("after"))
+        if not e.get("axes") or len(e["axes"]) != 1 or dims is None or e["axes"][0] >= len(dims):
+            return False
+        sizes.add(dims[e["axes"][0]])
+    return len(sizes) == 1
+
+
+def _rank(rows: Sequence[Recompile], path: str) -> int:
+    for r in rows:
+        for e in r.diff or []:
+            if e.get("path") == path:
+                dims = _dims(e.get("after"))
+                if dims is not None:
+                    return len(dims)
+    return 0
+
+
+def _dims(described: Any) -> tuple[int, ...] | None:
+    parsed = parse_described(described)
+    return parsed[1] if parsed is not None else None
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 2 ** math.ceil(math.log2(n))
+
+
+# ------------------------------------------------------------------ is jit worth it
+
+
+def jit_verdict(
+    compile_seconds: float,
+    compiles: int,
+    calls: int,
+    run_mean: float | None,
+    eager_mean: float | None,
+    few_calls: int = 5,
+    run_note: str | None = None,
+    signatures: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Whether compiling paid for itself, from the numbers the report shows.
+
+    ``run_mean`` is the report's run time of one call, so the compile share here is the
+    report's. With an eager baseline (op-by-op run time per call), ``break_even_calls``
+    is the calls after which the time saved per call has repaid one compile (the mean
+    compile), and ``repaid`` whether this view's calls repaid all its compiles.
+
+        jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
+    """
+    run_est = calls * run_mean if run_mean is not None else None
+    share = compile_share(compile_seconds, run_est)  # the report's, from the same numbers
+    per_compile = compile_seconds / compiles if compiles else None
+    verdict: dict[str, Any] = {
+        "compiles": compiles,
+        "calls": calls,
+        "compile_seconds": compile_seconds,
+        "run_seconds_mean": run_mean,
+        "run_seconds_est": run_est,
+        "compile_share": share,
+        "eager_seconds_mean": eager_mean,
+        "compile_seconds_per_compile": per_compile,
+        "break_even_calls": None,
+        "break_even_calls_total": None,
+        "jit_saves_seconds": None,
+        "repaid": None,
+        "signatures": signatures or [],
+        "few_calls": compiles > 0 and calls <= few_calls * compiles,
+    }
+    text = []
+    if compiles and verdict["few_calls"]:
+        text.append(f"compiled {compiles} time(s) for {calls} call(s)")
+    if run_mean is None:
+        text.append(f"no run time ({run_note or 'no call timed'}), so no compile share")
+    else:
+        heavier = (
+            "compiling costs more than running"
+            if share is not None and share >= 0.5
+            else "running costs more than compiling"
+        )
+        text.append(
+            f"{heavier}: compile share {share_text(share)} ({compile_seconds:.3g} s compiling, {run_est:.3g} s running)"
+        )
+    if run_mean is not None and eager_mean is not None:
+        saved_per_call = eager_mean - run_mean
+        verdict["jit_saves_seconds"] = calls * saved_per_call - compile_seconds
+        verdict["repaid"] = verdict["jit_saves_seconds"] >= 0
+        if saved_per_call > 0 and per_compile is not None:
+            verdict["break_even_calls"] = math.ceil(per_compile / saved_per_call)
+            verdict["break_even_calls_total"] = math.ceil(compile_seconds / saved_per_call)
+            text.append(
+                f"one compile is repaid after {verdict['break_even_calls']} calls "
+                f"({seconds_text(saved_per_call)} saved per call against eager)"
+            )
+        elif saved_per_call <= 0:
+            text.append("eager is as fast per call, so compiling never pays off")
+        if verdict["repaid"]:
+            text.append(
+                f"this run repaid its compiles: jit saves {verdict['jit_saves_seconds']:.3g} s over running eagerly"
+            )
+        else:
+            text.append(
+                f"this run did not repay its compiles: jit costs {-verdict['jit_saves_seconds']:.3g} s more "
+                "than running eagerly"
+                + (
+                    f" (it would pay off after {verdict['break_even_calls_total']} calls)"
+                    if verdict["break_even_calls_total"] is not None
+                    else ""
+                )
+            )
+    elif eager_mean is not None and calls * eager_mean < compile_seconds:
+        # No jit run time, but even a free run could not have saved the compile time.
+        verdict["repaid"] = False
+        text.append(
+            f"this run did not repay its compiles: {calls} call(s) save at most "
+            f"{calls * eager_mean:.3g} s against eager, for {compile_seconds:.3g} s compiling"
+        )
+    elif run_mean is not None:
+        text.append("eager baseline off, so no break-even")
+    verdict["text"] = "; ".join(text)
+    verdict["worth_it"] = verdict["repaid"]
+    return verdict
+
+
+def verdicts(
+    conn: sa.Connection, report_rows: Sequence[FunctionReport], filters: Filters = Filters(), few_calls: int = 5
+) -> dict[str, dict[str, Any]]:
+    """The jit verdict per function of a report, from the row's own numbers, with eager
+    baselines and a break-even per signature where measured."""
+    hashes = [row["function_hash"] for row in report_rows if row.get("module") != OP_BY_OP_MODULE]
+    if not hashes:
+        return {}
+    per_signature: dict[str, list[SignatureCost]] = collections.defaultdict(list)
+    for r in evidence.signature_costs(conn, filters, hashes):
+        per_signature[r.function_hash].append(r)
+    run_times = queries.signature_run_times(conn, filters, hashes)
+    out = {}
+    for row in report_rows:
+        if row.get("module") == OP_BY_OP_MODULE or not row["calls"]:
+            # JAX's own eager compiles, or a jit whose calls are not counted (one cachewatch
+            # did not wrap, seen through JAX's compile events): nothing to weigh.
+            continue
+        function_hash = row["function_hash"]
+        timed = run_times.get(function_hash, {})
+        signatures = []
+        eager_weighted, eager_weight, eager_plain = 0.0, 0, []
+        for sig in per_signature.get(function_hash, []):
+            if sig.eager_seconds is None:
+                continue
+            run = timed.get(sig.signature_hash)
+            run_s, weight = (run["run_seconds"], run["weight"]) if run is not None else (None, 0)
+            eager_plain.append(sig.eager_seconds)
+            eager_weighted += weight * sig.eager_seconds
+            eager_weight += weight
+            compiles = sig.compiles
+            per_compile = sig.seconds / compiles if compiles else None
+            saved = sig.eager_seconds - run_s if run_s is not None else None
+            signatures.append(
+                {
+                    "signature_hash": sig.signature_hash,
+                    "compiles": compiles,
+                    "compile_seconds_per_compile": per_compile,
+                    "run_seconds": run_s,
+                    "eager_seconds": sig.eager_seconds,
+                    "break_even_calls": (
+                        math.ceil(per_compile / saved) if saved is not None and saved > 0 and per_compile else None
+                    ),
+                }
+            )
+        eager = (
+            eager_weighted / eager_weight
+            if eager_weight
+            else (sum(eager_plain) / len(eager_plain) if eager_plain else None)
+        )
+        out[function_hash] = jit_verdict(
+            row["compile_seconds"],
+            row["compiles"],
+            row["calls"],
+            row.get("run_seconds_mean"),
+            eager,
+            few_calls,
+            run_note=row.get("run_time_note"),
+            signatures=signatures,
+        )
+    return out
+
+
+# ------------------------------------------------------------------ compile cost model
+
+
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
+    """Least-squares slope and intercept, or None when x does not vary."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    var = sum((x - mean_x) ** 2 for x in xs)
+    if var == 0:
+        return None
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / var
+    return slope, mean_y - slope * mean_x
+
+
+# Fewest compiles, distinct program sizes, and largest-to-smallest size ratio a growth
+# exponent is fitted from: a slope through four nearby points is mostly noise.
+EXPONENT_MIN_POINTS = 5
+EXPONENT_MIN_SIZES = 4
+EXPONENT_MIN_SPAN = 4.0
+
+
+def cost_model(conn: sa.Connection, filters: Filters = Filters(), min_points: int = 3) -> list[dict[str, Any]]:
+    """Compile seconds against program size per function, fastest-growing first.
+
+    Size is the HLO operation count when recorded (cost_analysis), else the jaxpr
+    equation count. ``exponent`` is the slope on log-log axes: 1 is linear growth,
+    2 quadratic; functions above 1.5 are flagged. ``points`` is how many compiles the
+    fit used; with fewer than ``EXPONENT_MIN_POINTS`` over ``EXPONENT_MIN_SIZES`` sizes
+    spanning ``EXPONENT_MIN_SPAN``x there is no exponent, and ``note`` says why.
+    """
+    points: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    for r in evidence.compile_sizes(conn, filters):
+        points[r.function_hash].append((r.size, r.seconds))
+    if not points:
+        return []
+    names = {h: info.qualname for h, info in evidence.function_infos(conn, set(points)).items()}
+    rows: list[dict[str, Any]] = []
+    for function_hash, pts in points.items():
+        sizes = [p[0] for p in pts]
+        distinct = len(set(sizes))
+        row: dict[str, Any] = {
+            "function_hash": function_hash,
+            "qualname": names.get(function_hash, ""),
+            "compiles": len(pts),
+            "points": len(pts),
+            "distinct_sizes": distinct,
+            "min_size": min(sizes),
+            "max_size": max(sizes),
+            "seconds_per_1000_ops": None,
+            "exponent": None,
+            "superlinear": False,
+            "note": None,
+        }
+        if len(pts) >= min_points and distinct >= 2:
+            linear = _fit(sizes, [p[1] for p in pts])
+            if linear is not None:
+                row["seconds_per_1000_ops"] = linear[0] * 1000
+        if (
+            len(pts) >= EXPONENT_MIN_POINTS
+            and distinct >= EXPONENT_MIN_SIZES
+            and max(sizes) >= EXPONENT_MIN_SPAN * min(sizes)
+        ):
+            loglog = _fit([math.log(x) for x in sizes], [math.log(p[1]) for p in pts])
+            if loglog is not None:
+                row["exponent"] = loglog[0]
+                row["superlinear"] = loglog[0] > 1.5
+        else:
+            row["note"] = (
+                f"no growth exponent from {len(pts)} compile(s) over {distinct} size(s) "
+                f"({min(sizes):.0f}-{max(sizes):.0f}): it needs {EXPONENT_MIN_POINTS} over "
+                f"{EXPONENT_MIN_SIZES} sizes spanning {EXPONENT_MIN_SPAN:.0f}x"
+            )
+        rows.append(row)
+    rows.sort(key=lambda r: (-(r["exponent"] or 0.0), -(r["seconds_per_1000_ops"] or 0.0)))
+    return rows
+
+
+def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: float = 0.05) -> list[dict[str, Any]]:
+    """The same function and signature compiling markedly slower in a later run.
+
+    Compares the median compile time per (function, signature) between consecutive
+    runs that compiled it, and names the JAX versions of both runs.
+    """
+    grouped: dict[tuple[str, str], dict[str, list[float]]] = collections.defaultdict(dict)
+    run_meta: dict[str, UncachedCompile] = {}
+    for row in evidence.uncached_compiles(conn):
+        grouped[(row.function_hash, row.signature_hash)].setdefault(row.run_id, []).append(row.compile_seconds)
+        run_meta[row.run_id] = row
+    found: list[dict[str, Any]] = []
+    for (function_hash, signature_hash), per_run in grouped.items():
+        if len(per_run) < 2:
+            continue
+        ordered = sorted(per_run, key=lambda rid: run_meta[rid].run_started_at)
+        for before, after in zip(ordered, ordered[1:]):
+            old = statistics.median(per_run[before])
+            new = statistics.median(per_run[after])
+            if new >= factor * old and new - old >= min_seconds:
+                found.append(
+                    {
+                        "function_hash": function_hash,
+                        "signature_hash": signature_hash,
+                        "run_before": before,
+                        "run_after": after,
+                        "seconds_before": old,
+                        "seconds_after": new,
+                        "ratio": new / old if old else None,
+                        "jax_before": f"{run_meta[before].jax_version}/{run_meta[before].jaxlib_version}",
+                        "jax_after": f"{run_meta[after].jax_version}/{run_meta[after].jaxlib_version}",
+                    }
+                )
+    if found:
+        infos = evidence.function_infos(conn, {g["function_hash"] for g in found})
+        for item in found:
+            info = infos.get(item["function_hash"])
+            item["qualname"] = info.qualname if info is not None else ""
+    found.sort(key=lambda g: -(g["ratio"] or 0))
+    return found
+
+
+def storms(
+    conn: sa.Connection,
+    filters: Filters,
+    *,
+    threshold: int,
+    window: float,
+    function_hashes: list[str] | None = None,
+    active_only: bool = False,
+    now: float | None = None,
+) -> list[dict[str, Any]]:
+    """Storms, newest first. With ``active_only`` only recent events are read.
+
+    A storm is active when its last compile is within ``window`` of now, and the
+    ``threshold`` compiles that make it span at most ``window``: so every event of an
+    active storm is younger than ``2 * window`` and older events need not be read.
+    """
+    now = time.time() if now is None else now
+    if active_only:
+        horizon = now - 2 * window
+        filters = Filters(
+            run_id=filters.run_id,
+            until=filters.until,
+            since=horizon if filters.since is None else max(filters.since, horizon),
+        )
+    found = detect_storms(conn, filters, threshold=threshold, window=window, now=now, function_hashes=function_hashes)
+    return [s for s in found if s["active"]] if active_only else found
+
+
+def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: float) -> dict[str, Any]:
+    """The store's totals (or the filtered part's) and how many storms are active now."""
+    active = storms(conn, filters, threshold=threshold, window=window, active_only=True)
+    return {
+        **queries.totals(conn, filters),
+        "active_storms": len(active),
+        "storm_threshold": threshold,
+        "storm_window": window,
+    }
+
+
+def verdicts_or_none(
+    conn: sa.Connection, rows: Sequence[FunctionReport], filters: Filters
+) -> dict[str, dict[str, Any]]:
+    """:func:`verdicts`, or none when a stored row it cannot weigh (a run time measured
+    op by op without its compiled twin, written before the store refused such rows) would
+    fail the whole page: the page shows what is there, without the verdicts."""
+    try:
+        return verdicts(conn, rows, filters)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+        logger.warning("verdicts left out: a stored row cannot be weighed: %s: %s", type(exc).__name__, exc)
+        return {}

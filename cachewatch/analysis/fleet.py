@@ -1,0 +1,187 @@
+"""The ranks of one multi-process job, compared.
+
+Every rank of a data-parallel job runs the same program, so each should compile the
+same signatures the same number of times. A rank that compiled a signature the others
+did not (it met a batch of another size), or compiled one more often (its cache was
+cleared, or a jit was re-created on that rank only), is where a straggler comes from:
+the other ranks wait at the next collective while it compiles.
+
+    report = fleet.compare_job(conn, "exp-42")
+    report["divergent_ranks"]    # [1]
+    report["divergences"][0]     # rank, function, signature, compiles here and elsewhere
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..core.events import describe_array
+from ..store import models
+
+# Signatures shown per divergence listing; the count of the rest is still given.
+MAX_DIVERGENCES = 200
+
+
+def _reference(counts: list[int]) -> int:
+    """What most ranks did (ties: the smaller count): the baseline a rank is held to."""
+    tally = Counter(counts)
+    best = max(tally.values())
+    return min(n for n, k in tally.items() if k == best)
+
+
+def job_runs(conn: sa.Connection, job: str) -> list[dict[str, Any]]:
+    r = models.runs
+    rows = conn.execute(
+        sa.select(r.c.run_id, r.c.run_name, r.c.host, r.c.pid, r.c.started_at, r.c.process_index, r.c.process_count)
+        .where(r.c.job == job)
+        .order_by(r.c.process_index, r.c.started_at)
+    )
+    return [dict(row._mapping) for row in rows]
+
+
+def compare_job(conn: sa.Connection, job: str) -> dict[str, Any] | None:
+    """The job's ranks, and every (rank, function, signature) that compiled more than
+    most ranks did; None when no run carries this job."""
+    runs = job_runs(conn, job)
+    if not runs:
+        return None
+    rank_of = {run["run_id"]: run["process_index"] if run["process_index"] is not None else -1 for run in runs}
+    e = models.compile_events
+    grouped = conn.execute(
+        sa.select(e.c.run_id, e.c.function_hash, e.c.signature_hash, sa.func.count())
+        .where(e.c.run_id.in_(list(rank_of)), e.c.compiled.is_(True))
+        .group_by(e.c.run_id, e.c.function_hash, e.c.signature_hash)
+    )
+    # (function, signature) -> rank -> compiles; a rank restarted in the same job adds up.
+    compiles: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    per_rank: Counter = Counter()
+    for run_id, function_hash, signature_hash, n in grouped:
+        rank = rank_of[run_id]
+        compiles[(function_hash, signature_hash)][rank] += int(n)
+        per_rank[rank] += int(n)
+    ranks = sorted(set(rank_of.values()))
+    declared = max((run["process_count"] or 0 for run in runs), default=0)
+    found: list[dict[str, Any]] = []
+    if len(ranks) > 1:
+        for (function_hash, signature_hash), by_rank in compiles.items():
+            counts = [by_rank.get(rank, 0) for rank in ranks]
+            baseline = _reference(counts)
+            for rank, n in zip(ranks, counts):
+                if n > baseline:
+                    others = {str(o): by_rank.get(o, 0) for o in ranks if o != rank}
+                    found.append(
+                        {
+                            "process_index": rank,
+                            "function_hash": function_hash,
+                            "signature_hash": signature_hash,
+                            "compiles": n,
+                            "others": others,
+                            "reason": "only_this_rank" if not any(others.values()) else "more_compiles",
+                        }
+                    )
+    # Per rank, signatures of watched functions before JAX's eager compiles (which carry none).
+    found.sort(
+        key=lambda d: (
+            d["process_index"],
+            d["signature_hash"] == "",
+            d["reason"] != "only_this_rank",
+            -d["compiles"],
+            d["function_hash"],
+            d["signature_hash"],
+        )
+    )
+    shown = found[:MAX_DIVERGENCES]
+    _describe(conn, shown, [run_id for run_id in rank_of])
+    divergent = sorted({d["process_index"] for d in found})
+    return {
+        "job": job,
+        "process_count": declared or len(ranks),
+        "ranks": [
+            {
+                "process_index": rank,
+                "run_ids": [run["run_id"] for run in runs if rank_of[run["run_id"]] == rank],
+                "hosts": sorted({run["host"] for run in runs if rank_of[run["run_id"]] == rank}),
+                "compiles": per_rank.get(rank, 0),
+                "divergent": rank in divergent,
+            }
+            for rank in ranks
+        ],
+        "missing_ranks": [i for i in range(declared) if i not in ranks] if declared else [],
+        "divergent_ranks": divergent,
+        "divergences": shown,
+        "divergences_total": len(found),
+    }
+
+
+def _describe(conn: sa.Connection, found: list[dict[str, Any]], run_ids: list[str]) -> None:
+    """Name each divergence: the function, its signature, and a sentence."""
+    if not found:
+        return
+    f, e = models.functions, models.compile_events
+    hashes = sorted({d["function_hash"] for d in found})
+    names = {
+        row.function_hash: row.qualname
+        for row in conn.execute(sa.select(f.c.function_hash, f.c.qualname).where(f.c.function_hash.in_(hashes)))
+    }
+    signatures: dict[tuple[str, str], Any] = {}
+    for d in found:
+        key = (d["function_hash"], d["signature_hash"])
+        if key in signatures:
+            continue
+        row = conn.execute(
+            sa.select(e.c.signature, e.c.explanation)
+            .where(
+                e.c.function_hash == key[0],
+                e.c.signature_hash == key[1],
+                e.c.run_id.in_(run_ids),
+                e.c.compiled.is_(True),
+            )
+            .order_by(e.c.timestamp.desc())
+            .limit(1)
+        ).first()
+        signatures[key] = (list(row.signature or []), row.explanation) if row else ([], "")
+    for d in found:
+        d["function"] = names.get(d["function_hash"], d["function_hash"][:12])
+        d["signature"], last_explanation = signatures[(d["function_hash"], d["signature_hash"])]
+        shape = signature_text(d["signature"])
+        if d["reason"] == "only_this_rank":
+            text = (
+                f"Rank {d['process_index']} compiled `{d['function']}` for {shape}, which no other rank "
+                f"compiled ({d['compiles']} time(s))."
+            )
+        else:
+            others = ", ".join(f"rank {r}: {n}" for r, n in d["others"].items())
+            text = (
+                f"Rank {d['process_index']} compiled `{d['function']}` for {shape} {d['compiles']} time(s) ({others})."
+            )
+        d["explanation"] = text
+        d["last_explanation"] = last_explanation
+
+
+def signature_text(signature: list[dict[str, Any]]) -> str:
+    """``batch: float32[24,8], w: float32[8,4]``: a signature in one line."""
+    parts = []
+    for leaf in signature:
+        path = leaf.get("path", "?")
+        if "static" in leaf and leaf.get("static"):
+            parts.append(f"{path}={leaf.get('value')}")
+        elif "shape" in leaf:
+            parts.append(
+                f"{path}: {describe_array(leaf.get('dtype'), leaf.get('shape') or (), bool(leaf.get('weak_type')))}"
+            )
+        else:
+            parts.append(str(path))
+    return ", ".join(parts) if parts else "an unrecorded signature"
+
+
+def recent_jobs(conn: sa.Connection, limit: int = 20) -> list[str]:
+    """The jobs with the most recently started runs (the metric and the dashboard list these)."""
+    r = models.runs
+    latest = sa.func.max(r.c.started_at)
+    rows = conn.execute(
+        sa.select(r.c.job, latest).where(r.c.job != "").group_by(r.c.job).order_by(latest.desc()).limit(limit)
+    )
+    return [row[0] for row in rows]

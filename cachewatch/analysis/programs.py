@@ -1,0 +1,436 @@
+"""What was compiled, read back: a compile's program in each format, the diff of two
+compiles' programs, and the equation profile in the pprof format JAX's own
+``eqn_count_pprof`` dump writes.
+
+    with engine.connection(url) as conn:
+        text = programs.program(conn, event_id, "jaxpr")
+        change = programs.diff(conn, event_id)      # against the compile before it
+"""
+
+from __future__ import annotations
+
+import difflib
+import gzip
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..core.events import MEMORY_PARTS, PROGRAM_FORMATS, Cause
+from ..store import models
+from ..store import programs as stored
+from ..store.columns import Filters, cost_expr
+
+
+class ProgramNotFound(LookupError):
+    """No such event, or the store kept no text of this format for it (the message says which)."""
+
+
+def program(conn: sa.Connection, event_id: str, fmt: str = "jaxpr") -> str | bytes:
+    """The program of one compile: a text (jaxpr, stablehlo, hlo) or the pprof profile (bytes)."""
+    if fmt not in PROGRAM_FORMATS:
+        raise ProgramNotFound(f"unknown format {fmt!r}; one of {', '.join(PROGRAM_FORMATS)}")
+    row = stored.event(conn, event_id)
+    if row is None:
+        raise ProgramNotFound(f"no event {event_id!r} in the store")
+    if not row["program_fingerprint"]:
+        raise ProgramNotFound(f"event {event_id} has no program recorded (not a compile, or the program view was off)")
+    kept = stored.texts(conn, row["program_fingerprint"])
+    if kept is None:
+        raise ProgramNotFound(
+            f"the store kept no texts of event {event_id}'s program (its cap was reached, or texts were off)"
+        )
+    if fmt == "pprof":
+        if kept["profile"] is None:
+            raise ProgramNotFound(f"no equation profile kept for event {event_id}")
+        return pprof(kept["profile"])
+    text = kept["texts"].get(fmt)
+    if text is None:
+        why = (
+            "over the per-program cap (CACHEWATCH_PROGRAM_TEXT_MAX_BYTES)"
+            if fmt in kept["left_out"]
+            else (
+                "not asked for (CACHEWATCH_PROGRAM_TEXTS)"
+                if fmt == "stablehlo"
+                else "not printed: over the program view's time budget (CACHEWATCH_PROGRAM_EXTRA_SHARE)"
+            )
+        )
+        raise ProgramNotFound(f"no {fmt} text kept for event {event_id}: {why}")
+    return text
+
+
+def default_against(conn: sa.Connection, row: dict[str, Any]) -> str | None:
+    """What a compile is diffed with when no other is named: the earlier compile with the
+    same program (a wasted recompile), else the compile of the function just before it."""
+    return row["identical_to"] or stored.previous_compile(conn, row)
+
+
+def diff(conn: sa.Connection, event_id: str, against: str | None = None) -> dict[str, Any]:
+    """The change from ``against`` (default: :func:`default_against`) to ``event_id``: the
+    key diff cachewatch recorded, equations by primitive and by line before -> after, a
+    unified diff of the jaxpr texts, and XLA's figures before -> after."""
+    after = stored.event(conn, event_id)
+    if after is None:
+        raise ProgramNotFound(f"no event {event_id!r} in the store")
+    against = against or default_against(conn, after)
+    if against is None:
+        raise ProgramNotFound(f"event {event_id} has no earlier compile to diff with; name one")
+    before = stored.event(conn, against)
+    if before is None:
+        raise ProgramNotFound(f"no event {against!r} in the store")
+    texts_before = stored.texts(conn, before["program_fingerprint"]) or {"texts": {}}
+    texts_after = stored.texts(conn, after["program_fingerprint"]) or {"texts": {}}
+    jaxpr_before, jaxpr_after = texts_before["texts"].get("jaxpr"), texts_after["texts"].get("jaxpr")
+    jaxpr_diff = None
+    if jaxpr_before is not None and jaxpr_after is not None:
+        jaxpr_diff = list(
+            difflib.unified_diff(
+                jaxpr_before.splitlines(), jaxpr_after.splitlines(), against, event_id, lineterm="", n=2
+            )
+        )
+    return {
+        "before": against,
+        "after": event_id,
+        "function": after["qualname"],
+        "cause": after["cause"],
+        "explanation": after["explanation"],
+        "key_diff": after["diff"] or [],
+        "same_program": bool(after["program_fingerprint"])
+        and after["program_fingerprint"] == before["program_fingerprint"],
+        "same_lowered_module": bool(after["lowered_fingerprint"])
+        and after["lowered_fingerprint"] == before["lowered_fingerprint"],
+        "eqns_by_primitive": _pairs(before["eqns_by_primitive"] or {}, after["eqns_by_primitive"] or {}),
+        "eqns_by_line": _pairs(_lines(before["eqns_by_line"]), _lines(after["eqns_by_line"])),
+        "jaxpr_diff": jaxpr_diff,
+        "xla": {
+            name: {"before": before[name], "after": after[name]}
+            for name in ("jaxpr_eqns", "hlo_ops", "fusions", "flops", "bytes_accessed")
+        }
+        | {
+            f"memory_{part}": {
+                "before": (before["memory"] or {}).get(part),
+                "after": (after["memory"] or {}).get(part),
+            }
+            for part in MEMORY_PARTS
+        },
+        "compile_seconds": {"before": before["compile_seconds"], "after": after["compile_seconds"]},
+    }
+
+
+def latest_diff(conn: sa.Connection, function_hash: str) -> dict[str, Any] | None:
+    """The function's latest recompile diffed with its default (None: nothing to diff):
+    what the dashboard's function page shows first."""
+    for row in stored.recent_compiles(conn, function_hash):
+        against = default_against(conn, row)
+        if against is not None:
+            return diff(conn, row["event_id"], against)
+    return None
+
+
+def _lines(rows: list[dict[str, Any]] | None) -> dict[str, int]:
+    return {
+        f"{r['file']}:{r['line']} ({r['function']})" if r["file"] else "(no user line)": r["eqns"] for r in rows or []
+    }
+
+
+def _pairs(before: dict[str, int], after: dict[str, int]) -> list[dict[str, Any]]:
+    """Rows of name, before, after: the changed first (largest change first), then the same."""
+    names = list(dict.fromkeys([*after, *before]))
+    rows = [{"name": n, "before": before.get(n, 0), "after": after.get(n, 0)} for n in names]
+    return sorted(rows, key=lambda r: (r["before"] == r["after"], -abs(r["after"] - r["before"])))
+
+
+def diff_text(change: dict[str, Any]) -> str:
+    """The diff as the command line prints it."""
+    out = [
+        f"{change['function']}: {change['before']} -> {change['after']} ({change['cause']})",
+        change["explanation"],
+    ]
+    if change["same_program"]:
+        out.append(
+            "Same optimised program as before: this recompile was wasted"
+            + (
+                "; the lowered module was the same too, so a persistent compilation cache would have served it."
+                if change["same_lowered_module"]
+                else "."
+            )
+        )
+    changed = [r for r in change["eqns_by_primitive"] if r["before"] != r["after"]]
+    out.append("equations by primitive (before -> after):")
+    out += [f"  {r['name']:32} {r['before']:>8} -> {r['after']}" for r in changed] or ["  (unchanged)"]
+    lines = [r for r in change["eqns_by_line"] if r["before"] != r["after"]]
+    out.append("equations by line (before -> after):")
+    out += [f"  {r['name']:60} {r['before']:>8} -> {r['after']}" for r in lines[:20]] or ["  (unchanged)"]
+    out.append("XLA (before -> after):")
+    for name, pair in change["xla"].items():
+        if pair["before"] is not None or pair["after"] is not None:
+            out.append(f"  {name:24} {_num(pair['before']):>14} -> {_num(pair['after'])}")
+    if change["jaxpr_diff"] is None:
+        out.append("jaxpr diff: a jaxpr text was not kept for one of the two compiles")
+    elif change["jaxpr_diff"]:
+        out.append("jaxpr diff:")
+        out += change["jaxpr_diff"]
+    else:
+        out.append("jaxpr diff: identical jaxprs")
+    return "\n".join(out)
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.4g}"
+    return f"{int(value):,}"
+
+
+# ----------------------------------------------------------------- pprof
+
+
+def pprof(rows: list[list[Any]]) -> bytes:
+    """A gzip-compressed pprof ``Profile`` of equations per user source line and primitive,
+    like JAX's ``eqn_count_pprof`` dump: sample type equations/count, a ``primitive`` label
+    on each sample, one location (function, line) per source line."""
+    strings: dict[str, int] = {"": 0}
+
+    def s(text: str) -> int:
+        return strings.setdefault(text, len(strings))
+
+    functions: dict[tuple[str, str], int] = {}
+    locations: dict[tuple[int, int], int] = {}
+    samples = []
+    for file, line, function, primitive, loop, count in rows:
+        fkey = (file, function)
+        fid = functions.setdefault(fkey, len(functions) + 1)
+        lid = locations.setdefault((fid, int(line)), len(locations) + 1)
+        labels = [_message(1, s("primitive")) + _message(2, s(primitive))]
+        if loop:
+            labels.append(_message(1, s("loop_body")) + _message(2, s("true")))
+        sample = _packed(1, [lid]) + _packed(2, [int(count)]) + b"".join(_bytes(3, label) for label in labels)
+        samples.append(sample)
+    out = _bytes(1, _message(1, s("equations")) + _message(2, s("count")))
+    out += b"".join(_bytes(2, sample) for sample in samples)
+    for (fid, line), lid in locations.items():
+        out += _bytes(4, _message(1, lid) + _bytes(4, _message(1, fid) + _message(2, line)))
+    for (file, function), fid in functions.items():
+        name = s(f"{file}:{function}" if file else "(no user line)")
+        out += _bytes(5, _message(1, fid) + _message(2, name) + _message(3, name) + _message(4, s(file)))
+    comment = s("equations per source line and primitive, recorded by cachewatch")
+    for text in strings:  # the string table, in index order (dicts keep insertion order)
+        out += _bytes(6, text.encode())
+    out += _message(13, comment)
+    return gzip.compress(out)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _message(field: int, value: int) -> bytes:  # a varint field
+    return _varint(field << 3) + _varint(value)
+
+
+def _bytes(field: int, payload: bytes) -> bytes:  # a length-delimited field
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _packed(field: int, values: list[int]) -> bytes:
+    return _bytes(field, b"".join(_varint(v) for v in values))
+
+
+# ------------------------------------------------- wasted compiles and compile cost
+
+# JAX's default for jax_persistent_cache_min_compile_time_secs: faster compiles are not
+# written to the persistent cache.
+PERSISTENT_CACHE_MIN_SECONDS = 1.0
+
+# What to do when a recompile produced the program compiled before, by its cause.
+_IDENTICAL_FIXES = {
+    Cause.WEAK_TYPE: "keep Python scalars out of the signature: pass a typed array (jnp.float32(x)) every time",
+    Cause.NEW_FUNCTION_OBJECT: "hoist jax.jit out of the loop: jit the function once and call that",
+    Cause.CACHE_CLEARED: "do not clear the cache (jax.clear_caches(), .clear_cache()) between calls",
+    "new_context": "set the option or enter the context once around the whole program: the function does not "
+    "depend on it",
+    Cause.NEW_DEVICE_OR_SHARDING: "put the inputs on the same device and sharding every call (jax.device_put once)",
+}
+
+
+def identical_recompiles(
+    conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Recompiles that produced the program compiled earlier in the run, per function and
+    cause: how many, their seconds, how many a persistent compilation cache would have
+    served (the lowered module was the same too: the cache's key is taken before XLA
+    optimises), and the fix. Most seconds first."""
+    e, earlier, f = models.compile_events, models.compile_events.alias("earlier"), models.functions
+    same_lowered = sa.and_(
+        e.c.lowered_fingerprint.is_not(None), e.c.lowered_fingerprint == earlier.c.lowered_fingerprint
+    )
+    cost = cost_expr(e)
+    query = (
+        sa.select(
+            e.c.function_hash,
+            f.c.qualname,
+            e.c.cause,
+            sa.func.count().label("recompiles"),
+            sa.func.sum(cost).label("seconds"),
+            sa.func.sum(sa.case((same_lowered, 1), else_=0)).label("persistent_cache_would_serve"),
+            sa.func.sum(
+                sa.case(
+                    (
+                        sa.and_(
+                            same_lowered, sa.func.coalesce(e.c.compile_seconds, 0.0) < PERSISTENT_CACHE_MIN_SECONDS
+                        ),
+                        1,
+                    ),
+                    else_=0,
+                )
+            ).label("below_min_compile_time"),
+        )
+        .join(earlier, earlier.c.event_id == e.c.identical_to)
+        .join(f, f.c.function_hash == e.c.function_hash)
+        .where(e.c.identical_to.is_not(None), *_where(e, filters))
+        .group_by(e.c.function_hash, f.c.qualname, e.c.cause)
+    )
+    if function_hashes is not None:
+        query = query.where(e.c.function_hash.in_(function_hashes))
+    out = []
+    for row in conn.execute(query).mappings():
+        item = dict(row)
+        item["seconds"] = float(item["seconds"] or 0.0)
+        item["persistent_cache_would_serve"] = int(item["persistent_cache_would_serve"] or 0)
+        item["below_min_compile_time"] = int(item["below_min_compile_time"] or 0)
+        item["fix"] = identical_fix(item)
+        out.append(item)
+    out.sort(key=lambda r: -r["seconds"])
+    return out
+
+
+def identical_fix(row: dict[str, Any]) -> str:
+    n = row["recompiles"]
+    text = (
+        f"{n} recompile(s) of {row['qualname']} ({row['cause']}) produced the program compiled before: "
+        f"{row['seconds']:.3f} s wasted."
+    )
+    fix = _IDENTICAL_FIXES.get(row["cause"])
+    if fix:
+        text += f" Fix: {fix}."
+    served = row["persistent_cache_would_serve"]
+    if served:
+        text += (
+            f" A persistent compilation cache would have served {served} of them "
+            "(jax.config.update('jax_compilation_cache_dir', DIR), or CACHEWATCH_PERSISTENT_CACHE_DIR)"
+        )
+        below = row["below_min_compile_time"]
+        if below:
+            text += (
+                f"; {below} compiled in under jax_persistent_cache_min_compile_time_secs "
+                f"({PERSISTENT_CACHE_MIN_SECONDS:g} s by default), which the cache would not keep unless you lower it"
+            )
+        text += "."
+    return text
+
+
+def _where(e: sa.Table, filters: Filters) -> list[Any]:
+    out = []
+    if filters.run_id:
+        out.append(e.c.run_id == filters.run_id)
+    if filters.since is not None:
+        out.append(e.c.timestamp >= filters.since)
+    if filters.until is not None:
+        out.append(e.c.timestamp < filters.until)
+    return out
+
+
+# A source line is an unrolled loop when it alone makes this share of the program and
+# its primitives repeat at least this often.
+UNROLLED_MIN_SHARE = 0.2
+UNROLLED_MIN_REPEATS = 8
+# Constants baked into a program above this many bytes are worth passing as arguments.
+BIG_CONSTANT_BYTES = 1 << 20
+
+
+def compile_profile(
+    conn: sa.Connection, function_hash: str, filters: Filters = Filters(), limit: int = 200
+) -> dict[str, Any]:
+    """Where a function's compile cost comes from: the source lines with most equations in
+    its largest recent program, program size against compile seconds over its compiles
+    (per run), and the fixes a clear pattern names."""
+    e = models.compile_events
+    rows = [
+        dict(r)
+        for r in conn.execute(
+            sa.select(
+                e.c.event_id,
+                e.c.run_id,
+                e.c.timestamp,
+                e.c.jaxpr_eqns,
+                e.c.hlo_ops,
+                e.c.compile_seconds,
+                cost_expr(e).label("seconds"),
+                e.c.eqns_by_line,
+                e.c.memory,
+                e.c.identical_to,
+            )
+            .where(e.c.function_hash == function_hash, e.c.compiled.is_(True), *_where(e, filters))
+            .order_by(e.c.timestamp.desc())
+            .limit(limit)
+        ).mappings()
+    ]
+    with_lines = [r for r in rows if r["eqns_by_line"]]
+    largest = max(with_lines, key=lambda r: r["jaxpr_eqns"] or 0) if with_lines else None
+    fixes: list[dict[str, Any]] = []
+    if largest is not None:
+        total = largest["jaxpr_eqns"] or sum(line["eqns"] for line in largest["eqns_by_line"])
+        for line in largest["eqns_by_line"]:
+            repeats = min(line["primitives"].values()) if line["primitives"] else 0
+            if (
+                line["file"]
+                and not line["loop_body"]
+                and total
+                and line["eqns"] >= UNROLLED_MIN_SHARE * total
+                and repeats >= UNROLLED_MIN_REPEATS
+            ):
+                fixes.append(
+                    {
+                        "kind": "unrolled_loop",
+                        "where": f"{line['file']}:{line['line']}",
+                        "text": (
+                            f"{line['file']}:{line['line']} ({line['function']}) puts {line['eqns']} of the "
+                            f"program's {total} equations in, its operations repeated {repeats}+ times: a Python "
+                            "loop (or a helper called in one) unrolled into the program. Write the loop with "
+                            "jax.lax.scan or jax.lax.fori_loop, so its body is compiled once."
+                        ),
+                    }
+                )
+    big = max(((r["memory"] or {}).get("constants", 0) for r in rows), default=0)
+    if big >= BIG_CONSTANT_BYTES:
+        fixes.append(
+            {
+                "kind": "big_constant",
+                "where": None,
+                "text": (
+                    f"{big / 2**20:.1f} MiB of constants are baked into the program (an array the function "
+                    "reads from a global or a closure): compiling and hashing them costs every compile. Pass "
+                    "the array as an argument instead."
+                ),
+            }
+        )
+    growth = [
+        {"event_id": r["event_id"], "run_id": r["run_id"], "jaxpr_eqns": r["jaxpr_eqns"], "seconds": r["seconds"]}
+        for r in reversed(rows)
+        if r["jaxpr_eqns"] is not None
+    ]
+    return {
+        "function_hash": function_hash,
+        "top_lines": largest["eqns_by_line"] if largest is not None else [],
+        "event_id": largest["event_id"] if largest is not None else None,
+        "growth": growth,
+        "fixes": fixes,
+    }

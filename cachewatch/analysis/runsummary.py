@@ -1,0 +1,160 @@
+"""One run in a few lines: what ``cachewatch run`` prints at exit and a notebook cell shows.
+
+    summary = runsummary.for_store(url, run_id)
+    print(runsummary.text(summary))
+
+A summary is a plain dictionary (it is also the JSON of ``cachewatch run --summary json``):
+``run_id``, ``store``, ``compiles``, ``recompiles``, ``compile_seconds``,
+``warmup_compiles`` (set-up and first compiles, never part of a storm), ``functions`` (the
+top few: name, compiles, causes, compile seconds, calls), ``storms`` (with their fix) and
+``next`` (where to look).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import sqlalchemy as sa
+
+from ..core import config as configmod
+from ..core.events import Cause
+from ..core.figures import seconds_text
+from ..store import columns, engine as enginemod, models, queries
+from . import diagnosis, programs
+
+TOP_FUNCTIONS = 5
+
+
+def for_store(url: str, run_id: str, *, flushed: bool = True, top: int = TOP_FUNCTIONS) -> dict[str, Any]:
+    """The run's summary read from its store; an http(s) store is read by the service, so
+    the summary then only says where to look."""
+    cfg = configmod.resolve({"store": url})
+    shown = enginemod.redact_url(url) if not _is_http(url) else url
+    summary: dict[str, Any] = {
+        "run_id": run_id,
+        "store": shown,
+        "flushed": flushed,
+        "compiles": None,
+        "recompiles": None,
+        "compile_seconds": None,
+        "warmup_compiles": None,
+        "identical_recompiles": None,
+        "identical_seconds": None,
+        "first_pass_compiles": None,
+        "functions": [],
+        "storms": [],
+        "next": _next_steps(url, run_id),
+    }
+    if _is_http(url):
+        return summary
+    filters = columns.Filters(run_id=run_id)
+    with enginemod.connection(url) as conn:
+        report = queries.function_report(conn, filters)
+        storms, passes = diagnosis.storms_and_first_passes(
+            conn, filters, threshold=cfg.storm_threshold, window=cfg.storm_window
+        )
+        warmup = _warmup_compiles(conn, run_id)
+        identical = programs.identical_recompiles(conn, filters)
+    summary.update(
+        of_report(report, storms, top=top),
+        warmup_compiles=warmup,
+        identical_recompiles=sum(int(i["recompiles"]) for i in identical),
+        identical_seconds=sum(float(i["seconds"]) for i in identical),
+        first_pass_compiles=sum(int(p["compiles"]) for p in passes),
+    )
+    return summary
+
+
+def of_report(report: Sequence[columns.FunctionReport], storms: list[dict[str, Any]], *, top: int) -> dict[str, Any]:
+    """Totals, the top functions by compile seconds and the storms, from a report's rows."""
+    return {
+        "compiles": sum(r["compiles"] for r in report),
+        "recompiles": sum(r["recompiles"] for r in report),
+        "compile_seconds": sum(r["compile_seconds"] for r in report),
+        "function_count": len(report),
+        "functions": [
+            {
+                "name": r["qualname"] or r["name"],
+                "function_hash": r["function_hash"],
+                "compiles": r["compiles"],
+                "causes": dict(sorted(r["causes"].items(), key=lambda kv: -kv[1])),
+                "compile_seconds": r["compile_seconds"],
+                "calls": r["calls"],
+            }
+            for r in list(report)[:top]
+            if r["compiles"]
+        ],
+        "storms": [
+            {
+                "short_name": s["short_name"],
+                "function_hash": s["function_hash"],
+                "compiles": s["compiles"],
+                "dominant_cause": s["dominant_cause"],
+                "causes": s["causes"],
+                "active": s["active"],
+                "text": diagnosis.describe_storm(s),
+                "fix": s["fix"],
+            }
+            for s in storms
+        ],
+    }
+
+
+def _warmup_compiles(conn: sa.Connection, run_id: str) -> int:
+    e = models.compile_events
+    query = sa.select(sa.func.count()).where(e.c.run_id == run_id, e.c.compiled, e.c.warmup)
+    return int(conn.execute(query).scalar_one())
+
+
+def _is_http(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
+
+
+def _next_steps(url: str, run_id: str) -> list[str]:
+    if _is_http(url):
+        return [f"dashboard: {url.rstrip('/')}/?run_id={run_id}"]
+    store = "" if url == configmod.default_store_url() else f" --store {enginemod.redact_url(url)}"
+    return [
+        f"cachewatch report{store} --run {run_id}",
+        f"cachewatch events{store} --run {run_id}",
+        f"cachewatch serve{store}, then http://127.0.0.1:8000/?run_id={run_id}",
+    ]
+
+
+def text(summary: dict[str, Any]) -> str:
+    """The summary as a few lines for a terminal."""
+    head = f"cachewatch: run {summary['run_id'][:12]}"
+    if summary["compiles"] is None:
+        lines = [f"{head}: events sent to {summary['store']}."]
+    else:
+        lines = [
+            f"{head}: {summary['compiles']} compiles ({summary['recompiles']} recompiles, "
+            f"{summary['warmup_compiles']} in warm-up), {seconds_text(summary['compile_seconds'])} compiling, "
+            f"{summary['function_count']} functions."
+        ]
+        if summary.get("first_pass_compiles"):
+            lines.append(
+                f"  {summary['first_pass_compiles']} recompiles were a first pass over a few shapes, then served "
+                "from the cache (no storm)."
+            )
+        if summary.get("identical_recompiles"):
+            lines.append(
+                f"  {summary['identical_recompiles']} recompiles produced a program compiled before in the run "
+                f"({seconds_text(summary['identical_seconds'])} of pure waste; `cachewatch report` names them)."
+            )
+        if not summary.get("flushed", True):
+            lines.append("  Not every event was written in time: the figures may be short.")
+        for f in summary["functions"]:
+            causes = ", ".join(
+                f"{cause}={count}" for cause, count in f["causes"].items() if count and cause != Cause.FIRST_CALL
+            )
+            lines.append(
+                f"  {f['name']}: {f['compiles']} compiles, {seconds_text(f['compile_seconds'])}"
+                + (f", {f['calls']} calls" if f["calls"] else "")
+                + (f"; recompiled for {causes}" if causes else "")
+            )
+        for storm in summary["storms"]:
+            lines.append(f"  Storm {storm['text']}")
+            lines.append(f"    Fix: {storm['fix']}")
+    lines.append("  Next: " + "; ".join(summary["next"]))
+    return "\n".join(lines)

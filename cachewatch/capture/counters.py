@@ -1,0 +1,243 @@
+"""Call counters: how often each watched function is called, and its sampled run times.
+
+One ``CallCounter`` per function (by hash), shared by every jit object around it. The
+cache-hit path of ``cachewatch.jit`` (in C, ``_fastcall.c``, or its pure-Python twin in
+``jit.py``) only increments ``calls`` and compares it with ``next_sample``; everything
+else here runs on sampled calls, after compiles, and when the recorder takes the
+statistics.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from ..core import config as configmod
+from ..core import runtimes
+from ..core.events import CallStats, FunctionInfo
+from ..record import current, recorder
+
+NEVER_SAMPLE = 1 << 62
+
+
+class _PyCounter:
+    """The pure-Python twin of ``_fastcall.Counter``."""
+
+    __slots__ = ("calls", "next_sample")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.next_sample = 0
+
+
+def _native() -> ModuleType | None:
+    """The cache-hit path in C (cachewatch/_fastcall.c), built by pip when a C compiler is
+    there; without it (or with CACHEWATCH_PURE_PYTHON set), the pure-Python twin in
+    jit._make_watched does the same, slower."""
+    if os.environ.get("CACHEWATCH_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from . import _fastcall
+    except ImportError:  # pragma: no cover - the tests build it, and run the twin by switching it off
+        return None
+    return _fastcall
+
+
+if TYPE_CHECKING:
+    from ._fastcall import Counter as _Counter
+    from ._fastcall import Watched as _WatchedType
+
+    Watched: type[_WatchedType] | None
+elif (_fastcall := _native()) is not None:
+    _Counter, Watched = _fastcall.Counter, _fastcall.Watched
+else:
+    _Counter, Watched = _PyCounter, None
+
+
+class CallCounter(_Counter):
+    """Calls of one function (by hash), shared by every jit object around it.
+
+    ``calls`` and ``next_sample`` live in the base class, where the C hot path reads them.
+    Sampled run times wait in ``pending`` (per signature hash: log-spaced buckets and the
+    plain sum of seconds) until the recorder takes them.
+    """
+
+    __slots__ = (
+        "function",
+        "sample_every",
+        "sampled_calls",
+        "sampled_seconds",
+        "window_start",
+        "window_samples",
+        "max_per_second",
+        "flushed_calls",
+        "pending",
+        "last_timed_calls",
+        "last_timed_end",
+        "first_hit",
+        "signatures",
+    )
+
+    def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
+        super().__init__()  # calls = 0
+        self.function = function
+        self.first_hit = False  # the next sampled call is the first cache hit after a compile
+        self.configure(sample_every, max_per_second)
+        self.sampled_calls = 0
+        self.sampled_seconds = 0.0
+        self.window_start = 0.0
+        self.window_samples = 0
+        self.flushed_calls = 0
+        self.pending: dict[str, tuple[runtimes.Buckets, list[float]]] = {}
+        self.last_timed_calls = 0  # calls counted at the previous timed call
+        self.last_timed_end = 0.0  # perf_counter when it returned (0: none yet)
+        self.signatures: set[str] = set()  # signature hashes compiled so far
+
+    def configure(self, sample_every: int, max_per_second: float) -> None:
+        self.sample_every = sample_every if sample_every > 0 else NEVER_SAMPLE
+        self.first_hit = self.first_hit and self.sampling  # a compile's first hit is still timed
+        self.next_sample = self.calls + (1 if self.first_hit else self.sample_every)
+        self.max_per_second = max_per_second
+
+    @property
+    def sampling(self) -> bool:
+        return self.sample_every < NEVER_SAMPLE
+
+    def after_compile(self, signature_hash: str | None) -> None:
+        """Time the next call: every signature gets a run time, however few its calls."""
+        if signature_hash:
+            self.signatures.add(signature_hash)
+        # The calls before the compile were of other signatures: the next timed call
+        # stands for none of them, and its wall time since then holds the compile.
+        self.last_timed_calls = self.calls
+        self.last_timed_end = 0.0
+        if self.sampling:
+            self.first_hit = True
+            self.next_sample = self.calls + 1
+
+    def add_sample(self, signature_hash: str, alone: float, end: float) -> None:
+        """One timed call: ``alone`` its time with nothing queued, ``end`` when it returned.
+
+        Its run time is ``alone``, but no more than the wall time per call since the
+        previous timed call: calls queued back to back overlap their dispatch and runs,
+        and the latency of one call alone (the host waiting on the device and back) is
+        then not what each costs. The previous timed call waited for its outputs, so the
+        calls in between finished inside that wall time.
+        """
+        between = self.calls - self.last_timed_calls
+        weight = max(1, between)  # the calls this sample stands for
+        seconds = alone
+        if self.last_timed_end and between > 0:
+            seconds = min(alone, (end - self.last_timed_end) / between)
+        self.last_timed_calls = self.calls
+        self.last_timed_end = end
+        with _pending_lock:
+            self.sampled_calls += 1
+            self.sampled_seconds += seconds
+            found = self.pending.get(signature_hash)
+            if found is None:
+                found = self.pending[signature_hash] = ({}, [0.0])
+            runtimes.add_sample(found[0], seconds, weight)
+            found[1][0] += seconds
+
+    def take_samples(self) -> dict[str, tuple[runtimes.Buckets, list[float]]]:
+        """The samples since the previous take, per signature hash."""
+        with _pending_lock:
+            taken, self.pending = self.pending, {}
+        return taken
+
+
+_pending_lock = threading.Lock()  # sampled calls are rare: a lock costs nothing there
+
+
+_stats_lock = threading.Lock()
+_stats: dict[str, CallCounter] = {}
+
+
+def all_call_stats() -> list[CallCounter]:
+    with _stats_lock:
+        return list(_stats.values())
+
+
+def counter_for(info: FunctionInfo, sample_every: int, max_per_second: float) -> CallCounter:
+    """The function's counter, made on first use with these sampling settings."""
+    with _stats_lock:
+        stats = _stats.get(info.function_hash)
+        if stats is None:
+            stats = _stats[info.function_hash] = CallCounter(info, sample_every, max_per_second)
+        return stats
+
+
+def rename(old: FunctionInfo, new: FunctionInfo) -> None:
+    """Keep a counter under the function it turned out to be (a library's jit of the user's function)."""
+    with _stats_lock:
+        stats = _stats.pop(old.function_hash, None)
+        if stats is not None:
+            stats.function = new
+            _stats.setdefault(new.function_hash, stats)
+
+
+def collect_call_stats(run_id: str) -> list[CallStats]:
+    """Rows for the calls and timed samples since the last collection, one per sampled
+    signature (the function's new calls on the first), for the recorder's next batch."""
+    rows = []
+    now = time.time()
+    for stats in all_call_stats():
+        calls = stats.calls
+        samples = stats.take_samples()
+        if calls == stats.flushed_calls and not samples:
+            continue
+        new_calls = calls - stats.flushed_calls
+        stats.flushed_calls = calls
+        sample_every = stats.sample_every if stats.sampling else 0
+        if not samples:
+            rows.append(
+                CallStats(
+                    run_id=run_id,
+                    function=stats.function,
+                    timestamp=now,
+                    calls=new_calls,
+                    sampled_calls=0,
+                    sampled_seconds=0.0,
+                    sample_every=sample_every,
+                )
+            )
+            continue
+        for signature_hash, (buckets, seconds) in samples.items():
+            rows.append(
+                CallStats(
+                    run_id=run_id,
+                    function=stats.function,
+                    timestamp=now,
+                    calls=new_calls,
+                    sampled_calls=sum(v[0] for v in buckets.values()),
+                    sampled_seconds=seconds[0],
+                    signature_hash=signature_hash,
+                    run_buckets=runtimes.to_json(buckets),
+                    sample_every=sample_every,
+                )
+            )
+            new_calls = 0  # the function's calls go on its first row
+    return rows
+
+
+def _resample(cfg: configmod.Config) -> None:
+    for stats in all_call_stats():  # functions wrapped before configure() sample anew too
+        stats.configure(cfg.sample_every, cfg.sample_max_per_second)
+
+
+current.on_configure(_resample)
+recorder.collect_stats_from(collect_call_stats)
+
+
+def _after_fork_in_child() -> None:
+    for stats in all_call_stats():  # the parent's calls were the parent's to report
+        stats.flushed_calls = stats.calls
+        stats.take_samples()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,718 @@
+"""Compiles of jit objects cachewatch did not wrap.
+
+JAX's own jitted helpers (``jnp.mean``, ``jax.nn.relu``, ``jax.random.normal``) are jit
+objects made when JAX is imported; a library or a script may have made others before
+``cachewatch.install()``; and eager code runs one small jit per primitive. JAX reports
+each of their compiles through ``jax.monitoring`` with nothing but a name. The listener
+reads the rest off JAX's own frames on the stack at that moment:
+
+- at the end of a trace, ``_trace_for_jit``: the function, its jit options and the call's
+  arguments, which give the same signature (statics included) a wrapped function gets;
+- at the end of a lowering, ``_cached_lowering_to_hlo``: the abstract arguments and
+  JAX's names for them, for a compile that came without a trace.
+
+Where neither frame can be read (a JAX version whose internals differ), the compile is
+still recorded under the name JAX gave it. Nothing here runs on a cache hit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import sys
+import threading
+import types
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+import jax
+
+from ..explain import causes
+from ..explain import context as ctxmod
+from ..record import current
+from . import devices, opbyop
+from . import program as program_mod
+from ..explain import signature as sigmod
+from ..core import _guard, jaxcompat
+from ..core.events import UNATTRIBUTED_MODULE, Cause, CompileEvent, FunctionInfo, new_event_id
+from .identity import call_site, code_file, describe_function, is_library_file, user_function, user_function_in
+
+# JAX's frames this module reads, by the capability that checks them (core/jaxcompat.py);
+# where a JAX release renames one, compiles are still recorded, with less detail:
+# - the end of a trace for jit (the function, its jit options and the call's arguments),
+# - the lowering of a jaxpr (abstract arguments, the jaxpr and its debug information),
+# - a jitted function's transpose rule: a compile below it is the backward pass of grad
+#   or vjp taken outside any jit, which JAX runs after the function's own call returned,
+# - JAX's jit dispatch on a cache miss: its ``fun`` is the function jit wraps, marked with
+#   HOOK_ATTR when it is a watched one. A compile with no such frame above it is made
+#   outside the watched function's own call.
+TRACE_FRAME = "trace_frame"
+LOWER_FRAME = "lowering_frame"
+TRANSPOSE_FRAME = "transpose_frame"
+DISPATCH_FRAME = "dispatch_frame"
+HOOK_ATTR = "__cachewatch_hook__"
+_OUTSIDE_CALL_DEPTH = 128
+BACKWARD_PASS = "for its backward pass (jax.grad or jax.vjp taken outside any jit, which compiles the transpose)"
+OUTSIDE_CALL = "outside its own call (jax.checkpoint, jax.hessian or another transformation evaluated outside any jit)"
+_JAX_SRC = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+
+# Module of functions known only by the name JAX compiled them under.
+
+
+@dataclasses.dataclass(slots=True)
+class Target:
+    """What a foreign compile is of: the function, which jit object, and the signature."""
+
+    info: FunctionInfo
+    serial: int
+    signature: sigmod.Signature | None
+    primitive: str | None = None
+    # Read off JAX's frames: the call site is only known while they are on the stack.
+    call_site: str | None = None
+    # Compiled without a trace of its own call: traced inside a transformation (grad, vmap,
+    # a library's lifted transform) and run outside any jit.
+    lowered_only: bool = False
+    # A watched function compiled outside its own call (its backward pass, say): how.
+    outside_call: str = ""
+    # The lowered program's inputs, outputs and equations (primitives and simple
+    # parameters): the same program at other shapes has the same key; a forward, a remat's
+    # recomputation, a backward pass, a linearized program of one name differ.
+    program: tuple | None = None
+    # The lowered jaxpr itself, weakly: JAX's lowering and compile caches are keyed on it.
+    jaxpr_ref: Any = None
+    # Where each array argument was (sigmod.placement): committed or not, and its devices.
+    placement: tuple = ()
+
+
+@_guard.guarded(where="foreign.layout")
+def _layout_of(fun: Any, ji: Any) -> sigmod.ParamLayout | None:
+    try:
+        return sigmod.ParamLayout.from_function(
+            fun, getattr(ji, "static_argnums", ()), getattr(ji, "static_argnames", ())
+        )
+    except (TypeError, ValueError):  # no Python signature to read (a builtin, a C callable)
+        return None
+
+
+def find_frame(frame: Any, capability: str, depth: int = 12) -> Any:
+    """The nearest frame of the JAX function a capability names (``TRACE_FRAME``, ...)
+    above ``frame``, if within ``depth``; None also when that capability is off."""
+    if not jaxcompat.available(capability):
+        return None
+    names = jaxcompat.FRAMES[capability][1]
+    while frame is not None and depth > 0:
+        code = frame.f_code
+        if code.co_name in names and code.co_filename.startswith(_JAX_SRC):
+            return frame
+        frame = frame.f_back
+        depth -= 1
+    return None
+
+
+# --------------------------------------------------------------- jit objects and functions
+
+# A foreign jit object is known by its PjitInfo (one per jax.jit(...) call). Entries hold
+# it, so its id is not reused while remembered; the table is bounded for jit-in-a-loop.
+_MAX_OBJECTS = 4096
+_objects: OrderedDict[int, tuple[Any, int, sigmod.ParamLayout | None]] = OrderedDict()
+_objects_lock = threading.Lock()
+_serials = iter(range(1 << 40, 1 << 62))  # apart from the serials of wrapped functions
+
+_described: "weakref.WeakKeyDictionary[Any, FunctionInfo]" = weakref.WeakKeyDictionary()
+
+
+def _jit_object(ji: Any, fun: Any) -> tuple[int, sigmod.ParamLayout | None]:
+    key = id(ji)
+    with _objects_lock:
+        found = _objects.get(key)
+        if found is not None and found[0] is ji:
+            _objects.move_to_end(key)
+            return found[1], found[2]
+        layout = _layout_of(fun, ji)
+        serial = next(_serials)
+        _objects[key] = (ji, serial, layout)
+        while len(_objects) > _MAX_OBJECTS:
+            _objects.popitem(last=False)
+        return serial, layout
+
+
+def _describe(fun: Any) -> FunctionInfo:
+    try:
+        found = _described.get(fun)
+    except TypeError:
+        return describe_function(fun)
+    if found is None:
+        found = describe_function(fun)
+        try:
+            _described[fun] = found
+        except TypeError:
+            pass
+    return found
+
+
+def _primitive_params(fun: Any) -> dict[str, Any]:
+    # JAX's prim_fun closes over the primitive and its parameters (jax._src.dispatch).
+    if not jaxcompat.available("primitive_params"):
+        return {}
+    for cell in getattr(fun, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+def from_trace(frame: Any, name: str) -> Target | None:
+    """The target of a trace that just ended, read off JAX's ``_trace_for_jit`` frame."""
+    found = find_frame(frame, TRACE_FRAME)
+    if found is None:
+        return None
+    local = found.f_locals
+    fun, ji = local.get("fun"), local.get("ji")
+    args, kwargs = local.get("args") or (), local.get("kwargs") or {}
+    site = call_site(2)
+    if getattr(fun, "_apply_primitive", False):
+        return Target(
+            opbyop.function_info(name),
+            0,
+            sigmod.build_operands(args, _primitive_params(fun)),
+            primitive=name,
+            call_site=site,
+        )
+    serial, layout = _jit_object(ji, fun)
+    described = fun
+    if is_library_file(code_file(user_function(fun)) or ""):
+        # A library's own jit around the user's function passed as an argument (eqx.filter_jit).
+        passed = user_function_in((args, kwargs), getattr(fun, "__name__", name))
+        if passed is not None:
+            described = passed
+    signature = sigmod.build(layout, args, kwargs) if layout is not None else None
+    info = _describe(described)
+    placement: tuple = ()
+    if signature is not None and layout is not None:
+        try:
+            placement = sigmod.placement(layout, args, kwargs)
+        except Exception:  # a detail of a later explanation, never a reason to lose the event
+            placement = ()
+        with _lowered_lock:
+            _traced_placements[(info.function_hash, _array_key(signature))] = placement
+            while len(_traced_placements) > _MAX_OBJECTS:
+                del _traced_placements[next(iter(_traced_placements))]
+    return Target(info, serial, signature, call_site=site, placement=placement)
+
+
+def from_lowering(frame: Any, name: str) -> Target:
+    """The target of a compile that came without a trace, from JAX's lowering frame."""
+    found = find_frame(frame, LOWER_FRAME)
+    site = call_site(2)
+    if found is None:
+        return Target(_by_name(strip_jit(name), None), 0, None, call_site=site, lowered_only=True)
+    signature, jaxpr, source = _read_lowering(found)
+    inner = strip_jit(name)
+    program = program_key(jaxpr)
+    placement = _lowered_placement(found, signature)
+    if inner in opbyop.primitive_names():
+        # A primitive's program lowered without a trace of its own: built by a transformation
+        # taken outside any jit (linearize, partial_eval), another program than the primitive
+        # run op by op, though of the same name and argument types.
+        return Target(
+            opbyop.function_info(inner),
+            0,
+            signature,
+            primitive=inner,
+            call_site=site,
+            lowered_only=True,
+            program=program,
+            jaxpr_ref=_weak(jaxpr),
+        )
+    return Target(
+        _by_source(inner, source),
+        0,
+        signature,
+        call_site=site,
+        lowered_only=True,
+        program=program,
+        jaxpr_ref=_weak(jaxpr),
+        placement=placement,
+    )
+
+
+def _lowered_placement(found: Any, signature: sigmod.Signature) -> tuple:
+    """Committed or not, per argument, from the shardings JAX lowers with: an uncommitted
+    argument's is left unspecified, a committed one's is its sharding."""
+    try:
+        shardings = tuple(getattr(found.f_locals.get("semantic_in_shardings"), "shardings", None) or ())
+        skip = int(found.f_locals.get("num_const_args") or 0)
+        placed = []
+        for leaf, sharding in zip(signature.leaves, shardings[skip:]):
+            if type(sharding).__name__ == "UnspecifiedValue":
+                placed.append(sigmod.Placed(leaf.path, False, ""))
+            else:
+                devices = sorted(str(d) for d in sharding.device_set)
+                placed.append(sigmod.Placed(leaf.path, True, devices[0] if len(devices) == 1 else ",".join(devices)))
+        return tuple(placed)
+    except Exception:  # a JAX whose lowering frame differs: no placement to compare
+        return ()
+
+
+def _weak(value: Any) -> Any:
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return None
+
+
+def program_key(jaxpr: Any) -> tuple | None:
+    """What tells one lowered program from another of the same name, at any shapes: its
+    inputs, outputs, and the primitives of its equations in order (a linearized `tanh`
+    is other equations than `tanh`; parameters are left out, as many are shapes)."""
+    if jaxpr is None:
+        return None
+    try:
+        primitives = tuple(str(eqn.primitive) for eqn in jaxpr.eqns)
+        return (len(jaxpr.invars), len(jaxpr.outvars), hash(primitives))
+    except Exception:  # a JAX whose jaxpr differs: no program to tell apart
+        return None
+
+
+def _read_lowering(found: Any) -> tuple[sigmod.Signature, Any, str | None]:
+    """From JAX's lowering frame: the arguments' signature, the jaxpr, and where the
+    function it came from is defined (``name at file:line``)."""
+    local = found.f_locals
+    avals = tuple(local.get("in_avals") or ())
+    skip = int(local.get("num_const_args") or 0)
+    closed = local.get("closed_jaxpr")
+    # A ClosedJaxpr on JAX 0.10; on 0.12 a Jaxpr whose .jaxpr (kept for old callers) is itself.
+    jaxpr = getattr(closed, "jaxpr", closed)
+    debug = jaxcompat.jaxpr_debug_info(jaxpr)
+    arg_names = tuple(getattr(debug, "arg_names", None) or ())
+    return sigmod.from_avals(arg_names, avals[skip:]), jaxpr, getattr(debug, "func_src_info", None)
+
+
+def outside_call(frame: Any) -> str | None:
+    """How JAX comes to lower a watched function outside the function's own call (its
+    backward pass, or a transformation evaluated outside any jit); None within the call,
+    and None when JAX's dispatch frame cannot be read (such compiles are then claimed by
+    the next call, as before the distinction existed)."""
+    if not jaxcompat.available(DISPATCH_FRAME):
+        return None
+    found = frame
+    while (found := find_frame(found, DISPATCH_FRAME, _OUTSIDE_CALL_DEPTH)) is not None:
+        if getattr(found.f_locals.get("fun"), HOOK_ATTR, False):
+            return None
+        found = found.f_back
+    backward = find_frame(frame, TRANSPOSE_FRAME, _OUTSIDE_CALL_DEPTH) is not None
+    return BACKWARD_PASS if backward else OUTSIDE_CALL
+
+
+def from_outside_call(frame: Any, name: str, how: str, watched: list[FunctionInfo]) -> Target | None:
+    """The target of a compile made outside a watched function's call: of the ``watched``
+    functions with this name, the one defined where JAX's debug information says (the
+    only one, when it says nothing). None when it names none of them: a plain jit that
+    shares a watched function's name."""
+    found = find_frame(frame, LOWER_FRAME)
+    signature, jaxpr, source = _read_lowering(found) if found is not None else (None, None, None)
+    where = _source_location(source)
+    matches = [info for info in watched if (info.file, info.line) == where]
+    if not matches and not where[0] and len(watched) == 1:
+        matches = watched
+    if not matches:
+        return None
+    program = program_key(jaxpr)
+    return Target(
+        matches[-1],
+        0,
+        signature,
+        call_site=call_site(2),
+        lowered_only=True,
+        outside_call=how,
+        program=program,
+        jaxpr_ref=_weak(jaxpr),
+    )
+
+
+def from_name(name: str) -> Target:
+    return Target(_by_name(strip_jit(name), None), 0, None, call_site=call_site(2), lowered_only=True)
+
+
+def strip_jit(module_name: str) -> str:
+    if module_name.startswith("jit(") and module_name.endswith(")"):
+        return module_name[4:-1]
+    return module_name
+
+
+def _by_source(name: str, source_info: str | None) -> FunctionInfo:
+    """The function JAX's debug info points at (``name at file:line``), found among the loaded
+    modules so it is the same function, with the same hash, as when it is traced."""
+    file, _ = _source_location(source_info)
+    key = (file, name)
+    found = _by_source_cache.get(key)
+    if found is None:
+        function = _find_function(file, name) if file else None
+        found = _describe(function) if function is not None else _by_name(name, source_info)
+        _by_source_cache[key] = found
+    return found
+
+
+_by_source_cache: dict[tuple[str, str], FunctionInfo] = {}
+
+
+def _find_function(file: str, name: str) -> Any:
+    module = next((m for m in sys.modules.copy().values() if getattr(m, "__file__", None) == file), None)
+    if module is None:
+        return None
+    for value in list(vars(module).values()):
+        if isinstance(value, types.ModuleType):
+            continue  # a module's __getattr__ may warn or import
+        try:
+            # A module-level jit keeps the function in __wrapped__; jnp's ufunc objects one level deeper.
+            for candidate in (value, getattr(value, "__wrapped__", None), getattr(value, "_func", None)):
+                candidate = getattr(candidate, "__wrapped__", candidate)
+                code = getattr(candidate, "__code__", None)
+                if code is not None and code.co_name == name and code.co_filename == file:
+                    return candidate
+        except Exception:
+            continue
+    return None
+
+
+def _source_location(source_info: str | None) -> tuple[str, int]:
+    if not source_info or " at " not in source_info:
+        return "", 0
+    where = source_info.rsplit(" at ", 1)[1]
+    file, _, number = where.rpartition(":")
+    if not file:
+        return where, 0
+    return file, int(number) if number.isdigit() else 0
+
+
+def _by_name(name: str, source_info: str | None) -> FunctionInfo:
+    """A function known by name (and, from JAX's debug info, ``name at file:line``)."""
+    file, line = _source_location(source_info)
+    # The hash leaves the directory out, like a wrapped function's: the same code on
+    # two hosts is one function.
+    digest = hashlib.sha256(f"{UNATTRIBUTED_MODULE}:{name}:{os.path.basename(file)}:{line}".encode())
+    return FunctionInfo(
+        function_hash=digest.hexdigest()[:20],
+        name=name,
+        qualname=name,
+        module=UNATTRIBUTED_MODULE,
+        file=file,
+        line=line,
+    )
+
+
+# ------------------------------------------------------------------------- events
+
+
+def to_event(
+    target: Target,
+    kind: str,
+    timestamp: float,
+    trace_seconds: float | None,
+    lower_seconds: float | None,
+    compile_seconds: float | None,
+    persistent_cache_hit: bool | None,
+    cache_time_saved: float | None,
+    thread: str,
+    jaxpr_eqns: int | None = None,
+    cache_key: dict[str, str] | None = None,
+    program: program_mod.Program | None = None,
+) -> CompileEvent:
+    info = target.info
+    device = devices.default_device()
+    sig = target.signature
+    if target.primitive is not None and not target.lowered_only:
+        cause, explanation, diff = _explain_primitive(target)
+    elif target.lowered_only:
+        cause, explanation, diff = _explain_lowered(target)
+    elif sig is None:
+        cause, explanation, diff = (
+            Cause.UNKNOWN,
+            (f"JAX compiled `{info.name}` again; its arguments could not be read, so what changed is unknown."),
+            (),
+        )
+    else:
+        verdict = causes.explain_trace(
+            info.function_hash,
+            target.serial,
+            info.name,
+            sig,
+            succeeded=True,
+            compiled=True,
+            device=device,
+            call_site=target.call_site,
+        )
+        cause, explanation, diff = verdict.cause, verdict.explanation, verdict.diff
+    event_id, run_id = new_event_id(), current.run_id()
+    fields = {"jaxpr_eqns": jaxpr_eqns, **program_mod.event_fields(program, event_id, run_id)}
+    return CompileEvent(
+        event_id=event_id,
+        function=info,
+        run_id=run_id,
+        timestamp=timestamp,
+        kind=kind,
+        cause=cause,
+        explanation=explanation,
+        diff=tuple(diff),
+        signature=sig.as_json() if sig is not None else (),
+        signature_hash=sig.stable_hash() if sig is not None else "",
+        compiled=True,
+        nested=False,
+        trace_seconds=trace_seconds,
+        lower_seconds=lower_seconds,
+        compile_seconds=compile_seconds,
+        persistent_cache_hit=persistent_cache_hit,
+        cache_time_saved_seconds=cache_time_saved,
+        device=device,
+        backend=devices.backend(),
+        call_site=target.call_site,
+        thread=thread,
+        warmup=current.in_warmup(timestamp),
+        cache_key=cache_key,
+        **fields,
+    )
+
+
+# Primitives whose name says little to a user.
+_PRIMITIVE_NOTES = {
+    "stage": " (JAX's own step that puts a Python or NumPy value on the device)",
+    "device_put": " (moving a value to a device)",
+}
+
+
+def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], ...]]:
+    primitive = target.primitive or ""
+    info = target.info
+    sig = target.signature
+    where = f" at {target.call_site}" if target.call_site else ""
+    if sig is None:
+        first = opbyop.first_compile(primitive)
+        if first:
+            return (
+                Cause.FIRST_CALL,
+                (f"JAX compiled the primitive `{primitive}` op by op, outside any jit, for the first time{where}."),
+                (),
+            )
+        return (
+            Cause.UNKNOWN,
+            (
+                f"JAX compiled the primitive `{primitive}` op by op again{where}; JAX did not expose "
+                "its operands here, so what changed is unknown."
+            ),
+            (),
+        )
+    operands = ", ".join(leaf.describe() for leaf in sig.leaves if not leaf.static) or "no operands"
+    verdict = causes.explain_trace(
+        info.function_hash, 0, primitive, sig, succeeded=True, compiled=True, device=None, call_site=target.call_site
+    )
+    note = _PRIMITIVE_NOTES.get(primitive, "")
+    if verdict.cause == Cause.FIRST_CALL:
+        opbyop.first_compile(primitive)
+        return (
+            Cause.FIRST_CALL,
+            (
+                f"JAX compiled the primitive `{primitive}`{note} op by op, outside any jit, for "
+                f"the first time{where} ({operands})."
+            ),
+            (),
+        )
+    if not verdict.diff:
+        if "jax.clear_caches()" in verdict.explanation:
+            why = "after jax.clear_caches()"
+        elif verdict.cause == Cause.CACHE_CLEARED:
+            why = "jax.clear_caches() did not run since, so JAX evicted it from its bounded caches"
+        else:
+            why = "what changed is not in its operands, parameters or trace context"
+        return (
+            verdict.cause,
+            (
+                f"JAX compiled the primitive `{primitive}` op by op again{where} ({operands}) "
+                f"with operands, parameters and trace context it had compiled before: {why}."
+            ),
+            (),
+        )
+    change = verdict.diff[0]
+    if verdict.cause == Cause.NEW_CONTEXT:
+        options = [e for e in verdict.diff if e.get("change") == "context"]
+        shown = "; ".join(f"{e['path']}: {e['before']} -> {e['after']}" for e in options[:3])
+        return (
+            verdict.cause,
+            (
+                f"JAX compiled the primitive `{primitive}`{note} op by op again, outside any jit{where} "
+                f"({operands}), because the trace context JAX keys its cache on changed: {shown}. "
+                "Set the option once at start-up, or run this code inside the same context every time."
+            ),
+            verdict.diff,
+        )
+    if change.get("change") == "static":
+        what = f"its parameter `{change['path']}` changed: {change['before']} -> {change['after']}"
+    else:
+        what = (
+            f"operand {change['path']} changed {change['change'].replace('_', ' ')}: "
+            f"{change['before']} -> {change['after']}"
+        )
+    more = f" ({len(verdict.diff) - 1} more difference(s) in the diff)" if len(verdict.diff) > 1 else ""
+    return (
+        verdict.cause,
+        (
+            f"JAX compiled the primitive `{primitive}`{note} op by op again, outside any jit{where}: "
+            f"{what}{more}. Eager code compiles each primitive once per new shape; move it "
+            "inside a jitted function or keep its shapes fixed."
+        ),
+        verdict.diff,
+    )
+
+
+# Signatures of compiles without a trace, per function: JAX names their arguments
+# differently from a traced call, so they are compared only with each other.
+_lowered: dict[tuple[str, str, tuple | None], list[tuple[sigmod.Signature, int, Any]]] = {}
+_lowered_lock = threading.Lock()
+
+
+def _explain_lowered(target: Target) -> tuple[str, str, tuple[dict[str, Any], ...]]:
+    info, sig = target.info, target.signature
+    # A compile without a trace is compared only with the function's other compiles of
+    # the same program made the same way: a backward pass, a remat's recomputation, the
+    # program linearize builds of a primitive, are other programs than the plain one,
+    # with other arguments, each with a history of its own.
+    key = (info.function_hash, target.outside_call, target.program)
+    clears = ctxmod.clears()
+    with _lowered_lock:
+        earlier = list(_lowered.get(key, ()))
+        if sig is not None:
+            _lowered.setdefault(key, []).append((sig, clears, target.jaxpr_ref))
+            del _lowered[key][:-64]
+    moved = _commitment_changed(target)
+    if moved:
+        first = moved[0]
+        now = "committed to" if first["after"].startswith("committed") else "uncommitted on"
+        return (
+            Cause.NEW_DEVICE_OR_SHARDING,
+            (
+                f"`{info.name}` was compiled again without a retrace: argument {first['path']} is now {now} "
+                f"{first['after'].split(' ', 2)[-1]} (it was {first['before']}); committed and uncommitted "
+                "arrays compile separately, even on one device."
+            ),
+            tuple(moved),
+        )
+    if target.outside_call:
+        inside = target.outside_call
+        if not earlier:
+            return Cause.FIRST_CALL, f"First compile of `{info.name}` {inside} in this run.", ()
+    elif target.primitive is not None:
+        inside = (
+            "as a program JAX built for a transformation taken outside any jit (jax.grad, jvp or "
+            "linearize of eager code), told apart from the primitive run op by op"
+        )
+    else:
+        inside = "traced inside a transformation (grad, vmap, a library's lifted transform) and run outside any jit"
+    if not earlier:
+        if target.program is not None or not causes.seen(info.function_hash):
+            causes.note(info.function_hash)
+            return Cause.FIRST_CALL, f"First compile of this program of `{info.name}` in this run, {inside}.", ()
+        return (
+            Cause.UNKNOWN,
+            (
+                f"`{info.name}` was compiled again, {inside}; JAX's jaxpr for it could not be read, so "
+                "it could not be compared with the function's earlier programs."
+            ),
+            (),
+        )
+    if sig is None:
+        return Cause.UNKNOWN, f"`{info.name}` was compiled again, {inside}; its arguments could not be read.", ()
+    same_context = [old for old, _, _ in earlier if old.context == sig.context]
+    if not same_context:
+        before = earlier[-1][0]
+        entries = ctxmod.diff(before.context, sig.context)
+        if entries:
+            return Cause.NEW_CONTEXT, ctxmod.sentence(info.name, entries), tuple(entries)
+    _, entries = sigmod.closest(same_context or [old for old, _, _ in earlier], sig)
+    if not entries:
+        repeats = [(at, ref) for old, at, ref in earlier if old.key == sig.key]
+        if any(at != clears for at, _ in repeats):
+            return (
+                Cause.CACHE_CLEARED,
+                f"`{info.name}` was compiled again, {inside}, with a program and argument types it had "
+                "compiled before, after jax.clear_caches().",
+                (),
+            )
+        current_jaxpr = target.jaxpr_ref() if target.jaxpr_ref is not None else None
+        if current_jaxpr is not None and all(ref is not None and ref() is not current_jaxpr for _, ref in repeats):
+            # JAX's lowering and compile caches are keyed on the jaxpr object, and a
+            # transformation evaluated outside any jit builds the jaxpr afresh each time.
+            return (
+                Cause.NEW_FUNCTION_OBJECT,
+                (
+                    f"`{info.name}` was compiled again, {inside}: the same program at the same argument "
+                    "types, rebuilt by JAX as a new jaxpr object (the transformed function was made afresh, "
+                    "a lambda or partial in a loop, or JAX had dropped the old jaxpr), and JAX's compile "
+                    "cache is keyed on the object. Jit the function that takes the transformation "
+                    "(jax.jit(jax.grad(loss))), created once, so it compiles once."
+                ),
+                (),
+            )
+        return (
+            Cause.UNKNOWN,
+            (
+                f"`{info.name}` was compiled again, {inside}; the program (its equations), the jaxpr "
+                "object, the argument types and JAX's trace context were all the same as an earlier "
+                "compile's, and no cache was cleared."
+            ),
+            (),
+        )
+    first = entries[0]
+    return (
+        first["cause"],
+        (
+            f"`{info.name}` was compiled again, {inside}: argument {first['path']} changed "
+            f"{first['change'].replace('_', ' ')}: {first['before']} -> {first['after']}."
+        ),
+        tuple(entries),
+    )
+
+
+def _commitment_changed(target: Target) -> list[dict[str, Any]]:
+    """Diff entries for arguments whose commitment differs from the function's trace at
+    this signature (JAX lowers again for it, without tracing)."""
+    sig = target.signature
+    if target.outside_call or target.primitive is not None or sig is None or not target.placement:
+        return []
+    with _lowered_lock:
+        traced = _traced_placements.get((target.info.function_hash, _array_key(sig)))
+    if not traced or len(traced) != len(target.placement):
+        return []
+    entries = []
+    for was, now in zip(traced, target.placement):
+        if was.committed == now.committed:
+            continue
+        where = now.where or was.where
+        after = sigmod.Placed(was.path, now.committed, where)
+        entries.extend(sigmod.placement_diff((was,), (after,)))
+    return entries
+
+
+def _array_key(sig: sigmod.Signature) -> tuple:
+    # A traced signature names arguments as the call did, a lowered one as JAX does:
+    # their array leaves, in order, are what both have.
+    return tuple(leaf.compare_key() for leaf in sig.leaves if not leaf.static)
+
+
+# The placement of each foreign function's traced signatures, to tell a compile made for
+# a committed argument (lowered again, not traced) from one made inside a transformation.
+_traced_placements: dict[tuple[str, tuple], tuple] = {}
+
+
+def reset() -> None:
+    """Forget the compiles seen without a trace (a new run)."""
+    with _lowered_lock:
+        _lowered.clear()
+        _traced_placements.clear()
+
+
+causes.on_reset(reset)
+causes.on_reset(opbyop.reset)

@@ -1,0 +1,186 @@
+"""Who a jitted function is: name, source location and a hash stable across hosts.
+
+The hash covers the module, qualified name and source text (not the file path, which
+differs between checkouts), so the same code run on two machines lands on one row.
+A ``functools.partial`` or a bound method is identified by the function inside it:
+``jax.jit(partial(body))`` re-created in a loop is the same function every time,
+which is exactly what lets cachewatch say "new jit object, same function".
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import os
+import sys
+import sysconfig
+import types
+from typing import Any, Callable
+
+import jax
+
+from ..core.events import FunctionInfo
+
+
+def unwrap_callable(fun: Callable[..., Any]) -> tuple[Callable[..., Any], str]:
+    """The innermost plain function behind partials and bound methods, and a tag for the wrapping."""
+    tags = []
+    while True:
+        if isinstance(fun, functools.partial):
+            tags.append("partial")
+            fun = fun.func
+        elif isinstance(fun, types.MethodType):
+            tags.append("method")
+            fun = fun.__func__
+        else:
+            break
+    return fun, "/".join(tags)
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Where installed libraries and the standard library live: code there is not the user's."""
+    dirs: set[str] = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.update((os.path.abspath(path), os.path.realpath(path)))
+    for path in sys.path:
+        if path.rstrip(os.sep).endswith(("site-packages", "dist-packages")):
+            dirs.update((os.path.abspath(path), os.path.realpath(path)))
+    return tuple(sorted(d + os.sep for d in dirs))
+
+
+# cachewatch itself, every layer (this module sits one floor down in capture/).
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+LIBRARY_DIRS = _library_dirs()
+
+
+def is_library_file(filename: str) -> bool:
+    """True for code of an installed library (JAX, Flax, Optax ...), the standard library or cachewatch."""
+    return filename.startswith(LIBRARY_DIRS) or filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen")
+
+
+def code_file(fun: Any) -> str | None:
+    """The file a function's code (or a callable object's ``__call__``) comes from."""
+    code = getattr(fun, "__code__", None)
+    if code is None:
+        call = getattr(type(fun), "__call__", None)
+        code = getattr(call, "__code__", None)
+    return os.path.realpath(code.co_filename) if code is not None else None
+
+
+# Attributes under which library wrappers (nnx.jit's JitFn, functools.wraps, ...) keep
+# the function they wrap.
+_WRAPPED_ATTRS = ("__wrapped__", "f", "fun", "func", "fn", "_fun", "function")
+
+
+def user_function(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """The user's function behind a library's wrapper, or ``fun`` itself.
+
+    ``nnx.jit(step)`` hands ``jax.jit`` a Flax object holding ``step``; a decorator made
+    with ``functools.wraps`` keeps it in ``__wrapped__``. Only code that lives in an
+    installed library is looked through, so a user's own function is never replaced.
+    """
+    seen = 0
+    current = fun
+    while seen < 8:
+        inner, _ = unwrap_callable(current)
+        filename = code_file(inner)
+        if filename is None or not is_library_file(filename):
+            return current  # the user's own (a partial or bound method keeps its wrapping)
+        for attr in _WRAPPED_ATTRS:
+            try:
+                candidate = inspect.getattr_static(inner, attr, None)
+                if isinstance(candidate, property):
+                    candidate = getattr(inner, attr, None)
+            except Exception:
+                candidate = None
+            if candidate is not None and candidate is not inner and callable(candidate):
+                current = candidate
+                break
+        else:
+            return current
+        seen += 1
+    return current
+
+
+def user_function_in(args: Any, name: str, limit: int = 64) -> Callable[..., Any] | None:
+    """A function called ``name`` defined outside the libraries, found among ``args``.
+
+    ``eqx.filter_jit`` jits one function of its own (renamed after the user's) and passes
+    the user's function in as a static argument; this finds it there.
+    """
+    stack = [args]
+    visited = 0
+    while stack and visited < limit:
+        value = stack.pop()
+        visited += 1
+        if isinstance(value, (tuple, list)):
+            stack.extend(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, types.FunctionType):
+            if value.__name__ == name and not is_library_file(os.path.realpath(value.__code__.co_filename)):
+                return value
+    return None
+
+
+def call_site(depth: int = 1) -> str | None:
+    """The user's line that led here: the first frame up the stack outside the libraries
+    (JAX, the library that wraps the user's function, the standard library, cachewatch);
+    failing that, the first frame outside JAX and cachewatch."""
+    frame: Any = sys._getframe(depth)
+    fallback = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not is_library_file(filename):
+            return f"{filename}:{frame.f_lineno}"
+        if fallback is None and not filename.startswith((_PACKAGE_DIR, _JAX_DIR, "<frozen")):
+            fallback = f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return fallback
+
+
+def _source_text(fun: Callable[..., Any]) -> str:
+    try:
+        return inspect.getsource(fun)
+    except (OSError, TypeError):
+        code = getattr(fun, "__code__", None)
+        if code is not None:
+            # No source on disk (REPL, exec): the bytecode is the next best fingerprint.
+            return code.co_code.hex() + repr(code.co_names)
+        return type(fun).__qualname__
+
+
+def describe_function(fun: Callable[..., Any]) -> FunctionInfo:
+    """Name, place and stable hash of ``fun`` (of the user's function inside a library wrapper)."""
+    fun = user_function(fun)
+    inner, tag = unwrap_callable(fun)
+    target = inner
+    if not isinstance(inner, (types.FunctionType, types.BuiltinFunctionType)) and callable(inner):
+        # A callable object: identify it by its class's __call__.
+        call = getattr(type(inner), "__call__", None)
+        if isinstance(call, types.FunctionType):
+            target = call
+    name = getattr(inner, "__name__", None) or type(inner).__name__
+    qualname = getattr(inner, "__qualname__", None) or type(inner).__qualname__
+    module = getattr(inner, "__module__", None) or getattr(type(inner), "__module__", "") or ""
+    code = getattr(target, "__code__", None)
+    file = os.path.abspath(code.co_filename) if code is not None else ""
+    line = code.co_firstlineno if code is not None else 0
+    if "partial" in tag:
+        qualname = f"partial({qualname})"
+    digest = hashlib.sha256()
+    for part in (module, qualname, tag, _source_text(target)):
+        digest.update(part.encode("utf-8", "replace"))
+        digest.update(b"\0")
+    return FunctionInfo(
+        function_hash=digest.hexdigest()[:20],
+        name=name,
+        qualname=qualname,
+        module=module,
+        file=file,
+        line=line,
+    )

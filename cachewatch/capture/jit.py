@@ -1,0 +1,662 @@
+"""``cachewatch.jit``: ``jax.jit`` that records why and at what cost it traces and compiles.
+
+    @cachewatch.jit
+    def step(params, batch): ...
+
+    @cachewatch.jit(static_argnames="n", donate_argnums=0)
+    def g(x, n): ...
+
+The user's function is wrapped once, at decoration time, in a *trace hook* that reads
+the abstract signature of every trace, and that hook is what ``jax.jit`` compiles. The
+hook is cached on the user's function (per set of jit options), so re-wrapping the
+same function shares JAX's caches exactly as ``jax.jit`` does, and re-wrapping a new
+lambda or partial does not, exactly as ``jax.jit`` does not.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import time
+import types
+import weakref
+from typing import Any, Callable, ParamSpec, Protocol, TypeVar, overload
+
+import jax
+
+from ..core import _guard, jaxcompat
+from . import _tracking, cachekey, captures, counters, devices, guards, program
+from ..explain import causes
+from ..record import current, recorder
+from .counters import CallCounter, Watched as _Watched
+from ..explain import signature as sigmod
+from ..core.events import Cause, CompileEvent, FunctionInfo, Kind, new_event_id
+from .identity import call_site, describe_function, is_library_file, unwrap_callable, user_function_in
+
+_jax_jit = jax.jit  # the original, kept before install() may replace jax.jit
+
+# cachewatch's own keywords: time an eager run beside the compiled one, per signature;
+# a recompile limit and what to do past it.
+_EAGER_OPTION = "eager_baseline"
+_LIMIT_OPTIONS = ("max_recompiles", "on_limit")
+
+
+def _stats_for(info: FunctionInfo) -> CallCounter:
+    cfg = current.config()
+    return counters.counter_for(info, cfg.sample_every, cfg.sample_max_per_second)
+
+
+class HookState:
+    """Everything fixed at decoration time for one (function, jit options) pair."""
+
+    _serials = iter(range(1, 1 << 62))
+    _serial_lock = threading.Lock()
+
+    def __init__(self, fun: Callable[..., Any], options: dict[str, Any]):
+        self.info = describe_function(fun)
+        # A library's own jit around the user's function passed as an argument
+        # (eqx.filter_jit): named after the user's function at its first trace.
+        self.in_library_file = is_library_file(self.info.file)
+        self.look_for_user_function = self.in_library_file
+        self.layout = sigmod.ParamLayout.from_function(
+            fun, options.get("static_argnums"), options.get("static_argnames")
+        )
+        self.trace_name = _jax_fun_name(fun)
+        self.module_name = f"jit({self.trace_name})"
+        with HookState._serial_lock:
+            self.serial = next(HookState._serials)
+        reader = captures.reader(fun)
+        self.captures = captures.CaptureState(reader) if reader is not None else None
+        self.eager_baseline = current.config().eager_baseline
+        self.measured: set = set()  # signature keys with an eager baseline already taken
+        # The eager baseline calls the function again; a bound method's instance is held
+        # weakly, like the hook holds it.
+        self.fun = weakref.WeakMethod(fun) if isinstance(fun, types.MethodType) else (lambda: fun)
+        _tracking.watch_names(self.trace_name, self.module_name, self.info)
+
+
+def _jax_fun_name(fun: Callable[..., Any]) -> str:
+    # The name JAX puts in its monitoring events: jax._src.util.fun_name.
+    while True:
+        name = getattr(fun, "__name__", None)
+        if name is not None:
+            return name
+        if isinstance(fun, functools.partial):
+            fun = fun.func
+        else:
+            return "<unnamed function>"
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    hash(value)
+    return value
+
+
+def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
+    self_ref = None
+    target = fun
+    if isinstance(fun, types.MethodType):
+        # Hold the instance weakly: the hook is cached per instance and must not keep it alive.
+        self_ref = weakref.ref(fun.__self__)
+        target = fun.__func__
+
+    def hook(*args, **kwargs):
+        record = _begin_trace(state, args, kwargs)
+        # The limits and freeze decide here, before JAX lowers and compiles; what they
+        # decide is done outside the internal guard so that it reaches the caller.
+        outcome = _check_guards(state, record)
+        if outcome is not None:
+            try:
+                guards.act(outcome)  # raises the refusal, or warns (which -W error turns into one)
+            except BaseException as exc:
+                if record is not None:
+                    _trace_failed(record, exc)
+                raise
+        try:
+            if self_ref is None:
+                out = target(*args, **kwargs)
+            else:
+                out = target(self_ref(), *args, **kwargs)
+        except BaseException as exc:
+            if record is not None:
+                _trace_failed(record, exc)
+            raise
+        if record is not None:
+            _end_trace(record)
+        return out
+
+    for attr in ("__module__", "__doc__"):
+        try:
+            setattr(hook, attr, getattr(fun, attr))
+        except (AttributeError, TypeError):
+            pass
+    inner, _ = unwrap_callable(fun)
+    hook.__name__ = state.trace_name
+    hook.__qualname__ = getattr(inner, "__qualname__", state.trace_name)
+    # JAX reads the parameters through inspect.signature and the source location
+    # through __wrapped__ (for its error messages); both must show the user's function.
+    try:
+        setattr(hook, "__signature__", inspect.signature(fun))
+    except (TypeError, ValueError):
+        pass
+    setattr(hook, "__wrapped__", target if self_ref is not None else fun)
+    # The listener and freeze() tell a wrapped function's trace from a plain jit's by it.
+    setattr(hook, _tracking.HOOK_ATTR, True)
+    return hook
+
+
+_method_hooks: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_method_lock = threading.Lock()
+_HOOKS_ATTR = "__cachewatch_hooks__"
+
+
+def _hook_for(fun: Callable[..., Any], options: dict[str, Any]) -> tuple[Callable[..., Any], HookState]:
+    """The cached hook for this function and options, made on first use."""
+    try:
+        options_key = _freeze(options)
+    except TypeError:
+        options_key = None  # unhashable options: no sharing, like a fresh jax.jit
+    if isinstance(fun, types.MethodType):
+        try:
+            with _method_lock:
+                table = _method_hooks.setdefault(fun.__self__, {})
+            cache_key = (fun.__func__, options_key)
+        except TypeError:
+            table, cache_key = None, None
+    else:
+        table = getattr(fun, "__dict__", None)
+        if table is not None:
+            table = table.setdefault(_HOOKS_ATTR, {}) if isinstance(table, dict) else None
+        cache_key = options_key
+    if table is not None and options_key is not None:
+        found = table.get(cache_key)
+        if found is not None:
+            return found
+    state = HookState(fun, options)
+    made = (_make_hook(fun, state), state)
+    if table is not None and options_key is not None:
+        table[cache_key] = made
+    return made
+
+
+# ----------------------------------------------------------------- trace hook side
+
+
+@_guard.guarded(where="hook.begin")
+def _begin_trace(state: HookState, args: tuple, kwargs: dict) -> _tracking.Record | None:
+    if _tracking.suppressed():
+        return None
+    if state.look_for_user_function:
+        _name_after_user_function(state, args, kwargs)
+    sig = sigmod.build(state.layout, args, kwargs)
+    record = _tracking.Record(state, state.module_name, Kind.TRACE, sig)
+    if state.captures is not None:
+        record.stale = _capture_changes(state)
+        record.captured = state.captures.snapshot()
+    _tracking.push(record)
+    return record
+
+
+def _name_after_user_function(state: HookState, args: tuple, kwargs: dict) -> None:
+    state.look_for_user_function = False  # look once
+    found = user_function_in((args, kwargs), state.trace_name)
+    if found is None:
+        return
+    old, state.info = state.info, describe_function(found)
+    state.in_library_file = is_library_file(state.info.file)
+    counters.rename(old, state.info)
+
+
+@_guard.guarded(where="hook.guards")
+def _check_guards(state: HookState, record: _tracking.Record | None) -> BaseException | Warning | None:
+    if record is None:
+        return None
+    # The call site is looked up only when a limit or freeze asks for the cause.
+    return guards.check_trace(state, record, lambda: call_site(4))
+
+
+@_guard.guarded(where="hook.failed")
+def _trace_failed(record: _tracking.Record, exc: BaseException) -> None:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    record.error = f"{type(exc).__name__}: {message[:500]}"
+
+
+@_guard.guarded(where="hook.end")
+def _end_trace(record: _tracking.Record) -> None:
+    record.jaxpr_eqns = _count_traced_eqns()
+
+
+def _count_traced_eqns() -> int | None:
+    # The jaxpr being built is not handed to us; count the equations of the trace
+    # frame JAX is filling, which is what lowering will see.
+    return jaxcompat.traced_equations()
+
+
+# ------------------------------------------------------------------ call side
+
+
+def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Callable[..., Any]:
+    """The function ``cachewatch.jit`` returns: calls ``jitted`` and notices traces and compiles.
+
+    On a cache hit the frame around JAX's C++ dispatch is the whole cost, so the common
+    path is C (``_fastcall.Watched``); it hands sampled calls to ``sampled`` and calls that
+    traced or compiled to ``finish``. The pure-Python twin below is a plain closure, the
+    cheapest Python frame. Either binds as a method exactly like ``jax.jit``.
+    """
+    stats = _stats_for(state.info)
+    tracking = _tracking
+
+    def finish(mark: int, args: tuple, kwargs: dict, exc: BaseException | None) -> None:
+        if _finish(state, jitted, mark, args, kwargs, exc):
+            stats.calls -= 1  # made while tracing an outer function: not an execution
+        if not current.steady():
+            stats.next_sample = stats.calls + 1  # the next call tells whether warm-up is over
+
+    def run(call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        mark = tracking.activity
+        try:
+            out = call(*args, **kwargs)
+        except BaseException as exc:
+            if tracking.activity != mark:
+                finish(mark, args, kwargs, exc)
+            raise
+        if tracking.activity != mark:
+            finish(mark, args, kwargs, None)
+        elif not current.steady() and not state.in_library_file:
+            current.mark_steady()  # the user's own step ran from the cache: set-up is over
+        return out
+
+    def timed(*args, **kwargs):
+        out = _timed_call(jitted, stats, state, args, kwargs)
+        if state.captures is not None:
+            _check_captures(state)
+        return out
+
+    def sampled(*args, **kwargs):  # the call is counted already
+        return run(timed, args, kwargs)
+
+    watched: Any
+    if _Watched is not None:
+        watched = _Watched(jitted, stats, sampled, finish)
+    else:
+
+        def watched(*args, **kwargs):
+            stats.calls += 1
+            if stats.calls >= stats.next_sample:
+                return run(timed, args, kwargs)
+            mark = tracking.activity
+            try:
+                out = jitted(*args, **kwargs) if kwargs else jitted(*args)
+            except BaseException as exc:
+                if tracking.activity != mark:
+                    finish(mark, args, kwargs, exc)
+                raise
+            if tracking.activity != mark:
+                finish(mark, args, kwargs, None)
+            return out
+
+    def observed(method: str) -> Callable[..., Any]:
+        def call(*args, **kwargs):
+            return run(getattr(jitted, method), args, kwargs)
+
+        call.__name__ = method
+        return call
+
+    def clear_cache() -> None:
+        jitted.clear_cache()
+        with _guard.guard("jit.clear_cache"):
+            causes.mark_cleared(state.info.function_hash, state.serial)
+
+    functools.update_wrapper(watched, fun, updated=())
+    watched.lower = observed("lower")
+    watched.trace = observed("trace")
+    watched.eval_shape = observed("eval_shape")
+    watched.clear_cache = clear_cache
+    watched._cache_size = jaxcompat.jit_cache_size(jitted)
+    watched.__cachewatch_state__ = state
+    watched.__cachewatch_jitted__ = jitted
+    return watched
+
+
+def is_watched(fn: Any) -> bool:
+    """True for a function returned by ``cachewatch.jit``."""
+    return getattr(fn, "__cachewatch_state__", None) is not None
+
+
+def _timed_call(jitted: Any, stats: CallCounter, state: HookState, args: tuple, kwargs: dict) -> Any:
+    """A sampled call, timed alone: the time one call takes with nothing else queued.
+
+    JAX dispatches asynchronously: the inputs may be outputs of calls still queued on
+    the device, and blocking on this call's output would wait for those too. So the
+    inputs are waited for first, then the timer covers dispatch, the run, and the wait
+    for this call's outputs. What it leaves out is pipelining: in a loop that never
+    blocks, the next call's dispatch overlaps this one's run.
+    """
+    mark = _tracking.activity
+    stats.next_sample = stats.calls + stats.sample_every
+    if not stats.sampling and not stats.first_hit:
+        return jitted(*args, **kwargs)  # sampling is off; handed over only to end warm-up
+    first_hit, stats.first_hit = stats.first_hit, False
+    if not first_hit:  # one timed call per compile is never capped: compiles are rarer than that
+        now = time.monotonic()
+        if now - stats.window_start >= 1.0:
+            stats.window_start = now
+            stats.window_samples = 0
+        if stats.window_samples >= stats.max_per_second:
+            return jitted(*args, **kwargs)
+        stats.window_samples += 1
+    signature_hash = _sample_signature(state, stats, args, kwargs)
+    if signature_hash is None:
+        return jitted(*args, **kwargs)
+    start = time.perf_counter()
+    out = jitted(*args, **kwargs)
+    jax.block_until_ready(out)
+    end = time.perf_counter()
+    if _tracking.activity == mark:  # a call that compiled would count compile time as run time
+        stats.add_sample(signature_hash, end - start, end)
+    return out
+
+
+@_guard.guarded(where="jit.sample")
+def _sample_signature(state: HookState, stats: CallCounter, args: tuple, kwargs: dict) -> str | None:
+    """Wait for the call's inputs, and name its signature (before the call: donated
+    inputs are gone after it). None: do not time this call."""
+    try:
+        jax.block_until_ready((args, kwargs))
+    except Exception:  # e.g. an input already donated: the call itself will say so
+        return None
+    if len(stats.signatures) <= 1:  # one shape so far (or none known): no need to look
+        return next(iter(stats.signatures), "")
+    return sigmod.build(state.layout, args, kwargs).stable_hash()
+
+
+@_guard.guarded(where="jit.finish")
+def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict, exc: BaseException | None) -> bool:
+    """Record what the call traced and compiled; True when the call was made while tracing
+    another function (a call of the jaxpr being built, not an execution)."""
+    records = _tracking.claim(state, state.module_name, mark)
+    if not records:
+        return False
+    call_site = _call_site()
+    device = devices.of_inputs(args, kwargs)
+    extra: dict[str, Any] = {}
+    compiled = [r for r in records if r.compiles > 0 and r.error is None]
+    if compiled and not state.in_library_file:
+        current.note_user_compile(state.info.function_hash)
+    if compiled and exc is None:
+        _sample_next_call(state, args, kwargs, compiled[0])
+        cfg = current.config()
+        if cfg.cost_analysis and compiled[0].program is None:  # the compile's own figures are better
+            extra.update(_cost_analysis(jitted, args, kwargs))
+        if state.eager_baseline:
+            extra.update(_eager_baseline(state, jitted, compiled[0], args, kwargs))
+    for record in records:
+        event = _to_event(
+            state,
+            record,
+            args,
+            kwargs,
+            call_site,
+            device,
+            extra if record is (compiled[0] if compiled else None) else {},
+        )
+        if event is not None:
+            recorder.record_event(event)
+        for name, before, after in record.stale:
+            recorder.record_event(_stale_event(state, name, before, after, call_site))
+    return all(r.kind == Kind.TRACE and r.trace_seconds is None and r.compiles == 0 for r in records)
+
+
+def _sample_next_call(state: HookState, args: tuple, kwargs: dict, record: _tracking.Record) -> None:
+    sig = record.signature if record.kind == Kind.TRACE else _concrete_signature(state, args, kwargs)
+    _stats_for(state.info).after_compile(sig.stable_hash() if sig is not None else None)
+
+
+def _to_event(
+    state: HookState,
+    record: _tracking.Record,
+    args: tuple,
+    kwargs: dict,
+    call_site: str | None,
+    device: str | None,
+    extra: dict[str, Any],
+) -> CompileEvent | None:
+    info = state.info
+    compiled = record.compiles > 0
+    if record.kind == Kind.TRACE:
+        sig = record.signature
+        nested = record.trace_seconds is None and not compiled
+        verdict = causes.explain_trace(
+            info.function_hash,
+            state.serial,
+            info.name,
+            sig,
+            succeeded=record.error is None,
+            compiled=compiled,
+            device=device,
+            call_site=call_site,
+            placement=_placement(state, args, kwargs) if compiled else (),
+        )
+    else:
+        sig = _concrete_signature(state, args, kwargs)
+        nested = False
+        transform = _transformation(args, kwargs)
+        if transform is not None:
+            verdict = causes.explain_transformed(info.function_hash, state.serial, info.name, sig, *transform)
+        else:
+            verdict = causes.explain_compile(
+                info.function_hash, state.serial, info.name, sig, device, _placement(state, args, kwargs)
+            )
+    signature_json = sig.as_json() if sig is not None else ()
+    cache_hit, cache_key = cachekey.take(record.seq)
+    event_id, run_id = new_event_id(), current.run_id()
+    fields = {"jaxpr_eqns": record.jaxpr_eqns, **program.event_fields(record.program, event_id, run_id)}
+    return CompileEvent(
+        event_id=event_id,
+        function=info,
+        run_id=run_id,
+        timestamp=record.timestamp,
+        kind=record.kind,
+        cause=verdict.cause,
+        explanation=verdict.explanation,
+        diff=verdict.diff,
+        signature=signature_json,
+        signature_hash=sig.stable_hash() if sig is not None else "",
+        compiled=compiled,
+        nested=nested,
+        trace_seconds=record.trace_seconds,
+        lower_seconds=record.lower_seconds,
+        compile_seconds=record.compile_seconds,
+        persistent_cache_hit=record.persistent_cache_hit if cache_hit is None else cache_hit,
+        cache_time_saved_seconds=record.cache_time_saved,
+        device=device,
+        backend=devices.backend(),
+        call_site=call_site,
+        error=record.error,
+        thread=record.thread,
+        captured=record.captured or None,
+        warmup=current.in_warmup(record.timestamp),
+        cache_key=cache_key,
+        **{**fields, **extra},
+    )
+
+
+def _stale_event(state: HookState, name: str, before: str, after: str, call_site: str | None) -> CompileEvent:
+    info = state.info
+    return CompileEvent(
+        event_id=new_event_id(),
+        function=info,
+        run_id=current.run_id(),
+        timestamp=time.time(),
+        kind=Kind.STALE_CAPTURE,
+        cause=Cause.STALE_CAPTURE,
+        explanation=(
+            f"`{info.name}` read `{name}` when it was traced ({before}); it is now {after}, but the "
+            f"compiled code still uses the old value. Pass `{name}` as an argument (static if it "
+            "steers Python control flow) instead of reading it from the enclosing scope."
+        ),
+        diff=({"path": name, "change": "value", "cause": Cause.STALE_CAPTURE, "before": before, "after": after},),
+        signature=(),
+        signature_hash="",
+        compiled=False,
+        nested=False,
+        call_site=call_site,
+        backend=devices.backend(),
+        thread=threading.current_thread().name,
+    )
+
+
+def _capture_changes(state: HookState) -> list[tuple[str, str, str]]:
+    """Changes to the values baked in at trace time, unless the check is turned off."""
+    if state.captures is None or not current.config().stale_capture_check:
+        return []
+    return state.captures.changes()
+
+
+@_guard.guarded(where="jit.captures")
+def _check_captures(state: HookState) -> None:
+    changes = _capture_changes(state)
+    if changes:
+        site = _call_site()
+        for name, before, after in changes:
+            recorder.record_event(_stale_event(state, name, before, after, site))
+
+
+def _eager_baseline(
+    state: HookState, jitted: Any, record: _tracking.Record, args: tuple, kwargs: dict
+) -> dict[str, Any]:
+    """One steady-state compiled run and one op-by-op run of this signature, timed."""
+    key = record.signature.key if record.signature is not None else None
+    if key is None or key in state.measured:
+        return {}
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    if any(getattr(leaf, "is_deleted", lambda: False)() for leaf in leaves):
+        return {}  # donated inputs are gone: nothing to run again
+    state.measured.add(key)
+    with _tracking.suppress():
+        start = time.perf_counter()
+        jax.block_until_ready(jitted(*args, **kwargs))
+        compiled_seconds = time.perf_counter() - start
+        fun = state.fun()
+        if fun is None:  # the method's instance is gone
+            return {}
+        with jax.disable_jit():
+            jax.block_until_ready(fun(*args, **kwargs))  # warm JAX's op-by-op caches
+            start = time.perf_counter()
+            jax.block_until_ready(fun(*args, **kwargs))
+            eager_seconds = time.perf_counter() - start
+    return {"compiled_run_seconds": compiled_seconds, "eager_run_seconds": eager_seconds}
+
+
+def _cost_analysis(jitted: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """Program size and XLA's cost estimate, from lowering the traced jaxpr once more."""
+    with _tracking.suppress():
+        lowered = jitted.trace(*args, **kwargs).lower()
+        text = lowered.as_text()
+        result: dict[str, Any] = {
+            "hlo_ops": sum(
+                1
+                for line in text.splitlines()
+                if " = " in line or line.lstrip().startswith(("stablehlo.", "func.return"))
+            )
+        }
+        try:
+            cost = lowered.cost_analysis() or {}
+            if isinstance(cost, (list, tuple)):
+                cost = cost[0] if cost else {}
+            result["flops"] = float(cost["flops"]) if "flops" in cost else None
+            result["bytes_accessed"] = float(cost["bytes accessed"]) if "bytes accessed" in cost else None
+        except Exception:
+            pass
+    return result
+
+
+def _transformation(args: tuple, kwargs: dict) -> tuple[str, tuple[str, ...]] | None:
+    """The transformation whose tracers the call's arguments are, if any (the compile that
+    follows is of the transformed function, not of the function itself), with the shapes
+    of the values under its tracers (a vmap's batched arguments)."""
+    tracers = [leaf for leaf in jax.tree_util.tree_leaves((args, kwargs)) if isinstance(leaf, jax.core.Tracer)]
+    if not tracers:
+        return None
+    values = (getattr(t, "val", None) for t in tracers)  # a tracer's value: an array, or another tracer
+    shapes = tuple(str(tuple(shape)) for shape in (getattr(v, "shape", None) for v in values) if shape is not None)
+    return jaxcompat.transform_of(tracers[0]), shapes
+
+
+@_guard.guarded(default=(), where="jit.placement")
+def _placement(state: HookState, args: tuple, kwargs: dict) -> tuple:
+    # Placement is a detail of the explanation: a bug here is counted, the event kept.
+    return sigmod.placement(state.layout, args, kwargs)
+
+
+@_guard.guarded(where="jit.signature")
+def _concrete_signature(state: HookState, args: tuple, kwargs: dict) -> sigmod.Signature | None:
+    # A bug here is counted by the guard (and fails the project's tests), never turned
+    # into a quiet cause=unknown.
+    return sigmod.build(state.layout, args, kwargs)
+
+
+def _call_site() -> str | None:
+    return call_site(3)
+
+
+# ------------------------------------------------------------------ public entry
+
+
+P = ParamSpec("P")
+R = TypeVar("R", covariant=True)
+
+
+class Jitted(Protocol[P, R]):
+    """What ``cachewatch.jit`` returns: the function, with its parameters and result type,
+    and the jit object's methods (``lower``, ``trace``, ``eval_shape``, ``clear_cache``)."""
+
+    @property
+    def __wrapped__(self) -> Callable[P, R]: ...
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+    def lower(self, *args: P.args, **kwargs: P.kwargs) -> jax.stages.Lowered: ...
+    def trace(self, *args: P.args, **kwargs: P.kwargs) -> jax.stages.Traced: ...
+    def eval_shape(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
+    def clear_cache(self) -> None: ...
+
+    # A jitted method binds like a function (its first parameter is the instance).
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> Jitted[P, R]: ...
+    @overload
+    def __get__(self, instance: object, owner: type[Any]) -> Callable[..., R]: ...
+
+
+@overload
+def jit(fun: Callable[P, R], /, **jit_options: Any) -> Jitted[P, R]: ...
+@overload
+def jit(fun: None = None, /, **jit_options: Any) -> Callable[[Callable[P, R]], Jitted[P, R]]: ...
+
+
+def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
+    """Drop-in for ``jax.jit``: same arguments, same behaviour, plus a record of every compile."""
+    if fun is None:
+        return lambda f: jit(f, **jit_options)
+    if is_watched(fun):
+        fun = getattr(fun, "__wrapped__")
+    eager_baseline = jit_options.pop(_EAGER_OPTION, None)
+    max_recompiles, on_limit = (jit_options.pop(name, None) for name in _LIMIT_OPTIONS)
+    guards.check_options(max_recompiles, on_limit)
+    if not current.config().enabled:
+        return _jax_jit(fun, **jit_options)
+    hook = None
+    with _guard.guard("jit.wrap"):
+        _tracking.install_listeners()
+        cachekey.install()
+        hook, state = _hook_for(fun, jit_options)
+        if eager_baseline:
+            state.eager_baseline = True
+        guards.set_limit(state.info.function_hash, max_recompiles, on_limit)
+    if hook is None:
+        return _jax_jit(fun, **jit_options)
+    return _make_watched(fun, _jax_jit(hook, **jit_options), state)

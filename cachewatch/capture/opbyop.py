@@ -1,0 +1,73 @@
+"""JAX's own small compiles from code that runs outside any jit.
+
+Every eager ``jnp`` call runs one primitive at a time, and JAX compiles each primitive
+once per new combination of operand shapes, dtypes and parameters. Un-jitted code that
+meets a new shape every step (``convert_element_type``, ``broadcast_in_dim`` ...) pays a
+compile per step. cachewatch records these compiles as events of a pseudo-function per
+primitive (see ``foreign``), with the user's line that ran it, so a barrage shows up as
+a storm and each recompile names the operand or parameter that changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+
+from ..core import jaxcompat
+from ..core.events import OP_BY_OP_MODULE as MODULE
+from ..core.events import FunctionInfo
+
+_lock = threading.Lock()
+_seen: set[str] = set()
+_infos: dict[str, FunctionInfo] = {}
+_names: frozenset[str] = frozenset()
+_names_from = 0
+
+
+def primitive_names() -> frozenset[str]:
+    """Names of the primitives defined in JAX's loaded modules (what an eager compile is named after).
+
+    Read again when more of JAX has been imported since, so primitives of modules loaded
+    late (``reduce_window_max`` in ``jax._src.lax.windowed_reductions``) are known too.
+    """
+    global _names, _names_from
+    # A copy in one step: another thread may be importing (list() of a live view can see
+    # the dictionary change size and raise).
+    modules = [m for name, m in sys.modules.copy().items() if name.startswith("jax._src") and m is not None]
+    if len(modules) == _names_from:
+        return _names
+    primitive = jaxcompat.primitive_type()
+    if primitive is None:
+        return _names
+    names = set()
+    for module in modules:
+        for value in list(vars(module).values()):
+            if isinstance(value, primitive):
+                names.add(getattr(value, "name", ""))
+    _names, _names_from = frozenset(names), len(modules)
+    return _names
+
+
+def function_info(primitive: str) -> FunctionInfo:
+    info = _infos.get(primitive)
+    if info is None:
+        digest = hashlib.sha256(f"{MODULE}:{primitive}".encode()).hexdigest()[:20]
+        info = _infos[primitive] = FunctionInfo(
+            function_hash=digest, name=primitive, qualname=f"{primitive} (op-by-op)", module=MODULE, file="", line=0
+        )
+    return info
+
+
+def first_compile(primitive: str) -> bool:
+    """True the first time a compile of ``primitive`` is seen in this run."""
+    with _lock:
+        first = primitive not in _seen
+        _seen.add(primitive)
+    return first
+
+
+def reset() -> None:
+    """Forget which primitives compiled (a new run)."""
+    with _lock:
+        _seen.clear()

@@ -1,0 +1,544 @@
+"""What was compiled: the program behind each compile, read from the compile JAX already does.
+
+JAX hands the jaxpr it lowers to ``jaxpr_util.maybe_dump_jaxpr_to_file`` and the lowered
+module to ``compiler.compile_or_get_cached``, which returns the executable; pxla looks
+both up through their module, so wrapping them sees every lowering and compile without
+lowering or compiling anything again. The wrapper of the compile computes a
+:class:`Program` on the compiling thread, and the monitoring listener hands it to the
+record of that compile (see ``_tracking``) as the backend-compile event fires.
+
+A program's figures: equations by primitive and by user source line (through nested
+jaxprs, loop bodies marked), XLA's operation and fusion counts, ``cost_analysis`` and the
+compiled memory, and a fingerprint of the optimised HLO printed without metadata and with
+canonical names, so that a weak-type flip (a ``convert`` XLA removes) gives the same
+fingerprint and a batch-size change does not.
+
+Every access to JAX internals sits in one small function below that falls back (and says
+so once through the guard) when an attribute is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+from ..core import _guard, jaxcompat
+from ..core.events import PROGRAM_FORMATS
+from ..record import current
+from .identity import is_library_file
+
+# Most source lines kept on an event (the full profile stays with the program's texts).
+TOP_LINES = 20
+_tls = threading.local()
+_lock = threading.Lock()
+_installed = False
+# Whether a compile of this module name is wanted (set by _tracking: watched, install(),
+# an eager primitive); cachewatch's own compiles are never looked at.
+wanted: Callable[[str], bool] = lambda name: False  # noqa: E731
+
+# Seconds spent on each part, over the process (the benchmark and the README read them).
+spent: dict[str, float] = {"walk": 0.0, "fingerprint": 0.0, "xla": 0.0, "text": 0.0, "extra": 0.0, "compile": 0.0}
+
+
+@dataclasses.dataclass(slots=True)
+class Program:
+    """The program of one compile, as the event and the store take it."""
+
+    fingerprint: str | None = None
+    lowered_fingerprint: str | None = None
+    jaxpr_eqns: int | None = None
+    eqns_by_primitive: dict[str, int] | None = None
+    eqns_by_line: list[dict[str, Any]] | None = None
+    hlo_ops: int | None = None
+    fusions: int | None = None
+    flops: float | None = None
+    bytes_accessed: float | None = None
+    memory: dict[str, int] | None = None
+    # format -> text (jaxpr, hlo, stablehlo) and the equation profile rows; compressed
+    # by the writer's side of ``texts_payload``.
+    texts: dict[str, str] = dataclasses.field(default_factory=dict)
+    profile: list[list[Any]] | None = None
+    compile_seconds: float = 0.0
+    event_id: str | None = None
+
+
+# ----------------------------------------------------------------- JAX internals
+
+
+def _patch_lowering() -> bool:
+    """Wrap ``jaxpr_util.maybe_dump_jaxpr_to_file``: pxla hands it every jaxpr it lowers."""
+    try:
+        from jax._src import jaxpr_util
+    except ImportError:
+        return False
+    original = getattr(jaxpr_util, "maybe_dump_jaxpr_to_file", None)
+    if original is None or getattr(original, "__cachewatch__", False):
+        return original is not None
+
+    def maybe_dump_jaxpr_to_file(fun_name: str, jaxpr: Any, *args: Any, **kwargs: Any) -> Any:
+        _tls.jaxpr = (fun_name, jaxpr)
+        return original(fun_name, jaxpr, *args, **kwargs)
+
+    maybe_dump_jaxpr_to_file.__cachewatch__ = True  # type: ignore[attr-defined]
+    maybe_dump_jaxpr_to_file.__wrapped__ = original  # type: ignore[attr-defined]
+    jaxpr_util.maybe_dump_jaxpr_to_file = maybe_dump_jaxpr_to_file
+    return True
+
+
+def _patch_compile() -> bool:
+    """Wrap ``compiler.compile_or_get_cached``: it takes the lowered module and returns
+    the executable (a persistent-cache hit included), once per in-memory cache miss."""
+    try:
+        from jax._src import compiler
+    except ImportError:
+        return False
+    original = getattr(compiler, "compile_or_get_cached", None)
+    if original is None or getattr(original, "__cachewatch__", False):
+        return original is not None
+
+    def compile_or_get_cached(backend: Any, computation: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        executable = original(backend, computation, *args, **kwargs)
+        seconds = time.perf_counter() - start
+        _after_compile(computation, executable, seconds)
+        return executable
+
+    compile_or_get_cached.__cachewatch__ = True  # type: ignore[attr-defined]
+    compile_or_get_cached.__wrapped__ = original  # type: ignore[attr-defined]
+    compiler.compile_or_get_cached = compile_or_get_cached
+    return True
+
+
+def _print_options() -> Any | None:
+    """HloPrintOptions without metadata and with canonical names (jaxlib's ``hlo``)."""
+    if not jaxcompat.available("hlo_print_options"):
+        return None
+    try:
+        from jax._src.lib import hlo
+
+        options = hlo.HloPrintOptions()
+        options.print_metadata = False
+        options.canonicalize_instruction_names = True
+        options.canonicalize_computations = True
+        return options
+    except (ImportError, AttributeError) as exc:
+        _fell_back("hlo_print_options", exc)
+        return None
+
+
+def _optimised_hlo(executable: Any) -> str | None:
+    modules = executable.hlo_modules()
+    if not modules:
+        return None
+    options = _print_options()
+    return modules[0].to_string(options) if options is not None else None
+
+
+def _fell_back(capability: str, exc: BaseException) -> None:
+    """A JAX internal the seam found but that failed on use: its capability turns off
+    (one warning naming what is lost) and that figure is left out from now on."""
+    jaxcompat.turn_off(capability, f"{type(exc).__name__}: {exc}")
+
+
+def _lowered_bytes(module: Any) -> bytes | None:
+    """The lowered module without locations, as bytecode: what JAX's persistent cache
+    hashes for its key (``cache_key._canonicalize_ir``)."""
+    if not jaxcompat.available("mlir_strip_debuginfo"):
+        return None
+    try:
+        from jax._src.lib.mlir import passmanager
+    except ImportError as exc:
+        _fell_back("mlir_strip_debuginfo", exc)
+        return None
+    with module.context:
+        clone = module.operation.clone()
+        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(clone)
+        out = _BytesSink()
+        clone.write_bytecode(file=out)
+    return bytes(out.data)
+
+
+class _BytesSink:
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, chunk: bytes) -> int:
+        self.data += chunk
+        return len(chunk)
+
+
+def _stablehlo_text(module: Any) -> str:
+    return str(module.operation.get_asm(enable_debug_info=False))
+
+
+def _frame_reader() -> Callable[[Any], tuple[str, int, str] | None]:
+    """A function from an equation's source_info to its user frame (file, line, function):
+    the innermost frame outside JAX, installed libraries and cachewatch. Per code object
+    the test is made once, per (code, offset) the line is looked up once."""
+    if not jaxcompat.available("traceback_lines"):
+        return lambda source_info: None
+    from jax._src.lib import xla_client
+
+    try:
+        addr2line = xla_client.Traceback.code_addr2line
+    except AttributeError as exc:
+        _fell_back("traceback_lines", exc)
+        return lambda source_info: None
+    # Keyed by the code object's id (hashing a code object hashes its bytecode); the
+    # tracebacks being read keep the code objects alive for the reader's lifetime.
+    user: dict[int, bool] = {}
+    lines: dict[tuple[int, int], int] = {}
+
+    def read(source_info: Any) -> tuple[str, int, str] | None:
+        traceback = getattr(source_info, "traceback", None)
+        if traceback is None:
+            return None
+        codes, lastis = traceback.raw_frames()
+        for code, lasti in zip(codes, lastis):
+            ok = user.get(id(code))
+            if ok is None:
+                ok = user[id(code)] = not is_library_file(code.co_filename)
+            if ok:
+                key = (id(code), lasti)
+                line = lines.get(key)
+                if line is None:
+                    line = lines[key] = addr2line(code, lasti)
+                return code.co_filename, line, code.co_qualname
+        return None
+
+    return read
+
+
+def _inner_jaxprs(params: dict[str, Any]) -> Iterator[Any]:
+    """The jaxprs in an equation's parameters (a ClosedJaxpr's or a Jaxpr: 0.12 has no ClosedJaxpr)."""
+    for value in params.values():
+        if isinstance(value, (tuple, list)):
+            for item in value:
+                inner = _as_jaxpr(item)
+                if inner is not None:
+                    yield inner
+        else:
+            inner = _as_jaxpr(value)
+            if inner is not None:
+                yield inner
+
+
+def _as_jaxpr(value: Any) -> Any | None:
+    if hasattr(value, "eqns") and hasattr(value, "invars"):
+        return value
+    inner = getattr(value, "jaxpr", None)
+    if inner is not None and hasattr(inner, "eqns") and hasattr(inner, "invars"):
+        return inner
+    return None
+
+
+# Primitives whose inner jaxpr is a loop body: its equations run many times but are
+# compiled once (a scan, a while loop, a fori_loop).
+LOOP_PRIMITIVES = frozenset({"scan", "while"})
+
+
+# ----------------------------------------------------------------- figures
+
+
+def walk(jaxpr: Any) -> tuple[int, dict[str, int], list[list[Any]]]:
+    """Equations in all, by primitive, and the profile rows ``[file, line, function,
+    primitive, in_loop_body, count]``, counted through nested jaxprs (each once)."""
+    read = _frame_reader()
+    counts: dict[tuple[Any, str, bool], int] = {}
+    by_primitive: dict[str, int] = {}
+    seen: set[int] = set()
+    total = 0
+    stack: list[tuple[Any, bool]] = [(jaxpr, False)]
+    while stack:
+        current_jaxpr, in_loop = stack.pop()
+        if id(current_jaxpr) in seen:
+            continue
+        seen.add(id(current_jaxpr))
+        for eqn in current_jaxpr.eqns:
+            name = eqn.primitive.name
+            total += 1
+            by_primitive[name] = by_primitive.get(name, 0) + 1
+            key = (read(eqn.source_info), name, in_loop)
+            counts[key] = counts.get(key, 0) + 1
+            if eqn.params:
+                body = in_loop or name in LOOP_PRIMITIVES
+                for inner in _inner_jaxprs(eqn.params):
+                    stack.append((inner, body))
+    rows = [
+        [frame[0], frame[1], frame[2], name, loop, n] if frame is not None else ["", 0, "", name, loop, n]
+        for (frame, name, loop), n in counts.items()
+    ]
+    return total, by_primitive, rows
+
+
+def constant_bytes(jaxpr: Any) -> int:
+    """Bytes of the arrays baked into the program as constants (globals and closure values
+    the function read): its constvars."""
+    total = 0
+    for var in getattr(jaxpr, "constvars", ()):
+        aval = var.aval
+        size, dtype = getattr(aval, "size", None), getattr(aval, "dtype", None)
+        if size is not None and dtype is not None:
+            total += int(size) * int(dtype.itemsize)
+    return total
+
+
+def top_lines(rows: list[list[Any]], limit: int = TOP_LINES) -> list[dict[str, Any]]:
+    """The source lines with the most equations, from profile rows."""
+    lines: dict[tuple[str, int, str], list[Any]] = {}
+    for file, line, function, primitive, loop, n in rows:
+        entry = lines.setdefault((file, line, function), [0, False, {}])
+        entry[0] += n
+        entry[1] = entry[1] or loop
+        entry[2][primitive] = entry[2].get(primitive, 0) + n
+    ranked = sorted(lines.items(), key=lambda item: -item[1][0])[:limit]
+    return [
+        {
+            "file": file,
+            "line": line,
+            "function": function,
+            "eqns": n,
+            "loop_body": loop,
+            "primitives": dict(sorted(prims.items(), key=lambda kv: -kv[1])[:5]),
+        }
+        for (file, line, function), (n, loop, prims) in ranked
+    ]
+
+
+_HEADER_NAME = re.compile(r"^HloModule [^\s,]+", re.M)
+# Parameter names in a computation's header carry the argument names.
+_HEADER_PARAM = re.compile(r"([(,] ?)[\w.\-]+: ")
+
+
+def fingerprint_of(hlo_text: str) -> str:
+    """A hash of the optimised HLO with module and argument names left out."""
+    text = _HEADER_NAME.sub("HloModule _", hlo_text, count=1)
+    lines = []
+    for line in text.splitlines():
+        if line.endswith("{") and not line.startswith(" "):
+            line = _HEADER_PARAM.sub(r"\1_: ", line)
+        lines.append(line)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:32]
+
+
+def hlo_counts(hlo_text: str) -> tuple[int, int]:
+    """Operations (instructions of every computation, fused ones included) and fusions.
+    Every instruction line, and no other, has one `` = `` (attributes print as ``a=b``)."""
+    return hlo_text.count(" = "), hlo_text.count(" fusion(")
+
+
+def _xla_figures(executable: Any, program: Program, with_memory: bool) -> None:
+    try:
+        cost = executable.cost_analysis()
+        if isinstance(cost, (list, tuple)):
+            cost = cost[0] if cost else {}
+        if cost:
+            if "flops" in cost:
+                program.flops = max(float(cost["flops"]), 0.0)
+            if "bytes accessed" in cost:
+                program.bytes_accessed = max(float(cost["bytes accessed"]), 0.0)
+    except Exception:  # a backend without a cost model
+        pass
+    if not with_memory:
+        return
+    try:
+        stats = executable.get_compiled_memory_stats()
+    except Exception:
+        return
+    program.memory = (program.memory or {}) | {  # the dearest figure: XLA serialises the buffer assignment for it
+        "generated_code": int(stats.generated_code_size_in_bytes),
+        "argument": int(stats.argument_size_in_bytes),
+        "output": int(stats.output_size_in_bytes),
+        "temp": int(stats.temp_size_in_bytes),
+    }
+
+
+def _within_budget(part: str, units: int) -> bool:
+    """Whether an optional part (the compiled memory, the jaxpr text) fits in the budget:
+    always on request, else while the optional parts cost at most ``program_extra_share``
+    of the compile seconds so far (each part's cost per unit is learnt as it runs)."""
+    share = current.config().program_extra_share
+    if share >= 1.0:
+        return True
+    if share <= 0.0:
+        return False
+    return spent["extra"] + units * _rate[part] <= share * spent["compile"]
+
+
+def _learn(part: str, units: int, seconds: float) -> None:
+    spent["extra"] += seconds
+    if units:
+        _rate[part] = 0.5 * _rate[part] + 0.5 * seconds / units
+
+
+# Seconds per unit of each optional part, first guesses: a jaxpr equation printed, an
+# HLO operation's share of reading the compiled memory.
+_rate = {"text": 2e-5, "memory": 5e-6}
+
+
+def _after_compile(computation: Any, executable: Any, seconds: float) -> None:
+    stashed = getattr(_tls, "jaxpr", None)
+    _tls.jaxpr = None
+    _tls.program = None
+    if not _installed:
+        return
+    with _guard.guard("program.capture"):
+        fun_name, jaxpr = stashed if stashed is not None else ("", None)
+        if not wanted(f"jit({fun_name})" if stashed is not None else "") or not current.config().program_view:
+            return
+        spent["compile"] += seconds
+        _tls.program = build(jaxpr, computation, executable, seconds)
+
+
+def build(jaxpr: Any, computation: Any, executable: Any, seconds: float) -> Program:
+    """The figures, fingerprint and wanted texts of one compile."""
+    cfg = current.config()
+    program = Program(compile_seconds=seconds)
+    t0 = time.perf_counter()
+    if jaxpr is not None:
+        program.jaxpr_eqns, by_primitive, rows = walk(jaxpr)
+        program.eqns_by_primitive = dict(sorted(by_primitive.items(), key=lambda kv: -kv[1]))
+        program.eqns_by_line = top_lines(rows)
+        program.profile = rows
+        constants = constant_bytes(jaxpr)
+        if constants:
+            program.memory = {"constants": constants}
+    t1 = time.perf_counter()
+    hlo = _optimised_hlo(executable)
+    if hlo is not None:
+        program.fingerprint = fingerprint_of(hlo)
+        program.hlo_ops, program.fusions = hlo_counts(hlo)
+    lowered = _lowered_bytes(computation) if computation is not None else None
+    if lowered is not None:
+        program.lowered_fingerprint = hashlib.sha256(lowered).hexdigest()[:32]
+    t2 = time.perf_counter()
+    known = _figures_of.get(program.fingerprint) if program.fingerprint is not None else None
+    if known is not None:  # the same optimised program: the same cost and memory
+        program.flops, program.bytes_accessed, memory = known
+        if memory is not None:
+            program.memory = (program.memory or {}) | memory
+    else:
+        ops = program.hlo_ops or 0
+        with_memory = _within_budget("memory", ops)
+        start = time.perf_counter()
+        _xla_figures(executable, program, with_memory)
+        if with_memory:
+            _learn("memory", ops, time.perf_counter() - start)
+        if program.fingerprint is not None:
+            with _lock:
+                _figures_of[program.fingerprint] = (program.flops, program.bytes_accessed, program.memory)
+                if len(_figures_of) > _MAX_FINGERPRINTS:
+                    del _figures_of[next(iter(_figures_of))]
+    t3 = time.perf_counter()
+    formats = set(cfg.program_texts.split(","))
+    if "hlo" in formats and hlo is not None:
+        program.texts["hlo"] = hlo
+    eqns = program.jaxpr_eqns or 0
+    if jaxpr is not None and "jaxpr" in formats and _within_budget("text", eqns):
+        start = time.perf_counter()
+        program.texts["jaxpr"] = str(jaxpr)
+        _learn("text", eqns, time.perf_counter() - start)
+    if "stablehlo" in formats and computation is not None:
+        program.texts["stablehlo"] = _stablehlo_text(computation)
+    t4 = time.perf_counter()
+    with _lock:
+        spent["walk"] += t1 - t0
+        spent["fingerprint"] += t2 - t1
+        spent["xla"] += t3 - t2
+        spent["text"] += t4 - t3
+    return program
+
+
+def take() -> Program | None:
+    """The program of the compile that just ended on this thread (once)."""
+    program = getattr(_tls, "program", None)
+    _tls.program = None
+    return program
+
+
+# ------------------------------------------------------------- events and run
+
+# Per run, the first event of each program fingerprint: a later compile of the same
+# program is ``identical_to`` it. Bounded: the oldest are forgotten.
+_MAX_FINGERPRINTS = 50_000
+_first_of: dict[tuple[str, str], tuple[str, str | None]] = {}
+# Fingerprints whose texts were already handed to the writer in this run (a new run may
+# write to another store).
+_texts_sent: set[tuple[str, str]] = set()
+# XLA's figures per fingerprint in this process (reading the compiled memory is the dearest part).
+_figures_of: dict[str, tuple[float | None, float | None, dict[str, int] | None]] = {}
+
+
+def event_fields(program: Program | None, event_id: str, run_id: str) -> dict[str, Any]:
+    """The event's program fields, ``identical_to`` the earlier compile of the run with
+    the same fingerprint; registers this one for later compiles."""
+    if program is None:
+        return {}
+    fields: dict[str, Any] = {
+        "program_fingerprint": program.fingerprint,
+        "lowered_fingerprint": program.lowered_fingerprint,
+        "eqns_by_primitive": program.eqns_by_primitive,
+        "eqns_by_line": program.eqns_by_line,
+        "hlo_ops": program.hlo_ops,
+        "fusions": program.fusions,
+        "flops": program.flops,
+        "bytes_accessed": program.bytes_accessed,
+        "memory": program.memory,
+    }
+    if program.jaxpr_eqns is not None:
+        fields["jaxpr_eqns"] = program.jaxpr_eqns
+    fingerprint = program.fingerprint
+    if fingerprint is None:
+        return fields
+    with _lock:
+        earlier = _first_of.get((run_id, fingerprint))
+        if earlier is None:
+            _first_of[(run_id, fingerprint)] = (event_id, program.lowered_fingerprint)
+            if len(_first_of) > _MAX_FINGERPRINTS:
+                del _first_of[next(iter(_first_of))]
+        else:
+            fields["identical_to"] = earlier[0]
+        send_texts = (run_id, fingerprint) not in _texts_sent
+        if send_texts:
+            _texts_sent.add((run_id, fingerprint))
+            if len(_texts_sent) > _MAX_FINGERPRINTS:
+                _texts_sent.clear()
+    if send_texts:
+        fields["program_texts"] = texts_payload(program)
+    return fields
+
+
+def texts_payload(program: Program) -> dict[str, Any]:
+    """What the writer stores once per fingerprint (compressed there, off this thread):
+    the texts within the per-program cap (a text over it is left out and named), and the
+    equation profile, always."""
+    budget = current.config().program_text_max_bytes
+    out: dict[str, Any] = {"fingerprint": program.fingerprint, "texts": {}, "left_out": [], "profile": program.profile}
+    for fmt in PROGRAM_FORMATS:
+        text = program.texts.get(fmt)
+        if text is None:
+            continue
+        if len(text) > budget:
+            out["left_out"].append(fmt)
+            continue
+        budget -= len(text)
+        out["texts"][fmt] = text
+    return out
+
+
+def install() -> bool:
+    """Wrap JAX's lowering and compile once per process; False when JAX lacks either
+    (the program view is then off, and the events say nothing of the program)."""
+    global _installed
+    with _lock:
+        if _installed:
+            return True
+        if not jaxcompat.available("program_hooks"):
+            return False
+        ok = _patch_lowering() and _patch_compile()
+        _installed = ok
+        return ok

@@ -1,0 +1,454 @@
+"""The plain, frozen objects that travel from the traced program to the store.
+
+They are built off the hot path (only when JAX traces or compiles), carry nothing
+but JSON-ready values, and convert to row dictionaries with :meth:`as_dict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import re
+import time
+from typing import Any, Iterable, Mapping
+
+from . import tables
+from .figures import seconds_text
+
+
+class Cause(enum.StrEnum):
+    """Why a function was traced or compiled: the single spelling of the vocabulary.
+
+    Members are strings (``Cause.NEW_SHAPE == "new_shape"``), so rows, JSON and the API
+    carry the plain word.
+    """
+
+    FIRST_CALL = "first_call"
+    NEW_SHAPE = "new_shape"
+    NEW_DTYPE = "new_dtype"
+    WEAK_TYPE = "weak_type"
+    NEW_STATIC_VALUE = "new_static_value"
+    NEW_STRUCTURE = "new_structure"
+    NEW_FUNCTION_OBJECT = "new_function_object"
+    CACHE_CLEARED = "cache_cleared"
+    NEW_DEVICE_OR_SHARDING = "new_device_or_sharding"
+    # A configuration option or context manager JAX keys its tracing cache on changed
+    # (``config.trace_context()``: a mesh, matmul precision, promotion mode, x64, ...).
+    NEW_CONTEXT = "new_context"
+    UNKNOWN = "unknown"
+    # Not a reason to compile: a global or closure value read at trace time (and baked in
+    # as a constant) changed afterwards, so cached executables still use the old value.
+    STALE_CAPTURE = "stale_capture"
+
+
+class Kind(enum.StrEnum):
+    """What an event records."""
+
+    TRACE = "trace"
+    COMPILE = "compile"
+    STALE_CAPTURE = "stale_capture"
+
+
+CAUSES: tuple[str, ...] = tuple(cause.value for cause in Cause)
+KINDS: tuple[str, ...] = tuple(kind.value for kind in Kind)
+
+
+class DropReason(enum.StrEnum):
+    """Why events never reached the store (``cachewatch_events_dropped_total{reason}``)."""
+
+    QUEUE_FULL = "queue_full"  # the recorder's queue was full: the program recorded faster than the store took
+    STORE_REFUSED = "store_refused"  # the store refused the batch for good (invalid to it)
+    SPOOL_FULL = "spool_full"  # the store was down and the disk spool full or unwritable
+    SET_ASIDE = "set_aside"  # spooled batches set aside for good (refused or unreadable on replay)
+    OUT_OF_BOUNDS = "out_of_bounds"  # an event whose times or measures no store can hold
+    UNREPORTED = "unreported"  # a client that reported a total without reasons
+
+
+DROP_REASONS: tuple[str, ...] = tuple(reason.value for reason in DropReason)
+
+
+# The module every eager (op-by-op) compile is filed under; its functions are primitives.
+OP_BY_OP_MODULE = "jax.op_by_op"
+# The module of a compile tied to no function cachewatch knows, only to the name JAX gave it.
+UNATTRIBUTED_MODULE = "<unattributed>"
+# The package's version, kept here so the service can name it without importing capture.
+VERSION = "0.1.0"
+
+
+# How a diff or a signature names an array: ``float32[8,784]``, `` weak`` when weakly typed.
+_DESCRIBED = re.compile(r"^(?P<dtype>[A-Za-z0-9_]+)\[(?P<dims>[0-9, ]*)\](?P<weak> weak)?$")
+
+
+def describe_array(dtype: object, shape: Iterable[int], weak_type: bool) -> str:
+    return f"{dtype}[{','.join(str(d) for d in shape)}]" + (" weak" if weak_type else "")
+
+
+def parse_described(text: object) -> tuple[str, tuple[int, ...], bool] | None:
+    """The dtype, dimensions and weak type of an array as :func:`describe_array` wrote it;
+    None for anything else (a static value, a repr)."""
+    match = _DESCRIBED.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        return None
+    dims = tuple(int(d) for d in match["dims"].replace(" ", "").split(",") if d)
+    return match["dtype"], dims, bool(match["weak"])
+
+
+# Bounds of every measure a store takes, checked by the service at ingest and by the
+# library's own SQL writer: a row outside them could not be shown or summed sensibly.
+MIN_TIMESTAMP = 946_684_800.0  # 2000-01-01 UTC
+MAX_TIMESTAMP = 4_102_444_800.0  # 2100-01-01 UTC
+MAX_SECONDS = 7 * 86_400.0  # one trace, lowering, compile or timed run
+MAX_COUNT = 2**53  # calls and sizes: exact as a double, far beyond any real count
+MAX_MEASURE = 1e30  # XLA flops and bytes accessed
+
+# The texts of a compiled program that can be kept and shown, and the equation profile
+# exported in the format JAX's eqn_count_pprof dump writes.
+PROGRAM_TEXT_FORMATS = ("jaxpr", "hlo", "stablehlo")
+PROGRAM_FORMATS = (*PROGRAM_TEXT_FORMATS, "pprof")
+# The compiled memory of a program, in bytes, as XLA reports it, and the constants baked
+# into the program (read from its jaxpr).
+MEMORY_PARTS = ("generated_code", "argument", "output", "temp", "constants")
+
+# The event fields that are durations in seconds.
+SECONDS_FIELDS = (
+    "trace_seconds",
+    "lower_seconds",
+    "compile_seconds",
+    "cache_time_saved_seconds",
+    "compiled_run_seconds",
+    "eager_run_seconds",
+)
+
+
+def timestamp_ok(value: Any) -> bool:
+    return isinstance(value, (int, float)) and MIN_TIMESTAMP <= value < MAX_TIMESTAMP
+
+
+def seconds_ok(value: Any) -> bool:
+    """None (unknown) or a finite, non-negative duration of at most MAX_SECONDS."""
+    return value is None or (isinstance(value, (int, float)) and 0.0 <= value <= MAX_SECONDS)
+
+
+def short_name(qualname: str) -> str:
+    """``train.<locals>.step`` -> ``step``: the readable tail of a qualified name."""
+    return qualname.rsplit("<locals>.", 1)[-1]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FunctionInfo:
+    """Where a jitted function comes from; ``function_hash`` is stable across processes and hosts."""
+
+    function_hash: str
+    name: str
+    qualname: str
+    module: str
+    file: str
+    line: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "function_hash": self.function_hash,
+            "name": self.name,
+            "qualname": self.qualname,
+            "module": self.module,
+            "file": self.file,
+            "line": self.line,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One process that records events."""
+
+    run_id: str
+    run_name: str
+    host: str
+    pid: int
+    started_at: float
+    jax_version: str
+    jaxlib_version: str
+    backend: str
+    devices: tuple[str, ...]
+    python_version: str
+    job: str = ""
+    process_index: int | None = None
+    process_count: int | None = None
+    # Capabilities of cachewatch's JAX seam found off in this process (its JAX lacks them).
+    capabilities_off: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        row = dataclasses.asdict(self)
+        row["devices"] = list(self.devices)
+        row["capabilities_off"] = list(self.capabilities_off)
+        return row
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompileEvent:
+    """One trace, or one backend compile that happened without a trace."""
+
+    event_id: str
+    function: FunctionInfo
+    run_id: str
+    timestamp: float
+    kind: str
+    cause: str
+    explanation: str
+    diff: tuple[dict[str, Any], ...]
+    signature: tuple[dict[str, Any], ...]
+    signature_hash: str
+    compiled: bool
+    nested: bool
+    trace_seconds: float | None = None
+    lower_seconds: float | None = None
+    compile_seconds: float | None = None
+    persistent_cache_hit: bool | None = None
+    cache_time_saved_seconds: float | None = None
+    device: str | None = None
+    backend: str | None = None
+    call_site: str | None = None
+    jaxpr_eqns: int | None = None
+    flops: float | None = None
+    bytes_accessed: float | None = None
+    error: str | None = None
+    thread: str | None = None
+    hlo_ops: int | None = None
+    compiled_run_seconds: float | None = None
+    eager_run_seconds: float | None = None
+    captured: dict[str, str] | None = None
+    # Made during the run's warm-up (model and optimizer set-up, first compile of each
+    # step): shown as such and never counted towards a storm.
+    warmup: bool = False
+    cache_key: dict[str, str] | None = None
+    # What was compiled (capture/program.py): XLA's optimised program without names and
+    # source locations, hashed; the lowered module's hash (what the persistent cache keys
+    # on); the earlier compile of the run with the same program; the program's shape.
+    program_fingerprint: str | None = None
+    lowered_fingerprint: str | None = None
+    identical_to: str | None = None
+    eqns_by_primitive: dict[str, int] | None = None
+    eqns_by_line: list[dict[str, Any]] | None = None
+    fusions: int | None = None
+    memory: dict[str, int] | None = None
+    # The program's texts and equation profile, on the first event of its fingerprint
+    # in the process: ``{"fingerprint", "texts": {format: text}, "left_out", "profile"}``.
+    # Stored once per fingerprint (not an event column).
+    program_texts: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # Plain strings at the store's boundary: a database driver may write an enum member
+        # by its name rather than its value.
+        object.__setattr__(self, "cause", str(self.cause))
+        object.__setattr__(self, "kind", str(self.kind))
+
+    @property
+    def seconds(self) -> float:
+        """What this event cost: trace, lowering and XLA compile."""
+        return sum(s or 0.0 for s in (self.trace_seconds, self.lower_seconds, self.compile_seconds))
+
+    def cells(self) -> list[str]:
+        """The event as a row of :data:`EVENT_COLUMNS` (a notebook's table, the text beside it)."""
+        diff = "; ".join(f"{d.get('path')}: {d.get('before')} -> {d.get('after')}" for d in self.diff)
+        why = self.error or self.explanation
+        return [
+            short_name(self.function.qualname or self.function.name),
+            str(self.cause) + (" (warm-up)" if self.warmup else ""),
+            why + (f" [{diff}]" if diff else ""),
+            seconds_text(self.seconds),
+            self.call_site or "",
+        ]
+
+    def _repr_html_(self) -> str:
+        return tables.html_table(EVENT_COLUMNS, [self.cells()])
+
+    def as_dict(self) -> dict[str, Any]:
+        row = {name: getattr(self, name) for name in _EVENT_FIELDS}
+        row["function_hash"] = self.function.function_hash
+        row["diff"] = list(self.diff)
+        row["signature"] = list(self.signature)
+        return row
+
+
+EVENT_COLUMNS = ("function", "cause", "why (diff)", "seconds", "call site")
+
+
+def new_event_id() -> str:
+    """A client-made event id: 32 hex digits, microseconds since the epoch then 72 random
+    bits. Ids made later sort later, so the store's unique index on them grows at its
+    end instead of at random pages (a random id makes every insert into a large store
+    touch a page that is rarely in cache)."""
+    return f"{time.time_ns() // 1000:014x}{os.urandom(9).hex()}"
+
+
+# Row fields of a CompileEvent, computed once (as_dict runs for every stored event).
+_EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(CompileEvent) if f.name != "function")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallStats:
+    """Calls of one function since the previous flush, with the sampled run time.
+
+    One row per signature that had timed calls (``signature_hash``, its samples and
+    ``run_buckets``: log-spaced bucket -> [samples, calls they stand for], see
+    ``runtimes``); the function's calls are on the first of its rows. ``sample_every``
+    is the process's setting (0: sampling off), so a function with no timed call can
+    say why.
+    """
+
+    run_id: str
+    function: FunctionInfo
+    timestamp: float
+    calls: int
+    sampled_calls: int
+    sampled_seconds: float
+    signature_hash: str = ""
+    run_buckets: dict[str, list[int]] | None = None
+    sample_every: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "function_hash": self.function.function_hash,
+            "timestamp": self.timestamp,
+            "calls": self.calls,
+            "sampled_calls": self.sampled_calls,
+            "sampled_seconds": self.sampled_seconds,
+            "signature_hash": self.signature_hash,
+            "run_buckets": self.run_buckets,
+            "sample_every": self.sample_every,
+        }
+
+
+class Batch:
+    """What the writer hands a sink: the run, compile events, and call statistics.
+
+    Its wire format (``to_wire``/``from_wire``) is the JSON a spool file holds and the
+    body the HTTP sink posts to the service's ``POST /api/v1/events``.
+    """
+
+    __slots__ = ("run", "events", "stats", "dropped_by")
+
+    def __init__(
+        self,
+        run: RunInfo,
+        events: list[CompileEvent],
+        stats: list[CallStats],
+        dropped_by: Mapping[str, int] | None = None,
+    ):
+        self.run = run
+        self.events = events
+        self.stats = stats
+        # Events this process lost since the previous batch, by DropReason (SQL sinks store it).
+        self.dropped_by = {reason: n for reason, n in (dropped_by or {}).items() if n}
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.dropped_by.values())
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "run": self.run.as_dict(),
+            "events": [{**e.as_dict(), "function": e.function.as_dict()} for e in self.events],
+            "stats": [{**s.as_dict(), "function": s.function.as_dict()} for s in self.stats],
+            "dropped": self.dropped,  # the total, as clients before the reasons sent it
+            "dropped_by": dict(self.dropped_by),
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Batch:
+        return cls(
+            run=_run_from_wire(data["run"]),
+            events=[_event_from_wire(e) for e in data["events"]],
+            stats=[_stats_from_wire(s) for s in data["stats"]],
+            dropped_by=dropped_by_reason(data.get("dropped"), data.get("dropped_by")),
+        )
+
+
+def dropped_by_reason(total: Any, by_reason: Mapping[str, Any] | None) -> dict[str, int]:
+    """Losses by reason as a batch reports them; a client that sent only a total gives
+    ``unreported`` for it."""
+    if by_reason:
+        return {str(reason): int(n) for reason, n in by_reason.items() if int(n or 0) > 0}
+    return {DropReason.UNREPORTED.value: int(total)} if total else {}
+
+
+_EVENT_INIT_FIELDS = frozenset(f.name for f in dataclasses.fields(CompileEvent)) - {"function"}
+
+
+def _event_from_wire(data: dict[str, Any]) -> CompileEvent:
+    values = {k: v for k, v in data.items() if k in _EVENT_INIT_FIELDS}
+    values["function"] = FunctionInfo(**data["function"])
+    values["diff"] = tuple(data.get("diff") or ())
+    values["signature"] = tuple(data.get("signature") or ())
+    return CompileEvent(**values)
+
+
+def _run_from_wire(data: dict[str, Any]) -> RunInfo:
+    values = dict(data)
+    values["devices"] = tuple(values.get("devices") or ())
+    values["capabilities_off"] = tuple(values.get("capabilities_off") or ())
+    return RunInfo(**values)
+
+
+def _stats_from_wire(data: dict[str, Any]) -> CallStats:
+    return CallStats(
+        run_id=data["run_id"],
+        function=FunctionInfo(**data["function"]),
+        timestamp=data["timestamp"],
+        calls=data["calls"],
+        sampled_calls=data["sampled_calls"],
+        sampled_seconds=data["sampled_seconds"],
+        signature_hash=data.get("signature_hash") or "",
+        run_buckets=data.get("run_buckets"),
+        sample_every=data.get("sample_every"),
+    )
+
+
+# The parts of JAX's persistent compilation cache key (as JAX names them), in its order,
+# and what each means to a person reading why a compile missed the cache.
+CACHE_KEY_PARTS: tuple[tuple[str, str], ...] = (
+    ("computation", "the program (the lowered computation)"),
+    ("jax_lib version", "the jax/jaxlib version"),
+    ("backend version", "the backend"),
+    ("accelerator_config", "the device kind or topology"),
+    ("XLA flags", "the XLA flags"),
+    ("compile_options", "the compile options"),
+    ("compression", "the cache's compression"),
+    ("custom_hook", "the custom cache-key hook"),
+)
+# Readable values kept beside the hashes: shown next to the part that changed.
+_CACHE_KEY_VALUES = {
+    "jax_lib version": ("jax", "jaxlib"),
+    "backend version": ("backend",),
+    "accelerator_config": ("device_kind",),
+    "XLA flags": ("xla_flags",),
+}
+
+
+def explain_cache_miss(
+    before: dict[str, str], after: dict[str, str], *, earlier_run: str, earlier_hit: bool | None
+) -> dict[str, Any]:
+    """Why a compile missed the persistent cache when the same function and signature was
+    in it for ``earlier_run``: the parts of the key whose hash changed."""
+    changed = [part for part, _ in CACHE_KEY_PARTS if part in before and part in after and before[part] != after[part]]
+    phrases = []
+    for part, meaning in CACHE_KEY_PARTS:
+        if part not in changed:
+            continue
+        values = [(name, before.get(name), after.get(name)) for name in _CACHE_KEY_VALUES.get(part, ())]
+        shown = [f"{name} {old!r} -> {new!r}" for name, old, new in values if old != new]
+        phrases.append(meaning + (f" ({', '.join(shown)})" if shown else ""))
+    was = "hit the cache" if earlier_hit else "was compiled with the cache on"
+    if phrases:
+        text = (
+            f"Missed the persistent compilation cache: the same function and signature {was} in run "
+            f"{earlier_run[:12]}, and since then the cache key changed in " + "; ".join(phrases) + "."
+        )
+    else:
+        text = (
+            f"Missed the persistent compilation cache with the same key as in run {earlier_run[:12]}: the "
+            "entry is not in this cache directory (another directory, evicted, or never written because "
+            "it was below JAX's size or compile-time threshold)."
+        )
+    return {"earlier_run_id": earlier_run, "earlier_hit": earlier_hit, "changed": changed, "explanation": text}

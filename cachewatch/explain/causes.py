@@ -1,0 +1,421 @@
+"""Why a function was traced or compiled again: the cause, one sentence, and the diff.
+
+The history kept here is per process (a run) and per function hash, with the
+signatures each jit object has traced. A trace is explained against the closest
+earlier signature of the *same jit object*, since that is the cache JAX looked in;
+a jit object that has never traced, wrapping a function another object already
+traced, is the re-created-jit pitfall (``jax.jit(lambda ...)`` in a loop).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from typing import Any
+
+from . import signature as sigmod
+from ..core.events import Cause
+from . import context as ctxmod
+from .signature import Signature
+
+# The closest-signature search looks at this many recent distinct signatures; exact
+# repeats are still found among all of them.
+_MAX_CANDIDATES = 256
+
+
+@dataclasses.dataclass
+class ObjectHistory:
+    signatures: list[Signature] = dataclasses.field(default_factory=list)
+    keys: set = dataclasses.field(default_factory=set)
+    compiled_keys: set = dataclasses.field(default_factory=set)
+    devices: dict = dataclasses.field(default_factory=dict)  # signature key -> device string
+    # signature key -> the placements (sigmod.placement) it was compiled for, latest last
+    placements: dict = dataclasses.field(default_factory=dict)
+    cleared: bool = False
+    # ctxmod.clears() when the object last traced or compiled: a repeat after it changed
+    # came after jax.clear_caches().
+    global_clears: int = 0
+    # (transformation, signature key) -> shapes under its tracers, of compiles made for a
+    # transformation of the function (jvp, vmap, linearize outside any jit) from a cached jaxpr.
+    transformed: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class FunctionHistory:
+    signatures: list[Signature] = dataclasses.field(default_factory=list)
+    objects: dict[int, ObjectHistory] = dataclasses.field(default_factory=dict)
+    static_values: dict[str, set] = dataclasses.field(default_factory=dict)
+    compiled_any: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    cause: Cause
+    explanation: str
+    diff: tuple[dict[str, Any], ...]
+
+
+_lock = threading.Lock()
+_histories: dict[str, FunctionHistory] = {}
+
+
+def reset() -> None:
+    """Forget every history (a new run, for instance after fork)."""
+    with _lock:
+        _histories.clear()
+    for forget in _on_reset:
+        forget()
+
+
+def _after_fork_in_child() -> None:
+    # The child is a new run: its first compile of each function is its own first call.
+    global _lock
+    _lock = threading.Lock()
+    reset()
+
+
+# Other per-run histories (eager primitives, compiles without a trace) forget with this one.
+_on_reset: list = []
+
+
+def on_reset(forget) -> None:
+    """Call ``forget()`` whenever the histories are reset (a new run)."""
+    _on_reset.append(forget)
+
+
+def seen(function_hash: str) -> bool:
+    """Whether this function traced or compiled earlier in this run."""
+    with _lock:
+        return function_hash in _histories
+
+
+def note(function_hash: str) -> None:
+    """Remember that this function compiled, with no signature to keep."""
+    with _lock:
+        _histories.setdefault(function_hash, FunctionHistory())
+
+
+def mark_cleared(function_hash: str, serial: int) -> None:
+    with _lock:
+        history = _histories.setdefault(function_hash, FunctionHistory())
+        history.objects.setdefault(serial, ObjectHistory()).cleared = True
+
+
+def explain_trace(
+    function_hash: str,
+    serial: int,
+    name: str,
+    sig: Signature,
+    *,
+    succeeded: bool,
+    compiled: bool,
+    device: str | None,
+    call_site: str | None,
+    placement: tuple = (),
+) -> Verdict:
+    """Classify one trace and remember its signature (and where its arguments were)."""
+    with _lock:
+        history = _histories.setdefault(function_hash, FunctionHistory())
+        obj = history.objects.setdefault(serial, ObjectHistory())
+        verdict = _classify_trace(history, obj, name, sig, call_site)
+        if succeeded:
+            _remember(history, obj, sig, compiled, device, placement)
+        return verdict
+
+
+def preview_trace(function_hash: str, serial: int, name: str, sig: Signature, call_site: str | None) -> Verdict:
+    """What ``explain_trace`` would say of this trace, remembering nothing (the limits and
+    ``freeze`` decide before JAX compiles, and the trace may then be refused)."""
+    with _lock:
+        history = _histories.get(function_hash) or FunctionHistory()
+        obj = history.objects.get(serial) or ObjectHistory()
+        return _classify_trace(history, obj, name, sig, call_site)
+
+
+def explain_transformed(
+    function_hash: str, serial: int, name: str, sig: Signature | None, transform: str, shapes: tuple[str, ...]
+) -> Verdict:
+    """Classify a compile without a trace made for a transformation of the function (its
+    arguments were ``transform``'s tracers, over values of ``shapes``): a program of its
+    own, built from a jaxpr JAX had cached, so neither a new device nor the plain program
+    compiled again."""
+    with _lock:
+        history = _histories.setdefault(function_hash, FunctionHistory())
+        obj = history.objects.setdefault(serial, ObjectHistory())
+        key = (transform, sig.key if sig is not None else None)
+        before = obj.transformed.get(key)
+        obj.transformed[key] = shapes
+    if before is None:
+        return Verdict(
+            Cause.FIRST_CALL,
+            f"First compile of `{name}` under {transform} at this signature: a transformation "
+            "taken outside any jit compiles a program of its own.",
+            (),
+        )
+    if before != shapes:
+        return Verdict(
+            Cause.NEW_SHAPE,
+            f"`{name}` was compiled again under {transform}: the arguments it transforms changed "
+            f"shape, {', '.join(before)} -> {', '.join(shapes)}.",
+            (
+                {
+                    "path": f"<{transform}>",
+                    "change": "shape",
+                    "cause": Cause.NEW_SHAPE.value,
+                    "before": ", ".join(before),
+                    "after": ", ".join(shapes),
+                },
+            ),
+        )
+    return Verdict(
+        Cause.UNKNOWN,
+        f"`{name}` was compiled again under {transform} at a signature and shapes it had compiled "
+        "under it before, from a jaxpr JAX had cached: what changed is not in its arguments.",
+        (),
+    )
+
+
+def explain_compile(
+    function_hash: str, serial: int, name: str, sig: Signature | None, device: str | None, placement: tuple = ()
+) -> Verdict:
+    """Classify a backend compile that happened without a trace."""
+    with _lock:
+        history = _histories.setdefault(function_hash, FunctionHistory())
+        obj = history.objects.setdefault(serial, ObjectHistory())
+        if sig is None:
+            return Verdict(
+                Cause.UNKNOWN,
+                f"`{name}` was compiled again without a retrace, and its arguments could not be read.",
+                (),
+            )
+        key = sig.key
+        if key in obj.compiled_keys:
+            verdict = _recompiled(obj, name, key, device, placement)
+        elif key in obj.keys:
+            cause = Cause.FIRST_CALL if not history.compiled_any else Cause.NEW_DEVICE_OR_SHARDING
+            verdict = Verdict(
+                cause,
+                f"`{name}` was compiled for a signature it had so far only traced "
+                "inside another transformation (the jaxpr came from JAX's trace cache).",
+                (),
+            )
+        else:
+            verdict = _classify_trace(history, obj, name, sig, None)
+        _remember(history, obj, sig, True, device, placement)
+        return verdict
+
+
+def _recompiled(obj: ObjectHistory, name: str, key: tuple, device: str | None, placement: tuple) -> Verdict:
+    """A compile without a retrace of a signature already compiled: what JAX's compile
+    cache keys on beyond the jaxpr changed (commitment, placement), or the cache was cleared."""
+    seen_placements = obj.placements.get(key) or []
+    entries = sigmod.placement_diff(seen_placements[-1], placement) if seen_placements and placement else []
+    if placement in seen_placements:
+        entries = []
+    before = obj.devices.get(key)
+    if before != device:
+        moved = f" (argument {entries[0]['path']}: {entries[0]['before']} -> {entries[0]['after']})" if entries else ""
+        return Verdict(
+            Cause.NEW_DEVICE_OR_SHARDING,
+            f"`{name}` was compiled again for the same signature without a retrace: "
+            f"its arguments moved to another device (from {before} to {device}){moved}.",
+            (
+                {
+                    "path": "<device>",
+                    "change": "device",
+                    "cause": Cause.NEW_DEVICE_OR_SHARDING.value,
+                    "before": before,
+                    "after": device,
+                },
+                *entries,
+            ),
+        )
+    if entries:
+        first = entries[0]
+        if first["change"] == "committed":
+            now = "committed to" if first["after"].startswith("committed") else "uncommitted on"
+            where = first["after"].split(" ", 2)[-1]
+            text = (
+                f"`{name}` was compiled again without a retrace: argument {first['path']} is now {now} "
+                f"{where} (it was {first['before']}); committed and uncommitted arrays compile separately, "
+                "even on one device. Place it the same way on every call (always jax.device_put(x, device), "
+                "or never)."
+            )
+        else:
+            text = (
+                f"`{name}` was compiled again without a retrace: argument {first['path']} moved, "
+                f"{first['before']} -> {first['after']}. Place inputs once, before the loop."
+            )
+        if len(entries) > 1:
+            text += f" {len(entries) - 1} more argument(s) changed placement (see the diff)."
+        return Verdict(Cause.NEW_DEVICE_OR_SHARDING, text, tuple(entries))
+    if obj.global_clears != ctxmod.clears() or obj.cleared:
+        return Verdict(
+            Cause.CACHE_CLEARED,
+            f"`{name}` was compiled again for a signature, device and placement it had compiled, after "
+            "its cache was cleared.",
+            (),
+        )
+    return Verdict(
+        Cause.UNKNOWN,
+        f"`{name}` was compiled again without a retrace; its signature, trace context, device and the "
+        "commitment and placement of each argument were the same as an earlier compile's, and no cache "
+        "was cleared (a layout given to an argument, or an executable JAX evicted).",
+        (),
+    )
+
+
+def _remember(
+    history: FunctionHistory,
+    obj: ObjectHistory,
+    sig: Signature,
+    compiled: bool,
+    device: str | None,
+    placement: tuple = (),
+) -> None:
+    key = sig.key
+    if key not in obj.keys:
+        obj.keys.add(key)
+        obj.signatures.append(sig)
+        del obj.signatures[:-_MAX_CANDIDATES]
+        history.signatures.append(sig)
+        del history.signatures[:-_MAX_CANDIDATES]
+    for leaf in sig.leaves:
+        if leaf.static:
+            history.static_values.setdefault(leaf.path, set()).add(leaf.value_key)
+    if compiled:
+        obj.compiled_keys.add(key)
+        obj.devices[key] = device
+        if placement:
+            seen = obj.placements.setdefault(key, [])
+            if placement not in seen:
+                seen.append(placement)
+                del seen[:-8]
+        history.compiled_any = True
+    obj.cleared = False
+    obj.global_clears = ctxmod.clears()
+
+
+def _classify_trace(
+    history: FunctionHistory, obj: ObjectHistory, name: str, sig: Signature, call_site: str | None
+) -> Verdict:
+    if not history.signatures:
+        return Verdict(Cause.FIRST_CALL, f"First trace of `{name}` in this run.", ())
+    if not obj.signatures:
+        _, entries = sigmod.closest(history.signatures, sig)
+        where = f" at {call_site}" if call_site else ""
+        return Verdict(
+            Cause.NEW_FUNCTION_OBJECT,
+            f"A new jit object was created around `{name}`{where}, which JAX had already traced: "
+            "its cache belongs to the old object, so it traced and compiled again. "
+            "Create the jit once, outside the loop, and reuse it.",
+            tuple(entries),
+        )
+    if sig.key in obj.keys:
+        return _repeat(obj, name)
+    # JAX's tracing cache checks the context before the arguments: a context this jit
+    # object never traced under is the cause, whatever else changed (the diff lists both).
+    same_context = [s for s in obj.signatures if s.context == sig.context]
+    if not same_context:
+        closest_sig, arg_entries = _closest_across_contexts(obj.signatures, sig)
+        context_entries = ctxmod.diff(closest_sig.context, sig.context) if closest_sig is not None else []
+        if context_entries:
+            entries = context_entries + arg_entries
+            text = ctxmod.sentence(name, context_entries)
+            if arg_entries:
+                text += f" Its arguments changed too ({len(arg_entries)} difference(s) in the diff)."
+            return Verdict(Cause.NEW_CONTEXT, text, tuple(entries))
+        same_context = obj.signatures
+    _, entries = sigmod.closest(same_context, sig)
+    if not entries:
+        return Verdict(
+            Cause.UNKNOWN,
+            f"`{name}` was traced again; its arguments (shapes, dtypes, weak types, static values, "
+            "pytree) and JAX's trace context were the same as an earlier trace's, so what changed "
+            "is not in what JAX keys its tracing cache on.",
+            (),
+        )
+    return Verdict(entries[0]["cause"], _sentence(name, entries, history), tuple(entries))
+
+
+def _closest_across_contexts(candidates: list[Signature], sig: Signature) -> tuple[Signature | None, list]:
+    """The earlier signature to compare a trace under a new context with: one with the same
+    arguments if there is one (then only the context differs), the one whose context
+    differs in fewest options among them; otherwise the closest by arguments."""
+    same_args = [c for c in candidates if c.arg_key == sig.arg_key]
+    if not same_args:
+        return sigmod.closest(candidates, sig)
+    return min(same_args, key=lambda c: ctxmod.distance(c.context, sig.context)), []
+
+
+def _repeat(obj: ObjectHistory, name: str) -> Verdict:
+    """A trace of a signature (arguments and context) this jit object traced before."""
+    if obj.cleared:
+        return Verdict(
+            Cause.CACHE_CLEARED,
+            f"`{name}` was traced again with a signature it had already compiled, after clear_cache().",
+            (),
+        )
+    if obj.global_clears != ctxmod.clears():
+        return Verdict(
+            Cause.CACHE_CLEARED,
+            f"`{name}` was traced again with a signature it had already compiled, after jax.clear_caches().",
+            (),
+        )
+    return Verdict(
+        Cause.CACHE_CLEARED,
+        f"`{name}` was traced again with a signature (arguments and trace context) it had already "
+        "compiled, and jax.clear_caches() did not run since: the entry was evicted from JAX's bounded "
+        "caches (or a jit object cachewatch did not wrap had its clear_cache() called).",
+        (),
+    )
+
+
+def _sentence(name: str, entries: list[dict[str, Any]], history: FunctionHistory) -> str:
+    first = entries[0]
+    path, change, before, after = first["path"], first["change"], first["before"], first["after"]
+    if change == "shape":
+        axes = first.get("axes")
+        axis_text = ""
+        if axes:
+            axis_text = " on axis " + ", ".join(str(a) for a in axes)
+        text = f"Argument {path} changed shape{axis_text}: {before} -> {after}."
+    elif change == "dtype":
+        text = f"Argument {path} changed dtype: {before} -> {after}."
+    elif change == "weak_type":
+        if (before or "").endswith(" weak"):
+            text = (
+                f"Argument {path} was a Python scalar (weakly typed {before[:-5]}) and is now a typed "
+                f"array ({after}); pass one kind consistently, e.g. always jnp.asarray(...)."
+            )
+        else:
+            text = (
+                f"Argument {path} was a typed array ({before}) and is now a Python scalar "
+                f"(weakly typed {(after or '')[:-5]}); pass one kind consistently, e.g. always "
+                "jnp.asarray(...)."
+            )
+    elif change == "static":
+        count = len(history.static_values.get(path, ())) + 1
+        text = (
+            f"Static argument {path} took a new value {after} (before: {before}); "
+            f"{count} distinct values so far, one compile each."
+        )
+    elif change == "passed_as":
+        text = (
+            f"Argument {path} was passed by {after} instead of by {before}; JAX caches the two "
+            "calling conventions separately."
+        )
+    elif change == "added":
+        text = f"The argument pytree changed: {path} was added ({after})."
+    elif change == "removed":
+        text = f"The argument pytree changed: {path} was removed (was {before})."
+    else:
+        text = f"The pytree structure of {path} changed: {before} -> {after}."
+    if len(entries) > 1:
+        text += f" {len(entries) - 1} more difference(s) in the diff."
+    return f"`{name}` traced again. " + text
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,441 @@
+"""Abstract signatures of traced calls, and the diff that explains a recompile.
+
+A signature lists, per argument path (``batch['x']``, ``params[0].w``), what JAX keys
+its cache on: shape, dtype and weak type for arrays, the value for static arguments,
+and the pytree structure of each argument including whether it was passed by
+position or by keyword. Two signatures are compared leaf by leaf; the first change in
+argument order names the cause, and every change is listed in the diff.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+from typing import Any, Iterable, Sequence
+
+import jax
+
+from ..core.events import Cause, describe_array
+from . import context as ctxmod
+
+_MAX_REPR = 200
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Leaf:
+    path: str
+    arg: int  # index of the argument this leaf belongs to, in call order
+    static: bool
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    weak_type: bool | None = None
+    value_repr: str | None = None
+    # In-process identity of a static value: (type, hash), as JAX compares statics.
+    value_key: Any = None
+
+    def compare_key(self) -> tuple:
+        if self.static:
+            return ("static", self.value_key)
+        return ("array", self.shape, self.dtype, self.weak_type)
+
+    def describe(self) -> str:
+        if self.static:
+            return f"static {self.value_repr}"
+        return describe_array(self.dtype, self.shape or (), bool(self.weak_type))
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.static:
+            return {"path": self.path, "static": True, "value": self.value_repr}
+        return {
+            "path": self.path,
+            "static": False,
+            "shape": list(self.shape or ()),
+            "dtype": self.dtype,
+            "weak_type": bool(self.weak_type),
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ArgStructure:
+    name: str
+    passed_as: str  # "positional" or "keyword"
+    static: bool
+    treedef: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Signature:
+    structure: tuple[ArgStructure, ...]
+    leaves: tuple[Leaf, ...]
+    # JAX's trace context when the signature was taken (``context.snapshot()``): part of
+    # the key JAX looks up, compared by name when it differs.
+    context: tuple = ()
+
+    @property
+    def key(self) -> tuple:
+        return (self.structure, tuple((leaf.path, leaf.compare_key()) for leaf in self.leaves), self.context)
+
+    @property
+    def arg_key(self) -> tuple:
+        """The key without the context: the arguments alone."""
+        return (self.structure, tuple((leaf.path, leaf.compare_key()) for leaf in self.leaves))
+
+    def as_json(self) -> tuple[dict[str, Any], ...]:
+        return tuple(leaf.as_dict() for leaf in self.leaves)
+
+    def stable_hash(self) -> str:
+        """Same signature, same hash, in every process (static values by repr)."""
+        payload = json.dumps([[s.as_dict() for s in self.structure], list(self.as_json())], sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ParamLayout:
+    """What is known at decoration time about how arguments map to names and statics."""
+
+    positional_names: tuple[str, ...]
+    varargs_name: str | None
+    static_argnums: frozenset[int]
+    static_argnames: frozenset[str]
+
+    @classmethod
+    def from_function(cls, fun: Any, static_argnums: Any, static_argnames: Any) -> "ParamLayout":
+        nums = _as_tuple(static_argnums)
+        names = _as_tuple(static_argnames)
+        positional: list[str] = []
+        varargs = None
+        try:
+            params = list(inspect.signature(fun).parameters.values())
+        except (TypeError, ValueError):
+            params = []
+        for p in params:
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                positional.append(p.name)
+            elif p.kind is p.VAR_POSITIONAL:
+                varargs = p.name
+        # Mirror jax.jit: static_argnums and static_argnames imply each other where the
+        # signature lets them.
+        num_set = {n if n >= 0 else len(positional) + n for n in nums}
+        name_set = set(names)
+        for n in list(num_set):
+            if 0 <= n < len(positional):
+                name_set.add(positional[n])
+        for name in list(name_set):
+            if name in positional:
+                num_set.add(positional.index(name))
+        return cls(tuple(positional), varargs, frozenset(num_set), frozenset(name_set))
+
+    def arg_name(self, index: int) -> str:
+        if index < len(self.positional_names):
+            return self.positional_names[index]
+        base = self.varargs_name or "args"
+        return f"{base}[{index - len(self.positional_names)}]"
+
+
+def _as_tuple(value: Any) -> tuple:
+    if value is None:
+        return ()
+    if isinstance(value, (int, str)):
+        return (value,)
+    return tuple(value)
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a user object whose repr fails must not break the trace
+        text = f"<{type(value).__qualname__}>"
+    return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
+
+
+def _static_leaf(path: str, arg: int, value: Any) -> Leaf:
+    key: tuple[object, ...]
+    try:
+        key = (type(value).__module__, type(value).__qualname__, hash(value))
+    except TypeError:
+        key = (type(value).__qualname__, id(value))
+    return Leaf(path=path, arg=arg, static=True, value_repr=_short_repr(value), value_key=key)
+
+
+def _array_leaf(path: str, arg: int, value: Any) -> Leaf:
+    aval = getattr(value, "aval", None)
+    if aval is None:
+        try:
+            aval = jax.typeof(value)
+        except Exception:
+            return _static_leaf(path, arg, value)
+    shape = tuple(int(d) if isinstance(d, int) else d for d in getattr(aval, "shape", ()))
+    dtype = getattr(aval, "dtype", None)
+    return Leaf(
+        path=path,
+        arg=arg,
+        static=False,
+        shape=shape,
+        dtype=str(dtype) if dtype is not None else None,
+        weak_type=bool(getattr(aval, "weak_type", False)),
+    )
+
+
+def build(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) -> Signature:
+    """Signature of one traced call, from the tracers and static values the body receives."""
+    structure: list[ArgStructure] = []
+    leaves: list[Leaf] = []
+    items: list[tuple[str, str, bool, Any]] = []
+    for i, value in enumerate(args):
+        items.append((layout.arg_name(i), "positional", i in layout.static_argnums, value))
+    for name in sorted(kwargs):
+        items.append((name, "keyword", name in layout.static_argnames, kwargs[name]))
+    for index, (name, passed_as, static, value) in enumerate(items):
+        if static:
+            structure.append(ArgStructure(name, passed_as, True, "*"))
+            leaves.append(_static_leaf(name, index, value))
+            continue
+        flat, treedef = jax.tree_util.tree_flatten_with_path(value)
+        structure.append(ArgStructure(name, passed_as, False, str(treedef)))
+        for keypath, leaf in flat:
+            leaves.append(_array_leaf(name + jax.tree_util.keystr(keypath), index, leaf))
+    return Signature(tuple(structure), tuple(leaves), ctxmod.snapshot())
+
+
+def build_operands(args: Sequence[Any], params: dict[str, Any]) -> Signature:
+    """Signature of one eager primitive: its operands, and its parameters as static values
+    (``broadcast_in_dim`` compiles once per target ``shape``, which is a parameter)."""
+    structure: list[ArgStructure] = []
+    leaves: list[Leaf] = []
+    for index, value in enumerate(args):
+        name = f"operands[{index}]"
+        structure.append(ArgStructure(name, "positional", False, "*"))
+        leaves.append(_array_leaf(name, index, value))
+    for offset, name in enumerate(sorted(params)):
+        structure.append(ArgStructure(name, "keyword", True, "*"))
+        leaves.append(_static_leaf(name, len(args) + offset, params[name]))
+    return Signature(tuple(structure), tuple(leaves), ctxmod.snapshot())
+
+
+def from_avals(arg_names: Sequence[str], avals: Sequence[Any]) -> Signature:
+    """Signature from the abstract values JAX lowers, named by JAX's own argument paths
+    (what is left when the call's arguments are no longer at hand)."""
+    structure: list[ArgStructure] = []
+    leaves: list[Leaf] = []
+    for index, aval in enumerate(avals):
+        name = arg_names[index] if index < len(arg_names) and arg_names[index] else f"args[{index}]"
+        structure.append(ArgStructure(name, "positional", False, "*"))
+        shape = tuple(int(d) if isinstance(d, int) else d for d in getattr(aval, "shape", ()))
+        dtype = getattr(aval, "dtype", None)
+        leaves.append(
+            Leaf(
+                path=name,
+                arg=index,
+                static=False,
+                shape=shape,
+                dtype=str(dtype) if dtype is not None else None,
+                weak_type=bool(getattr(aval, "weak_type", False)),
+            )
+        )
+    return Signature(tuple(structure), tuple(leaves), ctxmod.snapshot())
+
+
+# ---------------------------------------------------------------------------- diff
+
+_LEAF_CAUSE = {
+    "shape": Cause.NEW_SHAPE,
+    "dtype": Cause.NEW_DTYPE,
+    "weak_type": Cause.WEAK_TYPE,
+    "static": Cause.NEW_STATIC_VALUE,
+}
+
+
+def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
+    """Every difference between two signatures, in argument order.
+
+    Each entry: ``path``, ``change`` (shape, dtype, weak_type, static, added, removed,
+    passed_as, structure), ``cause``, ``before`` and ``after`` (readable), and ``axes``
+    for a shape change of equal rank.
+    """
+    entries: list[dict[str, Any]] = []
+    old_args = {s.name: (i, s) for i, s in enumerate(before.structure)}
+    old_leaves = {leaf.path: leaf for leaf in before.leaves}
+    new_by_arg: dict[int, list[Leaf]] = {}
+    for leaf in after.leaves:
+        new_by_arg.setdefault(leaf.arg, []).append(leaf)
+    old_by_arg: dict[int, list[Leaf]] = {}
+    for leaf in before.leaves:
+        old_by_arg.setdefault(leaf.arg, []).append(leaf)
+
+    seen_old: set[str] = set()
+    for index, arg in enumerate(after.structure):
+        old = old_args.get(arg.name)
+        if old is None:
+            entries.append(_entry(arg.name, "added", Cause.NEW_STRUCTURE, None, _arg_summary(after, index)))
+            continue
+        old_index, old_arg = old
+        seen_old.add(arg.name)
+        if old_arg.passed_as != arg.passed_as:
+            entries.append(_entry(arg.name, "passed_as", Cause.NEW_STRUCTURE, old_arg.passed_as, arg.passed_as))
+        new_leaves = new_by_arg.get(index, [])
+        old_arg_leaves = {leaf.path: leaf for leaf in old_by_arg.get(old_index, [])}
+        if old_arg.treedef != arg.treedef and set(old_arg_leaves) == {leaf.path for leaf in new_leaves}:
+            entries.append(
+                _entry(arg.name, "structure", Cause.NEW_STRUCTURE, _short(old_arg.treedef), _short(arg.treedef))
+            )
+        for leaf in new_leaves:
+            prior = old_leaves.get(leaf.path)
+            if prior is None or prior.arg != old_index:
+                entries.append(_entry(leaf.path, "added", Cause.NEW_STRUCTURE, None, leaf.describe()))
+                continue
+            changes = _leaf_changes(prior, leaf)
+            if changes:
+                change = changes[0]
+                if change == "static":
+                    entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.value_repr, leaf.value_repr)
+                else:
+                    entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe(), leaf.describe())
+                entry["changes"] = changes
+                if (
+                    change == "shape"
+                    and prior.shape is not None
+                    and leaf.shape is not None
+                    and len(prior.shape) == len(leaf.shape)
+                ):
+                    entry["axes"] = [a for a, (x, y) in enumerate(zip(prior.shape, leaf.shape)) if x != y]
+                entries.append(entry)
+        new_paths = {leaf.path for leaf in new_leaves}
+        for path, prior in old_arg_leaves.items():
+            if path not in new_paths:
+                entries.append(_entry(path, "removed", Cause.NEW_STRUCTURE, prior.describe(), None))
+    for index, arg in enumerate(before.structure):
+        if arg.name not in seen_old:
+            entries.append(_entry(arg.name, "removed", Cause.NEW_STRUCTURE, _arg_summary(before, index), None))
+    return entries
+
+
+def _entry(path: str, change: str, cause: Cause, before: Any, after: Any) -> dict[str, Any]:
+    return {"path": path, "change": change, "cause": str(cause), "before": before, "after": after}
+
+
+def _short(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _arg_summary(sig: Signature, index: int) -> str:
+    leaves = [leaf for leaf in sig.leaves if leaf.arg == index]
+    if len(leaves) == 1:
+        return leaves[0].describe()
+    return f"{len(leaves)} leaves"
+
+
+def _leaf_changes(before: Leaf, after: Leaf) -> list[str]:
+    """What differs between two leaves, most telling first (shape, weak type, dtype)."""
+    if before.static or after.static:
+        return [] if before.compare_key() == after.compare_key() else ["static"]
+    changes = []
+    if before.shape != after.shape:
+        changes.append("shape")
+    if before.weak_type != after.weak_type:
+        changes.append("weak_type")
+    if before.dtype != after.dtype:
+        changes.append("dtype")
+    return changes
+
+
+def same_structure(a: Signature, b: Signature) -> bool:
+    return a.structure == b.structure and [leaf.path for leaf in a.leaves] == [leaf.path for leaf in b.leaves]
+
+
+def closest(candidates: Iterable[Signature], target: Signature) -> tuple[Signature | None, list[dict[str, Any]]]:
+    """The earlier signature closest to ``target``, and the diff against it.
+
+    Same pytree structure first, then fewest differing leaves; ties go to the most
+    recent signature. A candidate of the same structure is scored leaf by leaf without
+    building its diff (a function compiled for many shapes has many candidates); the
+    diff is built once, for the winner.
+    """
+    target_paths = [leaf.path for leaf in target.leaves]
+    best: tuple[tuple[int, int, int], Signature, list[dict[str, Any]] | None] | None = None
+    for candidate in reversed(list(candidates)):
+        entries: list[dict[str, Any]] | None = None
+        if candidate.structure == target.structure and [leaf.path for leaf in candidate.leaves] == target_paths:
+            differing = changes = 0
+            for before, after in zip(candidate.leaves, target.leaves):
+                found = _leaf_changes(before, after)
+                if found:
+                    differing += 1
+                    changes += len(found)
+            score = (0, differing, changes)
+        else:
+            entries = diff(candidate, target)
+            score = (1, len(entries), sum(len(e.get("changes", (1,))) for e in entries))
+        if best is None or score < best[0]:
+            best = (score, candidate, entries)
+            if score == (0, 0, 0):
+                break  # an identical signature: nothing can be closer
+    if best is None:
+        return None, []
+    return best[1], best[2] if best[2] is not None else diff(best[1], target)
+
+
+# ---------------------------------------------------------------------- placement
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Placed:
+    """Where one concrete array argument lives, as JAX's compile cache sees it: committed
+    (``jax.device_put(x, device)``, a sharded array) or not, and its sharding."""
+
+    path: str
+    committed: bool
+    where: str  # ``cpu:0``, or the sharding of an array over several devices
+
+    def describe(self) -> str:
+        return f"{'committed to' if self.committed else 'uncommitted on'} {self.where}"
+
+
+def _where(value: Any) -> str:
+    sharding = value.sharding
+    found = sorted(str(d) for d in sharding.device_set)
+    if len(found) == 1:
+        return found[0]
+    spec = getattr(sharding, "spec", None)
+    shape = getattr(getattr(sharding, "mesh", None), "shape", None)
+    text = f"{type(sharding).__name__}({spec}" + (f", mesh {dict(shape)}" if shape else "") + ")"
+    return _short(text)
+
+
+def placement(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Placed, ...]:
+    """The placement of every concrete array among a call's arguments, by argument path.
+    Read only when a call compiled (it walks every leaf)."""
+    placed: list[Placed] = []
+    items = [(layout.arg_name(i), i in layout.static_argnums, v) for i, v in enumerate(args)]
+    items += [(name, name in layout.static_argnames, kwargs[name]) for name in sorted(kwargs)]
+    for name, static, value in items:
+        if static:
+            continue
+        for keypath, leaf in jax.tree_util.tree_flatten_with_path(value)[0]:
+            if isinstance(leaf, jax.core.Tracer):
+                continue
+            if not isinstance(leaf, jax.Array):  # a Python or NumPy value: placed by JAX, uncommitted
+                placed.append(Placed(name + jax.tree_util.keystr(keypath), False, ""))
+                continue
+            try:
+                placed.append(Placed(name + jax.tree_util.keystr(keypath), bool(leaf.committed), _where(leaf)))
+            except Exception:  # a deleted (donated) array, or an array type without these
+                continue
+    return tuple(placed)
+
+
+def placement_diff(before: Sequence[Placed], after: Sequence[Placed]) -> list[dict[str, Any]]:
+    """One entry per array argument whose commitment or placement changed."""
+    old = {p.path: p for p in before}
+    entries = []
+    for now in after:
+        was = old.get(now.path)
+        if was is None or was == now:
+            continue
+        change = "committed" if was.where == now.where else "placement"
+        entries.append(_entry(now.path, change, Cause.NEW_DEVICE_OR_SHARDING, was.describe(), now.describe()))
+    return entries

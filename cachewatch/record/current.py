@@ -1,0 +1,268 @@
+"""The run this process records: its settings, its identity, and its warm-up.
+
+Settings are resolved once from ``configure()`` arguments, ``CACHEWATCH_*`` variables
+and defaults. A run is one process (or a new run name or job set by ``configure()``);
+its ``RunInfo`` goes with every batch. Warm-up is the run's set-up and first compiles,
+which storms leave out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import socket
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+from ..core import _guard, jaxcompat
+from ..core import config as configmod
+from ..core.events import RunInfo
+
+_lock = threading.RLock()
+_config: configmod.Config | None = None
+_overrides: dict[str, Any] = {}
+_store_changed: list[Callable[[configmod.Config], None]] = []
+_configured: list[Callable[[configmod.Config], None]] = []
+_run: RunInfo | None = None
+_run_id: str | None = None
+
+
+def config() -> configmod.Config:
+    global _config
+    cfg = _config
+    if cfg is None:
+        with _lock:
+            if _config is None:
+                _config = configmod.resolve(_overrides)
+                _guard.raise_errors = _config.raise_internal_errors
+                with _guard.guard("current.persistent_cache"):  # from the environment, on first use
+                    _apply_persistent_cache(_config)
+            cfg = _config
+    return cfg
+
+
+def configure(**settings: Any) -> configmod.Config:
+    """Change settings; events already queued go to the store they were meant for."""
+    global _config, _overrides
+    with _lock:
+        merged = {**_overrides, **settings}
+        new = configmod.resolve(merged)  # raises ConfigError before anything changes
+        _apply_persistent_cache(new)  # so does a cache directory that cannot be made
+        if _config is not None and new.store != _config.store:
+            for callback in _store_changed:
+                callback(new)
+        _overrides = merged
+        _config = new
+        _guard.raise_errors = new.raise_internal_errors
+        for callback in _configured:  # e.g. functions wrapped before this call sample anew
+            callback(new)
+        if _run is not None and (new.run_name != _run.run_name or _job_changed(new, _run)):
+            _new_run()
+    return new
+
+
+def on_configure(callback: Callable[[configmod.Config], None]) -> None:
+    """Call ``callback(new_config)`` after every configure(); capture registers here, so
+    the run never imports what sits above it."""
+    _configured.append(callback)
+
+
+def on_store_change(callback: Callable[[configmod.Config], None]) -> None:
+    """Call ``callback(new_config)`` when configure() points the run at another store,
+    before the change takes effect (the recorder writes what it holds to the old store)."""
+    _store_changed.append(callback)
+
+
+def reset_configuration() -> None:
+    """Forget settings made by configure(); the environment and defaults apply again."""
+    global _overrides
+    with _lock:
+        _overrides = {}
+    configure()
+
+
+def run_id() -> str:
+    global _run_id
+    if _run_id is None:
+        with _lock:
+            if _run_id is None:
+                _run_id = uuid.uuid4().hex
+    return _run_id
+
+
+def _new_run() -> None:
+    global _run, _run_id, _process_start, _steady_since
+    _run = None
+    _run_id = uuid.uuid4().hex
+    _process_start = time.time()  # a later run in the same process starts now
+    _steady_since = None
+    _compiled_functions.clear()
+
+
+# Warm-up: a run starts by building its model and optimizer and compiling each jitted
+# step once. It ends when the user's own jitted code runs a second time: a call of one
+# of the user's wrapped functions that neither traced nor compiled, or a second compile
+# of one (the loop is running, and recompiling). With warmup_seconds set, warm-up is
+# instead the first warmup_seconds of the run (for programs without a jitted step).
+# Compiles made during warm-up are flagged, and storms are found among the others only.
+_steady_since: float | None = None
+_compiled_functions: set[str] = set()
+
+
+def mark_steady() -> None:
+    """The user's jitted code runs again: warm-up is over."""
+    global _steady_since
+    if _steady_since is None:
+        _steady_since = time.time()
+
+
+def note_user_compile(function_hash: str) -> None:
+    """A compile of one of the user's functions; the second of the same function ends warm-up."""
+    if _steady_since is None:
+        if function_hash in _compiled_functions:
+            mark_steady()
+        else:
+            _compiled_functions.add(function_hash)
+
+
+def steady() -> bool:
+    return _steady_since is not None
+
+
+def in_warmup(timestamp: float) -> bool:
+    """Whether a compile that started at ``timestamp`` belongs to the run's warm-up."""
+    window = config().warmup_seconds
+    if window > 0:
+        return timestamp - _process_start < window
+    return _steady_since is None
+
+
+def run_info() -> RunInfo:
+    global _run
+    if _run is None:
+        with _lock:
+            if _run is None:
+                _run = _describe_run()
+    run = _run
+    off = tuple(jaxcompat.off())
+    if off != run.capabilities_off:  # a capability turned off since: the run says so
+        with _lock:
+            run = _run = dataclasses.replace(run, capabilities_off=off)
+    return run
+
+
+def _describe_run() -> RunInfo:
+    import jax
+    import jaxlib
+
+    try:
+        backend = jax.default_backend()
+        devices = tuple(str(d) for d in jax.devices())
+    except Exception:
+        backend, devices = "", ()
+    return RunInfo(
+        run_id=run_id(),
+        run_name=config().run_name,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=_process_start,  # the process's start, or the time configure() began a new run
+        jax_version=jax.__version__,
+        jaxlib_version=getattr(jaxlib, "__version__", ""),
+        backend=backend,
+        devices=devices,
+        python_version=platform.python_version(),
+        **_job_and_rank(config()),
+    )
+
+
+def _job_and_rank(cfg: configmod.Config) -> dict[str, Any]:
+    """The run's job and rank: as configured, else JAX's own when it runs distributed."""
+    index, count = cfg.process_index, cfg.process_count
+    if index is None or count is None:
+        rank = _distributed_rank() or _seen_rank
+        if rank is not None:
+            index = rank[0] if index is None else index
+            count = rank[1] if count is None else count
+    # Ranks are compared within a job: without one, the run name (the same on every
+    # rank when the launcher sets it) stands in.
+    job = cfg.job or (cfg.run_name if index is not None else "")
+    return {"job": job, "process_index": index, "process_count": count}
+
+
+def _distributed_rank() -> tuple[int, int] | None:
+    """JAX's rank and rank count while it runs distributed (None otherwise)."""
+    import jax
+
+    if jaxcompat.distributed_initialized():
+        return jax.process_index(), jax.process_count()
+    return None
+
+
+# The rank seen while the program ran: a run first described after
+# jax.distributed.shutdown() (its events written at exit) still carries it.
+_seen_rank: tuple[int, int] | None = None
+
+
+def note_rank() -> None:
+    """Remember the process's rank, if it has one yet (called as events are recorded)."""
+    global _seen_rank
+    if _seen_rank is None and _run is None:
+        _seen_rank = _distributed_rank()
+
+
+def _job_changed(cfg: configmod.Config, run: RunInfo) -> bool:
+    return (
+        (bool(cfg.job) and cfg.job != run.job)
+        or (cfg.process_index is not None and cfg.process_index != run.process_index)
+        or (cfg.process_count is not None and cfg.process_count != run.process_count)
+    )
+
+
+_cache_dir_applied: str | None = None
+
+
+def _apply_persistent_cache(cfg: configmod.Config) -> None:
+    """Turn JAX's persistent compilation cache on in ``persistent_cache_dir``, once per directory."""
+    global _cache_dir_applied
+    path = cfg.persistent_cache_dir
+    if not path or path == _cache_dir_applied:
+        return
+    import jax
+
+    path = os.path.abspath(os.path.expanduser(path))
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise configmod.ConfigError(
+            f"persistent_cache_dir={cfg.persistent_cache_dir!r} cannot be created: {exc}"
+        ) from None
+    jax.config.update("jax_compilation_cache_dir", path)
+    # Cache every compile, however small or quick: what cachewatch explains is each one.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    # JAX decides once per process whether the cache is on; a compile made before this
+    # call would have decided "off".
+    jaxcompat.reset_persistent_cache()
+    _cache_dir_applied = cfg.persistent_cache_dir
+
+
+_process_start = time.time()
+
+
+def _after_fork_in_child() -> None:
+    # The child is a new process: a new run with its own warm-up.
+    global _lock, _run, _run_id, _process_start, _steady_since, _seen_rank
+    _lock = threading.RLock()
+    _run = None
+    _seen_rank = None
+    _run_id = None
+    _process_start = time.time()
+    _steady_since = None
+    _compiled_functions.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

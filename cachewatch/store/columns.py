@@ -1,0 +1,134 @@
+"""What every read of the store shares: the columns of an event, what an event cost, the
+filters of a view, and the shapes of its rows (``FunctionReport``, ``EventRow``: what the
+API serialises). The reports (queries.py), what analysis reasons over (evidence.py) and
+the service's own reads (cachewatch_server.reads) build on these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, TypedDict, Unpack, cast
+
+import sqlalchemy as sa
+
+from . import models
+
+# Every column of an event but the store's own row id.
+EVENT_SELECT = [c for c in models.compile_events.c if c.name != "id"]
+
+
+@dataclass(frozen=True)
+class Filters:
+    run_id: str | None = None
+    since: float | None = None
+    until: float | None = None
+
+    def is_empty(self) -> bool:
+        """No run and no time bound: the whole store, which the kept totals answer."""
+        return not self.run_id and self.since is None and self.until is None
+
+    def apply(self, table: sa.Table, query: sa.Select) -> sa.Select:
+        if self.run_id:
+            query = query.where(table.c.run_id == self.run_id)
+        if self.since is not None:
+            query = query.where(table.c.timestamp >= self.since)
+        if self.until is not None:
+            query = query.where(table.c.timestamp < self.until)
+        return query
+
+    def apply_to_runs(self, query: sa.Select) -> sa.Select:
+        """The same filters for a query over runs: since/until bound the run's start."""
+        r = models.runs
+        if self.run_id:
+            query = query.where(r.c.run_id == self.run_id)
+        if self.since is not None:
+            query = query.where(r.c.started_at >= self.since)
+        if self.until is not None:
+            query = query.where(r.c.started_at < self.until)
+        return query
+
+
+class FunctionReport(TypedDict):
+    """One function's row of the report (the CLI's table, ``/api/v1/functions``, the dashboard)."""
+
+    name: str
+    qualname: str
+    module: str
+    file: str
+    line: int
+    function_hash: str
+    traces: int
+    compiles: int
+    recompiles: int
+    causes: dict[str, int]  # compiles and traces by cause
+    dominant_cause: str | None  # the most frequent cause other than first_call
+    stale_captures: int
+    compile_seconds: float  # trace + lowering + XLA compile, over all compiles
+    calls: int
+    sampled_calls: int
+    run_seconds_mean: float | None  # one call's run time; None: none was timed
+    run_seconds_est: float | None  # that times the calls
+    compile_share: float | None  # compile seconds over compile plus run seconds
+    run_time_note: str | None  # why there is no run time
+    first_compile: float | None
+    last_compile: float | None
+
+
+class EventRow(TypedDict, total=False):
+    """One stored event as read back: the store's row id and every column of
+    ``models.compile_events`` (the listings add the function's ``name`` and ``qualname``)."""
+
+    id: int
+    event_id: str
+    function_hash: str
+    run_id: str
+    timestamp: float
+    kind: str
+    cause: str
+    explanation: str
+    diff: list[dict[str, Any]]
+    signature: list[dict[str, Any]]
+    signature_hash: str
+    compiled: bool
+    nested: bool
+    trace_seconds: float | None
+    lower_seconds: float | None
+    compile_seconds: float | None
+    persistent_cache_hit: bool | None
+    cache_time_saved_seconds: float | None
+    device: str | None
+    backend: str | None
+    call_site: str | None
+    jaxpr_eqns: int | None
+    flops: float | None
+    bytes_accessed: float | None
+    error: str | None
+    thread: str | None
+    hlo_ops: int | None
+    compiled_run_seconds: float | None
+    eager_run_seconds: float | None
+    captured: dict[str, str] | None
+    warmup: bool
+    cache_key: dict[str, str] | None
+    program_fingerprint: str | None
+    lowered_fingerprint: str | None
+    identical_to: str | None
+    eqns_by_primitive: dict[str, int] | None
+    eqns_by_line: list[dict[str, Any]] | None
+    fusions: int | None
+    memory: dict[str, int] | None
+    name: str
+    qualname: str
+    cache_miss: dict[str, Any] | None  # set by explain_cache_misses
+
+
+def event_rows_of(result: Iterable[sa.Row[Unpack[tuple[Any, ...]]]]) -> list[EventRow]:
+    return [cast(EventRow, dict(r._mapping)) for r in result]
+
+
+def cost_expr(e: sa.Table) -> sa.ColumnElement:
+    """An event's compile seconds as the report counts them: trace + lowering + XLA compile."""
+    return (
+        sa.func.coalesce(e.c.trace_seconds, 0.0)
+        + sa.func.coalesce(e.c.lower_seconds, 0.0)
+        + sa.func.coalesce(e.c.compile_seconds, 0.0)
+    )

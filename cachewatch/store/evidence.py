@@ -1,0 +1,231 @@
+"""What analysis reasons over: recompiles after warm-up, each signature's cost, program
+sizes against compile seconds, compiles that missed the persistent cache. Frozen
+dataclasses, so the reasoning in cachewatch.analysis never touches SQL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Unpack
+
+import sqlalchemy as sa
+
+from ..core.events import Cause, FunctionInfo, Kind
+from . import models
+from .columns import Filters, cost_expr
+
+
+@dataclass(frozen=True, slots=True)
+class Recompile:
+    """One compile as the advice and the storm finder read it."""
+
+    function_hash: str
+    run_id: str
+    timestamp: float
+    cause: str
+    diff: list[dict[str, Any]] | None
+    call_site: str | None
+    signature_hash: str = ""
+    seconds: float = 0.0  # trace, lowering and XLA compile seconds
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureCost:
+    """One signature of a function: its compiles, their seconds, its mean eager run time."""
+
+    function_hash: str
+    signature_hash: str
+    compiles: int
+    seconds: float
+    eager_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CompileSize:
+    """One compile's program size and its lowering plus XLA compile seconds."""
+
+    function_hash: str
+    size: float
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class UncachedCompile:
+    """One XLA compile that missed the persistent cache, with its run's start and JAX versions."""
+
+    function_hash: str
+    signature_hash: str
+    run_id: str
+    compile_seconds: float
+    run_started_at: float
+    jax_version: str
+    jaxlib_version: str
+
+
+_RECOMPILE_COLUMNS = ("function_hash", "run_id", "timestamp", "cause", "diff", "call_site", "signature_hash")
+
+
+def _recompile_columns(e: sa.Table) -> list[Any]:
+    return [*(e.c[name] for name in _RECOMPILE_COLUMNS), cost_expr(e).label("seconds")]
+
+
+def _recompiles(result: Iterable[sa.Row[Unpack[tuple[Any, ...]]]]) -> list[Recompile]:
+    return [
+        Recompile(
+            r.function_hash,
+            r.run_id,
+            float(r.timestamp),
+            r.cause,
+            r.diff,
+            r.call_site,
+            r.signature_hash or "",
+            float(r.seconds or 0.0),
+        )
+        for r in result
+    ]
+
+
+def compile_seconds_between(conn: sa.Connection, run_id: str, start: float, end: float) -> float:
+    """Seconds one run spent tracing, lowering and compiling (every function) in the events
+    stamped from ``start`` to ``end``."""
+    e = models.compile_events
+    q = sa.select(sa.func.sum(cost_expr(e))).where(e.c.run_id == run_id, e.c.timestamp >= start, e.c.timestamp <= end)
+    return float(conn.execute(q).scalar() or 0.0)
+
+
+def run_last_activity(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float]:
+    """When each run was last heard of: its latest compile event or call statistics (a
+    program whose every call hits the cache still writes the latter)."""
+    wanted = list(run_ids)
+    if not wanted:
+        return {}
+    e, s = models.compile_events, models.call_stats
+    found: dict[str, float] = {}
+    for table in (e, s):
+        q = sa.select(table.c.run_id, sa.func.max(table.c.timestamp)).where(table.c.run_id.in_(wanted))
+        for run_id, last in conn.execute(q.group_by(table.c.run_id)):
+            if last is not None:
+                found[run_id] = max(found.get(run_id, 0.0), float(last))
+    return found
+
+
+def function_infos(conn: sa.Connection, function_hashes: Iterable[str]) -> dict[str, FunctionInfo]:
+    """Name, qualified name, module, file and line of each function, by hash."""
+    f = models.functions
+    wanted = list(function_hashes)
+    if not wanted:
+        return {}
+    q = sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module, f.c.file, f.c.line)
+    return {
+        r.function_hash: FunctionInfo(r.function_hash, r.name, r.qualname, r.module, r.file, int(r.line or 0))
+        for r in conn.execute(q.where(f.c.function_hash.in_(wanted)))
+    }
+
+
+def steady_recompiles(
+    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None = None
+) -> list[Recompile]:
+    """Recompiles made after warm-up, by function, run and time: what storms are made of."""
+    e = models.compile_events
+    q = filters.apply(
+        e,
+        sa.select(*_recompile_columns(e))
+        .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, sa.not_(e.c.warmup))
+        .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
+    )
+    if function_hashes is not None:
+        q = q.where(e.c.function_hash.in_(function_hashes))
+    return _recompiles(conn.execute(q))
+
+
+def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list[str]) -> list[SignatureCost]:
+    """Per function and signature: compiles, their cost in seconds, and the mean eager run time."""
+    e = models.compile_events
+    q = filters.apply(
+        e,
+        sa.select(
+            e.c.function_hash,
+            e.c.signature_hash,
+            sa.func.sum(sa.case((e.c.compiled, 1), else_=0)).label("compiles"),
+            sa.func.sum(cost_expr(e)).label("seconds"),
+            sa.func.avg(e.c.eager_run_seconds).label("eager"),
+        )
+        .where(e.c.function_hash.in_(function_hashes), e.c.kind != Kind.STALE_CAPTURE)
+        .group_by(e.c.function_hash, e.c.signature_hash),
+    )
+    return [
+        SignatureCost(
+            r.function_hash,
+            r.signature_hash or "",
+            int(r.compiles or 0),
+            float(r.seconds or 0.0),
+            float(r.eager) if r.eager is not None else None,
+        )
+        for r in conn.execute(q)
+    ]
+
+
+def compile_sizes(conn: sa.Connection, filters: Filters) -> list[CompileSize]:
+    """Each compile's program size (HLO operations, else jaxpr equations) and its lowering
+    plus XLA compile seconds, for the cost model."""
+    e = models.compile_events
+    size = sa.func.coalesce(e.c.hlo_ops, e.c.jaxpr_eqns)
+    q = filters.apply(
+        e,
+        sa.select(
+            e.c.function_hash,
+            size.label("size"),
+            (sa.func.coalesce(e.c.lower_seconds, 0.0) + sa.func.coalesce(e.c.compile_seconds, 0.0)).label("seconds"),
+        ).where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0),
+    )
+    return [CompileSize(r.function_hash, float(r.size), float(r.seconds)) for r in conn.execute(q)]
+
+
+def uncached_compiles(conn: sa.Connection) -> list[UncachedCompile]:
+    """XLA compile seconds of every compile that did not hit the persistent cache, with its
+    run's start and JAX versions, for comparing runs."""
+    e, r = models.compile_events, models.runs
+    q = (
+        sa.select(
+            e.c.function_hash,
+            e.c.signature_hash,
+            e.c.run_id,
+            e.c.compile_seconds,
+            r.c.started_at,
+            r.c.jax_version,
+            r.c.jaxlib_version,
+        )
+        .join(r, r.c.run_id == e.c.run_id)
+        .where(
+            e.c.compiled,
+            e.c.compile_seconds.is_not(None),
+            e.c.signature_hash != "",
+            e.c.persistent_cache_hit.is_not(True),
+        )
+    )
+    return [
+        UncachedCompile(
+            r.function_hash,
+            r.signature_hash,
+            r.run_id,
+            float(r.compile_seconds),
+            float(r.started_at),
+            r.jax_version or "",
+            r.jaxlib_version or "",
+        )
+        for r in conn.execute(q)
+    ]
+
+
+def dominant_cause_rows(
+    conn: sa.Connection, function_hash: str, filters: Filters, cause: str, limit: int = 500
+) -> list[Recompile]:
+    """The latest compiles of one cause, with their diffs and call sites (for the advice)."""
+    e = models.compile_events
+    q = filters.apply(
+        e,
+        sa.select(*_recompile_columns(e))
+        .where(e.c.function_hash == function_hash, e.c.cause == cause, e.c.compiled)
+        .order_by(e.c.timestamp.desc())
+        .limit(limit),
+    )
+    return _recompiles(conn.execute(q))

@@ -1,0 +1,185 @@
+"""The dashboard's charts and event pages: compiles over time, a function's timeline and
+call sites, and its events page by page."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import sqlalchemy as sa
+
+from cachewatch.core.events import Cause, Kind
+from cachewatch.store import models
+from cachewatch.store.columns import EVENT_SELECT, EventRow, Filters, cost_expr, event_rows_of
+
+
+class TimelinePoint(TypedDict):
+    """One trace or compile of a function on its timeline."""
+
+    timestamp: float
+    cause: str
+    kind: str
+    compiled: bool
+    call_site: str | None
+    seconds: float
+
+
+class CallSite(TypedDict):
+    """One place a function was called from when it traced or compiled."""
+
+    call_site: str | None
+    events: int
+    recompiles: int
+    seconds: float
+    last: float
+
+
+class CompilesOverTime(TypedDict):
+    """Compiles per time bucket of ``width`` seconds: ``(bucket_start, cause, count)`` rows."""
+
+    width: int
+    rows: list[tuple[float, str, int]]
+
+
+# Bucket widths for the charts over time, in seconds: the first giving at most
+# MAX_BUCKETS bars over the span shown wins.
+_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 6 * 3600, 12 * 3600, 86400, 7 * 86400)
+
+
+MAX_BUCKETS = 80
+
+
+def has_events(conn: sa.Connection) -> bool:
+    e = models.compile_events
+    return conn.execute(sa.select(e.c.id).limit(1)).first() is not None
+
+
+def time_span(conn: sa.Connection, filters: Filters, function_hash: str | None = None) -> tuple[float, float] | None:
+    e = models.compile_events
+    q = filters.apply(e, sa.select(sa.func.min(e.c.timestamp), sa.func.max(e.c.timestamp)))
+    if function_hash is not None:
+        q = q.where(e.c.function_hash == function_hash)
+    low, high = conn.execute(q).one()
+    return None if low is None else (float(low), float(high))
+
+
+def bucket_width(span: tuple[float, float] | None) -> int:
+    if span is None:
+        return 60
+    seconds = max(span[1] - span[0], 1.0)
+    for width in _BUCKETS:
+        if seconds / width <= MAX_BUCKETS:
+            return width
+    return _BUCKETS[-1]
+
+
+def _bucket(conn: sa.Connection, column: sa.ColumnElement, width: int) -> sa.ColumnElement:
+    # floor() is missing from SQLite builds without the math functions; a cast to
+    # integer truncates, which is floor for the positive epoch seconds stored here.
+    # PostgreSQL's cast rounds instead, so it gets floor().
+    if conn.dialect.name == "sqlite":
+        return sa.cast(column / width, sa.Integer) * width
+    return sa.func.floor(column / width) * width
+
+
+def compiles_over_time(
+    conn: sa.Connection, filters: Filters, *, recompiles_only: bool = True, function_hash: str | None = None
+) -> CompilesOverTime:
+    """Compiles per time bucket and cause, in buckets as wide as the span shown asks."""
+    e = models.compile_events
+    width = bucket_width(time_span(conn, filters, function_hash))
+    bucket = _bucket(conn, e.c.timestamp, width).label("bucket")
+    q = filters.apply(e, sa.select(bucket, e.c.cause, sa.func.count().label("n")).where(e.c.compiled))
+    if recompiles_only:
+        q = q.where(e.c.cause != Cause.FIRST_CALL)
+    if function_hash is not None:
+        q = q.where(e.c.function_hash == function_hash)
+    rows = conn.execute(q.group_by(bucket, e.c.cause).order_by(bucket)).all()
+    return {"width": width, "rows": [(float(r.bucket), r.cause, int(r.n)) for r in rows]}
+
+
+def timeline(conn: sa.Connection, function_hash: str, filters: Filters, limit: int = 5000) -> list[TimelinePoint]:
+    """The function's traces and compiles (newest ``limit``), oldest first, with their cost."""
+    e = models.compile_events
+    q = filters.apply(
+        e,
+        sa.select(e.c.timestamp, e.c.cause, e.c.kind, e.c.compiled, e.c.call_site, cost_expr(e).label("seconds"))
+        .where(e.c.function_hash == function_hash, e.c.kind != Kind.STALE_CAPTURE)
+        .order_by(e.c.timestamp.desc(), e.c.id.desc())
+        .limit(limit),
+    )
+    rows = [
+        TimelinePoint(
+            timestamp=float(r.timestamp),
+            cause=r.cause,
+            kind=r.kind,
+            compiled=bool(r.compiled),
+            call_site=r.call_site,
+            seconds=float(r.seconds or 0.0),
+        )
+        for r in conn.execute(q)
+    ]
+    rows.reverse()
+    return rows
+
+
+def call_sites(conn: sa.Connection, function_hash: str, filters: Filters) -> list[CallSite]:
+    """Where the function was called when it traced or compiled, busiest first."""
+    e = models.compile_events
+    recompiles = sa.func.sum(sa.case((sa.and_(e.c.compiled, e.c.cause != Cause.FIRST_CALL), 1), else_=0))
+    q = filters.apply(
+        e,
+        sa.select(
+            e.c.call_site,
+            sa.func.count().label("events"),
+            recompiles.label("recompiles"),
+            sa.func.sum(cost_expr(e)).label("seconds"),
+            sa.func.max(e.c.timestamp).label("last"),
+        )
+        .where(e.c.function_hash == function_hash, e.c.kind != Kind.STALE_CAPTURE)
+        .group_by(e.c.call_site),
+    )
+    rows = [
+        CallSite(
+            call_site=r.call_site,
+            events=int(r.events),
+            recompiles=int(r.recompiles or 0),
+            seconds=float(r.seconds or 0.0),
+            last=float(r.last),
+        )
+        for r in conn.execute(q)
+    ]
+    rows.sort(key=lambda r: (-r["events"], r["call_site"] or ""))
+    return rows
+
+
+def _event_kind(e: sa.Table, kind: str | None) -> list[sa.ColumnElement]:
+    # "stale" events are not compiles: the detail page lists them apart.
+    if kind == Kind.STALE_CAPTURE:
+        return [e.c.kind == Kind.STALE_CAPTURE]
+    if kind == "compiles":
+        return [e.c.kind != Kind.STALE_CAPTURE]
+    return []
+
+
+def count_events(conn: sa.Connection, function_hash: str, filters: Filters, kind: str | None = None) -> int:
+    e = models.compile_events
+    q = filters.apply(
+        e, sa.select(sa.func.count()).select_from(e).where(e.c.function_hash == function_hash, *_event_kind(e, kind))
+    )
+    return int(conn.execute(q).scalar_one())
+
+
+def events_page(
+    conn: sa.Connection, function_hash: str, filters: Filters, *, limit: int, offset: int, kind: str | None = None
+) -> list[EventRow]:
+    """One page of a function's events, newest first: the latest is what a person looks for first."""
+    e = models.compile_events
+    q = filters.apply(
+        e,
+        sa.select(e.c.id, *EVENT_SELECT)
+        .where(e.c.function_hash == function_hash, *_event_kind(e, kind))
+        .order_by(e.c.timestamp.desc(), e.c.id.desc())
+        .limit(limit)
+        .offset(offset),
+    )
+    return event_rows_of(conn.execute(q))

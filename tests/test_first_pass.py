@@ -1,0 +1,140 @@
+"""A first pass over a finite set of shapes is no storm; a function that keeps compiling
+new shapes as the program repeats its work is one, and only a batch-like axis is
+advised to be bucketed."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import cachewatch
+from cachewatch.analysis import diagnosis
+from cachewatch.core.events import Cause
+from cachewatch.store import engine as enginemod
+from cachewatch.store import queries
+from cachewatch.store.evidence import Recompile
+
+import scenarios
+
+
+def _layers(key, sizes):
+    params = []
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        key, sub = jax.random.split(key)
+        params.append((jax.random.normal(sub, (n_in, n_out)) * 0.1, jnp.zeros(n_out)))
+    return params
+
+
+def _predict(params, x):
+    # Eager, layer by layer, as stax's apply_fun is when called outside jit.
+    for w, b in params[:-1]:
+        x = jnp.tanh(jnp.dot(x, w) + b)
+    w, b = params[-1]
+    return jnp.dot(x, w) + b
+
+
+def _accuracy(params, images, labels):
+    return float(jnp.mean(jnp.argmax(_predict(params, images), axis=1) == labels))
+
+
+def test_an_eager_evaluation_pass_over_two_set_sizes_is_a_first_pass_not_a_storm(sqlite_url, use_store):
+    use_store(sqlite_url)
+    rng = np.random.default_rng(0)
+    # Three layers of other widths (no other test compiles these), wide enough that an
+    # epoch is real work: the epochs after the first, served from the cache, outlast it.
+    sizes = [12, 768, 640, 6]
+    train_x, train_y = jnp.asarray(rng.normal(size=(600, 12)), jnp.float32), jnp.asarray(rng.integers(0, 6, 600))
+    test_x, test_y = jnp.asarray(rng.normal(size=(140, 12)), jnp.float32), jnp.asarray(rng.integers(0, 6, 140))
+    params = _layers(jax.random.PRNGKey(0), sizes)
+
+    @cachewatch.jit
+    def first_pass_update(params, x, y):
+        def loss(p):
+            logits = _predict(p, x)
+            return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(x.shape[0]), y])
+
+        grads = jax.grad(loss)(params)
+        return jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
+
+    cachewatch.install()
+    try:
+        with scenarios.jax_compile_log() as messages:
+            for _epoch in range(60):
+                for start in range(0, 600, 60):
+                    params = first_pass_update(params, train_x[start : start + 60], train_y[start : start + 60])
+                _accuracy(params, train_x, train_y)
+                _accuracy(params, test_x, test_y)
+    finally:
+        cachewatch.uninstall()
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        dots = [e for e in queries.list_events(conn, limit=10_000) if e["name"] == "dot" and e["compiled"]]
+        storms = diagnosis.detect_storms(conn, threshold=5, window=600)
+        passes = diagnosis.first_passes(conn, threshold=5, window=600)
+    # Three layer shapes times two set sizes, each compiled once, in the first epoch.
+    assert len(dots) == scenarios.jax_compile_count(messages, "dot") == 6
+    assert not [s for s in storms if s["name"] == "dot"], [diagnosis.describe_storm(s) for s in storms]
+    (dot_pass,) = [p for p in passes if p["name"] == "dot"]
+    assert not dot_pass["active"] and dot_pass["compiles"] == 5 and dot_pass["signatures"] == 5
+    assert dot_pass["seconds"] > 0
+    assert "5 compiles of 5 new signatures" in diagnosis.describe_first_pass(dot_pass)
+    # The service shows it the same way: apart from the storms, with its cost.
+    from fastapi.testclient import TestClient
+
+    from cachewatch_server.main import create_app
+    from cachewatch_server.settings import ServerSettings
+
+    with TestClient(create_app(ServerSettings(store=sqlite_url))) as client:
+        listing = client.get("/api/v1/storms").json()
+        page = client.get("/storms").text
+    assert not [s for s in listing["items"] if s["name"] == "dot"]
+    (shown,) = [p for p in listing["first_passes"] if p["short_name"] == "dot"]
+    assert shown["signatures"] == 5 and shown["seconds"] == dot_pass["seconds"]
+    assert 'id="first-passes"' in page and dot_pass["function_hash"] in page.split('id="first-passes"', 1)[1]
+
+
+def test_a_loop_whose_batch_size_keeps_changing_is_still_a_storm(sqlite_url, use_store):
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def changing_batch(w, x):
+        return jnp.tanh(x @ w).sum()
+
+    w = jnp.ones((5, 3))
+    for size in range(3, 15):
+        changing_batch(w, jnp.ones((size, 5)))
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        storms = [s for s in diagnosis.detect_storms(conn, threshold=5, window=600) if s["name"] == "changing_batch"]
+        passes = [p for p in diagnosis.first_passes(conn, threshold=5, window=600) if p["name"] == "changing_batch"]
+    (storm,) = storms
+    assert not passes
+    assert storm["active"] and storm["dominant_cause"] == Cause.NEW_SHAPE
+    assert "Argument x axis 0 took 12 sizes between 3 and 14; pad to powers of two" in storm["fix"]
+
+
+def _shape_change(path_shapes: list[tuple[str, str, str, list[int]]]) -> list[dict]:
+    return [
+        {"path": p, "change": "shape", "cause": Cause.NEW_SHAPE, "before": b, "after": a, "axes": axes}
+        for p, b, a, axes in path_shapes
+    ]
+
+
+def test_layer_shapes_that_change_together_are_not_advised_to_be_padded():
+    # jnp.dot over a model's layers: both operands change, in the contracted axis too.
+    rows = [
+        Recompile("h", "r", float(i), Cause.NEW_SHAPE, diff, None, f"s{i}")
+        for i, diff in enumerate(
+            [
+                _shape_change([("a", "float32[60,784]", "float32[60,512]", [1]), ("b", "f", "f", [0, 1])]),
+                _shape_change([("a", "float32[60,512]", "float32[60,256]", [1]), ("b", "f", "f", [0, 1])]),
+                _shape_change([("a", "float32[60,256]", "float32[60,784]", [1]), ("b", "f", "f", [0, 1])]),
+                _shape_change([("a", "float32[60,784]", "float32[60,128]", [1]), ("b", "f", "f", [0, 1])]),
+                _shape_change([("a", "float32[60,128]", "float32[60,64]", [1]), ("b", "f", "f", [0, 1])]),
+            ]
+        )
+    ]
+    fix = diagnosis.suggest_fix("dot", Cause.NEW_SHAPE, rows)
+    assert "pad to powers of two" not in fix
+    assert "do not pad unrelated shapes to one size" in fix

@@ -1,0 +1,545 @@
+"""What was compiled: the program behind each compile, read from JAX's own compile."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+import cachewatch
+from cachewatch import cli
+from cachewatch.analysis import diagnosis, programs
+from cachewatch.capture import program as programmod
+from cachewatch.core.events import Batch, Cause
+from cachewatch.record import current, recorder
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
+from jax._src import jaxpr_util
+
+import serverkit as kit
+
+# The line numbers below are found by their text, so editing the file keeps them right.
+SOURCE = open(__file__).read().splitlines()
+
+
+def line_of(text: str) -> int:
+    return next(i for i, line in enumerate(SOURCE, 1) if text in line and "line_of" not in line)
+
+
+@pytest.fixture
+def events(sqlite_url, use_store):
+    use_store(sqlite_url, program_extra_share=1.0)
+    seen = []
+
+    def listen(event):
+        if event.function.module != "jax.op_by_op":
+            seen.append(event)
+
+    recorder.add_listener(listen)
+    yield seen
+    recorder.remove_listener(listen)
+
+
+def compiled(events, name):
+    return [e for e in events if e.function.name == name and e.compiled]
+
+
+def test_weak_type_flip_is_an_identical_program_and_a_batch_change_is_not(events):
+    @cachewatch.jit
+    def scale(x, s):
+        return jnp.sin(x) * s + 1.0
+
+    x = jnp.ones(8)
+    scale(x, 2.0)
+    scale(x, jnp.float32(2.0))  # weak type flip: a convert XLA removes
+    scale(jnp.ones(16), 2.0)  # batch size: another program
+    first, flipped, bigger = compiled(events, "scale")
+    assert flipped.cause == Cause.WEAK_TYPE
+    assert first.program_fingerprint and flipped.program_fingerprint == first.program_fingerprint
+    assert flipped.identical_to == first.event_id
+    # The jaxpr and the lowered module differ (the convert), so the persistent cache
+    # would not have served the flip.
+    assert flipped.eqns_by_primitive != first.eqns_by_primitive
+    assert flipped.lowered_fingerprint != first.lowered_fingerprint
+    assert bigger.cause == Cause.NEW_SHAPE
+    assert bigger.program_fingerprint != first.program_fingerprint and bigger.identical_to is None
+    assert first.identical_to is None
+    # XLA's figures, from the executable JAX compiled.
+    assert first.hlo_ops and first.hlo_ops >= 3 and first.fusions is not None
+    assert first.flops is not None and first.flops > 0 and first.bytes_accessed
+    assert first.memory is not None and first.memory["argument"] == 8 * 4 + 4 and first.memory["output"] == 8 * 4
+    assert bigger.memory is not None and bigger.memory["output"] == 16 * 4
+
+
+def test_lambda_rejitted_and_an_ignored_context_option_are_identical_programs(events):
+    x = jnp.arange(6.0)
+    for _ in range(3):
+        cachewatch.jit(lambda v: jnp.cos(v) * 2)(x)
+    rejitted = compiled(events, "<lambda>")
+    assert [e.cause for e in rejitted] == [Cause.FIRST_CALL, Cause.NEW_FUNCTION_OBJECT, Cause.NEW_FUNCTION_OBJECT]
+    assert {e.identical_to for e in rejitted[1:]} == {rejitted[0].event_id}
+    # The lowered modules match too: a persistent compilation cache would have served them.
+    assert {e.lowered_fingerprint for e in rejitted} == {rejitted[0].lowered_fingerprint}
+
+    @cachewatch.jit
+    def shift(v):
+        return v + 1.0
+
+    shift(x)
+    with jax.numpy_rank_promotion("warn"):  # an option shift never depends on
+        shift(x)
+    first, again = compiled(events, "shift")
+    # (Whatever cause the context change is given, the program is the one compiled before.)
+    assert again.identical_to == first.event_id
+    # Program fingerprints never cross functions: cos*2 and +1 are different programs.
+    assert first.program_fingerprint != rejitted[0].program_fingerprint
+
+
+def test_unrolled_python_loop_line_is_the_top_contributor(events):
+    @cachewatch.jit
+    def unrolled(x):
+        for _ in range(50):
+            x = jnp.tanh(x) * 0.5  # unrolled-body
+        return x
+
+    @cachewatch.jit
+    def scanned(x):
+        def body(c, _):
+            return jnp.tanh(c) * 0.5, None  # scan-body
+
+        return jax.lax.scan(body, x, None, length=50)[0]
+
+    unrolled(jnp.ones(4))
+    scanned(jnp.ones(4))
+    (u,) = compiled(events, "unrolled")
+    top = u.eqns_by_line[0]
+    assert top["line"] == line_of("# unrolled-body") and top["function"].endswith("unrolled")
+    assert top["eqns"] == 100 and not top["loop_body"]
+    assert u.eqns_by_primitive == {"tanh": 50, "mul": 50}
+    (s,) = compiled(events, "scanned")
+    body = next(row for row in s.eqns_by_line if row["line"] == line_of("# scan-body"))
+    assert body["eqns"] == 2 and body["loop_body"]
+    assert s.jaxpr_eqns is not None and s.jaxpr_eqns < 10
+    assert s.eqns_by_primitive["scan"] == 1
+
+
+def test_checkpoint_and_scan_bodies_counted_once_and_marked(events):
+    @cachewatch.jit
+    def model(w, x):
+        @jax.checkpoint
+        def layer(h):
+            return jnp.tanh(h @ w)  # remat-layer
+
+        def body(h, _):
+            return layer(h), None
+
+        return jnp.sum(jax.lax.scan(body, x, None, length=8)[0])
+
+    w, x = jnp.eye(4), jnp.ones((2, 4))
+    jax.grad(model.__wrapped__)(w, x)  # not recorded: a plain transformation outside cachewatch
+    model(w, x)
+    (m,) = compiled(events, "model")
+    rows = [row for row in m.eqns_by_line if row["line"] == line_of("# remat-layer")]
+    assert rows and rows[0]["loop_body"]
+    # One dot_general and one tanh in the one body, however many steps the scan takes.
+    assert rows[0]["primitives"] == {"dot_general": 1, "tanh": 1}
+    assert [n for name, n in m.eqns_by_primitive.items() if name.startswith(("remat", "checkpoint"))] == [1]
+
+
+def test_kept_jaxpr_is_what_make_jaxpr_prints(events):
+    def body(x, y):
+        return jnp.sum(jnp.sin(x) * y, axis=0) + 2.0
+
+    args = (jnp.ones((3, 4)), jnp.full((3, 4), 0.5))
+    jitted = cachewatch.jit(body)
+    jitted(*args)
+    (event,) = compiled(events, "body")
+    assert event.program_texts is not None
+    assert event.program_texts["texts"]["jaxpr"] == str(jax.make_jaxpr(body)(*args))
+    assert "HloModule" in event.program_texts["texts"]["hlo"]
+    assert event.program_texts["fingerprint"] == event.program_fingerprint
+    # The texts travel once per program: a later identical compile carries none.
+    jitted.clear_cache()
+    jitted(*args)
+    again = compiled(events, "body")[1]
+    assert again.identical_to == event.event_id and again.program_texts is None
+
+
+def test_program_view_off_reads_nothing(sqlite_url, use_store):
+    use_store(sqlite_url, program_view=False)
+    seen = []
+    recorder.add_listener(seen.append)
+    try:
+        cachewatch.jit(lambda v: v * 3)(jnp.ones(2))
+    finally:
+        recorder.remove_listener(seen.append)
+    (event,) = [e for e in seen if e.compiled and e.function.name == "<lambda>"]
+    assert event.program_fingerprint is None and event.eqns_by_line is None and event.memory is None
+
+
+def test_fingerprint_leaves_names_out():
+    a = "HloModule jit_f, is_scheduled=true\n\nENTRY %main.1 (x.1: f32[4]) -> f32[4] {\n  tmp_0 = f32[4]{0} parameter(0)\n}\n"
+    b = a.replace("jit_f", "jit_g").replace("x.1:", "y.1:")
+    c = a.replace("f32[4]{0} parameter", "f32[8]{0} parameter")
+    assert programmod.fingerprint_of(a) == programmod.fingerprint_of(b) != programmod.fingerprint_of(c)
+    assert programmod.hlo_counts(a) == (1, 0)
+
+
+# ------------------------------------------------------------------ the store
+
+
+def _recorded_program(events):
+    @cachewatch.jit
+    def stored(x, s):
+        return jnp.tanh(x) * s
+
+    stored(jnp.ones(4), 2.0)
+    stored(jnp.ones(4), jnp.float32(2.0))
+    cachewatch.flush(10)
+    return compiled(events, "stored")
+
+
+def _stored(url: str, event_id: str) -> tuple[dict, dict | None]:
+    with enginemod.connection(url) as conn:
+        e = models.compile_events
+        row = dict(conn.execute(sa.select(e).where(e.c.event_id == event_id)).one()._mapping)
+        fingerprint = row["program_fingerprint"]
+        p = models.programs
+        found = conn.execute(sa.select(p).where(p.c.fingerprint == fingerprint)).first()
+    return row, dict(found._mapping) if found is not None else None
+
+
+@pytest.fixture
+def store_events(store_url, use_store):
+    use_store(store_url, program_extra_share=1.0)
+    seen = []
+    recorder.add_listener(seen.append)
+    yield store_url, seen
+    recorder.remove_listener(seen.append)
+
+
+def test_program_fields_and_texts_through_the_library_writer(store_events):
+    url, events = store_events
+    first, flipped = _recorded_program(events)
+    row, program = _stored(url, flipped.event_id)
+    assert row["identical_to"] == first.event_id and row["program_fingerprint"] == first.program_fingerprint
+    assert row["lowered_fingerprint"] == flipped.lowered_fingerprint
+    assert row["eqns_by_primitive"] == flipped.eqns_by_primitive and row["eqns_by_line"] == flipped.eqns_by_line
+    assert row["memory"] == flipped.memory and row["fusions"] == flipped.fusions and row["hlo_ops"] == flipped.hlo_ops
+    # Stored once per fingerprint, compressed; the jaxpr is the first compile's.
+    assert program is not None and program["size_bytes"] > 0
+    assert zlib.decompress(program["jaxpr"]).decode() == first.program_texts["texts"]["jaxpr"]
+    assert "HloModule" in zlib.decompress(program["hlo"]).decode() and program["stablehlo"] is None
+    with enginemod.connection(url) as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(models.programs)).scalar_one() >= 1
+
+
+def test_program_fields_through_the_service_ingest(store_events, tmp_path):
+    lib_url, events = store_events
+    recorded = _recorded_program(events)
+    served = f"sqlite:///{tmp_path / 'served.db'}"
+    with TestClient(create_app(ServerSettings(store=served, write_token=None, read_token=None))) as client:
+        body = Batch(run=current.run_info(), events=recorded, stats=[]).to_wire()
+        response = client.post("/api/v1/events", json=body)
+        assert response.status_code == 200, response.text
+        bad = Batch(run=current.run_info(), events=recorded, stats=[]).to_wire()
+        bad["events"][0]["memory"] = {"temp": -1}
+        assert client.post("/api/v1/events", json=bad).status_code == 422
+    row, program = _stored(served, recorded[1].event_id)
+    assert row["identical_to"] == recorded[0].event_id and row["eqns_by_line"] == recorded[1].eqns_by_line
+    assert program is not None and zlib.decompress(program["jaxpr"]).decode().startswith("{ lambda")
+
+
+def test_store_cap_keeps_figures_and_leaves_texts_out(sqlite_url, use_store):
+    use_store(sqlite_url, program_store_max_bytes=10, program_extra_share=1.0)
+    seen = []
+    recorder.add_listener(seen.append)
+    try:
+        cachewatch.jit(lambda v: jnp.exp(v) - 1)(jnp.ones(3))
+        cachewatch.flush(10)
+    finally:
+        recorder.remove_listener(seen.append)
+    (event,) = [e for e in seen if e.compiled and e.function.name == "<lambda>"]
+    assert event.program_texts is not None  # made and handed over, then refused by the store's cap
+    row, program = _stored(sqlite_url, event.event_id)
+    assert row["program_fingerprint"] == event.program_fingerprint and program is None
+
+
+# ------------------------------------------------- reading back: CLI, API, pprof
+
+
+def _decode(data: bytes) -> dict[int, list]:
+    """A protobuf message's fields (number -> values), from the wire format: varints as
+    ints, length-delimited fields as bytes."""
+    fields: dict[int, list] = {}
+    i = 0
+
+    def varint() -> int:
+        nonlocal i
+        shift = value = 0
+        while True:
+            byte = data[i]
+            i += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+    while i < len(data):
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            fields.setdefault(number, []).append(varint())
+        elif wire == 2:
+            size = varint()
+            fields.setdefault(number, []).append(data[i : i + size])
+            i += size
+        else:
+            raise AssertionError(f"unexpected wire type {wire}")
+    return fields
+
+
+def _packed_ints(data: bytes) -> list[int]:
+    return [v for values in _decode(b"\x08" + b"\x08".join(_split_varints(data))).values() for v in values]
+
+
+def _split_varints(data: bytes) -> list[bytes]:
+    out, start = [], 0
+    for i, byte in enumerate(data):
+        if not byte & 0x80:
+            out.append(data[start : i + 1])
+            start = i + 1
+    return out
+
+
+def _profile(data: bytes) -> dict[str, Any]:
+    """A pprof Profile: its sample type names, and equations per (function name, line, primitive)."""
+    import gzip
+
+    fields = _decode(gzip.decompress(data))
+    strings = [s.decode() for s in fields[6]]
+    sample_types = [_decode(v) for v in fields[1]]
+    functions = {(f := _decode(raw))[1][0]: strings[f[2][0]] for raw in fields.get(5, [])}
+    locations = {}
+    for raw in fields.get(4, []):
+        loc = _decode(raw)
+        line = _decode(loc[4][0])
+        locations[loc[1][0]] = (functions[line[1][0]], line[2][0] if 2 in line else 0)
+    counts: dict[tuple, int] = {}
+    for raw in fields.get(2, []):
+        sample = _decode(raw)
+        (location,) = _packed_ints(sample[1][0])
+        (value,) = _packed_ints(sample[2][0])
+        labels = {strings[(lab := _decode(x))[1][0]]: strings[lab[2][0]] for x in sample.get(3, [])}
+        key = (*locations[location], labels["primitive"])
+        counts[key] = counts.get(key, 0) + value
+    return {"types": [(strings[t[1][0]], strings[t[2][0]]) for t in sample_types], "counts": counts}
+
+
+@pytest.fixture
+def served(sqlite_url, use_store):
+    use_store(sqlite_url, program_extra_share=1.0, program_texts="jaxpr,hlo,stablehlo")
+    seen = []
+    recorder.add_listener(seen.append)
+    yield sqlite_url, seen
+    recorder.remove_listener(seen.append)
+
+
+def test_program_command_and_endpoint_give_the_kept_texts(served, capsys, tmp_path):
+    url, events = served
+
+    def layers(x, w):
+        for _ in range(3):
+            x = jnp.tanh(x @ w)  # layers-line
+        return x
+
+    args = (jnp.ones((2, 4)), jnp.eye(4))
+    cachewatch.jit(layers)(*args)
+    cachewatch.flush(10)
+    (event,) = compiled(events, "layers")
+    assert cli.main(["program", event.event_id, "--store", url]) == 0
+    assert capsys.readouterr().out == str(jax.make_jaxpr(layers)(*args)) + "\n"
+    assert cli.main(["program", event.event_id, "--store", url, "--format", "stablehlo"]) == 0
+    assert "stablehlo.tanh" in capsys.readouterr().out
+    out = tmp_path / "profile.pb.gz"
+    assert cli.main(["program", event.event_id, "--store", url, "--format", "pprof", "-o", str(out)]) == 0
+    ours = _profile(out.read_bytes())
+    # The same sample type as JAX's own eqn_count_pprof dump, and the loop's line with its equations.
+    theirs = _profile(jaxpr_util.pprof_equation_profile(jax.make_jaxpr(layers)(*args).jaxpr))
+    assert ours["types"] == theirs["types"] == [("equations", "count")]
+    line = line_of("# layers-line")
+    assert {k[2]: v for k, v in ours["counts"].items() if k[1] == line} == {"dot_general": 3, "tanh": 3}
+    assert sum(ours["counts"].values()) == sum(theirs["counts"].values())
+    with TestClient(create_app(ServerSettings(store=url, write_token=None, read_token=None))) as client:
+        response = client.get(f"/api/v1/events/{event.event_id}/program", params={"format": "hlo"})
+        assert response.status_code == 200 and response.text.startswith("HloModule")
+        response = client.get(f"/api/v1/events/{event.event_id}/program", params={"format": "pprof"})
+        assert response.status_code == 200 and _profile(response.content) == ours
+        missing = client.get("/api/v1/events/nope/program")
+        assert missing.status_code == 404 and "no event" in missing.json()["detail"]
+    assert cli.main(["program", "nope", "--store", url]) == 1
+
+
+def test_diff_command_and_endpoint_agree(served, capsys):
+    url, events = served
+
+    @cachewatch.jit
+    def grow(x, s):
+        return jnp.sin(x) * s
+
+    grow(jnp.ones(4), 2.0)
+    grow(jnp.ones(4), jnp.float32(2.0))  # identical program
+    grow(jnp.ones((2, 4)), 2.0)  # another shape
+    cachewatch.flush(10)
+    first, flipped, reshaped = compiled(events, "grow")
+    assert cli.main(["diff", first.event_id, reshaped.event_id, "--store", url, "--format", "json"]) == 0
+    from_cli = json.loads(capsys.readouterr().out)
+    with TestClient(create_app(ServerSettings(store=url, write_token=None, read_token=None))) as client:
+        from_api = client.get(f"/api/v1/events/{reshaped.event_id}/diff", params={"against": first.event_id}).json()
+        by_default = client.get(f"/api/v1/events/{flipped.event_id}/diff").json()
+    assert from_cli == from_api
+    assert from_api["before"] == first.event_id and from_api["cause"] == Cause.NEW_SHAPE
+    assert not from_api["same_program"] and from_api["key_diff"]
+    assert any(line.startswith("-{ lambda ; a:f32[4]") for line in from_api["jaxpr_diff"])
+    assert any(line.startswith("+{ lambda ; a:f32[2,4]") for line in from_api["jaxpr_diff"])
+    assert from_api["xla"]["memory_output"] == {"before": 16, "after": 32}
+    # By default a wasted recompile is diffed with the compile it repeats.
+    assert by_default["before"] == first.event_id and by_default["same_program"]
+    assert {"name": "convert_element_type", "before": 1, "after": 0} in by_default["eqns_by_primitive"]
+    assert cli.main(["diff", flipped.event_id, "--store", url]) == 0
+    text = capsys.readouterr().out
+    assert "Same optimised program as before" in text and "convert_element_type" in text
+
+
+# ------------------------------------------- wasted recompiles and compile cost
+
+
+def test_report_counts_identical_recompiles_with_their_cost_and_fix(served, capsys):
+    url, events = served
+    x = jnp.arange(5.0)
+    for _ in range(3):
+        cachewatch.jit(lambda v: jnp.sqrt(v) + 1)(x)
+
+    @cachewatch.jit
+    def flip(v, s):
+        return v * s
+
+    flip(x, 2.0)
+    flip(x, jnp.float32(2.0))
+    cachewatch.flush(10)
+    with enginemod.connection(url) as conn:
+        wasted = {(r["qualname"].rsplit(".", 1)[-1], r["cause"]): r for r in programs.identical_recompiles(conn)}
+    rejit = wasted[("<lambda>", Cause.NEW_FUNCTION_OBJECT)]
+    lambdas = compiled(events, "<lambda>")
+    assert rejit["recompiles"] == 2 and rejit["persistent_cache_would_serve"] == 2
+    assert rejit["seconds"] == pytest.approx(
+        sum((e.trace_seconds or 0) + (e.lower_seconds or 0) + (e.compile_seconds or 0) for e in lambdas[1:])
+    )
+    assert "hoist jax.jit out of the loop" in rejit["fix"] and "would have served 2" in rejit["fix"]
+    assert "jax_persistent_cache_min_compile_time_secs" in rejit["fix"]  # these compiles take well under 1 s
+    weak = wasted[("flip", Cause.WEAK_TYPE)]
+    assert weak["recompiles"] == 1 and weak["persistent_cache_would_serve"] == 0
+    assert "typed array" in weak["fix"] and "persistent" not in weak["fix"]
+    assert cli.main(["report", "--store", url]) == 0
+    out = capsys.readouterr().out
+    assert "produced the program compiled before (3," in out and "hoist jax.jit" in out
+    assert cli.main(["report", "--store", url, "--format", "json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["flip"]["identical_recompiles"] == 1 and rows["flip"]["identical_seconds"] > 0
+
+
+def test_compile_profile_names_the_unrolled_loop_and_the_big_constant(served, capsys):
+    url, events = served
+
+    @cachewatch.jit
+    def deep(x):
+        for _ in range(50):
+            x = jnp.tanh(x) + 0.5  # fifty-steps
+        return x
+
+    @cachewatch.jit
+    def rolled(x):
+        return jax.lax.fori_loop(0, 50, lambda i, c: jnp.tanh(c) + 0.5, x)
+
+    table = np.linspace(0.0, 1.0, 600_000, dtype=np.float32)  # 2.4 MB, read from the closure
+
+    @cachewatch.jit
+    def lookup(i):
+        return jnp.asarray(table)[i] * 2
+
+    deep(jnp.ones(3))
+    rolled(jnp.ones(3))
+    lookup(jnp.arange(3))
+    cachewatch.flush(10)
+    (d,) = compiled(events, "deep")
+    with enginemod.connection(url) as conn:
+        deep_profile = programs.compile_profile(conn, d.function.function_hash)
+        rolled_profile = programs.compile_profile(conn, compiled(events, "rolled")[0].function.function_hash)
+        lookup_profile = programs.compile_profile(conn, compiled(events, "lookup")[0].function.function_hash)
+    top = deep_profile["top_lines"][0]
+    assert top["line"] == line_of("# fifty-steps") and top["eqns"] == 100
+    (fix,) = deep_profile["fixes"]
+    assert fix["kind"] == "unrolled_loop" and fix["where"].endswith(f":{line_of('# fifty-steps')}")
+    assert "jax.lax.scan" in fix["text"] and "fori_loop" in fix["text"]
+    assert deep_profile["growth"] == [
+        {
+            "event_id": d.event_id,
+            "run_id": d.run_id,
+            "jaxpr_eqns": d.jaxpr_eqns,
+            "seconds": pytest.approx((d.trace_seconds or 0) + (d.lower_seconds or 0) + (d.compile_seconds or 0)),
+        }
+    ]
+    assert rolled_profile["fixes"] == [] and rolled_profile["top_lines"][0]["loop_body"]
+    assert [f["kind"] for f in lookup_profile["fixes"]] == ["big_constant"]
+    assert "Pass the array as an argument" in lookup_profile["fixes"][0]["text"]
+    assert cli.main(["report", "--store", url]) == 0
+    out = capsys.readouterr().out
+    assert "jax.lax.scan" in out and "Pass the array as an argument" in out
+
+
+def test_metrics_program_size_and_identical_recompile_seconds(served):
+    url, events = served
+
+    @cachewatch.jit
+    def metered(v, s):
+        return jnp.log1p(v) * s
+
+    metered(jnp.ones(3), 2.0)
+    metered(jnp.ones(3), jnp.float32(2.0))
+    cachewatch.flush(10)
+    first, flipped = compiled(events, "metered")
+    with TestClient(create_app(ServerSettings(store=url, write_token=None, read_token=None))) as client:
+        samples = kit.parse_metrics(client.get("/metrics").text)
+    wasted = kit.sample(samples, "cachewatch_identical_recompile_seconds_total", function="metered")
+    size = kit.sample(samples, "cachewatch_program_eqns", function="metered")
+    cost = (flipped.trace_seconds or 0) + (flipped.lower_seconds or 0) + (flipped.compile_seconds or 0)
+    assert wasted == pytest.approx(cost) and wasted > 0
+    assert size == flipped.jaxpr_eqns
+
+
+def test_a_storm_says_how_many_of_its_recompiles_were_the_same_program(served, capsys):
+    url, events = served
+    x = jnp.ones(3)
+    for _ in range(7):  # a lambda re-jitted in a loop: a storm of identical programs
+        cachewatch.jit(lambda v: v * 4 - 1)(x)
+    cachewatch.flush(10)
+    with enginemod.connection(url) as conn:
+        (storm,) = [s for s in diagnosis.detect_storms(conn, threshold=5, window=600) if s["short_name"] == "<lambda>"]
+    lambdas = compiled(events, "<lambda>")
+    assert storm["identical_programs"] == storm["compiles"] == 6
+    assert storm["identical_seconds"] == pytest.approx(
+        sum((e.trace_seconds or 0) + (e.lower_seconds or 0) + (e.compile_seconds or 0) for e in lambdas[1:])
+    )
+    assert "6 of them produced the program compiled before" in diagnosis.describe_storm(storm)
+    with TestClient(create_app(ServerSettings(store=url, write_token=None, read_token=None))) as client:
+        (item,) = [s for s in client.get("/api/v1/storms").json()["items"] if s["short_name"] == "<lambda>"]
+    assert item["identical_programs"] == 6
