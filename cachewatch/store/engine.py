@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import re
+import sqlite3
 import threading
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
@@ -94,16 +97,35 @@ def _create_engine(url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record):
             cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA busy_timeout=30000")
             # WAL lets the server read while a training process writes; NORMAL sync is
             # durable across application crashes, which is what telemetry needs.
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(cursor)
             cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute("PRAGMA busy_timeout=30000")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
 
         return engine
     return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5, json_serializer=json_dumps)
+
+
+def _enable_wal(cursor: Any, deadline_seconds: float = 30.0) -> None:
+    """Switch a SQLite database to WAL. The switch takes an exclusive lock and SQLite may
+    refuse it at once while another process creates the same new file (its busy handler
+    is not consulted), so a refusal is retried until the deadline."""
+    deadline = time.monotonic() + deadline_seconds
+    delay = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay + random.uniform(0, delay))
+            delay = min(delay * 2, 0.25)
 
 
 def dispose_engines() -> None:
