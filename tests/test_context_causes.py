@@ -163,6 +163,50 @@ def test_cache_cleared_names_the_clear_and_a_repeat_without_one_is_not_a_clear(s
     assert [e["cause"] for e in events] == [Cause.FIRST_CALL, Cause.CACHE_CLEARED]
     assert "jax.clear_caches()" in events[1]["explanation"]
 
+    class Unequal:
+        """A static argument equal to no other (not even a twin) under one hash: JAX misses
+        its cache while every part of the signature cachewatch reads stays the same."""
+
+        def __hash__(self):
+            return 7
+
+        def __eq__(self, other):
+            return False
+
+        def __repr__(self):
+            return "Unequal()"
+
+    @cachewatch.jit(static_argnums=1)
+    def ctx_unequal(a, tag):
+        return a + 1
+
+    with scenarios.jax_compile_log() as messages:
+        ctx_unequal(jnp.ones(3), Unequal())
+        ctx_unequal(jnp.ones(3), Unequal())
+    events = compiled_events(sqlite_url, {"ctx_unequal"})
+    assert len(events) == scenarios.jax_compile_count(messages, "ctx_unequal") == 2
+    assert [e["cause"] for e in events] == [Cause.FIRST_CALL, Cause.UNKNOWN]
+    assert "no cache was cleared" in events[1]["explanation"]
+
+
+def test_a_signature_first_traced_inside_an_outer_jit_is_compared_with_what_compiled(sqlite_url, use_store):
+    """A compile of a signature JAX had traced only inside another jit is no move to another
+    device: it is the first compile at that signature, compared with those compiled before."""
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def inner_first(a):
+        return a * 2
+
+    outer = jax.jit(lambda a: inner_first(a) + 1)
+    inner_first(jnp.ones(4))
+    outer(jnp.ones(6))  # inner_first traced at 6 inside outer's trace, not compiled on its own
+    inner_first(jnp.ones(6))  # compiled at 6 from JAX's trace cache
+    events = compiled_events(sqlite_url, {"inner_first"})
+    assert [e["cause"] for e in events] == [Cause.FIRST_CALL, Cause.NEW_SHAPE]
+    assert "only traced inside another transformation" in events[1]["explanation"]
+    assert [(d["path"], d["before"], d["after"]) for d in events[1]["diff"]] == [("a", "float32[4]", "float32[6]")]
+
 
 def test_uncommitted_then_committed_on_one_device(sqlite_url, use_store):
     use_store(sqlite_url)
@@ -320,3 +364,20 @@ def test_new_context_through_the_service_metrics_and_dashboard(store_url, use_st
     colour = render.cause_color(Cause.NEW_CONTEXT)
     assert colour not in {render.cause_color(c) for c in Cause if c != Cause.NEW_CONTEXT}
     assert "new_context" in page
+
+
+def test_a_structure_change_leads_a_shape_change_of_an_earlier_argument(sqlite_url, use_store):
+    """JAX's cache compares the pytree before the leaves' types: an added key in the second
+    argument is the cause even when the first argument changed shape too."""
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def structured(a, batch):
+        return a.sum() + sum(v.sum() for v in batch.values())
+
+    structured(jnp.ones(3), {"x": jnp.ones(2)})
+    structured(jnp.ones(5), {"x": jnp.ones(2), "y": jnp.ones(2)})
+    events = compiled_events(sqlite_url, {"structured"})
+    assert [e["cause"] for e in events] == [Cause.FIRST_CALL, Cause.NEW_STRUCTURE]
+    assert [(d["path"], d["change"]) for d in events[1]["diff"]] == [("batch['y']", "added"), ("a", "shape")]
+    assert "The argument pytree changed: batch['y'] was added" in events[1]["explanation"]

@@ -132,9 +132,10 @@ def test_imports_run_downhill():
     assert layer_violations(graph) == []
 
 
-def test_the_layer_check_sees_an_import_that_climbs():
+def test_the_layer_check_sees_an_import_that_climbs(tmp_path):
     """The direction check itself: a made-up store module importing the recorder, and a
-    recorder importing capture from inside a function, are both caught."""
+    recorder importing capture from inside a function, are both caught; the resolver
+    reads a relative import hidden in a function of a real file."""
     graph = {
         "cachewatch.store.bad": {"cachewatch.record.recorder"},
         "cachewatch.record.recorder": {"cachewatch.capture.counters"},
@@ -145,10 +146,15 @@ def test_the_layer_check_sees_an_import_that_climbs():
         "cachewatch.record.recorder (record) imports cachewatch.capture.counters (capture)",
         "cachewatch.store.bad (store) imports cachewatch.record.recorder (record)",
     ]
-    import ast
-
-    hidden = ast.parse("def later():\n    from ..capture import counters\n")
-    assert any(isinstance(n, ast.ImportFrom) and n.level == 2 for n in ast.walk(hidden))
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "__init__.py").write_text("")
+    (store / "bad.py").write_text("def later():\n    from ..capture import counters\n    return counters\n")
+    found = _imports_of(tmp_path, "cachewatch")
+    assert found["cachewatch.store.bad"] == {"cachewatch.capture.counters"}
+    assert layer_violations(found) == [
+        "cachewatch.store.bad (store) imports cachewatch.capture.counters (capture)"
+    ]
 
 
 def test_the_service_reads_a_store_and_never_capture():

@@ -440,8 +440,6 @@ def test_eager_differentiation_is_never_taken_for_a_cleared_cache(program, sqlit
     """Programs JAX builds when it differentiates code outside any jit (linearized copies of
     the primitives, a sampler's initialisation) share a primitive's name and argument types
     with the primitive run op by op: each is its own program, with its own history."""
-    if program == "numpyro_nuts":
-        pytest.importorskip("numpyro")
     done = run_python([os.path.join(PROGRAMS, f"{program}.py")], sqlite_url)
     assert done.returncode == 0, done.stderr[-3000:]
     logged = collections.Counter(_JAX_COMPILED.findall(done.stderr))

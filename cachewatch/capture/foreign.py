@@ -524,8 +524,6 @@ def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], 
     if not verdict.diff:
         if "jax.clear_caches()" in verdict.explanation:
             why = "after jax.clear_caches()"
-        elif verdict.cause == Cause.CACHE_CLEARED:
-            why = "jax.clear_caches() did not run since, so JAX evicted it from its bounded caches"
         else:
             why = "what changed is not in its operands, parameters or trace context"
         return (

@@ -193,17 +193,25 @@ def explain_compile(
         if key in obj.compiled_keys:
             verdict = _recompiled(obj, name, key, device, placement)
         elif key in obj.keys:
-            cause = Cause.FIRST_CALL if not history.compiled_any else Cause.NEW_DEVICE_OR_SHARDING
-            verdict = Verdict(
-                cause,
-                f"`{name}` was compiled for a signature it had so far only traced "
-                "inside another transformation (the jaxpr came from JAX's trace cache).",
-                (),
-            )
+            verdict = _first_compile_of_traced(obj, history, name, sig)
         else:
             verdict = _classify_trace(history, obj, name, sig, None)
         _remember(history, obj, sig, True, device, placement)
         return verdict
+
+
+def _first_compile_of_traced(obj: ObjectHistory, history: FunctionHistory, name: str, sig: Signature) -> Verdict:
+    """A compile of a signature so far only traced inside another transformation (an outer
+    jit, vmap, grad): nothing moved; it is compared with the signatures compiled before."""
+    note = (
+        f"`{name}` was compiled for a signature it had so far only traced inside another "
+        "transformation (the jaxpr came from JAX's trace cache)"
+    )
+    compiled = [s for s in obj.signatures if s.key in obj.compiled_keys]
+    entries = sigmod.closest(compiled, sig)[1] if compiled else []
+    if not entries:
+        return Verdict(Cause.FIRST_CALL, note + ": its first compile at this signature.", ())
+    return Verdict(entries[0]["cause"], note + ". " + _sentence(name, entries, history), tuple(entries))
 
 
 def _recompiled(obj: ObjectHistory, name: str, key: tuple, device: str | None, placement: tuple) -> Verdict:
@@ -363,11 +371,14 @@ def _repeat(obj: ObjectHistory, name: str) -> Verdict:
             f"`{name}` was traced again with a signature it had already compiled, after jax.clear_caches().",
             (),
         )
+    # Nothing was cleared, so calling it a cleared cache would be a guess.
     return Verdict(
-        Cause.CACHE_CLEARED,
-        f"`{name}` was traced again with a signature (arguments and trace context) it had already "
-        "compiled, and jax.clear_caches() did not run since: the entry was evicted from JAX's bounded "
-        "caches (or a jit object cachewatch did not wrap had its clear_cache() called).",
+        Cause.UNKNOWN,
+        f"`{name}` was traced again with a signature it had already compiled: its arguments (shapes, "
+        "dtypes, weak types, static values by hash, pytree) and JAX's trace context were the same, and "
+        "no cache was cleared since (neither jax.clear_caches() nor its clear_cache()). What changed is "
+        "not in what cachewatch reads of JAX's cache key: an entry evicted from JAX's bounded caches, a "
+        "static argument equal by hash but not by ==, or clear_cache() of a jit object it did not wrap.",
         (),
     )
 

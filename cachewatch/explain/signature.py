@@ -251,7 +251,8 @@ _LEAF_CAUSE = {
 
 
 def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
-    """Every difference between two signatures, in argument order.
+    """Every difference between two signatures: pytree structure first, then the leaves'
+    types, each in argument order.
 
     Each entry: ``path``, ``change`` (shape, dtype, weak_type, static, added, removed,
     passed_as, structure), ``cause``, ``before`` and ``after`` (readable), and ``axes``
@@ -311,6 +312,9 @@ def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
     for index, arg in enumerate(before.structure):
         if arg.name not in seen_old:
             entries.append(_entry(arg.name, "removed", Cause.NEW_STRUCTURE, _arg_summary(before, index), None))
+    # JAX's cache compares the pytree before the types of its leaves: structure changes
+    # lead (the first of them names the cause), the rest keep argument order.
+    entries.sort(key=lambda entry: entry["cause"] != Cause.NEW_STRUCTURE)
     return entries
 
 
