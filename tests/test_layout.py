@@ -152,9 +152,7 @@ def test_the_layer_check_sees_an_import_that_climbs(tmp_path):
     (store / "bad.py").write_text("def later():\n    from ..capture import counters\n    return counters\n")
     found = _imports_of(tmp_path, "cachewatch")
     assert found["cachewatch.store.bad"] == {"cachewatch.capture.counters"}
-    assert layer_violations(found) == [
-        "cachewatch.store.bad (store) imports cachewatch.capture.counters (capture)"
-    ]
+    assert layer_violations(found) == ["cachewatch.store.bad (store) imports cachewatch.capture.counters (capture)"]
 
 
 def test_the_service_reads_a_store_and_never_capture():
