@@ -138,3 +138,50 @@ def test_layer_shapes_that_change_together_are_not_advised_to_be_padded():
     fix = diagnosis.suggest_fix("dot", Cause.NEW_SHAPE, rows)
     assert "pad to powers of two" not in fix
     assert "do not pad unrelated shapes to one size" in fix
+
+
+def test_a_layer_of_equal_width_is_no_batch_axis():
+    """An eager MLP run layer by layer: from one layer's dot to the next, the input changes
+    on axis 1 and the weight on axis 0, both to the new width. That is the contraction of
+    one matmul changing, not a batch; padding the weight's rows to a power of two would
+    change the model."""
+
+    def layer(n_in: int, n_out: int) -> list[dict]:
+        return _shape_change(
+            [
+                ("operands[0]", f"float32[128,{n_in}]", f"float32[128,{n_out}]", [1]),
+                ("operands[1]", f"float32[{n_in},64]", f"float32[{n_out},64]", [0]),
+            ]
+        )
+
+    rows = [
+        Recompile("h", "r", float(i), Cause.NEW_SHAPE, diff, None, f"s{i}")
+        for i, diff in enumerate(
+            [
+                layer(784, 1024),
+                layer(1024, 640),
+                layer(640, 300),
+                _shape_change([("operands[1]", "float32[300,64]", "float32[300,10]", [1])]),
+                layer(300, 96),
+            ]
+        )
+    ]
+    fix = diagnosis.suggest_fix("dot", Cause.NEW_SHAPE, rows)
+    assert "pad to powers of two" not in fix, fix
+    assert "do not pad unrelated shapes to one size" in fix
+    # The same two arguments changing on one axis together, as a batch does, still are one.
+    batch = [
+        Recompile("h", "r", float(i), Cause.NEW_SHAPE, diff, None, f"s{i}")
+        for i, diff in enumerate(
+            _shape_change(
+                [
+                    ("x", f"float32[{n},16]", f"float32[{n + 1},16]", [0]),
+                    ("y", f"int32[{n}]", f"int32[{n + 1}]", [0]),
+                ]
+            )
+            for n in range(9, 15)
+        )
+    ]
+    assert "Argument x axis 0 took 7 sizes between 9 and 15; pad to powers of two" in diagnosis.suggest_fix(
+        "step", Cause.NEW_SHAPE, batch
+    )

@@ -417,15 +417,17 @@ def _shape_fix(name: str, rows: Sequence[Recompile]) -> str:
 
 def _one_batch_size(entries: list[dict[str, Any]]) -> bool:
     """Whether the shapes that changed in one compile changed as a batch does: one axis
-    each, all to the same new size (the inputs and labels of one batch), not a layer's
-    input and weights changing together."""
-    sizes = set()
+    each, the same axis everywhere, all to the same new size (the inputs and labels of one
+    batch), not a layer's input and weights changing together (``x[n, 784] @ w[784, k]``
+    to ``h[n, 1024] @ w[1024, k]`` changes axis 1 of one and axis 0 of the other)."""
+    sizes, axes = set(), set()
     for e in entries:
         dims = _dims(e.get("after"))
         if not e.get("axes") or len(e["axes"]) != 1 or dims is None or e["axes"][0] >= len(dims):
             return False
         sizes.add(dims[e["axes"][0]])
-    return len(sizes) == 1
+        axes.add(e["axes"][0])
+    return len(sizes) == 1 and len(axes) == 1
 
 
 def _rank(rows: Sequence[Recompile], path: str) -> int:
