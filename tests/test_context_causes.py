@@ -131,6 +131,23 @@ def test_jax_own_jits_under_install_are_new_context(sqlite_url, use_store):
     assert not [e for e in events if e["cause"] in (Cause.CACHE_CLEARED, Cause.UNKNOWN)]
 
 
+def test_jax_own_jit_under_install_through_every_context_change(sqlite_url, use_store):
+    """The same context managers and config update as under cachewatch.jit, around one of
+    JAX's own jits seen through install(): each compile named by the option that changed."""
+    use_store(sqlite_url)
+    cachewatch.install()
+    try:
+        with scenarios.jax_compile_log() as messages:
+            _contexts(lambda a: jnp.clip(a, 1.0, 4.0), jnp.arange(13.0))  # a size no other test uses
+    finally:
+        cachewatch.uninstall()
+    events = compiled_events(sqlite_url, {"clip"})
+    assert len(events) == scenarios.jax_compile_count(messages, "clip") == 5
+    assert [e["cause"] for e in events] == [Cause.FIRST_CALL] + [Cause.NEW_CONTEXT] * 4
+    for event, (name, before, after) in zip(events[1:], EXPECTED_OPTIONS[1:]):
+        assert options(event) == {name: (before, after)}, event["diff"]
+
+
 def test_context_comes_before_the_arguments_and_the_diff_keeps_both(sqlite_url, use_store):
     use_store(sqlite_url)
 
@@ -273,6 +290,8 @@ with scenarios.jax_compile_log() as messages:
     jnp.clip(v, 0.0, 3.0)
     with jax.set_mesh(mesh):
         jnp.clip(v, 0.0, 3.0)
+    with jax.default_device(jax.devices()[1]):
+        jnp.clip(v, 0.0, 3.0)
     cachewatch.uninstall()
 for name in ("sharded", "on_default", "clip"):
     counts[name] = scenarios.jax_compile_count(messages, name)
@@ -305,8 +324,9 @@ def test_mesh_and_default_device_contexts_on_four_devices(sqlite_url):
     assert [e["cause"] for e in on_default] == [Cause.FIRST_CALL, Cause.NEW_CONTEXT]
     assert options(on_default[1]) == {"jax_default_device": ("None", "cpu:1")}
     clip = [e for e in events if e["name"] == "clip"]
-    assert [e["cause"] for e in clip] == [Cause.FIRST_CALL, Cause.NEW_CONTEXT]
+    assert [e["cause"] for e in clip] == [Cause.FIRST_CALL, Cause.NEW_CONTEXT, Cause.NEW_CONTEXT]
     assert list(options(clip[1])) == ["abstract_mesh_context_manager"]
+    assert options(clip[2]) == {"jax_default_device": ("None", "cpu:1")}
 
 
 def test_a_committed_argument_to_jax_own_jit_under_install(sqlite_url, use_store):
