@@ -61,7 +61,13 @@ def parse(body: bytes) -> BatchIn:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()], body=data) from None
 
 
-def accept(body: bytes, max_events: int, url: str, counters: IngestCounters) -> dict[str, Any]:
+def accept(
+    body: bytes,
+    max_events: int,
+    url: str,
+    counters: IngestCounters,
+    program_store_max_bytes: int = writes.DEFAULT_PROGRAM_STORE_MAX_BYTES,
+) -> dict[str, Any]:
     """Parse, check and store one posted batch: whole or not at all."""
     batch = parse(body)
     try:
@@ -69,7 +75,7 @@ def accept(body: bytes, max_events: int, url: str, counters: IngestCounters) -> 
     except RequestValidationError:
         counters.rejected(len(batch.events))
         raise
-    return store(url, batch)
+    return store(url, batch, program_store_max_bytes)
 
 
 def check(batch: BatchIn, max_events: int) -> None:
@@ -105,8 +111,12 @@ def check(batch: BatchIn, max_events: int) -> None:
     # may be timed just after it, so a batch can rightly hold more samples than calls.
 
 
-def store(url: str, batch: BatchIn) -> dict[str, Any]:
-    """Write one checked batch in one transaction; returns what was new and what was a repeat."""
+def store(
+    url: str, batch: BatchIn, program_store_max_bytes: int = writes.DEFAULT_PROGRAM_STORE_MAX_BYTES
+) -> dict[str, Any]:
+    """Write one checked batch in one transaction; returns what was new and what was a repeat.
+    Program texts are kept while the store's stay under ``program_store_max_bytes``
+    (CACHEWATCH_PROGRAM_STORE_MAX_BYTES), as the library's own writer keeps them."""
     rows = writes.table_rows(batch)
     with enginemod.connection(url, ensure=False) as conn:
         if conn.dialect.name == "postgresql":
@@ -115,7 +125,14 @@ def store(url: str, batch: BatchIn) -> dict[str, Any]:
                 {"key": "cachewatch-ingest:" + batch.run.run_id},
             )
         new_stats = _new_stats(conn, batch.run.run_id, rows.stats)
-        stored = len(writes.write_rows(conn, rows._replace(stats=new_stats), dropped_by=batch.drops()))
+        stored = len(
+            writes.write_rows(
+                conn,
+                rows._replace(stats=new_stats),
+                dropped_by=batch.drops(),
+                program_store_max_bytes=program_store_max_bytes,
+            )
+        )
     return {
         "batch_id": batch.batch_id,
         "events": len(rows.events),

@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cachewatch.core import config as configmod
+from cachewatch.store.writes import DEFAULT_PROGRAM_STORE_MAX_BYTES
 
 MIN_TOKEN_LENGTH = 16
 
@@ -55,6 +56,13 @@ class ServerSettings(BaseSettings):
     max_page_size: int = Field(1000, ge=1, le=10_000, description="Largest `limit` a query may ask for.")
     storm_threshold: int = Field(5, ge=1, description="Non-first_call compiles within storm_window that make a storm.")
     storm_window: float = Field(600.0, gt=0, description="Seconds over which storm_threshold is counted.")
+    # The library's variable: a recorder writing over HTTP leaves the store's cap to the service.
+    program_store_max_bytes: int = Field(
+        DEFAULT_PROGRAM_STORE_MAX_BYTES,
+        ge=0,
+        description="Cap on the compressed program texts the store keeps; past it, ingest stores "
+        "the events and their figures but not their programs' texts.",
+    )
 
     @field_validator("write_token", "read_token", mode="before")
     @classmethod

@@ -35,7 +35,7 @@ from cachewatch.store import models
 from cachewatch.store import queries as storequeries
 from cachewatch.store.engine import redact_url
 from cachewatch.store.columns import Filters
-from cachewatch_server.dashboard import render
+from cachewatch_server.dashboard import pages, render
 from cachewatch_server.deps import parse_time
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
@@ -972,4 +972,17 @@ def test_function_page_shows_what_was_compiled_and_the_program_diff(tab, api):
     assert figures == {name: str(change["xla"][name]["after"]) for name in figures}
     lines = tab.page.locator("#program-lines tbody tr")
     assert lines.count() >= 1
+    # Program size against compile seconds: the function's latest compiles, oldest first,
+    # as the API gives them (seconds: trace + lower + compile).
+    growth = tab.page.eval_on_selector_all(
+        "#program-growth tbody tr", "rows => rows.map(r => [r.dataset.event, +r.dataset.eqns, +r.dataset.seconds])"
+    )
+    sized = sorted(
+        (e for e in all_events(api, step["function_hash"]) if e["compiled"] and e["jaxpr_eqns"] is not None),
+        key=lambda e: e["timestamp"],
+    )[-pages.GROWTH_SHOWN :]
+    assert len(growth) > 1 and [g[:2] for g in growth] == [[e["event_id"], e["jaxpr_eqns"]] for e in sized]
+    assert [g[2] for g in growth] == pytest.approx(
+        [(e["trace_seconds"] or 0) + (e["lower_seconds"] or 0) + (e["compile_seconds"] or 0) for e in sized]
+    )
     tab.shot("function-program-diff")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import zlib
 from typing import Any
@@ -20,10 +21,11 @@ from cachewatch.capture import program as programmod
 from cachewatch.core.events import Batch, Cause
 from cachewatch.record import current, recorder
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models
+from cachewatch.store import models, writes
 from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings
+from cachewatch_server.settings import ServerSettings, load
 from jax._src import jaxpr_util
+from jax._src.lib import _jax  # jaxlib's pprof codec, what jaxpr_util writes its dumps with
 
 import serverkit as kit
 
@@ -259,6 +261,34 @@ def test_program_fields_through_the_service_ingest(store_events, tmp_path):
     assert program is not None and zlib.decompress(program["jaxpr"]).decode().startswith("{ lambda")
 
 
+def test_the_service_keeps_program_texts_under_its_store_cap(store_events, tmp_path, monkeypatch):
+    _, events = store_events
+    recorded = _recorded_program(events)
+    body = Batch(run=current.run_info(), events=recorded, stats=[]).to_wire()
+    (payload,) = [e["program_texts"] for e in body["events"] if e.get("program_texts")]
+    size = writes.program_row(payload)["size_bytes"]
+
+    def ingest(cap: int) -> tuple[dict, dict | None]:
+        # Read from the environment as `cachewatch serve` reads it: the library's variable.
+        monkeypatch.setenv("CACHEWATCH_PROGRAM_STORE_MAX_BYTES", str(cap))
+        url = f"sqlite:///{tmp_path / f'cap-{cap}.db'}"
+        settings = load(store=url, write_token=None, read_token=None)
+        assert settings.program_store_max_bytes == cap
+        with TestClient(create_app(settings)) as client:
+            response = client.post("/api/v1/events", json=body)
+            assert response.status_code == 200 and response.json()["stored_events"] == 2, response.text
+        return _stored(url, recorded[0].event_id)
+
+    # One byte short: the events and their figures are stored, the program's texts are not.
+    row, program = ingest(size - 1)
+    assert program is None
+    assert row["program_fingerprint"] == recorded[0].program_fingerprint and row["hlo_ops"] == recorded[0].hlo_ops
+    assert row["eqns_by_line"] == recorded[0].eqns_by_line
+    # Exactly room for them: kept.
+    row, program = ingest(size)
+    assert program is not None and program["size_bytes"] == size
+
+
 def test_store_cap_keeps_figures_and_leaves_texts_out(sqlite_url, use_store):
     use_store(sqlite_url, program_store_max_bytes=10, program_extra_share=1.0)
     seen = []
@@ -277,72 +307,42 @@ def test_store_cap_keeps_figures_and_leaves_texts_out(sqlite_url, use_store):
 # ------------------------------------------------- reading back: CLI, API, pprof
 
 
-def _decode(data: bytes) -> dict[int, list]:
-    """A protobuf message's fields (number -> values), from the wire format: varints as
-    ints, length-delimited fields as bytes."""
-    fields: dict[int, list] = {}
-    i = 0
-
-    def varint() -> int:
-        nonlocal i
-        shift = value = 0
-        while True:
-            byte = data[i]
-            i += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return value
-
-    while i < len(data):
-        key = varint()
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            fields.setdefault(number, []).append(varint())
-        elif wire == 2:
-            size = varint()
-            fields.setdefault(number, []).append(data[i : i + size])
-            i += size
-        else:
-            raise AssertionError(f"unexpected wire type {wire}")
-    return fields
-
-
-def _packed_ints(data: bytes) -> list[int]:
-    return [v for values in _decode(b"\x08" + b"\x08".join(_split_varints(data))).values() for v in values]
-
-
-def _split_varints(data: bytes) -> list[bytes]:
-    out, start = [], 0
-    for i, byte in enumerate(data):
-        if not byte & 0x80:
-            out.append(data[start : i + 1])
-            start = i + 1
-    return out
-
-
 def _profile(data: bytes) -> dict[str, Any]:
-    """A pprof Profile: its sample type names, and equations per (function name, line, primitive)."""
-    import gzip
+    """A gzip-compressed pprof Profile read by jaxlib's own protobuf codec (the inverse of
+    the one JAX writes its eqn_count_pprof dumps with): its sample types, how many
+    locations each sample has, and equations per (file, line, function name, primitive,
+    in a loop body) at each sample's leaf location."""
+    profile = json.loads(_jax.pprof_profile_to_json(gzip.decompress(data)))
+    strings = profile["stringTable"]
 
-    fields = _decode(gzip.decompress(data))
-    strings = [s.decode() for s in fields[6]]
-    sample_types = [_decode(v) for v in fields[1]]
-    functions = {(f := _decode(raw))[1][0]: strings[f[2][0]] for raw in fields.get(5, [])}
+    def text(message: dict[str, Any], field: str) -> str:
+        # The protobuf JSON mapping: 64-bit integers as strings, fields at zero left out.
+        return strings[int(message.get(field, 0))]
+
+    functions = {f["id"]: f for f in profile["function"]}
     locations = {}
-    for raw in fields.get(4, []):
-        loc = _decode(raw)
-        line = _decode(loc[4][0])
-        locations[loc[1][0]] = (functions[line[1][0]], line[2][0] if 2 in line else 0)
+    for location in profile["location"]:
+        (line,) = location["line"]
+        function = functions[line["functionId"]]
+        locations[location["id"]] = (text(function, "filename"), int(line.get("line", 0)), text(function, "name"))
     counts: dict[tuple, int] = {}
-    for raw in fields.get(2, []):
-        sample = _decode(raw)
-        (location,) = _packed_ints(sample[1][0])
-        (value,) = _packed_ints(sample[2][0])
-        labels = {strings[(lab := _decode(x))[1][0]]: strings[lab[2][0]] for x in sample.get(3, [])}
-        key = (*locations[location], labels["primitive"])
-        counts[key] = counts.get(key, 0) + value
-    return {"types": [(strings[t[1][0]], strings[t[2][0]]) for t in sample_types], "counts": counts}
+    for sample in profile["sample"]:
+        (value,) = sample["value"]
+        labels = {text(label, "key"): text(label, "str") for label in sample["label"]}
+        key = (*locations[sample["locationId"][0]], labels["primitive"], labels.get("loop_body") == "true")
+        counts[key] = counts.get(key, 0) + int(value)
+    return {
+        "types": [(text(t, "type"), text(t, "unit")) for t in profile["sampleType"]],
+        "depths": {len(sample["locationId"]) for sample in profile["sample"]},
+        "counts": counts,
+    }
+
+
+def _per_line_and_primitive(profile: dict[str, Any]) -> dict[tuple[str, int, str], int]:
+    out: dict[tuple[str, int, str], int] = {}
+    for (file, line, _, primitive, _), n in profile["counts"].items():
+        out[(file, line, primitive)] = out.get((file, line, primitive), 0) + n
+    return out
 
 
 @pytest.fixture
@@ -360,7 +360,7 @@ def test_program_command_and_endpoint_give_the_kept_texts(served, capsys, tmp_pa
     def layers(x, w):
         for _ in range(3):
             x = jnp.tanh(x @ w)  # layers-line
-        return x
+        return x * 0.5  # layers-scale
 
     args = (jnp.ones((2, 4)), jnp.eye(4))
     cachewatch.jit(layers)(*args)
@@ -373,12 +373,30 @@ def test_program_command_and_endpoint_give_the_kept_texts(served, capsys, tmp_pa
     out = tmp_path / "profile.pb.gz"
     assert cli.main(["program", event.event_id, "--store", url, "--format", "pprof", "-o", str(out)]) == 0
     ours = _profile(out.read_bytes())
-    # The same sample type as JAX's own eqn_count_pprof dump, and the loop's line with its equations.
+    # One location per sample: its source line, in a function named file:function.
+    assert ours["types"] == [("equations", "count")] and ours["depths"] == {1}
+    by_line: dict[tuple[str, int], dict[str, Any]] = {}
+    for (file, line, name, primitive, loop), n in ours["counts"].items():
+        row = by_line.setdefault((file, line), {"name": name, "eqns": 0, "loop_body": False, "primitives": {}})
+        row["eqns"] += n
+        row["loop_body"] = row["loop_body"] or loop
+        row["primitives"][primitive] = row["primitives"].get(primitive, 0) + n
+    assert by_line == {
+        (r["file"], r["line"]): {
+            "name": f"{r['file']}:{r['function']}",
+            "eqns": r["eqns"],
+            "loop_body": r["loop_body"],
+            "primitives": r["primitives"],
+        }
+        for r in event.eqns_by_line
+    }
+    lines = {line: row["primitives"] for (_, line), row in by_line.items()}
+    assert lines == {line_of("# layers-line"): {"dot_general": 3, "tanh": 3}, line_of("# layers-scale"): {"mul": 1}}
+    # JAX's own eqn_count_pprof dump of the same jaxpr: the same sample type, and the same
+    # equations per source line and primitive.
     theirs = _profile(jaxpr_util.pprof_equation_profile(jax.make_jaxpr(layers)(*args).jaxpr))
-    assert ours["types"] == theirs["types"] == [("equations", "count")]
-    line = line_of("# layers-line")
-    assert {k[2]: v for k, v in ours["counts"].items() if k[1] == line} == {"dot_general": 3, "tanh": 3}
-    assert sum(ours["counts"].values()) == sum(theirs["counts"].values())
+    assert theirs["types"] == ours["types"]
+    assert _per_line_and_primitive(theirs) == _per_line_and_primitive(ours)
     with TestClient(create_app(ServerSettings(store=url, write_token=None, read_token=None))) as client:
         response = client.get(f"/api/v1/events/{event.event_id}/program", params={"format": "hlo"})
         assert response.status_code == 200 and response.text.startswith("HloModule")
@@ -387,6 +405,45 @@ def test_program_command_and_endpoint_give_the_kept_texts(served, capsys, tmp_pa
         missing = client.get("/api/v1/events/nope/program")
         assert missing.status_code == 404 and "no event" in missing.json()["detail"]
     assert cli.main(["program", "nope", "--store", url]) == 1
+
+
+def test_text_cap_leaves_the_texts_out_and_says_so(sqlite_url, use_store, capsys, tmp_path):
+    use_store(sqlite_url, program_text_max_bytes=10, program_extra_share=1.0)
+    seen = []
+    recorder.add_listener(seen.append)
+    try:
+        cachewatch.jit(lambda v: jnp.exp(v) - 1)(jnp.ones(3))
+        cachewatch.flush(10)
+    finally:
+        recorder.remove_listener(seen.append)
+    (event,) = [e for e in seen if e.compiled and e.function.name == "<lambda>"]
+    # Every text was over the cap: left out and named, in the order the formats are listed.
+    assert event.program_texts["texts"] == {} and event.program_texts["left_out"] == ["jaxpr", "hlo"]
+    assert event.program_texts["profile"]
+    # The figures do not depend on the texts.
+    assert event.program_fingerprint and event.jaxpr_eqns == 2 and event.hlo_ops
+    assert event.eqns_by_primitive == {"exp": 1, "sub": 1} and event.eqns_by_line and event.memory
+    row, program = _stored(sqlite_url, event.event_id)
+    assert row["jaxpr_eqns"] == 2 and row["hlo_ops"] == event.hlo_ops and row["memory"] == event.memory
+    assert program is not None and program["left_out"] == ["jaxpr", "hlo"]
+    assert program["jaxpr"] is None and program["hlo"] is None and program["profile"] is not None
+    reason = "left out when recorded, over the per-program text cap (CACHEWATCH_PROGRAM_TEXT_MAX_BYTES)"
+    for fmt in ("jaxpr", "hlo"):
+        assert cli.main(["program", event.event_id, "--store", sqlite_url, "--format", fmt]) == 1
+        captured = capsys.readouterr()
+        assert captured.out == "" and f"no {fmt} text kept for event {event.event_id}: {reason}" in captured.err
+    # What was never asked for is told apart from what the cap left out.
+    assert cli.main(["program", event.event_id, "--store", sqlite_url, "--format", "stablehlo"]) == 1
+    assert "not asked for (CACHEWATCH_PROGRAM_TEXTS)" in capsys.readouterr().err
+    # The equation profile is kept under the cap.
+    out = tmp_path / "capped.pb.gz"
+    assert cli.main(["program", event.event_id, "--store", sqlite_url, "--format", "pprof", "-o", str(out)]) == 0
+    assert {k[3]: n for k, n in _profile(out.read_bytes())["counts"].items()} == {"exp": 1, "sub": 1}
+    with TestClient(create_app(ServerSettings(store=sqlite_url, write_token=None, read_token=None))) as client:
+        response = client.get(f"/api/v1/events/{event.event_id}/program", params={"format": "hlo"})
+        assert response.status_code == 404 and reason in response.json()["detail"]
+        response = client.get(f"/api/v1/events/{event.event_id}/program", params={"format": "pprof"})
+        assert response.status_code == 200 and _profile(response.content)["counts"]
 
 
 def test_diff_command_and_endpoint_agree(served, capsys):

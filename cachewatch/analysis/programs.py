@@ -37,7 +37,8 @@ def program(conn: sa.Connection, event_id: str, fmt: str = "jaxpr") -> str | byt
     kept = stored.texts(conn, row["program_fingerprint"])
     if kept is None:
         raise ProgramNotFound(
-            f"the store kept no texts of event {event_id}'s program (its cap was reached, or texts were off)"
+            f"the store kept no texts of event {event_id}'s program, only its figures: the store's cap on "
+            "program texts (CACHEWATCH_PROGRAM_STORE_MAX_BYTES) was reached, or the recorder sent none"
         )
     if fmt == "pprof":
         if kept["profile"] is None:
@@ -45,17 +46,24 @@ def program(conn: sa.Connection, event_id: str, fmt: str = "jaxpr") -> str | byt
         return pprof(kept["profile"])
     text = kept["texts"].get(fmt)
     if text is None:
-        why = (
-            "over the per-program cap (CACHEWATCH_PROGRAM_TEXT_MAX_BYTES)"
-            if fmt in kept["left_out"]
-            else (
-                "not asked for (CACHEWATCH_PROGRAM_TEXTS)"
-                if fmt == "stablehlo"
-                else "not printed: over the program view's time budget (CACHEWATCH_PROGRAM_EXTRA_SHARE)"
-            )
-        )
-        raise ProgramNotFound(f"no {fmt} text kept for event {event_id}: {why}")
+        raise ProgramNotFound(f"no {fmt} text kept for event {event_id}: {_why_missing(fmt, kept['left_out'])}")
     return text
+
+
+def _why_missing(fmt: str, left_out: list[str]) -> str:
+    """Why a text is not in the store, as far as the store can tell: named in ``left_out``
+    it was recorded and dropped under the per-program cap; otherwise it was never made."""
+    if fmt in left_out:
+        return (
+            "left out when recorded, over the per-program text cap (CACHEWATCH_PROGRAM_TEXT_MAX_BYTES); "
+            "the figures and the equation profile (format pprof) were kept"
+        )
+    if fmt == "jaxpr":
+        return (
+            "not printed: over the program view's time budget (CACHEWATCH_PROGRAM_EXTRA_SHARE), "
+            "or not asked for (CACHEWATCH_PROGRAM_TEXTS)"
+        )
+    return "not asked for (CACHEWATCH_PROGRAM_TEXTS)"
 
 
 def default_against(conn: sa.Connection, row: dict[str, Any]) -> str | None:

@@ -46,6 +46,7 @@ MIN_PER_PAGE = 1
 MAX_PER_PAGE = 500
 TOP_OFFENDERS = 8
 STALE_SHOWN = 50
+GROWTH_SHOWN = 20  # compiles in the function page's program size against compile seconds table
 COST_CHART_FUNCTIONS = 10
 
 _SORT_LABELS = {
@@ -447,7 +448,16 @@ def _program_view(conn, request: Request, function_hash: str, view: View) -> dic
             change = programs.latest_diff(conn, function_hash)
     except programs.ProgramNotFound as exc:
         problem = str(exc)
-    return {"profile": profile, "identical": identical, "diff": change, "problem": problem}
+    # The latest compiles only: enough to see whether compile seconds follow program size.
+    growth = profile["growth"][-GROWTH_SHOWN:]
+    return {
+        "profile": profile,
+        "identical": identical,
+        "diff": change,
+        "problem": problem,
+        "growth": growth,
+        "growth_total": len(profile["growth"]),
+    }
 
 
 @router.get("/runs", response_class=HTMLResponse)

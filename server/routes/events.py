@@ -35,7 +35,12 @@ async def ingest_events(_: WriteAuth, request: Request, settings: Settings) -> d
     """Store the batch whole or not at all. Repeating a batch (same event ids) stores nothing twice."""
     body = await request.body()
     return await run_in_threadpool(
-        ingest.accept, body, settings.max_batch_events, settings.store, request.app.state.counters
+        ingest.accept,
+        body,
+        settings.max_batch_events,
+        settings.store,
+        request.app.state.counters,
+        settings.program_store_max_bytes,
     )
 
 
