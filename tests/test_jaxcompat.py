@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -28,6 +29,7 @@ BREAK = {
     "cache_key_log": 'jaxcompat.CACHE_KEY_MESSAGE = "renamed hash of %s: %s"',
     "trace_equations": 'jaxcompat.ATTRIBUTES["trace_equations"] = ("jax._src.core", "trace_ctx_renamed")',
     "primitives": 'jaxcompat.ATTRIBUTES["primitives"] = ("jax.extend.core", "PrimitiveRenamed")',
+    "primitive_marker": 'jaxcompat.ATTRIBUTES["primitive_marker"] = ("jax._src.dispatch", "_apply_primitive_renamed")',
     "jaxpr_debug_info": 'jaxcompat.ATTRIBUTES["jaxpr_debug_info"] = ("jax._src.core", "Jaxpr", "debug_info_renamed")',
     "jit_cache_size": 'jaxcompat.ATTRIBUTES["jit_cache_size"] = ("_cache_size_renamed",)',
     "transform_tracers": 'jaxcompat.TRACER_CLASSES["BatchTracerRenamed"] = jaxcompat.TRACER_CLASSES.pop("BatchTracer")',
@@ -149,3 +151,71 @@ def test_without_the_trace_equations_the_count_comes_from_the_compiled_program(t
 def test_without_either_source_the_count_is_left_empty(tmp_path):
     found, _ = _run(tmp_path, BREAK["trace_equations"] + "; " + BREAK["program_hooks"])
     assert found["jaxpr_eqns"][:2] == [None, None]
+
+
+@pytest.fixture
+def fresh_probes():
+    """Capabilities probed afresh, and forgotten again after the test turned one off."""
+    jaxcompat.reset()
+    yield
+    jaxcompat.reset()
+
+
+def _capability_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, jaxcompat.CapabilityWarning)]
+
+
+def test_a_capability_turned_off_at_run_time_warns_once_and_the_doctor_shows_it_off(fresh_probes):
+    from cachewatch import doctor
+
+    assert jaxcompat.available("lowering_frame")  # probed: it works on this JAX
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jaxcompat.turn_off("lowering_frame", "its jaxpr could not be read: AttributeError: eqns")
+        jaxcompat.turn_off("lowering_frame", "a second failure of the same hook")
+        assert not jaxcompat.available("lowering_frame")  # not probed again
+    found = _capability_warnings(caught)
+    assert len(found) == 1 and "the capability 'lowering_frame' is off" in found[0]
+    assert "AttributeError: eqns" in found[0]
+    assert jaxcompat.off() == ["lowering_frame"]
+    shown = doctor.render(doctor.checkup())
+    line = next(line for line in shown.splitlines() if line.strip().startswith("lowering_frame "))
+    assert "OFF" in line and "is lost: its jaxpr could not be read" in line  # the first reason is kept
+    assert "1 capability(ies) off: lowering_frame" in shown
+
+
+def test_a_jaxpr_the_lowering_frame_cannot_read_turns_the_capability_off(fresh_probes):
+    from cachewatch.capture import foreign
+
+    assert jaxcompat.available("lowering_frame")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert foreign.program_key(object()) is None  # as if JAX's jaxpr had no eqns
+        assert foreign.program_key(object()) is None
+    found = _capability_warnings(caught)
+    assert len(found) == 1 and "'lowering_frame' is off" in found[0] and "its jaxpr could not be read" in found[0]
+    assert not jaxcompat.available("lowering_frame")
+
+
+@pytest.mark.parametrize(
+    "table, expected",
+    [
+        (  # a local of the lowering frame cachewatch reads for placement, renamed
+            "FRAMES",
+            (
+                "jax._src.interpreters.pxla",
+                ("_cached_lowering_to_hlo",),
+                ("closed_jaxpr", "in_avals", "num_const_args", "semantic_in_shardings_renamed"),
+            ),
+        ),
+        ("ATTRIBUTES", ("jax._src.interpreters.pxla", "UnspecifiedValueRenamed")),  # its unspecified sharding
+    ],
+)
+def test_the_lowering_frame_probe_checks_everything_read_there(fresh_probes, monkeypatch, table, expected):
+    monkeypatch.setitem(getattr(jaxcompat, table), "lowering_frame", expected)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not jaxcompat.available("lowering_frame")
+    found = _capability_warnings(caught)
+    missing = "semantic_in_shardings_renamed" if table == "FRAMES" else "UnspecifiedValueRenamed"
+    assert len(found) == 1 and missing in found[0]  # the warning names what JAX no longer has

@@ -106,6 +106,30 @@ def test_store_down_spools_then_replays_without_loss_or_duplicates(tmp_path, use
     assert len(stored) == 31 and set(ids) <= set(stored)
 
 
+def test_store_down_and_spool_full_drops_events_as_spool_full(tmp_path, use_store):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the store's directory should be")
+    url = f"sqlite:///{blocker}/store.db"
+    # A cap smaller than any batch: with the store down, nothing can be kept either.
+    use_store(url, spool_dir=str(tmp_path / "spool"), spool_max_bytes=64, flush_interval=0.05)
+    for _ in range(5):
+        recorder.record_event(make_event())
+    result = cachewatch.flush(30)
+    assert result.done and result.spooled_batches == 0
+    assert result.dropped == {"spool_full": 5}  # lost, and said why
+    assert recorder.dropped_events() == 5 and recorder.written_events() == 0
+    assert not spool.has_pending(current.config())
+    # The store comes back: the loss reaches the run's row with the next batch.
+    blocker.unlink()
+    blocker.mkdir()
+    enginemod.dispose_engines()
+    recorder.record_event(make_event())
+    assert cachewatch.flush(30)
+    with enginemod.connection(url) as conn:
+        drops = {r.reason: r.dropped for r in conn.execute(sa.select(models.run_drops))}
+    assert drops == {"spool_full": 5} and count_events(url) == 1
+
+
 def test_spool_respects_its_byte_cap(tmp_path):
     cfg = configmod.resolve({"store": "sqlite:///x.db", "spool_dir": str(tmp_path), "spool_max_bytes": 3000})
     batch = Batch(run=current.run_info(), events=[make_event()], stats=[])

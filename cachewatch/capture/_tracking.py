@@ -227,7 +227,7 @@ def _on_trace(name: str | None, duration: float) -> None:
     if frame is not None and getattr(fun, HOOK_ATTR, None) is None:
         # A jit object cachewatch did not wrap: JAX's own, one made before install(),
         # or an eager primitive.
-        if not _process_wide and not getattr(fun, "_apply_primitive", False):
+        if not _process_wide and not jaxcompat.is_eager_primitive(fun):
             return
         target = foreign.from_trace(caller, name or "")
         if target is not None:

@@ -175,7 +175,7 @@ def from_trace(frame: Any, name: str) -> Target | None:
     fun, ji = local.get("fun"), local.get("ji")
     args, kwargs = local.get("args") or (), local.get("kwargs") or {}
     site = call_site(2)
-    if getattr(fun, "_apply_primitive", False):
+    if jaxcompat.is_eager_primitive(fun):
         return Target(
             opbyop.function_info(name),
             0,
@@ -194,15 +194,18 @@ def from_trace(frame: Any, name: str) -> Target | None:
     info = _describe(described)
     placement: tuple = ()
     if signature is not None and layout is not None:
-        try:
-            placement = sigmod.placement(layout, args, kwargs)
-        except Exception:  # a detail of a later explanation, never a reason to lose the event
-            placement = ()
+        placement = _placement(layout, args, kwargs)
         with _lowered_lock:
             _traced_placements[(info.function_hash, _array_key(signature))] = placement
             while len(_traced_placements) > _MAX_OBJECTS:
                 del _traced_placements[next(iter(_traced_placements))]
     return Target(info, serial, signature, call_site=site, placement=placement)
+
+
+@_guard.guarded(default=(), where="foreign.placement")
+def _placement(layout: sigmod.ParamLayout, args: Any, kwargs: Any) -> tuple:
+    # Placement is a detail of a later explanation: a bug here is counted, the event kept.
+    return sigmod.placement(layout, args, kwargs)
 
 
 def from_lowering(frame: Any, name: str) -> Target:
@@ -244,19 +247,23 @@ def from_lowering(frame: Any, name: str) -> Target:
 def _lowered_placement(found: Any, signature: sigmod.Signature) -> tuple:
     """Committed or not, per argument, from the shardings JAX lowers with: an uncommitted
     argument's is left unspecified, a committed one's is its sharding."""
+    leaves = signature.leaves
     try:
         shardings = tuple(getattr(found.f_locals.get("semantic_in_shardings"), "shardings", None) or ())
         skip = int(found.f_locals.get("num_const_args") or 0)
-        placed = []
-        for leaf, sharding in zip(signature.leaves, shardings[skip:]):
-            if type(sharding).__name__ == "UnspecifiedValue":
-                placed.append(sigmod.Placed(leaf.path, False, ""))
-            else:
-                devices = sorted(str(d) for d in sharding.device_set)
-                placed.append(sigmod.Placed(leaf.path, True, devices[0] if len(devices) == 1 else ",".join(devices)))
-        return tuple(placed)
-    except Exception:  # a JAX whose lowering frame differs: no placement to compare
+        # Per argument: None when uncommitted, else the devices its sharding is on.
+        where = [
+            None if jaxcompat.unspecified_sharding(sharding) else sorted(str(d) for d in sharding.device_set)
+            for sharding in shardings[skip : skip + len(leaves)]
+        ]
+    except Exception as exc:  # a JAX whose lowering frame holds other objects: its probe could not tell
+        jaxcompat.turn_off(LOWER_FRAME, f"its shardings could not be read: {type(exc).__name__}: {exc}")
         return ()
+    # cachewatch's own part, outside the try: a bug here is the guard's to report.
+    return tuple(
+        sigmod.Placed(leaf.path, False, "") if on is None else sigmod.Placed(leaf.path, True, ",".join(on))
+        for leaf, on in zip(leaves, where)
+    )
 
 
 def _weak(value: Any) -> Any:
@@ -275,7 +282,8 @@ def program_key(jaxpr: Any) -> tuple | None:
     try:
         primitives = tuple(str(eqn.primitive) for eqn in jaxpr.eqns)
         return (len(jaxpr.invars), len(jaxpr.outvars), hash(primitives))
-    except Exception:  # a JAX whose jaxpr differs: no program to tell apart
+    except Exception as exc:  # the lowering frame's jaxpr is another object on this JAX
+        jaxcompat.turn_off(LOWER_FRAME, f"its jaxpr could not be read: {type(exc).__name__}: {exc}")
         return None
 
 

@@ -41,7 +41,11 @@ class CapabilityWarning(UserWarning):
 FRAMES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     # name: (JAX module, function names (any one), locals read)
     "trace_frame": ("jax._src.pjit", ("_trace_for_jit",), ("fun", "ji", "args", "kwargs")),
-    "lowering_frame": ("jax._src.interpreters.pxla", ("_cached_lowering_to_hlo",), ("closed_jaxpr", "in_avals")),
+    "lowering_frame": (
+        "jax._src.interpreters.pxla",
+        ("_cached_lowering_to_hlo",),
+        ("closed_jaxpr", "in_avals", "num_const_args", "semantic_in_shardings"),
+    ),
     "dispatch_frame": ("jax._src.pjit", ("cache_miss",), ("fun",)),
     "transpose_frame": ("jax._src.pjit", ("_pjit_transpose_fancy", "_pjit_transpose"), ()),
     "primitive_params": ("jax._src.dispatch", ("prim_fun",), ("params",)),
@@ -80,6 +84,12 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "hlo_print_options": ("jax._src.lib", "hlo", "HloPrintOptions"),
     "traceback_lines": ("jax._src.lib", "xla_client", "Traceback", "code_addr2line"),
     "mlir_strip_debuginfo": ("jax._src.lib.mlir", "passmanager", "PassManager"),
+    # The class of the sharding the lowering frame gives an uncommitted argument: told
+    # apart by name (checked with the frame, by the capability lowering_frame).
+    "lowering_frame": ("jax._src.interpreters.pxla", "UnspecifiedValue"),
+    # The attribute JAX's dispatch sets on the function it jits for an eager primitive:
+    # (module that sets it, attribute), read off the function at trace time.
+    "primitive_marker": ("jax._src.dispatch", "_apply_primitive"),
 }
 TRACER_CLASSES: dict[str, tuple[str, str]] = {
     # class name: (module, what the call is traced under)
@@ -244,9 +254,13 @@ def _frame_probe(name: str) -> str | None:
 _capability("trace_frame", "the identity and signature of compiles of jits cachewatch did not wrap")(
     lambda: _frame_probe("trace_frame")
 )
-_capability("lowering_frame", "the signature of a compile made without a trace (foreign lowerings)")(
-    lambda: _frame_probe("lowering_frame")
-)
+
+
+@_capability("lowering_frame", "the signature of a compile made without a trace (foreign lowerings)")
+def _lowering_frame() -> str | None:
+    return _frame_probe("lowering_frame") or _attribute_probe("lowering_frame")
+
+
 _capability(
     "dispatch_frame",
     "telling a watched function's compile outside its call (grad's backward pass) from a plain jit",
@@ -257,6 +271,15 @@ _capability("transpose_frame", "naming the backward pass of jax.grad or jax.vjp 
 _capability("primitive_params", "the parameters of eager (op-by-op) compiles, and their diffs")(
     lambda: _frame_probe("primitive_params")
 )
+
+
+@_capability("primitive_marker", "telling JAX's op-by-op compiles of eager primitives apart")
+def _primitive_marker() -> str | None:
+    # Not an attribute of the module: set on each function dispatch jits for a primitive.
+    module_name, attribute = ATTRIBUTES["primitive_marker"]
+    if not re.search(rf"\.{re.escape(attribute)}\s*=\s*True", _module_source(module_name)):
+        return f"{module_name} no longer marks the functions of eager primitives with {attribute}"
+    return None
 
 
 @_capability("compile_events", "trace, lowering and compile seconds, and compiles made without a trace")
@@ -420,6 +443,19 @@ def primitive_type() -> type | None:
     from jax.extend.core import Primitive
 
     return Primitive
+
+
+def is_eager_primitive(fun: Any) -> bool:
+    """Whether a function JAX traces for jit is its own wrapper of one eager primitive
+    (an op-by-op compile); False also when the capability is off."""
+    if not available("primitive_marker"):
+        return False
+    return bool(getattr(fun, ATTRIBUTES["primitive_marker"][1], False))
+
+
+def unspecified_sharding(sharding: Any) -> bool:
+    """Whether a sharding from JAX's lowering frame is the one of an uncommitted argument."""
+    return type(sharding).__name__ == ATTRIBUTES["lowering_frame"][1]
 
 
 def traced_equations() -> int | None:
