@@ -14,6 +14,7 @@ only a program that succeeded can fail a CI limit, with :data:`EXIT_LIMIT`.
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import importlib.machinery
 import importlib.util
@@ -22,6 +23,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import traceback
 import types
 from typing import Any, Sequence
@@ -266,7 +268,14 @@ def _print_program_traceback(exc: BaseException) -> None:
 
 
 def _die_of_sigint() -> None:
-    """Python ends a program that Ctrl-C stopped by SIGINT itself, so the shell sees the signal."""
+    """Python ends a program that Ctrl-C stopped by SIGINT itself, so the shell sees the signal,
+    once it has ended as it ends any program: non-daemon threads joined, then atexit handlers
+    (the program's, the libraries', cachewatch's flush); the signal would skip them."""
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # what python's exit runs first
+    except KeyboardInterrupt:  # a second Ctrl-C stops the wait, as under python
+        pass
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -10,6 +10,7 @@ import collections
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -321,3 +322,84 @@ def test_the_summary_counts_the_recompiles_that_produced_a_program_compiled_befo
     assert summary["identical_recompiles"] == 3  # the three re-jits after the first
     assert summary["identical_seconds"] > 0
     assert summary["first_pass_compiles"] == 0  # four compiles are no burst of five
+
+
+def test_fail_on_storm_fails_a_program_that_succeeded_and_never_one_that_failed(tmp_path):
+    """The storm program (a batch size per step) under --fail-on-storm alone: its storm
+    fails it with the limit's code and says why; without the flag it passes; a program that
+    failed keeps its own code, with the storm reported."""
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    storm = [PROGRAM, "--steps", "9", "--vary-batch"]
+    failed = sh([*CLI, "run", "--store", store, "--fail-on-storm", *storm])
+    assert failed.returncode == runner.EXIT_LIMIT, failed.stderr[-3000:]
+    assert "Storm [ACTIVE] grad_step: " in failed.stderr
+    assert (
+        f"cachewatch: limit broken (exit {runner.EXIT_LIMIT}): recompilation storm (grad_step) and --fail-on-storm"
+        in failed.stderr.splitlines()
+    )
+    passed = sh([*CLI, "run", "--store", store, "--summary", "json", *storm])
+    assert passed.returncode == 0, passed.stderr[-3000:]
+    summary = json.loads(passed.stderr.strip().splitlines()[-1])
+    # The same storm, which fails nothing without the flag.
+    assert [s["short_name"] for s in summary["storms"]] == ["grad_step"] and summary["limits_broken"] == []
+    own = sh([*CLI, "run", "--store", store, "--summary", "json", "--fail-on-storm", *storm, "--exit", "4"])
+    assert own.returncode == 4, own.stderr[-3000:]
+    summary = json.loads(own.stderr.strip().splitlines()[-1])
+    assert summary["exit_code"] == 4
+    assert summary["limits_broken"] == ["recompilation storm (grad_step) and --fail-on-storm"]
+
+
+INTERRUPTED = textwrap.dedent("""
+    import atexit
+    import time
+    import jax
+    import jax.numpy as jnp
+    atexit.register(print, "the program's atexit handler ran")
+    step = jax.jit(lambda x: x * 2.0 + 1.0)  # plain jax.jit: the program knows nothing of cachewatch
+    for size in (3, 4):
+        step(jnp.ones(size)).block_until_ready()
+    print("ready", flush=True)
+    time.sleep(600)
+""")
+
+
+def _interrupted(args: list[str], cwd: Path, store: str) -> subprocess.CompletedProcess:
+    """Start the program, wait for its ready line, and Ctrl-C it as a terminal would."""
+    proc = subprocess.Popen(args, cwd=cwd, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = proc.stdout.readline()
+        if ready == "ready\n":
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert ready == "ready\n", err[-3000:]
+    return subprocess.CompletedProcess(args, proc.returncode, ready + out, err)
+
+
+def _frames(stderr: str) -> list[tuple[str, str]]:
+    return re.findall(r'^  File "([^"]+)", line \d+, in (\S+)$', stderr, re.MULTILINE)
+
+
+def test_a_program_stopped_by_ctrl_c_ends_as_under_python_with_its_events_written(tmp_path):
+    """Ctrl-C ends the program as it ends python's (the traceback, the program's atexit
+    handlers, then death by SIGINT, so a shell sees the signal), after the compiles it
+    made before it were written and summed up."""
+    (tmp_path / "waits.py").write_text(INTERRUPTED)
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    by_python = _interrupted([sys.executable, "waits.py"], tmp_path, store)
+    by_run = _interrupted([*CLI, "run", "waits.py"], tmp_path, store)
+    assert by_python.returncode in (-signal.SIGINT, 128 + signal.SIGINT), by_python.stderr[-3000:]
+    assert by_run.returncode == by_python.returncode, by_run.stderr[-3000:]
+    assert by_run.stdout == by_python.stdout == "ready\nthe program's atexit handler ran\n"
+    # The traceback is python's, of the program's frames only (where in its last line the
+    # signal landed may differ); the summary follows it.
+    for done in (by_python, by_run):
+        assert done.stderr.startswith("Traceback (most recent call last):\n")
+        assert "\nKeyboardInterrupt\n" in done.stderr
+    assert _frames(by_run.stderr) == _frames(by_python.stderr) == [(str(tmp_path / "waits.py"), "<module>")]
+    assert "cachewatch: run " in by_run.stderr and "<lambda>: 2 compiles" in by_run.stderr
+    # Python alone recorded nothing; the store holds what the run compiled before Ctrl-C.
+    assert sorted(cause for name, cause in compiled(store) if name == "<lambda>") == ["first_call", "new_shape"]
