@@ -336,3 +336,27 @@ def test_jax_op_by_op_compiles_never_take_a_label(sqlite_url, recorded):
         samples = scrape(client)
     assert _function_labels(samples) == {"model.f8", "other"}
     assert kit.sample(samples, "cachewatch_compiles_total", function="other", cause=Cause.NEW_SHAPE) == 6
+
+
+def test_a_bug_in_one_family_leaves_the_rest_of_the_scrape(sqlite_url, recorded, monkeypatch):
+    """/metrics builds the families read from the store in full before serving any: a bug
+    there is counted by the guard and leaves those families out, never the whole scrape."""
+    from cachewatch.core import _guard
+    from cachewatch_server import metrics as metricsmod
+
+    def broken(snap):
+        raise RuntimeError("a bug in building the families")
+        yield  # a generator, as the real one is
+
+    monkeypatch.setattr(metricsmod, "families", broken)
+    monkeypatch.setattr(_guard, "raise_errors", False)  # as outside the project's tests
+    try:
+        with make_client(sqlite_url) as client:
+            assert client.post("/api/v1/events", json=kit.payload(recorded.run, recorded.events)).status_code == 200
+            samples = scrape(client)
+        assert _guard.internal_errors().get("metrics.families") == 1
+    finally:
+        _guard._counts.pop("metrics.families", None)  # counted on purpose here
+    assert kit.sample(samples, "cachewatch_store_up") == 1
+    assert not any(name == "cachewatch_compiles_total" for name, _ in samples)
+    assert any(name == "cachewatch_capability" for name, _ in samples)
