@@ -155,6 +155,25 @@ def test_freeze_raises_on_the_first_compile_after_it_and_not_before(events):
         np.testing.assert_allclose(out, np.full(n, 2.0))
 
 
+def test_freeze_names_a_context_change_with_its_option(events):
+    """A compile after freeze() under a new matmul precision names the context, not the
+    arguments (which did not change) and not a cleared cache."""
+
+    @cachewatch.jit
+    def frozen_ctx(x):
+        return x @ x
+
+    frozen_ctx(jnp.ones((3, 3)))
+    cachewatch.freeze()
+    try:
+        with jax.default_matmul_precision("highest"), pytest.raises(cachewatch.FrozenCompileError) as raised:
+            frozen_ctx(jnp.ones((3, 3)))
+    finally:
+        cachewatch.unfreeze()
+    message = str(raised.value)
+    assert "cause: new_context" in message and "jax_default_matmul_precision: None -> 'highest'" in message
+
+
 def test_freeze_as_a_context_manager_warns_and_restores(events):
     @cachewatch.jit
     def thawed(x):
