@@ -7,7 +7,9 @@ Flax NNX, Flax Linen with Optax, Equinox, a jitted loss under an eager jax.grad)
 ``cachewatch.install()`` as its first lines and ``JAX_LOG_COMPILES=1``,
 and counts, per program: the compiles JAX logged, the compiles recorded, those tied
 to a function or an eager primitive, those whose name and count match JAX's log, those
-of JAX's own jitted helpers and eager primitives, and the storms reported.
+of JAX's own jitted helpers and eager primitives, how many were called ``cache_cleared``
+(none of these programs clears a cache) or ``unknown``, and the storms reported. It
+prints the interpreter and JAX it ran on: run it with each virtualenv.
 """
 
 from __future__ import annotations
@@ -25,12 +27,22 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import sqlalchemy as sa
 
 from cachewatch.analysis import diagnosis
-from cachewatch.core.events import UNATTRIBUTED_MODULE
+from cachewatch.core.events import UNATTRIBUTED_MODULE, Cause
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAMS = ["stax_mlp", "vmap_convnet", "nnx_vae", "linen_seq", "equinox_mlp", "eager_grad"]
+PROGRAMS = [
+    "stax_mlp",
+    "vmap_convnet",
+    "nnx_vae",
+    "linen_seq",
+    "equinox_mlp",
+    "eager_grad",
+    "eager_loss",
+    "numpyro_nuts",
+    "optax_first",
+]
 _JAX_COMPILED = re.compile(r"Finished XLA compilation of jit\((.*?)\) in")
 
 
@@ -51,7 +63,9 @@ def measure(program: str, tmp: str) -> dict[str, object]:
     with enginemod.connection(url) as conn:
         rows = list(
             conn.execute(
-                sa.select(f.c.name, f.c.module).join(f, f.c.function_hash == e.c.function_hash).where(e.c.compiled)
+                sa.select(f.c.name, f.c.module, e.c.cause)
+                .join(f, f.c.function_hash == e.c.function_hash)
+                .where(e.c.compiled)
             )
         )
         storms = diagnosis.detect_storms(conn)
@@ -62,23 +76,32 @@ def measure(program: str, tmp: str) -> dict[str, object]:
         "attributed": sum(1 for r in rows if r.module != UNATTRIBUTED_MODULE),
         "jax_own": sum(1 for r in rows if r.module == "jax.op_by_op" or r.module.startswith("jax._src")),
         "names": sum(min(logged[n], recorded[n]) for n in logged),
+        "cache_cleared": sum(1 for r in rows if r.cause == Cause.CACHE_CLEARED),
+        "unknown": sum(1 for r in rows if r.cause == Cause.UNKNOWN),
         "storms": len(storms),
     }
 
 
 def main() -> None:
+    import jax
+
     with tempfile.TemporaryDirectory() as tmp:
         results = {program: measure(program, tmp) for program in PROGRAMS}
+    print(f"Python {sys.version.split()[0]}, JAX {jax.__version__}")
     print(
         "| program | compiles in JAX's log | recorded | attributed | matching JAX's name and count | coverage "
-        "| JAX's own jits and eager primitives | storms |"
+        "| JAX's own jits and eager primitives | cache_cleared | unknown | storms |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for program, r in results.items():
         print(
             f"| `tests/programs/{program}.py` | {r['logged']} | {r['recorded']} | {r['attributed']} | {r['names']} "
-            f"| {r['recorded'] / r['logged']:.0%} | {r['jax_own']} | {r['storms']} |"
+            f"| {r['recorded'] / r['logged']:.0%} | {r['jax_own']} | {r['cache_cleared']} | {r['unknown']} "
+            f"| {r['storms']} |"
         )
+    total = sum(int(r["recorded"]) for r in results.values())  # type: ignore[call-overload]
+    unknown = sum(int(r["unknown"]) for r in results.values())  # type: ignore[call-overload]
+    print(f"unknown: {unknown} of {total} compiles ({unknown / max(total, 1):.1%})")
 
 
 if __name__ == "__main__":

@@ -100,6 +100,12 @@ def test_every_compile_of_a_training_program_is_recorded(program, sqlite_url):
             assert event.file == path and def_line - 2 <= event.line <= def_line, (event.file, event.line)
             assert event.call_site.startswith(path + ":")
         assert events[0].cause == Cause.FIRST_CALL
+    # None of these programs clears a cache; what cannot be explained stays rare.
+    causes = collections.Counter(r.cause for r in rows)
+    assert causes[Cause.CACHE_CLEARED] == 0, [(r.name, r.explanation) for r in rows if r.cause == Cause.CACHE_CLEARED]
+    assert causes[Cause.UNKNOWN] <= 0.02 * len(rows), [
+        (r.name, r.explanation) for r in rows if r.cause == Cause.UNKNOWN
+    ]
 
     with enginemod.connection(sqlite_url) as conn:
         assert diagnosis.detect_storms(conn) == []  # set-up and one smaller last batch are no storm
