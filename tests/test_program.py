@@ -600,3 +600,25 @@ def test_a_storm_says_how_many_of_its_recompiles_were_the_same_program(served, c
     with TestClient(create_app(ServerSettings(store=url, write_token=None, read_token=None))) as client:
         (item,) = [s for s in client.get("/api/v1/storms").json()["items"] if s["short_name"] == "<lambda>"]
     assert item["identical_programs"] == 6
+
+
+def test_an_inner_jit_called_by_a_helper_counts_at_every_call(events):
+    """XLA inlines an inner jit at each call: a helper called twelve times puts its
+    equations in the program twelve times, though JAX traced it once."""
+
+    @jax.jit
+    def helper(h):
+        return jnp.tanh(h * 2.0 + 1.0)  # inner-helper
+
+    @cachewatch.jit
+    def deep(x):
+        for _ in range(12):
+            x = helper(x)
+        return x
+
+    deep(jnp.ones(3))
+    (event,) = compiled(events, "deep")
+    (row,) = [row for row in event.eqns_by_line if row["line"] == line_of("# inner-helper")]
+    assert row["eqns"] == 12 * 3 and row["primitives"] == {"mul": 12, "add": 12, "tanh": 12}
+    assert event.eqns_by_primitive["pjit" if "pjit" in event.eqns_by_primitive else "jit"] == 12
+    assert event.jaxpr_eqns == 12 + 12 * 3

@@ -246,28 +246,39 @@ LOOP_PRIMITIVES = frozenset({"scan", "while"})
 
 def walk(jaxpr: Any) -> tuple[int, dict[str, int], list[list[Any]]]:
     """Equations in all, by primitive, and the profile rows ``[file, line, function,
-    primitive, in_loop_body, count]``, counted through nested jaxprs (each once)."""
+    primitive, in_loop_body, count]``, counted through nested jaxprs. A nested jaxpr is
+    counted at every equation that holds it (an inner jit called by a helper a hundred
+    times is in the program a hundred times) and read once (its counts are kept)."""
     read = _frame_reader()
-    counts: dict[tuple[Any, str, bool], int] = {}
-    by_primitive: dict[str, int] = {}
-    seen: set[int] = set()
-    total = 0
-    stack: list[tuple[Any, bool]] = [(jaxpr, False)]
-    while stack:
-        current_jaxpr, in_loop = stack.pop()
-        if id(current_jaxpr) in seen:
-            continue
-        seen.add(id(current_jaxpr))
-        for eqn in current_jaxpr.eqns:
+    done: dict[tuple[int, bool], tuple[int, dict[str, int], dict[tuple[Any, str, bool], int]]] = {}
+
+    def visit(current: Any, in_loop: bool) -> tuple[int, dict[str, int], dict[tuple[Any, str, bool], int]]:
+        key = (id(current), in_loop)
+        known = done.get(key)
+        if known is not None:
+            return known
+        total = 0
+        by_primitive: dict[str, int] = {}
+        counts: dict[tuple[Any, str, bool], int] = {}
+        for eqn in current.eqns:
             name = eqn.primitive.name
             total += 1
             by_primitive[name] = by_primitive.get(name, 0) + 1
-            key = (read(eqn.source_info), name, in_loop)
-            counts[key] = counts.get(key, 0) + 1
+            row = (read(eqn.source_info), name, in_loop)
+            counts[row] = counts.get(row, 0) + 1
             if eqn.params:
                 body = in_loop or name in LOOP_PRIMITIVES
                 for inner in _inner_jaxprs(eqn.params):
-                    stack.append((inner, body))
+                    inner_total, inner_primitives, inner_counts = visit(inner, body)
+                    total += inner_total
+                    for prim, n in inner_primitives.items():
+                        by_primitive[prim] = by_primitive.get(prim, 0) + n
+                    for row, n in inner_counts.items():
+                        counts[row] = counts.get(row, 0) + n
+        done[key] = (total, by_primitive, counts)
+        return done[key]
+
+    total, by_primitive, counts = visit(jaxpr, False)
     rows = [
         [frame[0], frame[1], frame[2], name, loop, n] if frame is not None else ["", 0, "", name, loop, n]
         for (frame, name, loop), n in counts.items()
@@ -331,7 +342,7 @@ def hlo_counts(hlo_text: str) -> tuple[int, int]:
     return hlo_text.count(" = "), hlo_text.count(" fusion(")
 
 
-def _xla_figures(executable: Any, program: Program, with_memory: bool) -> None:
+def _cost_figures(executable: Any, program: Program) -> None:
     try:
         cost = executable.cost_analysis()
         if isinstance(cost, (list, tuple)):
@@ -343,8 +354,9 @@ def _xla_figures(executable: Any, program: Program, with_memory: bool) -> None:
                 program.bytes_accessed = max(float(cost["bytes accessed"]), 0.0)
     except Exception:  # a backend without a cost model
         pass
-    if not with_memory:
-        return
+
+
+def _memory_figures(executable: Any, program: Program) -> None:
     try:
         stats = executable.get_compiled_memory_stats()
     except Exception:
@@ -376,8 +388,8 @@ def _learn(part: str, units: int, seconds: float) -> None:
 
 
 # Seconds per unit of each optional part, first guesses: a jaxpr equation printed, an
-# HLO operation's share of reading the compiled memory.
-_rate = {"text": 2e-5, "memory": 5e-6}
+# HLO operation's share of XLA's cost analysis and of reading the compiled memory.
+_rate = {"text": 2e-5, "cost": 1.5e-6, "memory": 5e-6}
 
 
 def _after_compile(computation: Any, executable: Any, seconds: float) -> None:
@@ -422,13 +434,18 @@ def build(jaxpr: Any, computation: Any, executable: Any, seconds: float) -> Prog
         if memory is not None:
             program.memory = (program.memory or {}) | memory
     else:
+        # XLA's figures are optional parts: the fingerprint and the equations are what
+        # every compile needs; flops and memory come while the budget allows.
         ops = program.hlo_ops or 0
-        with_memory = _within_budget("memory", ops)
-        start = time.perf_counter()
-        _xla_figures(executable, program, with_memory)
-        if with_memory:
+        if _within_budget("cost", ops):
+            start = time.perf_counter()
+            _cost_figures(executable, program)
+            _learn("cost", ops, time.perf_counter() - start)
+        if _within_budget("memory", ops):
+            start = time.perf_counter()
+            _memory_figures(executable, program)
             _learn("memory", ops, time.perf_counter() - start)
-        if program.fingerprint is not None:
+        if program.fingerprint is not None and program.flops is not None:
             with _lock:
                 _figures_of[program.fingerprint] = (program.flops, program.bytes_accessed, program.memory)
                 if len(_figures_of) > _MAX_FINGERPRINTS:
