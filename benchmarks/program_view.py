@@ -276,7 +276,30 @@ def main() -> None:
         f"\ncache-hit call: cachewatch.jit / jax.jit = {statistics.median(ratios):.4f} (median of {len(ratios)} rounds)"
     )
     print(f"program view totals over this process (s): {programmod.spent}")
-    cachewatch.flush(timeout=10)
+    cachewatch.flush(timeout=30)
+    kept_in_store(f"sqlite:///{scratch}/store.db")
+
+
+def kept_in_store(url: str) -> None:
+    """What the store holds for the compiles above, with the defaults: the texts of each
+    distinct program (once per fingerprint) and the equation profile."""
+    import sqlalchemy as sa
+
+    from cachewatch.store import engine as enginemod
+    from cachewatch.store import models
+
+    e, p = models.compile_events, models.programs
+    with enginemod.connection(url) as conn:
+        compiles = conn.execute(sa.select(sa.func.count()).select_from(e).where(e.c.compiled)).scalar_one()
+        rows = conn.execute(sa.select(p.c.jaxpr, p.c.hlo, p.c.stablehlo, p.c.profile, p.c.left_out)).all()
+    sizes = {part: sum(len(getattr(r, part) or b"") for r in rows) for part in ("jaxpr", "hlo", "stablehlo", "profile")}
+    with_jaxpr = sum(1 for r in rows if r.jaxpr)
+    print(
+        f"store with the defaults: {compiles} compiles, {len(rows)} distinct programs kept "
+        f"({with_jaxpr} with their jaxpr text); bytes (zlib) jaxpr {sizes['jaxpr']:,}, optimised HLO "
+        f"{sizes['hlo']:,}, StableHLO {sizes['stablehlo']:,}, equation profiles {sizes['profile']:,}; "
+        f"{sum(sizes.values()) / max(compiles, 1):,.0f} bytes of program per compile"
+    )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -320,19 +319,19 @@ def top_lines(rows: list[list[Any]], limit: int = TOP_LINES) -> list[dict[str, A
     ]
 
 
-_HEADER_NAME = re.compile(r"^HloModule [^\s,]+", re.M)
-# Parameter names in a computation's header carry the argument names.
-_HEADER_PARAM = re.compile(r"([(,] ?)[\w.\-]+: ")
-
-
 def fingerprint_of(hlo_text: str) -> str:
-    """A hash of the optimised HLO with module and argument names left out."""
-    text = _HEADER_NAME.sub("HloModule _", hlo_text, count=1)
-    lines = []
-    for line in text.splitlines():
-        if line.endswith("{") and not line.startswith(" "):
-            line = _HEADER_PARAM.sub(r"\1_: ", line)
-        lines.append(line)
+    """A hash of the optimised HLO with the module's name and the parameters' names left
+    out: a computation's header keeps only its result type (its parameters' names come
+    from the program's argument names and numbering; their types are in the parameter
+    instructions of its body)."""
+    lines = hlo_text.split("\n")
+    if lines and lines[0].startswith("HloModule "):
+        lines[0] = lines[0].partition(",")[2]
+    for i, line in enumerate(lines):
+        if line[-1:] == "{" and line[:1] not in (" ", "}", ""):
+            cut = line.rfind(") -> ")
+            if cut >= 0:
+                lines[i] = line[cut:]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:32]
 
 

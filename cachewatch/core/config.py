@@ -126,8 +126,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "program_extra_share",
         float,
-        0.01,
-        "Read the compiled memory and print the jaxpr while they cost at most this share of compile time (1: always, 0: never).",
+        0.005,
+        "Run XLA's cost analysis, read the compiled memory and print the jaxpr while they cost at most this share of compile time (1: always, 0: never).",
     ),
     Setting(
         "program_text_max_bytes",
@@ -185,7 +185,7 @@ class Config:
     install: bool = False
     program_view: bool = True
     program_texts: str = "jaxpr,hlo"
-    program_extra_share: float = 0.01
+    program_extra_share: float = 0.005
     program_text_max_bytes: int = 8_000_000
     program_store_max_bytes: int = 512 * 1024 * 1024
 
