@@ -401,3 +401,37 @@ def test_a_structure_change_leads_a_shape_change_of_an_earlier_argument(sqlite_u
     assert [e["cause"] for e in events] == [Cause.FIRST_CALL, Cause.NEW_STRUCTURE]
     assert [(d["path"], d["change"]) for d in events[1]["diff"]] == [("batch['y']", "added"), ("a", "shape")]
     assert "The argument pytree changed: batch['y'] was added" in events[1]["explanation"]
+
+
+def test_a_new_layout_of_a_committed_argument_is_named(sqlite_url, use_store):
+    """JAX compiles once per input layout of committed arrays: a compile without a retrace
+    for another layout names the argument and both layouts, not a move to another device."""
+    try:
+        from jax.experimental.layout import Format, Layout
+    except ImportError:  # the older name of the same class
+        from jax.experimental.layout import DeviceLocalLayout as Layout
+        from jax.experimental.layout import Format
+    from jax.sharding import SingleDeviceSharding
+
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def laid_out(m):
+        return m * 3
+
+    device = jax.devices()[0]
+    m = jnp.arange(40.0).reshape(5, 8)
+    default = jax.device_put(m, device)
+    transposed = jax.device_put(m, Format(Layout(major_to_minor=(1, 0)), SingleDeviceSharding(device)))
+    with scenarios.jax_compile_log() as messages:
+        laid_out(default)
+        laid_out(transposed)
+        laid_out(default)  # both compiled: hits
+    events = compiled_events(sqlite_url, {"laid_out"})
+    assert len(events) == scenarios.jax_compile_count(messages, "laid_out") == 2
+    second = events[1]
+    assert (second["kind"], second["cause"]) == ("compile", Cause.NEW_DEVICE_OR_SHARDING)
+    assert [(e["path"], e["change"], e["before"], e["after"]) for e in second["diff"]] == [
+        ("m", "layout", f"major_to_minor={tuple(default.format.layout.major_to_minor)}", "major_to_minor=(1, 0)")
+    ]
+    assert "now has the layout major_to_minor=(1, 0)" in second["explanation"]

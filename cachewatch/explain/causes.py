@@ -241,7 +241,13 @@ def _recompiled(obj: ObjectHistory, name: str, key: tuple, device: str | None, p
         )
     if entries:
         first = entries[0]
-        if first["change"] == "committed":
+        if first["change"] == "layout":
+            text = (
+                f"`{name}` was compiled again without a retrace: argument {first['path']} now has the layout "
+                f"{first['after']} (it was {first['before']}); JAX compiles once per input layout of committed "
+                "arrays. Give it the same layout on every call (one jax.device_put with the same Format, or none)."
+            )
+        elif first["change"] == "committed":
             now = "committed to" if first["after"].startswith("committed") else "uncommitted on"
             where = first["after"].split(" ", 2)[-1]
             text = (
@@ -269,7 +275,7 @@ def _recompiled(obj: ObjectHistory, name: str, key: tuple, device: str | None, p
         Cause.UNKNOWN,
         f"`{name}` was compiled again without a retrace; its signature, trace context, device and the "
         "commitment and placement of each argument were the same as an earlier compile's, and no cache "
-        "was cleared (a layout given to an argument, or an executable JAX evicted).",
+        "was cleared (an executable JAX evicted, or an input layout it could not read).",
         (),
     )
 

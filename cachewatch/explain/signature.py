@@ -394,9 +394,24 @@ class Placed:
     path: str
     committed: bool
     where: str  # ``cpu:0``, or the sharding of an array over several devices
+    # A committed array's layout (``major_to_minor=(1, 0)``): JAX compiles once per input
+    # layout of committed arrays; empty where it is not read or does not count.
+    layout: str = ""
 
     def describe(self) -> str:
         return f"{'committed to' if self.committed else 'uncommitted on'} {self.where}"
+
+
+def _layout(value: Any) -> str:
+    try:
+        layout = value.format.layout
+    except Exception:  # an array type without a format, or a backend without layouts
+        return ""
+    order = getattr(layout, "major_to_minor", None)
+    if order is None:
+        return ""
+    tiling = getattr(layout, "tiling", ())
+    return f"major_to_minor={tuple(order)}" + (f", tiling={tuple(tiling)}" if tiling else "")
 
 
 def _where(value: Any) -> str:
@@ -426,7 +441,15 @@ def placement(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) 
                 placed.append(Placed(name + jax.tree_util.keystr(keypath), False, ""))
                 continue
             try:
-                placed.append(Placed(name + jax.tree_util.keystr(keypath), bool(leaf.committed), _where(leaf)))
+                committed = bool(leaf.committed)
+                placed.append(
+                    Placed(
+                        name + jax.tree_util.keystr(keypath),
+                        committed,
+                        _where(leaf),
+                        _layout(leaf) if committed else "",
+                    )
+                )
             except Exception:  # a deleted (donated) array, or an array type without these
                 continue
     return tuple(placed)
@@ -440,6 +463,16 @@ def placement_diff(before: Sequence[Placed], after: Sequence[Placed]) -> list[di
         was = old.get(now.path)
         if was is None or was == now:
             continue
-        change = "committed" if was.where == now.where else "placement"
+        if was.committed != now.committed and was.where == now.where:
+            change = "committed"
+        elif was.where != now.where:
+            change = "placement"
+        elif was.layout != now.layout:
+            entries.append(
+                _entry(now.path, "layout", Cause.NEW_DEVICE_OR_SHARDING, was.layout or None, now.layout or None)
+            )
+            continue
+        else:
+            continue
         entries.append(_entry(now.path, change, Cause.NEW_DEVICE_OR_SHARDING, was.describe(), now.describe()))
     return entries
