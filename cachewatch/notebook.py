@@ -173,13 +173,16 @@ class _Watch:
 
     def stop(self, *, always: bool) -> CellReport:
         self._on = False
+        ended = time.time()
         with self._lock:
             events = list(self._events)
-        return CellReport(events, _storms_since(self._started, events) if events else [], always=always)
+        return CellReport(events, _storms_since(self._started, ended, events) if events else [], always=always)
 
 
-def _storms_since(started: float, events: list[CompileEvent]) -> list[dict[str, Any]]:
-    """Storms of this run made of the cell's own compiles (read from the store once written)."""
+def _storms_since(started: float, ended: float, events: list[CompileEvent]) -> list[dict[str, Any]]:
+    """Storms of this run made of the cell's own compiles (read from the store once written).
+    The program is judged as of the cell's end: what the writer records after it (the call
+    statistics flushed for this report) is no sign that the program went on."""
     with _guard.guard("notebook.storms"):
         from .analysis import diagnosis
         from .record import current, recorder
@@ -196,6 +199,7 @@ def _storms_since(started: float, events: list[CompileEvent]) -> list[dict[str, 
                 threshold=cfg.storm_threshold,
                 window=cfg.storm_window,
                 function_hashes=hashes,
+                heard_until=ended,
             )
     return []
 

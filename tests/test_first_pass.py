@@ -185,3 +185,31 @@ def test_a_layer_of_equal_width_is_no_batch_axis():
     assert "Argument x axis 0 took 7 sizes between 9 and 15; pad to powers of two" in diagnosis.suggest_fix(
         "step", Cause.NEW_SHAPE, batch
     )
+
+
+def test_a_burst_judged_as_of_its_end_is_a_storm(sqlite_url, use_store):
+    """Whether the program went on after a burst is told by what the run wrote after it.
+    Judged as of the burst's end (as a notebook cell's report is, before the writer flushes
+    the cell's call statistics), the same burst that later reads as a first pass is a storm."""
+    import time
+
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def burst_then_quiet(x):
+        return jnp.tanh(x).sum()
+
+    start = time.time()
+    for n in range(3, 10):
+        burst_then_quiet(jnp.ones((n, 2)))
+    ended = time.time()
+    time.sleep(2 * (ended - start) + 0.5)  # the program goes on, served by the cache
+    for _ in range(3):
+        burst_then_quiet(jnp.ones((5, 2)))
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        later = diagnosis.detect_storms(conn, threshold=5, window=600)
+        at_end = diagnosis.detect_storms(conn, threshold=5, window=600, heard_until=ended)
+    assert not [s for s in later if s["name"] == "burst_then_quiet"]
+    (storm,) = [s for s in at_end if s["name"] == "burst_then_quiet"]
+    assert storm["active"] and storm["compiles"] == 6

@@ -36,6 +36,7 @@ def detect_storms(
     window: float = 600.0,
     now: float | None = None,
     function_hashes: list[str] | None = None,
+    heard_until: float | None = None,
 ) -> list[dict[str, Any]]:
     """Every storm in the store, newest first (a function can have several, apart in time).
 
@@ -43,10 +44,17 @@ def detect_storms(
     never add up to one storm. A function that storms in several runs has one storm per
     run, each saying in how many runs it recurs. Compiles made during a run's warm-up
     (set-up, and the first compile of each step) are left out, and so is a first pass
-    (see :func:`first_passes`).
+    (see :func:`first_passes`). ``heard_until`` judges the runs as of that time: what was
+    written after it does not show that the program went on.
     """
     return storms_and_first_passes(
-        conn, filters, threshold=threshold, window=window, now=now, function_hashes=function_hashes
+        conn,
+        filters,
+        threshold=threshold,
+        window=window,
+        now=now,
+        function_hashes=function_hashes,
+        heard_until=heard_until,
     )[0]
 
 
@@ -76,6 +84,7 @@ def storms_and_first_passes(
     window: float = 600.0,
     now: float | None = None,
     function_hashes: list[str] | None = None,
+    heard_until: float | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Both, from one reading of the recompiles: what a page showing both needs."""
     now = time.time() if now is None else now
@@ -86,6 +95,8 @@ def storms_and_first_passes(
         return [], []
     names = evidence.function_infos(conn, {h for h, _ in by_run})
     last_heard = evidence.run_last_activity(conn, {run for _, run in by_run})
+    if heard_until is not None:
+        last_heard = {run: min(last, heard_until) for run, last in last_heard.items()}
     storms, passes = [], []
     for (function_hash, run_id), rows in by_run.items():
         for group in _bursts(rows, threshold, window):
