@@ -343,7 +343,7 @@ def _jaxpr_debug_info() -> str | None:
     return _attribute_probe("jaxpr_debug_info")
 
 
-@_capability("jit_cache_size", "telling a cleared or evicted cache (cache_cleared) from other retraces")
+@_capability("jit_cache_size", "_cache_size() on a cachewatch.jit function, as on the object jax.jit returns")
 def _jit_cache_size() -> str | None:
     from jax._src import api  # JAX's own jit: after install(), jax.jit is cachewatch's
 
@@ -413,7 +413,7 @@ def _mlir_strip_debuginfo() -> str | None:
     return _attribute_probe("mlir_strip_debuginfo")
 
 
-@_capability("clear_caches_hook", "telling a cache cleared by jax.clear_caches() from an evicted entry")
+@_capability("clear_caches_hook", "telling a cache cleared by jax.clear_caches() from a retrace with nothing cleared")
 def _clear_caches_hook() -> str | None:
     return _attribute_probe_each("clear_caches_hook")
 

@@ -171,7 +171,7 @@ _clear_counter = _ClearCounter()
 
 
 # Whether JAX tells the counter of every jax.clear_caches() (without it, a repeat after
-# clear_caches() is called an eviction): asked at the first trace, not at import.
+# clear_caches() is left unknown): asked at the first trace, not at import.
 _registered: bool | None = None
 
 
