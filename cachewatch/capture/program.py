@@ -68,48 +68,54 @@ class Program:
 # ----------------------------------------------------------------- JAX internals
 
 
-def _patch_lowering() -> bool:
-    """Wrap ``jaxpr_util.maybe_dump_jaxpr_to_file``: pxla hands it every jaxpr it lowers."""
+def _wrap(module_name: str, attribute: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    """Replace ``module.attribute`` by ``make(original)`` once per process (pxla looks both
+    functions up through their module on every use); False when JAX has no such function."""
+    import importlib
+
     try:
-        from jax._src import jaxpr_util
+        module = importlib.import_module(module_name)
     except ImportError:
         return False
-    original = getattr(jaxpr_util, "maybe_dump_jaxpr_to_file", None)
+    original = getattr(module, attribute, None)
     if original is None or getattr(original, "__cachewatch__", False):
         return original is not None
-
-    def maybe_dump_jaxpr_to_file(fun_name: str, jaxpr: Any, *args: Any, **kwargs: Any) -> Any:
-        _tls.jaxpr = (fun_name, jaxpr)
-        return original(fun_name, jaxpr, *args, **kwargs)
-
-    maybe_dump_jaxpr_to_file.__cachewatch__ = True  # type: ignore[attr-defined]
-    maybe_dump_jaxpr_to_file.__wrapped__ = original  # type: ignore[attr-defined]
-    jaxpr_util.maybe_dump_jaxpr_to_file = maybe_dump_jaxpr_to_file
+    wrapper = make(original)
+    wrapper.__cachewatch__ = True  # type: ignore[attr-defined]
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(module, attribute, wrapper)
     return True
+
+
+def _patch_lowering() -> bool:
+    """Wrap ``jaxpr_util.maybe_dump_jaxpr_to_file``: pxla hands it every jaxpr it lowers."""
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def maybe_dump_jaxpr_to_file(fun_name: str, jaxpr: Any, *args: Any, **kwargs: Any) -> Any:
+            _tls.jaxpr = (fun_name, jaxpr)
+            return original(fun_name, jaxpr, *args, **kwargs)
+
+        return maybe_dump_jaxpr_to_file
+
+    module_name, attribute = jaxcompat.ATTRIBUTES["program_hooks"][:2]
+    return _wrap(module_name, attribute, make)
 
 
 def _patch_compile() -> bool:
     """Wrap ``compiler.compile_or_get_cached``: it takes the lowered module and returns
     the executable (a persistent-cache hit included), once per in-memory cache miss."""
-    try:
-        from jax._src import compiler
-    except ImportError:
-        return False
-    original = getattr(compiler, "compile_or_get_cached", None)
-    if original is None or getattr(original, "__cachewatch__", False):
-        return original is not None
 
-    def compile_or_get_cached(backend: Any, computation: Any, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        executable = original(backend, computation, *args, **kwargs)
-        seconds = time.perf_counter() - start
-        _after_compile(computation, executable, seconds)
-        return executable
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def compile_or_get_cached(backend: Any, computation: Any, *args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            executable = original(backend, computation, *args, **kwargs)
+            _after_compile(computation, executable, time.perf_counter() - start)
+            return executable
 
-    compile_or_get_cached.__cachewatch__ = True  # type: ignore[attr-defined]
-    compile_or_get_cached.__wrapped__ = original  # type: ignore[attr-defined]
-    compiler.compile_or_get_cached = compile_or_get_cached
-    return True
+        return compile_or_get_cached
+
+    module_name, attribute = jaxcompat.ATTRIBUTES["program_hooks"][2:]
+    return _wrap(module_name, attribute, make)
 
 
 def _print_options() -> Any | None:
