@@ -194,18 +194,12 @@ def from_trace(frame: Any, name: str) -> Target | None:
     info = _describe(described)
     placement: tuple = ()
     if signature is not None and layout is not None:
-        placement = _placement(layout, args, kwargs)
+        placement = sigmod.placement(layout, args, kwargs)
         with _lowered_lock:
             _traced_placements[(info.function_hash, _array_key(signature))] = placement
             while len(_traced_placements) > _MAX_OBJECTS:
                 del _traced_placements[next(iter(_traced_placements))]
     return Target(info, serial, signature, call_site=site, placement=placement)
-
-
-@_guard.guarded(default=(), where="foreign.placement")
-def _placement(layout: sigmod.ParamLayout, args: Any, kwargs: Any) -> tuple:
-    # Placement is a detail of a later explanation: a bug here is counted, the event kept.
-    return sigmod.placement(layout, args, kwargs)
 
 
 def from_lowering(frame: Any, name: str) -> Target:

@@ -440,7 +440,7 @@ def _to_event(
             compiled=compiled,
             device=device,
             call_site=call_site,
-            placement=_placement(state, args, kwargs) if compiled else (),
+            placement=sigmod.placement(state.layout, args, kwargs) if compiled else (),
         )
     else:
         sig = _concrete_signature(state, args, kwargs)
@@ -450,7 +450,7 @@ def _to_event(
             verdict = causes.explain_transformed(info.function_hash, state.serial, info.name, sig, *transform)
         else:
             verdict = causes.explain_compile(
-                info.function_hash, state.serial, info.name, sig, device, _placement(state, args, kwargs)
+                info.function_hash, state.serial, info.name, sig, device, sigmod.placement(state.layout, args, kwargs)
             )
     signature_json = sig.as_json() if sig is not None else ()
     cache_hit, cache_key = cachekey.take(record.seq)
@@ -586,12 +586,6 @@ def _transformation(args: tuple, kwargs: dict) -> tuple[str, tuple[str, ...]] | 
     values = (getattr(t, "val", None) for t in tracers)  # a tracer's value: an array, or another tracer
     shapes = tuple(str(tuple(shape)) for shape in (getattr(v, "shape", None) for v in values) if shape is not None)
     return jaxcompat.transform_of(tracers[0]), shapes
-
-
-@_guard.guarded(default=(), where="jit.placement")
-def _placement(state: HookState, args: tuple, kwargs: dict) -> tuple:
-    # Placement is a detail of the explanation: a bug here is counted, the event kept.
-    return sigmod.placement(state.layout, args, kwargs)
 
 
 @_guard.guarded(where="jit.signature")

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Sequence
 
 import jax
 
+from ..core import _guard
 from ..core.events import Cause, describe_array
 from . import context as ctxmod
 
@@ -425,9 +426,11 @@ def _where(value: Any) -> str:
     return _short(text)
 
 
+@_guard.guarded(default=(), where="signature.placement")
 def placement(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Placed, ...]:
     """The placement of every concrete array among a call's arguments, by argument path.
-    Read only when a call compiled (it walks every leaf)."""
+    Read only when a call compiled (it walks every leaf). Placement is a detail of an
+    explanation: a bug here is counted and the event kept, with no placement."""
     placed: list[Placed] = []
     items = [(layout.arg_name(i), i in layout.static_argnums, v) for i, v in enumerate(args)]
     items += [(name, name in layout.static_argnames, kwargs[name]) for name in sorted(kwargs)]
