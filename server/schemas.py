@@ -161,6 +161,13 @@ class EventIn(_In):
         list[dict[str, Any]] | None, Field(max_length=200, description="The user source lines with most equations.")
     ] = None
     fusions: Annotated[int | None, Field(ge=0, le=2**31 - 1)] = None
+    same_program_as: Annotated[
+        str | None, _text(32, "Another function's earlier event of the run that compiled the same program.")
+    ] = None
+    figures_missing: Annotated[
+        dict[Annotated[str, _text(32)], Annotated[str, _text(512)]] | None,
+        Field(max_length=32, description="Figures of the program that could not be read: figure -> reason."),
+    ] = None
     memory: Annotated[
         dict[Annotated[str, _text(32)], Annotated[int, Field(ge=0, le=MAX_COUNT)]] | None,
         Field(max_length=16, description="Compiled memory in bytes: generated_code, argument, output, temp."),
@@ -431,6 +438,12 @@ class EventOut(BaseModel):
     eqns_by_line: list[dict[str, Any]] | None = None
     fusions: int | None = None
     memory: dict[str, int] | None = None
+    same_program_as: str | None = Field(
+        default=None, description="Another function's earlier event of the run that compiled the same program."
+    )
+    figures_missing: dict[str, str] | None = Field(
+        default=None, description="Figures of the program that could not be read: figure -> reason."
+    )
     cache_miss: dict[str, Any] | None = Field(
         default=None,
         description="For a persistent-cache miss of a "

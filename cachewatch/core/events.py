@@ -231,6 +231,11 @@ class CompileEvent:
     eqns_by_line: list[dict[str, Any]] | None = None
     fusions: int | None = None
     memory: dict[str, int] | None = None
+    # Another function's earlier compile of the run with the same program (the two could
+    # share one jit; never a wasted recompile), and, per figure of the program the JAX in
+    # use could not give (flops, memory, the jaxpr text, ...), the reason.
+    same_program_as: str | None = None
+    figures_missing: dict[str, str] | None = None
     # The program's texts and equation profile, on the first event of its fingerprint
     # in the process: ``{"fingerprint", "texts": {format: text}, "left_out", "profile"}``.
     # Stored once per fingerprint (not an event column).

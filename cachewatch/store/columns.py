@@ -112,6 +112,8 @@ class EventRow(TypedDict, total=False):
     program_fingerprint: str | None
     lowered_fingerprint: str | None
     identical_to: str | None
+    same_program_as: str | None
+    figures_missing: dict[str, str] | None
     eqns_by_primitive: dict[str, int] | None
     eqns_by_line: list[dict[str, Any]] | None
     fusions: int | None

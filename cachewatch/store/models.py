@@ -101,6 +101,10 @@ class CompileEventRow(Base):
     program_fingerprint: Mapped[str | None] = mapped_column(String(64), nullable=True)
     lowered_fingerprint: Mapped[str | None] = mapped_column(String(64), nullable=True)
     identical_to: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Another function's earlier compile of the run with the same program (never waste:
+    # the two could share one jit), and why a figure of the program is missing.
+    same_program_as: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    figures_missing: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     eqns_by_primitive: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     eqns_by_line: Mapped[list | None] = mapped_column(JSON, nullable=True)
     fusions: Mapped[int | None] = mapped_column(Integer, nullable=True)
