@@ -6,6 +6,7 @@ cachewatch events [--store URL] [--function NAME] [--limit N] [--format table|js
 cachewatch program EVENT_ID [--store URL] [--format jaxpr|stablehlo|hlo|pprof]
 cachewatch diff EVENT_A [EVENT_B] [--store URL] [--format text|json]
 cachewatch db upgrade [--store URL]
+cachewatch db prune [--store URL] (--older-than AGE | --keep-runs N) [--texts-only] [--dry-run] [--format text|json]
 cachewatch serve [--store URL] [--host H] [--port P] [--workers N]
 cachewatch run [--store URL] [--run-name N] [--max-compiles N] [--fail-on-storm] (script.py | -m module) ARGS...
 cachewatch compare BASELINE_RUN [RUN] [--max-extra-compiles N] [--max-compile-time-ratio R] [--format table|json]
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub = db.add_subparsers(dest="db_command", required=True)
     upgrade = db_sub.add_parser("upgrade", help="migrate the store's schema to this version")
     _add_store(upgrade)
+    _add_prune(db_sub)
 
     serve = sub.add_parser("serve", help="run the web service: dashboard, query API, ingest, /metrics")
     _add_store(serve)
@@ -102,6 +104,87 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_compare(sub)
     return parser
+
+
+def _age(text: str) -> float:
+    from .store import retention
+
+    try:
+        return retention.parse_age(text)
+    except retention.RetentionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _run_count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of runs to keep, not {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"the runs to keep must be 0 or more, not {n}")
+    return n
+
+
+def _add_prune(db_sub: Any) -> None:
+    prune = db_sub.add_parser(
+        "prune",
+        help="drop old runs (or only their program texts) and give the space back",
+        description="Drop the runs with nothing recorded for AGE, or all but the N newest runs, and give the "
+        "space back. Totals per function and for the whole store keep counting what was dropped, so the "
+        "counters of /metrics never go back; a run still being written to is left alone.",
+    )
+    _add_store(prune)
+    which = prune.add_mutually_exclusive_group(required=True)
+    which.add_argument("--older-than", type=_age, metavar="AGE", help="runs idle for this long: 30d, 12h, 90m, 2w")
+    which.add_argument("--keep-runs", type=_run_count, metavar="N", help="keep the N newest runs (by start time)")
+    prune.add_argument("--texts-only", action="store_true", help="drop only their program texts, keep the events")
+    prune.add_argument("--dry-run", action="store_true", help="say what would be dropped, change nothing")
+    prune.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from .store import engine as enginemod
+    from .store import retention
+
+    try:
+        policy = retention.Policy(older_than=args.older_than, keep_runs=args.keep_runs, texts_only=args.texts_only)
+    except retention.RetentionError as exc:
+        print(f"cachewatch db prune: {exc}", file=sys.stderr)
+        return 2
+    url = _store_url(args)
+    result = retention.prune(url, policy, dry_run=args.dry_run)
+    if args.format == "json":
+        print(json.dumps(result.as_json(), indent=2))
+        return 0
+    where = enginemod.redact_url(enginemod.normalize_url(url))
+    scope = policy.describe()
+    if result.cut is not None:
+        scope += f" (nothing recorded since {_local_time(result.cut, '%Y-%m-%d %H:%M:%S')})"
+    verb = "would drop" if result.dry_run else "dropped"
+    texts = f"{result.program_texts} program texts ({_size(result.program_text_bytes)})"
+    if policy.texts_only:
+        print(f"{where}: {verb} {texts} of {result.runs} runs: {scope}")
+    else:
+        print(
+            f"{where}: {verb} {result.runs} runs, {result.events} events, {result.call_stats} call-statistics rows, "
+            f"{texts}: {scope}"
+        )
+    if result.skipped_runs:
+        print(f"left alone: {result.skipped_runs} runs written to while the prune ran")
+    if result.bytes_after is None:
+        print(f"store size: {_size(result.bytes_before)}")
+    else:
+        print(f"store size: {_size(result.bytes_before)} -> {_size(result.bytes_after)}")
+    return 0
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "kB", "MB"):
+        if value < 1000:
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
 
 
 def _add_compare(sub: Any) -> None:
@@ -184,6 +267,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _program(args)
         if args.command == "diff":
             return _diff(args)
+        if args.command == "db" and args.db_command == "prune":
+            return _prune(args)
         if args.command == "db":
             url = _store_url(args)
             revision = enginemod.upgrade(url)
