@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,10 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy.exc import DataError, IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cachewatch.core import _guard
 from cachewatch.core.events import VERSION as __version__
 from cachewatch.store import engine as enginemod
+from cachewatch.store import retention
 
 from .ingest import IngestCounters
 from .metrics import StoreCollector
@@ -65,7 +68,14 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         # Everything imported so far (JAX included) lives as long as the process: keep it
         # out of the collector's full passes, which otherwise stall requests.
         gc.freeze()
-        yield
+        schedule = app.state.retention
+        if schedule is not None:
+            schedule.start()
+        try:
+            yield
+        finally:
+            if schedule is not None:
+                schedule.stop()
 
     # The API's description (/openapi.json, /docs) asks for the read token like the API it
     # describes: the built-in routes would answer anyone.
@@ -82,6 +92,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.registry = registry
     app.state.counters = counters
+    policy = settings.retention_policy()
+    app.state.retention = RetentionSchedule(settings.store, policy, settings.retention_interval) if policy else None
     registry.register(StoreCollector(settings))
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
@@ -106,6 +118,60 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     return app
+
+
+class RetentionSchedule:
+    """``CACHEWATCH_RETENTION``: the store pruned in a thread of its own, at start and then
+    every ``interval`` seconds. The prune works in short transactions, so requests and
+    ingest go on beside it; a store that is down is tried again at the next interval.
+    With several workers each runs the schedule: a second prune finds nothing left to do."""
+
+    def __init__(self, url: str, policy: retention.Policy, interval: float):
+        self.url, self.policy, self.interval = url, policy, interval
+        self.last: retention.PruneResult | None = None
+        self.prunes = 0  # finished, whether or not they dropped anything
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="cachewatch-retention", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)  # a prune in a long VACUUM is left to end with the process
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.run_once()
+            self._stop.wait(self.interval)
+
+    @_guard.guarded(where="server.retention")
+    def run_once(self) -> retention.PruneResult | None:
+        try:
+            result = retention.prune(self.url, self.policy)
+        except enginemod.StoreError as exc:
+            self.failures += 1
+            logger.warning("retention: cannot prune the store: %s", exc)
+            return None
+        self.last = result
+        self.prunes += 1
+        if result.runs or result.program_texts:
+            logger.info(
+                "retention (%s): dropped %d runs, %d events, %d call-statistics rows, %d program texts; "
+                "store %d -> %s bytes",
+                self.policy.describe(),
+                result.runs,
+                result.events,
+                result.call_stats,
+                result.program_texts,
+                result.bytes_before,
+                result.bytes_after,
+            )
+        return result
 
 
 def multiprocess_dir() -> str | None:

@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cachewatch.core import config as configmod
+from cachewatch.store import retention as retentionmod
 from cachewatch.store.writes import DEFAULT_PROGRAM_STORE_MAX_BYTES
 
 MIN_TOKEN_LENGTH = 16
@@ -64,6 +65,38 @@ class ServerSettings(BaseSettings):
         "the events and their figures but not their programs' texts.",
     )
 
+    retention: str | None = Field(
+        None,
+        description="Prune the store on a schedule: an age (30d: runs with nothing recorded for 30 days), "
+        "runs:N (keep the N newest runs), either with a texts: prefix to drop only program texts; unset: never.",
+    )
+    retention_interval: float = Field(
+        3600.0,
+        gt=0,
+        description="Time between scheduled prunes, in seconds or as an age (6h); the first runs at start.",
+    )
+
+    @field_validator("retention", mode="before")
+    @classmethod
+    def _retention_policy(cls, value):
+        if value in ("", None):
+            return None
+        try:
+            retentionmod.parse_policy(value)
+        except retentionmod.RetentionError as exc:
+            raise ValueError(str(exc)) from None
+        return str(value).strip()
+
+    @field_validator("retention_interval", mode="before")
+    @classmethod
+    def _interval(cls, value):
+        if isinstance(value, str) and value.strip() and value.strip()[-1:].isalpha():
+            try:
+                return retentionmod.parse_age(value)
+            except retentionmod.RetentionError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
     @field_validator("write_token", "read_token", mode="before")
     @classmethod
     def _empty_is_unset(cls, value):
@@ -95,6 +128,9 @@ class ServerSettings(BaseSettings):
         except enginemod.InvalidStoreURL as exc:
             raise ValueError(str(exc)) from None
         return value
+
+    def retention_policy(self) -> retentionmod.Policy | None:
+        return retentionmod.parse_policy(self.retention) if self.retention else None
 
     def write_secret(self) -> str | None:
         return self.write_token.get_secret_value() if self.write_token else None
