@@ -79,10 +79,13 @@ def upsert_insert(dialect: str, table: sa.Table) -> postgresql.Insert | sqlite.I
     raise InvalidStoreURL(f"unsupported dialect {dialect}")  # pragma: no cover - only these two
 
 
+JSON_OPTIONS = orjson.OPT_NON_STR_KEYS
+
+
 def json_dumps(value: Any) -> str:
     """JSON text for the store's JSON columns. orjson: the standard library's encoder
     was most of the Python time spent writing an event."""
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    return orjson.dumps(value, option=JSON_OPTIONS).decode()
 
 
 def _create_engine(url: str) -> Engine:

@@ -101,8 +101,11 @@ def deltas(
         else:
             row["events"] += 1
             row["cost_seconds"] += cost
-            row["first_ts"] = min(row["first_ts"], ts)
-            row["last_ts"] = max(row["last_ts"], ts)
+            # Comparisons, not min()/max(): this runs for every event stored.
+            if ts < row["first_ts"]:
+                row["first_ts"] = ts
+            elif ts > row["last_ts"]:
+                row["last_ts"] = ts
         is_compile_or_trace = key[1] != STALE_KIND
         if is_compile_or_trace:
             bucket = cost_bucket(cost)
@@ -127,8 +130,10 @@ def deltas(
             row["events"] += 1
             row["compiles"] += compiled
             row["cost_seconds"] += run_cost
-            row["first_ts"] = min(row["first_ts"], ts)
-            row["last_ts"] = max(row["last_ts"], ts)
+            if ts < row["first_ts"]:
+                row["first_ts"] = ts
+            elif ts > row["last_ts"]:
+                row["last_ts"] = ts
 
     per_function: dict[Any, dict] = {}
     causes: dict[Any, dict] = {}

@@ -14,9 +14,19 @@ import time
 import zlib
 from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar
 
+import orjson
 import sqlalchemy as sa
 
-from ..core.events import MAX_MEASURE, PROGRAM_TEXT_FORMATS, SECONDS_FIELDS, seconds_ok, timestamp_ok
+from ..core.events import (
+    MAX_MEASURE,
+    MAX_SECONDS,
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    PROGRAM_TEXT_FORMATS,
+    SECONDS_FIELDS,
+    seconds_ok,
+    timestamp_ok,
+)
 from . import engine as enginemod
 from . import models, rollup
 
@@ -115,14 +125,25 @@ def table_rows(batch: BatchLike) -> TableRows:
         row["function_hash"] = key
         stats.append(row)
     function_rows: list[Row] = [{**info_row, "first_seen": first_seen[key]} for key, info_row in functions.items()]
-    programs = [program_row(p) for e in batch.events if (p := getattr(e, "program_texts", None))]
+    # One row per fingerprint, the first event's (the one the store keeps): compressing
+    # the texts is the costliest step of a write, so a repeat is dropped before it.
+    texts: dict[object, Any] = {}
+    for e in batch.events:
+        payload = getattr(e, "program_texts", None)
+        if payload:
+            texts.setdefault(_payload_get(payload)("fingerprint"), payload)
+    programs = [program_row(payload) for payload in texts.values()]
     return TableRows([run], function_rows, [event_values(e) for e in batch.events], stats, programs)
+
+
+def _payload_get(payload: Any) -> Any:
+    return payload.get if isinstance(payload, dict) else lambda name, default=None: getattr(payload, name, default)
 
 
 def program_row(payload: Any) -> Row:
     """A ``programs`` row from an event's ``program_texts``: each text and the equation
     profile zlib-compressed (here, on the writer's side, not on the compiling thread)."""
-    get = payload.get if isinstance(payload, dict) else lambda name, default=None: getattr(payload, name, default)
+    get = _payload_get(payload)
     texts = get("texts") or {}
     row: Row = {"fingerprint": get("fingerprint"), "stored_at": time.time(), "left_out": list(get("left_out") or [])}
     size = 0
@@ -140,11 +161,42 @@ def program_row(payload: Any) -> Row:
 E = TypeVar("E")
 
 
+_BOUNDED = operator.attrgetter(
+    "timestamp", *SECONDS_FIELDS, "flops", "bytes_accessed", "jaxpr_eqns", "hlo_ops", "fusions"
+)
+_N_SECONDS = len(SECONDS_FIELDS)
+_COMPILED_RUN_AT = 1 + SECONDS_FIELDS.index("compiled_run_seconds")
+_EAGER_RUN_AT = 1 + SECONDS_FIELDS.index("eager_run_seconds")
+
+
 def in_bounds(event: E) -> E | None:
     """The event as the store may take it: None when its time is outside the store's
     bounds; a duration or measure outside them (negative, infinite, absurd) becomes
     unknown (None). The service refuses such a batch; the library's own writer keeps
     the rest of what it recorded."""
+    return event if _plainly_in_bounds(_BOUNDED(event)) else _checked(event)
+
+
+def _plainly_in_bounds(values: tuple[Any, ...]) -> bool:
+    """The usual case, decided in one read of the bounded fields and plain comparisons
+    (it runs for every event the library writes): floats and ints within bounds, and
+    the run-time pair whole. False sends the event through the full check."""
+    ts = values[0]
+    if not (ts.__class__ is float and MIN_TIMESTAMP <= ts < MAX_TIMESTAMP):
+        return False
+    for v in values[1 : 1 + _N_SECONDS]:
+        if v is not None and not (v.__class__ is float and 0.0 <= v <= MAX_SECONDS):
+            return False
+    for v in values[1 + _N_SECONDS : 3 + _N_SECONDS]:
+        if v is not None and not (v.__class__ is float and 0.0 <= v <= MAX_MEASURE):
+            return False
+    for v in values[3 + _N_SECONDS :]:
+        if v is not None and not (v.__class__ is int and 0 <= v < 2**31):
+            return False
+    return values[_EAGER_RUN_AT] is None or values[_COMPILED_RUN_AT] is not None
+
+
+def _checked(event: E) -> E | None:
     if not timestamp_ok(getattr(event, "timestamp")):
         return None
     bad: dict[str, None] = {name: None for name in SECONDS_FIELDS if not seconds_ok(getattr(event, name))}
@@ -201,9 +253,18 @@ def write_rows(
 
 def _insert_programs(conn: sa.Connection, programs: list[Row], cap: int) -> None:
     p = models.programs
+    programs = _unique(programs, "fingerprint")
+    known = set(
+        conn.execute(
+            sa.select(p.c.fingerprint).where(p.c.fingerprint.in_([r["fingerprint"] for r in programs]))
+        ).scalars()
+    )
+    programs = [row for row in programs if row["fingerprint"] not in known]
+    if not programs:
+        return  # every text already stored: no need to total the store's texts
     stored = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(p.c.size_bytes), 0))).scalar_one()
     kept = []
-    for row in _unique(programs, "fingerprint"):
+    for row in programs:
         if stored + int(row["size_bytes"]) > cap:  # type: ignore[call-overload]
             continue  # the store is full: the event keeps its figures, the texts are not kept
         stored += int(row["size_bytes"])  # type: ignore[call-overload]
@@ -258,13 +319,15 @@ def _sqlite_insert_or_ignore(conn: sa.Connection, events: list[EventValues]) -> 
     """The driver's own executemany: the row-by-row parameter processing of the ORM layer
     costs more than SQLite's insert. JSON columns are serialized here (booleans bind as
     0/1 by themselves). Returns how many rows were inserted."""
-    dumps = enginemod.json_dumps
+    # engine.json_dumps inlined: it runs for every JSON value of every event.
+    dumps, option = orjson.dumps, enginemod.JSON_OPTIONS
     params = []
     for row in events:
         values = list(row)
         for i in _JSON_AT:
-            if values[i] is not None:
-                values[i] = dumps(values[i])
+            value = values[i]
+            if value is not None:
+                values[i] = dumps(value, option=option).decode()
         params.append(values)
     with enginemod.driver_cursor(conn) as cursor:
         cursor.executemany(_SQLITE_INSERT_EVENTS, params)
