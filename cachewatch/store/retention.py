@@ -208,6 +208,11 @@ def _known_store(url: str) -> None:
     path = parsed.database
     if parsed.get_backend_name() == "sqlite" and path and path != ":memory:" and not os.path.exists(path):
         raise enginemod.StoreError(f"no store at {enginemod.redact_url(url)}: the file {path} does not exist")
+    if parsed.get_backend_name() == "sqlite" and path and path != ":memory:" and os.path.getsize(path) == 0:
+        # Opening it would write SQLite's header into it: a prune leaves it as it is.
+        raise enginemod.SchemaOutdated(
+            f"the store at {enginemod.redact_url(url)} is empty; run: {enginemod.upgrade_command(url)}"
+        )
     enginemod.ensure_schema(url, migrate_empty=False)
 
 
@@ -488,7 +493,9 @@ def store_bytes(url: str) -> int:
     names = sorted(models.Base.metadata.tables)
     with enginemod.connection(url, ensure=False) as conn:
         total = conn.execute(
-            sa.text("SELECT coalesce(sum(pg_total_relation_size(to_regclass(name))), 0) FROM unnest(:names) AS name"),
+            sa.text(
+                "SELECT coalesce(sum(pg_total_relation_size(to_regclass(name))), 0) FROM unnest(CAST(:names AS text[])) AS name"
+            ),
             {"names": names},
         ).scalar_one()
     return int(total)
