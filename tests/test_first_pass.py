@@ -75,10 +75,18 @@ def test_an_eager_evaluation_pass_over_two_set_sizes_is_a_first_pass_not_a_storm
     # Three layer shapes times two set sizes, each compiled once, in the first epoch.
     assert len(dots) == scenarios.jax_compile_count(messages, "dot") == 6
     assert not [s for s in storms if s["name"] == "dot"], [diagnosis.describe_storm(s) for s in storms]
-    (dot_pass,) = [p for p in passes if p["name"] == "dot"]
-    assert not dot_pass["active"] and dot_pass["compiles"] == 5 and dot_pass["signatures"] == 5
+    # Found at the line of user code that ran it, with the other eager code of that line:
+    # the hidden layers' line recompiled `dot` 3 times (the last layer's line twice, too
+    # few for a burst).
+    dot_passes = [p for p in passes if any(f["name"] == "dot" for f in p["functions"])]
+    assert [f["compiles"] for p in dot_passes for f in p["functions"] if f["name"] == "dot"] == [3]
+    assert all(p["call_site"].startswith(f"{__file__}:") for p in dot_passes)
+    dot_pass = max(dot_passes, key=lambda p: p["compiles"])
+    assert not dot_pass["active"] and dot_pass["signatures"] == dot_pass["compiles"] >= 5
     assert dot_pass["seconds"] > 0
-    assert "5 compiles of 5 new signatures" in diagnosis.describe_first_pass(dot_pass)
+    assert f"{dot_pass['compiles']} compiles of {dot_pass['compiles']} new signatures" in (
+        diagnosis.describe_first_pass(dot_pass)
+    )
     # The service shows it the same way: apart from the storms, with its cost.
     from fastapi.testclient import TestClient
 
@@ -89,8 +97,9 @@ def test_an_eager_evaluation_pass_over_two_set_sizes_is_a_first_pass_not_a_storm
         listing = client.get("/api/v1/storms").json()
         page = client.get("/storms").text
     assert not [s for s in listing["items"] if s["name"] == "dot"]
-    (shown,) = [p for p in listing["first_passes"] if p["short_name"] == "dot"]
-    assert shown["signatures"] == 5 and shown["seconds"] == dot_pass["seconds"]
+    (shown,) = [p for p in listing["first_passes"] if p["short_name"] == dot_pass["short_name"]]
+    assert "dot 3x" in shown["short_name"]
+    assert shown["signatures"] == dot_pass["signatures"] and shown["seconds"] == dot_pass["seconds"]
     assert 'id="first-passes"' in page and dot_pass["function_hash"] in page.split('id="first-passes"', 1)[1]
 
 

@@ -8,10 +8,13 @@ static argument took how many values, which line re-creates the jit.
 
 from __future__ import annotations
 
+import ast
 import collections
 import functools
+import linecache
 import logging
 import math
+import re
 import statistics
 import time
 from typing import Any, Callable, Iterable, Sequence
@@ -19,8 +22,8 @@ from typing import Any, Callable, Iterable, Sequence
 import sqlalchemy as sa
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described, short_name
-from ..store import programs, queries
-from cachewatch.store import evidence
+from ..store import evidence, queries
+from . import programs, steady
 from ..core.figures import compile_share, seconds_text, share_text
 from ..store.columns import Filters, FunctionReport
 from ..store.evidence import Recompile, SignatureCost, UncachedCompile
@@ -86,41 +89,65 @@ def storms_and_first_passes(
     function_hashes: list[str] | None = None,
     heard_until: float | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Both, from one reading of the recompiles: what a page showing both needs."""
+    """Both, from one reading of the recompiles: what a page showing both needs.
+
+    A jit of the user's own storms as itself. Eager code and library jits (JAX's, a
+    library's) are grouped under the line of user code that reached them (the compile's
+    call site), with the primitives or library functions inside: one finding per line,
+    which is what the user can change. ``function_hashes`` keeps the storms that involve
+    one of those functions."""
     now = time.time() if now is None else now
-    by_run: dict[tuple[str, str], list[Recompile]] = collections.defaultdict(list)
-    for row in evidence.steady_recompiles(conn, filters, function_hashes):
-        by_run[(row.function_hash, row.run_id)].append(row)
-    if not by_run:
+    every = steady.recompiles(conn, filters)
+    if not every:
         return [], []
-    names = evidence.function_infos(conn, {h for h, _ in by_run})
-    last_heard = evidence.run_last_activity(conn, {run for _, run in by_run})
+    names = evidence.function_infos(conn, {r.function_hash for r in every})
+    by_group: dict[tuple[str, str], list[Recompile]] = collections.defaultdict(list)
+    for row in every:
+        by_group[(_group_key(row, names.get(row.function_hash)), row.run_id)].append(row)
+    last_heard = steady.last_work(conn, {run for _, run in by_group})
     if heard_until is not None:
         last_heard = {run: min(last, heard_until) for run, last in last_heard.items()}
+    wanted = set(function_hashes) if function_hashes is not None else None
     storms, passes = [], []
-    for (function_hash, run_id), rows in by_run.items():
+    for (key, run_id), rows in by_group.items():
+        rows.sort(key=lambda r: r.timestamp)
         for group in _bursts(rows, threshold, window):
-            found = _describe(function_hash, names.get(function_hash), group, now, window)
+            if wanted is not None and not wanted & {r.function_hash for r in group}:
+                continue
+            if key.startswith("site:"):
+                found = _describe_site(key[5:], names, group, now, window)
+            else:
+                found = _describe(key, names.get(key), group, now, window)
             compiling = functools.partial(evidence.compile_seconds_between, conn, run_id)
             if _is_first_pass(group, rows, last_heard.get(run_id), compiling):
                 found["active"] = False
                 found["seconds"] = sum(r.seconds for r in group)
-                found["signatures"] = len({r.signature_hash for r in group})
+                found["signatures"] = len({(r.function_hash, r.signature_hash) for r in group})
                 passes.append(found)
             else:
                 storms.append(found)
-    runs_per_function: dict[str, set[str]] = collections.defaultdict(set)
+    runs_per_key: dict[str, set[str]] = collections.defaultdict(set)
     for storm in storms:
-        runs_per_function[storm["function_hash"]].add(storm["run_id"])
+        runs_per_key[storm["key"]].add(storm["run_id"])
     for storm in storms:
-        storm["recurs_in_runs"] = len(runs_per_function[storm["function_hash"]])
-        # How many of its recompiles produced the program compiled before: pure waste.
-        storm["identical_programs"], storm["identical_seconds"] = programs.identical_between(
-            conn, storm["function_hash"], storm["run_id"], storm["start"], storm["end"]
+        storm["recurs_in_runs"] = len(runs_per_key[storm["key"]])
+        # How many of its recompiles produced the program the same function compiled
+        # before: pure waste. Another function's program is no waste (same_program_as).
+        storm["identical_programs"], storm["identical_seconds"] = programs.wasted_between(
+            conn, storm["function_hashes"], storm["run_id"], storm["start"], storm["end"]
         )
     storms.sort(key=lambda s: -s["end"])
     passes.sort(key=lambda s: -s["end"])
     return storms, passes
+
+
+def _group_key(row: Recompile, info: FunctionInfo | None) -> str:
+    """A user's jit is a finding of its own; eager code and library jits are one finding
+    per line of user code that reached them (their own name when no line is known)."""
+    if info is not None and (info.module == OP_BY_OP_MODULE or is_library_function(info.module, info.file)):
+        if row.call_site:
+            return f"site:{row.call_site}"
+    return row.function_hash
 
 
 # The causes of compiles that a first pass over new shapes is made of: each a signature
@@ -143,7 +170,7 @@ def _is_first_pass(
     leaves no such quiet stretch."""
     if last_heard is None or any(r.cause not in _NEW_SIGNATURE_CAUSES or not r.signature_hash for r in group):
         return False
-    hashes = [r.signature_hash for r in group]
+    hashes = [(r.function_hash, r.signature_hash) for r in group]
     if len(set(hashes)) != len(hashes):
         return False
     end = group[-1].timestamp
@@ -216,7 +243,11 @@ def _describe(
     dominant, _ = cause_counts.most_common(1)[0]
     name = short_name(info.qualname) if info else function_hash
     return {
+        "key": function_hash,
         "function_hash": function_hash,
+        "function_hashes": [function_hash],
+        "call_site": None,
+        "functions": [{"function_hash": function_hash, "name": name, "compiles": len(rows)}],
         "name": info.name if info else "",
         "qualname": info.qualname if info else function_hash,
         "short_name": name,
@@ -236,6 +267,52 @@ def _describe(
     }
 
 
+def _describe_site(
+    call_site: str, infos: dict[str, FunctionInfo], rows: list[Recompile], now: float, window: float
+) -> dict[str, Any]:
+    """A storm of eager code and library jits reached from one line of user code."""
+    per_function = collections.Counter(r.function_hash for r in rows)
+    top_hash = per_function.most_common(1)[0][0]
+    cause_counts = collections.Counter(r.cause for r in rows)
+    dominant, _ = cause_counts.most_common(1)[0]
+    names = {h: _display_name(infos.get(h), h) for h in per_function}
+    inside = ", ".join(f"{names[h]} {n}x" for h, n in per_function.most_common(4))
+    more = f" and {len(per_function) - 4} more" if len(per_function) > 4 else ""
+    top = infos.get(top_hash)
+    return {
+        "key": f"site:{call_site}",
+        "function_hash": top_hash,
+        "function_hashes": [h for h, _ in per_function.most_common()],
+        "call_site": call_site,
+        "functions": [{"function_hash": h, "name": names[h], "compiles": n} for h, n in per_function.most_common()],
+        "name": top.name if top else "",
+        "qualname": top.qualname if top else top_hash,
+        "short_name": f"{_short_site(call_site)} ({inside}{more})",
+        "start": rows[0].timestamp,
+        "end": rows[-1].timestamp,
+        "compiles": len(rows),
+        "causes": dict(cause_counts),
+        "dominant_cause": dominant,
+        "active": now - rows[-1].timestamp <= window,
+        "run_id": rows[0].run_id,
+        "run_ids": [rows[0].run_id],
+        "fix": site_fix(call_site, infos, rows, dominant),
+    }
+
+
+def _display_name(info: FunctionInfo | None, function_hash: str) -> str:
+    if info is None:
+        return function_hash
+    if info.module == OP_BY_OP_MODULE:
+        return info.qualname  # "gather (op-by-op)"
+    return short_name(info.qualname)
+
+
+def _short_site(call_site: str) -> str:
+    """``/home/u/proj/train.py:42`` -> ``train.py:42``."""
+    return call_site.rsplit("/", 1)[-1]
+
+
 def fix_for(name: str, qualname: str, module: str, cause: str, rows: Sequence[Recompile], file: str = "") -> str:
     """What to change about a function's recompiles (``rows``: their events), most of them
     of ``cause``; an eager compile's function is its primitive, ``name``."""
@@ -244,6 +321,144 @@ def fix_for(name: str, qualname: str, module: str, cause: str, rows: Sequence[Re
     if is_library_function(module, file):
         return _library_fix(short_name(qualname), module, cause, [r for r in rows if r.cause == cause])
     return suggest_fix(short_name(qualname), cause, [r for r in rows if r.cause == cause])
+
+
+# Library functions that make a jit afresh each time they run, and what to call instead.
+# Keyed by the module and the qualified name of the maker (the part before ``<locals>``).
+KNOWN_REMADE: dict[tuple[str, str], str] = {
+    ("numpyro.infer.svi", "SVI.run"): (
+        "keep the SVI state and call `svi.update` in the loop instead of `svi.run`: "
+        "`state = svi.init(key, *args)` once, then `state, loss = update(state, *args)` each step, "
+        "with `update = jax.jit(svi.update)` made once before the loop"
+    ),
+}
+
+
+def site_fix(call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Recompile], dominant: str) -> str:
+    """What to change at one line of user code whose eager code and library calls keep compiling."""
+    per_function = collections.Counter(r.function_hash for r in rows)
+    if dominant in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED):
+        remade = collections.Counter(r.function_hash for r in rows if r.cause == dominant)
+        function_hash, count = remade.most_common(1)[0]
+        return _remade_library_fix(call_site, infos.get(function_hash), count, dominant)
+    names = [_display_name(infos.get(h), h) for h, _ in per_function.most_common(4)]
+    listed = ", ".join(f"`{n}`" for n in names) + (
+        f" and {len(per_function) - 4} more" if len(per_function) > 4 else ""
+    )
+    what = _what_varied(infos, rows)
+    callback = _host_callback(call_site)
+    if callback is not None:
+        return (
+            f"{call_site} runs inside `{callback}`, a host callback (jax.debug.callback and the like), on JAX "
+            f"arrays: {listed} compiled {len(rows)} more times there{what}. Convert the callback's arguments "
+            "to NumPy first (np.asarray(x)) and do that work in NumPy: nothing is compiled, and nothing needs "
+            "a fixed shape."
+        )
+    eager = sum(1 for h in per_function if infos.get(h) is not None and infos[h].module == OP_BY_OP_MODULE)
+    runs = (
+        "op by op"
+        if eager == len(per_function)
+        else "outside any jit of yours (JAX's or a library's own jits)"
+        if not eager
+        else "op by op and through JAX's or a library's own jits"
+    )
+    return (
+        f"Un-jitted code at {call_site} runs {listed} {runs}, and JAX compiled them {len(rows)} more times"
+        f"{what}. Move that code inside a jitted function (or keep its shapes fixed: pad what varies to a "
+        "few sizes), so it compiles once as part of one program."
+    )
+
+
+def _remade_library_fix(call_site: str, info: FunctionInfo | None, count: int, cause: str) -> str:
+    if info is None:
+        return f"A library jit reached from {call_site} is compiled again {count} times ({cause})."
+    name = short_name(info.qualname)
+    library = info.module.split(".", 1)[0] or "a library"
+    maker = info.qualname.split(".<locals>.", 1)[0] if ".<locals>." in info.qualname else ""
+    if cause == Cause.CACHE_CLEARED:
+        return (
+            f"`{name}` ({info.module}) is compiled again {count} times after its cache is cleared (called at "
+            f"{call_site}): find what clears it (jax.clear_caches(), a library's reset) and move it out of the loop."
+        )
+    made = (
+        f"`{name}` is a jit that {library} makes afresh each time `{maker}` runs"
+        if maker
+        else f"`{name}` ({info.module}) is wrapped by a new jit object on every call"
+    )
+    known = KNOWN_REMADE.get((info.module, maker))
+    fix = (
+        known
+        if known
+        else (
+            "call the library's own step function in the loop (one it jits once) instead of the one that "
+            "builds the jit, or jit your loop body once around the call so the library's code is part of "
+            "one program compiled once"
+        )
+    )
+    return (
+        f"{made} (called at {call_site}): each call compiles it again, {count} times here "
+        f"(new_function_object, the same program every time). Fix: {fix}."
+    )
+
+
+def _what_varied(infos: dict[str, FunctionInfo], rows: Sequence[Recompile]) -> str:
+    """ ", mostly because axis 0 of `gather`'s operands[1] took 9 sizes between 26 and 41"":
+    the operand axis whose size changed in the most compiles, named where it varied."""
+    sizes: dict[tuple[str, str, int], set[int]] = collections.defaultdict(set)
+    statics: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
+    for r in rows:
+        name = _display_name(infos.get(r.function_hash), r.function_hash).removesuffix(" (op-by-op)")
+        for e in r.diff or []:
+            if e.get("change") == "shape" and e.get("axes"):
+                for side in ("before", "after"):
+                    dims = _dims(e.get(side))
+                    for axis in e["axes"]:
+                        if dims is not None and axis < len(dims):
+                            sizes[(name, e["path"], axis)].add(dims[axis])
+            elif e.get("change") == "static":
+                statics[(name, e["path"])].update(str(v) for v in (e.get("before"), e.get("after")) if v is not None)
+    if sizes:
+        (name, path, axis), seen = max(sizes.items(), key=lambda kv: len(kv[1]))
+        return (
+            f", mostly because axis {axis} of `{name}`'s {path} took {len(seen)} sizes between "
+            f"{min(seen)} and {max(seen)}"
+        )
+    if statics:
+        (name, path), values = max(statics.items(), key=lambda kv: len(kv[1]))
+        return f", mostly because `{name}`'s parameter {path} took {len(values)} different values"
+    return ""
+
+
+def _host_callback(call_site: str) -> str | None:
+    """The function around ``call_site`` when the same file passes it to a host callback
+    (``jax.debug.callback(log, ...)``, ``pure_callback``, ``io_callback``); None otherwise or
+    when the source cannot be read (a store read on another host)."""
+    file, _, line = call_site.rpartition(":")
+    if not file or not line.isdigit():
+        return None
+    enclosing = _enclosing_functions(file)
+    number = int(line)
+    names = [name for name, start, end in enclosing if start <= number <= end]
+    if not names:
+        return None
+    name = names[-1]
+    text = "".join(linecache.getlines(file))
+    if re.search(rf"callback\(\s*(?:functools\.)?(?:partial\(\s*)?{re.escape(name)}\b", text):
+        return name
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _enclosing_functions(file: str) -> tuple[tuple[str, int, int], ...]:
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return ()
+    return tuple(
+        (node.name, node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    )
 
 
 def is_library_function(module: str, file: str) -> bool:

@@ -303,7 +303,7 @@ def identical_recompiles(
         )
         .join(earlier, earlier.c.event_id == e.c.identical_to)
         .join(f, f.c.function_hash == e.c.function_hash)
-        .where(e.c.identical_to.is_not(None), *_where(e, filters))
+        .where(*_wasted(e, earlier), *_where(e, filters))
         .group_by(e.c.function_hash, f.c.qualname, e.c.cause)
     )
     if function_hashes is not None:
@@ -317,6 +317,76 @@ def identical_recompiles(
         item["fix"] = identical_fix(item)
         out.append(item)
     out.sort(key=lambda r: -r["seconds"])
+    return out
+
+
+def _wasted(e: sa.FromClause, earlier: sa.FromClause) -> list[Any]:
+    """A wasted recompile: the same function compiled the same program before. A first
+    compile is no recompile, and another function's program (``same_program_as``; older
+    stores set ``identical_to`` across functions too) is no waste."""
+    return [
+        e.c.identical_to.is_not(None),
+        earlier.c.function_hash == e.c.function_hash,
+        e.c.cause != Cause.FIRST_CALL.value,
+    ]
+
+
+def wasted_between(
+    conn: sa.Connection, function_hashes: list[str], run_id: str, start: float, end: float
+) -> tuple[int, float]:
+    """Recompiles of the functions in the run between ``start`` and ``end`` (inclusive)
+    that produced the program the same function compiled before, and their seconds."""
+    e, earlier = models.compile_events, models.compile_events.alias("earlier")
+    count, seconds = conn.execute(
+        sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(cost_expr(e)), 0.0))
+        .join(earlier, earlier.c.event_id == e.c.identical_to)
+        .where(
+            e.c.function_hash.in_(function_hashes),
+            e.c.run_id == run_id,
+            e.c.timestamp >= start,
+            e.c.timestamp <= end,
+            *_wasted(e, earlier),
+        )
+    ).one()
+    return int(count), float(seconds)
+
+
+def shared_programs(conn: sa.Connection, filters: Filters = Filters()) -> list[dict[str, Any]]:
+    """Functions that compiled the same program as another function of the run
+    (``same_program_as``): they could share one jit. Never waste, and never counted as
+    such: each was a compile its own jit needed. Per pair, most compiles first."""
+    e, other, f, g = (
+        models.compile_events,
+        models.compile_events.alias("other"),
+        models.functions,
+        models.functions.alias("g"),
+    )
+    link = sa.func.coalesce(e.c.same_program_as, e.c.identical_to)
+    query = (
+        sa.select(
+            e.c.function_hash,
+            f.c.qualname,
+            other.c.function_hash.label("other_hash"),
+            g.c.qualname.label("other_qualname"),
+            sa.func.count().label("compiles"),
+            sa.func.sum(cost_expr(e)).label("seconds"),
+        )
+        .join(other, other.c.event_id == link)
+        .join(f, f.c.function_hash == e.c.function_hash)
+        .join(g, g.c.function_hash == other.c.function_hash)
+        .where(link.is_not(None), other.c.function_hash != e.c.function_hash, *_where(e, filters))
+        .group_by(e.c.function_hash, f.c.qualname, other.c.function_hash, g.c.qualname)
+    )
+    out = []
+    for row in conn.execute(query).mappings():
+        item = dict(row)
+        item["seconds"] = float(item["seconds"] or 0.0)
+        item["text"] = (
+            f"{item['qualname']} compiled the same program as {item['other_qualname']} "
+            f"{item['compiles']} time(s): they could share one jit (no waste: each compile was its own)."
+        )
+        out.append(item)
+    out.sort(key=lambda r: -r["compiles"])
     return out
 
 

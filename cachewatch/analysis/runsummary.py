@@ -5,7 +5,10 @@
 
 A summary is a plain dictionary (it is also the JSON of ``cachewatch run --summary json``):
 ``run_id``, ``store``, ``compiles``, ``recompiles``, ``compile_seconds``,
-``warmup_compiles`` (set-up and first compiles, never part of a storm), ``functions`` (the
+``warmup_compiles`` (set-up and first compiles, never part of a storm, as storms judge it),
+``identical_recompiles`` and ``identical_seconds`` (recompiles of one function that produced
+its program again: waste), ``shared_program_compiles`` (compiles of another function's
+program: they could share a jit, no waste), ``functions`` (the
 top few: name, compiles, causes, compile seconds, calls), ``storms`` (with their fix) and
 ``next`` (where to look).
 """
@@ -14,13 +17,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import sqlalchemy as sa
 
 from ..core import config as configmod
 from ..core.events import Cause
 from ..core.figures import seconds_text
-from ..store import columns, engine as enginemod, models, queries
-from . import diagnosis, programs
+from ..store import columns, engine as enginemod, queries
+from . import diagnosis, programs, steady
 
 TOP_FUNCTIONS = 5
 
@@ -41,6 +43,8 @@ def for_store(url: str, run_id: str, *, flushed: bool = True, top: int = TOP_FUN
         "identical_recompiles": None,
         "identical_seconds": None,
         "first_pass_compiles": None,
+        "shared_program_compiles": None,
+        "shared_programs": [],
         "functions": [],
         "storms": [],
         "next": _next_steps(url, run_id),
@@ -53,14 +57,17 @@ def for_store(url: str, run_id: str, *, flushed: bool = True, top: int = TOP_FUN
         storms, passes = diagnosis.storms_and_first_passes(
             conn, filters, threshold=cfg.storm_threshold, window=cfg.storm_window
         )
-        warmup = _warmup_compiles(conn, run_id)
+        warmup = steady.warmup_compiles(conn, run_id)
         identical = programs.identical_recompiles(conn, filters)
+        shared = programs.shared_programs(conn, filters)
     summary.update(
         of_report(report, storms, top=top),
         warmup_compiles=warmup,
         identical_recompiles=sum(int(i["recompiles"]) for i in identical),
         identical_seconds=sum(float(i["seconds"]) for i in identical),
         first_pass_compiles=sum(int(p["compiles"]) for p in passes),
+        shared_program_compiles=sum(int(s["compiles"]) for s in shared),
+        shared_programs=[s["text"] for s in shared[:3]],
     )
     return summary
 
@@ -100,12 +107,6 @@ def of_report(report: Sequence[columns.FunctionReport], storms: list[dict[str, A
     }
 
 
-def _warmup_compiles(conn: sa.Connection, run_id: str) -> int:
-    e = models.compile_events
-    query = sa.select(sa.func.count()).where(e.c.run_id == run_id, e.c.compiled, e.c.warmup)
-    return int(conn.execute(query).scalar_one())
-
-
 def _is_http(url: str) -> bool:
     return url.startswith(("http://", "https://"))
 
@@ -141,6 +142,11 @@ def text(summary: dict[str, Any]) -> str:
             lines.append(
                 f"  {summary['identical_recompiles']} recompiles produced a program compiled before in the run "
                 f"({seconds_text(summary['identical_seconds'])} of pure waste; `cachewatch report` names them)."
+            )
+        if summary.get("shared_program_compiles"):
+            lines.append(
+                f"  {summary['shared_program_compiles']} compiles produced the same program as another function's "
+                "(no waste; those functions could share one jit)."
             )
         if not summary.get("flushed", True):
             lines.append("  Not every event was written in time: the figures may be short.")

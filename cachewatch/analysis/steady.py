@@ -1,0 +1,160 @@
+"""When a run's warm-up ended and when it was last seen working, judged from its events.
+
+Capture flags a compile as warm-up until the user's own jitted code runs again. A program
+whose repeated work is all in library jits and eager code (a NumPyro ``svi.run`` per
+step, ``jnp.linalg.cholesky`` at many sizes) never gives that sign, so the store's flags
+alone would keep it in warm-up to the end. Here warm-up also ends at the first compile
+that shows the program doing its work again:
+
+- a jit compiled again because it was made afresh (``new_function_object``,
+  ``cache_cleared``) from a line of user code that compiled it before: the code that
+  creates it ran again;
+- a function compiled again from a line of user code that compiled it before, after
+  another line compiled in between: the program came back to that line (a loop).
+
+Set-up from one line (``model.init``) compiles many shapes of a few library jits from one
+place, and stays warm-up.
+
+    steady = steady.recompiles(conn, filters)        # what storms are made of
+    warmup = steady.warmup_compiles(conn, run_id)    # what the run's summary counts
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Iterable
+
+import sqlalchemy as sa
+
+from ..core.events import Cause
+from ..store import models
+from ..store.columns import Filters, cost_expr
+from ..store.evidence import Recompile
+
+# A compile of a jit made afresh: the code that makes the jit ran again.
+_REMADE = frozenset({Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED})
+
+
+def steady_since(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float]:
+    """Per run, the time its flagged warm-up is judged over (runs whose flags stand are left out)."""
+    wanted = list(run_ids)
+    if not wanted:
+        return {}
+    e = models.compile_events
+    q = (
+        sa.select(e.c.run_id, e.c.timestamp, e.c.function_hash, e.c.cause, e.c.call_site)
+        .where(e.c.run_id.in_(wanted), e.c.compiled, e.c.warmup)
+        .order_by(e.c.run_id, e.c.timestamp)
+    )
+    per_run: dict[str, list[Any]] = collections.defaultdict(list)
+    for row in conn.execute(q):
+        per_run[row.run_id].append(row)
+    found = {}
+    for run_id, rows in per_run.items():
+        ended = warmup_end(rows)
+        if ended is not None:
+            found[run_id] = ended
+    return found
+
+
+def warmup_end(rows: Iterable[Any]) -> float | None:
+    """The timestamp of the first compile (``timestamp``, ``function_hash``, ``cause``,
+    ``call_site``, in time order) that shows the program doing its work again, or None."""
+    compiled_at: dict[tuple[str, str], int] = {}  # (call site, function) -> index of its last visit
+    visit = 0
+    last_site: str | None = None
+    for row in rows:
+        site = row.call_site or ""
+        if site != last_site:
+            visit += 1  # another line of user code reached the compiler
+            last_site = site
+        if not site:
+            continue
+        key = (site, row.function_hash)
+        before = compiled_at.get(key)
+        if before is not None and (row.cause in _REMADE or before < visit):
+            return float(row.timestamp)
+        compiled_at[key] = visit
+    return None
+
+
+def recompiles(conn: sa.Connection, filters: Filters, function_hashes: list[str] | None = None) -> list[Recompile]:
+    """Recompiles made after warm-up, by function, run and time: what storms are made of.
+    Warm-up is the store's flags, ended where :func:`steady_since` says the program was
+    already repeating its work."""
+    e = models.compile_events
+    q = filters.apply(
+        e,
+        sa.select(
+            e.c.function_hash,
+            e.c.run_id,
+            e.c.timestamp,
+            e.c.cause,
+            e.c.diff,
+            e.c.call_site,
+            e.c.signature_hash,
+            e.c.warmup,
+            cost_expr(e).label("seconds"),
+        )
+        .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value)
+        .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
+    )
+    if function_hashes is not None:
+        q = q.where(e.c.function_hash.in_(function_hashes))
+    rows = conn.execute(q).all()
+    since = steady_since(conn, {r.run_id for r in rows if r.warmup})
+    return [
+        Recompile(
+            r.function_hash,
+            r.run_id,
+            float(r.timestamp),
+            r.cause,
+            r.diff,
+            r.call_site,
+            r.signature_hash or "",
+            float(r.seconds or 0.0),
+        )
+        for r in rows
+        if not r.warmup or (r.run_id in since and r.timestamp >= since[r.run_id])
+    ]
+
+
+def warmup_compiles(conn: sa.Connection, run_id: str) -> int:
+    """Compiles of the run that belong to its warm-up, as storms judge it."""
+    e = models.compile_events
+    query = sa.select(sa.func.count()).where(e.c.run_id == run_id, e.c.compiled, e.c.warmup)
+    ended = steady_since(conn, [run_id]).get(run_id)
+    if ended is not None:
+        query = query.where(e.c.timestamp < ended)
+    return int(conn.execute(query).scalar_one())
+
+
+def last_work(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float]:
+    """When each run was last seen doing work: the end of its latest compile, or the latest
+    call statistics that report calls served from the cache (more calls than compiles of
+    that function since its previous statistics). Statistics flushed at exit with no such
+    calls say only that the process ended, not that the program went on."""
+    wanted = list(run_ids)
+    if not wanted:
+        return {}
+    e, s = models.compile_events, models.call_stats
+    found: dict[str, float] = {}
+    compiles: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    q = sa.select(e.c.run_id, e.c.function_hash, e.c.timestamp, cost_expr(e).label("seconds")).where(
+        e.c.run_id.in_(wanted), e.c.compiled
+    )
+    for row in conn.execute(q):
+        compiles[(row.run_id, row.function_hash)].append(float(row.timestamp))
+        found[row.run_id] = max(found.get(row.run_id, 0.0), float(row.timestamp) + float(row.seconds or 0.0))
+    flushed = sa.select(s.c.run_id, s.c.function_hash, s.c.timestamp, sa.func.sum(s.c.calls).label("calls"))
+    flushed = flushed.where(s.c.run_id.in_(wanted)).group_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
+    previous: dict[tuple[str, str], float] = {}
+    for row in conn.execute(flushed.order_by(s.c.run_id, s.c.function_hash, s.c.timestamp)):
+        key = (row.run_id, row.function_hash)
+        stamp = float(row.timestamp)
+        start = previous.get(key, float("-inf"))
+        previous[key] = stamp
+        compiled = sum(1 for t in compiles.get(key, ()) if start < t <= stamp)
+        if int(row.calls or 0) > compiled:
+            found[row.run_id] = max(found.get(row.run_id, 0.0), stamp)
+    return found
