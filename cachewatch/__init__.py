@@ -159,7 +159,7 @@ def expect_compiles(fn: Any, at_most: int = 0) -> Iterator[list[CompileEvent]]:
 
     from .record import recorder
 
-    recorder.add_listener(listener)
+    recorder.add_listener(listener, at_once=True)
     try:
         yield seen
     finally:

@@ -233,7 +233,7 @@ def load(ipython: Any, install: Callable[[], None]) -> None:
 
     install()
     recorder.remove_listener(_watch.listener)
-    recorder.add_listener(_watch.listener)
+    recorder.add_listener(_watch.listener, at_once=True)
 
     def cachewatch_magic(line: str, cell: str | None = None) -> None:
         global _every_cell

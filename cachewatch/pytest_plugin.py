@@ -61,7 +61,7 @@ class CompileLog:
     def attach(self) -> "CompileLog":
         from cachewatch.record import recorder
 
-        recorder.add_listener(self)
+        recorder.add_listener(self, at_once=True)
         return self
 
     def detach(self) -> None:

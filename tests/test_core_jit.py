@@ -32,7 +32,7 @@ def events(sqlite_url, use_store):
         if event.function.module != "jax.op_by_op":  # JAX's own eager compiles are not under test here
             seen.append(event)
 
-    recorder.add_listener(listen)
+    recorder.add_listener(listen, at_once=True)
     yield seen
     recorder.remove_listener(listen)
 

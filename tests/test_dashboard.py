@@ -92,7 +92,7 @@ def seed_store(url: str) -> None:
     # Every cache-hit call timed: the run-time estimates (and so compile shares) exist.
     # Every program's jaxpr kept, so the function pages can show jaxpr diffs.
     current.configure(
-        store=url, sample_every=1, sample_max_per_second=1000.0, run_name="train-storms", program_extra_share=1.0
+        store=url, sample_every=1, sample_max_per_second=1000.0, run_name="train-storms"
     )
     new_run()
     example = _load_example()

@@ -41,6 +41,7 @@ BREAK = {
     "hlo_print_options": 'jaxcompat.ATTRIBUTES["hlo_print_options"] = ("jax._src.lib", "hlo", "PrintOptionsRenamed")',
     "traceback_lines": 'jaxcompat.ATTRIBUTES["traceback_lines"] = ("jax._src.lib", "xla_client", "Traceback", "renamed")',
     "mlir_strip_debuginfo": 'jaxcompat.ATTRIBUTES["mlir_strip_debuginfo"] = ("jax._src.lib.mlir", "passmanager", "Renamed")',
+    "mlir_context": 'jaxcompat.ATTRIBUTES["mlir_context"] = ("jax._src.interpreters.mlir", "make_ir_context_renamed")',
 }
 
 # A small program that exercises every path: a watched jit at two shapes, a vmap and a

@@ -39,7 +39,7 @@ def line_of(text: str) -> int:
 
 @pytest.fixture
 def events(sqlite_url, use_store):
-    use_store(sqlite_url, program_extra_share=1.0)
+    use_store(sqlite_url)
     seen = []
 
     def listen(event):
@@ -52,6 +52,7 @@ def events(sqlite_url, use_store):
 
 
 def compiled(events, name):
+    recorder.flush(10)  # the program's figures are read by the writer's thread
     return [e for e in events if e.function.name == name and e.compiled]
 
 
@@ -182,6 +183,7 @@ def test_program_view_off_reads_nothing(sqlite_url, use_store):
     recorder.add_listener(seen.append)
     try:
         cachewatch.jit(lambda v: v * 3)(jnp.ones(2))
+        recorder.flush(10)
     finally:
         recorder.remove_listener(seen.append)
     (event,) = [e for e in seen if e.compiled and e.function.name == "<lambda>"]
@@ -222,7 +224,7 @@ def _stored(url: str, event_id: str) -> tuple[dict, dict | None]:
 
 @pytest.fixture
 def store_events(store_url, use_store):
-    use_store(store_url, program_extra_share=1.0)
+    use_store(store_url)
     seen = []
     recorder.add_listener(seen.append)
     yield store_url, seen
@@ -290,7 +292,7 @@ def test_the_service_keeps_program_texts_under_its_store_cap(store_events, tmp_p
 
 
 def test_store_cap_keeps_figures_and_leaves_texts_out(sqlite_url, use_store):
-    use_store(sqlite_url, program_store_max_bytes=10, program_extra_share=1.0)
+    use_store(sqlite_url, program_store_max_bytes=10)
     seen = []
     recorder.add_listener(seen.append)
     try:
@@ -347,7 +349,7 @@ def _per_line_and_primitive(profile: dict[str, Any]) -> dict[tuple[str, int, str
 
 @pytest.fixture
 def served(sqlite_url, use_store):
-    use_store(sqlite_url, program_extra_share=1.0, program_texts="jaxpr,hlo,stablehlo")
+    use_store(sqlite_url, program_texts="jaxpr,hlo,stablehlo")
     seen = []
     recorder.add_listener(seen.append)
     yield sqlite_url, seen
@@ -408,7 +410,7 @@ def test_program_command_and_endpoint_give_the_kept_texts(served, capsys, tmp_pa
 
 
 def test_text_cap_leaves_the_texts_out_and_says_so(sqlite_url, use_store, capsys, tmp_path):
-    use_store(sqlite_url, program_text_max_bytes=10, program_extra_share=1.0)
+    use_store(sqlite_url, program_text_max_bytes=10)
     seen = []
     recorder.add_listener(seen.append)
     try:

@@ -65,7 +65,7 @@ def recorded(tmp_path_factory) -> kit.Recorded:
 
     # Every jaxpr printed, so the program route has one to answer with.
     current.configure(
-        store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}", job="security-walk", program_extra_share=1.0
+        store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}", job="security-walk"
     )
     return kit.run_jax_workload()
 

@@ -136,7 +136,7 @@ class Record:
         self.captured: dict[str, str] | None = None
         self.stale: list[tuple[str, str, str]] = []
         self.target: Any = None  # a foreign.Target: recorded by the listener itself
-        self.program: program.Program | None = None  # what was compiled (program.py)
+        self.program: program.Pending | None = None  # what was compiled, read later (program.py)
         self.thread = threading.current_thread().name
         self.seq = bump()
 

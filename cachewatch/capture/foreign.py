@@ -423,7 +423,7 @@ def to_event(
     thread: str,
     jaxpr_eqns: int | None = None,
     cache_key: dict[str, str] | None = None,
-    program: program_mod.Program | None = None,
+    program: program_mod.Pending | None = None,
 ) -> CompileEvent:
     info = target.info
     device = devices.default_device()
@@ -451,7 +451,6 @@ def to_event(
         )
         cause, explanation, diff = verdict.cause, verdict.explanation, verdict.diff
     event_id, run_id = new_event_id(), current.run_id()
-    fields = {"jaxpr_eqns": jaxpr_eqns, **program_mod.event_fields(program, event_id, run_id)}
     return CompileEvent(
         event_id=event_id,
         function=info,
@@ -476,7 +475,8 @@ def to_event(
         thread=thread,
         warmup=current.in_warmup(timestamp),
         cache_key=cache_key,
-        **fields,
+        jaxpr_eqns=jaxpr_eqns,
+        pending=program,
     )
 
 

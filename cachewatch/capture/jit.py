@@ -26,7 +26,7 @@ from typing import Any, Callable, ParamSpec, Protocol, TypeVar, overload
 import jax
 
 from ..core import _guard, jaxcompat
-from . import _tracking, cachekey, captures, counters, devices, guards, program
+from . import _tracking, cachekey, captures, counters, devices, guards
 from ..explain import causes
 from ..record import current, recorder
 from .counters import CallCounter, Watched as _Watched
@@ -455,7 +455,6 @@ def _to_event(
     signature_json = sig.as_json() if sig is not None else ()
     cache_hit, cache_key = cachekey.take(record.seq)
     event_id, run_id = new_event_id(), current.run_id()
-    fields = {"jaxpr_eqns": record.jaxpr_eqns, **program.event_fields(record.program, event_id, run_id)}
     return CompileEvent(
         event_id=event_id,
         function=info,
@@ -482,7 +481,9 @@ def _to_event(
         captured=record.captured or None,
         warmup=current.in_warmup(record.timestamp),
         cache_key=cache_key,
-        **{**fields, **extra},
+        jaxpr_eqns=record.jaxpr_eqns,
+        pending=record.program,
+        **extra,
     )
 
 

@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from ..core import _guard, jaxcompat
-from ..core.events import PROGRAM_FORMATS
+from ..core.events import PROGRAM_FORMATS, CompileEvent
 from ..record import current
 from .identity import is_library_file
 
@@ -40,7 +40,15 @@ _installed = False
 wanted: Callable[[str], bool] = lambda name: False  # noqa: E731
 
 # Seconds spent on each part, over the process (the benchmark and the README read them).
-spent: dict[str, float] = {"walk": 0.0, "fingerprint": 0.0, "xla": 0.0, "text": 0.0, "extra": 0.0, "compile": 0.0}
+# "on_compile_path" is what the compiling thread itself spent; the rest is the writer's.
+spent: dict[str, float] = {
+    "walk": 0.0,
+    "fingerprint": 0.0,
+    "xla": 0.0,
+    "text": 0.0,
+    "compile": 0.0,
+    "on_compile_path": 0.0,
+}
 
 
 @dataclasses.dataclass(slots=True)
@@ -63,6 +71,8 @@ class Program:
     profile: list[list[Any]] | None = None
     compile_seconds: float = 0.0
     event_id: str | None = None
+    # Figure -> why the JAX in use could not give it (the event's ``figures_missing``).
+    missing: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 # ----------------------------------------------------------------- JAX internals
@@ -149,22 +159,33 @@ def _fell_back(capability: str, exc: BaseException) -> None:
     jaxcompat.turn_off(capability, f"{type(exc).__name__}: {exc}")
 
 
-def _lowered_bytes(module: Any) -> bytes | None:
-    """The lowered module without locations, as bytecode: what JAX's persistent cache
-    hashes for its key (``cache_key._canonicalize_ir``)."""
-    if not jaxcompat.available("mlir_strip_debuginfo"):
+def _module_bytecode(module: Any) -> bytes | None:
+    """The lowered module as bytecode, locations and all: the one read of it made on the
+    compiling thread (a fraction of what stripping it there would cost)."""
+    if not (jaxcompat.available("mlir_strip_debuginfo") and jaxcompat.available("mlir_context")):
         return None
-    try:
-        from jax._src.lib.mlir import passmanager
-    except ImportError as exc:
-        _fell_back("mlir_strip_debuginfo", exc)
-        return None
-    with module.context:
-        clone = module.operation.clone()
-        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(clone)
-        out = _BytesSink()
-        clone.write_bytecode(file=out)
+    out = _BytesSink()
+    module.operation.write_bytecode(file=out)
     return bytes(out.data)
+
+
+def _read_lowered(bytecode: bytes, stablehlo: bool) -> tuple[bytes | None, str | None]:
+    """In a fresh MLIR context of this thread's own: the module without locations, as
+    bytecode (what JAX's persistent cache hashes for its key, ``cache_key._canonicalize_ir``),
+    and its StableHLO text when asked for."""
+    try:
+        from jax._src.interpreters import mlir
+        from jax._src.lib.mlir import ir, passmanager
+    except ImportError as exc:
+        _fell_back("mlir_context", exc)
+        return None, None
+    with mlir.make_ir_context():
+        module = ir.Module.parse(bytecode)
+        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module.operation)
+        out = _BytesSink()
+        module.operation.write_bytecode(file=out)
+        text = _stablehlo_text(module) if stablehlo else None
+    return bytes(out.data), text
 
 
 class _BytesSink:
@@ -350,23 +371,31 @@ def hlo_counts(hlo_text: str) -> tuple[int, int]:
 def _cost_figures(executable: Any, program: Program) -> None:
     try:
         cost = executable.cost_analysis()
-        if isinstance(cost, (list, tuple)):
-            cost = cost[0] if cost else {}
-        if cost:
-            if "flops" in cost:
-                program.flops = max(float(cost["flops"]), 0.0)
-            if "bytes accessed" in cost:
-                program.bytes_accessed = max(float(cost["bytes accessed"]), 0.0)
-    except Exception:  # a backend without a cost model
-        pass
+    except Exception as exc:  # noqa: BLE001  # a backend without a cost model raises its own error
+        reason = f"XLA's cost analysis failed on this backend ({type(exc).__name__}: {exc})"
+        program.missing.update(flops=reason, bytes_accessed=reason)
+        return
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    if not cost:
+        program.missing.update(flops=_NO_COST, bytes_accessed=_NO_COST)
+        return
+    # XLA leaves a property out where it is zero (a program of copies and
+    # transcendentals has no "flops").
+    program.flops = max(float(cost.get("flops", 0.0)), 0.0)
+    program.bytes_accessed = max(float(cost.get("bytes accessed", 0.0)), 0.0)
+
+
+_NO_COST = "XLA's cost analysis gave nothing on this backend"
 
 
 def _memory_figures(executable: Any, program: Program) -> None:
     try:
         stats = executable.get_compiled_memory_stats()
-    except Exception:
+    except Exception as exc:  # noqa: BLE001  # not every backend serialises its buffer assignment
+        program.missing["memory"] = f"the executable gave no compiled memory ({type(exc).__name__}: {exc})"
         return
-    program.memory = (program.memory or {}) | {  # the dearest figure: XLA serialises the buffer assignment for it
+    program.memory = (program.memory or {}) | {
         "generated_code": int(stats.generated_code_size_in_bytes),
         "argument": int(stats.argument_size_in_bytes),
         "output": int(stats.output_size_in_bytes),
@@ -374,27 +403,31 @@ def _memory_figures(executable: Any, program: Program) -> None:
     }
 
 
-def _within_budget(part: str, units: int) -> bool:
-    """Whether an optional part (the compiled memory, the jaxpr text) fits in the budget:
-    always on request, else while the optional parts cost at most ``program_extra_share``
-    of the compile seconds so far (each part's cost per unit is learnt as it runs)."""
-    share = current.config().program_extra_share
-    if share >= 1.0:
-        return True
-    if share <= 0.0:
-        return False
-    return spent["extra"] + units * _rate[part] <= share * spent["compile"]
+@dataclasses.dataclass(slots=True)
+class Pending:
+    """What one compile compiled, as the compiling thread leaves it: references only
+    (the jaxpr, the executable, the lowered module's bytes), read by :meth:`complete`
+    on the writer's thread once the user's call has returned."""
 
+    jaxpr: Any
+    executable: Any
+    # The lowered module's bytecode, with its locations.
+    bytecode: bytes | None
+    seconds: float
+    # Texts wanted, read from the settings when the compile ended.
+    formats: frozenset[str]
 
-def _learn(part: str, units: int, seconds: float) -> None:
-    spent["extra"] += seconds
-    if units:
-        _rate[part] = 0.5 * _rate[part] + 0.5 * seconds / units
-
-
-# Seconds per unit of each optional part, first guesses: a jaxpr equation printed, an
-# HLO operation's share of XLA's cost analysis and of reading the compiled memory.
-_rate = {"text": 2e-5, "cost": 1.5e-6, "memory": 5e-6}
+    def complete(self, event: CompileEvent) -> CompileEvent:
+        """The event with the program's figures, fingerprint, links and texts (the event
+        as it was, should reading fail: the guard counts that)."""
+        completed = dataclasses.replace(event, pending=None)
+        with _guard.guard("program.complete"):
+            program = build(self.jaxpr, self.executable, self.bytecode, self.seconds, self.formats)
+            fields = event_fields(program, event.event_id, event.run_id, event.function.function_hash)
+            completed = dataclasses.replace(completed, **fields)
+        # The executable is no longer needed: let it go now, not when the event is stored.
+        self.jaxpr = self.executable = self.bytecode = None
+        return completed
 
 
 def _after_compile(computation: Any, executable: Any, seconds: float) -> None:
@@ -405,15 +438,25 @@ def _after_compile(computation: Any, executable: Any, seconds: float) -> None:
         return
     with _guard.guard("program.capture"):
         fun_name, jaxpr = stashed if stashed is not None else ("", None)
-        if not wanted(f"jit({fun_name})" if stashed is not None else "") or not current.config().program_view:
+        cfg = current.config()
+        if not wanted(f"jit({fun_name})" if stashed is not None else "") or not cfg.program_view:
             return
-        spent["compile"] += seconds
-        _tls.program = build(jaxpr, computation, executable, seconds)
+        start = time.perf_counter()
+        # Only what cannot be read later is read here: the lowered module lives in an MLIR
+        # context JAX owns (reading it from another thread could race JAX's own use), so
+        # its bytecode is copied out; the jaxpr and the executable are immutable.
+        formats = frozenset(f for f in cfg.program_texts.split(",") if f)
+        bytecode = _module_bytecode(computation) if computation is not None else None
+        _tls.program = Pending(jaxpr, executable, bytecode, seconds, formats)
+        with _lock:
+            spent["compile"] += seconds
+            spent["on_compile_path"] += time.perf_counter() - start
 
 
-def build(jaxpr: Any, computation: Any, executable: Any, seconds: float) -> Program:
-    """The figures, fingerprint and wanted texts of one compile."""
-    cfg = current.config()
+def build(
+    jaxpr: Any, executable: Any, bytecode: bytes | None, seconds: float, formats: frozenset[str] = frozenset()
+) -> Program:
+    """The figures, fingerprint and wanted texts of one compile (off the compile path)."""
     program = Program(compile_seconds=seconds)
     t0 = time.perf_counter()
     if jaxpr is not None:
@@ -424,48 +467,35 @@ def build(jaxpr: Any, computation: Any, executable: Any, seconds: float) -> Prog
         constants = constant_bytes(jaxpr)
         if constants:
             program.memory = {"constants": constants}
+    else:
+        program.missing["jaxpr"] = "JAX compiled this program without handing its jaxpr to the lowering"
     t1 = time.perf_counter()
     hlo = _optimised_hlo(executable)
     if hlo is not None:
         program.fingerprint = fingerprint_of(hlo)
         program.hlo_ops, program.fusions = hlo_counts(hlo)
-    lowered = _lowered_bytes(computation) if computation is not None else None
+    else:
+        reason = (
+            "this JAX cannot print HLO without names (hlo_print_options is off)"
+            if not jaxcompat.available("hlo_print_options")
+            else "the executable holds no HLO module"
+        )
+        program.missing.update(fingerprint=reason, hlo_ops=reason, fusions=reason)
+    lowered, stablehlo = _read_lowered(bytecode, "stablehlo" in formats) if bytecode is not None else (None, None)
     if lowered is not None:
         program.lowered_fingerprint = hashlib.sha256(lowered).hexdigest()[:32]
-    t2 = time.perf_counter()
-    known = _figures_of.get(program.fingerprint) if program.fingerprint is not None else None
-    if known is not None:  # the same optimised program: the same cost and memory
-        program.flops, program.bytes_accessed, memory = known
-        if memory is not None:
-            program.memory = (program.memory or {}) | memory
     else:
-        # XLA's figures are optional parts: the fingerprint and the equations are what
-        # every compile needs; flops and memory come while the budget allows.
-        ops = program.hlo_ops or 0
-        if _within_budget("cost", ops):
-            start = time.perf_counter()
-            _cost_figures(executable, program)
-            _learn("cost", ops, time.perf_counter() - start)
-        if _within_budget("memory", ops):
-            start = time.perf_counter()
-            _memory_figures(executable, program)
-            _learn("memory", ops, time.perf_counter() - start)
-        if program.fingerprint is not None and program.flops is not None:
-            with _lock:
-                _figures_of[program.fingerprint] = (program.flops, program.bytes_accessed, program.memory)
-                if len(_figures_of) > _MAX_FINGERPRINTS:
-                    del _figures_of[next(iter(_figures_of))]
+        program.missing["lowered_fingerprint"] = "this JAX cannot read the lowered module off the compile path"
+    if stablehlo is not None:
+        program.texts["stablehlo"] = stablehlo
+    t2 = time.perf_counter()
+    _cost_figures(executable, program)
+    _memory_figures(executable, program)
     t3 = time.perf_counter()
-    formats = set(cfg.program_texts.split(","))
     if "hlo" in formats and hlo is not None:
         program.texts["hlo"] = hlo
-    eqns = program.jaxpr_eqns or 0
-    if jaxpr is not None and "jaxpr" in formats and _within_budget("text", eqns):
-        start = time.perf_counter()
+    if "jaxpr" in formats and jaxpr is not None:
         program.texts["jaxpr"] = str(jaxpr)
-        _learn("text", eqns, time.perf_counter() - start)
-    if "stablehlo" in formats and computation is not None:
-        program.texts["stablehlo"] = _stablehlo_text(computation)
     t4 = time.perf_counter()
     with _lock:
         spent["walk"] += t1 - t0
@@ -475,8 +505,8 @@ def build(jaxpr: Any, computation: Any, executable: Any, seconds: float) -> Prog
     return program
 
 
-def take() -> Program | None:
-    """The program of the compile that just ended on this thread (once)."""
+def take() -> Pending | None:
+    """What the compile that just ended on this thread compiled (once)."""
     program = getattr(_tls, "program", None)
     _tls.program = None
     return program
@@ -484,20 +514,20 @@ def take() -> Program | None:
 
 # ------------------------------------------------------------- events and run
 
-# Per run, the first event of each program fingerprint: a later compile of the same
-# program is ``identical_to`` it. Bounded: the oldest are forgotten.
+# Per run and program fingerprint, the first event of each function that compiled it: a
+# later compile of the same program by the same function is ``identical_to`` its first
+# (a wasted recompile), one by another function is ``same_program_as`` the first of all
+# (the two could share one jit; no waste). Bounded: the oldest are forgotten.
 _MAX_FINGERPRINTS = 50_000
-_first_of: dict[tuple[str, str], tuple[str, str | None]] = {}
+_first_of: dict[tuple[str, str], dict[str, str]] = {}
 # Fingerprints whose texts were already handed to the writer in this run (a new run may
 # write to another store).
 _texts_sent: set[tuple[str, str]] = set()
-# XLA's figures per fingerprint in this process (reading the compiled memory is the dearest part).
-_figures_of: dict[str, tuple[float | None, float | None, dict[str, int] | None]] = {}
 
 
-def event_fields(program: Program | None, event_id: str, run_id: str) -> dict[str, Any]:
-    """The event's program fields, ``identical_to`` the earlier compile of the run with
-    the same fingerprint; registers this one for later compiles."""
+def event_fields(program: Program | None, event_id: str, run_id: str, function_hash: str = "") -> dict[str, Any]:
+    """The event's program fields, linked to the earlier compiles of the run with the
+    same fingerprint; registers this one for later compiles."""
     if program is None:
         return {}
     fields: dict[str, Any] = {
@@ -510,6 +540,7 @@ def event_fields(program: Program | None, event_id: str, run_id: str) -> dict[st
         "flops": program.flops,
         "bytes_accessed": program.bytes_accessed,
         "memory": program.memory,
+        "figures_missing": dict(program.missing) or None,
     }
     if program.jaxpr_eqns is not None:
         fields["jaxpr_eqns"] = program.jaxpr_eqns
@@ -517,13 +548,18 @@ def event_fields(program: Program | None, event_id: str, run_id: str) -> dict[st
     if fingerprint is None:
         return fields
     with _lock:
-        earlier = _first_of.get((run_id, fingerprint))
-        if earlier is None:
-            _first_of[(run_id, fingerprint)] = (event_id, program.lowered_fingerprint)
+        firsts = _first_of.get((run_id, fingerprint))
+        if firsts is None:
+            firsts = _first_of[(run_id, fingerprint)] = {}
             if len(_first_of) > _MAX_FINGERPRINTS:
                 del _first_of[next(iter(_first_of))]
+        mine = firsts.get(function_hash)
+        if mine is not None:
+            fields["identical_to"] = mine
         else:
-            fields["identical_to"] = earlier[0]
+            if firsts:
+                fields["same_program_as"] = next(iter(firsts.values()))
+            firsts[function_hash] = event_id
         send_texts = (run_id, fingerprint) not in _texts_sent
         if send_texts:
             _texts_sent.add((run_id, fingerprint))

@@ -124,10 +124,16 @@ SETTINGS: tuple[Setting, ...] = (
         "Program texts kept per distinct program, comma-separated: jaxpr, hlo, stablehlo (empty: none).",
     ),
     Setting(
-        "program_extra_share",
+        "program_worker_share",
         float,
-        0.005,
-        "Run XLA's cost analysis, read the compiled memory and print the jaxpr while they cost at most this share of compile time (1: always, 0: never).",
+        0.25,
+        "Most of the wall time the writer's thread spends reading programs' figures while the program runs (it sleeps the rest; a flush or exit reads at full speed).",
+    ),
+    Setting(
+        "program_backlog",
+        int,
+        64,
+        "Compiles whose executables may wait for the writer's thread; past it the compiling thread reads the figures itself.",
     ),
     Setting(
         "program_text_max_bytes",
@@ -185,7 +191,8 @@ class Config:
     install: bool = False
     program_view: bool = True
     program_texts: str = "jaxpr,hlo"
-    program_extra_share: float = 0.005
+    program_worker_share: float = 0.25
+    program_backlog: int = 64
     program_text_max_bytes: int = 8_000_000
     program_store_max_bytes: int = 512 * 1024 * 1024
 
@@ -244,9 +251,11 @@ def _check(values: dict[str, Any]) -> None:
     if unknown:
         raise ConfigError(f"program_texts takes jaxpr, hlo, stablehlo; got {', '.join(unknown)}")
     values["program_texts"] = ",".join(formats)
-    for name in ("program_text_max_bytes", "program_store_max_bytes", "program_extra_share"):
+    for name in ("program_text_max_bytes", "program_store_max_bytes", "program_backlog"):
         if values[name] < 0:
             raise ConfigError(f"{name} must not be negative, got {values[name]}")
+    if not 0.0 < values["program_worker_share"] <= 1.0:
+        raise ConfigError(f"program_worker_share must be in (0, 1], got {values['program_worker_share']}")
     if not values["store"]:
         raise ConfigError("store must be a URL such as sqlite:///cachewatch.db")
 

@@ -11,7 +11,7 @@ import enum
 import os
 import re
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Protocol
 
 from . import tables
 from .figures import seconds_text
@@ -240,6 +240,10 @@ class CompileEvent:
     # in the process: ``{"fingerprint", "texts": {format: text}, "left_out", "profile"}``.
     # Stored once per fingerprint (not an event column).
     program_texts: dict[str, Any] | None = None
+    # What was compiled, still to be read (a :class:`PendingProgram`): the figures above
+    # are read off the compile path, by the writer's thread, before the event is stored.
+    # Never stored itself, nor sent.
+    pending: "PendingProgram | None" = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Plain strings at the store's boundary: a database driver may write an enum member
@@ -287,7 +291,15 @@ def new_event_id() -> str:
 
 
 # Row fields of a CompileEvent, computed once (as_dict runs for every stored event).
-_EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(CompileEvent) if f.name != "function")
+_EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(CompileEvent) if f.name not in ("function", "pending"))
+
+
+class PendingProgram(Protocol):
+    """What a compile compiled, held until the writer's thread reads its figures."""
+
+    def complete(self, event: CompileEvent) -> CompileEvent:
+        """The event with the program's figures (and ``pending`` None)."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -378,7 +390,7 @@ def dropped_by_reason(total: Any, by_reason: Mapping[str, Any] | None) -> dict[s
     return {DropReason.UNREPORTED.value: int(total)} if total else {}
 
 
-_EVENT_INIT_FIELDS = frozenset(f.name for f in dataclasses.fields(CompileEvent)) - {"function"}
+_EVENT_INIT_FIELDS = frozenset(f.name for f in dataclasses.fields(CompileEvent)) - {"function", "pending"}
 
 
 def _event_from_wire(data: dict[str, Any]) -> CompileEvent:

@@ -84,6 +84,9 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "hlo_print_options": ("jax._src.lib", "hlo", "HloPrintOptions"),
     "traceback_lines": ("jax._src.lib", "xla_client", "Traceback", "code_addr2line"),
     "mlir_strip_debuginfo": ("jax._src.lib.mlir", "passmanager", "PassManager"),
+    # A fresh MLIR context with JAX's dialects, in which the writer's thread reads a copy
+    # of the lowered module (the compile's own context is JAX's, and not thread-safe).
+    "mlir_context": ("jax._src.interpreters.mlir", "make_ir_context"),
     # The class of the sharding the lowering frame gives an uncommitted argument: told
     # apart by name (checked with the frame, by the capability lowering_frame).
     "lowering_frame": ("jax._src.interpreters.pxla", "UnspecifiedValue"),
@@ -411,6 +414,11 @@ def _traceback_lines() -> str | None:
 @_capability("mlir_strip_debuginfo", "the lowered program's fingerprint (what a persistent cache would serve)")
 def _mlir_strip_debuginfo() -> str | None:
     return _attribute_probe("mlir_strip_debuginfo")
+
+
+@_capability("mlir_context", "reading the lowered program off the compile path (its fingerprint, its StableHLO)")
+def _mlir_context() -> str | None:
+    return _attribute_probe("mlir_context")
 
 
 @_capability("clear_caches_hook", "telling a cache cleared by jax.clear_caches() from a retrace with nothing cleared")

@@ -89,27 +89,59 @@ def use_sink(sink: "Sink | None") -> "Sink":
 
 
 def record_event(event: CompileEvent) -> None:
-    """Hand an event to the writer (never blocks; drops and counts when full)."""
+    """Hand an event to the writer (never blocks; drops and counts when full). Listeners
+    added with ``at_once=True`` hear it now, in the recording thread, before its program
+    is read; the others hear it with its program, in the writer's thread."""
     current.note_rank()
-    _get_writer().put(event)
     for listener in list(_event_listeners):
+        with _guard.guard("recorder.listener"):
+            listener(event)
+    _get_writer().put(event)
+
+
+# Listeners that hear an event when it is recorded, and those that hear it complete.
+_event_listeners: list[Callable[[CompileEvent], None]] = []
+_completed_listeners: list[Callable[[CompileEvent], None]] = []
+
+
+def add_listener(callback: Callable[[CompileEvent], None], at_once: bool = False) -> None:
+    """Call ``callback(event)`` for every recorded event: by default with the program's
+    figures, in the writer's thread, before the event is written (``flush()`` waits for
+    it); with ``at_once``, in the recording thread as soon as it is recorded, before the
+    program's figures are read (a guard that must act during the call)."""
+    (_event_listeners if at_once else _completed_listeners).append(callback)
+
+
+def remove_listener(callback: Callable[[CompileEvent], None]) -> None:
+    for listeners in (_event_listeners, _completed_listeners):
+        try:
+            listeners.remove(callback)
+        except ValueError:
+            pass
+
+
+def _tell_completed(event: CompileEvent) -> None:
+    for listener in list(_completed_listeners):
         with _guard.guard("recorder.listener"):
             listener(event)
 
 
-_event_listeners: list = []
+@dataclasses.dataclass(frozen=True)
+class ProgramWork:
+    """What reading compiles' programs off the compile path has cost this process so far."""
+
+    waiting: int  # compiles whose executables wait for the writer's thread now
+    peak_waiting: int  # the most that ever waited at once (at most the program_backlog setting)
+    read_by_writer: int  # programs read by the writer's thread
+    read_inline: int  # programs read by the compiling thread because the backlog was full
+    writer_cpu_seconds: float  # CPU the writer's thread spent reading them
 
 
-def add_listener(callback) -> None:
-    """Call ``callback(event)`` for every recorded event, in the recording thread."""
-    _event_listeners.append(callback)
-
-
-def remove_listener(callback) -> None:
-    try:
-        _event_listeners.remove(callback)
-    except ValueError:
-        pass
+def program_work() -> ProgramWork:
+    writer = _writer
+    if writer is None or writer.pid != os.getpid():
+        return ProgramWork(0, 0, 0, 0, 0.0)
+    return writer.program_work()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +219,16 @@ class Writer:
         self._run_written: str | None = None
         self._last_stats = time.monotonic()
         self._last_warning = 0.0
+        # Programs waiting to be read (their executables held), and what reading them cost.
+        self._work_lock = threading.Lock()
+        self._waiting = 0
+        self._peak_waiting = 0
+        self._read_by_writer = 0
+        self._read_inline = 0
+        self._writer_cpu = 0.0
+        # Set while a flush or stop waits: the writer reads programs without resting.
+        self._hurry = threading.Event()
+        self._flushes_waiting = 0
 
     @property
     def dropped(self) -> int:
@@ -197,9 +239,25 @@ class Writer:
 
     def put(self, item: CompileEvent) -> None:
         self._ensure_thread()
+        held = False
+        if item.pending is not None:
+            with self._work_lock:
+                held = self._waiting < current.config().program_backlog
+                if held:
+                    self._waiting += 1
+                    self._peak_waiting = max(self._peak_waiting, self._waiting)
+            if not held:
+                # Past the cap the compiling thread reads the program itself: the memory
+                # held stays bounded and every compile still gets its figures.
+                item = item.pending.complete(item)
+                with self._work_lock:
+                    self._read_inline += 1
         try:
             self.queue.put_nowait(item)
         except queue.Full:
+            if held:
+                with self._work_lock:
+                    self._waiting -= 1
             self.dropped_by[DropReason.QUEUE_FULL] += 1
             self._warn(f"cachewatch queue full ({self.cfg.queue_size} events): {self.dropped} event(s) dropped so far")
 
@@ -207,17 +265,55 @@ class Writer:
         self._ensure_thread()
         request = _FlushRequest()
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.queue.put(request, timeout=max(0.01, deadline - time.monotonic()))
-                break
-            except queue.Full:
-                if time.monotonic() >= deadline:
-                    return False
-        return request.done.wait(max(0.0, deadline - time.monotonic()))
+        self._rush(+1)
+        try:
+            while True:
+                try:
+                    self.queue.put(request, timeout=max(0.01, deadline - time.monotonic()))
+                    break
+                except queue.Full:
+                    if time.monotonic() >= deadline:
+                        return False
+            return request.done.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            self._rush(-1)
+
+    def _rush(self, change: int) -> None:
+        with self._work_lock:
+            self._flushes_waiting += change
+            if self._flushes_waiting > 0 or self._stopping:
+                self._hurry.set()
+            else:
+                self._hurry.clear()
+
+    def program_work(self) -> ProgramWork:
+        with self._work_lock:
+            return ProgramWork(
+                self._waiting, self._peak_waiting, self._read_by_writer, self._read_inline, self._writer_cpu
+            )
+
+    def _complete(self, event: CompileEvent) -> CompileEvent:
+        """Read the event's program, then rest so that reading takes at most
+        ``program_worker_share`` of the wall time (the GIL is the program's otherwise)."""
+        pending = event.pending
+        assert pending is not None
+        cpu, start = time.thread_time(), time.perf_counter()
+        try:
+            event = pending.complete(event)
+        finally:
+            elapsed = time.perf_counter() - start
+            with self._work_lock:
+                self._waiting -= 1
+                self._read_by_writer += 1
+                self._writer_cpu += time.thread_time() - cpu
+        share = current.config().program_worker_share
+        if share < 1.0:
+            self._hurry.wait(elapsed * (1.0 - share) / share)
+        return event
 
     def stop(self, timeout: float) -> None:
         self._stopping = True
+        self._hurry.set()
         thread = self._thread
         if thread is not None and thread.is_alive():
             try:
@@ -261,7 +357,9 @@ class Writer:
                 if isinstance(item, _FlushRequest):
                     flushes.append(item)
                     break
-                batch.append(item)
+                # Read its program now, not when the batch is due: its executable is freed
+                # the sooner, and the backlog stays short.
+                batch.append(self._complete(item) if item.pending is not None else item)
                 if len(batch) >= self.cfg.batch_size:
                     break
                 remaining = deadline - time.monotonic()
@@ -277,6 +375,8 @@ class Writer:
                 return
 
     def _write(self, batch: list[CompileEvent], with_stats: bool) -> None:
+        for event in batch:
+            _tell_completed(event)
         now = time.monotonic()
         stats: list[CallStats] = []
         if with_stats or now - self._last_stats >= self.cfg.stats_interval:
