@@ -326,7 +326,8 @@ def test_a_run_written_to_after_it_was_chosen_is_left_alone(store_url, recorded)
         before = conn.execute(
             sa.select(sa.func.count()).where(models.compile_events.c.run_id == run.run_id)
         ).scalar_one()
-    assert retention._drop_run(store_url, run.run_id, cut, chunk=5) is None
+    done = retention._drop_run(store_url, run.run_id, cut, chunk=5)
+    assert done.skipped and not done.dropped and done.events == 0
     with enginemod.connection(store_url) as conn:
         after = conn.execute(
             sa.select(sa.func.count()).where(models.compile_events.c.run_id == run.run_id)
@@ -368,6 +369,22 @@ def test_ingest_beside_a_prune_loses_nothing(store_url, recorded):
             ).scalars()
         )
     assert set(stored) <= ids and len(kept) == 2 * 2 * len(recorded.events)
+
+
+def test_two_prunes_at_once_drop_each_run_once(store_url, recorded):
+    """The service's workers each run the schedule: two prunes together drop each run once."""
+    build(store_url, recorded, old_passes=2, padding=0)
+    results: list[retention.PruneResult] = []
+    policy = retention.Policy(older_than=30 * DAY)
+    threads = [threading.Thread(target=lambda: results.append(retention.prune(store_url, policy, chunk=5)))]
+    threads.append(threading.Thread(target=lambda: results.append(retention.prune(store_url, policy, chunk=5))))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 2
+    assert sum(r.runs for r in results) == 2 and sum(r.events for r in results) == 2 * 2 * len(recorded.events)
+    assert sum(r.skipped_runs for r in results) == 0
 
 
 BAD = [

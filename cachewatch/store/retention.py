@@ -39,6 +39,9 @@ from . import models, rollup
 PRUNED_RUN_ID = "pruned-runs"
 PRUNED_RUN_NAME = "(runs removed by cachewatch db prune: what their recorders lost)"
 
+# PostgreSQL advisory lock held by a running prune (beside engine.py's LABELS_LOCK and SCHEMA_LOCK).
+RETENTION_LOCK = 0x6361636865_03
+
 # Rows deleted per transaction: short enough that a writer waiting behind one (SQLite
 # has one writer at a time) is not held up long.
 DEFAULT_CHUNK = 2000
@@ -152,6 +155,32 @@ def prune(
     """Drop what ``policy`` names; with ``reclaim``, give the space back afterwards
     (SQLite: VACUUM; PostgreSQL: plain VACUUM, see :func:`reclaim_space`)."""
     _known_store(url)
+    with contextlib.nullcontext() if dry_run else _one_prune_at_a_time(url):
+        return _prune(url, policy, dry_run=dry_run, now=now, reclaim=reclaim, chunk=chunk)
+
+
+@contextlib.contextmanager
+def _one_prune_at_a_time(url: str) -> Iterator[None]:
+    """On PostgreSQL, a prune waits for another one to end (the service's workers each run
+    the schedule, and an operator may run the command meanwhile); it then finds done what
+    the other did. SQLite's writers take turns anyway."""
+    engine = enginemod.get_engine(url)
+    if engine.dialect.name != "postgresql":
+        yield
+        return
+    try:
+        with engine.connect() as raw:
+            conn = raw.execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql(f"SELECT pg_advisory_lock({RETENTION_LOCK})")
+            try:
+                yield
+            finally:
+                conn.exec_driver_sql(f"SELECT pg_advisory_unlock({RETENTION_LOCK})")
+    except sa.exc.SQLAlchemyError as exc:
+        raise enginemod.StoreError(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}") from exc
+
+
+def _prune(url: str, policy: Policy, *, dry_run: bool, now: float | None, reclaim: bool, chunk: int) -> PruneResult:
     started = time.monotonic()
     now = time.time() if now is None else now
     before = store_bytes(url)
@@ -170,14 +199,11 @@ def prune(
         assert cut is not None or not scope
         for run in scope:
             done = _drop_run(url, run.run_id, cut or now, chunk)
-            if done is None:
-                skipped += 1
-                continue
-            n_events, n_stats, fingerprints = done
-            dropped_runs += 1
-            events += n_events
-            stats += n_stats
-            candidates |= fingerprints
+            skipped += done.skipped
+            dropped_runs += done.dropped
+            events += done.events
+            stats += done.call_stats
+            candidates |= done.fingerprints
     # A text stays while any event of a run outside the scope (or skipped) refers to it.
     texts, text_bytes = _drop_texts(url, sorted(candidates), {r.run_id for r in scope}, cut, dry_run=dry_run)
     after: int | None = None
@@ -278,45 +304,55 @@ def _run_transaction(url: str, run_id: str) -> Iterator[sa.Connection]:
         raise enginemod.StoreError(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}") from exc
 
 
-def _drop_run(url: str, run_id: str, cut: float, chunk: int) -> tuple[int, int, set[str]] | None:
-    """Delete one run, ``chunk`` rows per transaction; None when it turned out to have
-    been written to since the cut (what was deleted of it by then was older than the
-    cut, and its totals are counted again from what is left)."""
+@dataclass
+class _Dropped:
+    events: int = 0
+    call_stats: int = 0
+    fingerprints: set[str] = dataclasses.field(default_factory=set)
+    dropped: bool = False  # its row went: the run is gone
+    skipped: bool = False  # written to since the cut: left alone
+
+
+def _drop_run(url: str, run_id: str, cut: float, chunk: int) -> _Dropped:
+    """Delete one run, ``chunk`` rows per transaction. A run found written to since the
+    cut is left (what was deleted of it by then was older than the cut, and its totals
+    are counted again from what is left)."""
     e, s = models.compile_events, models.call_stats
-    events = stats = 0
-    fingerprints: set[str] = set()
+    done = _Dropped()
     while True:
         with _run_transaction(url, run_id) as conn:
             found = _runs(conn, [run_id])
             if not found:
-                return events, stats, fingerprints  # gone: another prune got there first
+                return done  # gone: another prune got there first
             if found[0].last >= cut:
-                if events or stats:
+                if done.events or done.call_stats:
                     _recount_run(conn, run_id)
-                return None
+                done.skipped = True
+                return done
             ids = list(
                 conn.execute(sa.select(e.c.id).where(e.c.run_id == run_id).order_by(e.c.id).limit(chunk)).scalars()
             )
             if ids:
-                fingerprints.update(
+                done.fingerprints.update(
                     fp
                     for fp in conn.execute(
                         sa.select(e.c.program_fingerprint).where(e.c.id.in_(ids)).distinct()
                     ).scalars()
                     if fp
                 )
-                events += _delete_ids(conn, e, ids)
+                done.events += _delete_ids(conn, e, ids)
                 continue
             stat_ids = list(
                 conn.execute(sa.select(s.c.id).where(s.c.run_id == run_id).order_by(s.c.id).limit(chunk)).scalars()
             )
             if stat_ids:
-                stats += _delete_ids(conn, s, stat_ids)
+                done.call_stats += _delete_ids(conn, s, stat_ids)
                 continue
             _fold_drops(conn, run_id)
             conn.execute(sa.delete(models.run_totals).where(models.run_totals.c.run_id == run_id))
             conn.execute(sa.delete(models.runs).where(models.runs.c.run_id == run_id))
-            return events, stats, fingerprints
+            done.dropped = True
+            return done
 
 
 def _delete_ids(conn: sa.Connection, table: sa.Table, ids: list[int]) -> int:
