@@ -58,11 +58,6 @@ def _why_missing(fmt: str, left_out: list[str]) -> str:
             "left out when recorded, over the per-program text cap (CACHEWATCH_PROGRAM_TEXT_MAX_BYTES); "
             "the figures and the equation profile (format pprof) were kept"
         )
-    if fmt == "jaxpr":
-        return (
-            "not printed: over the program view's time budget (CACHEWATCH_PROGRAM_EXTRA_SHARE), "
-            "or not asked for (CACHEWATCH_PROGRAM_TEXTS)"
-        )
     return "not asked for (CACHEWATCH_PROGRAM_TEXTS)"
 
 

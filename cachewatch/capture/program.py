@@ -3,15 +3,18 @@
 JAX hands the jaxpr it lowers to ``jaxpr_util.maybe_dump_jaxpr_to_file`` and the lowered
 module to ``compiler.compile_or_get_cached``, which returns the executable; pxla looks
 both up through their module, so wrapping them sees every lowering and compile without
-lowering or compiling anything again. The wrapper of the compile computes a
-:class:`Program` on the compiling thread, and the monitoring listener hands it to the
-record of that compile (see ``_tracking``) as the backend-compile event fires.
+lowering or compiling anything again.
 
-A program's figures: equations by primitive and by user source line (through nested
-jaxprs, loop bodies marked), XLA's operation and fusion counts, ``cost_analysis`` and the
-compiled memory, and a fingerprint of the optimised HLO printed without metadata and with
-canonical names, so that a weak-type flip (a ``convert`` XLA removes) gives the same
-fingerprint and a batch-size change does not.
+The compiling thread keeps references only (the jaxpr and the executable, which nothing
+changes, and a bytecode copy of the lowered module, whose MLIR context is JAX's) in a
+:class:`Pending`, which the monitoring listener hands to the record of that compile (see
+``_tracking``) and the event carries to the recorder. The writer's thread reads the
+figures there (``Pending.complete``) after the user's call has returned: equations by
+primitive and by user source line (through nested jaxprs, loop bodies marked), XLA's
+operation and fusion counts, ``cost_analysis`` and the compiled memory, the texts, and a
+fingerprint of the optimised HLO printed without metadata and with canonical names, so
+that a weak-type flip (a ``convert`` XLA removes) gives the same fingerprint and a
+batch-size change does not. A figure the JAX in use cannot give is named with its reason.
 
 Every access to JAX internals sits in one small function below that falls back (and says
 so once through the guard) when an attribute is missing.
@@ -179,13 +182,29 @@ def _read_lowered(bytecode: bytes, stablehlo: bool) -> tuple[bytes | None, str |
     except ImportError as exc:
         _fell_back("mlir_context", exc)
         return None, None
-    with mlir.make_ir_context():
+    with _reading_context(mlir.make_ir_context):
         module = ir.Module.parse(bytecode)
         passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module.operation)
         out = _BytesSink()
         module.operation.write_bytecode(file=out)
         text = _stablehlo_text(module) if stablehlo else None
     return bytes(out.data), text
+
+
+# Modules read in one context before it is replaced: making one costs more than reading a
+# small module, and a context keeps every type and attribute it has seen.
+_MODULES_PER_CONTEXT = 256
+
+
+def _reading_context(make: Callable[[], Any]) -> Any:
+    """This thread's MLIR context for reading lowered modules (one per thread: a context
+    is not safe to share between threads)."""
+    held = getattr(_tls, "mlir_context", None)
+    if held is None or held[1] >= _MODULES_PER_CONTEXT:
+        held = [make(), 0]
+        _tls.mlir_context = held
+    held[1] += 1
+    return held[0]
 
 
 class _BytesSink:
@@ -489,8 +508,18 @@ def build(
     if stablehlo is not None:
         program.texts["stablehlo"] = stablehlo
     t2 = time.perf_counter()
-    _cost_figures(executable, program)
-    _memory_figures(executable, program)
+    known = _figures_of.get(program.fingerprint) if program.fingerprint is not None else None
+    if known is not None:  # the same optimised program: the same cost and memory
+        program.flops, program.bytes_accessed, memory = known
+        program.memory = (program.memory or {}) | memory
+    else:
+        _cost_figures(executable, program)
+        _memory_figures(executable, program)  # the dearest: XLA serialises the buffer assignment for it
+        if program.fingerprint is not None and program.flops is not None and program.memory:
+            with _lock:
+                _figures_of[program.fingerprint] = (program.flops, program.bytes_accessed, program.memory)
+                if len(_figures_of) > _MAX_FINGERPRINTS:
+                    del _figures_of[next(iter(_figures_of))]
     t3 = time.perf_counter()
     if "hlo" in formats and hlo is not None:
         program.texts["hlo"] = hlo
@@ -520,6 +549,9 @@ def take() -> Pending | None:
 # (the two could share one jit; no waste). Bounded: the oldest are forgotten.
 _MAX_FINGERPRINTS = 50_000
 _first_of: dict[tuple[str, str], dict[str, str]] = {}
+# XLA's figures per fingerprint in this process, so a recompile of the same program
+# does not read them again.
+_figures_of: dict[str, tuple[float | None, float | None, dict[str, int]]] = {}
 # Fingerprints whose texts were already handed to the writer in this run (a new run may
 # write to another store).
 _texts_sent: set[tuple[str, str]] = set()
