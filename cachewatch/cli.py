@@ -171,6 +171,8 @@ def _prune(args: argparse.Namespace) -> int:
         )
     if result.skipped_runs:
         print(f"left alone: {result.skipped_runs} runs written to while the prune ran")
+    if result.reclaim_error:
+        print(f"the space was not given back (the next prune tries again): {result.reclaim_error}")
     if result.bytes_after is None:
         print(f"store size: {_size(result.bytes_before)}")
     else:

@@ -159,6 +159,8 @@ class RetentionSchedule:
             return None
         self.last = result
         self.prunes += 1
+        if result.reclaim_error:
+            logger.warning("retention: the space was not given back: %s", result.reclaim_error)
         if result.runs or result.program_texts:
             logger.info(
                 "retention (%s): dropped %d runs, %d events, %d call-statistics rows, %d program texts; "

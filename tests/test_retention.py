@@ -217,7 +217,7 @@ def test_prune_keeps_the_kept_runs_and_the_counters_and_gives_space_back(store_u
             retention.PRUNED_RUN_ID,
         }
         texts = set(conn.execute(sa.select(models.programs.c.fingerprint)).scalars())
-    assert result["runs"] == 2 and result["skipped_runs"] == 0
+    assert result["runs"] == 2 and result["skipped_runs"] == 0 and result["reclaim_error"] is None
     assert result["events"] == events_before - counts(store_url)["compile_events"] == 2 * 12 * len(recorded.events)
     assert result["call_stats"] == 4
     assert result["program_texts"] == len(built.old_fingerprints) > 0

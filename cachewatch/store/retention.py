@@ -131,6 +131,7 @@ class PruneResult:
     bytes_before: int
     bytes_after: int | None  # None in a dry run: nothing changed
     seconds: float
+    reclaim_error: str | None = None  # why the space was not given back (the rows are gone all the same)
 
     def as_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "policy": dataclasses.asdict(self.policy)}
@@ -207,9 +208,13 @@ def _prune(url: str, policy: Policy, *, dry_run: bool, now: float | None, reclai
     # A text stays while any event of a run outside the scope (or skipped) refers to it.
     texts, text_bytes = _drop_texts(url, sorted(candidates), {r.run_id for r in scope}, cut, dry_run=dry_run)
     after: int | None = None
+    reclaim_error = None
     if not dry_run:
         if reclaim and (dropped_runs or texts):
-            reclaim_space(url)
+            try:
+                reclaim_space(url)
+            except enginemod.StoreError as exc:  # e.g. SQLite busy past its timeout: the next prune tries again
+                reclaim_error = str(exc)
         after = store_bytes(url)
     return PruneResult(
         policy=policy,
@@ -224,6 +229,7 @@ def _prune(url: str, policy: Policy, *, dry_run: bool, now: float | None, reclai
         bytes_before=before,
         bytes_after=after,
         seconds=time.monotonic() - started,
+        reclaim_error=reclaim_error,
     )
 
 
