@@ -8,7 +8,7 @@ that shows the program doing its work again:
 
 - a jit compiled again because it was made afresh (``new_function_object``,
   ``cache_cleared``) from a line of user code that compiled it before: the code that
-  creates it ran again;
+  creates it ran again (a primitive run op by op is not such a jit);
 - a function compiled again from a line of user code that compiled it before, after
   another line compiled in between: the program came back to that line (a loop).
 
@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
-from ..core.events import Cause
+from ..core.events import OP_BY_OP_MODULE, Cause
 from ..store import models
 from ..store.columns import Filters, cost_expr
 from ..store.evidence import Recompile
@@ -40,9 +40,10 @@ def steady_since(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float
     wanted = list(run_ids)
     if not wanted:
         return {}
-    e = models.compile_events
+    e, f = models.compile_events, models.functions
     q = (
-        sa.select(e.c.run_id, e.c.timestamp, e.c.function_hash, e.c.cause, e.c.call_site)
+        sa.select(e.c.run_id, e.c.timestamp, e.c.function_hash, e.c.cause, e.c.call_site, f.c.module)
+        .join(f, f.c.function_hash == e.c.function_hash)
         .where(e.c.run_id.in_(wanted), e.c.compiled, e.c.warmup)
         .order_by(e.c.run_id, e.c.timestamp)
     )
@@ -59,7 +60,9 @@ def steady_since(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float
 
 def warmup_end(rows: Iterable[Any]) -> float | None:
     """The timestamp of the first compile (``timestamp``, ``function_hash``, ``cause``,
-    ``call_site``, in time order) that shows the program doing its work again, or None."""
+    ``call_site``, ``module``, in time order) that shows the program doing its work again,
+    or None. A primitive run op by op under an eager transformation is lowered from a new
+    jaxpr within one call (``new_function_object`` in a model's set-up): no sign of a loop."""
     compiled_at: dict[tuple[str, str], int] = {}  # (call site, function) -> index of its last visit
     visit = 0
     last_site: str | None = None
@@ -72,7 +75,8 @@ def warmup_end(rows: Iterable[Any]) -> float | None:
             continue
         key = (site, row.function_hash)
         before = compiled_at.get(key)
-        if before is not None and (row.cause in _REMADE or before < visit):
+        remade = row.cause in _REMADE and getattr(row, "module", "") != OP_BY_OP_MODULE
+        if before is not None and (remade or before < visit):
             return float(row.timestamp)
         compiled_at[key] = visit
     return None
