@@ -614,30 +614,121 @@ def _shape_fix(name: str, rows: Sequence[Recompile]) -> str:
             f"Array arguments of `{name}` keep changing rank or shape; pad inputs to a fixed shape "
             "or a few bucket sizes."
         )
-    # Bucketing is advice for a batch or sequence length: one axis of one argument that
-    # varies on its own, leading (or second, behind a batch axis). Shapes that change in
+    # Bucketing is advice for a batch or sequence length: one axis (the same in every
+    # argument it is in) that varies on its own, the leading axis or the second, behind a
+    # batch axis that stays put ([batch, sequence] token ids). Shapes that change in
     # several arguments or axes together are other programs (layers of other widths),
     # and padding them to one size would change the model.
     batch_like = {
         key: seen
         for key, seen in sizes.items()
-        if lone.get(key, 0) * 2 >= len(rows) and (key[1] == 0 or (key[1] == 1 and _rank(rows, key[0]) >= 3))
+        if lone.get(key, 0) * 2 >= len(rows) and (key[1] == 0 or (key[1] == 1 and (key[0], 0) not in sizes))
     }
-    if not batch_like:
-        (path, axis), seen = max(sizes.items(), key=lambda kv: len(kv[1]))
-        return (
-            f"`{name}` is compiled for {len(rows) + 1} different combinations of argument shapes "
-            f"(e.g. {path} axis {axis}: {', '.join(str(v) for v in sorted(seen)[:6])}), changing together "
-            "rather than along one batch or sequence axis: they are different programs, each compiled "
-            "once. If they keep coming, jit the larger function that calls it with all of them, so one "
-            "compile covers them; do not pad unrelated shapes to one size."
-        )
-    (path, axis), seen = max(batch_like.items(), key=lambda kv: len(kv[1]))
-    low, high = min(seen), max(seen)
-    buckets = len({_next_pow2(s) for s in seen})
+    if batch_like:
+        return _bucket_fix(batch_like)
+    ragged = _ragged_axes(rows, sizes)
+    if ragged:
+        return _ragged_fix(name, rows, ragged)
+    (path, axis), seen = max(sizes.items(), key=lambda kv: len(kv[1]))
     return (
-        f"Argument {path} axis {axis} took {len(seen)} sizes between {low} and {high}; pad to powers of "
-        f"two: {buckets} compile(s) instead of {len(seen)} (or pad to {high} for one)."
+        f"`{name}` is compiled for {len(rows) + 1} different combinations of argument shapes "
+        f"(e.g. {path} axis {axis}: {', '.join(str(v) for v in sorted(seen)[:6])}), changing together "
+        "rather than along one batch or sequence axis: they are different programs, each compiled "
+        "once. If they keep coming, jit the larger function that calls it with all of them, so one "
+        "compile covers them; do not pad unrelated shapes to one size."
+    )
+
+
+def _bucket_fix(batch_like: dict[tuple[str, int], set[int]]) -> str:
+    """Pad one batch or sequence axis to powers of two, naming the buckets."""
+    (path, axis), seen = max(batch_like.items(), key=lambda kv: (len(kv[1]), -kv[0][1]))
+    along = [f"{p} axis {a}" for (p, a), other in batch_like.items() if (p, a) != (path, axis) and other == seen]
+    low, high = min(seen), max(seen)
+    buckets = sorted({_next_pow2(s) for s in seen})
+    with_it = f"{', '.join(along[:3])}{' and more' if len(along) > 3 else ''}" if along else ""
+    text = (
+        f"Argument {path} axis {axis} took {len(seen)} sizes between {low} and {high}; pad to powers of two: "
+        f"{len(buckets)} compile(s) instead of {len(seen)} (buckets {', '.join(str(b) for b in buckets)}; "
+        f"or pad to {high} for one)."
+    )
+    if axis:
+        text += (
+            f" It is a sequence length{f' ({with_it} with it)' if with_it else ''}: pad each batch to a "
+            "bucketed length rather than to its longest sequence, with a mask over the padding."
+        )
+    elif with_it:
+        text += f" Pad {with_it} with it."
+    return text
+
+
+def _ragged_axes(rows: Sequence[Recompile], sizes: dict[tuple[str, int], set[int]]) -> list[list[str]]:
+    """Arguments whose leading axes vary independently of each other, grouped by the
+    arguments that always share a size (a graph's nodes; its edges, senders and
+    receivers): each a count of items, not a layer's width. Empty when any argument
+    varies on another axis."""
+    if any(axis != 0 for _, axis in sizes) or len(sizes) < 2:
+        return []
+    sequences: dict[str, list[int | None]] = {path: [] for path, _ in sizes}
+    for r in rows:
+        after = {
+            e["path"]: _dims(e.get("after"))
+            for e in r.diff or []
+            if e.get("change") == "shape" and e.get("axes") == [0]
+        }
+        for path, seq in sequences.items():
+            dims = after.get(path)
+            seq.append(dims[0] if dims else None)
+    groups: dict[tuple[int | None, ...], list[str]] = collections.defaultdict(list)
+    for path, seq in sequences.items():
+        groups[tuple(seq)].append(path)
+    return list(groups.values()) if len(groups) >= 2 else []
+
+
+_GRAPH_WORDS = ("node", "edge", "sender", "receiver", "graph", "senders", "receivers")
+
+
+def _ragged_fix(name: str, rows: Sequence[Recompile], groups: list[list[str]]) -> str:
+    """Pad each independently varying count (nodes, edges) to its own budget."""
+    current: dict[str, int] = {}
+    for r in rows[:1]:
+        for e in r.diff or []:
+            dims = _dims(e.get("before"))
+            if e.get("change") == "shape" and dims:
+                current[e["path"]] = dims[0]
+    combos: set[tuple[int, ...]] = set()
+    seen: dict[str, set[int]] = collections.defaultdict(set)
+    steps: list[Recompile | None] = [None, *rows]  # the sizes before the first recompile, then after each
+    for step in steps:
+        if step is not None:
+            for e in step.diff or []:
+                dims = _dims(e.get("after"))
+                if e.get("change") == "shape" and dims:
+                    current[e["path"]] = dims[0]
+        for group in groups:
+            if group[0] in current:
+                seen[group[0]].add(current[group[0]])
+        combos.add(tuple(_next_pow2(current[g[0]]) for g in groups if g[0] in current))
+    parts = []
+    for group in groups:
+        sizes = seen[group[0]]
+        if not sizes:
+            continue
+        buckets = ", ".join(str(b) for b in sorted({_next_pow2(s) for s in sizes}))
+        parts.append(
+            f"{'/'.join(group)} axis 0: {len(sizes)} sizes between {min(sizes)} and {max(sizes)} (buckets {buckets})"
+        )
+    graph = any(word in path.lower() for group in groups for path in group for word in _GRAPH_WORDS)
+    helper = (
+        " With jraph, jraph.pad_with_graphs(graph, n_node, n_edge) pads a batch of graphs to such a budget "
+        "(a padding graph takes the spare nodes and edges), and the loss masks it out with "
+        "jraph.get_graph_padding_mask / get_node_padding_mask."
+        if graph
+        else ""
+    )
+    return (
+        f"`{name}` is compiled for {len(rows) + 1} combinations of {len(groups)} counts that vary independently "
+        f"({'; '.join(parts)}): a ragged or graph batch. Pad each to a budget of its own, a power of two above "
+        f"its size, and mask the padding: {len(combos)} compile(s) instead of {len(rows) + 1}.{helper}"
     )
 
 
