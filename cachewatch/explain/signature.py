@@ -348,6 +348,15 @@ def _leaf_changes(before: Leaf, after: Leaf) -> list[str]:
     return changes
 
 
+def _kind_changed(before: Leaf, after: Leaf, found: list[str]) -> int:
+    """1 when a leaf changed in kind (dtype, weak type, rank), not only in its sizes."""
+    if "dtype" in found or "weak_type" in found:
+        return 1
+    if "shape" in found and len(before.shape or ()) != len(after.shape or ()):
+        return 1
+    return 0
+
+
 def same_structure(a: Signature, b: Signature) -> bool:
     return a.structure == b.structure and [leaf.path for leaf in a.leaves] == [leaf.path for leaf in b.leaves]
 
@@ -355,29 +364,32 @@ def same_structure(a: Signature, b: Signature) -> bool:
 def closest(candidates: Iterable[Signature], target: Signature) -> tuple[Signature | None, list[dict[str, Any]]]:
     """The earlier signature closest to ``target``, and the diff against it.
 
-    Same pytree structure first, then fewest differing leaves; ties go to the most
-    recent signature. A candidate of the same structure is scored leaf by leaf without
-    building its diff (a function compiled for many shapes has many candidates); the
-    diff is built once, for the winner.
+    Same pytree structure first, then fewest differing leaves; among those, the one whose
+    leaves differ least in kind (a size that changed, rather than a dtype, a weak type or a
+    rank: eager code alternating an int32 and a float32 operand that both change length
+    is a new shape, not a new dtype); ties go to the most recent signature. A candidate
+    of the same structure is scored leaf by leaf without building its diff (a function
+    compiled for many shapes has many candidates); the diff is built once, for the winner.
     """
     target_paths = [leaf.path for leaf in target.leaves]
-    best: tuple[tuple[int, int, int], Signature, list[dict[str, Any]] | None] | None = None
+    best: tuple[tuple[int, int, int, int], Signature, list[dict[str, Any]] | None] | None = None
     for candidate in reversed(list(candidates)):
         entries: list[dict[str, Any]] | None = None
         if candidate.structure == target.structure and [leaf.path for leaf in candidate.leaves] == target_paths:
-            differing = changes = 0
+            differing = changes = kinds = 0
             for before, after in zip(candidate.leaves, target.leaves):
                 found = _leaf_changes(before, after)
                 if found:
                     differing += 1
                     changes += len(found)
-            score = (0, differing, changes)
+                    kinds += _kind_changed(before, after, found)
+            score = (0, differing, changes, kinds)
         else:
             entries = diff(candidate, target)
-            score = (1, len(entries), sum(len(e.get("changes", (1,))) for e in entries))
+            score = (1, len(entries), sum(len(e.get("changes", (1,))) for e in entries), 0)
         if best is None or score < best[0]:
             best = (score, candidate, entries)
-            if score == (0, 0, 0):
+            if score == (0, 0, 0, 0):
                 break  # an identical signature: nothing can be closer
     if best is None:
         return None, []
