@@ -21,6 +21,8 @@ from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store.evidence import Recompile
 
+import scenarios
+
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 _JAX_COMPILED = re.compile(r"Finished XLA compilation of jit\((.*?)\) in")
 
@@ -213,3 +215,203 @@ def test_a_storm_free_program_reports_no_storm(tmp_path, program):
     ran = run_program(tmp_path, program)
     assert not ran.storms, [diagnosis.describe_storm(s) for s in ran.storms]
     assert "Storm" not in ran.stderr
+
+
+# ------------------------------------------------------------------ judged from the store
+
+
+NOW = 1_700_000_000.0
+
+
+def _store(url: str) -> str:
+    enginemod.ensure_schema(url)
+    with enginemod.connection(url) as conn:
+        conn.execute(
+            sa.insert(models.runs), [{"run_id": "r1", "started_at": NOW, "jax_version": "0.10.2", "devices": []}]
+        )
+        conn.execute(
+            sa.insert(models.functions),
+            [
+                {
+                    "function_hash": h,
+                    "name": h,
+                    "qualname": h,
+                    "module": "train",
+                    "file": "/p/train.py",
+                    "first_seen": NOW,
+                }
+                for h in ("step", "evaluate", "twin")
+            ],
+        )
+    return url
+
+
+def _event(function_hash: str, t: float, cause: str, signature: str, **fields) -> dict:
+    return {
+        "event_id": fields.pop("event_id", f"{function_hash}-{t}"),
+        "function_hash": function_hash,
+        "run_id": "r1",
+        "timestamp": NOW + t,
+        "kind": "trace",
+        "cause": cause,
+        "compiled": True,
+        "nested": False,
+        "warmup": False,
+        "signature_hash": signature,
+        "trace_seconds": 0.01,
+        "program_fingerprint": None,
+        "identical_to": None,
+        "same_program_as": None,
+        **fields,  # every row the same keys: one insert takes its columns from the first
+    }
+
+
+def _stats(function_hash: str, t: float, calls: int) -> dict:
+    return {"run_id": "r1", "function_hash": function_hash, "timestamp": NOW + t, "calls": calls}
+
+
+def _write(url: str, events: list[dict], stats: list[dict]) -> None:
+    with enginemod.connection(url) as conn:
+        conn.execute(sa.insert(models.compile_events), events)
+        if stats:
+            conn.execute(sa.insert(models.call_stats), stats)
+
+
+def _burst(function_hash: str, start: float, n: int) -> list[dict]:
+    first = [_event(function_hash, start, Cause.FIRST_CALL, "s0")]
+    return first + [_event(function_hash, start + i, Cause.NEW_SHAPE, f"s{i}") for i in range(1, n + 1)]
+
+
+def test_the_exit_flush_is_no_sign_that_the_program_went_on(sqlite_url):
+    url = _store(sqlite_url)
+    # A short program storming to its end: the statistics written at exit, long after the
+    # last compile, count only the calls that compiled.
+    _write(url, _burst("step", 0.0, 6), [_stats("step", 100.0, 7)])
+    with enginemod.connection(url) as conn:
+        storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600, now=NOW + 200)
+    assert [s["name"] for s in storms] == ["step"] and storms[0]["active"] and not passes
+
+
+def test_calls_served_from_the_cache_after_a_burst_make_it_a_first_pass(sqlite_url):
+    url = _store(sqlite_url)
+    _write(url, _burst("step", 0.0, 6), [_stats("step", 100.0, 50)])
+    with enginemod.connection(url) as conn:
+        storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600, now=NOW + 200)
+    assert not storms and [p["name"] for p in passes] == ["step"]
+
+
+def test_an_evaluation_pass_served_by_the_next_epoch_is_no_active_storm(sqlite_url):
+    url = _store(sqlite_url)
+    # The evaluation pass compiles five new sizes over five seconds; the next epoch, two
+    # seconds later, evaluates again from the cache, and the program ends.
+    _write(url, _burst("evaluate", 0.0, 5), [_stats("evaluate", 5.5, 6), _stats("evaluate", 7.0, 6)])
+    with enginemod.connection(url) as conn:
+        storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600, now=NOW + 8)
+    assert not storms and [p["name"] for p in passes] == ["evaluate"]
+
+
+def test_waste_counts_only_recompiles_of_one_function(sqlite_url):
+    url = _store(sqlite_url)
+    events = [
+        _event("step", 0.0, Cause.FIRST_CALL, "a", event_id="e1", program_fingerprint="P"),
+        # Another function's first compile of the same program: as older stores linked it
+        # (identical_to) and as they link it now (same_program_as). Never waste.
+        _event(
+            "twin",
+            1.0,
+            Cause.FIRST_CALL,
+            "b",
+            event_id="e2",
+            program_fingerprint="P",
+            identical_to="e1",
+            same_program_as="e1",
+        ),
+        _event("twin", 1.5, Cause.NEW_SHAPE, "c", event_id="e4", program_fingerprint="P", same_program_as="e1"),
+        # The same function compiling its own program again: waste.
+        _event("step", 2.0, Cause.NEW_FUNCTION_OBJECT, "a", event_id="e3", program_fingerprint="P", identical_to="e1"),
+    ]
+    _write(url, events, [])
+    with enginemod.connection(url) as conn:
+        from cachewatch.store import rollup
+
+        rollup.rebuild(conn)
+        wasted = programs.identical_recompiles(conn)
+        shared = programs.shared_programs(conn)
+        assert programs.wasted_between(conn, ["step", "twin"], "r1", NOW, NOW + 10) == (1, pytest.approx(0.01))
+    assert [(w["function_hash"], w["recompiles"]) for w in wasted] == [("step", 1)]
+    assert [(s["function_hash"], s["other_hash"], s["compiles"]) for s in shared] == [("twin", "step", 2)]
+    assert "could share one jit" in shared[0]["text"]
+    summary = runsummary.for_store(url, "r1")
+    assert summary["identical_recompiles"] == 1 and summary["shared_program_compiles"] == 2
+    text = runsummary.text(summary)
+    assert "1 recompiles produced a program compiled before" in text
+    assert "2 compiles produced the same program as another function's (no waste" in text
+
+
+# ------------------------------------------------------------------ in this process
+
+
+def test_a_jit_traced_only_inside_another_is_no_recompile_and_gets_no_verdict(sqlite_url, use_store):
+    import jax.numpy as jnp
+
+    import cachewatch
+    from cachewatch.store import queries
+
+    url = use_store(sqlite_url)
+
+    @cachewatch.jit
+    def verdict_inner(x):
+        return jnp.sin(x) * 2
+
+    @cachewatch.jit
+    def verdict_outer(x):
+        return verdict_inner(x) + 1
+
+    with scenarios.jax_compile_log() as messages:
+        for n in range(2, 9):
+            verdict_outer(jnp.ones(n))
+    assert cachewatch.flush(30)
+    with enginemod.connection(url) as conn:
+        report = {r["name"]: r for r in queries.function_report(conn)}
+        storms = diagnosis.detect_storms(conn, threshold=5, window=600)
+        verdicts = diagnosis.verdicts(conn, list(report.values()))
+    inner, outer = report["verdict_inner"], report["verdict_outer"]
+    assert outer["compiles"] == scenarios.jax_compile_count(messages, "verdict_outer") == 7
+    assert inner["traces"] == 7 and inner["compiles"] == 0 and inner["recompiles"] == 0
+    assert not [s for s in storms if inner["function_hash"] in s["function_hashes"]]
+    assert inner["function_hash"] not in verdicts  # it never ran on its own: nothing to weigh
+
+
+def test_an_optimizer_update_over_many_leaves_is_no_unrolled_loop(sqlite_url, use_store):
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    import cachewatch
+
+    url = use_store(sqlite_url)
+    seen: list = []
+    from cachewatch.record import recorder
+
+    recorder.add_listener(seen.append)
+    tx = optax.adam(1e-3)
+    params = {f"w{i}": jnp.ones((i + 1, 3)) for i in range(24)}  # 24 leaves, 24 shapes
+
+    @cachewatch.jit
+    def optimizer_step(params, state):
+        grads = jax.tree.map(jnp.ones_like, params)
+        updates, state = tx.update(grads, state, params)  # over-every-leaf
+        return optax.apply_updates(params, updates), state
+
+    optimizer_step(params, tx.init(params))
+    assert cachewatch.flush(30)
+    recorder.remove_listener(seen.append)
+    (event,) = [e for e in seen if e.function.name == "optimizer_step" and e.compiled]
+    with enginemod.connection(url) as conn:
+        profile = programs.compile_profile(conn, event.function.function_hash)
+    update_line = next(i for i, text in enumerate(open(__file__), 1) if "# over-every-leaf" in text)
+    top = profile["top_lines"][0]
+    # The line repeats its operations once per leaf, as an unrolled loop would ...
+    assert top["line"] == update_line and min(top["primitives"].values()) >= programs.UNROLLED_MIN_REPEATS
+    # ... but leaves of 24 shapes are no loop a scan could take.
+    assert not [f for f in profile["fixes"] if f["kind"] == "unrolled_loop"], profile["fixes"]

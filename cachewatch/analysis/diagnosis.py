@@ -104,9 +104,11 @@ def storms_and_first_passes(
     by_group: dict[tuple[str, str], list[Recompile]] = collections.defaultdict(list)
     for row in every:
         by_group[(_group_key(row, names.get(row.function_hash)), row.run_id)].append(row)
-    last_heard = steady.last_work(conn, {run for _, run in by_group})
+    work = steady.work(conn, {run for _, run in by_group})
+    last_heard = work.last
     if heard_until is not None:
         last_heard = {run: min(last, heard_until) for run, last in last_heard.items()}
+        work.served = {key: [span for span in spans if span[1] <= heard_until] for key, spans in work.served.items()}
     wanted = set(function_hashes) if function_hashes is not None else None
     storms, passes = [], []
     for (key, run_id), rows in by_group.items():
@@ -119,7 +121,8 @@ def storms_and_first_passes(
             else:
                 found = _describe(key, names.get(key), group, now, window)
             compiling = functools.partial(evidence.compile_seconds_between, conn, run_id)
-            if _is_first_pass(group, rows, last_heard.get(run_id), compiling):
+            served = work.served_after(run_id, {r.function_hash for r in group}, group[-1].timestamp)
+            if _is_first_pass(group, rows, last_heard.get(run_id), compiling, served):
                 found["active"] = False
                 found["seconds"] = sum(r.seconds for r in group)
                 found["signatures"] = len({(r.function_hash, r.signature_hash) for r in group})
@@ -162,12 +165,15 @@ def _is_first_pass(
     rows: list[Recompile],
     last_heard: float | None,
     compiling_after: Callable[[float, float], float],
+    served_after: bool = False,
 ) -> bool:
     """Whether a burst was a first pass: every compile a signature not compiled before in
     the run, none compiled again later, and the program went on after the burst, with no
     compile of this function, for longer than the burst lasted: it repeated its work,
     and the cache served it. A function that keeps compiling as the program goes on
-    leaves no such quiet stretch."""
+    leaves no such quiet stretch. ``served_after``: the cache served the function in
+    statistics covering only time after the burst (the next epoch's evaluation pass),
+    which shows it however short the stretch."""
     if last_heard is None or any(r.cause not in _NEW_SIGNATURE_CAUSES or not r.signature_hash for r in group):
         return False
     hashes = [(r.function_hash, r.signature_hash) for r in group]
@@ -177,6 +183,8 @@ def _is_first_pass(
     later = [r for r in rows if r.timestamp > end]
     if later:
         return False  # it compiled again after the burst (in a burst of its own or not)
+    if served_after:
+        return True  # the cache served it after the burst (the next epoch's evaluation pass)
     # Measured from the end of the burst's last compile (an event is stamped when its
     # trace began) to the run's last word, less the time the run spent compiling other
     # functions meanwhile (that is not the program repeating its work): longer than the
@@ -876,9 +884,10 @@ def verdicts(
     run_times = queries.signature_run_times(conn, filters, hashes)
     out = {}
     for row in report_rows:
-        if row.get("module") == OP_BY_OP_MODULE or not row["calls"]:
-            # JAX's own eager compiles, or a jit whose calls are not counted (one cachewatch
-            # did not wrap, seen through JAX's compile events): nothing to weigh.
+        if row.get("module") == OP_BY_OP_MODULE or not row["calls"] or not row["compiles"]:
+            # JAX's own eager compiles, a jit whose calls are not counted (one cachewatch
+            # did not wrap, seen through JAX's compile events), or one that never ran on
+            # its own (only traced inside other jits): no evidence to weigh.
             continue
         function_hash = row["function_hash"]
         timed = run_times.get(function_hash, {})

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import difflib
 import gzip
+import linecache
+import re
 from typing import Any
 
 import sqlalchemy as sa
@@ -334,6 +336,7 @@ def wasted_between(
     e, earlier = models.compile_events, models.compile_events.alias("earlier")
     count, seconds = conn.execute(
         sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(cost_expr(e)), 0.0))
+        .select_from(e)
         .join(earlier, earlier.c.event_id == e.c.identical_to)
         .where(
             e.c.function_hash.in_(function_hashes),
@@ -429,6 +432,17 @@ UNROLLED_MIN_REPEATS = 8
 BIG_CONSTANT_BYTES = 1 << 20
 
 
+# A line that maps one update over every leaf of a pytree (an optimizer's update, a
+# tree_map): its operations repeat once per leaf, leaves of different shapes that no
+# scan could take, so it is no unrolled loop.
+_PYTREE_MAP = re.compile(r"tree_map|tree\.map|tree_util\.|\.update\(|apply_updates|\btx\.|optax\.")
+
+
+def _maps_over_a_pytree(file: str, line: int) -> bool:
+    text = linecache.getline(file, line)
+    return bool(text) and not text.lstrip().startswith("for ") and bool(_PYTREE_MAP.search(text))
+
+
 def compile_profile(
     conn: sa.Connection, function_hash: str, filters: Filters = Filters(), limit: int = 200
 ) -> dict[str, Any]:
@@ -469,6 +483,7 @@ def compile_profile(
                 and total
                 and line["eqns"] >= UNROLLED_MIN_SHARE * total
                 and repeats >= UNROLLED_MIN_REPEATS
+                and not _maps_over_a_pytree(line["file"], line["line"])
             ):
                 fixes.append(
                     {

@@ -22,6 +22,7 @@ place, and stays warm-up.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Any, Iterable
 
 import sqlalchemy as sa
@@ -133,23 +134,37 @@ def warmup_compiles(conn: sa.Connection, run_id: str) -> int:
     return int(conn.execute(query).scalar_one())
 
 
-def last_work(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float]:
-    """When each run was last seen doing work: the end of its latest compile, or the latest
-    call statistics that report calls served from the cache (more calls than compiles of
-    that function since its previous statistics). Statistics flushed at exit with no such
-    calls say only that the process ended, not that the program went on."""
+@dataclasses.dataclass
+class Work:
+    """What a run's events say about it going on: when it was last seen working (the end
+    of its latest compile, or the latest call statistics that report calls served from the
+    cache), and per function the spans of its statistics in which the cache served it
+    (more calls than compiles of that function since its previous statistics)."""
+
+    last: dict[str, float]
+    served: dict[tuple[str, str], list[tuple[float, float]]]
+
+    def served_after(self, run_id: str, function_hashes: Iterable[str], after: float) -> bool:
+        """Whether the cache served one of the functions in statistics covering only time after ``after``."""
+        return any(start >= after for h in function_hashes for start, _ in self.served.get((run_id, h), ()))
+
+
+def work(conn: sa.Connection, run_ids: Iterable[str]) -> Work:
+    """The run's :class:`Work`. Statistics flushed at exit with no call served from the cache
+    say only that the process ended, not that the program went on."""
     wanted = list(run_ids)
+    found = Work({}, collections.defaultdict(list))
     if not wanted:
-        return {}
+        return found
     e, s = models.compile_events, models.call_stats
-    found: dict[str, float] = {}
     compiles: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     q = sa.select(e.c.run_id, e.c.function_hash, e.c.timestamp, cost_expr(e).label("seconds")).where(
         e.c.run_id.in_(wanted), e.c.compiled
     )
     for row in conn.execute(q):
         compiles[(row.run_id, row.function_hash)].append(float(row.timestamp))
-        found[row.run_id] = max(found.get(row.run_id, 0.0), float(row.timestamp) + float(row.seconds or 0.0))
+        end = float(row.timestamp) + float(row.seconds or 0.0)
+        found.last[row.run_id] = max(found.last.get(row.run_id, 0.0), end)
     flushed = sa.select(s.c.run_id, s.c.function_hash, s.c.timestamp, sa.func.sum(s.c.calls).label("calls"))
     flushed = flushed.where(s.c.run_id.in_(wanted)).group_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
     previous: dict[tuple[str, str], float] = {}
@@ -160,5 +175,6 @@ def last_work(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float]:
         previous[key] = stamp
         compiled = sum(1 for t in compiles.get(key, ()) if start < t <= stamp)
         if int(row.calls or 0) > compiled:
-            found[row.run_id] = max(found.get(row.run_id, 0.0), stamp)
+            found.last[row.run_id] = max(found.last.get(row.run_id, 0.0), stamp)
+            found.served[key].append((start, stamp))
     return found
