@@ -10,6 +10,7 @@ cachewatch db prune [--store URL] (--older-than AGE | --keep-runs N) [--texts-on
 cachewatch serve [--store URL] [--host H] [--port P] [--workers N]
 cachewatch run [--store URL] [--run-name N] [--max-compiles N] [--fail-on-storm] (script.py | -m module) ARGS...
 cachewatch compare BASELINE_RUN [RUN] [--max-extra-compiles N] [--max-compile-time-ratio R] [--format table|json]
+cachewatch whatif FUNCTION [--run RUN] [--pad pow2|multiple:K|ladder:A,B,C|auto[:N]] [--axis ARG:AXIS] [--format table|json]
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
     _add_compare(sub)
+    _add_whatif(sub)
     return parser
 
 
@@ -233,6 +235,52 @@ def _compare(args: argparse.Namespace) -> int:
     return 1 if broken else 0
 
 
+def _add_whatif(sub: Any) -> None:
+    whatif = sub.add_parser(
+        "whatif",
+        help="what padding (or another fix) would buy over a run: compiles, compile and run seconds",
+        description="Replay FUNCTION's compiles in RUN (default: its latest run) through a padding policy on the "
+        "axis that varied and price it with the run's own figures: compiles and their seconds, the extra run "
+        "time of padded calls, the executables kept. auto[:N] finds the cheapest ladder of at most N buckets.",
+    )
+    _add_store(whatif)
+    whatif.add_argument("function", metavar="FUNCTION", help="function name, qualified name or hash prefix")
+    whatif.add_argument("--run", dest="run_id", help="run id, id prefix or run name (default: the latest)")
+    whatif.add_argument("--pad", default="pow2", help="pow2 | multiple:K | ladder:A,B,C | auto[:N] (default pow2)")
+    whatif.add_argument("--axis", help="ARG:AXIS to pad, as the signature names it (default: the axis that varied)")
+    whatif.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def _whatif(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from .analysis import whatif
+    from .store import engine as enginemod
+    from .store import whatif as reads
+    from .store.comparison import RunNotFound
+
+    try:  # bad arguments are refused before the store is opened
+        policy = whatif.parse_policy(args.pad)
+        axis = whatif.parse_axis(args.axis) if args.axis else None
+    except whatif.WhatifError as exc:
+        print(f"cachewatch whatif: {exc}", file=sys.stderr)
+        return 2
+    with enginemod.connection(_store_url(args)) as conn:
+        try:
+            function = reads.find_function(conn, args.function)
+            run_id, run_name = reads.run_of(conn, function.function_hash, args.run_id)
+            found = reads.evidence(conn, function, run_id, run_name)
+            result = whatif.analyse(found, policy, axis)
+        except (reads.FunctionNotFound, RunNotFound, whatif.WhatifError) as exc:
+            print(f"cachewatch whatif: {exc.args[0]}", file=sys.stderr)
+            return 2
+    if args.format == "json":
+        print(json.dumps(dataclasses.asdict(result), indent=2))
+    else:
+        print(_here(whatif.text(result)))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -286,6 +334,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return serve(store=_store_url(args), host=args.host, port=args.port, workers=args.workers)
         if args.command == "compare":
             return _compare(args)
+        if args.command == "whatif":
+            return _whatif(args)
         if args.command == "settings":
             print(configmod.describe())
             return 0
