@@ -602,3 +602,63 @@ class RunComparisonOut(BaseModel):
     functions: list[ComparedFunctionOut] = Field(description="Most extra compile seconds first.")
     new: list[str]
     gone: list[str]
+
+
+class WhatifFitOut(BaseModel):
+    points: int = Field(description="Figures the line was fitted through.")
+    slope: float
+    intercept: float
+    r2: float | None = Field(description="How much of the spread the line explains; null where the figures are flat.")
+    relative_error: float = Field(description="Mean |fitted - recorded| / recorded.")
+    model: str = Field(description="linear | median (where a line explains too little)")
+
+
+class WhatifPriceOut(BaseModel):
+    policy: str = Field(description="none (as recorded) | pow2 | multiple:K | ladder:A,B,C")
+    buckets: list[int]
+    compiles: int
+    compile_seconds: float
+    run_seconds: float | None = Field(description="All the function's calls under the policy; null where not priced.")
+    padded_run_seconds: float | None = Field(description="What the padding adds to the run time.")
+    total_seconds: float | None = Field(description="compile_seconds + run_seconds.")
+    executables: int = Field(description="Executables the cache keeps at the end of the run.")
+    executable_bytes: int | None = Field(
+        description="Their memory from XLA's figures (code, arguments, outputs, temporaries)."
+    )
+
+
+class WhatifSizeOut(BaseModel):
+    size: int
+    compiles: int
+    calls: float = Field(description="Calls estimated from the timed samples.")
+    run_seconds: float | None = Field(description="The median timed call at this size.")
+
+
+class WhatifFixOut(BaseModel):
+    fix: str = Field(description="hoist_jit | weak_type | persistent_cache")
+    compiles: int
+    compiles_after: int
+    seconds_saved: float
+    text: str
+
+
+class WhatifOut(BaseModel):
+    function_hash: str
+    qualname: str
+    run_id: str
+    run_name: str
+    path: str | None = Field(description="The argument leaf whose axis is padded; null where nothing varied.")
+    axis: int | None
+    along: list[str] = Field(description="Other leaves padded with it (the same size in every compile).")
+    sizes: list[WhatifSizeOut]
+    calls: int
+    recorded: WhatifPriceOut
+    price: WhatifPriceOut | None = Field(description="The policy asked for (auto: the cheapest ladder).")
+    curve: list[WhatifPriceOut] = Field(description="auto: the cheapest ladder of each number of buckets.")
+    compile_fit: WhatifFitOut | None
+    run_fit: WhatifFitOut | None
+    run_fit_note: str
+    nothing_to_pad: str
+    fix: str | None = Field(description="The priced fix as a sentence.")
+    fixes: list[WhatifFixOut]
+    notes: list[str]

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from cachewatch.analysis import diagnosis
+from cachewatch.analysis import diagnosis, whatif
 from cachewatch.store import queries as storequeries
+from cachewatch.store import whatif as whatifreads
+from cachewatch.store.comparison import RunNotFound
 from ..reads import listings
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
-from ..schemas import EventPage, FunctionDetail, FunctionPage
+from ..schemas import EventPage, FunctionDetail, FunctionPage, WhatifOut
 
 router = APIRouter(prefix="/api/v1", tags=["functions"])
 
@@ -89,3 +92,49 @@ def function_events(
     for row in rows:
         row.pop("id", None)
     return {"items": rows, "next_cursor": cursor}
+
+
+@router.get(
+    "/functions/{function_hash}/whatif",
+    response_model=WhatifOut,
+    summary="What padding (or another fix) would buy over a run, priced on the run's own figures",
+    responses={
+        404: {"description": "No function with this hash, or no run of it by that name."},
+        422: {"description": "A policy that does not parse, or an axis that cannot be padded."},
+    },
+)
+def function_whatif(
+    _: ReadAuth,
+    conn: Connection,
+    function_hash: FunctionHash,
+    policy: Annotated[
+        str, Query(max_length=2000, description="pow2 | multiple:K | ladder:A,B,C | auto[:N] | none")
+    ] = "pow2",
+    run_id: Annotated[
+        str | None, Query(max_length=200, description="Run id, id prefix or run name (default: its latest run).")
+    ] = None,
+    axis: Annotated[
+        str | None, Query(max_length=1000, description="ARG:AXIS to pad (default: the axis that varied).")
+    ] = None,
+) -> dict:
+    try:
+        parsed = whatif.parse_policy(policy)
+    except whatif.WhatifError as exc:
+        raise invalid(("query", "policy"), str(exc), policy) from None
+    try:
+        wanted = whatif.parse_axis(axis) if axis else None
+    except whatif.WhatifError as exc:
+        raise invalid(("query", "axis"), str(exc), axis) from None
+    if not listings.function_exists(conn, function_hash):
+        raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
+    function = whatifreads.find_function(conn, function_hash)
+    try:
+        run, run_name = whatifreads.run_of(conn, function.function_hash, run_id)
+    except RunNotFound as exc:
+        raise HTTPException(status_code=404, detail=str(exc.args[0])) from None
+    found = whatifreads.evidence(conn, function, run, run_name)
+    try:
+        result = whatif.analyse(found, parsed, wanted)
+    except whatif.WhatifError as exc:
+        raise invalid(("query", "axis" if axis else "policy"), str(exc), axis or policy) from None
+    return {**dataclasses.asdict(result), "fix": whatif.fix_sentence(result)}
