@@ -32,6 +32,7 @@ from .capture.guards import (
     unfreeze,
 )
 from .capture.jit import is_watched, jit
+from .ahead import WarmupError, warmup
 from . import notebook
 from .record.current import configure
 from .record.recorder import flush
@@ -54,6 +55,8 @@ __all__ = [
     "load_ipython_extension",
     "unload_ipython_extension",
     "uninstall",
+    "warmup",
+    "WarmupError",
     "RecompileLimitError",
     "FrozenCompileError",
     "RecompileLimitWarning",

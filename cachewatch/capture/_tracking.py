@@ -117,6 +117,7 @@ class Record:
         "stale",
         "target",
         "program",
+        "ahead",
     )
 
     def __init__(self, state: Any, module_name: str, kind: str, signature: Any = None):
@@ -137,6 +138,8 @@ class Record:
         self.stale: list[tuple[str, str, str]] = []
         self.target: Any = None  # a foreign.Target: recorded by the listener itself
         self.program: program.Pending | None = None  # what was compiled, read later (program.py)
+        # Compiled ahead of time by cachewatch.warmup, not by a call: the line that called it.
+        self.ahead: str | None = getattr(_tls, "ahead", None)
         self.thread = threading.current_thread().name
         self.seq = bump()
 
@@ -191,6 +194,22 @@ class suppress:
 
     def __exit__(self, *exc: object) -> None:
         _tls.suppress = self.previous
+
+
+class ahead_of_time:
+    """Within this block, traces and compiles on this thread are a warm-up's
+    (``cachewatch.warmup``, called at ``call_site``): recorded as kind ``warmup``, never
+    recompiles or storms."""
+
+    def __init__(self, call_site: str) -> None:
+        self.call_site = call_site
+
+    def __enter__(self) -> None:
+        self.previous = getattr(_tls, "ahead", None)
+        _tls.ahead = self.call_site
+
+    def __exit__(self, *exc: object) -> None:
+        _tls.ahead = self.previous
 
 
 def _latest(predicate) -> Record | None:

@@ -73,6 +73,9 @@ class HookState:
         # The eager baseline calls the function again; a bound method's instance is held
         # weakly, like the hook holds it.
         self.fun = weakref.WeakMethod(fun) if isinstance(fun, types.MethodType) else (lambda: fun)
+        # Signatures a warm-up is compiling now (stable hash -> set when done): a call of
+        # one of them waits instead of compiling it a second time.
+        self.warming: dict[str, threading.Event] = {}
         _tracking.watch_names(self.trace_name, self.module_name, self.info)
 
 
@@ -278,7 +281,14 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
         return out
 
     def sampled(*args, **kwargs):  # the call is counted already
-        return run(timed, args, kwargs)
+        if not state.warming:
+            return run(timed, args, kwargs)
+        _await_warmup(state, args, kwargs)
+        try:
+            return run(timed, args, kwargs)
+        finally:
+            if state.warming:  # every call looks while a warm-up compiles
+                stats.next_sample = stats.calls + 1
 
     watched: Any
     if _Watched is not None:
@@ -307,6 +317,12 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
         call.__name__ = method
         return call
 
+    def compile_ahead(site: str, args: tuple, kwargs: dict) -> None:
+        """Trace, lower and compile this signature without running it (``cachewatch.warmup``,
+        called at ``site``): JAX's caches then serve the first call with it."""
+        with _tracking.ahead_of_time(site):
+            run(lambda *a, **k: jitted.lower(*a, **k).compile(), args, kwargs)
+
     def clear_cache() -> None:
         jitted.clear_cache()
         with _guard.guard("jit.clear_cache"):
@@ -317,10 +333,20 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
     watched.trace = observed("trace")
     watched.eval_shape = observed("eval_shape")
     watched.clear_cache = clear_cache
+    watched.__cachewatch_compile_ahead__ = compile_ahead
+    watched.__cachewatch_stats__ = stats
     watched._cache_size = jaxcompat.jit_cache_size(jitted)
     watched.__cachewatch_state__ = state
     watched.__cachewatch_jitted__ = jitted
     return watched
+
+
+@_guard.guarded(where="jit.await_warmup")
+def _await_warmup(state: HookState, args: tuple, kwargs: dict) -> None:
+    """Wait for a warm-up compiling this call's signature (JAX would compile it again)."""
+    done = state.warming.get(sigmod.build(state.layout, args, kwargs).stable_hash())
+    if done is not None:
+        done.wait()
 
 
 def is_watched(fn: Any) -> bool:
@@ -460,7 +486,7 @@ def _to_event(
         function=info,
         run_id=run_id,
         timestamp=record.timestamp,
-        kind=record.kind,
+        kind=Kind.WARMUP if record.ahead is not None and compiled else record.kind,
         cause=verdict.cause,
         explanation=verdict.explanation,
         diff=verdict.diff,
@@ -475,11 +501,11 @@ def _to_event(
         cache_time_saved_seconds=record.cache_time_saved,
         device=device,
         backend=devices.backend(),
-        call_site=call_site,
+        call_site=record.ahead or call_site,
         error=record.error,
         thread=record.thread,
         captured=record.captured or None,
-        warmup=current.in_warmup(record.timestamp),
+        warmup=record.ahead is not None or current.in_warmup(record.timestamp),
         cache_key=cache_key,
         jaxpr_eqns=record.jaxpr_eqns,
         pending=record.program,

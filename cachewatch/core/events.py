@@ -48,6 +48,8 @@ class Kind(enum.StrEnum):
     TRACE = "trace"
     COMPILE = "compile"
     STALE_CAPTURE = "stale_capture"
+    # Traced and compiled ahead of time by cachewatch.warmup (never a recompile or storm).
+    WARMUP = "warmup"
 
 
 CAUSES: tuple[str, ...] = tuple(cause.value for cause in Cause)
