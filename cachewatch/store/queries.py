@@ -81,7 +81,7 @@ def function_report(
         row["compile_seconds"] += float(cost or 0.0)
         if compiled:
             row["compiles"] += n
-            if cause != Cause.FIRST_CALL:
+            if cause != Cause.FIRST_CALL and kind != Kind.WARMUP:  # a warm-up's compiles are no recompiles
                 row["recompiles"] += n
         per = causes[function_hash]
         per[cause] = per.get(cause, 0) + n
@@ -452,7 +452,7 @@ def totals(conn: sa.Connection, filters: Filters) -> Totals:
         traces += n if kind == Kind.TRACE else 0
         if compiled:
             compiles += n
-            if cause != Cause.FIRST_CALL:
+            if cause != Cause.FIRST_CALL and kind != Kind.WARMUP:
                 recompiles += n
     compile_by_function = {
         function_hash: float(cost or 0.0) for function_hash, _, cost in grouped(conn, filters, "function_hash")

@@ -110,7 +110,9 @@ def _listing(q: str | None, cause: str | None, key: str) -> sa.Select[Any]:
     measures: dict[str, sa.ColumnElement[Any]] = {
         "compile_seconds": sa.func.sum(sa.case((t.c.kind != Kind.STALE_CAPTURE, t.c.cost_seconds), else_=0.0)),
         "compiles": sa.func.sum(compiled_events),
-        "recompiles": sa.func.sum(sa.case((t.c.cause != Cause.FIRST_CALL, compiled_events), else_=0)),
+        "recompiles": sa.func.sum(
+            sa.case((sa.and_(t.c.cause != Cause.FIRST_CALL, t.c.kind != Kind.WARMUP), compiled_events), else_=0)
+        ),
         "last_compile": sa.func.max(t.c.last_ts),
     }
     aggregated = ["compile_seconds"] if key == "compile_share" else [k for k in (key,) if k in measures]
