@@ -175,6 +175,25 @@ class EventIn(_In):
     program_texts: Annotated[
         ProgramTextsIn | None, Field(description="The program's texts, once per fingerprint (stored compressed).")
     ] = None
+    host_bytes: Annotated[
+        int | None,
+        Field(ge=-MAX_COUNT, le=MAX_COUNT, description="Host memory the process gained and kept over the compile."),
+    ] = None
+    host_bytes_before: Annotated[
+        int | None, Field(ge=0, le=MAX_COUNT, description="The process's resident set before the compile (bytes).")
+    ] = None
+    peak_host_bytes: Annotated[
+        int | None, Field(ge=0, le=MAX_COUNT, description="The resident set's high-water mark during the compile.")
+    ] = None
+    persistent_cache: Annotated[
+        Literal["hit", "written", "not_written", "off"] | None,
+        Field(description="What JAX's persistent compilation cache did for this compile."),
+    ] = None
+    persistent_cache_reason: Annotated[
+        Literal["min_compile_time", "not_process_0", "error_or_other"] | None,
+        Field(description="Why a compile that asked the persistent cache wrote no entry."),
+    ] = None
+    persistent_cache_key: Annotated[str | None, _text(512, "The entry's key in the cache directory.")] = None
 
 
 class CallStatsIn(_In):
@@ -195,6 +214,9 @@ class CallStatsIn(_In):
         ),
     ] = None
     sample_every: Annotated[Count | None, Field(description="The process's sampling setting (0: off).")] = None
+    released_by: Annotated[
+        str | None, _text(64, "Set on a row recording a release of the function's executables: by what.")
+    ] = None
 
 
 class BatchIn(_In):
@@ -444,6 +466,12 @@ class EventOut(BaseModel):
     figures_missing: dict[str, str] | None = Field(
         default=None, description="Figures of the program that could not be read: figure -> reason."
     )
+    host_bytes: int | None = None
+    host_bytes_before: int | None = None
+    peak_host_bytes: int | None = Field(default=None, description="High-water mark of host memory during the compile.")
+    persistent_cache: str | None = Field(default=None, description="hit | written | not_written | off")
+    persistent_cache_reason: str | None = None
+    persistent_cache_key: str | None = None
     cache_miss: dict[str, Any] | None = Field(
         default=None,
         description="For a persistent-cache miss of a "

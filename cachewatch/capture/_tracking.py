@@ -21,13 +21,14 @@ compiles after the function's call has returned.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
 from typing import Any, Callable
 
 from ..core import _guard, jaxcompat
-from . import foreign, opbyop, program
+from . import cachestate, foreign, opbyop, program
 from ..record import recorder
 from ..core.events import FunctionInfo, Kind
 
@@ -39,6 +40,7 @@ COMPILE_EVENT = jaxcompat.EVENTS["compile"]
 CACHE_HIT_EVENT = jaxcompat.EVENTS["cache_hit"]
 CACHE_MISS_EVENT = jaxcompat.EVENTS["cache_miss"]
 CACHE_SAVED_EVENT = jaxcompat.EVENTS["cache_saved"]
+CACHE_REQUEST_EVENT = jaxcompat.EVENTS["cache_request"]
 
 # Records nobody claims (a compile of a watched function that JAX ran outside the
 # function's own call, other than a backward pass) are kept at most this long.
@@ -117,6 +119,15 @@ class Record:
         "stale",
         "target",
         "program",
+        "memory_begun",
+        "host_bytes",
+        "host_bytes_before",
+        "peak_host_bytes",
+        "cache_requested",
+        "cache_written",
+        "persistent_cache",
+        "persistent_cache_reason",
+        "persistent_cache_key",
         "ahead",
     )
 
@@ -141,6 +152,16 @@ class Record:
         # Compiled ahead of time by cachewatch.warmup, not by a call: the line that called it.
         self.ahead: str | None = getattr(_tls, "ahead", None)
         self.thread = threading.current_thread().name
+        # Host memory and the persistent cache around the backend compile (cachestate.py).
+        self.memory_begun: tuple[int, int | None] | None = None
+        self.host_bytes: int | None = None
+        self.host_bytes_before: int | None = None
+        self.peak_host_bytes: int | None = None
+        self.cache_requested = False
+        self.cache_written = False
+        self.persistent_cache: str | None = None
+        self.persistent_cache_reason: str | None = None
+        self.persistent_cache_key: str | None = None
         self.seq = bump()
 
 
@@ -291,30 +312,36 @@ def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
         push(record)
     if event == LOWER_EVENT:
         record.lower_seconds = duration
+        # The backend compile comes next: the host memory it needs is measured from here.
+        record.memory_begun = cachestate.begin_compile()
         bump()
         return
+    record.host_bytes, record.host_bytes_before, record.peak_host_bytes = cachestate.end_compile(record.memory_begun)
     record.compile_seconds = duration
     record.compiles += 1
+    record.persistent_cache, record.persistent_cache_reason = cachestate.outcome(
+        record.cache_requested, record.persistent_cache_hit is True, record.cache_written, duration
+    )
     record.program = program.take()
     bump()
     if record.target is not None:
         _drop(record)
         hit, key = cache_key_of(record.seq)
-        recorder.record_event(
-            foreign.to_event(
-                record.target,
-                record.kind,
-                record.timestamp,
-                record.trace_seconds,
-                record.lower_seconds,
-                record.compile_seconds,
-                record.persistent_cache_hit if hit is None else hit,
-                record.cache_time_saved,
-                record.thread,
-                cache_key=key,
-                program=record.program,
-            )
+        made = foreign.to_event(
+            record.target,
+            record.kind,
+            record.timestamp,
+            record.trace_seconds,
+            record.lower_seconds,
+            record.compile_seconds,
+            record.persistent_cache_hit if hit is None else hit,
+            record.cache_time_saved,
+            record.thread,
+            cache_key=key,
+            program=record.program,
         )
+        cachestate.compiled(made.function)
+        recorder.record_event(dataclasses.replace(made, **cachestate.readings(record)))
 
 
 def _program_wanted(name: str) -> bool:
@@ -352,6 +379,13 @@ def on_event(event: str, **kwargs: Any) -> None:
         record = _latest(lambda r: r.lower_seconds is not None and r.persistent_cache_hit is None)
         if record is not None:
             record.persistent_cache_hit = event == CACHE_HIT_EVENT
+            # JAX's "miss" is recorded only once the entry is written.
+            record.cache_written = event == CACHE_MISS_EVENT
+    elif event == CACHE_REQUEST_EVENT and not suppressed():
+        record = _latest(lambda r: r.lower_seconds is not None and r.compiles == 0)
+        if record is not None:
+            record.cache_requested = True
+            record.persistent_cache_key = cachestate.cache_key_from_frames()
 
 
 _installed = False
@@ -373,6 +407,7 @@ def recording_everything() -> bool:
 def install_listeners() -> None:
     """Register the listeners with jax.monitoring once per process."""
     global _installed, TRACE_EVENT, LOWER_EVENT, COMPILE_EVENT, CACHE_HIT_EVENT, CACHE_MISS_EVENT, CACHE_SAVED_EVENT
+    global CACHE_REQUEST_EVENT
     with _install_lock:
         if _installed:
             return
@@ -383,6 +418,7 @@ def install_listeners() -> None:
         TRACE_EVENT, LOWER_EVENT, COMPILE_EVENT = (jaxcompat.EVENTS[k] for k in ("trace", "lower", "compile"))
         CACHE_HIT_EVENT, CACHE_MISS_EVENT = jaxcompat.EVENTS["cache_hit"], jaxcompat.EVENTS["cache_miss"]
         CACHE_SAVED_EVENT = jaxcompat.EVENTS["cache_saved"]
+        CACHE_REQUEST_EVENT = jaxcompat.EVENTS["cache_request"]
         jaxcompat.available("compile_events")
         jaxcompat.available("persistent_cache_events")
         program.install()

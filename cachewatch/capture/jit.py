@@ -26,7 +26,7 @@ from typing import Any, Callable, ParamSpec, Protocol, TypeVar, overload
 import jax
 
 from ..core import _guard, jaxcompat
-from . import _tracking, cachekey, captures, counters, devices, guards
+from . import _tracking, cachekey, cachestate, captures, counters, devices, guards
 from ..explain import causes
 from ..record import current, recorder
 from .counters import CallCounter, Watched as _Watched
@@ -327,6 +327,7 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
         jitted.clear_cache()
         with _guard.guard("jit.clear_cache"):
             causes.mark_cleared(state.info.function_hash, state.serial)
+            cachestate.released(state.info, cachestate.CLEAR_CACHE)
 
     functools.update_wrapper(watched, fun, updated=())
     watched.lower = observed("lower")
@@ -479,6 +480,8 @@ def _to_event(
                 info.function_hash, state.serial, info.name, sig, device, sigmod.placement(state.layout, args, kwargs)
             )
     signature_json = sig.as_json() if sig is not None else ()
+    if compiled:
+        cachestate.compiled(info)
     cache_hit, cache_key = cachekey.take(record.seq)
     event_id, run_id = new_event_id(), current.run_id()
     return CompileEvent(
@@ -509,6 +512,7 @@ def _to_event(
         cache_key=cache_key,
         jaxpr_eqns=record.jaxpr_eqns,
         pending=record.program,
+        **cachestate.readings(record),
         **extra,
     )
 

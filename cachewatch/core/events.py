@@ -246,6 +246,18 @@ class CompileEvent:
     # are read off the compile path, by the writer's thread, before the event is stored.
     # Never stored itself, nor sent.
     pending: "PendingProgram | None" = dataclasses.field(default=None, compare=False, repr=False)
+    # Host memory around the backend compile (capture/hostmemory.py): what the process's
+    # resident set gained and kept (after minus before, may be negative), the resident
+    # set before, and its high-water mark during the compile (absolute bytes).
+    host_bytes: int | None = None
+    host_bytes_before: int | None = None
+    peak_host_bytes: int | None = None
+    # JAX's persistent compilation cache for this compile (a PersistentCache word), why
+    # nothing was written (a NotWrittenReason word) and the entry's key (its file name
+    # in the cache directory without JAX's suffix).
+    persistent_cache: str | None = None
+    persistent_cache_reason: str | None = None
+    persistent_cache_key: str | None = None
 
     def __post_init__(self) -> None:
         # Plain strings at the store's boundary: a database driver may write an enum member
@@ -324,6 +336,9 @@ class CallStats:
     signature_hash: str = ""
     run_buckets: dict[str, list[int]] | None = None
     sample_every: int | None = None
+    # Set on a row that records a release of the function's compiled executables instead of
+    # calls (calls 0): what released them, e.g. ``jax.clear_caches()`` or ``clear_cache()``.
+    released_by: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -336,6 +351,7 @@ class CallStats:
             "signature_hash": self.signature_hash,
             "run_buckets": self.run_buckets,
             "sample_every": self.sample_every,
+            "released_by": self.released_by,
         }
 
 
@@ -421,7 +437,31 @@ def _stats_from_wire(data: dict[str, Any]) -> CallStats:
         signature_hash=data.get("signature_hash") or "",
         run_buckets=data.get("run_buckets"),
         sample_every=data.get("sample_every"),
+        released_by=data.get("released_by"),
     )
+
+
+class PersistentCache(enum.StrEnum):
+    """What JAX's persistent compilation cache did for one compile (``persistent_cache``)."""
+
+    HIT = "hit"  # read from the cache: no XLA compile
+    WRITTEN = "written"  # compiled and written to the cache
+    NOT_WRITTEN = "not_written"  # compiled and not written: see NotWrittenReason
+    OFF = "off"  # no cache directory, or the cache not used for this compile
+
+
+class NotWrittenReason(enum.StrEnum):
+    """Why a compile that asked the persistent cache wrote no entry (``persistent_cache_reason``)."""
+
+    MIN_COMPILE_TIME = "min_compile_time"  # under jax_persistent_cache_min_compile_time_secs
+    NOT_PROCESS_0 = "not_process_0"  # only process 0 of a multi-process job writes
+    # JAX wrote nothing for another reason: an error writing it (JAX warns), a host
+    # callback in the program, or an entry under jax_persistent_cache_min_entry_size_bytes.
+    ERROR_OR_OTHER = "error_or_other"
+
+
+PERSISTENT_CACHE_RESULTS: tuple[str, ...] = tuple(r.value for r in PersistentCache)
+NOT_WRITTEN_REASONS: tuple[str, ...] = tuple(r.value for r in NotWrittenReason)
 
 
 # The parts of JAX's persistent compilation cache key (as JAX names them), in its order,

@@ -109,6 +109,16 @@ class CompileEventRow(Base):
     eqns_by_line: Mapped[list | None] = mapped_column(JSON, nullable=True)
     fusions: Mapped[int | None] = mapped_column(Integer, nullable=True)
     memory: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # Host memory around the backend compile (bytes): gained and kept (may be negative),
+    # the resident set before, and the high-water mark during the compile.
+    host_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    host_bytes_before: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    peak_host_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # The persistent compilation cache for this compile: hit, written, not_written (with
+    # the reason) or off, and the entry's key (its file name in the cache directory).
+    persistent_cache: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    persistent_cache_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    persistent_cache_key: Mapped[str | None] = mapped_column(String(512), nullable=True)
 
     __table_args__ = (
         Index("ix_compile_events_function_time", "function_hash", "timestamp"),
@@ -133,6 +143,8 @@ class CallStatsRow(Base):
     signature_hash: Mapped[str] = mapped_column(String(40), default="")
     run_buckets: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     sample_every: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # A row that records a release of the function's executables (calls 0): by what.
+    released_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (
         Index("ix_call_stats_function_time", "function_hash", "timestamp"),
