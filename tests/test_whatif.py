@@ -1,0 +1,315 @@
+"""What a fix would buy: a real storm (11 batch sizes over a few hundred steps) recorded
+with cachewatch, priced by ``whatif`` under each padding policy, and the padded program
+run to count JAX's own compiles against the prediction. Counts and structure only: no
+assertion rests on a timing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+import cachewatch
+from cachewatch import cli
+from cachewatch.analysis import whatif
+from cachewatch.core.events import FunctionInfo
+from cachewatch.record import current
+from cachewatch.store import engine as enginemod
+from cachewatch.store import whatif as reads
+from cachewatch.store.comparison import RunNotFound
+from cachewatch.store.whatif import CompileRecord, Leaf, RunEvidence, TimedSignature
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
+
+from conftest import new_run
+from scenarios import jax_compile_count, jax_compile_log
+
+SIZES = (9, 10, 12, 14, 17, 20, 23, 26, 28, 30, 32)
+STEPS = 264
+
+
+def make_step():
+    """A fresh function object each time, so JAX's cache starts cold for it."""
+
+    def storm_step(w, batch):
+        return jnp.mean((jnp.tanh(batch["x"] @ w) - batch["y"][:, None]) ** 2)
+
+    return storm_step
+
+
+def batches(pad=lambda n: n):
+    rng = np.random.default_rng(0)
+    made = {}
+    for n in SIZES:
+        x = rng.standard_normal((n, 4)).astype(np.float32)
+        y = rng.standard_normal(n).astype(np.float32)
+        b = pad(n)
+        made[n] = {"x": np.pad(x, ((0, b - n), (0, 0))), "y": np.pad(y, (0, b - n))}
+    # A storm: sizes in a scrambled order, each met many times.
+    return [made[SIZES[(i * 7) % len(SIZES)]] for i in range(STEPS)]
+
+
+@pytest.fixture(scope="module")
+def storm(tmp_path_factory):
+    """The storm recorded, every call timed (so the run time can be fitted)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('whatif') / 'store.db'}"
+    current.reset_configuration()
+    current.configure(store=url, sample_every=1, sample_max_per_second=1e6)
+    new_run()
+    w = np.ones((4, 2), np.float32)
+    step = cachewatch.jit(make_step())
+    with jax_compile_log() as log:
+        for batch in batches():
+            step(w, batch)
+
+        @cachewatch.jit
+        def one_shape(x):
+            return x * 2
+
+        for _ in range(30):
+            one_shape(np.ones(5, np.float32))
+    assert cachewatch.flush(30)
+    run_id = current.run_id()
+    current.reset_configuration()
+    assert jax_compile_count(log, "storm_step") == len(SIZES)
+    return url, run_id
+
+
+def price(url: str, name: str, policy: str, axis: str | None = None) -> whatif.Whatif:
+    with enginemod.connection(url) as conn:
+        function = reads.find_function(conn, name)
+        run_id, run_name = reads.run_of(conn, function.function_hash, None)
+        found = reads.evidence(conn, function, run_id, run_name)
+    return whatif.analyse(found, whatif.parse_policy(policy), whatif.parse_axis(axis) if axis else None)
+
+
+def padded_compiles(bucket_of) -> int:
+    """Run the storm padded as the policy says and count JAX's compiles of it."""
+    w = np.ones((4, 2), np.float32)
+    step = jax.jit(make_step())
+    with jax_compile_log() as log:
+        for batch in batches(bucket_of):
+            step(w, batch)
+    return jax_compile_count(log, "storm_step")
+
+
+@pytest.mark.parametrize("policy", ["pow2", "multiple:8", "ladder:12,20,32", "ladder:16", "auto", "auto:3"])
+def test_each_policy_predicts_jax_compile_count(storm, policy):
+    url, _ = storm
+    result = price(url, "storm_step", policy)
+    assert (result.path, result.axis) == ("batch['x']", 0)
+    assert result.along == ("batch['y'] axis 0",)  # the labels are padded with the inputs
+    assert [s.size for s in result.sizes] == sorted(SIZES)
+    assert result.recorded.compiles == len(SIZES)
+    assert result.price is not None
+    rungs = result.price.buckets
+    expected = padded_compiles(lambda n: next((b for b in rungs if b >= n), n))
+    assert result.price.compiles == expected
+    if policy == "pow2":
+        assert rungs == (16, 32) and expected == 2
+    if policy == "ladder:16":  # sizes above the ladder stay as they are
+        assert expected == 1 + sum(1 for n in SIZES if n > 16)
+
+
+def test_auto_is_no_worse_than_pow2_on_the_run_figures(storm):
+    url, _ = storm
+    auto = price(url, "storm_step", "auto")
+    pow2 = price(url, "storm_step", "pow2")
+    assert auto.run_fit is not None and auto.run_fit.points >= whatif.MIN_TIMED_SIZES
+    assert auto.price is not None and pow2.price is not None
+    assert auto.price.total_seconds is not None and pow2.price.total_seconds is not None
+    assert auto.price.total_seconds <= pow2.price.total_seconds + 1e-12
+    # The curve: the cheapest ladder of 1, 2, ... buckets, each ending at the largest size.
+    assert [len(p.buckets) for p in auto.curve] == list(range(1, len(auto.curve) + 1))
+    assert len(auto.curve) >= 2
+    assert all(p.buckets[-1] == max(SIZES) and p.compiles == len(p.buckets) for p in auto.curve)
+    assert auto.price in auto.curve
+    assert min(p.total_seconds or 0.0 for p in auto.curve) == auto.price.total_seconds
+    # Padding never makes the run cheaper, and the executables kept are the buckets.
+    assert all(p.padded_run_seconds is not None and p.padded_run_seconds >= 0 for p in auto.curve)
+    assert pow2.price.executables == 2 and pow2.recorded.executables == len(SIZES)
+
+
+def test_the_priced_fix_sentence(storm):
+    url, run_id = storm
+    pow2 = price(url, "storm_step", "pow2")
+    sentence = whatif.fix_sentence(pow2)
+    assert sentence is not None
+    assert re.fullmatch(
+        r"pad batch\['x'\] axis 0 to 16, 32: 2 compiles instead of 11, saves \S+ \S+ of \S+ \S+ compiling, "
+        r"adds \S+ \S+ of padded compute",
+        sentence,
+    ), sentence
+    with enginemod.connection(url) as conn:
+        function = reads.find_function(conn, "storm_step")
+        priced = whatif.priced_fix(conn, function.function_hash, run_id)
+        assert priced is not None and priced.startswith("pad batch['x'] axis 0 to ")
+        assert whatif.priced_fix(conn, reads.find_function(conn, "one_shape").function_hash, run_id) is None
+
+
+def test_a_single_shape_has_nothing_to_pad(storm, capsys):
+    url, _ = storm
+    result = price(url, "one_shape", "pow2")
+    assert result.price is None and result.path is None
+    assert "nothing to pad" in result.nothing_to_pad
+    assert cli.main(["whatif", "one_shape", "--store", url]) == 0
+    assert "nothing to pad" in capsys.readouterr().out
+
+
+def test_the_command_prints_a_table_and_json(storm, capsys):
+    url, run_id = storm
+    assert cli.main(["whatif", "storm_step", "--store", url, "--run", run_id[:12], "--pad", "auto:4"]) == 0
+    out = capsys.readouterr().out
+    assert "batch['x'] axis 0 (with batch['y'] axis 0): 11 sizes" in out
+    assert "auto: the cheapest ladder of each number of buckets" in out
+    assert cli.main(["whatif", "storm_step", "--store", url, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["price"]["policy"] == "pow2" and data["price"]["compiles"] == 2
+    assert {"compiles", "compile_seconds", "padded_run_seconds", "total_seconds"} <= set(data["price"])
+
+
+def _store_state(url: str) -> tuple[str, tuple[int, ...]]:
+    path = Path(url.removeprefix("sqlite:///"))
+    with enginemod.connection(url) as conn:
+        counts = tuple(
+            int(conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one())
+            for t in ("runs", "functions", "compile_events", "call_stats")
+        )
+    return hashlib.sha256(path.read_bytes()).hexdigest(), counts
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nope"], "no function named 'nope'"),
+        (["storm_step", "--run", "nope"], "no run has the id, run name or job 'nope'"),
+        (["storm_step", "--pad", "pow3"], "not a padding policy: 'pow3'"),
+        (["storm_step", "--pad", "ladder:32,16"], "a ladder's buckets must rise"),
+        (["storm_step", "--pad", "multiple:0"], "must be 1 or more"),
+        (["storm_step", "--pad", "auto:x"], "must be a whole number"),
+        (["storm_step", "--axis", "batch['x']:1"], "batch['x'] axis 1 never varied in this run: it was 4"),
+        (["storm_step", "--axis", "batch['x']:5"], "batch['x'] has no axis 5"),
+        (["storm_step", "--axis", "labels:0"], "no array argument 'labels'"),
+        (["storm_step", "--axis", "batch"], "not an axis: 'batch'"),
+    ],
+)
+def test_bad_input_exits_2_and_changes_nothing(storm, capsys, args, message):
+    url, _ = storm
+    before = _store_state(url)
+    assert cli.main(["whatif", *args, "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("cachewatch whatif: ")
+    assert _store_state(url) == before
+
+
+def test_the_service_prices_a_policy_and_refuses_bad_input(storm):
+    url, run_id = storm
+    with enginemod.connection(url) as conn:
+        h = reads.find_function(conn, "storm_step").function_hash
+    before = _store_state(url)
+    with TestClient(create_app(ServerSettings(store=url))) as client:
+        ok = client.get(f"/api/v1/functions/{h}/whatif", params={"policy": "pow2", "run_id": run_id})
+        assert ok.status_code == 200, ok.text
+        body = ok.json()
+        assert body["price"]["compiles"] == 2 and body["recorded"]["compiles"] == len(SIZES)
+        assert body["fix"].startswith("pad batch['x'] axis 0 to 16, 32: 2 compiles instead of 11")
+        auto = client.get(f"/api/v1/functions/{h}/whatif", params={"policy": "auto:4"}).json()
+        assert [len(p["buckets"]) for p in auto["curve"]] == [1, 2, 3, 4]
+        for params, status, where in [
+            ({"policy": "pow3"}, 422, "policy"),
+            ({"policy": "pow2", "axis": "batch['x']:1"}, 422, "axis"),
+            ({"policy": "pow2", "axis": "x"}, 422, "axis"),
+            ({"policy": "pow2", "run_id": "nope"}, 404, None),
+        ]:
+            r = client.get(f"/api/v1/functions/{h}/whatif", params=params)
+            assert r.status_code == status, (params, r.text)
+            if where:
+                assert r.json()["detail"][0]["loc"] == ["query", where]
+        assert client.get("/api/v1/functions/0123abc/whatif").status_code == 404
+    assert _store_state(url) == before
+
+
+# ------------------------------------------------------------------ the reasoning alone
+
+
+FN = FunctionInfo("f" * 20, "step", "step", "m", "m.py", 1)
+
+
+def _compile(i: int, size: int, cause: str = "new_shape", **kw) -> CompileRecord:
+    leaves = (Leaf("x", False, (size, 3), "float32", kw.pop("weak", False)),)
+    return CompileRecord(
+        f"e{i}",
+        float(i),
+        cause,
+        kw.pop("sig", f"s{size}"),
+        leaves,
+        0.5,
+        0.4,
+        1000 * size,
+        kw.pop("identical", None),
+        None,
+        "cpu",
+    )
+
+
+def test_too_few_timed_signatures_refuse_to_price_run_time():
+    ev = RunEvidence(
+        FN,
+        "r1",
+        "",
+        tuple(_compile(i, n, "first_call" if i == 0 else "new_shape") for i, n in enumerate((3, 5, 6, 7))),
+        400,
+        (TimedSignature("s3", 10, 100, 0.001), TimedSignature("s5", 10, 100, 0.002)),
+        100,
+    )
+    result = whatif.analyse(ev, whatif.parse_policy("pow2"))
+    assert result.run_fit is None and "a fit needs 3" in result.run_fit_note
+    assert result.price is not None and result.price.compiles == 2  # 4 and 8
+    assert result.price.padded_run_seconds is None and result.price.total_seconds is None
+    assert result.price.executable_bytes == 1000 * (4 + 8)  # fitted: linear in the size
+    assert "padded compute not priced" in (whatif.fix_sentence(result) or "")
+    with pytest.raises(whatif.WhatifError, match="auto cannot weigh padding against compiles"):
+        whatif.analyse(ev, whatif.parse_policy("auto"))
+
+
+def test_other_fixes_are_priced_from_the_run():
+    compiles = (
+        _compile(0, 4, "first_call"),
+        _compile(1, 4, "new_function_object", identical="e0"),
+        _compile(2, 4, "weak_type", sig="w4", weak=True),
+    )
+    ev = RunEvidence(FN, "r1", "", compiles, 3, (), 100)
+    result = whatif.analyse(ev, whatif.parse_policy("pow2"))
+    assert "nothing to pad" in result.nothing_to_pad
+    fixes = {f.fix: f for f in result.fixes}
+    assert fixes["hoist_jit"].compiles_after == 2 and fixes["hoist_jit"].seconds_saved == pytest.approx(0.5)
+    assert fixes["weak_type"].compiles_after == 2
+    assert fixes["persistent_cache"].seconds_saved == pytest.approx(1.2)
+    assert "jax_persistent_cache_min_compile_time_secs=0" in fixes["persistent_cache"].text
+
+
+def test_a_compile_that_empties_the_cache_happens_under_every_policy():
+    sizes = (3, 5, 3, 6)
+    causes = ("first_call", "new_shape", "cache_cleared", "new_shape")
+    ev = RunEvidence(FN, "r1", "", tuple(_compile(i, n, c) for i, (n, c) in enumerate(zip(sizes, causes))), 4, (), 1)
+    result = whatif.analyse(ev, whatif.parse_policy("ladder:8"))
+    # 8 compiled, the cache cleared and 8 compiled again; 6 pads into it.
+    assert result.price is not None and result.price.compiles == 2 and result.recorded.compiles == 4
+
+
+def test_unknown_names_raise_lookup_errors(storm):
+    url, _ = storm
+    with enginemod.connection(url) as conn:
+        with pytest.raises(reads.FunctionNotFound):
+            reads.find_function(conn, "nope")
+        h = reads.find_function(conn, "storm_step").function_hash
+        with pytest.raises(RunNotFound):
+            reads.run_of(conn, h, "feedbeef")
