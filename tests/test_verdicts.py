@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -415,3 +416,22 @@ def test_an_optimizer_update_over_many_leaves_is_no_unrolled_loop(sqlite_url, us
     assert top["line"] == update_line and min(top["primitives"].values()) >= programs.UNROLLED_MIN_REPEATS
     # ... but leaves of 24 shapes are no loop a scan could take.
     assert not [f for f in profile["fixes"] if f["kind"] == "unrolled_loop"], profile["fixes"]
+
+
+def test_capture_can_end_warm_up_on_a_library_loop_by_the_same_rule(sqlite_url, use_store):
+    from cachewatch.record import current
+
+    use_store(sqlite_url)
+    for _ in range(3):  # set-up from one line: many shapes of one library jit
+        current.note_compile("normal", Cause.NEW_SHAPE, "m.py:10", remade_jit=False)
+    current.note_compile("eager", Cause.NEW_FUNCTION_OBJECT, "m.py:11", remade_jit=False)
+    current.note_compile("eager", Cause.NEW_FUNCTION_OBJECT, "m.py:11", remade_jit=False)
+    assert not current.steady()
+    current.note_compile("eye", Cause.FIRST_CALL, "m.py:3", remade_jit=False)
+    current.note_compile("cholesky", Cause.FIRST_CALL, "m.py:4", remade_jit=False)
+    current.note_compile("eye", Cause.NEW_SHAPE, "m.py:3", remade_jit=False)  # the loop came back
+    assert current.steady() and not current.in_warmup(time.time())
+    use_store(sqlite_url)
+    current.note_compile("body_fn", Cause.FIRST_CALL, "m.py:7", remade_jit=False)
+    current.note_compile("body_fn", Cause.NEW_FUNCTION_OBJECT, "m.py:7", remade_jit=True)
+    assert current.steady()

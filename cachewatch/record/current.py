@@ -94,12 +94,14 @@ def run_id() -> str:
 
 
 def _new_run() -> None:
-    global _run, _run_id, _process_start, _steady_since
+    global _run, _run_id, _process_start, _steady_since, _visit_number, _visit_site
     _run = None
     _run_id = uuid.uuid4().hex
     _process_start = time.time()  # a later run in the same process starts now
     _steady_since = None
     _compiled_functions.clear()
+    _compiled_at.clear()
+    _visit_number, _visit_site = 0, ""
 
 
 # Warm-up: a run starts by building its model and optimizer and compiling each jitted
@@ -126,6 +128,37 @@ def note_user_compile(function_hash: str) -> None:
             mark_steady()
         else:
             _compiled_functions.add(function_hash)
+
+
+# Where each function was compiled from in warm-up: (call site, function) -> the visit
+# (a run of compiles from one line of user code) it was last compiled in.
+_compiled_at: dict[tuple[str, str], int] = {}
+_visit_number = 0
+_visit_site = ""
+
+
+def note_compile(function_hash: str, cause: str, call_site: str | None, remade_jit: bool) -> None:
+    """Any compile (a library's jit, JAX's own, a primitive run op by op), before its
+    warm-up flag is read: warm-up also ends when the program is seen repeating its work
+    with no jit of the user's to show it. ``remade_jit``: a jit (not a primitive) compiled
+    again because it was made afresh or its cache cleared. It ends warm-up when that jit
+    was compiled from the same line before (the code that makes it ran again), and so does
+    a function compiled again from a line that compiled it before, after another line
+    compiled in between (the loop came back to it). The store's readers judge warm-up by
+    the same rule (cachewatch.analysis.steady), for events recorded before capture calls
+    this."""
+    global _visit_number, _visit_site
+    if _steady_since is not None or not call_site:
+        return
+    with _lock:
+        if call_site != _visit_site:
+            _visit_number += 1
+            _visit_site = call_site
+        key = (call_site, function_hash)
+        before = _compiled_at.get(key)
+        _compiled_at[key] = _visit_number
+    if before is not None and (remade_jit or before < _visit_number):
+        mark_steady()
 
 
 def steady() -> bool:
@@ -254,7 +287,7 @@ _process_start = time.time()
 
 def _after_fork_in_child() -> None:
     # The child is a new process: a new run with its own warm-up.
-    global _lock, _run, _run_id, _process_start, _steady_since, _seen_rank
+    global _lock, _run, _run_id, _process_start, _steady_since, _seen_rank, _visit_number, _visit_site
     _lock = threading.RLock()
     _run = None
     _seen_rank = None
@@ -262,6 +295,8 @@ def _after_fork_in_child() -> None:
     _process_start = time.time()
     _steady_since = None
     _compiled_functions.clear()
+    _compiled_at.clear()
+    _visit_number, _visit_site = 0, ""
 
 
 if hasattr(os, "register_at_fork"):
