@@ -210,9 +210,7 @@ def _from_example(
             new.append(_static(leaf) if leaf.get("static") else _abstract(leaf))
         return jax.tree_util.tree_unflatten(treedef, new)
 
-    args = tuple(
-        replace(layout.arg_name(i), value, i in layout.static_argnums) for i, value in enumerate(example_args)
-    )
+    args = tuple(replace(layout.arg_name(i), value, i in layout.static_argnums) for i, value in enumerate(example_args))
     kwargs = {
         name: replace(name, value, name in layout.static_argnames) for name, value in sorted(example_kwargs.items())
     }

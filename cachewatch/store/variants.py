@@ -60,7 +60,9 @@ def find_run(conn: sa.Connection, run: str) -> RecordedRun:
     return RecordedRun(row.run_id, row.jax_version or "", row.backend or "", tuple(row.devices or ()))
 
 
-def recorded_function(conn: sa.Connection, run: str, function_hash: str, qualname: str, module: str) -> RecordedFunction:
+def recorded_function(
+    conn: sa.Connection, run: str, function_hash: str, qualname: str, module: str
+) -> RecordedFunction:
     """The distinct signatures ``run`` traced and compiled for the function (warm-ups
     included, failed and nested traces left out), first compile of each first."""
     found = find_run(conn, run)

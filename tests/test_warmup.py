@@ -1,0 +1,182 @@
+"""cachewatch.warmup: what a run compiled is compiled ahead of the next run's hot path.
+
+Counted against JAX's own compile log, with the thread each compile ran on: after a
+warm-up from the first run's record, the training thread compiles nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+import sqlalchemy as sa
+
+import cachewatch
+from cachewatch.capture import _tracking
+from cachewatch.core.events import Kind
+from cachewatch.store import engine, models, queries
+from cachewatch.store.columns import Filters
+from scenarios import jax_compile_count, jax_compile_log
+
+PROGRAM = Path(__file__).parent / "programs" / "warm_loop.py"
+SIZES = 11
+
+# Runs a program with JAX's compile log on stderr, each line with the thread that compiled.
+LOGGED = (
+    "import logging, runpy, sys; "
+    "logging.basicConfig(format='%(threadName)s|%(message)s'); "
+    "import jax; jax.config.update('jax_log_compiles', True); "
+    "path = sys.argv[1]; sys.argv = sys.argv[1:]; runpy.run_path(path, run_name='__main__')"
+)
+
+
+def run_program(store: str, *args: str) -> tuple[dict, list[tuple[str, str]]]:
+    done = subprocess.run(
+        [sys.executable, "-c", LOGGED, str(PROGRAM), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "CACHEWATCH_STORE": store},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    compiles = [
+        tuple(line.split("|", 1))
+        for line in done.stderr.splitlines()
+        if "|Finished XLA compilation of jit(train_step)" in line
+    ]
+    return json.loads(done.stdout.strip().splitlines()[-1]), compiles  # type: ignore[return-value]
+
+
+def test_a_warmed_run_compiles_nothing_on_its_training_thread(sqlite_url):
+    first, first_compiles = run_program(sqlite_url)
+    assert len(first_compiles) == SIZES and {thread for thread, _ in first_compiles} == {"MainThread"}
+    second, second_compiles = run_program(sqlite_url, "--warmup-from", first["run_id"], "--threads", "2")
+    assert second["compiled"] == SIZES and second["skipped"] == []
+    # Every compile JAX made ran in a warm-up thread: the loop's calls were all cache hits.
+    assert len(second_compiles) == SIZES
+    assert all(thread.startswith("cachewatch-warmup-") for thread, _ in second_compiles), second_compiles
+    with engine.connection(sqlite_url) as conn:
+        e = models.compile_events
+        kinds = conn.execute(
+            sa.select(e.c.kind, e.c.warmup, e.c.call_site).where(e.c.run_id == second["run_id"], e.c.compiled)
+        ).all()
+        report = {r["name"]: r for r in queries.function_report(conn, Filters(run_id=second["run_id"]))}
+    mine = [k for k in kinds if k.call_site and k.call_site.endswith("warm_loop.py:" + str(_warmup_line()))]
+    assert len(mine) == SIZES and all(k.kind == Kind.WARMUP and k.warmup for k in mine)
+    # A warm-up's compiles are compiles, never recompiles.
+    assert report["train_step"]["compiles"] == SIZES and report["train_step"]["recompiles"] == 0
+
+
+def _warmup_line() -> int:
+    return next(i for i, line in enumerate(PROGRAM.read_text().splitlines(), 1) if "cachewatch.warmup(" in line)
+
+
+class Knob:
+    """A static argument whose repr cannot be read back."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    def __hash__(self) -> int:
+        return hash(self.scale)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Knob) and other.scale == self.scale
+
+
+def test_what_cannot_be_rebuilt_is_skipped_with_its_reason(sqlite_url, use_store):
+    use_store(sqlite_url)
+
+    @cachewatch.jit(static_argnums=1)
+    def scaled(x, knob):
+        return x * knob.scale
+
+    @cachewatch.jit(static_argnums=1)
+    def repeated(x, times):
+        return jnp.tile(x, times)
+
+    scaled(jnp.ones(3), Knob(2.0))
+    repeated(jnp.ones(3), 2)
+    repeated(jnp.ones(4), 3)
+    assert cachewatch.flush(30)
+    from cachewatch.record import current
+
+    run = current.run_id()
+    jax.clear_caches()
+    handle = cachewatch.warmup(scaled, from_run=run, background=False)
+    assert handle.compiled == [] and len(handle.skipped) == 1
+    assert "static value knob=" in handle.skipped[0].reason and "cannot be rebuilt" in handle.skipped[0].reason
+    with jax_compile_log() as log:
+        handle = cachewatch.warmup(repeated, from_run=run, background=False, threads=2)
+        assert sorted(handle.compiled) == ["x: float32[3], times=2", "x: float32[4], times=3"]
+        assert jax_compile_count(log, "repeated") == 2
+        repeated(jnp.ones(3), 2)
+        repeated(jnp.ones(4), 3)
+        assert jax_compile_count(log, "repeated") == 2  # both calls were served by the warm-up
+
+
+def test_a_call_racing_its_own_warmup_compiles_once(sqlite_url, use_store):
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def deep(x):
+        for i in range(300):  # long enough to compile that the call arrives during it
+            x = jnp.sin(x) * 0.9 + i
+        return x
+
+    state = deep.__cachewatch_state__
+    with jax_compile_log() as log:
+        handle = cachewatch.warmup(deep, signatures=[(jax.ShapeDtypeStruct((5,), jnp.float32),)])
+        deadline = time.monotonic() + 60
+        while not state.warming and not handle.done() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        deep(jnp.ones(5))  # arrives while the warm-up compiles its signature, or after
+        assert handle.wait(60)
+        assert jax_compile_count(log, "deep") == 1
+    assert handle.compiled == ["x: float32[5]"]
+
+
+def test_bad_input_is_refused_and_compiles_nothing(sqlite_url, use_store):
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def f(x):
+        return x + 1
+
+    f(jnp.ones(2))
+    assert cachewatch.flush(30)
+    from cachewatch.record import current
+
+    run = current.run_id()
+    with pytest.raises(cachewatch.WarmupError, match="no run 'nope'"):
+        cachewatch.warmup(f, from_run="nope")
+    with pytest.raises(cachewatch.WarmupError, match="cachewatch.jit"):
+        cachewatch.warmup(jax.jit(lambda x: x), from_run=run)
+    with pytest.raises(cachewatch.WarmupError, match="one of from_run"):
+        cachewatch.warmup(f)
+    with engine.connection(sqlite_url) as conn:
+        conn.execute(sa.update(models.runs).where(models.runs.c.run_id == run).values(jax_version="0.0.1"))
+    with pytest.raises(cachewatch.WarmupError, match="recorded with JAX 0.0.1"):
+        cachewatch.warmup(f, from_run=run)
+
+
+def test_the_warming_table_is_empty_when_done(sqlite_url, use_store):
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def g(x):
+        return x * 3
+
+    handle = cachewatch.warmup(g, signatures=[(jnp.ones(n),) for n in (2, 3, 4)], threads=3)
+    assert handle.wait(60) and len(handle.compiled) == 3
+    assert g.__cachewatch_state__.warming == {}
+    assert not getattr(_tracking._tls, "ahead", None)  # the calling thread is no warm-up
+    assert threading.current_thread().name == "MainThread"
