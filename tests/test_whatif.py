@@ -29,8 +29,10 @@ from cachewatch.store.whatif import CompileRecord, Leaf, RunEvidence, TimedSigna
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
 
+import serverkit as kit
 from conftest import new_run
 from scenarios import jax_compile_count, jax_compile_log
+from test_dashboard import SCREENSHOTS, Tab, chromium  # noqa: F401 - chromium is a fixture used here
 
 SIZES = (9, 10, 12, 14, 17, 20, 23, 26, 28, 30, 32)
 STEPS = 264
@@ -313,3 +315,53 @@ def test_unknown_names_raise_lookup_errors(storm):
         h = reads.find_function(conn, "storm_step").function_hash
         with pytest.raises(RunNotFound):
             reads.run_of(conn, h, "feedbeef")
+
+
+# ------------------------------------------------------------------ the dashboard, in Chromium
+
+
+@pytest.fixture(scope="module")
+def live(storm):
+    with kit.live_server(create_app(ServerSettings(store=storm[0]))) as server:
+        yield server
+
+
+@pytest.fixture
+def tab(chromium, live):  # noqa: F811 - the fixture imported above
+    context = chromium.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(20000)
+    opened = Tab(page, live.url, SCREENSHOTS / "whatif")
+    try:
+        yield opened
+        opened.assert_clean()
+    finally:
+        context.close()
+
+
+def test_the_function_page_draws_the_ladder_curve(tab, storm):
+    url, run_id = storm
+    with enginemod.connection(url) as conn:
+        h = reads.find_function(conn, "storm_step").function_hash
+        one = reads.find_function(conn, "one_shape").function_hash
+    with TestClient(create_app(ServerSettings(store=url))) as client:
+        auto = client.get(f"/api/v1/functions/{h}/whatif", params={"policy": "auto"}).json()
+    tab.open(f"/functions/{h}?run_id={run_id}")
+    chart = tab.chart("chart-ladder")
+    assert chart["plotly"] and chart["drawn"] >= 1 and chart["alternative"]
+    lines = {t["name"]: t for t in chart["traces"]}
+    assert set(lines) == {"compile seconds", "padded run seconds", "total seconds", "cheapest"}
+    assert lines["total seconds"]["x"] == [len(p["buckets"]) for p in auto["curve"]]
+    assert lines["total seconds"]["y"] == pytest.approx([p["total_seconds"] for p in auto["curve"]])
+    assert lines["cheapest"]["x"] == [len(auto["price"]["buckets"])]
+    rows = tab.page.eval_on_selector_all(
+        "#ladder-curve tbody tr", "rows => rows.map(r => [Number(r.dataset.buckets), Number(r.dataset.compiles)])"
+    )
+    assert rows == [[len(p["buckets"]), p["compiles"]] for p in auto["curve"]]
+    fix = tab.page.locator("#padding-fix")
+    assert fix.get_attribute("data-compiles") == str(auto["price"]["compiles"])
+    assert fix.inner_text().startswith("Pad batch['x'] axis 0 to ")
+    tab.shot("function-storm_step-ladder")
+    # One shape: no padding section at all.
+    tab.open(f"/functions/{one}")
+    assert tab.page.locator("#padding").count() == 0

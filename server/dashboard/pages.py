@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
-from cachewatch.analysis import comparison, diagnosis, fleet, programs
+from cachewatch.analysis import comparison, diagnosis, fleet, programs, whatif
 from cachewatch.core import jaxcompat
 from cachewatch.store.comparison import RunNotFound
 from cachewatch.core.events import OP_BY_OP_MODULE, Cause, Kind
@@ -30,6 +30,7 @@ from cachewatch.store import engine as enginemod
 from cachewatch.store import queries as storequeries
 from ..reads import charts as chartreads
 from cachewatch.store import evidence
+from cachewatch.store import whatif as whatifreads
 from ..reads import listings
 from cachewatch.store.columns import Filters, FunctionReport
 
@@ -392,6 +393,7 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
         )
         storequeries.explain_cache_misses(conn, events)
         program = _program_view(conn, request, function_hash, view)
+        ladder = _ladder_view(conn, function_hash, view)
         stale_total = row["stale_captures"]
         stale = (
             chartreads.events_page(
@@ -409,6 +411,8 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
         charts["causes"] = render.causes_chart(causes)
     if compile_costs:
         charts["histogram"] = render.histogram_chart(compile_costs)
+    if ladder.result is not None and ladder.result.price is not None and ladder.result.curve:
+        charts["ladder"] = render.ladder_chart(ladder.result.curve, ladder.result.price)
     return page(
         request,
         "function.html",
@@ -431,7 +435,35 @@ def function_detail(request: Request, function_hash: str) -> HTMLResponse:
         histogram=render.histogram_table(compile_costs),
         active_storm=any(s["active"] for s in storms),
         program=program,
+        ladder=ladder,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class LadderView:
+    """The function page's padding prices: auto's curve over the view's run, or why there is none."""
+
+    result: whatif.Whatif | None
+    sentence: str | None
+    note: str
+
+
+def _ladder_view(conn: sa.Connection, function_hash: str, view: View) -> LadderView:
+    """What padding the varying axis would buy over the run shown (the function's latest
+    run when the view names none): the cheapest ladder of each number of buckets."""
+    try:
+        function = whatifreads.find_function(conn, function_hash)
+        run_id, run_name = whatifreads.run_of(conn, function_hash, view.filters.run_id)
+        found = whatifreads.evidence(conn, function, run_id, run_name)
+        result = whatif.analyse(found, whatif.Policy("pow2"))
+        if result.nothing_to_pad:
+            return LadderView(None, None, "")
+        if result.run_fit is None:
+            return LadderView(result, whatif.fix_sentence(result), result.run_fit_note)
+        result = whatif.analyse(found, whatif.Policy("auto"))
+    except (LookupError, whatif.WhatifError) as exc:
+        return LadderView(None, None, str(exc.args[0]) if exc.args else "")
+    return LadderView(result, whatif.fix_sentence(result), "")
 
 
 def _program_view(conn, request: Request, function_hash: str, view: View) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import jinja2
 
 from cachewatch.core import events
 from cachewatch.core.events import CAUSES, Cause, short_name
+from cachewatch.analysis.whatif import Price
 from cachewatch.core.figures import seconds_cell, share_text
 
 from ..reads.charts import CompilesOverTime, TimelinePoint
@@ -45,6 +46,7 @@ CAUSE_COLORS: dict[str, str] = {cause: _PALETTE.get(cause, _FALLBACK) for cause 
 # Charts that are not about causes use slate blues, so no bar is read as a cause.
 COMPILE_COLOR = "#2B3A4A"
 RUN_COLOR = "#6A88A6"
+TOTAL_COLOR = "#B4462C"
 
 CAUSE_HELP: dict[str, str] = {
     Cause.FIRST_CALL: "first trace of this function in this run",
@@ -356,6 +358,47 @@ def histogram_chart(seconds: list[float]) -> dict[str, Any]:
     ]
     # No bin holds more compiles than there are.
     layout = _layout(bargap=0.04, xaxis=_axis("seconds per compile"), yaxis=_count_axis("compiles", len(seconds)))
+    return {"data": data, "layout": layout}
+
+
+def ladder_chart(curve: Sequence[Price], chosen: Price) -> dict[str, Any]:
+    """Lines over the number of buckets a padding ladder has: compile seconds (falling),
+    padded run seconds (rising) and their sum, with the cheapest ladder marked."""
+    x = [len(p.buckets) for p in curve]
+    labels = [", ".join(str(b) for b in p.buckets) for p in curve]
+    lines = (
+        ("compile seconds", [p.compile_seconds for p in curve], COMPILE_COLOR, "dot"),
+        ("padded run seconds", [p.padded_run_seconds or 0.0 for p in curve], RUN_COLOR, "dash"),
+        ("total seconds", [p.total_seconds or 0.0 for p in curve], TOTAL_COLOR, "solid"),
+    )
+    data: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": name,
+            "x": x,
+            "y": ys,
+            "customdata": labels,
+            "line": {"color": color, "dash": dash, "width": 2},
+            "hovertemplate": f"%{{y:.3f}} s {name}<extra>buckets %{{customdata}}</extra>",
+        }
+        for name, ys, color, dash in lines
+    ]
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "cheapest",
+            "x": [len(chosen.buckets)],
+            "y": [chosen.total_seconds or 0.0],
+            "marker": {"color": TOTAL_COLOR, "size": 14, "symbol": "star"},
+            "hovertemplate": "cheapest: %{y:.3f} s in total<extra></extra>",
+        }
+    )
+    layout = _layout(
+        xaxis=_count_axis("buckets in the ladder", max(x, default=1)),
+        yaxis=_axis("seconds over the run", rangemode="tozero"),
+    )
     return {"data": data, "layout": layout}
 
 
