@@ -1,0 +1,289 @@
+"""What the store knows of JAX's caches: every compile that left an executable, the call
+statistics that say how often each was used, the releases of executables, and which
+function wrote each persistent-cache entry. ``cachewatch.analysis.cache`` turns these
+into entries (variants), live counts over time and the persistent cache's audit.
+
+    with engine.connect() as conn:
+        records = read_cache(conn, Filters(run_id=run), function_hashes=None)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import sqlalchemy as sa
+
+from ..core.events import Kind, PersistentCache
+from . import models
+from .columns import Filters, cost_expr
+
+_CHUNK = 500  # values in one IN (...): well under SQLite's and PostgreSQL's limits
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRecord:
+    """One compile that left an executable in a jit's cache."""
+
+    event_id: str
+    run_id: str
+    function_hash: str
+    timestamp: float
+    kind: str
+    cause: str
+    warmup: bool
+    signature_hash: str
+    device: str | None
+    seconds: float  # trace + lowering + XLA compile
+    memory: dict[str, int] | None
+    host_bytes: int | None
+    host_bytes_before: int | None
+    peak_host_bytes: int | None
+    persistent_cache: str | None
+    persistent_cache_reason: str | None
+    persistent_cache_key: str | None
+    cache_time_saved_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StatsRecord:
+    """One call-statistics row: calls of the function (on its first row of a flush), the
+    calls its samples stand for (``weight``) for one signature, or a release."""
+
+    run_id: str
+    function_hash: str
+    timestamp: float
+    calls: int
+    signature_hash: str
+    sampled_calls: int
+    sampled_seconds: float
+    weight: int
+    sample_every: int | None
+    released_by: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionName:
+    function_hash: str
+    name: str
+    qualname: str
+    module: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    run_id: str
+    run_name: str
+    started_at: float
+    host: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class CacheRecords:
+    compiles: tuple[CompiledRecord, ...]
+    stats: tuple[StatsRecord, ...]
+    functions: dict[str, FunctionName]
+    runs: dict[str, RunRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class EntryOrigin:
+    """Who wrote a persistent-cache entry, as the store saw it, and how often it was read."""
+
+    key: str
+    function_hash: str
+    name: str
+    run_id: str
+    written_at: float
+    hits: int
+
+
+def _weight(buckets: Any) -> int:
+    if not isinstance(buckets, dict):
+        return 0
+    total = 0
+    for value in buckets.values():
+        if isinstance(value, (list, tuple)) and len(value) == 2:
+            total += int(value[1] or 0)
+    return total
+
+
+def cache_functions(
+    conn: sa.Connection, filters: Filters, function_hashes: Sequence[str] | None = None
+) -> list[tuple[str, str, float]]:
+    """(run_id, function_hash, first compile) of every function that compiled under the
+    filters, newest run first: what a page of the cache is cut from."""
+    e, r = models.compile_events, models.runs
+    q = filters.apply(
+        e,
+        sa.select(e.c.run_id, e.c.function_hash, sa.func.min(e.c.timestamp).label("first")).where(
+            e.c.compiled, e.c.kind != Kind.STALE_CAPTURE
+        ),
+    )
+    if function_hashes is not None:
+        q = q.where(e.c.function_hash.in_(list(function_hashes)))
+    q = q.group_by(e.c.run_id, e.c.function_hash)
+    rows = conn.execute(q).all()
+    started = {
+        row.run_id: row.started_at
+        for row in conn.execute(sa.select(r.c.run_id, r.c.started_at).where(r.c.run_id.in_({x.run_id for x in rows})))
+    }
+    return sorted(
+        ((row.run_id, row.function_hash, float(row.first)) for row in rows),
+        key=lambda t: (-started.get(t[0], 0.0), t[0], t[2], t[1]),
+    )
+
+
+def read_cache(conn: sa.Connection, filters: Filters, pairs: Iterable[tuple[str, str]] | None = None) -> CacheRecords:
+    """The compiles, statistics, names and runs of the given (run_id, function_hash) pairs
+    (every pair under the filters when None)."""
+    if pairs is None:
+        pairs = [(run, fn) for run, fn, _ in cache_functions(conn, filters)]
+    wanted = set(pairs)
+    runs_wanted = sorted({run for run, _ in wanted})
+    fns_wanted = sorted({fn for _, fn in wanted})
+    e, s, f, r = models.compile_events, models.call_stats, models.functions, models.runs
+    compiles: list[CompiledRecord] = []
+    stats: list[StatsRecord] = []
+    for start in range(0, len(fns_wanted), _CHUNK):
+        chunk = fns_wanted[start : start + _CHUNK]
+        q = sa.select(
+            e.c.event_id,
+            e.c.run_id,
+            e.c.function_hash,
+            e.c.timestamp,
+            e.c.kind,
+            e.c.cause,
+            e.c.warmup,
+            e.c.signature_hash,
+            e.c.device,
+            cost_expr(e).label("seconds"),
+            e.c.memory,
+            e.c.host_bytes,
+            e.c.host_bytes_before,
+            e.c.peak_host_bytes,
+            e.c.persistent_cache,
+            e.c.persistent_cache_reason,
+            e.c.persistent_cache_key,
+            e.c.cache_time_saved_seconds,
+        ).where(e.c.function_hash.in_(chunk), e.c.run_id.in_(runs_wanted), e.c.compiled, e.c.kind != Kind.STALE_CAPTURE)
+        q = Filters(since=filters.since, until=filters.until).apply(e, q)
+        for row in conn.execute(q):
+            if (row.run_id, row.function_hash) in wanted:
+                compiles.append(
+                    CompiledRecord(
+                        row.event_id,
+                        row.run_id,
+                        row.function_hash,
+                        float(row.timestamp),
+                        row.kind,
+                        row.cause,
+                        bool(row.warmup),
+                        row.signature_hash or "",
+                        row.device,
+                        float(row.seconds or 0.0),
+                        row.memory if isinstance(row.memory, dict) else None,
+                        row.host_bytes,
+                        row.host_bytes_before,
+                        row.peak_host_bytes,
+                        row.persistent_cache,
+                        row.persistent_cache_reason,
+                        row.persistent_cache_key,
+                        row.cache_time_saved_seconds,
+                    )
+                )
+        # Statistics after the filter's start count (hits of executables made before it
+        # are not shown, their executables being outside the filter).
+        sq = sa.select(
+            s.c.run_id,
+            s.c.function_hash,
+            s.c.timestamp,
+            s.c.calls,
+            s.c.signature_hash,
+            s.c.sampled_calls,
+            s.c.sampled_seconds,
+            s.c.run_buckets,
+            s.c.sample_every,
+            s.c.released_by,
+        ).where(s.c.function_hash.in_(chunk), s.c.run_id.in_(runs_wanted))
+        if filters.since is not None:
+            sq = sq.where(s.c.timestamp >= filters.since)
+        for row in conn.execute(sq):
+            if (row.run_id, row.function_hash) in wanted:
+                stats.append(
+                    StatsRecord(
+                        row.run_id,
+                        row.function_hash,
+                        float(row.timestamp),
+                        int(row.calls or 0),
+                        row.signature_hash or "",
+                        int(row.sampled_calls or 0),
+                        float(row.sampled_seconds or 0.0),
+                        _weight(row.run_buckets),
+                        row.sample_every,
+                        row.released_by,
+                    )
+                )
+    functions = {
+        row.function_hash: FunctionName(row.function_hash, row.name, row.qualname, row.module or "")
+        for start in range(0, len(fns_wanted), _CHUNK)
+        for row in conn.execute(
+            sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module).where(
+                f.c.function_hash.in_(fns_wanted[start : start + _CHUNK])
+            )
+        )
+    }
+    runs = {
+        row.run_id: RunRecord(row.run_id, row.run_name or "", float(row.started_at), row.host or "", int(row.pid or 0))
+        for row in conn.execute(
+            sa.select(r.c.run_id, r.c.run_name, r.c.started_at, r.c.host, r.c.pid).where(r.c.run_id.in_(runs_wanted))
+        )
+    }
+    compiles.sort(key=lambda c: (c.timestamp, c.event_id))
+    stats.sort(key=lambda x: x.timestamp)
+    return CacheRecords(tuple(compiles), tuple(stats), functions, runs)
+
+
+def latest_run(conn: sa.Connection) -> str | None:
+    """The newest run that compiled anything (what ``cachewatch cache`` shows by default)."""
+    r, e = models.runs, models.compile_events
+    row = conn.execute(
+        sa.select(r.c.run_id)
+        .where(sa.exists(sa.select(e.c.id).where(e.c.run_id == r.c.run_id, e.c.compiled)))
+        .order_by(r.c.started_at.desc())
+        .limit(1)
+    ).first()
+    return row.run_id if row is not None else None
+
+
+def entry_origins(conn: sa.Connection, keys: Sequence[str]) -> dict[str, EntryOrigin]:
+    """Per persistent-cache key: the compile that wrote it (the earliest seen writing it,
+    else the earliest that asked for it) and how many compiles read it (hits)."""
+    e, f = models.compile_events, models.functions
+    out: dict[str, EntryOrigin] = {}
+    hits: dict[str, int] = {}
+    keys = sorted(set(keys))
+    for start in range(0, len(keys), _CHUNK):
+        chunk = keys[start : start + _CHUNK]
+        q = (
+            sa.select(
+                e.c.persistent_cache_key, e.c.persistent_cache, e.c.function_hash, f.c.name, e.c.run_id, e.c.timestamp
+            )
+            .join(f, f.c.function_hash == e.c.function_hash)
+            .where(e.c.persistent_cache_key.in_(chunk))
+            .order_by(e.c.timestamp)
+        )
+        for row in conn.execute(q):
+            key = row.persistent_cache_key
+            if row.persistent_cache == PersistentCache.HIT:
+                hits[key] = hits.get(key, 0) + 1
+            known = out.get(key)
+            if known is None or (row.persistent_cache == PersistentCache.WRITTEN and known.hits < 0):
+                # hits < 0 marks an origin that is not a write: a later write replaces it.
+                origin_hits = 0 if row.persistent_cache == PersistentCache.WRITTEN else -1
+                out[key] = EntryOrigin(key, row.function_hash, row.name, row.run_id, float(row.timestamp), origin_hits)
+    return {
+        key: EntryOrigin(o.key, o.function_hash, o.name, o.run_id, o.written_at, hits.get(key, 0))
+        for key, o in out.items()
+    }
