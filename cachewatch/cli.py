@@ -10,6 +10,7 @@ cachewatch db prune [--store URL] (--older-than AGE | --keep-runs N) [--texts-on
 cachewatch serve [--store URL] [--host H] [--port P] [--workers N]
 cachewatch run [--store URL] [--run-name N] [--max-compiles N] [--fail-on-storm] (script.py | -m module) ARGS...
 cachewatch compare BASELINE_RUN [RUN] [--max-extra-compiles N] [--max-compile-time-ratio R] [--format table|json]
+cachewatch cache [--store URL] [--run RUN] [--function NAME] [--cache-dir DIR] [--format table|json]
 cachewatch whatif FUNCTION [--run RUN] [--pad pow2|multiple:K|ladder:A,B,C|auto[:N]] [--axis ARG:AXIS] [--format table|json]
 """
 
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_compare(sub)
     _add_whatif(sub)
+    _add_cache(sub)
     return parser
 
 
@@ -281,6 +283,56 @@ def _whatif(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_cache(sub: Any) -> None:
+    cache = sub.add_parser(
+        "cache",
+        help="JAX's caches: executables per function and variant, their calls and memory, the persistent cache",
+        description="Per function and compiled variant of RUN (default: the latest run): when each executable was "
+        "made, the calls it served, its memory, when it was released and by what; the variants never called "
+        "again; what the persistent compilation cache did; and its directory audited (--cache-dir, default "
+        "CACHEWATCH_PERSISTENT_CACHE_DIR or JAX_COMPILATION_CACHE_DIR).",
+    )
+    _add_store(cache)
+    cache.add_argument("--run", dest="run_id", help="run id, id prefix or run name (default: the latest)")
+    cache.add_argument("--function", help="function name, qualified name or hash prefix")
+    cache.add_argument("--cache-dir", help="the persistent compilation cache directory to audit")
+    cache.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from .analysis import cache as analysis
+    from .store import cache as reads
+    from .store import columns, queries
+    from .store import engine as enginemod
+    from .store.variants import UnknownRun, find_run
+
+    cache_dir = (
+        args.cache_dir or configmod.resolve().persistent_cache_dir or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    )
+    with enginemod.connection(_store_url(args)) as conn:
+        try:
+            run_id = find_run(conn, args.run_id).run_id if args.run_id else reads.latest_run(conn)
+        except UnknownRun as exc:
+            print(f"cachewatch cache: {exc.args[0]}", file=sys.stderr)
+            return 2
+        hashes = queries.find_functions(conn, args.function) if args.function else None
+        if args.function and not hashes:
+            print(f"cachewatch cache: no function {args.function!r} in the store", file=sys.stderr)
+            return 2
+        filters = columns.Filters(run_id=run_id)
+        pairs = [(r, f) for r, f, _ in reads.cache_functions(conn, filters, hashes)] if run_id else []
+        report = analysis.cache_report(reads.read_cache(conn, filters, pairs))
+        audit = analysis.audit_directory(cache_dir, lambda keys: reads.entry_origins(conn, keys)) if cache_dir else None
+    note = None if cache_dir else "No persistent cache directory to audit (--cache-dir)."
+    if args.format == "json":
+        print(json.dumps({**report.as_dict(), "directory": audit.as_dict() if audit else None}, indent=2))
+    else:
+        print(_here(analysis.text(report, audit, note)))
+    if audit is not None and not audit.readable:
+        print(f"cachewatch cache: {audit.problems[0]}", file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -336,6 +388,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _compare(args)
         if args.command == "whatif":
             return _whatif(args)
+        if args.command == "cache":
+            return _cache(args)
         if args.command == "settings":
             print(configmod.describe())
             return 0
