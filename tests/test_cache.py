@@ -1,0 +1,364 @@
+"""JAX's caches as a cache: executables per function and variant, their hits, memory and
+releases; the host memory a compile needs; the persistent compilation cache per compile
+and its directory audited."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+from fastapi.testclient import TestClient
+
+import cachewatch
+from cachewatch.analysis import cache as analysis
+from cachewatch.core.events import Batch, CallStats, CompileEvent, FunctionInfo, RunInfo, new_event_id
+from cachewatch.record import current
+from cachewatch.store import cache as reads
+from cachewatch.store import columns
+from cachewatch.store import engine as enginemod
+from cachewatch.store.sinks import SqlSink
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
+
+
+def report_of(url: str, function: str | None = None) -> analysis.CacheReport:
+    cachewatch.flush(30)
+    with enginemod.connection(url) as conn:
+        filters = columns.Filters(run_id=current.run_id())
+        pairs = [(r, f) for r, f, _ in reads.cache_functions(conn, filters)]
+        report = analysis.cache_report(reads.read_cache(conn, filters, pairs))
+    if function is not None:
+        return analysis.CacheReport(tuple(fn for fn in report.functions if fn.name == function), report.persistent)
+    return report
+
+
+def test_storm_leaves_live_executables_whose_memory_grows_until_clear_caches(sqlite_url, use_store):
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def storm_step(x):
+        return (x * 2.0).sum(axis=0) + x.mean()
+
+    for n in range(1, 41):
+        storm_step(jnp.ones((n, 8)))
+    (fn,) = report_of(sqlite_url, "storm_step").functions
+    assert len(fn.variants) == 40 and fn.live == 40 and fn.peak_live == 40
+    # Every variant has XLA's figures; the executables' memory grows with each one kept.
+    assert all(v.memory is not None for v in fn.variants)
+    sizes = [p.bytes for p in fn.timeline]
+    assert [p.live for p in fn.timeline] == list(range(1, 41))
+    assert all(b > a for a, b in zip(sizes, sizes[1:]))
+
+    jax.clear_caches()
+    (fn,) = report_of(sqlite_url, "storm_step").functions
+    assert fn.live == 0 and fn.live_bytes == 0 and fn.peak_live == 40
+    assert {v.released_by for v in fn.variants} == {"jax.clear_caches()"}
+    assert fn.timeline[-1].live == 0
+    assert "jax.clear_caches()" in analysis.text(report_of(sqlite_url))
+
+
+def test_a_variant_compiled_for_one_call_is_named(sqlite_url, use_store):
+    use_store(sqlite_url, sample_every=3, sample_max_per_second=1e9)
+
+    @cachewatch.jit
+    def once_step(x):
+        return x + 1
+
+    for _ in range(12):
+        once_step(jnp.ones(8))
+    once_step(jnp.ones(9))  # compiled for this call, never used again
+    for _ in range(12):
+        once_step(jnp.ones(8))
+    report = report_of(sqlite_url, "once_step")
+    (never,) = report.never_hit
+    assert never.signature_hash and never.calls == 0 and never.compile_seconds > 0
+    (fn,) = report.functions
+    kept = [v for v in fn.variants if v is not never]
+    assert kept[0].calls and kept[0].calls > 15
+    text = analysis.text(report)
+    assert "never called again (1" in text and "once_step  signature " + never.signature_hash[:12] in text
+
+
+@pytest.mark.parametrize("how", ["jit", "install"])
+def test_calls_per_variant_match_the_programs_own_counts(sqlite_url, use_store, how):
+    use_store(sqlite_url, sample_every=3, sample_max_per_second=1e9)
+
+    def counted_step(x):
+        return x * 3
+
+    if how == "install":
+        cachewatch.install()
+        try:
+            step = jax.jit(counted_step)
+        finally:
+            cachewatch.uninstall()
+    else:
+        step = cachewatch.jit(counted_step)
+    plan = [(4, 30), (5, 50), (6, 1), (4, 20), (5, 7)]
+    expected_hits = {4: 30 + 20 - 1, 5: 50 + 7 - 1, 6: 0}
+    for n, calls in plan:
+        for _ in range(calls):
+            step(jnp.ones(n))
+
+    def exact_step(x):
+        return x - 1
+
+    exact = cachewatch.jit(exact_step)
+    for _ in range(25):
+        exact(jnp.ones(3))
+
+    report = report_of(sqlite_url)
+    (fn,) = [f for f in report.functions if f.name == "counted_step"]
+    assert fn.calls_counted == "sampled" and len(fn.variants) == 3
+    got = {v.created_at: v for v in fn.variants}
+    ordered = [got[t] for t in sorted(got)]  # compiled in the order 4, 5, 6
+    for v, n in zip(ordered, (4, 5, 6)):
+        assert not v.calls_exact
+        assert v.calls is not None and abs(v.calls - expected_hits[n]) <= max(1, 0.1 * expected_hits[n]), (n, v.calls)
+    (one,) = [f for f in report.functions if f.name == "exact_step"]
+    (variant,) = one.variants
+    assert one.calls_counted == "exact" and variant.calls_exact and variant.calls == 24
+
+
+def test_cache_command_table_json_and_bad_directory(sqlite_url, use_store, tmp_path):
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def shown_step(x):
+        return x * 5
+
+    shown_step(jnp.ones(3))
+    cachewatch.flush(30)
+    cache_dir = tmp_path / "jaxcache"
+    cache_dir.mkdir()
+    (cache_dir / "notes.txt").write_text("mine")
+    (cache_dir / "jit_shown_step-0123abcd-cache").write_bytes(b"")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    base = [sys.executable, "-m", "cachewatch", "cache", "--store", sqlite_url, "--run", current.run_id()]
+    out = subprocess.run([*base, "--cache-dir", str(cache_dir)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "shown_step" in out.stdout and "notes.txt" in out.stdout and "corrupt entry" in out.stdout
+    out = subprocess.run(
+        [*base, "--function", "shown_step", "--format", "json", "--cache-dir", str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0
+    data = json.loads(out.stdout)
+    assert [fn["name"] for fn in data["functions"]] == ["shown_step"]
+    assert data["functions"][0]["variants"][0]["persistent_cache"] in ("off", "hit", "written", "not_written")
+    assert data["directory"]["readable"] is False
+    assert "cannot read the cache directory" in out.stderr
+    bad = subprocess.run([*base[:-2], "--run", "nosuchrun"], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "no run" in bad.stderr
+
+
+PERSISTENT_WORKER = textwrap.dedent(
+    """
+    import sys
+    import jax, jax.numpy as jnp
+    import cachewatch
+
+    store, cache_dir, later_min = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    cachewatch.configure(store=store, persistent_cache_dir=cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+    @cachewatch.jit
+    def kept_step(x):
+        return jnp.sin(x) * 2 + 1
+
+    kept_step(jnp.ones(8))
+    kept_step(jnp.ones(16))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", later_min)
+    kept_step(jnp.ones(24 if later_min else 8))
+    assert cachewatch.flush(30)
+    """
+)
+
+
+def test_persistent_cache_per_compile_across_two_runs(tmp_path):
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    worker = tmp_path / "worker.py"
+    worker.write_text(PERSISTENT_WORKER)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("CACHEWATCH_RAISE_INTERNAL_ERRORS", None)
+    for later_min in ("0", "1000000"):
+        proc = subprocess.run(
+            [sys.executable, str(worker), store, str(tmp_path / "cache"), later_min],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert proc.returncode == 0, proc.stderr
+    with enginemod.connection(store) as conn:
+        runs = [r for r, _, _ in reads.cache_functions(conn, columns.Filters())]
+        records = reads.read_cache(conn, columns.Filters())
+        report = analysis.cache_report(records)
+        audit = analysis.audit_directory(str(tmp_path / "cache"), lambda keys: reads.entry_origins(conn, keys))
+    second, first = runs[0], runs[-1]
+    kept = [c for c in records.compiles if records.functions[c.function_hash].name == "kept_step"]
+    first_run = [(c.persistent_cache, c.persistent_cache_reason) for c in kept if c.run_id == first]
+    second_run = [(c.persistent_cache, c.persistent_cache_reason) for c in kept if c.run_id == second]
+    assert first_run == [("written", None), ("written", None)]
+    assert second_run == [("hit", None), ("hit", None), ("not_written", "min_compile_time")]
+    keys = {c.persistent_cache_key for c in kept if c.run_id == first}
+    assert all(k and k.startswith("jit_kept_step-") for k in keys)
+    assert {c.persistent_cache_key for c in kept if c.persistent_cache == "hit"} == keys
+    by_run = {p.run_id: p for p in report.persistent}
+    assert by_run[second].results["hit"] >= 2 and set(by_run[second].not_written) == {"min_compile_time"}
+    assert by_run[first].results.get("hit", 0) == 0 and by_run[second].hit_rate
+    # The directory: both of kept_step's entries, written by it and read in the second run.
+    entries = {e.key: e for e in audit.entries}
+    assert keys <= set(entries)
+    assert all(entries[k].function == "kept_step" and entries[k].hits == 1 for k in keys)
+
+
+PEAK_WORKER = textwrap.dedent(
+    """
+    import json, os, sys, threading, time
+    import numpy as np
+    import jax, jax.numpy as jnp
+    import cachewatch
+
+    cachewatch.configure(store=sys.argv[1])
+    fd = os.open("/proc/self/statm", os.O_RDONLY)
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss():
+        return int(os.pread(fd, 128, 0).split()[1]) * page
+
+    constant = np.random.default_rng(0).random(30_000_000, dtype=np.float32)  # 120 MB, baked in
+
+    @cachewatch.jit
+    def heavy_compile(x):
+        return x + jnp.asarray(constant) * 2 + 1
+
+    x = jnp.ones(30_000_000, jnp.float32)
+    seen = {"peak": 0}
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            seen["peak"] = max(seen["peak"], rss())
+            time.sleep(0.0005)
+
+    before = rss()
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    heavy_compile(x).block_until_ready()
+    done.set()
+    sampler.join()
+    assert cachewatch.flush(60)
+    print(json.dumps({"before": before, "peak": seen["peak"]}))
+    """
+)
+
+
+def test_peak_host_memory_of_a_compile_against_an_independent_sampler(tmp_path):
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    worker = tmp_path / "peak.py"
+    worker.write_text(PEAK_WORKER)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("CACHEWATCH_RAISE_INTERNAL_ERRORS", None)
+    proc = subprocess.run([sys.executable, str(worker), store], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    sampled = json.loads(proc.stdout.strip().splitlines()[-1])
+    with enginemod.connection(store) as conn:
+        records = reads.read_cache(conn, columns.Filters())
+    (compile_,) = [c for c in records.compiles if records.functions[c.function_hash].name == "heavy_compile"]
+    assert compile_.peak_host_bytes is not None and compile_.host_bytes_before is not None
+    # The compile needed well over 200 MB more than the process held before it ...
+    assert compile_.peak_host_bytes - compile_.host_bytes_before >= 200e6
+    assert sampled["peak"] - sampled["before"] >= 200e6
+    # ... and the high-water mark agrees with the sampler's peak within 20%.
+    assert abs(compile_.peak_host_bytes - sampled["peak"]) <= 0.2 * sampled["peak"]
+
+
+def _batch(run_id: str) -> Batch:
+    info = FunctionInfo("f" * 20, "stored_step", "stored_step", "mod", "mod.py", 1)
+    run = RunInfo(run_id, "r", "host", 1, 1.8e9, "0", "0", "cpu", ("cpu:0",), "3.11")
+    event = CompileEvent(
+        event_id=new_event_id(),
+        function=info,
+        run_id=run_id,
+        timestamp=1.8e9 + 1,
+        kind="trace",
+        cause="first_call",
+        explanation="",
+        diff=(),
+        signature=(),
+        signature_hash="s1",
+        compiled=True,
+        nested=False,
+        compile_seconds=0.5,
+        memory={"generated_code": 10, "argument": 20, "output": 30, "temp": 40},
+        host_bytes=-4096,
+        host_bytes_before=10_000_000,
+        peak_host_bytes=300_000_000,
+        persistent_cache="not_written",
+        persistent_cache_reason="min_compile_time",
+        persistent_cache_key="jit_stored_step-abc",
+    )
+    stats = [
+        CallStats(run_id, info, 1.8e9 + 2, 5, 0, 0.0, sample_every=100),
+        CallStats(run_id, info, 1.8e9 + 3, 0, 0, 0.0, released_by="clear_cache()"),
+    ]
+    return Batch(run, [event], stats)
+
+
+@pytest.mark.parametrize("writer", ["library", "service"])
+def test_new_fields_through_both_writers(store_url, writer):
+    run_id = "a" * 32
+    batch = _batch(run_id)
+    if writer == "library":
+        enginemod.upgrade(store_url)
+        SqlSink(store_url).write(batch)
+    else:
+        with TestClient(create_app(ServerSettings(store=store_url))) as client:
+            response = client.post("/api/v1/events", json=batch.to_wire())
+            assert response.status_code == 200, response.text
+    with enginemod.connection(store_url) as conn:
+        report = analysis.cache_report(reads.read_cache(conn, columns.Filters(run_id=run_id)))
+    (fn,) = report.functions
+    (v,) = fn.variants
+    assert (v.host_bytes, v.peak_host_bytes) == (-4096, 300_000_000)
+    assert (v.persistent_cache, v.persistent_cache_reason, v.persistent_cache_key) == (
+        "not_written",
+        "min_compile_time",
+        "jit_stored_step-abc",
+    )
+    assert v.calls == 4 and v.calls_exact and v.released_by == "clear_cache()" and fn.live == 0
+    assert v.executable_bytes == 100
+
+
+def test_service_refuses_an_unknown_persistent_cache_result(sqlite_url):
+    wire = _batch("b" * 32).to_wire()
+    wire["events"][0]["persistent_cache"] = "maybe"
+    with TestClient(create_app(ServerSettings(store=sqlite_url))) as client:
+        response = client.post("/api/v1/events", json=wire)
+    assert response.status_code == 422 and "persistent_cache" in response.text
+
+
+def test_audit_names_foreign_files_and_corrupt_entries_and_changes_nothing(tmp_path):
+    (tmp_path / "jit_a-00ff-cache").write_bytes(b"x" * 10)
+    (tmp_path / "jit_a-00ff-atime").write_bytes(b"1")
+    (tmp_path / "jit_b-11ee-cache").write_bytes(b"")
+    (tmp_path / "stray.bin").write_bytes(b"??")
+    before = sorted(os.listdir(tmp_path))
+    audit = analysis.audit_directory(str(tmp_path), lambda keys: {})
+    assert sorted(os.listdir(tmp_path)) == before
+    assert {e.key for e in audit.entries} == {"jit_a-00ff", "jit_b-11ee"}
+    assert audit.foreign == ("stray.bin",) and audit.total_bytes == 10
+    assert any("corrupt entry jit_b-11ee-cache" in line for line in audit.problems)
+    unreadable = analysis.audit_directory(str(tmp_path / "nope"), lambda keys: {})
+    assert not unreadable.readable and "cannot read the cache directory" in unreadable.problems[0]
