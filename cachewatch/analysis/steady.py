@@ -8,7 +8,8 @@ that shows the program doing its work again:
 
 - a jit compiled again because it was made afresh (``new_function_object``,
   ``cache_cleared``) from a line of user code that compiled it before: the code that
-  creates it ran again (a primitive run op by op is not such a jit);
+  creates it ran again (a primitive run op by op, or one of JAX's own jits that JAX
+  lowers afresh under an eager transformation, is not such a jit);
 - a function compiled again from a line of user code that compiled it before, after
   another line compiled in between: the program came back to that line (a loop).
 
@@ -62,8 +63,9 @@ def steady_since(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float
 def warmup_end(rows: Iterable[Any]) -> float | None:
     """The timestamp of the first compile (``timestamp``, ``function_hash``, ``cause``,
     ``call_site``, ``module``, in time order) that shows the program doing its work again,
-    or None. A primitive run op by op under an eager transformation is lowered from a new
-    jaxpr within one call (``new_function_object`` in a model's set-up): no sign of a loop."""
+    or None. A primitive run op by op or one of JAX's own jits under an eager
+    transformation is lowered from a new jaxpr within one call (``new_function_object``
+    in a model's set-up): no sign of a loop."""
     compiled_at: dict[tuple[str, str], int] = {}  # (call site, function) -> index of its last visit
     visit = 0
     last_site: str | None = None
@@ -76,11 +78,18 @@ def warmup_end(rows: Iterable[Any]) -> float | None:
             continue
         key = (site, row.function_hash)
         before = compiled_at.get(key)
-        remade = row.cause in _REMADE and getattr(row, "module", "") != OP_BY_OP_MODULE
+        remade = row.cause in _REMADE and _made_by_user_or_library(getattr(row, "module", ""))
         if before is not None and (remade or before < visit):
             return float(row.timestamp)
         compiled_at[key] = visit
     return None
+
+
+def _made_by_user_or_library(module: str) -> bool:
+    """A jit that the user's code or a library makes: not a primitive run op by op, nor one
+    of JAX's own jits, which JAX lowers afresh under an eager transformation within one
+    call (a sampler's set-up)."""
+    return module != OP_BY_OP_MODULE and module.split(".", 1)[0] not in ("jax", "jaxlib")
 
 
 def recompiles(conn: sa.Connection, filters: Filters, function_hashes: list[str] | None = None) -> list[Recompile]:
@@ -157,18 +166,25 @@ def work(conn: sa.Connection, run_ids: Iterable[str]) -> Work:
     if not wanted:
         return found
     e, s = models.compile_events, models.call_stats
-    compiles: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
-    q = sa.select(e.c.run_id, e.c.function_hash, e.c.timestamp, cost_expr(e).label("seconds")).where(
-        e.c.run_id.in_(wanted), e.c.compiled
-    )
-    for row in conn.execute(q):
-        compiles[(row.run_id, row.function_hash)].append(float(row.timestamp))
-        end = float(row.timestamp) + float(row.seconds or 0.0)
-        found.last[row.run_id] = max(found.last.get(row.run_id, 0.0), end)
+    ends = sa.select(e.c.run_id, sa.func.max(e.c.timestamp + cost_expr(e))).where(e.c.run_id.in_(wanted), e.c.compiled)
+    for run_id, last in conn.execute(ends.group_by(e.c.run_id)):
+        if last is not None:
+            found.last[run_id] = float(last)
     flushed = sa.select(s.c.run_id, s.c.function_hash, s.c.timestamp, sa.func.sum(s.c.calls).label("calls"))
     flushed = flushed.where(s.c.run_id.in_(wanted)).group_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
+    stats = conn.execute(flushed.order_by(s.c.run_id, s.c.function_hash, s.c.timestamp)).all()
+    # Only functions with call statistics (the jits cachewatch counts calls of) need their
+    # compiles' times, to tell the calls that compiled from those the cache served.
+    compiles: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    counted = list({row.function_hash for row in stats})
+    if counted:
+        q = sa.select(e.c.run_id, e.c.function_hash, e.c.timestamp).where(
+            e.c.run_id.in_(wanted), e.c.compiled, e.c.function_hash.in_(counted)
+        )
+        for compile_row in conn.execute(q):
+            compiles[(compile_row.run_id, compile_row.function_hash)].append(float(compile_row.timestamp))
     previous: dict[tuple[str, str], float] = {}
-    for row in conn.execute(flushed.order_by(s.c.run_id, s.c.function_hash, s.c.timestamp)):
+    for row in stats:
         key = (row.run_id, row.function_hash)
         stamp = float(row.timestamp)
         start = previous.get(key, float("-inf"))

@@ -140,13 +140,14 @@ _visit_site = ""
 def note_compile(function_hash: str, cause: str, call_site: str | None, remade_jit: bool) -> None:
     """Any compile (a library's jit, JAX's own, a primitive run op by op), before its
     warm-up flag is read: warm-up also ends when the program is seen repeating its work
-    with no jit of the user's to show it. ``remade_jit``: a jit (not a primitive) compiled
-    again because it was made afresh or its cache cleared. It ends warm-up when that jit
-    was compiled from the same line before (the code that makes it ran again), and so does
-    a function compiled again from a line that compiled it before, after another line
-    compiled in between (the loop came back to it). The store's readers judge warm-up by
-    the same rule (cachewatch.analysis.steady), for events recorded before capture calls
-    this."""
+    with no jit of the user's to show it. ``remade_jit``: a jit of the user's or of a
+    library (not a primitive, nor one of JAX's own jits, which JAX lowers afresh under an
+    eager transformation within one call) compiled again because it was made afresh or
+    its cache cleared. That ends warm-up when the jit was compiled from the same line
+    before (the code that makes it ran again), and so does a function compiled again from
+    a line that compiled it before, after another line compiled in between (the loop came
+    back to it). The store's readers judge warm-up by the same rule
+    (cachewatch.analysis.steady), for events recorded before capture calls this."""
     global _visit_number, _visit_site
     if _steady_since is not None or not call_site:
         return
