@@ -11,12 +11,15 @@ The run's signatures are read from the store the process records to; compiling t
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any, Sequence
 
 import jax
 
 from .capture import warmup as engine
-from .capture.jit import is_watched
+from .capture.identity import call_site
+from .capture.jit import is_watched, on_watched
 from .explain import signature as sigmod
 from .record import current
 
@@ -35,6 +38,7 @@ def warmup(
     background: bool = True,
     example_kwargs: dict[str, Any] | None = None,
     store: str | None = None,
+    _site: str | None = None,
 ) -> engine.WarmupHandle:
     """Compile ahead of time, in ``threads`` worker threads, every variant ``from_run``
     compiled for ``fn`` (a ``cachewatch.jit`` function), or each of ``signatures``
@@ -62,6 +66,7 @@ def warmup(
         threads=threads,
         background=background,
         skipped=skipped,
+        site=_site or call_site(2),
     )
 
 
@@ -106,3 +111,42 @@ def _recorded(state: Any, run: str, store: str) -> tuple[list[engine.Variant], l
         ]
     variants = [engine.Variant(v.signature, v.signature_hash, v.device) for v in found.variants]
     return variants, []
+
+
+logger = logging.getLogger("cachewatch")
+_warmed: set[str] = set()
+_warmed_lock = threading.Lock()
+
+
+def _warm_on_definition(watched: Any) -> None:
+    """With ``warmup_from`` set (``cachewatch run --warmup-from RUN``), each function
+    starts its warm-up as it is defined, once per function in the process, reading the
+    store in a thread of its own so the definition returns at once."""
+    cfg = current.config()
+    if not cfg.warmup_from:
+        return
+    info = watched.__cachewatch_state__.info
+    with _warmed_lock:
+        if info.function_hash in _warmed:
+            return
+        _warmed.add(info.function_hash)
+
+    def start() -> None:
+        try:
+            handle = warmup(
+                watched,
+                from_run=cfg.warmup_from,
+                threads=cfg.warmup_threads,
+                background=False,
+                _site=f"{info.file}:{info.line}",  # where the function is defined
+            )
+        except WarmupError as exc:
+            logger.warning("cachewatch: no warm-up of %s: %s", info.qualname, exc)
+            return
+        for skipped in handle.skipped:
+            logger.info("cachewatch: warm-up of %s skipped %s: %s", info.qualname, skipped.signature, skipped.reason)
+
+    threading.Thread(target=start, name="cachewatch-warmup-start", daemon=True).start()
+
+
+on_watched(_warm_on_definition)

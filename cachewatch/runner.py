@@ -36,7 +36,7 @@ from .core import config as configmod
 EXIT_LIMIT = 3
 # The options of `run` that take a value (the rest are flags): where the program's own
 # arguments begin is found by walking past these.
-_VALUED = {"--store", "--run-name", "--job", "--max-compiles", "--summary"}
+_VALUED = {"--store", "--run-name", "--job", "--max-compiles", "--summary", "--warmup-from"}
 _FLAGS = {"--quiet", "--fail-on-storm", "-h", "--help"}
 
 
@@ -74,6 +74,12 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--fail-on-storm", action="store_true", help=f"exit {EXIT_LIMIT} when a recompilation storm happened"
+    )
+    run.add_argument(
+        "--warmup-from",
+        metavar="RUN",
+        help="compile ahead of time, in background threads, every signature RUN (an id or name) recorded for "
+        "each cachewatch.jit function, as the function is defined",
     )
 
 
@@ -113,6 +119,10 @@ def main(argv: Sequence[str], parser: argparse.ArgumentParser) -> int:
     if args.max_compiles is not None and args.max_compiles < 0:
         parser.error("--max-compiles must be 0 or more")
     _configure(args, target)
+    if args.warmup_from:
+        problem = _unknown_run(args.warmup_from)
+        if problem:
+            parser.error(f"--warmup-from: {problem}")
 
     import cachewatch
 
@@ -139,6 +149,22 @@ def main(argv: Sequence[str], parser: argparse.ArgumentParser) -> int:
     return code
 
 
+def _unknown_run(run: str) -> str | None:
+    """Why ``run`` cannot be warmed from (None: the store has it)."""
+    from .record import current
+    from .store import engine, variants
+
+    store = current.config().store
+    try:
+        with engine.connection(store, ensure=False) as conn:
+            variants.find_run(conn, run)
+    except variants.UnknownRun as exc:
+        return f"{exc} ({engine.redact_url(store)})"
+    except Exception as exc:  # a store that is missing or unreadable
+        return f"cannot read the store {engine.redact_url(store)}: {exc}"
+    return None
+
+
 def _configure(args: argparse.Namespace, target: Target) -> None:
     """Settings for this process and for every Python process it starts (the environment
     carries them; a child with CACHEWATCH_INSTALL=1 records its own run under the same name)."""
@@ -152,6 +178,8 @@ def _configure(args: argparse.Namespace, target: Target) -> None:
         env["CACHEWATCH_RUN_NAME"] = os.path.basename(target.script) if target.script else str(target.module)
     if args.job:
         env["CACHEWATCH_JOB"] = args.job
+    if args.warmup_from:
+        env["CACHEWATCH_WARMUP_FROM"] = args.warmup_from
     configmod.resolve(environ={**os.environ, **env})  # refuse a bad setting before the program starts
     os.environ.update(env)
     os.environ["CACHEWATCH_INSTALL"] = "1"

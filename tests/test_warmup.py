@@ -180,3 +180,30 @@ def test_the_warming_table_is_empty_when_done(sqlite_url, use_store):
     assert g.__cachewatch_state__.warming == {}
     assert not getattr(_tracking._tls, "ahead", None)  # the calling thread is no warm-up
     assert threading.current_thread().name == "MainThread"
+
+
+def test_cachewatch_run_warms_every_function_from_a_run(sqlite_url, tmp_path):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "CACHEWATCH_STORE": sqlite_url}
+    runner = [sys.executable, "-m", "cachewatch", "run", "--quiet", "--run-name", "loop"]
+    first = subprocess.run([*runner, str(PROGRAM)], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    refused = subprocess.run(
+        [*runner, "--warmup-from", "nope", str(PROGRAM)], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert refused.returncode == 2 and "--warmup-from: no run 'nope' in the store" in refused.stderr
+    second = subprocess.run(
+        [*runner, "--warmup-from", "loop", str(PROGRAM)], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert second.returncode == 0, second.stderr[-2000:]
+    run_id = json.loads(second.stdout.strip().splitlines()[-1])["run_id"]
+    e, f = models.compile_events, models.functions
+    with engine.connection(sqlite_url) as conn:
+        rows = conn.execute(
+            sa.select(e.c.kind, e.c.call_site)
+            .join(f, f.c.function_hash == e.c.function_hash)
+            .where(e.c.run_id == run_id, e.c.compiled, f.c.name == "train_step")
+        ).all()
+    # Every train_step compile of the second run was its warm-up's, made as it was defined.
+    assert len(rows) == SIZES and {r.kind for r in rows} == {Kind.WARMUP}
+    defined = next(i for i, line in enumerate(PROGRAM.read_text().splitlines(), 1) if "@cachewatch.jit" in line)
+    assert {r.call_site for r in rows} == {f"{PROGRAM}:{defined}"}

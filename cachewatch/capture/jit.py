@@ -350,6 +350,16 @@ def _await_warmup(state: HookState, args: tuple, kwargs: dict) -> None:
         done.wait()
 
 
+# Called with every function cachewatch.jit makes (the interfaces register here: a
+# warm-up from the warmup_from setting starts as the function is defined).
+_on_watched: list[Callable[[Any], None]] = []
+
+
+def on_watched(callback: Callable[[Any], None]) -> None:
+    """Call ``callback(watched)`` for every function ``cachewatch.jit`` makes from now on."""
+    _on_watched.append(callback)
+
+
 def is_watched(fn: Any) -> bool:
     """True for a function returned by ``cachewatch.jit``."""
     return getattr(fn, "__cachewatch_state__", None) is not None
@@ -684,4 +694,8 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
         guards.set_limit(state.info.function_hash, max_recompiles, on_limit)
     if hook is None:
         return _jax_jit(fun, **jit_options)
-    return _make_watched(fun, _jax_jit(hook, **jit_options), state)
+    watched = _make_watched(fun, _jax_jit(hook, **jit_options), state)
+    for callback in _on_watched:
+        with _guard.guard("jit.on_watched"):
+            callback(watched)
+    return watched

@@ -260,10 +260,12 @@ def start(
     threads: int = 1,
     background: bool = True,
     skipped: Sequence[Skipped] = (),
+    site: str | None = None,
 ) -> WarmupHandle:
-    """Compile each variant ahead of time in ``threads`` worker threads."""
+    """Compile each variant ahead of time in ``threads`` worker threads; their events
+    name ``site`` (by default the user's line that asked for the warm-up)."""
     state = watched.__cachewatch_state__
-    site = call_site(2) or ""  # the user's line that asked for the warm-up
+    site = site or call_site(2) or ""
     handle = WarmupHandle(state.info.qualname, len(variants))
     handle.skipped.extend(skipped)
     here = {str(d) for d in jax.devices()}

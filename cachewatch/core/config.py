@@ -149,6 +149,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("persistent_cache_dir", str, "", "Turn JAX's persistent compilation cache on in this directory."),
     Setting(
+        "warmup_from",
+        str,
+        "",
+        "A run (id or name) whose signatures each cachewatch.jit function compiles ahead of time, in the background, as it is defined (cachewatch run --warmup-from).",
+    ),
+    Setting("warmup_threads", int, 2, "Worker threads of each warm-up that warmup_from starts."),
+    Setting(
         "install",
         _parse_bool,
         False,
@@ -188,6 +195,8 @@ class Config:
     process_index: int | None = None
     process_count: int | None = None
     persistent_cache_dir: str = ""
+    warmup_from: str = ""
+    warmup_threads: int = 2
     install: bool = False
     program_view: bool = True
     program_texts: str = "jaxpr,hlo"
@@ -229,7 +238,7 @@ def _parse(setting: Setting, raw: str, source: str) -> Any:
 def _check(values: dict[str, Any]) -> None:
     if values["sample_every"] < 0:
         raise ConfigError("sample_every must be 0 (off) or a positive number of calls")
-    for name in ("queue_size", "batch_size", "storm_threshold"):
+    for name in ("queue_size", "batch_size", "storm_threshold", "warmup_threads"):
         if values[name] < 1:
             raise ConfigError(f"{name} must be at least 1, got {values[name]}")
     for name in ("flush_interval", "stats_interval", "exit_timeout", "storm_window", "sample_max_per_second"):
