@@ -39,7 +39,7 @@ from .ingest import IngestCounters
 from .metrics import StoreCollector
 from .middleware import BodyLimit, RequestMetrics
 from . import dashboard
-from .routes import diagnosis, docs, events, functions, health, jobs, metrics, programs, runs, storms, summary
+from .routes import cache, diagnosis, docs, events, functions, health, jobs, metrics, programs, runs, storms, summary
 from .settings import ServerSettings, SettingsError, load
 
 logger = logging.getLogger("cachewatch.server")
@@ -98,7 +98,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, **RequestMetrics.metrics(process_registry))  # outermost: sees every status
-    for module in (events, functions, programs, runs, storms, summary, diagnosis, health, metrics, jobs):
+    for module in (events, functions, programs, runs, storms, summary, diagnosis, health, metrics, jobs, cache):
         app.include_router(module.router)
     app.include_router(dashboard.router)
 

@@ -690,3 +690,76 @@ class WhatifOut(BaseModel):
     fix: str | None = Field(description="The priced fix as a sentence.")
     fixes: list[WhatifFixOut]
     notes: list[str]
+
+
+class CacheVariantOut(BaseModel):
+    """One executable of one function: a compile for a signature, placement and context."""
+
+    event_id: str
+    run_id: str
+    function_hash: str
+    signature_hash: str
+    device: str | None
+    created_at: float
+    compile_seconds: float
+    cause: str
+    warmup: bool
+    calls: int | None = Field(description="Calls it served from the cache (hits); None where calls are not counted.")
+    calls_exact: bool = Field(description="True: counted exactly; False: from the sampled calls.")
+    run_seconds: float | None
+    last_hit: float | None
+    live: bool
+    released_at: float | None
+    released_by: str | None = Field(description="jax.clear_caches() or clear_cache().")
+    memory: dict[str, int] | None = Field(description="XLA's figures: generated_code, argument, output, temp.")
+    executable_bytes: int
+    host_bytes: int | None
+    peak_host_bytes: int | None
+    persistent_cache: str | None
+    persistent_cache_reason: str | None
+    persistent_cache_key: str | None
+
+
+class CacheLivePoint(BaseModel):
+    timestamp: float
+    live: int
+    bytes: int
+
+
+class CacheReleaseOut(BaseModel):
+    timestamp: float
+    by: str
+
+
+class CacheFunctionOut(BaseModel):
+    """One function's executables in one run."""
+
+    run_id: str
+    function_hash: str
+    name: str
+    qualname: str
+    module: str
+    executables: int
+    live: int
+    live_bytes: int
+    peak_live: int
+    calls_counted: Literal["exact", "sampled", "not counted"]
+    never_hit: int
+    never_hit_compile_seconds: float
+    releases: list[CacheReleaseOut]
+    timeline: list[CacheLivePoint]
+    variants: list[CacheVariantOut]
+
+
+class PersistentCacheRunOut(BaseModel):
+    run_id: str
+    results: dict[str, int] = Field(description="hit, written, not_written, off -> compiles.")
+    not_written: dict[str, int] = Field(description="Why compiles were not written -> compiles.")
+    saved_seconds: float
+    hit_rate: float | None
+
+
+class CachePage(BaseModel):
+    items: list[CacheFunctionOut]
+    persistent: list[PersistentCacheRunOut] = Field(description="The persistent cache per run of this page.")
+    next_cursor: str | None

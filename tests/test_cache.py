@@ -362,3 +362,44 @@ def test_audit_names_foreign_files_and_corrupt_entries_and_changes_nothing(tmp_p
     assert any("corrupt entry jit_b-11ee-cache" in line for line in audit.problems)
     unreadable = analysis.audit_directory(str(tmp_path / "nope"), lambda keys: {})
     assert not unreadable.readable and "cannot read the cache directory" in unreadable.problems[0]
+
+
+def test_cache_api_per_function_and_variant_paged(sqlite_url, use_store):
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def api_first(x):
+        return x + 2
+
+    @cachewatch.jit
+    def api_second(x):
+        return x * 2
+
+    for n in (2, 3, 4):
+        api_first(jnp.ones(n))
+    api_second(jnp.ones(2))
+    api_second.clear_cache()
+    cachewatch.flush(30)
+    run_id = current.run_id()
+    with TestClient(create_app(ServerSettings(store=sqlite_url))) as client:
+        first = client.get("/api/v1/cache", params={"run_id": run_id, "limit": 1}).json()
+        assert len(first["items"]) == 1 and first["next_cursor"]
+        names = {first["items"][0]["name"]}
+        cursor = first["next_cursor"]
+        while cursor:
+            page = client.get("/api/v1/cache", params={"run_id": run_id, "limit": 1, "cursor": cursor}).json()
+            names.update(item["name"] for item in page["items"])
+            cursor = page["next_cursor"]
+        assert {"api_first", "api_second"} <= names
+        only = client.get("/api/v1/cache", params={"run_id": run_id, "function": "api_first"}).json()
+        (fn,) = only["items"]
+        assert fn["executables"] == 3 and fn["live"] == 3 and len(fn["variants"]) == 3
+        assert [p["live"] for p in fn["timeline"]] == [1, 2, 3]
+        second = client.get("/api/v1/cache", params={"run_id": run_id, "function": "api_second"}).json()["items"][0]
+        assert second["live"] == 0 and second["releases"][0]["by"] == "clear_cache()"
+        assert second["variants"][0]["released_by"] == "clear_cache()"
+        assert only["persistent"][0]["run_id"] == run_id
+        later = client.get("/api/v1/cache", params={"run_id": run_id, "since": 4.0e9 - 1}).json()
+        assert later["items"] == []
+        assert client.get("/api/v1/cache", params={"cursor": "garbage"}).status_code == 422
+        assert client.get("/api/v1/cache", params={"function": "no_such_function"}).json()["items"] == []
