@@ -194,6 +194,9 @@ class EventIn(_In):
         Field(description="Why a compile that asked the persistent cache wrote no entry."),
     ] = None
     persistent_cache_key: Annotated[str | None, _text(512, "The entry's key in the cache directory.")] = None
+    persistent_cache_bytes: Annotated[
+        int | None, Field(ge=0, le=MAX_COUNT, description="The entry's size as written (compressed bytes).")
+    ] = None
 
 
 class CallStatsIn(_In):
@@ -472,6 +475,7 @@ class EventOut(BaseModel):
     persistent_cache: str | None = Field(default=None, description="hit | written | not_written | off")
     persistent_cache_reason: str | None = None
     persistent_cache_key: str | None = None
+    persistent_cache_bytes: int | None = None
     cache_miss: dict[str, Any] | None = Field(
         default=None,
         description="For a persistent-cache miss of a "
@@ -718,6 +722,7 @@ class CacheVariantOut(BaseModel):
     persistent_cache: str | None
     persistent_cache_reason: str | None
     persistent_cache_key: str | None
+    persistent_cache_bytes: int | None
 
 
 class CacheLivePoint(BaseModel):

@@ -58,6 +58,7 @@ class Variant:
     persistent_cache: str | None
     persistent_cache_reason: str | None
     persistent_cache_key: str | None
+    persistent_cache_bytes: int | None = None
 
     @property
     def live(self) -> bool:
@@ -101,6 +102,7 @@ class Variant:
             "persistent_cache": self.persistent_cache,
             "persistent_cache_reason": self.persistent_cache_reason,
             "persistent_cache_key": self.persistent_cache_key,
+            "persistent_cache_bytes": self.persistent_cache_bytes,
         }
 
 
@@ -303,6 +305,7 @@ def _function_cache(
             persistent_cache=c.persistent_cache,
             persistent_cache_reason=c.persistent_cache_reason,
             persistent_cache_key=c.persistent_cache_key,
+            persistent_cache_bytes=c.persistent_cache_bytes,
         )
         for i, c in enumerate(made)
     )

@@ -128,6 +128,7 @@ class Record:
         "persistent_cache",
         "persistent_cache_reason",
         "persistent_cache_key",
+        "persistent_cache_bytes",
         "ahead",
     )
 
@@ -162,6 +163,7 @@ class Record:
         self.persistent_cache: str | None = None
         self.persistent_cache_reason: str | None = None
         self.persistent_cache_key: str | None = None
+        self.persistent_cache_bytes: int | None = None
         self.seq = bump()
 
 
@@ -381,6 +383,8 @@ def on_event(event: str, **kwargs: Any) -> None:
             record.persistent_cache_hit = event == CACHE_HIT_EVENT
             # JAX's "miss" is recorded only once the entry is written.
             record.cache_written = event == CACHE_MISS_EVENT
+            if record.cache_written:
+                record.persistent_cache_bytes = cachestate.entry_bytes_from_frames()
     elif event == CACHE_REQUEST_EVENT and not suppressed():
         record = _latest(lambda r: r.lower_seconds is not None and r.compiles == 0)
         if record is not None:

@@ -141,6 +141,20 @@ def cache_key_from_frames(depth: int = 12) -> str | None:
     return None
 
 
+def entry_bytes_from_frames(depth: int = 8) -> int | None:
+    """The size of the entry JAX has just decided to write (``put_executable_and_time``'s
+    ``entry_size`` local, read when JAX records the write)."""
+    frame: Any = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "put_executable_and_time":
+            size = frame.f_locals.get("entry_size")
+            return size if isinstance(size, int) else None
+        frame = frame.f_back
+    return None
+
+
 def _jax_config(name: str) -> Any:
     try:
         import jax
@@ -190,6 +204,7 @@ def readings(record: Any) -> dict[str, Any]:
         out["persistent_cache"] = record.persistent_cache
         out["persistent_cache_reason"] = record.persistent_cache_reason
         out["persistent_cache_key"] = record.persistent_cache_key
+        out["persistent_cache_bytes"] = record.persistent_cache_bytes
     return out
 
 

@@ -258,6 +258,8 @@ class CompileEvent:
     persistent_cache: str | None = None
     persistent_cache_reason: str | None = None
     persistent_cache_key: str | None = None
+    # The entry's size in bytes, as JAX wrote it (compressed): on a compile that wrote it.
+    persistent_cache_bytes: int | None = None
 
     def __post_init__(self) -> None:
         # Plain strings at the store's boundary: a database driver may write an enum member

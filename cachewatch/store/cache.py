@@ -43,6 +43,7 @@ class CompiledRecord:
     persistent_cache_reason: str | None
     persistent_cache_key: str | None
     cache_time_saved_seconds: float | None
+    persistent_cache_bytes: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +111,13 @@ def _weight(buckets: Any) -> int:
 
 
 def cache_functions(
-    conn: sa.Connection, filters: Filters, function_hashes: Sequence[str] | None = None
+    conn: sa.Connection,
+    filters: Filters,
+    function_hashes: Sequence[str] | None = None,
+    runs: Sequence[str] | None = None,
 ) -> list[tuple[str, str, float]]:
     """(run_id, function_hash, first compile) of every function that compiled under the
-    filters, newest run first: what a page of the cache is cut from."""
+    filters (and in ``runs`` when given), newest run first: what a page of the cache is cut from."""
     e, r = models.compile_events, models.runs
     q = filters.apply(
         e,
@@ -123,6 +127,8 @@ def cache_functions(
     )
     if function_hashes is not None:
         q = q.where(e.c.function_hash.in_(list(function_hashes)))
+    if runs is not None:
+        q = q.where(e.c.run_id.in_(list(runs)))
     q = q.group_by(e.c.run_id, e.c.function_hash)
     rows = conn.execute(q).all()
     started = {
@@ -167,6 +173,7 @@ def read_cache(conn: sa.Connection, filters: Filters, pairs: Iterable[tuple[str,
             e.c.persistent_cache_reason,
             e.c.persistent_cache_key,
             e.c.cache_time_saved_seconds,
+            e.c.persistent_cache_bytes,
         ).where(e.c.function_hash.in_(chunk), e.c.run_id.in_(runs_wanted), e.c.compiled, e.c.kind != Kind.STALE_CAPTURE)
         q = Filters(since=filters.since, until=filters.until).apply(e, q)
         for row in conn.execute(q):
@@ -191,6 +198,7 @@ def read_cache(conn: sa.Connection, filters: Filters, pairs: Iterable[tuple[str,
                         row.persistent_cache_reason,
                         row.persistent_cache_key,
                         row.cache_time_saved_seconds,
+                        row.persistent_cache_bytes,
                     )
                 )
         # Statistics after the filter's start count (hits of executables made before it

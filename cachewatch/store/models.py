@@ -119,6 +119,7 @@ class CompileEventRow(Base):
     persistent_cache: Mapped[str | None] = mapped_column(String(16), nullable=True)
     persistent_cache_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     persistent_cache_key: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    persistent_cache_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
     __table_args__ = (
         Index("ix_compile_events_function_time", "function_hash", "timestamp"),

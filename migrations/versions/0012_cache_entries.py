@@ -1,7 +1,7 @@
 """The cache itself: host memory around each compile (``host_bytes``, ``host_bytes_before``,
 ``peak_host_bytes``), what the persistent compilation cache did (``persistent_cache``,
-``persistent_cache_reason``, ``persistent_cache_key``), and call-statistics rows that
-record a release of a function's executables (``released_by``).
+``persistent_cache_reason``, ``persistent_cache_key``, ``persistent_cache_bytes``), and
+call-statistics rows that record a release of a function's executables (``released_by``).
 
 Revision ID: 0012
 Revises: 0011
@@ -25,6 +25,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("persistent_cache", sa.String(length=16), nullable=True))
         batch_op.add_column(sa.Column("persistent_cache_reason", sa.String(length=32), nullable=True))
         batch_op.add_column(sa.Column("persistent_cache_key", sa.String(length=512), nullable=True))
+        batch_op.add_column(sa.Column("persistent_cache_bytes", sa.BigInteger(), nullable=True))
     with op.batch_alter_table("call_stats", schema=None) as batch_op:
         batch_op.add_column(sa.Column("released_by", sa.String(length=64), nullable=True))
 
@@ -34,6 +35,7 @@ def downgrade() -> None:
         batch_op.drop_column("released_by")
     with op.batch_alter_table("compile_events", schema=None) as batch_op:
         for name in (
+            "persistent_cache_bytes",
             "persistent_cache_key",
             "persistent_cache_reason",
             "persistent_cache",
