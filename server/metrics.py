@@ -35,11 +35,13 @@ import sqlalchemy as sa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from cachewatch.analysis import cache as cache_analysis
 from cachewatch.analysis import diagnosis
 from cachewatch.analysis import fleet
 from cachewatch.core import jaxcompat
 from cachewatch.core.events import DROP_REASONS, OP_BY_OP_MODULE, UNATTRIBUTED_MODULE, Kind, short_name
 from cachewatch.store import engine as enginemod
+from cachewatch.store import cache as cache_reads
 from cachewatch.store import models, rollup
 from cachewatch.core import _guard
 from cachewatch.core.figures import compile_share
@@ -353,6 +355,7 @@ class StoreCollector:
         yield dropped
         yield from _built("metrics.families", lambda: families(snap))
         yield from _built("metrics.fleet", lambda: fleet_and_cache_families(self.settings))
+        yield from _built("metrics.executables", lambda: executable_families(self.settings))
 
 
 def _built(where: str, build: Callable[[], Iterable[Metric]]) -> list[Metric]:
@@ -459,6 +462,100 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     ingested = CounterMetricFamily("cachewatch_events_ingested", "Compile events in the store.")
     ingested.add_metric([], snap.events)
     yield ingested
+
+
+# Runs whose executables /metrics counts: the most recently started that compiled. Each
+# function is counted in its newest of them (a run that ended, or whose process died,
+# keeps what it held at its last record until a newer run of the function compiles).
+EXECUTABLE_RUNS = 20
+
+
+def executable_families(settings: ServerSettings) -> Iterator[Metric]:
+    """``cachewatch_live_executables{function}``, ``cachewatch_executable_bytes{function}``,
+    ``cachewatch_persistent_cache_entries`` and ``cachewatch_persistent_cache_bytes``."""
+    try:
+        with enginemod.connection(settings.store, ensure=False) as conn:
+            live, size = _live_executables(conn)
+            labels = dict(
+                enginemod.fetch_tuples(
+                    conn, sa.select(models.metric_labels.c.function_hash, models.metric_labels.c.label)
+                )
+            )
+            entries, entry_bytes = _persistent_entries(conn)
+    except STORE_ERRORS as exc:
+        logger.warning("metrics: cannot read the executables: %s", exc)
+        return
+    by_label: dict[str, list[int]] = {}
+    for function_hash, n in live.items():
+        if function_hash not in labels:
+            continue  # not decided yet: joins its series at the next scrape
+        found = by_label.setdefault(labels[function_hash] or OTHER, [0, 0])
+        found[0] += n
+        found[1] += size.get(function_hash, 0)
+    live_family = GaugeMetricFamily(
+        "cachewatch_live_executables",
+        "Compiled executables the function holds in JAX's caches (not released by jax.clear_caches() "
+        "or clear_cache()), in its newest run.",
+        labels=["function"],
+    )
+    bytes_family = GaugeMetricFamily(
+        "cachewatch_executable_bytes",
+        "XLA's memory figures (generated code, arguments, outputs, temporaries) summed over the "
+        "function's live executables, in bytes.",
+        labels=["function"],
+    )
+    for label, (n, nbytes) in sorted(by_label.items()):
+        live_family.add_metric([label], n)
+        bytes_family.add_metric([label], nbytes)
+    yield live_family
+    yield bytes_family
+    entries_family = GaugeMetricFamily(
+        "cachewatch_persistent_cache_entries",
+        "Persistent compilation cache entries recorded as written (distinct keys); entries JAX's size "
+        "limit evicted or another program wrote are not seen.",
+    )
+    entries_family.add_metric([], entries)
+    yield entries_family
+    size_family = GaugeMetricFamily(
+        "cachewatch_persistent_cache_bytes", "Bytes of those entries as JAX wrote them (compressed)."
+    )
+    size_family.add_metric([], entry_bytes)
+    yield size_family
+
+
+def _live_executables(conn: sa.Connection) -> tuple[dict[str, int], dict[str, int]]:
+    r, e = models.runs, models.compile_events
+    recent = [
+        row.run_id
+        for row in conn.execute(
+            sa.select(r.c.run_id)
+            .where(sa.exists(sa.select(e.c.id).where(e.c.run_id == r.c.run_id, e.c.compiled)))
+            .order_by(r.c.started_at.desc())
+            .limit(EXECUTABLE_RUNS)
+        )
+    ]
+    if not recent:
+        return {}, {}
+    newest: dict[str, str] = {}
+    for run_id, function_hash, _ in cache_reads.cache_functions(conn, Filters(), None, runs=recent):
+        newest.setdefault(function_hash, run_id)  # newest run first
+    report = cache_analysis.cache_report(
+        cache_reads.read_cache(conn, Filters(), [(run, fn) for fn, run in newest.items()])
+    )
+    totals = cache_analysis.live_totals(report)
+    return totals.live, totals.bytes
+
+
+def _persistent_entries(conn: sa.Connection) -> tuple[int, int]:
+    e = models.compile_events
+    written = (
+        sa.select(e.c.persistent_cache_key, sa.func.max(e.c.persistent_cache_bytes).label("size"))
+        .where(e.c.persistent_cache == "written", e.c.persistent_cache_key.is_not(None))
+        .group_by(e.c.persistent_cache_key)
+        .subquery()
+    )
+    n, size = conn.execute(sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(written.c.size), 0))).one()
+    return int(n or 0), int(size or 0)
 
 
 # Jobs whose ranks /metrics compares: those with the most recently started runs (a

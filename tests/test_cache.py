@@ -221,6 +221,15 @@ def test_persistent_cache_per_compile_across_two_runs(tmp_path):
     entries = {e.key: e for e in audit.entries}
     assert keys <= set(entries)
     assert all(entries[k].function == "kept_step" and entries[k].hits == 1 for k in keys)
+    written = [c for c in kept if c.persistent_cache == "written"]
+    assert all(c.persistent_cache_bytes == entries[c.persistent_cache_key].bytes for c in written)
+    all_written = {
+        c.persistent_cache_key: c.persistent_cache_bytes for c in records.compiles if c.persistent_cache == "written"
+    }
+    with TestClient(create_app(ServerSettings(store=store))) as client:
+        gauges = _gauges(client)
+    assert gauges[("cachewatch_persistent_cache_entries", ())] == len(all_written)
+    assert gauges[("cachewatch_persistent_cache_bytes", ())] == sum(all_written.values())
 
 
 PEAK_WORKER = textwrap.dedent(
@@ -403,3 +412,37 @@ def test_cache_api_per_function_and_variant_paged(sqlite_url, use_store):
         assert later["items"] == []
         assert client.get("/api/v1/cache", params={"cursor": "garbage"}).status_code == 422
         assert client.get("/api/v1/cache", params={"function": "no_such_function"}).json()["items"] == []
+
+
+def _gauges(client: TestClient) -> dict[tuple[str, tuple], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def test_metrics_live_executables_bytes_and_persistent_entries(sqlite_url, use_store):
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def metric_step(x):
+        return x.sum() * 2
+
+    for n in range(1, 6):
+        metric_step(jnp.ones((n, 4)))
+    cachewatch.flush(30)
+    with TestClient(create_app(ServerSettings(store=sqlite_url))) as client:
+        _gauges(client)  # the first scrape decides the function's label
+        before = _gauges(client)
+        assert before[("cachewatch_live_executables", (("function", "metric_step"),))] == 5
+        assert before[("cachewatch_executable_bytes", (("function", "metric_step"),))] > 0
+        assert ("cachewatch_persistent_cache_entries", ()) in before
+        assert ("cachewatch_persistent_cache_bytes", ()) in before
+        metric_step.clear_cache()
+        cachewatch.flush(30)
+        after = _gauges(client)
+        assert after[("cachewatch_live_executables", (("function", "metric_step"),))] == 0
+        assert after[("cachewatch_executable_bytes", (("function", "metric_step"),))] == 0

@@ -62,6 +62,10 @@ SERVICE_METRICS = {
     "cachewatch_rank_divergence",
     "cachewatch_program_eqns",
     "cachewatch_identical_recompile_seconds_total",
+    "cachewatch_live_executables",
+    "cachewatch_executable_bytes",
+    "cachewatch_persistent_cache_entries",
+    "cachewatch_persistent_cache_bytes",
 }
 # Product definitions the alerts and dashboard must agree with.
 STORM_THRESHOLD = 5
@@ -75,6 +79,7 @@ ALERT_NAMES = {
     "CachewatchStormActive",
     "CachewatchRankDivergence",
     "CachewatchCompileTimeJump",
+    "CachewatchExecutablesAccumulating",
 }
 SERVICES = {"postgres", "migrate", "cachewatch", "prometheus", "grafana"}
 
