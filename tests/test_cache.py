@@ -26,6 +26,9 @@ from cachewatch.store.sinks import SqlSink
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
 
+import serverkit as kit
+from test_dashboard import SCREENSHOTS, Tab, chromium  # noqa: F401  (chromium: the browser fixture)
+
 
 def report_of(url: str, function: str | None = None) -> analysis.CacheReport:
     cachewatch.flush(30)
@@ -446,3 +449,41 @@ def test_metrics_live_executables_bytes_and_persistent_entries(sqlite_url, use_s
         after = _gauges(client)
         assert after[("cachewatch_live_executables", (("function", "metric_step"),))] == 0
         assert after[("cachewatch_executable_bytes", (("function", "metric_step"),))] == 0
+
+
+def test_dashboard_cache_page_in_chromium(chromium, sqlite_url, use_store):  # noqa: F811
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def page_storm(x):
+        return x * 2 + 1
+
+    for n in range(1, 13):
+        page_storm(jnp.ones(n))
+    for _ in range(5):
+        page_storm(jnp.ones(12))
+    jax.clear_caches()
+    page_storm(jnp.ones(3))
+    cachewatch.flush(30)
+    with kit.live_server(create_app(ServerSettings(store=sqlite_url))) as live:
+        context = chromium.new_context(viewport={"width": 1360, "height": 900})
+        tab = Tab(context.new_page(), live.url, SCREENSHOTS / "cache")
+        try:
+            tab.open("/cache?run_id=" + current.run_id())
+            live_chart = tab.chart("chart-live")
+            assert live_chart["plotly"] and live_chart["drawn"] >= 1
+            (storm_line,) = [t for t in live_chart["traces"] if t["name"].startswith("page_storm")]
+            # 12 executables, all released by jax.clear_caches(), then one compiled again.
+            assert storm_line["y"] == [*range(1, 13), 0, 1]
+            assert tab.chart("chart-bytes")["drawn"] >= 1
+            row = tab.page.locator("#cache-functions tr", has_text="page_storm")
+            assert row.get_attribute("data-live") == "1"
+            assert "jax.clear_caches()" in row.inner_text()
+            never = tab.text("#never-hit")
+            assert "page_storm" in never  # sizes 1..11 served no call after compiling
+            assert tab.page.locator("#never-hit tbody tr").count() >= 11
+            assert "Cache" in tab.text("nav")
+            tab.shot("cache")
+            tab.assert_clean()
+        finally:
+            context.close()

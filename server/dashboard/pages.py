@@ -29,6 +29,8 @@ from cachewatch.core.events import OP_BY_OP_MODULE, Cause, Kind
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries as storequeries
 from ..reads import charts as chartreads
+from cachewatch.analysis import cache as cache_analysis
+from cachewatch.store import cache as cache_reads
 from cachewatch.store import evidence
 from cachewatch.store import whatif as whatifreads
 from ..reads import listings
@@ -546,6 +548,46 @@ def storms_page(request: Request) -> HTMLResponse:
         run_names=run_names,
         first_passes=[{**p, "text": diagnosis.describe_first_pass(p)} for p in passes],
         **_storm_settings(request),
+    )
+
+
+CACHE_FUNCTIONS = 200  # (run, function) pairs the cache page reads, newest runs first
+CACHE_CHARTED = 10  # functions drawn in its charts (most executables at their peak)
+
+
+@router.get("/cache", response_class=HTMLResponse)
+def cache_page(request: Request) -> HTMLResponse:
+    """JAX's caches: live executables and their memory over time per function, the
+    variants that never served a call, and the persistent cache's hit rate per run."""
+    settings = request.app.state.settings
+    with enginemod.connection(settings.store, ensure=False) as conn:
+        view = _open_view(request, conn)
+        pairs = [(r, f) for r, f, _ in cache_reads.cache_functions(conn, view.filters)[:CACHE_FUNCTIONS]]
+        report = cache_analysis.cache_report(cache_reads.read_cache(conn, view.filters, pairs))
+        empty = _empty_state(request, conn, view) if not report.functions else None
+    run_names = {r["run_id"]: r["run_name"] for r in view.runs}
+    charted = sorted(report.functions, key=lambda fn: -fn.peak_live)[:CACHE_CHARTED]
+    labels = [(f"{fn.name} ({run_names.get(fn.run_id) or fn.run_id[:8]})", fn.timeline) for fn in charted]
+    rates = [(run_names.get(p.run_id) or p.run_id[:8], p.hit_rate) for p in report.persistent if p.hit_rate is not None]
+    charts = {}
+    if charted:
+        charts["live"] = render.live_executables_chart(labels, field="live")
+        charts["bytes"] = render.live_executables_chart(labels, field="bytes")
+    if rates:
+        charts["hit_rate"] = render.hit_rate_chart([(name, rate) for name, rate in rates if rate is not None])
+    names = {fn.function_hash: fn.name for fn in report.functions}
+    return page(
+        request,
+        "cache.html",
+        view=view,
+        title="Cache",
+        report=report,
+        charted=labels,
+        charts=charts,
+        never_hit=report.never_hit[:200],
+        names=names,
+        run_names=run_names,
+        empty=empty,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import jinja2
 
+from cachewatch.analysis.cache import bytes_text
 from cachewatch.core import events
 from cachewatch.core.events import CAUSES, Cause, short_name
 from cachewatch.analysis.whatif import Price
@@ -460,6 +461,7 @@ def make_environment() -> jinja2.Environment:
         duration=fmt_duration,
         site=short_site,
         short=short_name,
+        size=bytes_text,
     )
     env.globals.update(
         cause_color=cause_color,
@@ -471,3 +473,44 @@ def make_environment() -> jinja2.Environment:
         asset={name: f"/static/{name}?v={_asset_version(name)}" for name in ("dashboard.css", "dashboard.js")},
     )
     return env
+
+
+def live_executables_chart(timelines: Sequence[tuple[str, Sequence[Any]]], *, field: str) -> dict[str, Any]:
+    """Step lines per function: executables alive (``field`` "live") or their bytes ("bytes")
+    over time, from each function's timeline of analysis.cache.LivePoint."""
+    data = []
+    for name, points in timelines:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "line": {"shape": "hv"},
+                "name": name,
+                "x": [plot_time(p.timestamp) for p in points],
+                "y": [getattr(p, field) for p in points],
+                "hovertemplate": ("%{y} executable(s)" if field == "live" else "%{y:,} bytes")
+                + "<br>%{x}<extra>"
+                + name
+                + "</extra>",
+            }
+        )
+    largest = max((getattr(p, field) for _, points in timelines for p in points), default=0)
+    yaxis = _count_axis("live executables", largest) if field == "live" else _axis("bytes", rangemode="tozero")
+    return {"data": data, "layout": _layout(xaxis=_axis("time (UTC)", type="date"), yaxis=yaxis)}
+
+
+def hit_rate_chart(rows: Sequence[tuple[str, float]]) -> dict[str, Any]:
+    """One bar per run: the share of its compiles that the persistent cache served."""
+    data = [
+        {
+            "type": "bar",
+            "x": [name for name, _ in rows],
+            "y": [rate for _, rate in rows],
+            "marker": {"color": "#1f6feb"},
+            "hovertemplate": "%{y:.0%}<extra>%{x}</extra>",
+        }
+    ]
+    layout = _layout(
+        xaxis=_axis("run", type="category"), yaxis=_axis("persistent cache hit rate", range=[0, 1], tickformat=".0%")
+    )
+    return {"data": data, "layout": layout}
