@@ -96,7 +96,7 @@ def test_a_cell_that_compiled_nothing_says_so_and_on_shows_only_cells_that_compi
 def test_a_compile_event_and_a_cell_report_render_themselves(use_store, sqlite_url):
     use_store(sqlite_url)
     seen: list[CompileEvent] = []
-    recorder.add_listener(seen.append)
+    recorder.add_listener(seen.append, at_once=True)
     try:
 
         @cachewatch.jit

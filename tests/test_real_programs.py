@@ -244,7 +244,7 @@ def test_jit_made_before_install_is_recorded_with_static_values(sqlite_url, use_
     cachewatch.install()
     try:
         seen: list = []
-        recorder.add_listener(seen.append)
+        recorder.add_listener(seen.append, at_once=True)
         made_before(jnp.ones(4), 2)
         made_before(jnp.ones(4), 3)
         made_before(jnp.ones(6), 3)
@@ -260,7 +260,7 @@ def test_jit_made_before_install_is_recorded_with_static_values(sqlite_url, use_
 def test_warm_up_ends_when_the_users_step_runs_again(sqlite_url, use_store):
     use_store(sqlite_url)
     seen: list = []
-    recorder.add_listener(seen.append)
+    recorder.add_listener(seen.append, at_once=True)
 
     @cachewatch.jit
     def step(x):
