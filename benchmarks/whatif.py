@@ -155,11 +155,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
+    loads = []
     with tempfile.TemporaryDirectory(prefix="cachewatch-whatif-") as directory:
-        runs = [repeat(directory, i, args.steps) for i in range(args.repeats)]
+        runs = []
+        for i in range(args.repeats):
+            runs.append(repeat(directory, i, args.steps))
+            loads.append(os.getloadavg()[0])
+    # The machine's load says how far its other work can move a timing between two runs.
     print(
         f"python {platform.python_version()}, jax {runs[0][0]['jax']}, {os.cpu_count()} cpus, "
-        f"{args.steps} steps over {len(SIZES)} batch sizes, medians of {args.repeats}"
+        f"{args.steps} steps over {len(SIZES)} batch sizes, medians of {args.repeats}; "
+        f"load average {min(loads):.1f}-{max(loads):.1f}"
     )
     for k, policy in enumerate(("auto", "pow2")):
         rows = [r[k] for r in runs]
