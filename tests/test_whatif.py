@@ -365,3 +365,14 @@ def test_the_function_page_draws_the_ladder_curve(tab, storm):
     # One shape: no padding section at all.
     tab.open(f"/functions/{one}")
     assert tab.page.locator("#padding").count() == 0
+
+
+def test_auto_over_many_sizes_chooses_among_a_bounded_set_of_rungs():
+    sizes = list(range(1, 601))
+    compiles = tuple(_compile(i, n, "first_call" if i == 0 else "new_shape") for i, n in enumerate(sizes))
+    timed = tuple(TimedSignature(f"s{n}", 1, 10, 1e-4 + 1e-6 * n) for n in sizes)
+    ev = RunEvidence(FN, "r1", "", compiles, 10 * len(sizes), timed, 1)
+    result = whatif.analyse(ev, whatif.parse_policy("auto:5"))
+    assert [len(p.buckets) for p in result.curve] == [1, 2, 3, 4, 5]
+    assert all(p.buckets[-1] == 600 and p.compiles == len(p.buckets) for p in result.curve)
+    assert result.price is not None and result.price.total_seconds is not None

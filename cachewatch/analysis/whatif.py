@@ -58,6 +58,7 @@ MIN_COMPILE_R2 = 0.8
 # (jax_persistent_cache_min_compile_time_secs).
 PERSISTENT_MIN_SECONDS = 1.0
 AUTO_DEFAULT_BUCKETS = 16
+AUTO_MAX_RUNGS = 256
 
 
 class WhatifError(ValueError):
@@ -476,26 +477,34 @@ def _auto(model: _Model, sizes: list[int], most: int) -> list[tuple[int, ...]]:
     A bucket that is no recorded size costs more than the largest size under it (the
     compile model and the run time do not fall with size), so the rungs are recorded
     sizes, the largest among them. Cost of a rung: its compiles (one per other-axis
-    variant padded into it) and the extra run time of the calls padded up to it."""
+    variant padded into it) and the extra run time of the calls padded up to it. Past
+    ``AUTO_MAX_RUNGS`` sizes, the rungs are chosen among that many of them, evenly by rank
+    (the search grows with the square of the candidates)."""
     assert model.run_fit is not None
     slope = model.run_fit.slope
-    calls_at = {s: 0.0 for s in sizes}
-    rests_at: dict[int, set[tuple[object, ...]]] = {s: set() for s in sizes}
+    step = max(1, -(-len(sizes) // AUTO_MAX_RUNGS))
+    rungs_at = sorted({*sizes[step - 1 :: step], sizes[-1]})
+    group = {s: next(r for r in rungs_at if r >= s) for s in sizes}
+    calls = {r: 0.0 for r in rungs_at}  # calls of the sizes a candidate rung takes in
+    weighted = {r: 0.0 for r in rungs_at}  # their calls times their sizes
+    rests_at: dict[int, set[tuple[object, ...]]] = {r: set() for r in rungs_at}
     for h, sig in model.sigs.items():
         if sig.size is not None:
-            calls_at[sig.size] += model.calls[h]
-            rests_at[sig.size].add(sig.rest)
-    m = len(sizes)
-    seg = [[0.0] * m for _ in range(m)]  # seg[j][i]: sizes j..i padded to sizes[i]
+            r = group[sig.size]
+            calls[r] += model.calls[h]
+            weighted[r] += model.calls[h] * sig.size
+            rests_at[r].add(sig.rest)
+    m = len(rungs_at)
+    seg = [[0.0] * m for _ in range(m)]  # seg[j][i]: candidates j..i padded to rungs_at[i]
     for i in range(m):
         rests: set[tuple[object, ...]] = set()
         extra = 0.0
         for j in range(i, -1, -1):
-            rests |= rests_at[sizes[j]]
-            extra += calls_at[sizes[j]] * (sizes[i] - sizes[j]) * slope
-            seg[j][i] = len(rests) * model.compile_cost(sizes[i], 0.0) + extra
+            rests |= rests_at[rungs_at[j]]
+            extra += (calls[rungs_at[j]] * rungs_at[i] - weighted[rungs_at[j]]) * slope
+            seg[j][i] = len(rests) * model.compile_cost(rungs_at[i], 0.0) + extra
     inf = math.inf
-    best = [[inf] * m for _ in range(most + 1)]  # best[n][i]: sizes 0..i in n buckets
+    best = [[inf] * m for _ in range(most + 1)]  # best[n][i]: candidates 0..i in n buckets
     back = [[-1] * m for _ in range(most + 1)]
     for i in range(m):
         best[1][i] = seg[0][i]
@@ -511,7 +520,7 @@ def _auto(model: _Model, sizes: list[int], most: int) -> list[tuple[int, ...]]:
             continue
         rungs, i, k = [], m - 1, n
         while k >= 1 and i >= 0:
-            rungs.append(sizes[i])
+            rungs.append(rungs_at[i])
             i, k = back[k][i], k - 1
         ladders.append(tuple(sorted(rungs)))
     return ladders
