@@ -197,21 +197,63 @@ def test_a_boolean_mask_in_a_debug_callback_is_one_finding_per_line_with_numpy_a
 # ------------------------------------------------------------------ warm-up
 
 
-def test_set_up_from_one_line_stays_warm_up_and_a_line_revisited_ends_it():
-    class Row:
-        def __init__(self, t, f, cause, site):
-            self.timestamp, self.function_hash, self.cause, self.call_site = t, f, cause, site
+def _loop_body():  # stands for the user's code: its lines are the call sites below
+    first = 1  # site-a
+    second = 2  # site-b
+    return first + second
 
-    init = [Row(i, "normal", Cause.NEW_SHAPE, "m.py:10") for i in range(6)]
+
+def _called_back():
+    return 3  # site-c
+
+
+def _site(mark: str) -> str:
+    return f"{__file__}:{_line_in_this_file(mark)}"
+
+
+def _line_in_this_file(mark: str) -> int:
+    with open(__file__) as f:
+        return next(i for i, text in enumerate(f, 1) if text.rstrip().endswith(mark))
+
+
+class _Compile:
+    def __init__(self, t: float, function_hash: str, cause: str, site: str, module: str = "jax._src.numpy") -> None:
+        self.timestamp, self.function_hash, self.cause, self.call_site, self.module = (
+            t,
+            function_hash,
+            cause,
+            site,
+            module,
+        )
+
+
+def test_set_up_from_one_line_stays_warm_up_and_a_loop_coming_back_ends_it():
+    a, b, c = _site("# site-a"), _site("# site-b"), _site("# site-c")
+    init = [_Compile(i, "normal", Cause.NEW_SHAPE, a) for i in range(6)]
     assert steady.warmup_end(init) is None
-    loop = [Row(0, "eye", Cause.FIRST_CALL, "m.py:3"), Row(1, "chol", Cause.FIRST_CALL, "m.py:4")]
-    loop += [Row(2, "eye", Cause.NEW_SHAPE, "m.py:3"), Row(3, "chol", Cause.NEW_SHAPE, "m.py:4")]
+    # A loop's body: two lines of one function, the first compiling again.
+    loop = [_Compile(0, "eye", Cause.FIRST_CALL, a), _Compile(1, "chol", Cause.FIRST_CALL, b)]
+    loop += [_Compile(2, "eye", Cause.NEW_SHAPE, a), _Compile(3, "chol", Cause.NEW_SHAPE, b)]
     assert steady.warmup_end(loop) == 2
-    remade = [Row(0, "body", Cause.FIRST_CALL, "m.py:7"), Row(1, "body", Cause.NEW_FUNCTION_OBJECT, "m.py:7")]
+    # A model a library evaluates twice from one line of the caller: no loop of the user's.
+    nested = [_Compile(0, "exp", Cause.FIRST_CALL, c), _Compile(1, "log", Cause.FIRST_CALL, a)]
+    nested += [_Compile(2, "exp", Cause.NEW_SHAPE, c), _Compile(3, "log", Cause.NEW_SHAPE, a)]
+    assert steady.warmup_end(nested) is None
+    # Unreadable source is never taken for a loop.
+    assert steady.warmup_end([_Compile(0, "f", Cause.FIRST_CALL, "/nowhere.py:3")] + loop[1:3]) is None
+    # A library's jit made afresh from the same line.
+    remade = [_Compile(0, "body_fn", Cause.FIRST_CALL, c, "numpyro.infer.svi")]
+    remade.append(_Compile(1, "body_fn", Cause.NEW_FUNCTION_OBJECT, c, "numpyro.infer.svi"))
     assert steady.warmup_end(remade) == 1
+    # JAX's own jit lowered afresh under an eager transformation is no such sign.
+    jax_own = [
+        _Compile(0, "_reduce_sum", Cause.FIRST_CALL, c),
+        _Compile(1, "_reduce_sum", Cause.NEW_FUNCTION_OBJECT, c),
+    ]
+    assert steady.warmup_end(jax_own) is None
 
 
-@pytest.mark.parametrize("program", ["linen_seq"])
+@pytest.mark.parametrize("program", ["linen_seq", "eager_loss", "numpyro_nuts"])
 def test_a_storm_free_program_reports_no_storm(tmp_path, program):
     ran = run_program(tmp_path, program)
     assert not ran.storms, [diagnosis.describe_storm(s) for s in ran.storms]
@@ -421,17 +463,20 @@ def test_an_optimizer_update_over_many_leaves_is_no_unrolled_loop(sqlite_url, us
 def test_capture_can_end_warm_up_on_a_library_loop_by_the_same_rule(sqlite_url, use_store):
     from cachewatch.record import current
 
+    a, b, c = _site("# site-a"), _site("# site-b"), _site("# site-c")
     use_store(sqlite_url)
     for _ in range(3):  # set-up from one line: many shapes of one library jit
-        current.note_compile("normal", Cause.NEW_SHAPE, "m.py:10", remade_jit=False)
-    current.note_compile("eager", Cause.NEW_FUNCTION_OBJECT, "m.py:11", remade_jit=False)
-    current.note_compile("eager", Cause.NEW_FUNCTION_OBJECT, "m.py:11", remade_jit=False)
+        current.note_compile("normal", Cause.NEW_SHAPE, a, remade_jit=False)
+    current.note_compile("exp", Cause.NEW_SHAPE, c, remade_jit=False)  # a model called back ...
+    current.note_compile("normal", Cause.NEW_SHAPE, a, remade_jit=False)
+    current.note_compile("exp", Cause.NEW_SHAPE, c, remade_jit=False)  # ... twice from one line
     assert not current.steady()
-    current.note_compile("eye", Cause.FIRST_CALL, "m.py:3", remade_jit=False)
-    current.note_compile("cholesky", Cause.FIRST_CALL, "m.py:4", remade_jit=False)
-    current.note_compile("eye", Cause.NEW_SHAPE, "m.py:3", remade_jit=False)  # the loop came back
+    use_store(sqlite_url)
+    current.note_compile("eye", Cause.FIRST_CALL, a, remade_jit=False)
+    current.note_compile("chol", Cause.FIRST_CALL, b, remade_jit=False)
+    current.note_compile("eye", Cause.NEW_SHAPE, a, remade_jit=False)  # the loop came back
     assert current.steady() and not current.in_warmup(time.time())
     use_store(sqlite_url)
-    current.note_compile("body_fn", Cause.FIRST_CALL, "m.py:7", remade_jit=False)
-    current.note_compile("body_fn", Cause.NEW_FUNCTION_OBJECT, "m.py:7", remade_jit=True)
+    current.note_compile("body_fn", Cause.FIRST_CALL, c, remade_jit=False)
+    current.note_compile("body_fn", Cause.NEW_FUNCTION_OBJECT, c, remade_jit=True)
     assert current.steady()

@@ -8,7 +8,6 @@ static argument took how many values, which line re-creates the jit.
 
 from __future__ import annotations
 
-import ast
 import collections
 import functools
 import linecache
@@ -127,7 +126,9 @@ def storms_and_first_passes(
                 found["seconds"] = sum(r.seconds for r in group)
                 found["signatures"] = len({(r.function_hash, r.signature_hash) for r in group})
                 passes.append(found)
-            else:
+            elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
+                # A storm is a function that keeps compiling: a line whose many primitives
+                # each compiled once or twice (one pass of set-up) is none.
                 storms.append(found)
     runs_per_key: dict[str, set[str]] = collections.defaultdict(set)
     for storm in storms:
@@ -441,32 +442,14 @@ def _host_callback(call_site: str) -> str | None:
     """The function around ``call_site`` when the same file passes it to a host callback
     (``jax.debug.callback(log, ...)``, ``pure_callback``, ``io_callback``); None otherwise or
     when the source cannot be read (a store read on another host)."""
-    file, _, line = call_site.rpartition(":")
-    if not file or not line.isdigit():
+    around = steady.enclosing_function(call_site)
+    if around is None or around[1] == "<module>":
         return None
-    enclosing = _enclosing_functions(file)
-    number = int(line)
-    names = [name for name, start, end in enclosing if start <= number <= end]
-    if not names:
-        return None
-    name = names[-1]
+    file, name, _ = around
     text = "".join(linecache.getlines(file))
     if re.search(rf"callback\(\s*(?:functools\.)?(?:partial\(\s*)?{re.escape(name)}\b", text):
         return name
     return None
-
-
-@functools.lru_cache(maxsize=64)
-def _enclosing_functions(file: str) -> tuple[tuple[str, int, int], ...]:
-    try:
-        tree = ast.parse("".join(linecache.getlines(file)))
-    except (SyntaxError, ValueError):
-        return ()
-    return tuple(
-        (node.name, node.lineno, node.end_lineno or node.lineno)
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    )
 
 
 def is_library_function(module: str, file: str) -> bool:

@@ -11,7 +11,8 @@ that shows the program doing its work again:
   creates it ran again (a primitive run op by op, or one of JAX's own jits that JAX
   lowers afresh under an eager transformation, is not such a jit);
 - a function compiled again from a line of user code that compiled it before, after
-  another line compiled in between: the program came back to that line (a loop).
+  other lines of the same function compiled in between: the program came back to that
+  line (a loop's body).
 
 Set-up from one line (``model.init``) compiles many shapes of a few library jits from one
 place, and stays warm-up.
@@ -22,8 +23,11 @@ place, and stays warm-up.
 
 from __future__ import annotations
 
+import ast
 import collections
 import dataclasses
+import functools
+import linecache
 from typing import Any, Iterable
 
 import sqlalchemy as sa
@@ -65,24 +69,64 @@ def warmup_end(rows: Iterable[Any]) -> float | None:
     ``call_site``, ``module``, in time order) that shows the program doing its work again,
     or None. A primitive run op by op or one of JAX's own jits under an eager
     transformation is lowered from a new jaxpr within one call (``new_function_object``
-    in a model's set-up): no sign of a loop."""
+    in a model's set-up): no sign of a loop. A line is come back to in a loop when the
+    lines that compiled in between are in the same function as it (the loop's body); a
+    line of a function the library calls back (a model evaluated by a sampler's set-up,
+    a loss under an eager grad) comes back with the caller's line in between, and that
+    is no sign of a loop. Lines whose source cannot be read are never taken for one."""
     compiled_at: dict[tuple[str, str], int] = {}  # (call site, function) -> index of its last visit
-    visit = 0
-    last_site: str | None = None
+    visits: list[str] = []  # the call site of each visit: a run of compiles from one line
     for row in rows:
         site = row.call_site or ""
-        if site != last_site:
-            visit += 1  # another line of user code reached the compiler
-            last_site = site
+        if not visits or site != visits[-1]:
+            visits.append(site)  # another line of user code reached the compiler
         if not site:
             continue
+        visit = len(visits) - 1
         key = (site, row.function_hash)
         before = compiled_at.get(key)
-        remade = row.cause in _REMADE and _made_by_user_or_library(getattr(row, "module", ""))
-        if before is not None and (remade or before < visit):
-            return float(row.timestamp)
         compiled_at[key] = visit
+        if before is None:
+            continue
+        remade = row.cause in _REMADE and _made_by_user_or_library(getattr(row, "module", ""))
+        if remade or (before < visit and _loop_body(site, visits[before + 1 : visit])):
+            return float(row.timestamp)
     return None
+
+
+def _loop_body(site: str, between: list[str]) -> bool:
+    """Whether every line that compiled between two visits of ``site`` is in the same
+    function as ``site``: the body of a loop around it."""
+    home = enclosing_function(site)
+    return home is not None and all(enclosing_function(other) == home for other in between if other)
+
+
+def enclosing_function(call_site: str) -> tuple[str, str, int] | None:
+    """The innermost function around a ``file:line`` call site (file, name, first line),
+    or None when the source cannot be read (a store read on another host)."""
+    file, _, line = call_site.rpartition(":")
+    if not file or not line.isdigit():
+        return None
+    number = int(line)
+    around = [(start, name) for name, start, stop in _functions_in(file) if start <= number <= stop]
+    if not around:
+        return (file, "<module>", 0) if _functions_in(file) or linecache.getlines(file) else None
+    start, name = max(around)
+    return (file, name, start)
+
+
+@functools.lru_cache(maxsize=128)
+def _functions_in(file: str) -> tuple[tuple[str, int, int], ...]:
+    """Every function defined in a source file: name, first and last line."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return ()
+    return tuple(
+        (node.name, node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    )
 
 
 def _made_by_user_or_library(module: str) -> bool:

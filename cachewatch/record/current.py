@@ -8,7 +8,10 @@ which storms leave out.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import linecache
 import os
 import platform
 import socket
@@ -94,14 +97,14 @@ def run_id() -> str:
 
 
 def _new_run() -> None:
-    global _run, _run_id, _process_start, _steady_since, _visit_number, _visit_site
+    global _run, _run_id, _process_start, _steady_since
     _run = None
     _run_id = uuid.uuid4().hex
     _process_start = time.time()  # a later run in the same process starts now
     _steady_since = None
     _compiled_functions.clear()
     _compiled_at.clear()
-    _visit_number, _visit_site = 0, ""
+    _visits.clear()
 
 
 # Warm-up: a run starts by building its model and optimizer and compiling each jitted
@@ -133,8 +136,7 @@ def note_user_compile(function_hash: str) -> None:
 # Where each function was compiled from in warm-up: (call site, function) -> the visit
 # (a run of compiles from one line of user code) it was last compiled in.
 _compiled_at: dict[tuple[str, str], int] = {}
-_visit_number = 0
-_visit_site = ""
+_visits: list[str] = []  # the call site of each visit
 
 
 def note_compile(function_hash: str, cause: str, call_site: str | None, remade_jit: bool) -> None:
@@ -145,21 +147,53 @@ def note_compile(function_hash: str, cause: str, call_site: str | None, remade_j
     eager transformation within one call) compiled again because it was made afresh or
     its cache cleared. That ends warm-up when the jit was compiled from the same line
     before (the code that makes it ran again), and so does a function compiled again from
-    a line that compiled it before, after another line compiled in between (the loop came
-    back to it). The store's readers judge warm-up by the same rule
+    a line that compiled it before, with only lines of the same function compiling in
+    between (a loop's body came back to it; a model a library calls back comes back with
+    the caller's line in between). The store's readers judge warm-up by the same rule
     (cachewatch.analysis.steady), for events recorded before capture calls this."""
-    global _visit_number, _visit_site
     if _steady_since is not None or not call_site:
         return
     with _lock:
-        if call_site != _visit_site:
-            _visit_number += 1
-            _visit_site = call_site
+        if not _visits or call_site != _visits[-1]:
+            _visits.append(call_site)
+        visit = len(_visits) - 1
         key = (call_site, function_hash)
         before = _compiled_at.get(key)
-        _compiled_at[key] = _visit_number
-    if before is not None and (remade_jit or before < _visit_number):
+        _compiled_at[key] = visit
+        between = _visits[before + 1 : visit] if before is not None else []
+    if before is None:
+        return
+    if remade_jit or (before < visit and _loop_body(call_site, between)):
         mark_steady()
+
+
+def _loop_body(site: str, between: list[str]) -> bool:
+    home = _enclosing_function(site)
+    return home is not None and all(_enclosing_function(other) == home for other in between)
+
+
+@functools.lru_cache(maxsize=256)
+def _enclosing_function(call_site: str) -> tuple[str, int] | None:
+    """The innermost function around a ``file:line`` (file, first line); None when the
+    source cannot be read. Read once per line, and only while warm-up lasts."""
+    file, _, line = call_site.rpartition(":")
+    if not file or not line.isdigit():
+        return None
+    source = linecache.getlines(file)
+    if not source:
+        return None
+    try:
+        tree = ast.parse("".join(source))
+    except (SyntaxError, ValueError):
+        return None
+    number = int(line)
+    starts = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.lineno <= number <= (node.end_lineno or node.lineno)
+    ]
+    return (file, max(starts, default=0))
 
 
 def steady() -> bool:
@@ -288,7 +322,7 @@ _process_start = time.time()
 
 def _after_fork_in_child() -> None:
     # The child is a new process: a new run with its own warm-up.
-    global _lock, _run, _run_id, _process_start, _steady_since, _seen_rank, _visit_number, _visit_site
+    global _lock, _run, _run_id, _process_start, _steady_since, _seen_rank
     _lock = threading.RLock()
     _run = None
     _seen_rank = None
@@ -297,7 +331,7 @@ def _after_fork_in_child() -> None:
     _steady_since = None
     _compiled_functions.clear()
     _compiled_at.clear()
-    _visit_number, _visit_site = 0, ""
+    _visits.clear()
 
 
 if hasattr(os, "register_at_fork"):
