@@ -88,6 +88,9 @@ def test_a_library_jit_remade_at_every_step_is_a_storm_at_the_users_line(tmp_pat
     storm = ran.storm_at(line, "svi_refit.py")
     assert storm["dominant_cause"] == Cause.NEW_FUNCTION_OBJECT and storm["compiles"] == 6
     assert [f["name"] for f in storm["functions"]] == ["body_fn"]
+    with enginemod.connection(ran.url) as conn:  # as the function's page asks for it
+        (same,) = diagnosis.detect_storms(conn, threshold=5, window=600, function_hashes=[storm["function_hash"]])
+    assert same["call_site"] == storm["call_site"] and same["compiles"] == storm["compiles"]
     assert "numpyro makes afresh each time `SVI.run` runs" in storm["fix"]
     assert "call `svi.update` in the loop instead of `svi.run`" in storm["fix"]
     # Warm-up ended with the second svi.run: the summary no longer counts its compiles as set-up.

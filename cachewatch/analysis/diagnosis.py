@@ -96,7 +96,7 @@ def storms_and_first_passes(
     which is what the user can change. ``function_hashes`` keeps the storms that involve
     one of those functions."""
     now = time.time() if now is None else now
-    every = steady.recompiles(conn, filters)
+    every = steady.recompiles(conn, filters, function_hashes)
     if not every:
         return [], []
     names = evidence.function_infos(conn, {r.function_hash for r in every})

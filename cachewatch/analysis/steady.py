@@ -158,7 +158,12 @@ def recompiles(conn: sa.Connection, filters: Filters, function_hashes: list[str]
         .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
     )
     if function_hashes is not None:
-        q = q.where(e.c.function_hash.in_(function_hashes))
+        # The functions' own recompiles, and those of the lines of user code that reached
+        # them: a storm of eager code or library jits is found per line.
+        sites = sa.select(e.c.call_site).where(
+            e.c.function_hash.in_(function_hashes), e.c.compiled, e.c.call_site.is_not(None)
+        )
+        q = q.where(sa.or_(e.c.function_hash.in_(function_hashes), e.c.call_site.in_(filters.apply(e, sites))))
     rows = conn.execute(q).all()
     since = steady_since(conn, {r.run_id for r in rows if r.warmup})
     return [
