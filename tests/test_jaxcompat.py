@@ -28,7 +28,7 @@ BREAK = {
     "persistent_cache_events": 'jaxcompat.EVENTS["cache_hit"] = "/jax/compilation_cache/renamed_hits"',
     "cache_key_log": 'jaxcompat.CACHE_KEY_MESSAGE = "renamed hash of %s: %s"',
     "trace_equations": 'jaxcompat.ATTRIBUTES["trace_equations"] = ("jax._src.core", "trace_ctx_renamed")',
-    "primitives": 'jaxcompat.ATTRIBUTES["primitives"] = ("jax.extend.core", "PrimitiveRenamed")',
+    "primitives": 'jaxcompat.ATTRIBUTES["primitives"] = ("jax._src.core", "PrimitiveRenamed")',
     "primitive_marker": 'jaxcompat.ATTRIBUTES["primitive_marker"] = ("jax._src.dispatch", "_apply_primitive_renamed")',
     "jaxpr_debug_info": 'jaxcompat.ATTRIBUTES["jaxpr_debug_info"] = ("jax._src.core", "Jaxpr", "debug_info_renamed")',
     "jit_cache_size": 'jaxcompat.ATTRIBUTES["jit_cache_size"] = ("_cache_size_renamed",)',
@@ -220,3 +220,45 @@ def test_the_lowering_frame_probe_checks_everything_read_there(fresh_probes, mon
     found = _capability_warnings(caught)
     missing = "semantic_in_shardings_renamed" if table == "FRAMES" else "UnspecifiedValueRenamed"
     assert len(found) == 1 and missing in found[0]  # the warning names what JAX no longer has
+
+
+def test_recording_leaves_the_trace_context_jax_keys_on_as_it_was(tmp_path):
+    """cachewatch's own imports must not add options to JAX's trace context: a function
+    traced before them would miss JAX's cache and be traced and compiled again."""
+    program = textwrap.dedent("""
+        import json, logging
+        import jax, jax.numpy as jnp
+        from jax._src import config
+        messages = []
+        class Handler(logging.Handler):
+            def emit(self, record):
+                messages.append(record.getMessage())
+        logging.getLogger("jax").addHandler(Handler())
+        jax.config.update("jax_log_compiles", True)
+        step = jax.jit(lambda x: x * 2.0)
+        step(jnp.ones(3))                     # traced before cachewatch is imported
+        names = len(config.trace_context_names())
+        import cachewatch
+
+        @cachewatch.jit
+        def watched(x):
+            return x + 1.0
+
+        watched(jnp.ones(3))
+        watched(jnp.ones(4))
+        cachewatch.flush(30)
+        step(jnp.ones(3))                     # the same signature: served from the cache
+        compiles = sum(m.startswith(("Finished XLA compilation of jit(<lambda>)", "Finished XLA compilation of jit(watched)")) for m in messages)
+        print(json.dumps({"before": names, "after": len(config.trace_context_names()), "compiles": compiles}))
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "CACHEWATCH_STORE": f"sqlite:///{tmp_path / 'store.db'}"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["after"] == found["before"]
+    assert found["compiles"] == 3  # step once, the watched lambda at two shapes

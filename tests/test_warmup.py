@@ -136,12 +136,34 @@ def test_a_call_racing_its_own_warmup_compiles_once(sqlite_url, use_store):
     with jax_compile_log() as log:
         handle = cachewatch.warmup(deep, signatures=[(jax.ShapeDtypeStruct((5,), jnp.float32),)])
         deadline = time.monotonic() + 60
-        while not state.warming and not handle.done() and time.monotonic() < deadline:
+        slots = list(state.warming.values())
+        while slots and slots[0].state == "queued" and time.monotonic() < deadline:
             time.sleep(0.001)
         deep(jnp.ones(5))  # arrives while the warm-up compiles its signature, or after
         assert handle.wait(60)
         assert jax_compile_count(log, "deep") == 1
     assert handle.compiled == ["x: float32[5]"]
+
+
+def test_a_call_takes_over_a_signature_the_warmup_has_not_come_to(sqlite_url, use_store):
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def layered(x):
+        for i in range(200):
+            x = jnp.cos(x) * 0.5 + i
+        return x
+
+    sizes = (2, 3, 4, 5)
+    with jax_compile_log() as log:
+        # One thread, in this order: the last size waits behind three compiles.
+        handle = cachewatch.warmup(layered, signatures=[(jax.ShapeDtypeStruct((n,), jnp.float32),) for n in sizes])
+        layered(jnp.ones(5))  # compiles it now rather than wait for the other three
+        assert handle.wait(120)
+        assert jax_compile_count(log, "layered") == len(sizes)  # each size once
+    assert sorted(handle.compiled) == [f"x: float32[{n}]" for n in sizes[:3]]
+    assert [s.signature for s in handle.skipped] == ["x: float32[5]"]
+    assert "a call of the program compiled it" in handle.skipped[0].reason
 
 
 def test_bad_input_is_refused_and_compiles_nothing(sqlite_url, use_store):

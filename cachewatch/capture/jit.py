@@ -26,7 +26,7 @@ from typing import Any, Callable, ParamSpec, Protocol, TypeVar, overload
 import jax
 
 from ..core import _guard, jaxcompat
-from . import _tracking, cachekey, cachestate, captures, counters, devices, guards
+from . import _tracking, cachekey, cachestate, captures, counters, devices, guards, warmup
 from ..explain import causes
 from ..record import current, recorder
 from .counters import CallCounter, Watched as _Watched
@@ -73,9 +73,9 @@ class HookState:
         # The eager baseline calls the function again; a bound method's instance is held
         # weakly, like the hook holds it.
         self.fun = weakref.WeakMethod(fun) if isinstance(fun, types.MethodType) else (lambda: fun)
-        # Signatures a warm-up is compiling now (stable hash -> set when done): a call of
-        # one of them waits instead of compiling it a second time.
-        self.warming: dict[str, threading.Event] = {}
+        # The variants of a running warm-up by signature hash (capture/warmup.py): a call
+        # of one being compiled waits instead of compiling it a second time.
+        self.warming: dict[str, warmup.Slot] = {}
         _tracking.watch_names(self.trace_name, self.module_name, self.info)
 
 
@@ -344,10 +344,8 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
 
 @_guard.guarded(where="jit.await_warmup")
 def _await_warmup(state: HookState, args: tuple, kwargs: dict) -> None:
-    """Wait for a warm-up compiling this call's signature (JAX would compile it again)."""
-    done = state.warming.get(sigmod.build(state.layout, args, kwargs).stable_hash())
-    if done is not None:
-        done.wait()
+    """Wait for a warm-up compiling this call's signature, or take it over (warmup.claim)."""
+    warmup.claim(state.warming, sigmod.build(state.layout, args, kwargs).stable_hash())
 
 
 # Called with every function cachewatch.jit makes (the interfaces register here: a

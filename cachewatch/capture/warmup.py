@@ -252,6 +252,37 @@ def rebuild(
 # ------------------------------------------------------------------ compiling
 
 
+class Slot:
+    """One variant of a running warm-up, as the function's calls see it: ``queued``,
+    ``compiling`` (a call waits for ``done``) or ``claimed`` by a call that came first."""
+
+    __slots__ = ("signature_hash", "state", "done")
+
+    def __init__(self, signature_hash: str) -> None:
+        self.signature_hash = signature_hash
+        self.state = "queued"
+        self.done = threading.Event()
+
+
+_slots_lock = threading.Lock()
+
+
+def claim(warming: dict[str, Slot], signature_hash: str) -> None:
+    """What a call of a function being warmed does first: wait while a warm-up compiles
+    its signature (JAX would compile it a second time), or take over a signature the
+    warm-up has not come to yet (compiling it now costs no more than waiting)."""
+    with _slots_lock:
+        slot = warming.get(signature_hash)
+        if slot is None:
+            return
+        if slot.state == "queued":
+            slot.state = "claimed"
+            del warming[signature_hash]
+            slot.done.set()
+            return
+    slot.done.wait()
+
+
 def start(
     watched: Any,
     variants: Sequence[Variant],
@@ -287,24 +318,36 @@ def start(
     if not work:
         handle._done.set()
         return handle
+    # Every variant is known to the calls before any is compiled: a call of one that is
+    # compiling waits for it; a call of one still queued takes it over (see claim).
+    slots = [Slot(variant.signature_hash) for variant, _, _ in work]
+    with _slots_lock:
+        for slot in slots:
+            state.warming.setdefault(slot.signature_hash, slot)
     stats = watched.__cachewatch_stats__
     stats.next_sample = stats.calls + 1  # calls look for a warm-up of their signature from now on
     remaining = [len(work)]
 
-    def compile_one(variant: Variant, args: tuple, kwargs: dict) -> None:
+    def compile_one(slot: Slot, variant: Variant, args: tuple, kwargs: dict) -> None:
         text = describe(variant.leaves)
-        done = threading.Event()
-        state.warming[variant.signature_hash] = done
+        with _slots_lock:
+            taken = slot.state != "queued"  # a call took it over: it compiles it itself
+            slot.state = "compiling" if not taken else slot.state
         start_compile = time.perf_counter()
         try:
-            watched.__cachewatch_compile_ahead__(site, args, kwargs)
-            with handle._lock:
-                handle.compiled.append(text)
+            if taken:
+                handle._skip(text, "a call of the program compiled it before the warm-up came to it")
+            else:
+                watched.__cachewatch_compile_ahead__(site, args, kwargs)
+                with handle._lock:
+                    handle.compiled.append(text)
         except Exception as exc:  # the user's function may fail on this signature now
             handle._skip(text, f"compiling it failed: {type(exc).__name__}: {str(exc)[:300]}")
         finally:
-            state.warming.pop(variant.signature_hash, None)
-            done.set()
+            with _slots_lock:
+                if state.warming.get(slot.signature_hash) is slot:
+                    del state.warming[slot.signature_hash]
+            slot.done.set()
             with handle._lock:
                 handle.compile_seconds += time.perf_counter() - start_compile
                 remaining[0] -= 1
@@ -314,9 +357,9 @@ def start(
                 handle._done.set()
 
     # Daemon threads: a program that ends before its warm-up does is not held back.
-    todo: queue.Queue[tuple[Variant, tuple, dict]] = queue.Queue()
-    for item in work:
-        todo.put(item)
+    todo: queue.Queue[tuple[Slot, Variant, tuple, dict]] = queue.Queue()
+    for slot, item in zip(slots, work):
+        todo.put((slot, *item))
 
     def worker() -> None:
         while True:

@@ -74,7 +74,10 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "jaxpr_debug_info": ("jax._src.core", "Jaxpr", "debug_info"),
     "persistent_cache_reset": ("jax.experimental.compilation_cache.compilation_cache", "reset_cache"),
     "trace_context": ("jax._src.config", "trace_context", "trace_context_names"),
-    "primitives": ("jax.extend.core", "Primitive"),
+    # The class jax.extend.core re-exports, read where it is defined: importing
+    # jax.extend imports Pallas, which adds options to the trace context JAX keys its
+    # caches on (JAX 0.12), so every function traced before would be traced again.
+    "primitives": ("jax._src.core", "Primitive"),
     "distributed_state": ("jax.distributed", "is_initialized"),
     "jit_cache_size": ("_cache_size",),  # on the object jax.jit returns
     "clear_caches_hook": ("jax._src.util", "register_cache"),
@@ -448,7 +451,7 @@ def primitive_type() -> type | None:
     """JAX's Primitive class (public: jax.extend.core.Primitive), or None when it is off."""
     if not available("primitives"):
         return None
-    from jax.extend.core import Primitive
+    from jax._src.core import Primitive
 
     return Primitive
 
