@@ -219,7 +219,7 @@ def test_persistent_cache_per_compile_across_two_runs(tmp_path):
     assert {c.persistent_cache_key for c in kept if c.persistent_cache == "hit"} == keys
     by_run = {p.run_id: p for p in report.persistent}
     assert by_run[second].results["hit"] >= 2 and set(by_run[second].not_written) == {"min_compile_time"}
-    assert by_run[first].results.get("hit", 0) == 0 and by_run[second].hit_rate
+    assert by_run[second].hit_rate and by_run[second].hit_rate > (by_run[first].hit_rate or 0.0)
     # The directory: both of kept_step's entries, written by it and read in the second run.
     entries = {e.key: e for e in audit.entries}
     assert keys <= set(entries)
