@@ -64,9 +64,13 @@ def _why_missing(fmt: str, left_out: list[str]) -> str:
 
 
 def default_against(conn: sa.Connection, row: dict[str, Any]) -> str | None:
-    """What a compile is diffed with when no other is named: the earlier compile with the
-    same program (a wasted recompile), else the compile of the function just before it."""
-    return row["identical_to"] or stored.previous_compile(conn, row)
+    """What a compile is diffed with when no other is named: the function's earlier compile
+    with the same program (a wasted recompile), else the compile of the function just
+    before it. (Older stores link another function's compile too; that is no recompile.)"""
+    earlier = stored.event(conn, row["identical_to"]) if row.get("identical_to") else None
+    if earlier is not None and earlier["function_hash"] == row.get("function_hash"):
+        return str(row["identical_to"])
+    return stored.previous_compile(conn, row)
 
 
 def diff(conn: sa.Connection, event_id: str, against: str | None = None) -> dict[str, Any]:
