@@ -53,6 +53,10 @@ class Ran:
         return [s for s in self.storms if s["name"] == name or name in [f["name"] for f in s["functions"]]]
 
 
+# Programs that need more than one device: four CPU devices.
+ENV = {"pmap_step": {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}}
+
+
 def run_program(tmp_path, name: str) -> Ran:
     url = f"sqlite:///{tmp_path / (name + '.db')}"
     env = {
@@ -62,6 +66,7 @@ def run_program(tmp_path, name: str) -> Ran:
         "JAX_LOG_COMPILES": "1",
         "CACHEWATCH_RAISE_INTERNAL_ERRORS": "1",
         "TQDM_DISABLE": "1",
+        **ENV.get(name, {}),
     }
     path = os.path.join(PROGRAMS, f"{name}.py")
     done = subprocess.run(
@@ -256,11 +261,15 @@ def test_set_up_from_one_line_stays_warm_up_and_a_loop_coming_back_ends_it():
     assert steady.warmup_end(jax_own) is None
 
 
-@pytest.mark.parametrize("program", ["linen_seq", "eager_loss", "numpyro_nuts"])
+@pytest.mark.parametrize("program", ["linen_seq", "eager_loss", "numpyro_nuts", "pmap_step"])
 def test_a_storm_free_program_reports_no_storm(tmp_path, program):
     ran = run_program(tmp_path, program)
     assert not ran.storms, [diagnosis.describe_storm(s) for s in ran.storms]
     assert "Storm" not in ran.stderr
+    # Every compile JAX logged is recorded (a pmap under JAX's own name for it).
+    assert sum(ran.compiles.values()) == sum(ran.logged.values())
+    if program == "pmap_step":
+        assert ran.stdout.startswith("4 ")
 
 
 # ------------------------------------------------------------------ judged from the store
