@@ -583,6 +583,11 @@ def text(report: CacheReport, audit: DirectoryAudit | None = None, audit_note: s
                 rows,
             )
         )
+    if any(fn.live for fn in report.functions):
+        lines.append(
+            "Live: not released as of the run's last record. A run whose process has ended, or died, freed its "
+            "executables at exit."
+        )
     never = report.never_hit
     if never:
         names = {fn.function_hash: fn.name for fn in report.functions}
