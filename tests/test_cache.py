@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -222,6 +223,7 @@ def test_persistent_cache_per_compile_across_two_runs(tmp_path):
     assert by_run[second].hit_rate and by_run[second].hit_rate > (by_run[first].hit_rate or 0.0)
     # The directory: both of kept_step's entries, written by it and read in the second run.
     entries = {e.key: e for e in audit.entries}
+    assert audit.problems == () and all(e.problem is None for e in audit.entries)  # JAX's own entries read as sound
     assert keys <= set(entries)
     assert all(entries[k].function == "kept_step" and entries[k].hits == 1 for k in keys)
     written = [c for c in kept if c.persistent_cache == "written"]
@@ -362,16 +364,20 @@ def test_service_refuses_an_unknown_persistent_cache_result(sqlite_url):
 
 
 def test_audit_names_foreign_files_and_corrupt_entries_and_changes_nothing(tmp_path):
-    (tmp_path / "jit_a-00ff-cache").write_bytes(b"x" * 10)
+    (tmp_path / "jit_a-00ff-cache").write_bytes(zlib.compress(b"x" * 100))
+    (tmp_path / "jit_c-22dd-cache").write_bytes(b"garbage, not an entry")
     (tmp_path / "jit_a-00ff-atime").write_bytes(b"1")
     (tmp_path / "jit_b-11ee-cache").write_bytes(b"")
     (tmp_path / "stray.bin").write_bytes(b"??")
     before = sorted(os.listdir(tmp_path))
     audit = analysis.audit_directory(str(tmp_path), lambda keys: {})
     assert sorted(os.listdir(tmp_path)) == before
-    assert {e.key for e in audit.entries} == {"jit_a-00ff", "jit_b-11ee"}
-    assert audit.foreign == ("stray.bin",) and audit.total_bytes == 10
-    assert any("corrupt entry jit_b-11ee-cache" in line for line in audit.problems)
+    assert {e.key for e in audit.entries} == {"jit_a-00ff", "jit_b-11ee", "jit_c-22dd"}
+    assert audit.foreign == ("stray.bin",)
+    assert audit.total_bytes == len(zlib.compress(b"x" * 100)) + len(b"garbage, not an entry")
+    assert any("corrupt entry jit_b-11ee-cache: empty" in line for line in audit.problems)
+    assert any("corrupt entry jit_c-22dd-cache: not compressed" in line for line in audit.problems)
+    assert [e.key for e in audit.entries if e.problem is None] == ["jit_a-00ff"]
     unreadable = analysis.audit_directory(str(tmp_path / "nope"), lambda keys: {})
     assert not unreadable.readable and "cannot read the cache directory" in unreadable.problems[0]
 

@@ -482,10 +482,10 @@ def audit_directory(path: str, origins: Callable[[Sequence[str]], Mapping[str, E
         if not os.path.isfile(full):
             foreign.append(name)
             continue
-        problem = None
-        if st.st_size == 0:
-            problem = "corrupt: empty entry"
-            problems.append(f"corrupt entry {name}: empty (JAX will compile it again)")
+        problem = _entry_problem(full, st.st_size)
+        if problem is not None:
+            problems.append(f"corrupt entry {name}: {problem} (JAX will compile it again)")
+            problem = f"corrupt: {problem}"
         found[key] = (st.st_size, st.st_mtime, problem)
     known = origins(list(found)) if found else {}
     entries = []
@@ -504,6 +504,24 @@ def audit_directory(path: str, origins: Callable[[Sequence[str]], Mapping[str, E
             )
         )
     return DirectoryAudit(path, tuple(entries), tuple(foreign), tuple(problems))
+
+
+# How JAX's compressed entries begin: zstd's frame magic, or a zlib header (CMF 0x78).
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _entry_problem(path: str, size: int) -> str | None:
+    """Why an entry cannot be one JAX wrote (read from its first bytes only), or None."""
+    if size == 0:
+        return "empty"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    if head.startswith(_ZSTD_MAGIC) or (len(head) >= 2 and head[0] == 0x78 and (head[0] * 256 + head[1]) % 31 == 0):
+        return None
+    return "not compressed as JAX writes its entries (zstd or zlib)"
 
 
 @dataclass(frozen=True)
