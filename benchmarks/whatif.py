@@ -181,8 +181,8 @@ def main() -> None:
             f"mean error {med('run_fit_error'):.1%}"
         )
         print(
-            f"  compiles: predicted {[r['predicted_compiles'] for r in rows]}, JAX's log {[r['compiles'] for r in rows]}"
-            f" ({'exact' if exact else 'MISSED'})"
+            f"  compiles: predicted {[r['predicted_compiles'] for r in rows]}, "
+            f"JAX's log {[r['compiles'] for r in rows]} ({'exact' if exact else 'MISSED'})"
         )
         for name, predicted, actual in (
             ("compile seconds", "predicted_compile_seconds", "compile_seconds"),

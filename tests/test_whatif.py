@@ -286,12 +286,13 @@ def test_other_fixes_are_priced_from_the_run():
     compiles = (
         _compile(0, 4, "first_call"),
         _compile(1, 4, "new_function_object", identical="e0"),
-        _compile(2, 4, "weak_type", sig="w4", weak=True),
+        _compile(2, 4, "weak_type", sig="w4", weak=True, identical="e0"),
     )
     ev = RunEvidence(FN, "r1", "", compiles, 3, (), 100)
     result = whatif.analyse(ev, whatif.parse_policy("pow2"))
     assert "nothing to pad" in result.nothing_to_pad
     fixes = {f.fix: f for f in result.fixes}
+    # The weak-type flip's identical program is the weak-type fix's, not hoisting's.
     assert fixes["hoist_jit"].compiles_after == 2 and fixes["hoist_jit"].seconds_saved == pytest.approx(0.5)
     assert fixes["weak_type"].compiles_after == 2
     assert fixes["persistent_cache"].seconds_saved == pytest.approx(1.2)

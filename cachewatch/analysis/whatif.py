@@ -601,7 +601,9 @@ def other_fixes(ev: RunEvidence) -> tuple[OtherFix, ...]:
     """The other fixes cachewatch names, priced where the run holds their figures."""
     total = len(ev.compiles)
     found = []
-    identical = [c for c in ev.compiles if c.identical_to]
+    # A remade jit object compiling a program the function had compiled: what hoisting
+    # saves (an identical program after a weak-type flip is the weak-type fix's).
+    identical = [c for c in ev.compiles if c.identical_to and c.cause == Cause.NEW_FUNCTION_OBJECT]
     if identical:
         saved = sum(c.seconds for c in identical)
         found.append(
@@ -610,8 +612,9 @@ def other_fixes(ev: RunEvidence) -> tuple[OtherFix, ...]:
                 total,
                 total - len(identical),
                 saved,
-                f"one jit object, made once outside the loop: {len(identical)} of {total} compiles built a program "
-                f"this function had compiled before in this run; saves {seconds_text(saved)}",
+                f"one jit object, made once outside the loop: {len(identical)} of {total} compiles were a new jit "
+                "object compiling a program this function had compiled before in this run; "
+                f"saves {seconds_text(saved)}",
             )
         )
     if any(c.cause == Cause.WEAK_TYPE for c in ev.compiles):
@@ -662,10 +665,11 @@ def fix_sentence(result: Whatif) -> str | None:
     if price is None or result.path is None:
         return None
     buckets = ", ".join(str(b) for b in price.buckets)
+    saved = max(0.0, result.recorded.compile_seconds - price.compile_seconds)
     text = (
         f"pad {result.path} axis {result.axis} to {buckets}: {price.compiles} compiles instead of "
-        f"{result.recorded.compiles}, saves {seconds_text(max(0.0, result.recorded.compile_seconds - price.compile_seconds))} "
-        f"of {seconds_text(result.recorded.compile_seconds)} compiling"
+        f"{result.recorded.compiles}, saves {seconds_text(saved)} of {seconds_text(result.recorded.compile_seconds)} "
+        "compiling"
     )
     if price.padded_run_seconds is not None:
         text += f", adds {seconds_text(price.padded_run_seconds)} of padded compute"
