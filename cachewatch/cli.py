@@ -277,7 +277,7 @@ def _whatif(args: argparse.Namespace) -> int:
             print(f"cachewatch whatif: {exc.args[0]}", file=sys.stderr)
             return 2
     if args.format == "json":
-        print(json.dumps(dataclasses.asdict(result), indent=2))
+        print(json.dumps({**dataclasses.asdict(result), "fix": whatif.fix_sentence(result)}, indent=2))
     else:
         print(_here(whatif.text(result)))
     return 0

@@ -176,6 +176,7 @@ def test_the_command_prints_a_table_and_json(storm, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["price"]["policy"] == "pow2" and data["price"]["compiles"] == 2
     assert {"compiles", "compile_seconds", "padded_run_seconds", "total_seconds"} <= set(data["price"])
+    assert data["fix"].startswith("pad batch['x'] axis 0 to 16, 32: 2 compiles instead of 11")
 
 
 def _store_state(url: str) -> tuple[str, tuple[int, ...]]:
