@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import jax
 
 from .core import _guard
-from .capture import _tracking
+from .capture import _tracking, pmapped
 from .core.config import ConfigError
 from .core.events import CAUSES, VERSION, CompileEvent
 from .capture.guards import (
@@ -67,6 +67,7 @@ __all__ = [
 
 _install_lock = threading.Lock()
 _original_jax_jit: Callable[..., Any] | None = None
+_original_jax_pmap: Callable[..., Any] | None = None
 
 
 def install() -> None:
@@ -79,22 +80,28 @@ def install() -> None:
     are recorded from JAX's compile events, with their signatures and causes but
     without call counts.
     """
-    global _original_jax_jit
+    global _original_jax_jit, _original_jax_pmap
     with _install_lock:
         if _original_jax_jit is None:
             _original_jax_jit = jax.jit
             jax.jit = jit  # type: ignore[assignment]
+        if _original_jax_pmap is None:
+            _original_jax_pmap = jax.pmap
+            jax.pmap = pmapped.counting(jax.pmap)
         with _guard.guard("install"):
             _tracking.record_everything(True)
 
 
 def uninstall() -> None:
     """Undo ``install()``: ``jax.jit`` is JAX's again and foreign compiles are no longer recorded."""
-    global _original_jax_jit
+    global _original_jax_jit, _original_jax_pmap
     with _install_lock:
         if _original_jax_jit is not None:
             jax.jit = _original_jax_jit
             _original_jax_jit = None
+        if _original_jax_pmap is not None:
+            jax.pmap = _original_jax_pmap
+            _original_jax_pmap = None
         with _guard.guard("uninstall"):
             _tracking.record_everything(False)
 

@@ -117,6 +117,7 @@ def test_every_module_stands_on_a_known_floor():
     assert top == [
         "cachewatch",
         "cachewatch.__main__",
+        "cachewatch.ahead",
         "cachewatch.autoinstall",
         "cachewatch.cli",
         "cachewatch.doctor",

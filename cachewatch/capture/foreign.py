@@ -37,7 +37,15 @@ from . import program as program_mod
 from ..explain import signature as sigmod
 from ..core import _guard, jaxcompat
 from ..core.events import UNATTRIBUTED_MODULE, Cause, CompileEvent, FunctionInfo, new_event_id
-from .identity import call_site, code_file, describe_function, is_library_file, user_function, user_function_in
+from .identity import (
+    call_site,
+    code_file,
+    describe_function,
+    is_library_file,
+    user_function,
+    user_function_closed_over,
+    user_function_in,
+)
 
 # JAX's frames this module reads, by the capability that checks them (core/jaxcompat.py);
 # where a JAX release renames one, compiles are still recorded, with less detail:
@@ -188,6 +196,9 @@ def from_trace(frame: Any, name: str) -> Target | None:
     if is_library_file(code_file(user_function(fun)) or ""):
         # A library's own jit around the user's function passed as an argument (eqx.filter_jit).
         passed = user_function_in((args, kwargs), getattr(fun, "__name__", name))
+        if passed is None:
+            # A library's function closing over the user's (jax.pmap's inner jit).
+            passed = user_function_closed_over(user_function(fun))
         if passed is not None:
             described = passed
     signature = sigmod.build(layout, args, kwargs) if layout is not None else None

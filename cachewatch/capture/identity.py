@@ -127,6 +127,29 @@ def user_function_in(args: Any, name: str, limit: int = 64) -> Callable[..., Any
     return None
 
 
+def user_function_closed_over(fun: Any, limit: int = 16) -> Callable[..., Any] | None:
+    """The user's function a library's inner function closes over, or None.
+
+    ``jax.pmap`` jits a function of its own (``_cached_shard_map.<locals>._fun``) that
+    holds the user's, wrapped for tracing (``.f``), in its closure; this finds it there.
+    """
+    stack = [cell for cell in getattr(fun, "__closure__", None) or ()]
+    visited = 0
+    while stack and visited < limit:
+        cell = stack.pop(0)
+        visited += 1
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        for candidate in (value, getattr(value, "f", None)):
+            if isinstance(candidate, types.FunctionType):
+                if not is_library_file(os.path.realpath(candidate.__code__.co_filename)):
+                    return candidate
+                stack.extend(candidate.__closure__ or ())
+    return None
+
+
 def call_site(depth: int = 1) -> str | None:
     """The user's line that led here: the first frame up the stack outside the libraries
     (JAX, the library that wraps the user's function, the standard library, cachewatch);

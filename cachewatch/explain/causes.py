@@ -412,6 +412,13 @@ def _sentence(name: str, entries: list[dict[str, Any]], history: FunctionHistory
                 f"(weakly typed {(after or '')[:-5]}); pass one kind consistently, e.g. always "
                 "jnp.asarray(...)."
             )
+    elif change == "sharding":
+        text = (
+            f"The abstract sharding of argument {path} changed: {before} -> {after}. JAX traces a "
+            "function again for each mesh and partition spec its arguments carry (an array sharded "
+            "over devices, a pmap's output, after a plain array); place the inputs the same way on "
+            "every call (jax.device_put with one sharding) to compile once."
+        )
     elif change == "static":
         count = len(history.static_values.get(path, ())) + 1
         text = (

@@ -35,27 +35,36 @@ class Leaf:
     value_repr: str | None = None
     # In-process identity of a static value: (type, hash), as JAX compares statics.
     value_key: Any = None
+    # The array's abstract sharding when it names a mesh (an array sharded over devices,
+    # a pmap's output): JAX traces again when it changes. None for a plain array.
+    sharding: str | None = None
 
     def compare_key(self) -> tuple:
         if self.static:
             return ("static", self.value_key)
-        return ("array", self.shape, self.dtype, self.weak_type)
+        return ("array", self.shape, self.dtype, self.weak_type, self.sharding)
 
     def describe(self) -> str:
         if self.static:
             return f"static {self.value_repr}"
         return describe_array(self.dtype, self.shape or (), bool(self.weak_type))
 
+    def describe_sharding(self) -> str:
+        return self.sharding or "unsharded (no mesh)"
+
     def as_dict(self) -> dict[str, Any]:
         if self.static:
             return {"path": self.path, "static": True, "value": self.value_repr}
-        return {
+        row = {
             "path": self.path,
             "static": False,
             "shape": list(self.shape or ()),
             "dtype": self.dtype,
             "weak_type": bool(self.weak_type),
         }
+        if self.sharding is not None:  # left out for a plain array: its hash stays what it was
+            row["sharding"] = self.sharding
+        return row
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -179,7 +188,21 @@ def _array_leaf(path: str, arg: int, value: Any) -> Leaf:
         shape=shape,
         dtype=str(dtype) if dtype is not None else None,
         weak_type=bool(getattr(aval, "weak_type", False)),
+        sharding=abstract_sharding(aval),
     )
+
+
+def abstract_sharding(aval: Any) -> str | None:
+    """The abstract sharding JAX keys its trace on (``aval.sharding``: a mesh of named
+    axes and a partition spec), as text, when it names a mesh; None otherwise."""
+    sharding = getattr(aval, "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    names = getattr(mesh, "axis_names", None)
+    if not names:
+        return None
+    sizes = getattr(mesh, "axis_sizes", None) or ()
+    axes = ", ".join(f"{n}={s}" for n, s in zip(names, sizes)) if sizes else ", ".join(map(str, names))
+    return f"mesh({axes}) {getattr(sharding, 'spec', '')}"
 
 
 def build(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) -> Signature:
@@ -248,6 +271,7 @@ _LEAF_CAUSE = {
     "dtype": Cause.NEW_DTYPE,
     "weak_type": Cause.WEAK_TYPE,
     "static": Cause.NEW_STATIC_VALUE,
+    "sharding": Cause.NEW_DEVICE_OR_SHARDING,
 }
 
 
@@ -295,6 +319,10 @@ def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
                 change = changes[0]
                 if change == "static":
                     entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.value_repr, leaf.value_repr)
+                elif change == "sharding":
+                    entry = _entry(
+                        leaf.path, change, _LEAF_CAUSE[change], prior.describe_sharding(), leaf.describe_sharding()
+                    )
                 else:
                     entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe(), leaf.describe())
                 entry["changes"] = changes
@@ -345,6 +373,8 @@ def _leaf_changes(before: Leaf, after: Leaf) -> list[str]:
         changes.append("weak_type")
     if before.dtype != after.dtype:
         changes.append("dtype")
+    if before.sharding != after.sharding:
+        changes.append("sharding")
     return changes
 
 
