@@ -396,6 +396,13 @@ class _Model:
                 self.run_fit = Fit(
                     len(run_points), 0.0, statistics.median(p[1] for p in run_points), None, 0.0, "median"
                 )
+        elif ev.sample_every == 1:
+            # Every call was timed but the one that compiles: the sizes were not met again.
+            self.run_fit_note = (
+                f"run time not priced: {distinct} size(s) along the axis had a timed call in this run, "
+                f"and a fit needs {MIN_TIMED_SIZES}; a call that compiles is not timed, and the other sizes "
+                "were not called again"
+            )
         else:
             self.run_fit_note = (
                 f"run time not priced: {distinct} size(s) along the axis had a timed call in this run, "
