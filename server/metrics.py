@@ -524,26 +524,8 @@ def executable_families(settings: ServerSettings) -> Iterator[Metric]:
 
 
 def _live_executables(conn: sa.Connection) -> tuple[dict[str, int], dict[str, int]]:
-    r, e = models.runs, models.compile_events
-    recent = [
-        row.run_id
-        for row in conn.execute(
-            sa.select(r.c.run_id)
-            .where(sa.exists(sa.select(e.c.id).where(e.c.run_id == r.c.run_id, e.c.compiled)))
-            .order_by(r.c.started_at.desc())
-            .limit(EXECUTABLE_RUNS)
-        )
-    ]
-    if not recent:
-        return {}, {}
-    newest: dict[str, str] = {}
-    for run_id, function_hash, _ in cache_reads.cache_functions(conn, Filters(), None, runs=recent):
-        newest.setdefault(function_hash, run_id)  # newest run first
-    report = cache_analysis.cache_report(
-        cache_reads.read_cache(conn, Filters(), [(run, fn) for fn, run in newest.items()])
-    )
-    totals = cache_analysis.live_totals(report)
-    return totals.live, totals.bytes
+    found = cache_reads.live_executables(conn, EXECUTABLE_RUNS, cache_analysis.EXECUTABLE_PARTS)
+    return {x.function_hash: x.live for x in found}, {x.function_hash: x.memory_bytes for x in found}
 
 
 def _persistent_entries(conn: sa.Connection) -> tuple[int, int]:

@@ -493,3 +493,23 @@ def test_dashboard_cache_page_in_chromium(chromium, sqlite_url, use_store):  # n
             tab.assert_clean()
         finally:
             context.close()
+
+
+def test_metrics_live_counts_agree_with_the_report(store_url, use_store):
+    use_store(store_url)
+
+    @cachewatch.jit
+    def agree_step(x):
+        return x - 3
+
+    for n in range(1, 8):
+        agree_step(jnp.ones(n))
+    jax.clear_caches()
+    for n in range(1, 4):
+        agree_step(jnp.ones(n))
+    report = report_of(store_url, "agree_step")
+    (fn,) = report.functions
+    with enginemod.connection(store_url) as conn:
+        found = {x.function_hash: x for x in reads.live_executables(conn, 20, analysis.EXECUTABLE_PARTS)}
+    assert fn.live == 3 and fn.peak_live == 7
+    assert (found[fn.function_hash].live, found[fn.function_hash].memory_bytes) == (fn.live, fn.live_bytes)

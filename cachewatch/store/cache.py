@@ -295,3 +295,69 @@ def entry_origins(conn: sa.Connection, keys: Sequence[str]) -> dict[str, EntryOr
         key: EntryOrigin(o.key, o.function_hash, o.name, o.run_id, o.written_at, hits.get(key, 0))
         for key, o in out.items()
     }
+
+
+@dataclass(frozen=True, slots=True)
+class LiveExecutables:
+    """A function's executables not released as of its newest run's last record."""
+
+    function_hash: str
+    run_id: str
+    live: int
+    memory_bytes: int  # XLA's figures summed over them (parts as analysis.cache counts them)
+
+
+def live_executables(conn: sa.Connection, runs: int, parts: Sequence[str]) -> list[LiveExecutables]:
+    """Per function, in its newest of the ``runs`` most recently started runs that compiled:
+    the compiles after its last release, and their memory. Reads only those compiles (what
+    JAX still holds), never a run's whole history: /metrics asks this on every scrape."""
+    r, e, s = models.runs, models.compile_events, models.call_stats
+    recent = {
+        row.run_id: float(row.started_at)
+        for row in conn.execute(
+            sa.select(r.c.run_id, r.c.started_at)
+            .where(sa.exists(sa.select(e.c.id).where(e.c.run_id == r.c.run_id, e.c.compiled)))
+            .order_by(r.c.started_at.desc())
+            .limit(runs)
+        )
+    }
+    if not recent:
+        return []
+    newest: dict[str, str] = {}
+    for row in conn.execute(
+        sa.select(e.c.function_hash, e.c.run_id)
+        .where(e.c.run_id.in_(list(recent)), e.c.compiled, e.c.kind != Kind.STALE_CAPTURE)
+        .group_by(e.c.function_hash, e.c.run_id)
+    ):
+        known = newest.get(row.function_hash)
+        if known is None or recent[row.run_id] > recent[known]:
+            newest[row.function_hash] = row.run_id
+    released = (
+        sa.select(s.c.run_id, s.c.function_hash, sa.func.max(s.c.timestamp).label("at"))
+        .where(s.c.run_id.in_(list(recent)), s.c.released_by.is_not(None))
+        .group_by(s.c.run_id, s.c.function_hash)
+        .subquery()
+    )
+    q = (
+        sa.select(e.c.function_hash, e.c.run_id, e.c.memory)
+        .select_from(
+            e.outerjoin(
+                released, sa.and_(released.c.run_id == e.c.run_id, released.c.function_hash == e.c.function_hash)
+            )
+        )
+        .where(
+            e.c.run_id.in_(list(recent)),
+            e.c.compiled,
+            e.c.kind != Kind.STALE_CAPTURE,
+            sa.or_(released.c.at.is_(None), e.c.timestamp > released.c.at),
+        )
+    )
+    counts: dict[str, list[int]] = {fn: [0, 0] for fn in newest}
+    for function_hash, run_id, memory in conn.execute(q):
+        if newest.get(function_hash) != run_id:
+            continue
+        found = counts[function_hash]
+        found[0] += 1
+        memory = memory if isinstance(memory, dict) else {}
+        found[1] += sum(int(memory.get(part) or 0) for part in parts)
+    return [LiveExecutables(fn, newest[fn], n, size) for fn, (n, size) in counts.items()]
