@@ -32,7 +32,7 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
-from ..core.events import OP_BY_OP_MODULE, Cause
+from ..core.events import OP_BY_OP_MODULE, Cause, Kind
 from ..store import models
 from ..store.columns import Filters, cost_expr
 from ..store.evidence import Recompile
@@ -50,7 +50,7 @@ def steady_since(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float
     q = (
         sa.select(e.c.run_id, e.c.timestamp, e.c.function_hash, e.c.cause, e.c.call_site, f.c.module)
         .join(f, f.c.function_hash == e.c.function_hash)
-        .where(e.c.run_id.in_(wanted), e.c.compiled, e.c.warmup)
+        .where(e.c.run_id.in_(wanted), e.c.compiled, e.c.warmup, e.c.kind != Kind.WARMUP.value)
         .order_by(e.c.run_id, e.c.timestamp)
     )
     per_run: dict[str, list[Any]] = collections.defaultdict(list)
@@ -154,7 +154,8 @@ def recompiles(conn: sa.Connection, filters: Filters, function_hashes: list[str]
             e.c.warmup,
             cost_expr(e).label("seconds"),
         )
-        .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value)
+        # Compiles made ahead of time by cachewatch.warmup are never recompiles.
+        .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, e.c.kind != Kind.WARMUP.value)
         .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
     )
     if function_hashes is not None:

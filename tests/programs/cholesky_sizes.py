@@ -5,7 +5,6 @@ import cachewatch
 
 cachewatch.install()
 
-import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 SIZES = range(4, 12)
