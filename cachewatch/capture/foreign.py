@@ -36,7 +36,7 @@ from . import devices, opbyop
 from . import program as program_mod
 from ..explain import signature as sigmod
 from ..core import _guard, jaxcompat
-from ..core.events import UNATTRIBUTED_MODULE, Cause, CompileEvent, FunctionInfo, new_event_id
+from ..core.events import OP_BY_OP_MODULE, UNATTRIBUTED_MODULE, Cause, CompileEvent, FunctionInfo, new_event_id
 from .identity import (
     call_site,
     code_file,
@@ -422,6 +422,16 @@ def _by_name(name: str, source_info: str | None) -> FunctionInfo:
 # ------------------------------------------------------------------------- events
 
 
+def note_compile(info: FunctionInfo, cause: str, call_site: str | None) -> None:
+    """Tell the run of a compile before its warm-up flag is read (``current.note_compile``):
+    a jit of the user's or a library's made afresh or cleared ends warm-up when its line
+    compiled it before; not a primitive, nor one of JAX's own jits, which JAX lowers
+    afresh under an eager transformation within one call."""
+    own = info.module == OP_BY_OP_MODULE or info.module.split(".", 1)[0] in ("jax", "jaxlib")
+    remade = cause in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED) and not own
+    current.note_compile(info.function_hash, cause, call_site, remade)
+
+
 def to_event(
     target: Target,
     kind: str,
@@ -461,6 +471,7 @@ def to_event(
             call_site=target.call_site,
         )
         cause, explanation, diff = verdict.cause, verdict.explanation, verdict.diff
+    note_compile(info, cause, target.call_site)
     event_id, run_id = new_event_id(), current.run_id()
     return CompileEvent(
         event_id=event_id,

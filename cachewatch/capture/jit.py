@@ -26,7 +26,7 @@ from typing import Any, Callable, ParamSpec, Protocol, TypeVar, overload
 import jax
 
 from ..core import _guard, jaxcompat
-from . import _tracking, cachekey, cachestate, captures, counters, devices, guards, warmup
+from . import _tracking, cachekey, cachestate, captures, counters, devices, foreign, guards, warmup
 from ..explain import causes
 from ..record import current, recorder
 from .counters import CallCounter, Watched as _Watched
@@ -487,6 +487,8 @@ def _to_event(
             verdict = causes.explain_compile(
                 info.function_hash, state.serial, info.name, sig, device, sigmod.placement(state.layout, args, kwargs)
             )
+    if compiled and record.ahead is None:
+        foreign.note_compile(info, verdict.cause, call_site)
     signature_json = sig.as_json() if sig is not None else ()
     if compiled:
         cachestate.compiled(info)
