@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 import cachewatch
 from cachewatch import cli
-from cachewatch.analysis import whatif
+from cachewatch.analysis import diagnosis, whatif
 from cachewatch.core.events import FunctionInfo
 from cachewatch.record import current
 from cachewatch.store import engine as enginemod
@@ -378,3 +378,20 @@ def test_auto_over_many_sizes_chooses_among_a_bounded_set_of_rungs():
     assert [len(p.buckets) for p in result.curve] == [1, 2, 3, 4, 5]
     assert all(p.buckets[-1] == 600 and p.compiles == len(p.buckets) for p in result.curve)
     assert result.price is not None and result.price.total_seconds is not None
+
+
+def test_a_storms_fix_quotes_what_padding_saves_over_the_run(sqlite_url, use_store):
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def grows(x):
+        return jnp.tanh(x @ x.T).sum()
+
+    for size in range(9, 21):
+        grows(jnp.ones((size, 4)))
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        storms = diagnosis.detect_storms(conn)
+    (storm,) = [s for s in storms if s["name"] == "grows"]
+    assert storm["priced_fix"].startswith("pad x axis 0 to ")
+    assert "compiles instead of 12" in storm["priced_fix"] and "Priced over this run: pad x" in storm["fix"]

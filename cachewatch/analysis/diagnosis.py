@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described, short_name
 from ..store import evidence, queries
-from . import programs, steady
+from . import programs, steady, whatif
 from ..core.figures import compile_share, seconds_text, share_text
 from ..store.columns import Filters, FunctionReport
 from ..store.evidence import Recompile, SignatureCost, UncachedCompile
@@ -140,6 +140,12 @@ def storms_and_first_passes(
         storm["identical_programs"], storm["identical_seconds"] = programs.wasted_between(
             conn, storm["function_hashes"], storm["run_id"], storm["start"], storm["end"]
         )
+        if not storm["key"].startswith("site:") and storm["dominant_cause"] == Cause.NEW_SHAPE:
+            # What padding would save and cost over this run, priced on its own figures.
+            priced = whatif.priced_fix(conn, storm["key"], storm["run_id"])
+            if priced:
+                storm["priced_fix"] = priced
+                storm["fix"] += f" Priced over this run: {priced}."
     storms.sort(key=lambda s: -s["end"])
     passes.sort(key=lambda s: -s["end"])
     return storms, passes
