@@ -45,7 +45,7 @@ from cachewatch.store import cache as cache_reads
 from cachewatch.store import models, rollup
 from cachewatch.core import _guard
 from cachewatch.core.figures import compile_share
-from cachewatch.store.columns import Filters, cost_expr
+from cachewatch.store.columns import Filters
 
 from .settings import ServerSettings
 
@@ -270,11 +270,10 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
 def _program_figures(conn: sa.Connection, store: _Store, snap: Snapshot) -> None:
     """Per function: the latest compiled program's size, and the seconds spent on
     recompiles that produced the program compiled before (``other`` sums the latter)."""
-    e = models.compile_events
+    e, kept = models.compile_events, models.function_compile_totals
+    # Kept totals: a prune of old events never takes these seconds back.
     wasted = conn.execute(
-        sa.select(e.c.function_hash, sa.func.sum(cost_expr(e)))
-        .where(e.c.identical_to.is_not(None))
-        .group_by(e.c.function_hash)
+        sa.select(kept.c.function_hash, kept.c.identical_seconds).where(kept.c.identical_seconds > 0)
     ).all()
     latest = (
         sa.select(e.c.function_hash, sa.func.max(e.c.timestamp).label("last"))

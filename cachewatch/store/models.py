@@ -189,6 +189,9 @@ class FunctionCompileTotalsRow(Base):
     live_events: Mapped[int] = mapped_column(BigInteger, default=0)  # traces and compiles (not stale captures)
     compiles: Mapped[int] = mapped_column(BigInteger, default=0)
     cost_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    # Seconds of recompiles that produced the program the same function compiled before
+    # (``identical_to``; never a first compile): kept, so a prune never takes them back.
+    identical_seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class CauseTotalsRow(Base):

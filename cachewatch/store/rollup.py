@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import sqlalchemy as sa
 
 from ..core import runtimes
-from ..core.events import Kind
+from ..core.events import Cause, Kind
 from . import engine as enginemod
 from . import models
 
@@ -42,6 +42,7 @@ COST_BUCKETS: tuple[float, ...] = (
 )
 
 STALE_KIND = Kind.STALE_CAPTURE
+FIRST_CALL = Cause.FIRST_CALL
 # Columns the upsert replaces instead of adding to.
 _LATEST = frozenset({"run_seconds_per_call"})
 
@@ -77,6 +78,9 @@ def deltas(
         )
     }
     hash_at, run_at, kind_at, cause_at, compiled_at, ts_at, trace_at, lower_at, compile_at = at.values()
+    # A store read before the column existed (a migration's rebuild) has no identical_to.
+    identical_at = columns.index("identical_to") if "identical_to" in columns else None
+    identical: dict[str, float] = {}
     functions: dict[tuple, dict] = {}
     buckets: dict[tuple, dict] = {}
     runs: dict[str, dict] = {}
@@ -106,6 +110,8 @@ def deltas(
                 row["first_ts"] = ts
             elif ts > row["last_ts"]:
                 row["last_ts"] = ts
+        if identical_at is not None and e[identical_at] is not None and key[2] != FIRST_CALL:
+            identical[function_hash] = identical.get(function_hash, 0.0) + cost
         is_compile_or_trace = key[1] != STALE_KIND
         if is_compile_or_trace:
             bucket = cost_bucket(cost)
@@ -147,6 +153,7 @@ def deltas(
                 "live_events": row["events"] if live else 0,
                 "compiles": row["events"] if live and row["compiled"] else 0,
                 "cost_seconds": row["cost_seconds"] if live else 0.0,
+                "identical_seconds": 0.0,
             },
         )
         _sum_into(
@@ -154,6 +161,8 @@ def deltas(
             {"kind": row["kind"], "cause": row["cause"], "compiled": row["compiled"]},
             {"events": row["events"], "cost_seconds": row["cost_seconds"]},
         )
+    for function_hash, seconds in identical.items():
+        per_function[(function_hash,)]["identical_seconds"] = seconds
     store_buckets: dict[Any, dict] = {}
     for row in buckets.values():
         _sum_into(store_buckets, {"bucket": row["bucket"]}, {"events": row["events"]})
@@ -326,6 +335,8 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
         e.c.lower_seconds,
         e.c.compile_seconds,
     ]
+    if any(c["name"] == "identical_to" for c in sa.inspect(conn).get_columns("compile_events")):
+        columns.append(e.c.identical_to)  # a store at a revision that has it
     names = [c.name for c in columns]
     last_id = 0
     while True:
