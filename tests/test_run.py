@@ -324,6 +324,26 @@ def test_the_summary_counts_the_recompiles_that_produced_a_program_compiled_befo
     assert summary["first_pass_compiles"] == 0  # four compiles are no burst of five
 
 
+def test_the_summary_says_what_the_program_left_in_jaxs_caches(tmp_path):
+    script = tmp_path / "shapes.py"
+    script.write_text(
+        textwrap.dedent("""
+            import jax, jax.numpy as jnp
+            step = jax.jit(lambda v: v * 2.0)
+            for n in (3, 4, 5):
+                step(jnp.ones(n))
+            step(jnp.ones(5))                  # served from the cache
+            jax.jit(lambda v: v - 1.0)(jnp.ones(2))
+        """)
+    )
+    done = sh([*CLI, "run", "--store", f"sqlite:///{tmp_path / 'store.db'}", "--summary", "json", str(script)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stderr.strip().splitlines()[-1])
+    # Nothing cleared a cache: every compile left its executable alive.
+    assert summary["live_executables"] == summary["compiles"] and summary["live_executable_bytes"] > 0
+    assert summary["never_called_again"] >= 3  # shapes 3 and 4, and the one-call lambda
+
+
 def test_fail_on_storm_fails_a_program_that_succeeded_and_never_one_that_failed(tmp_path):
     """The storm program (a batch size per step) under --fail-on-storm alone: its storm
     fails it with the limit's code and says why; without the flag it passes; a program that

@@ -21,8 +21,9 @@ from typing import Any, Sequence
 from ..core import config as configmod
 from ..core.events import Cause
 from ..core.figures import seconds_text
+from ..store import cache as cachereads
 from ..store import columns, engine as enginemod, queries
-from . import diagnosis, programs, steady
+from . import cache, diagnosis, programs, steady
 
 TOP_FUNCTIONS = 5
 
@@ -45,6 +46,9 @@ def for_store(url: str, run_id: str, *, flushed: bool = True, top: int = TOP_FUN
         "first_pass_compiles": None,
         "shared_program_compiles": None,
         "shared_programs": [],
+        "live_executables": None,
+        "live_executable_bytes": None,
+        "never_called_again": None,
         "functions": [],
         "storms": [],
         "next": _next_steps(url, run_id),
@@ -60,8 +64,12 @@ def for_store(url: str, run_id: str, *, flushed: bool = True, top: int = TOP_FUN
         warmup = steady.warmup_compiles(conn, run_id)
         identical = programs.identical_recompiles(conn, filters)
         shared = programs.shared_programs(conn, filters)
+        held = cache.cache_report(cachereads.read_cache(conn, filters))
     summary.update(
         of_report(report, storms, top=top),
+        live_executables=sum(fn.live for fn in held.functions),
+        live_executable_bytes=sum(fn.live_bytes for fn in held.functions),
+        never_called_again=sum(len(fn.never_hit) for fn in held.functions),
         warmup_compiles=warmup,
         identical_recompiles=sum(int(i["recompiles"]) for i in identical),
         identical_seconds=sum(float(i["seconds"]) for i in identical),
@@ -147,6 +155,17 @@ def text(summary: dict[str, Any]) -> str:
             lines.append(
                 f"  {summary['shared_program_compiles']} compiles produced the same program as another function's "
                 "(no waste; those functions could share one jit)."
+            )
+        if summary.get("live_executables"):
+            lines.append(
+                f"  {summary['live_executables']} executables left alive in JAX's caches "
+                f"({cache.bytes_text(summary['live_executable_bytes'])} as XLA counts them)"
+                + (
+                    f"; {summary['never_called_again']} were never called after the call that compiled them"
+                    if summary.get("never_called_again")
+                    else ""
+                )
+                + " (`cachewatch cache`)."
             )
         if not summary.get("flushed", True):
             lines.append("  Not every event was written in time: the figures may be short.")
