@@ -54,7 +54,8 @@ class Ran:
 
 
 # Programs that need more than one device: four CPU devices.
-ENV = {"pmap_step": {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}}
+FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+ENV = {"pmap_step": FOUR_DEVICES, "sharded_mlp": FOUR_DEVICES}
 
 
 def run_program(tmp_path, name: str) -> Ran:
@@ -261,15 +262,19 @@ def test_set_up_from_one_line_stays_warm_up_and_a_loop_coming_back_ends_it():
     assert steady.warmup_end(jax_own) is None
 
 
-@pytest.mark.parametrize("program", ["linen_seq", "eager_loss", "numpyro_nuts", "pmap_step"])
+@pytest.mark.parametrize("program", ["linen_seq", "eager_loss", "numpyro_nuts", "pmap_step", "sharded_mlp"])
 def test_a_storm_free_program_reports_no_storm(tmp_path, program):
     ran = run_program(tmp_path, program)
     assert not ran.storms, [diagnosis.describe_storm(s) for s in ran.storms]
     assert "Storm" not in ran.stderr
     # Every compile JAX logged is recorded (a pmap under JAX's own name for it).
     assert sum(ran.compiles.values()) == sum(ran.logged.values())
-    if program == "pmap_step":
+    if program in ("pmap_step", "sharded_mlp"):
         assert ran.stdout.startswith("4 ")
+    with enginemod.connection(ran.url) as conn:
+        e = models.compile_events
+        causes = set(conn.execute(sa.select(e.c.cause).where(e.c.compiled)).scalars())
+    assert Cause.UNKNOWN not in causes and Cause.CACHE_CLEARED not in causes
 
 
 # ------------------------------------------------------------------ judged from the store
