@@ -91,9 +91,7 @@ def seed_store(url: str) -> None:
     current.reset_configuration()
     # Every cache-hit call timed: the run-time estimates (and so compile shares) exist.
     # Every program's jaxpr kept, so the function pages can show jaxpr diffs.
-    current.configure(
-        store=url, sample_every=1, sample_max_per_second=1000.0, run_name="train-storms"
-    )
+    current.configure(store=url, sample_every=1, sample_max_per_second=1000.0, run_name="train-storms")
     new_run()
     example = _load_example()
     argv = sys.argv

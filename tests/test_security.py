@@ -67,9 +67,7 @@ def recorded(tmp_path_factory) -> kit.Recorded:
     from cachewatch.record import current
 
     # Every jaxpr printed, so the program route has one to answer with.
-    current.configure(
-        store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}", job="security-walk"
-    )
+    current.configure(store=f"sqlite:///{tmp_path_factory.mktemp('lib') / 'lib.db'}", job="security-walk")
     return kit.run_jax_workload()
 
 
