@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import jax
 
+from .capture import devices
 from .capture import warmup as engine
 from .capture.identity import call_site
 from .capture.jit import is_watched, on_watched
@@ -96,7 +97,7 @@ def _recorded(state: Any, run: str, store: str) -> tuple[list[engine.Variant], l
             f"run {found.run.run_id[:12]} was recorded with JAX {found.run.jax_version}; this is JAX "
             f"{jax.__version__}: its programs may differ, so nothing was compiled ahead"
         )
-    backend = engine.here_kind()
+    backend = devices.backend()  # the backend this process compiles for
     if found.run.backend and backend and found.run.backend != backend:
         raise WarmupError(
             f"run {found.run.run_id[:12]} compiled for {found.run.backend}; this process compiles for {backend}"

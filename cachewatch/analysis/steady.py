@@ -33,7 +33,7 @@ from typing import Any, Iterable
 import sqlalchemy as sa
 
 from ..core.events import OP_BY_OP_MODULE, Cause, Kind
-from ..store import models
+from ..store import evidence, models
 from ..store.columns import Filters, cost_expr
 from ..store.evidence import Recompile
 
@@ -140,47 +140,9 @@ def recompiles(conn: sa.Connection, filters: Filters, function_hashes: list[str]
     """Recompiles made after warm-up, by function, run and time: what storms are made of.
     Warm-up is the store's flags, ended where :func:`steady_since` says the program was
     already repeating its work."""
-    e = models.compile_events
-    q = filters.apply(
-        e,
-        sa.select(
-            e.c.function_hash,
-            e.c.run_id,
-            e.c.timestamp,
-            e.c.cause,
-            e.c.diff,
-            e.c.call_site,
-            e.c.signature_hash,
-            e.c.warmup,
-            cost_expr(e).label("seconds"),
-        )
-        # Compiles made ahead of time by cachewatch.warmup are never recompiles.
-        .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, e.c.kind != Kind.WARMUP.value)
-        .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
-    )
-    if function_hashes is not None:
-        # The functions' own recompiles, and those of the lines of user code that reached
-        # them: a storm of eager code or library jits is found per line.
-        sites = sa.select(e.c.call_site).where(
-            e.c.function_hash.in_(function_hashes), e.c.compiled, e.c.call_site.is_not(None)
-        )
-        q = q.where(sa.or_(e.c.function_hash.in_(function_hashes), e.c.call_site.in_(filters.apply(e, sites))))
-    rows = conn.execute(q).all()
-    since = steady_since(conn, {r.run_id for r in rows if r.warmup})
-    return [
-        Recompile(
-            r.function_hash,
-            r.run_id,
-            float(r.timestamp),
-            r.cause,
-            r.diff,
-            r.call_site,
-            r.signature_hash or "",
-            float(r.seconds or 0.0),
-        )
-        for r in rows
-        if not r.warmup or (r.run_id in since and r.timestamp >= since[r.run_id])
-    ]
+    found = evidence.recompiles_past_first(conn, filters, function_hashes)
+    since = steady_since(conn, {r.run_id for r, warmup in found if warmup})
+    return [r for r, warmup in found if not warmup or (r.run_id in since and r.timestamp >= since[r.run_id])]
 
 
 def warmup_compiles(conn: sa.Connection, run_id: str) -> int:

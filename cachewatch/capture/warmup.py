@@ -31,7 +31,6 @@ import jax.numpy as jnp
 
 from ..core import _guard
 from ..explain import signature as sigmod
-from . import devices
 from .identity import call_site
 
 
@@ -379,8 +378,3 @@ def start(
     if not background:
         handle.wait()
     return handle
-
-
-def here_kind() -> str | None:
-    """The backend this process compiles for (a record from another kind is refused)."""
-    return devices.backend()

@@ -92,22 +92,6 @@ def compile_seconds_between(conn: sa.Connection, run_id: str, start: float, end:
     return float(conn.execute(q).scalar() or 0.0)
 
 
-def run_last_activity(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float]:
-    """When each run was last heard of: its latest compile event or call statistics (a
-    program whose every call hits the cache still writes the latter)."""
-    wanted = list(run_ids)
-    if not wanted:
-        return {}
-    e, s = models.compile_events, models.call_stats
-    found: dict[str, float] = {}
-    for table in (e, s):
-        q = sa.select(table.c.run_id, sa.func.max(table.c.timestamp)).where(table.c.run_id.in_(wanted))
-        for run_id, last in conn.execute(q.group_by(table.c.run_id)):
-            if last is not None:
-                found[run_id] = max(found.get(run_id, 0.0), float(last))
-    return found
-
-
 def function_infos(conn: sa.Connection, function_hashes: Iterable[str]) -> dict[str, FunctionInfo]:
     """Name, qualified name, module, file and line of each function, by hash."""
     f = models.functions
@@ -121,20 +105,27 @@ def function_infos(conn: sa.Connection, function_hashes: Iterable[str]) -> dict[
     }
 
 
-def steady_recompiles(
+def recompiles_past_first(
     conn: sa.Connection, filters: Filters, function_hashes: list[str] | None = None
-) -> list[Recompile]:
-    """Recompiles made after warm-up, by function, run and time: what storms are made of."""
+) -> list[tuple[Recompile, bool]]:
+    """Every compile that was not a function's first, with its warm-up flag, by function,
+    run and time (compiles made ahead of time by cachewatch.warmup are never recompiles).
+    With ``function_hashes``: those functions' own, and those of the lines of user code
+    that reached them (a storm of eager code or library jits is found per line)."""
     e = models.compile_events
     q = filters.apply(
         e,
-        sa.select(*_recompile_columns(e))
-        .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, sa.not_(e.c.warmup))
+        sa.select(*_recompile_columns(e), e.c.warmup)
+        .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, e.c.kind != Kind.WARMUP.value)
         .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
     )
     if function_hashes is not None:
-        q = q.where(e.c.function_hash.in_(function_hashes))
-    return _recompiles(conn.execute(q))
+        sites = sa.select(e.c.call_site).where(
+            e.c.function_hash.in_(function_hashes), e.c.compiled, e.c.call_site.is_not(None)
+        )
+        q = q.where(sa.or_(e.c.function_hash.in_(function_hashes), e.c.call_site.in_(filters.apply(e, sites))))
+    rows = conn.execute(q).all()
+    return list(zip(_recompiles(rows), (bool(r.warmup) for r in rows)))
 
 
 def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list[str]) -> list[SignatureCost]:
