@@ -4,24 +4,36 @@
 
 Unsafe values are refused when the service starts, with the setting named: a token
 short enough to guess, a page or batch limit that would let one request exhaust memory.
-The store default is the library's, so a script run with no settings is visible in
+A variable the library reads too takes its default and its meaning from the library's
+declaration (:class:`cachewatch.core.config.Config`), so the two cannot drift: the store
+default is the library's, so a script run with no settings is visible in
 ``cachewatch serve`` with no settings.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cachewatch.core import config as configmod
 from cachewatch.store import retention as retentionmod
-from cachewatch.store.writes import DEFAULT_PROGRAM_STORE_MAX_BYTES
 
 MIN_TOKEN_LENGTH = 16
 
 
-def _default_store() -> str:
-    return configmod.resolve().store
+_LIBRARY = {setting.name: setting for setting in configmod.SETTINGS}
+
+
+def _library(name: str, *, description: str = "", **constraints: Any) -> Any:
+    """A field for a variable the library reads too: the library's default and meaning,
+    with the service's own bounds (``description`` only where the service's side differs)."""
+    setting = _LIBRARY[name]
+    default: dict[str, Any] = (
+        {"default_factory": setting.default} if callable(setting.default) else {"default": setting.default}
+    )
+    return Field(**default, description=description or setting.doc, **constraints)
 
 
 class SettingsError(ValueError):
@@ -32,9 +44,10 @@ class ServerSettings(BaseSettings):
     # The library reads other CACHEWATCH_* variables from the same environment.
     model_config = SettingsConfigDict(env_prefix="CACHEWATCH_", extra="ignore", frozen=True)
 
-    store: str = Field(
-        default_factory=_default_store, description="Store URL: sqlite:///path or postgresql://user@host/db."
-    )
+    # The service reads a SQL store only; the library may also write to an http(s) one.
+    store: str = _library("store", description="Store URL: `sqlite:///path` or `postgresql://user@host/db`.")
+    # The same variable as the library's, from the other side: the token the service requires
+    # of the recorders that send to it (a secret, and unset rather than empty).
     write_token: SecretStr | None = Field(
         None, description="Bearer token required by POST /api/v1/events; unset means ingest is open."
     )
@@ -55,15 +68,10 @@ class ServerSettings(BaseSettings):
         5000, ge=1, le=100_000, description="Most events (and most call-statistics rows) in one ingest batch."
     )
     max_page_size: int = Field(1000, ge=1, le=10_000, description="Largest `limit` a query may ask for.")
-    storm_threshold: int = Field(5, ge=1, description="Non-first_call compiles within storm_window that make a storm.")
-    storm_window: float = Field(600.0, gt=0, description="Seconds over which storm_threshold is counted.")
-    # The library's variable: a recorder writing over HTTP leaves the store's cap to the service.
-    program_store_max_bytes: int = Field(
-        DEFAULT_PROGRAM_STORE_MAX_BYTES,
-        ge=0,
-        description="Cap on the compressed program texts the store keeps; past it, ingest stores "
-        "the events and their figures but not their programs' texts.",
-    )
+    storm_threshold: int = _library("storm_threshold", ge=1)
+    storm_window: float = _library("storm_window", gt=0)
+    # A recorder writing over HTTP leaves the store's cap to the service.
+    program_store_max_bytes: int = _library("program_store_max_bytes", ge=0)
 
     retention: str | None = Field(
         None,

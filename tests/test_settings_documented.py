@@ -1,6 +1,7 @@
-"""What the docs name and the code holds agree: the settings table (docs/configuration.md)
-lists every CACHEWATCH_* variable the code reads, the causes are the table of
-docs/recording.md and the design's words, and every page the README links to exists."""
+"""What the docs name and the code holds agree: the settings table of docs/configuration.md
+is the one the declarations make, and with the service's table lists every CACHEWATCH_*
+variable the code reads; the causes are the table of docs/recording.md and the design's
+words, and every page the README links to exists."""
 
 from __future__ import annotations
 
@@ -34,6 +35,30 @@ def documented() -> set[str]:
         for row in re.findall(r"^\|([^|]*)\|", page, re.M)
         for name in re.findall(r"CACHEWATCH_[A-Z0-9_]+[A-Z0-9]", row)
     }
+
+
+REGENERATE = "python -c 'from cachewatch.core import config; print(config.markdown_table())'"
+
+
+def settings_block(page: str) -> str:
+    """What docs/configuration.md holds between its settings table's two markers."""
+    start, end = "<!-- settings table:", "<!-- end of settings table -->"
+    assert start in page and end in page, "the settings table's markers are gone"
+    return page.split(start, 1)[1].split("-->", 1)[1].split(end, 1)[0].strip()
+
+
+def test_the_docs_settings_table_is_the_one_the_declarations_make():
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert settings_block(page) == config.markdown_table(), f"paste the output of {REGENERATE} between the markers"
+
+
+def test_the_docs_name_the_variables_the_service_shares_with_the_library():
+    """The sentence before the service's table names the library's variables it reads too."""
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    sentence = page.split("`cachewatch serve` reads these (and ", 1)[1].split("above)", 1)[0]
+    named = set(re.findall(r"CACHEWATCH_[A-Z0-9_]+[A-Z0-9]", sentence))
+    shared = {s.env_var for s in config.SETTINGS if s.name in ServerSettings.model_fields}
+    assert named == shared
 
 
 def test_every_variable_the_code_reads_is_in_the_settings_table():

@@ -1,5 +1,8 @@
-"""Settings of the library, in one declarative table.
+"""Settings of the library, declared once: the fields of :class:`Config`.
 
+Each field carries its type, its default and one line that says what it does; the
+environment variables (``SETTINGS``), ``cachewatch settings``, the table of
+docs/configuration.md and the service's shared settings are all read off those fields.
 Precedence: explicit arguments to :func:`cachewatch.configure` > ``CACHEWATCH_*``
 environment variables > the defaults below.
 
@@ -11,8 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import typing
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
+
+_T = TypeVar("_T")
 
 
 class ConfigError(ValueError):
@@ -32,6 +39,15 @@ def _optional_int(raw: str) -> int | None:
     return int(raw) if raw.strip() else None
 
 
+# How an environment variable's text becomes a value, by the field's type.
+_PARSERS: dict[Any, Callable[[str], Any]] = {
+    str: str,
+    int: int,
+    float: float,
+    bool: _parse_bool,
+    int | None: _optional_int,
+}
+
 ON_LIMIT_ACTIONS = ("warn", "raise", "record")
 
 
@@ -49,161 +65,172 @@ def default_spool_dir() -> str:
     return str(_data_dir() / "spool")
 
 
+def setting(default: _T, doc: str, *, shown: str = "") -> _T:
+    """A field of :class:`Config`: its default, one line of Markdown that says what it does,
+    and ``shown``, the default as the docs write it where the value alone would not do.
+    Typed as the default, so a type checker sees ``Config.queue_size`` as an ``int``."""
+    return dataclasses.field(default=default, metadata={"doc": doc, "shown": shown})
+
+
+def computed_setting(factory: Callable[[], _T], doc: str, *, shown: str) -> _T:
+    """A field whose default is computed when a Config is made (a path under the user's home)."""
+    return dataclasses.field(default_factory=factory, metadata={"doc": doc, "shown": shown})
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Every setting of the library, in the order ``cachewatch settings`` and the docs list them."""
+
+    store: str = computed_setting(
+        default_store_url,
+        "where events go: `sqlite:///path`, `postgresql://user@host/db`, or `http(s)://server`",
+        shown="`sqlite:///$XDG_DATA_HOME/cachewatch/cachewatch.db`",
+    )
+    run_name: str = setting("", "a name for this process's run (shown beside the run id)")
+    enabled: bool = setting(True, "record anything at all; `0` makes `cachewatch.jit` plain `jax.jit`")
+    sample_every: int = setting(
+        100, "time the first cache hit after each compile, then one cache-hit call in this many (`0`: never)"
+    )
+    sample_max_per_second: float = setting(
+        5.0, "cap on timed calls per second per function (the first hit after a compile is always timed)"
+    )
+    queue_size: int = setting(10_000, "events held in memory before new ones are dropped (and counted)")
+    batch_size: int = setting(500, "most events the writer sends to the store in one statement")
+    flush_interval: float = setting(1.0, "seconds the writer waits to fill a batch")
+    stats_interval: float = setting(10.0, "seconds between writes of per-function call statistics")
+    exit_timeout: float = setting(5.0, "seconds the process waits at exit for queued events to be written")
+    spool_dir: str = computed_setting(
+        default_spool_dir,
+        "directory for batches the store could not take yet",
+        shown="`$XDG_DATA_HOME/cachewatch/spool`",
+    )
+    spool_max_bytes: int = setting(64 * 1024 * 1024, "cap on the bytes kept in the spool directory")
+    write_token: str = setting("", "bearer token sent to an `http(s)` store")
+    storm_threshold: int = setting(
+        5, "a storm: this many recompiles (compiles that are not `first_call`) within `storm_window`"
+    )
+    storm_window: float = setting(600.0, "seconds over which `storm_threshold` is counted")
+    warmup_seconds: float = setting(
+        0.0,
+        "if set, warm-up (never part of a storm) is the run's first this many seconds, "
+        "instead of until the user's jitted code runs a second time",
+    )
+    eager_baseline: bool = setting(False, "once per signature, time a run op by op beside the compiled run")
+    cost_analysis: bool = setting(
+        False,
+        "lower each new compile once more for HLO size and XLA's cost estimate "
+        "(only when the program view is off: it reads them from the compile)",
+    )
+    stale_capture_check: bool = setting(True, "on sampled calls, check that globals read at trace time still hold")
+    max_recompiles: int = setting(0, "recompiles allowed per watched function before `on_limit` acts (`0`: no limit)")
+    on_limit: str = setting(
+        "warn", "past `max_recompiles`: `warn` (once), `raise` `RecompileLimitError`, or `record` only"
+    )
+    job: str = setting("", "the job this process is a rank of (the service compares the ranks of one job)")
+    process_index: int | None = setting(
+        None,
+        "this process's rank in the job (default: `jax.process_index()` when distributed)",
+        shown="JAX's, when distributed",
+    )
+    process_count: int | None = setting(
+        None,
+        "ranks in the job (default: `jax.process_count()` when distributed)",
+        shown="JAX's, when distributed",
+    )
+    program_view: bool = setting(
+        True,
+        "read what each compile compiled (equations by primitive and line, XLA figures, fingerprint) "
+        "from the compile itself; see [program.md](program.md)",
+    )
+    program_texts: str = setting(
+        "jaxpr,hlo",
+        "program texts kept per distinct program, comma-separated: `jaxpr`, `hlo`, `stablehlo` (empty: none)",
+    )
+    program_worker_share: float = setting(
+        0.25,
+        "the most of the wall time the writer's thread spends reading programs' figures while the program "
+        "runs (it sleeps the rest; a flush or the exit reads at full speed)",
+    )
+    program_backlog: int = setting(
+        64,
+        "compiles whose executables may wait for the writer's thread; past it the compiling thread reads "
+        "the figures itself (counted: `recorder.program_work().read_inline`)",
+    )
+    program_text_max_bytes: int = setting(
+        8_000_000,
+        "cap on one program's kept texts (characters before compression); a text over it is left out",
+    )
+    program_store_max_bytes: int = setting(
+        512 * 1024 * 1024,
+        "cap on the compressed program texts a store keeps; past it, new texts are not stored "
+        "(the events keep their figures). `cachewatch serve` applies it to what it ingests: "
+        "a recorder writing over `http(s)` leaves the cap to the service",
+    )
+    persistent_cache_dir: str = setting("", "turn JAX's persistent compilation cache on in this directory")
+    warmup_from: str = setting(
+        "",
+        "a run (id or name) whose signatures each `cachewatch.jit` function compiles ahead of time, "
+        "in background threads, as it is defined (`cachewatch run --warmup-from`)",
+    )
+    warmup_threads: int = setting(2, "worker threads of each warm-up that `warmup_from` starts")
+    install: bool = setting(
+        False,
+        "`1`: `cachewatch.install()` at interpreter start (read by the `cachewatch-install.pth` the package "
+        "ships), for programs a launcher starts ([docs/run.md](run.md)); `cachewatch run` sets it for the "
+        "processes the program starts",
+    )
+    raise_internal_errors: bool = setting(
+        False, "re-raise cachewatch's own errors instead of logging them once (for cachewatch's own tests)"
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
+    """One field of :class:`Config` as the environment, the CLI and the docs see it."""
+
     name: str
     parse: Callable[[str], Any]
-    default: Any
+    default: Any  # the value, or the function that computes it
     doc: str
+    shown_default: str = ""
 
     @property
     def env_var(self) -> str:
         return "CACHEWATCH_" + self.name.upper()
 
+    def default_value(self) -> Any:
+        return self.default() if callable(self.default) else self.default
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("store", str, default_store_url, "Where events go: sqlite:///path, postgresql://..., or http(s)://server."),
-    Setting("run_name", str, "", "A human name for this process's run (shown beside the run id)."),
-    Setting("enabled", _parse_bool, True, "Record anything at all; off makes cachewatch.jit plain jax.jit."),
-    Setting(
-        "sample_every",
-        int,
-        100,
-        "Time the first cache hit after each compile, then one call in this many (0 turns run-time sampling off).",
-    ),
-    Setting(
-        "sample_max_per_second",
-        float,
-        5.0,
-        "Upper bound on timed calls per second per function (the first hit after a compile is always timed).",
-    ),
-    Setting("queue_size", int, 10_000, "Events held in memory before new ones are dropped and counted."),
-    Setting("batch_size", int, 500, "Most events the writer sends to the store in one statement."),
-    Setting("flush_interval", float, 1.0, "Seconds the writer waits to fill a batch."),
-    Setting("stats_interval", float, 10.0, "Seconds between writes of per-function call statistics."),
-    Setting("exit_timeout", float, 5.0, "Seconds the process waits at exit for queued events to be written."),
-    Setting("spool_dir", str, default_spool_dir, "Directory for batches the store could not take yet."),
-    Setting("spool_max_bytes", int, 64 * 1024 * 1024, "Cap on the bytes kept in the spool directory."),
-    Setting("write_token", str, "", "Bearer token sent to an http(s) store."),
-    Setting("storm_threshold", int, 5, "Non-first_call compiles within storm_window that make a storm."),
-    Setting("storm_window", float, 600.0, "Seconds over which storm_threshold is counted."),
-    Setting(
-        "warmup_seconds",
-        float,
-        0.0,
-        "If set, warm-up (compiles never counted in a storm) is the run's first this many seconds, instead of until the user's jitted code runs a second time.",
-    ),
-    Setting("eager_baseline", _parse_bool, False, "Once per signature, time a run op by op beside the compiled run."),
-    Setting("cost_analysis", _parse_bool, False, "Lower each new compile once more to record HLO size and XLA cost."),
-    Setting(
-        "stale_capture_check",
-        _parse_bool,
-        True,
-        "On sampled calls, check that globals baked in at trace time still hold.",
-    ),
-    Setting("max_recompiles", int, 0, "Recompiles allowed per watched function before on_limit acts (0: no limit)."),
-    Setting("on_limit", str, "warn", "Past max_recompiles: warn (once), raise RecompileLimitError, or record only."),
-    Setting("job", str, "", "Name shared by the ranks of one multi-process job (compared by the service)."),
-    Setting(
-        "process_index",
-        _optional_int,
-        None,
-        "This process's rank in the job (default: jax.process_index() when distributed).",
-    ),
-    Setting("process_count", _optional_int, None, "Ranks in the job (default: jax.process_count() when distributed)."),
-    Setting(
-        "program_view",
-        _parse_bool,
-        True,
-        "Read what each compile compiled (equations by primitive and line, XLA figures, fingerprint) from the compile itself.",
-    ),
-    Setting(
-        "program_texts",
-        str,
-        "jaxpr,hlo",
-        "Program texts kept per distinct program, comma-separated: jaxpr, hlo, stablehlo (empty: none).",
-    ),
-    Setting(
-        "program_worker_share",
-        float,
-        0.25,
-        "Most of the wall time the writer's thread spends reading programs' figures while the program runs (it sleeps the rest; a flush or exit reads at full speed).",
-    ),
-    Setting(
-        "program_backlog",
-        int,
-        64,
-        "Compiles whose executables may wait for the writer's thread; past it the compiling thread reads the figures itself.",
-    ),
-    Setting(
-        "program_text_max_bytes",
-        int,
-        8_000_000,
-        "Cap on one program's kept texts (characters before compression); a text over it is left out.",
-    ),
-    Setting(
-        "program_store_max_bytes",
-        int,
-        512 * 1024 * 1024,
-        "Cap on the compressed program texts a store keeps; past it new texts are not stored.",
-    ),
-    Setting("persistent_cache_dir", str, "", "Turn JAX's persistent compilation cache on in this directory."),
-    Setting(
-        "warmup_from",
-        str,
-        "",
-        "A run (id or name) whose signatures each cachewatch.jit function compiles ahead of time, in the background, as it is defined (cachewatch run --warmup-from).",
-    ),
-    Setting("warmup_threads", int, 2, "Worker threads of each warm-up that warmup_from starts."),
-    Setting(
-        "install",
-        _parse_bool,
-        False,
-        "Call cachewatch.install() at interpreter start (read by the cachewatch-install.pth that the package ships).",
-    ),
-    Setting("raise_internal_errors", _parse_bool, False, "Re-raise cachewatch's own errors (for cachewatch's tests)."),
-)
+
+def settings_of(config_class: type) -> tuple[Setting, ...]:
+    """The settings a dataclass declares with :func:`setting`; a field declared any other
+    way, or of a type no environment variable can spell, is refused here, at import."""
+    types = typing.get_type_hints(config_class)
+    found = []
+    for field in dataclasses.fields(config_class):
+        where = f"{config_class.__name__}.{field.name}"
+        doc, shown = field.metadata.get("doc", ""), field.metadata.get("shown", "")
+        if not doc or "|" in doc or "\n" in doc:
+            raise TypeError(f"{where}: declare it with setting(default, doc), doc one line with no '|'")
+        if types[field.name] not in _PARSERS:
+            raise TypeError(f"{where}: no environment variable can spell a {types[field.name]}")
+        default = field.default_factory if field.default is dataclasses.MISSING else field.default
+        if not shown and (default is None or callable(default)):
+            raise TypeError(f"{where}: say how the docs show its default (shown=...)")
+        found.append(Setting(field.name, _PARSERS[types[field.name]], default, doc, shown or _shown(default)))
+    return tuple(found)
+
+
+def _shown(default: Any) -> str:
+    """A default as the docs write it: as it would be set in the environment."""
+    if isinstance(default, bool):
+        return "`1`" if default else "`0`"
+    return f"`{default}`" if default != "" else "empty"
+
+
+SETTINGS: tuple[Setting, ...] = settings_of(Config)
 
 _BY_NAME = {s.name: s for s in SETTINGS}
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    store: str
-    run_name: str
-    enabled: bool
-    sample_every: int
-    sample_max_per_second: float
-    queue_size: int
-    batch_size: int
-    flush_interval: float
-    stats_interval: float
-    exit_timeout: float
-    spool_dir: str
-    spool_max_bytes: int
-    write_token: str
-    storm_threshold: int
-    storm_window: float
-    warmup_seconds: float
-    eager_baseline: bool
-    cost_analysis: bool
-    stale_capture_check: bool
-    raise_internal_errors: bool
-    max_recompiles: int = 0
-    on_limit: str = "warn"
-    job: str = ""
-    process_index: int | None = None
-    process_count: int | None = None
-    persistent_cache_dir: str = ""
-    warmup_from: str = ""
-    warmup_threads: int = 2
-    install: bool = False
-    program_view: bool = True
-    program_texts: str = "jaxpr,hlo"
-    program_worker_share: float = 0.25
-    program_backlog: int = 64
-    program_text_max_bytes: int = 8_000_000
-    program_store_max_bytes: int = 512 * 1024 * 1024
 
 
 def resolve(overrides: dict[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Config:
@@ -214,25 +241,25 @@ def resolve(overrides: dict[str, Any] | None = None, environ: Mapping[str, str] 
     if unknown:
         raise ConfigError(f"unknown cachewatch setting(s): {', '.join(sorted(unknown))}; known: {', '.join(_BY_NAME)}")
     values: dict[str, Any] = {}
-    for setting in SETTINGS:
-        if setting.name in overrides and overrides[setting.name] is not None:
-            value = overrides[setting.name]
-            if isinstance(value, str) and setting.parse is not str:
-                value = _parse(setting, value, source="argument")
-        elif setting.env_var in env:
-            value = _parse(setting, env[setting.env_var], source=setting.env_var)
+    for declared in SETTINGS:
+        if declared.name in overrides and overrides[declared.name] is not None:
+            value = overrides[declared.name]
+            if isinstance(value, str) and declared.parse is not str:
+                value = _parse(declared, value, source="argument")
+        elif declared.env_var in env:
+            value = _parse(declared, env[declared.env_var], source=declared.env_var)
         else:
-            value = setting.default() if callable(setting.default) else setting.default
-        values[setting.name] = value
+            value = declared.default_value()
+        values[declared.name] = value
     _check(values)
     return Config(**values)
 
 
-def _parse(setting: Setting, raw: str, source: str) -> Any:
+def _parse(declared: Setting, raw: str, source: str) -> Any:
     try:
-        return setting.parse(raw)
+        return declared.parse(raw)
     except ValueError as exc:
-        raise ConfigError(f"{source}={raw!r} is not a valid {setting.name}: {exc}") from None
+        raise ConfigError(f"{source}={raw!r} is not a valid {declared.name}: {exc}") from None
 
 
 def _check(values: dict[str, Any]) -> None:
@@ -270,9 +297,20 @@ def _check(values: dict[str, Any]) -> None:
 
 
 def describe() -> str:
-    """One line per setting: environment variable, default, meaning (for --help and the README)."""
+    """One line per setting: environment variable, default, meaning (``cachewatch settings``)."""
     lines = []
     for s in SETTINGS:
-        default = s.default() if callable(s.default) else s.default
-        lines.append(f"{s.env_var:34} default {default!r:12}  {s.doc}")
+        lines.append(f"{s.env_var:34} default {s.default_value()!r:12}  {_plain(s.doc)}")
     return "\n".join(lines)
+
+
+def _plain(markdown: str) -> str:
+    """A line of the docs as a terminal shows it: links as their text, code without backticks."""
+    return re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", markdown).replace("`", "")
+
+
+def markdown_table() -> str:
+    """The settings table of docs/configuration.md, which a test keeps equal to this."""
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{s.env_var}` | {s.shown_default} | {s.doc} |" for s in SETTINGS]
+    return "\n".join(rows)
