@@ -22,7 +22,6 @@ compiles after the function's call has returned.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import threading
 import time
 from typing import Any, Callable
@@ -263,10 +262,9 @@ def on_duration(event: str, duration_secs: float, **kwargs: str | int) -> None:
 
 
 def _on_trace(name: str | None, duration: float) -> None:
-    caller = sys._getframe(1)
-    frame = foreign.find_frame(caller, foreign.TRACE_FRAME)
-    fun = frame.f_locals.get("fun") if frame is not None else None
-    if frame is not None and getattr(fun, HOOK_ATTR, None) is None:
+    caller = jaxcompat.caller_frame()
+    in_jit, fun = jaxcompat.traced_jit_function(caller)
+    if in_jit and getattr(fun, HOOK_ATTR, None) is None:
         # A jit object cachewatch did not wrap: JAX's own, one made before install(),
         # or an eager primitive.
         if not _process_wide and not jaxcompat.is_eager_primitive(fun):
@@ -278,7 +276,7 @@ def _on_trace(name: str | None, duration: float) -> None:
             made.trace_seconds = duration
             push(made)
         return
-    if frame is None and name not in _watched_traces:
+    if not in_jit and name not in _watched_traces:
         return
     record = _latest(
         lambda r: (
@@ -299,9 +297,9 @@ def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
         if name not in _watched_modules:
             if not _process_wide and foreign.strip_jit(name) not in opbyop.primitive_names():
                 return
-            caller = sys._getframe(1)
+            caller = jaxcompat.caller_frame()
             record.target = foreign.from_lowering(caller, name) if event == LOWER_EVENT else foreign.from_name(name)
-        elif event == LOWER_EVENT and (how := foreign.outside_call(caller := sys._getframe(1))) is not None:
+        elif event == LOWER_EVENT and (how := foreign.outside_call(caller := jaxcompat.caller_frame())) is not None:
             # No call of the function will claim it (grad's backward pass begins after the
             # call has returned): recorded as soon as it is compiled, like a foreign one.
             with _watched_lock:
@@ -384,12 +382,12 @@ def on_event(event: str, **kwargs: Any) -> None:
             # JAX's "miss" is recorded only once the entry is written.
             record.cache_written = event == CACHE_MISS_EVENT
             if record.cache_written:
-                record.persistent_cache_bytes = cachestate.entry_bytes_from_frames()
+                record.persistent_cache_bytes = jaxcompat.persistent_cache_entry_bytes()
     elif event == CACHE_REQUEST_EVENT and not suppressed():
         record = _latest(lambda r: r.lower_seconds is not None and r.compiles == 0)
         if record is not None:
             record.cache_requested = True
-            record.persistent_cache_key = cachestate.cache_key_from_frames()
+            record.persistent_cache_key = jaxcompat.persistent_cache_key()
 
 
 _installed = False

@@ -2,10 +2,11 @@
 
 JAX hashes a compile's key from parts (the program, the jaxlib version, the backend,
 the XLA flags, the compile options, the devices, ...) and logs each part's own hash
-at DEBUG level as it builds the key. cachewatch reads those log records (the logger
-is set to pass them, and a filter keeps them from the program's own log handlers
-unless the program asked for JAX's debug logs), so a later miss can be explained by
-the parts whose hash changed since a run that hit.
+at DEBUG level as it builds the key. cachewatch reads those log records through the
+seam (``jaxcompat.read_cache_key_log``: the logger is set to pass them, and a filter
+keeps them from the program's own log handlers unless the program asked for JAX's
+debug logs), so a later miss can be explained by the parts whose hash changed since a
+run that hit.
 
 Hit and miss come from JAX's monitoring events: a request to the cache, then a hit
 or none; each is attributed to the record of the compile on the same thread.
@@ -13,7 +14,6 @@ or none; each is attributed to the record of the compile on the same thread.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from typing import Any
@@ -23,8 +23,6 @@ from . import _tracking
 
 REQUEST_EVENT = jaxcompat.EVENTS["cache_request"]
 HIT_EVENT = jaxcompat.EVENTS["cache_hit"]
-_KEY_LOGGER = jaxcompat.CACHE_KEY_LOGGER
-_PART_PREFIX = "get_cache_key hash of serialized "
 _HASH_CHARS = 16  # of each part's sha256: plenty to tell two parts apart
 _MAX_KEPT = 1024  # compiles whose key waits for its event to be built
 
@@ -34,25 +32,13 @@ _by_seq: dict[int, tuple[bool, dict[str, str]]] = {}
 _installed = False
 
 
-class _PartCollector(logging.Filter):
-    """Reads JAX's per-part hash records as they are logged on this thread."""
-
-    def __init__(self, pass_through: bool):
-        super().__init__()
-        self.pass_through = pass_through  # the program itself wants JAX's debug records
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.DEBUG:
-            return True
-        with _guard.guard("cachekey.log"):
-            args = record.args
-            if record.msg == jaxcompat.CACHE_KEY_MESSAGE and isinstance(args, tuple) and len(args) == 2:
-                part, digest = args
-                parts = getattr(_tls, "parts", None)
-                if parts is None or part == "computation":  # the first part: a new key
-                    parts = _tls.parts = {}
-                parts[str(part)] = str(digest)[:_HASH_CHARS]
-        return self.pass_through
+def _on_key_part(part: object, digest: object) -> None:
+    """One part's hash of the key JAX is building on this thread (from the seam's log reader)."""
+    with _guard.guard("cachekey.log"):
+        parts = getattr(_tls, "parts", None)
+        if parts is None or part == "computation":  # the first part: a new key
+            parts = _tls.parts = {}
+        parts[str(part)] = str(digest)[:_HASH_CHARS]
 
 
 def install() -> None:
@@ -64,12 +50,7 @@ def install() -> None:
         REQUEST_EVENT, HIT_EVENT = jaxcompat.EVENTS["cache_request"], jaxcompat.EVENTS["cache_hit"]
         from jax import monitoring
 
-        if jaxcompat.available("cache_key_log"):
-            key_logger = logging.getLogger(_KEY_LOGGER)
-            wanted_debug = key_logger.isEnabledFor(logging.DEBUG)
-            key_logger.addFilter(_PartCollector(pass_through=wanted_debug))
-            if not wanted_debug:
-                key_logger.setLevel(logging.DEBUG)
+        jaxcompat.read_cache_key_log(_on_key_part)
         monitoring.register_event_listener(_on_event)
         _tracking.cache_key_of = take  # foreign compiles are recorded by the listener itself
         _installed = True

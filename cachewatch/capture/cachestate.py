@@ -17,8 +17,8 @@ hit, or compiles and reports ``cache_misses`` only when it wrote the entry. A co
 that asked and neither hit nor wrote was not written, and the reason is the first of
 JAX's own checks (``compiler._cache_write``) that it failed: process 0 only, then the
 minimum compile time; anything else (a host callback, the minimum entry size, an
-error JAX warned about) is ``error_or_other``. The entry's key is read off JAX's frame
-that asked the cache (its ``cache_key`` local): it names the entry's file.
+error JAX warned about) is ``error_or_other``. The entry's key, which names the entry's
+file, and its size are read off JAX's frames by the seam (``jaxcompat.persistent_cache_key``).
 
 Releases. ``jax.clear_caches()`` calls every cache registered with JAX; one registered
 here notes the time, and ``clear_cache()`` of a wrapped function notes its function.
@@ -28,7 +28,6 @@ The recorder collects them with the call statistics as rows with ``released_by``
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from typing import Any
@@ -125,34 +124,6 @@ def end_compile(begun: tuple[int, int | None] | None) -> tuple[int | None, int |
 
 
 # ------------------------------------------------------------------ persistent cache
-
-
-def cache_key_from_frames(depth: int = 12) -> str | None:
-    """The key of the entry JAX is asking its persistent cache for: a local of its frame that
-    records the request (``compiler.compile_or_get_cached``)."""
-    frame: Any = sys._getframe(1)
-    for _ in range(depth):
-        if frame is None:
-            return None
-        if frame.f_code.co_name == "compile_or_get_cached":
-            key = frame.f_locals.get("cache_key")
-            return key if isinstance(key, str) else None
-        frame = frame.f_back
-    return None
-
-
-def entry_bytes_from_frames(depth: int = 8) -> int | None:
-    """The size of the entry JAX has just decided to write (``put_executable_and_time``'s
-    ``entry_size`` local, read when JAX records the write)."""
-    frame: Any = sys._getframe(1)
-    for _ in range(depth):
-        if frame is None:
-            return None
-        if frame.f_code.co_name == "put_executable_and_time":
-            size = frame.f_locals.get("entry_size")
-            return size if isinstance(size, int) else None
-        frame = frame.f_back
-    return None
 
 
 def _jax_config(name: str) -> Any:

@@ -18,7 +18,6 @@ reaches the user while an internal error still never does.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import threading
 import warnings
 from collections import Counter
@@ -309,7 +308,7 @@ def on_lowering(module_name: str | None) -> BaseException | Warning | None:
             return None
         if _is_primitive(module_name[4:-1]):
             return None  # op-by-op execution of eager code: not a jit of the user's
-    outside = foreign.outside_call(sys._getframe(1)) if watched else None
+    outside = foreign.outside_call(jaxcompat.caller_frame()) if watched else None
     if outside is not None:
         what = f"compiled {outside}"
     elif watched:
@@ -328,15 +327,13 @@ def on_lowering(module_name: str | None) -> BaseException | Warning | None:
 
 HOOK_MARK = _tracking.HOOK_ATTR  # set on the function cachewatch.jit hands to jax.jit
 _UNKNOWN = object()
-_DISPATCH_FRAME = foreign.DISPATCH_FRAME  # JAX's jit dispatch on a cache miss; its `fun` is what jit wraps
 _MAX_FRAMES = 32
 
 
 def _lowering_target() -> Any:
     """The function the jit being lowered wraps, read off JAX's dispatch frame: a name can
     be shared by a watched function and a plain ``jax.jit`` (every lambda is ``<lambda>``)."""
-    frame = foreign.find_frame(sys._getframe(2), _DISPATCH_FRAME, depth=_MAX_FRAMES)
-    return _UNKNOWN if frame is None else frame.f_locals.get("fun", _UNKNOWN)
+    return jaxcompat.dispatched_function(jaxcompat.caller_frame(2), _UNKNOWN, _MAX_FRAMES)
 
 
 def act(outcome: BaseException | Warning) -> None:

@@ -11,7 +11,6 @@ a storm and each recompile names the operand or parameter that changed.
 from __future__ import annotations
 
 import hashlib
-import sys
 import threading
 
 from ..core import jaxcompat
@@ -21,32 +20,9 @@ from ..core.events import FunctionInfo
 _lock = threading.Lock()
 _seen: set[str] = set()
 _infos: dict[str, FunctionInfo] = {}
-_names: frozenset[str] = frozenset()
-_names_from = 0
-
-
-def primitive_names() -> frozenset[str]:
-    """Names of the primitives defined in JAX's loaded modules (what an eager compile is named after).
-
-    Read again when more of JAX has been imported since, so primitives of modules loaded
-    late (``reduce_window_max`` in ``jax._src.lax.windowed_reductions``) are known too.
-    """
-    global _names, _names_from
-    # A copy in one step: another thread may be importing (list() of a live view can see
-    # the dictionary change size and raise).
-    modules = [m for name, m in sys.modules.copy().items() if name.startswith("jax._src") and m is not None]
-    if len(modules) == _names_from:
-        return _names
-    primitive = jaxcompat.primitive_type()
-    if primitive is None:
-        return _names
-    names = set()
-    for module in modules:
-        for value in list(vars(module).values()):
-            if isinstance(value, primitive):
-                names.add(getattr(value, "name", ""))
-    _names, _names_from = frozenset(names), len(modules)
-    return _names
+# Names of the primitives in JAX's loaded modules, what an eager compile is named after
+# (the seam scans JAX's modules; bound here once, so a call costs no extra lookup).
+primitive_names = jaxcompat.primitive_names
 
 
 def function_info(primitive: str) -> FunctionInfo:

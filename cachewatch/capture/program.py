@@ -16,8 +16,9 @@ fingerprint of the optimised HLO printed without metadata and with canonical nam
 that a weak-type flip (a ``convert`` XLA removes) gives the same fingerprint and a
 batch-size change does not. A figure the JAX in use cannot give is named with its reason.
 
-Every access to JAX internals sits in one small function below that falls back (and says
-so once through the guard) when an attribute is missing.
+Every JAX internal read here goes through the seam (``core/jaxcompat.py``: the hooks,
+the print options, the MLIR reader, the source lines), which falls back and says so once
+when the JAX in use lacks it.
 """
 
 from __future__ import annotations
@@ -81,25 +82,6 @@ class Program:
 # ----------------------------------------------------------------- JAX internals
 
 
-def _wrap(module_name: str, attribute: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
-    """Replace ``module.attribute`` by ``make(original)`` once per process (pxla looks both
-    functions up through their module on every use); False when JAX has no such function."""
-    import importlib
-
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        return False
-    original = getattr(module, attribute, None)
-    if original is None or getattr(original, "__cachewatch__", False):
-        return original is not None
-    wrapper = make(original)
-    wrapper.__cachewatch__ = True  # type: ignore[attr-defined]
-    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-    setattr(module, attribute, wrapper)
-    return True
-
-
 def _patch_lowering() -> bool:
     """Wrap ``jaxpr_util.maybe_dump_jaxpr_to_file``: pxla hands it every jaxpr it lowers."""
 
@@ -110,8 +92,7 @@ def _patch_lowering() -> bool:
 
         return maybe_dump_jaxpr_to_file
 
-    module_name, attribute = jaxcompat.ATTRIBUTES["program_hooks"][:2]
-    return _wrap(module_name, attribute, make)
+    return jaxcompat.wrap_jaxpr_lowering(make)
 
 
 def _patch_compile() -> bool:
@@ -127,39 +108,15 @@ def _patch_compile() -> bool:
 
         return compile_or_get_cached
 
-    module_name, attribute = jaxcompat.ATTRIBUTES["program_hooks"][2:]
-    return _wrap(module_name, attribute, make)
-
-
-def _print_options() -> Any | None:
-    """HloPrintOptions without metadata and with canonical names (jaxlib's ``hlo``)."""
-    if not jaxcompat.available("hlo_print_options"):
-        return None
-    try:
-        from jax._src.lib import hlo
-
-        options = hlo.HloPrintOptions()
-        options.print_metadata = False
-        options.canonicalize_instruction_names = True
-        options.canonicalize_computations = True
-        return options
-    except (ImportError, AttributeError) as exc:
-        _fell_back("hlo_print_options", exc)
-        return None
+    return jaxcompat.wrap_backend_compile(make)
 
 
 def _optimised_hlo(executable: Any) -> str | None:
     modules = executable.hlo_modules()
     if not modules:
         return None
-    options = _print_options()
+    options = jaxcompat.hlo_print_options()
     return modules[0].to_string(options) if options is not None else None
-
-
-def _fell_back(capability: str, exc: BaseException) -> None:
-    """A JAX internal the seam found but that failed on use: its capability turns off
-    (one warning naming what is lost) and that figure is left out from now on."""
-    jaxcompat.turn_off(capability, f"{type(exc).__name__}: {exc}")
 
 
 def _module_bytecode(module: Any) -> bytes | None:
@@ -176,15 +133,12 @@ def _read_lowered(bytecode: bytes, stablehlo: bool) -> tuple[bytes | None, str |
     """In a fresh MLIR context of this thread's own: the module without locations, as
     bytecode (what JAX's persistent cache hashes for its key, ``cache_key._canonicalize_ir``),
     and its StableHLO text when asked for."""
-    try:
-        from jax._src.interpreters import mlir
-        from jax._src.lib.mlir import ir, passmanager
-    except ImportError as exc:
-        _fell_back("mlir_context", exc)
+    reader = jaxcompat.lowered_module_reader()
+    if reader is None:
         return None, None
-    with _reading_context(mlir.make_ir_context):
-        module = ir.Module.parse(bytecode)
-        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module.operation)
+    with _reading_context(reader.make_context):
+        module = reader.parse(bytecode)
+        reader.strip_debuginfo(module)
         out = _BytesSink()
         module.operation.write_bytecode(file=out)
         text = _stablehlo_text(module) if stablehlo else None
@@ -218,44 +172,6 @@ class _BytesSink:
 
 def _stablehlo_text(module: Any) -> str:
     return str(module.operation.get_asm(enable_debug_info=False))
-
-
-def _frame_reader() -> Callable[[Any], tuple[str, int, str] | None]:
-    """A function from an equation's source_info to its user frame (file, line, function):
-    the innermost frame outside JAX, installed libraries and cachewatch. Per code object
-    the test is made once, per (code, offset) the line is looked up once."""
-    if not jaxcompat.available("traceback_lines"):
-        return lambda source_info: None
-    from jax._src.lib import xla_client
-
-    try:
-        addr2line = xla_client.Traceback.code_addr2line
-    except AttributeError as exc:
-        _fell_back("traceback_lines", exc)
-        return lambda source_info: None
-    # Keyed by the code object's id (hashing a code object hashes its bytecode); the
-    # tracebacks being read keep the code objects alive for the reader's lifetime.
-    user: dict[int, bool] = {}
-    lines: dict[tuple[int, int], int] = {}
-
-    def read(source_info: Any) -> tuple[str, int, str] | None:
-        traceback = getattr(source_info, "traceback", None)
-        if traceback is None:
-            return None
-        codes, lastis = traceback.raw_frames()
-        for code, lasti in zip(codes, lastis):
-            ok = user.get(id(code))
-            if ok is None:
-                ok = user[id(code)] = not is_library_file(code.co_filename)
-            if ok:
-                key = (id(code), lasti)
-                line = lines.get(key)
-                if line is None:
-                    line = lines[key] = addr2line(code, lasti)
-                return code.co_filename, line, code.co_qualname
-        return None
-
-    return read
 
 
 def _inner_jaxprs(params: dict[str, Any]) -> Iterator[Any]:
@@ -294,7 +210,7 @@ def walk(jaxpr: Any) -> tuple[int, dict[str, int], list[list[Any]]]:
     primitive, in_loop_body, count]``, counted through nested jaxprs. A nested jaxpr is
     counted at every equation that holds it (an inner jit called by a helper a hundred
     times is in the program a hundred times) and read once (its counts are kept)."""
-    read = _frame_reader()
+    read = jaxcompat.source_line_reader(is_library_file)
     done: dict[tuple[int, bool], tuple[int, dict[str, int], dict[tuple[Any, str, bool], int]]] = {}
 
     def visit(current: Any, in_loop: bool) -> tuple[int, dict[str, int], dict[tuple[Any, str, bool], int]]:

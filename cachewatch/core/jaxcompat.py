@@ -14,6 +14,11 @@ can also turn off later, when its hook fails at run time (``turn_off``).
 ``cachewatch doctor``, the dashboard's health page and ``cachewatch_capability{name}`` on
 /metrics list the same table (``status()``). Where JAX has a public API for a thing, the
 public API is used and the capability only says so.
+
+Only this module imports ``jax._src``, walks JAX's frames or reads their locals, and reads
+JAX's log records; capture asks through the typed accessors below, each saying which JAX
+versions it serves and what it gives when the JAX in use lacks the thing
+(``tests/test_layout.py`` refuses such reads anywhere else).
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import dataclasses
 import functools
 import inspect
 import logging
+import os
 import re
+import sys
 import threading
 import types
 import warnings
@@ -561,3 +568,292 @@ def trace_context_names(context: tuple[Any, ...]) -> tuple[str, ...]:
 
         _context_names = tuple(config.trace_context_names())
     return _context_names
+
+
+# ------------------------------------------------------------------ JAX's frames
+#
+# Capture holds a frame only as an opaque starting point for these accessors (and, until
+# it moves here, capture/foreign.py's readers); the walking and the locals are read here.
+
+_jax_dir = ""
+
+
+def _jax_source_dir() -> str:
+    """JAX's package directory: a frame of a named function is JAX's only when it is in there."""
+    global _jax_dir
+    if not _jax_dir:
+        import jax
+
+        _jax_dir = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+    return _jax_dir
+
+
+def caller_frame(depth: int = 1) -> types.FrameType:
+    """The frame ``depth`` levels above the function that calls this one (what
+    ``sys._getframe(depth)`` gives there): where a walk up to JAX's frames starts. Any JAX."""
+    return sys._getframe(depth + 1)
+
+
+def find_frame(start: types.FrameType | None, capability: str, depth: int = 12) -> types.FrameType | None:
+    """The nearest frame of the JAX function ``FRAMES[capability]`` names, ``start`` included,
+    within ``depth`` frames; None when there is none or the capability is off. JAX 0.10-0.12."""
+    if not available(capability):
+        return None
+    names = FRAMES[capability][1]
+    jax_dir = _jax_source_dir()
+    frame = start
+    while frame is not None and depth > 0:
+        code = frame.f_code
+        if code.co_name in names and code.co_filename.startswith(jax_dir):
+            return frame
+        frame = frame.f_back
+        depth -= 1
+    return None
+
+
+def traced_jit_function(start: types.FrameType | None) -> tuple[bool, Any]:
+    """Whether a trace ending now is one of JAX's jit (``pjit._trace_for_jit`` within 12
+    frames above ``start``), and the function it traces (that frame's ``fun``, None when
+    absent). JAX 0.10-0.12; ``(False, None)`` when the capability trace_frame is off."""
+    frame = find_frame(start, "trace_frame")
+    if frame is None:
+        return False, None
+    return True, frame.f_locals.get("fun")
+
+
+def dispatched_function(start: types.FrameType | None, default: Any, depth: int) -> Any:
+    """The function a jit dispatched on a cache miss wraps (``pjit.cache_miss``'s ``fun``,
+    within ``depth`` frames above ``start``). JAX 0.10-0.12; ``default`` when there is no
+    such frame, no such local, or the capability dispatch_frame is off."""
+    frame = find_frame(start, "dispatch_frame", depth)
+    return default if frame is None else frame.f_locals.get("fun", default)
+
+
+# The persistent cache's frames read when JAX records a request or a write, as
+# (function, local). No capability of their own: a JAX that renamed one leaves the
+# figure empty, as it always has.
+CACHE_FRAMES: dict[str, tuple[str, str]] = {
+    "key": ("compile_or_get_cached", "cache_key"),
+    "entry_size": ("put_executable_and_time", "entry_size"),
+}
+
+
+def _cache_frame_local(start: types.FrameType | None, which: str, depth: int) -> Any:
+    function, local = CACHE_FRAMES[which]
+    frame = start
+    for _ in range(depth):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == function:
+            return frame.f_locals.get(local)
+        frame = frame.f_back
+    return None
+
+
+def persistent_cache_key(depth: int = 12) -> str | None:
+    """The key of the entry JAX is asking its persistent cache for, read from the caller up
+    (``compiler.compile_or_get_cached``'s ``cache_key``; JAX 0.10-0.12); None when that frame
+    is not within ``depth`` or holds no string key."""
+    key = _cache_frame_local(sys._getframe(1), "key", depth)
+    return key if isinstance(key, str) else None
+
+
+def persistent_cache_entry_bytes(depth: int = 8) -> int | None:
+    """The size of the entry JAX has just decided to write to its persistent cache, read from
+    the caller up (``put_executable_and_time``'s ``entry_size``; JAX 0.10-0.12); None when
+    that frame is not within ``depth`` or holds no integer size."""
+    size = _cache_frame_local(sys._getframe(1), "entry_size", depth)
+    return size if isinstance(size, int) else None
+
+
+# ------------------------------------------------------------------ JAX's modules and logs
+
+_primitive_names: frozenset[str] = frozenset()
+_primitive_names_from = 0
+
+
+def primitive_names() -> frozenset[str]:
+    """Names of the primitives defined in JAX's loaded modules (``jax._src.*``): what JAX
+    names an eager (op-by-op) compile after. Read again when more of JAX has been imported
+    since, so primitives of modules loaded late (``reduce_window_max`` in
+    ``jax._src.lax.windowed_reductions``) are known too. JAX 0.10-0.12; the names found
+    so far (none at first) when the capability primitives is off."""
+    global _primitive_names, _primitive_names_from
+    # A copy in one step: another thread may be importing (list() of a live view can see
+    # the dictionary change size and raise).
+    modules = [m for name, m in sys.modules.copy().items() if name.startswith("jax._src") and m is not None]
+    if len(modules) == _primitive_names_from:
+        return _primitive_names
+    primitive = primitive_type()
+    if primitive is None:
+        return _primitive_names
+    names = set()
+    for module in modules:
+        for value in list(vars(module).values()):
+            if isinstance(value, primitive):
+                names.add(getattr(value, "name", ""))
+    _primitive_names, _primitive_names_from = frozenset(names), len(modules)
+    return _primitive_names
+
+
+class _CacheKeyParts(logging.Filter):
+    """Hands on each part's hash as JAX logs it (a filter runs on the logging thread)."""
+
+    def __init__(self, on_part: Callable[[Any, Any], None], pass_through: bool):
+        super().__init__()
+        self.on_part = on_part
+        self.pass_through = pass_through  # the program itself wants JAX's debug records
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG:
+            return True
+        args = record.args
+        if record.msg == CACHE_KEY_MESSAGE and isinstance(args, tuple) and len(args) == 2:
+            self.on_part(args[0], args[1])
+        return self.pass_through
+
+
+def read_cache_key_log(on_part: Callable[[Any, Any], None]) -> bool:
+    """Call ``on_part(part, digest)`` for each part of a persistent-cache key as JAX hashes
+    it (``CACHE_KEY_LOGGER``'s DEBUG record ``CACHE_KEY_MESSAGE``; JAX 0.10-0.12), on the
+    compiling thread. The logger is set to pass DEBUG records, and the filter keeps them
+    from the program's own handlers unless it asked for JAX's debug logs. Call once per
+    process; False (nothing installed) when the capability cache_key_log is off."""
+    if not available("cache_key_log"):
+        return False
+    key_logger = logging.getLogger(CACHE_KEY_LOGGER)
+    wanted_debug = key_logger.isEnabledFor(logging.DEBUG)
+    key_logger.addFilter(_CacheKeyParts(on_part, pass_through=wanted_debug))
+    if not wanted_debug:
+        key_logger.setLevel(logging.DEBUG)
+    return True
+
+
+# ------------------------------------------------------------------ the program view
+
+
+def _wrap_jax_function(
+    module_name: str, attribute: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> bool:
+    """Replace ``module.attribute`` by ``make(original)`` once per process; False when JAX
+    has no such function."""
+    import importlib
+
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return False
+    original = getattr(module, attribute, None)
+    if original is None or getattr(original, "__cachewatch__", False):
+        return original is not None
+    wrapper = make(original)
+    wrapper.__cachewatch__ = True  # type: ignore[attr-defined]
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(module, attribute, wrapper)
+    return True
+
+
+def wrap_jaxpr_lowering(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    """Replace ``jaxpr_util.maybe_dump_jaxpr_to_file(fun_name, jaxpr, ...)``, which pxla
+    hands every jaxpr it lowers (and looks up through its module on every use), by
+    ``make(original)``, once per process. JAX 0.10-0.12; False when JAX has no such function."""
+    module_name, attribute = ATTRIBUTES["program_hooks"][:2]
+    return _wrap_jax_function(module_name, attribute, make)
+
+
+def wrap_backend_compile(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    """Replace ``compiler.compile_or_get_cached(backend, computation, ...)``, which takes the
+    lowered module and returns the executable (a persistent-cache hit included), by
+    ``make(original)``, once per process. JAX 0.10-0.12; False when JAX has no such function."""
+    module_name, attribute = ATTRIBUTES["program_hooks"][2:]
+    return _wrap_jax_function(module_name, attribute, make)
+
+
+def hlo_print_options() -> Any | None:
+    """jaxlib's ``HloPrintOptions`` without metadata and with canonical names (a fresh one
+    per call). JAX 0.10-0.12; None when the capability hlo_print_options is off, or turns
+    off here when jaxlib refuses the options."""
+    if not available("hlo_print_options"):
+        return None
+    try:
+        from jax._src.lib import hlo
+
+        options = hlo.HloPrintOptions()
+        options.print_metadata = False
+        options.canonicalize_instruction_names = True
+        options.canonicalize_computations = True
+        return options
+    except (ImportError, AttributeError) as exc:
+        turn_off("hlo_print_options", f"{type(exc).__name__}: {exc}")
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class LoweredModuleReader:
+    """JAX's MLIR, to read a copy of a lowered module away from JAX's own context."""
+
+    make_context: Callable[[], Any]  # a fresh MLIR context with JAX's dialects
+    parse: Callable[[bytes], Any]  # bytecode to a module, in the current context
+    strip_debuginfo: Callable[[Any], None]  # drops locations, in the current context
+
+
+_lowered_module_reader: LoweredModuleReader | None = None
+
+
+def lowered_module_reader() -> LoweredModuleReader | None:
+    """JAX's MLIR context maker, module parser and strip-debuginfo pass (resolved once).
+    JAX 0.10-0.12; None, and the capability mlir_context off, when jaxlib lacks them.
+    Callers check mlir_strip_debuginfo and mlir_context before copying a module out."""
+    global _lowered_module_reader
+    if _lowered_module_reader is None:
+        try:
+            from jax._src.interpreters import mlir
+            from jax._src.lib.mlir import ir, passmanager
+        except ImportError as exc:
+            turn_off("mlir_context", f"{type(exc).__name__}: {exc}")
+            return None
+
+        def strip_debuginfo(module: Any) -> None:
+            passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module.operation)
+
+        _lowered_module_reader = LoweredModuleReader(mlir.make_ir_context, ir.Module.parse, strip_debuginfo)
+    return _lowered_module_reader
+
+
+def source_line_reader(is_library_file: Callable[[str], bool]) -> Callable[[Any], tuple[str, int, str] | None]:
+    """A function from an equation's ``source_info`` to its innermost frame whose file is not
+    a library's (file, line, function), read off JAX's traceback. Per code object the test
+    is made once, per (code, offset) the line is looked up once. JAX 0.10-0.12; a reader
+    that always gives None when the capability traceback_lines is off."""
+    if not available("traceback_lines"):
+        return lambda source_info: None
+    from jax._src.lib import xla_client
+
+    try:
+        addr2line = xla_client.Traceback.code_addr2line
+    except AttributeError as exc:
+        turn_off("traceback_lines", f"{type(exc).__name__}: {exc}")
+        return lambda source_info: None
+    # Keyed by the code object's id (hashing a code object hashes its bytecode); the
+    # tracebacks being read keep the code objects alive for the reader's lifetime.
+    user: dict[int, bool] = {}
+    lines: dict[tuple[int, int], int] = {}
+
+    def read(source_info: Any) -> tuple[str, int, str] | None:
+        traceback = getattr(source_info, "traceback", None)
+        if traceback is None:
+            return None
+        codes, lastis = traceback.raw_frames()
+        for code, lasti in zip(codes, lastis):
+            ok = user.get(id(code))
+            if ok is None:
+                ok = user[id(code)] = not is_library_file(code.co_filename)
+            if ok:
+                key = (id(code), lasti)
+                line = lines.get(key)
+                if line is None:
+                    line = lines[key] = addr2line(code, lasti)
+                return code.co_filename, line, code.co_qualname
+        return None
+
+    return read
