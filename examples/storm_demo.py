@@ -4,8 +4,9 @@
     CACHEWATCH_STORE=http://127.0.0.1:8000 python examples/storm_demo.py
     cachewatch report
 
-``train_step`` sees a different batch size on most steps (ragged batches: 8 shapes, 8
-compiles), and a jitted lambda is created anew inside the loop (a compile every time).
+``train_step`` sees its usual batch of 8 on every other step and a ragged batch of a
+new size in between (8 shapes, 8 compiles, the usual one served from the cache all the
+while), and a jitted lambda is created anew inside the loop (a compile every time).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     key = jax.random.PRNGKey(0)
     params = {"w": jnp.zeros((4, 1)), "b": jnp.zeros((1,))}
     for step in range(args.steps):
-        batch_size = 8 + (step % args.sizes) * 4
+        # The mistake: a loader that yields ragged batches between full ones.
+        batch_size = 8 if step % 2 == 0 else 8 + 4 * (1 + (step // 2) % max(1, args.sizes - 1))
         batch = jax.random.normal(jax.random.fold_in(key, step), (batch_size, 4))
         params = train_step(params, batch)
         if step < args.loop_jits:

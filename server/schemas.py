@@ -168,6 +168,10 @@ class EventIn(_In):
         dict[Annotated[str, _text(32)], Annotated[str, _text(512)]] | None,
         Field(max_length=32, description="Figures of the program that could not be read: figure -> reason."),
     ] = None
+    while_repeating: Annotated[
+        bool, Field(description="The program had come back to a signature compiled before the previous compile.")
+    ] = False
+    call_number: Annotated[Count | None, Field(description="Which call of the function compiled (from 1).")] = None
     memory: Annotated[
         dict[Annotated[str, _text(32)], Annotated[int, Field(ge=0, le=MAX_COUNT)]] | None,
         Field(max_length=16, description="Compiled memory in bytes: generated_code, argument, output, temp."),
@@ -469,6 +473,10 @@ class EventOut(BaseModel):
     figures_missing: dict[str, str] | None = Field(
         default=None, description="Figures of the program that could not be read: figure -> reason."
     )
+    while_repeating: bool | None = Field(
+        default=None, description="The program had come back to a signature compiled before the previous compile."
+    )
+    call_number: int | None = Field(default=None, description="Which call of the function compiled (from 1).")
     host_bytes: int | None = None
     host_bytes_before: int | None = None
     peak_host_bytes: int | None = Field(default=None, description="High-water mark of host memory during the compile.")

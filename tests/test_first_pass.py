@@ -7,11 +7,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import sqlalchemy as sa
 
 import cachewatch
 from cachewatch.analysis import diagnosis
 from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
+from cachewatch.store import models
 from cachewatch.store import queries
 from cachewatch.store.evidence import Recompile
 
@@ -222,3 +224,64 @@ def test_a_burst_judged_as_of_its_end_is_a_storm(sqlite_url, use_store):
     assert not [s for s in later if s["name"] == "burst_then_quiet"]
     (storm,) = [s for s in at_end if s["name"] == "burst_then_quiet"]
     assert storm["active"] and storm["compiles"] == 6
+
+
+def _storms_and_passes(url: str, name: str) -> tuple[list[dict], list[dict]]:
+    with enginemod.connection(url) as conn:
+        storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600)
+    return [s for s in storms if s["name"] == name], [p for p in passes if p["name"] == name]
+
+
+def test_a_loop_that_keeps_meeting_new_sizes_between_its_usual_one_is_a_storm_that_ended(sqlite_url, use_store):
+    """A ragged loader: each epoch the usual batch of 32, a short batch of a new size, the
+    usual batch again. The cache serves the usual size between the new ones and, once
+    the loader is fixed, for the rest of the run: calls served after the burst, but the
+    burst came while the program kept returning to its usual shape, so it is a storm."""
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def ragged_step(w, x):
+        return jnp.tanh(x @ w).sum()
+
+    w = jnp.ones((4, 3))
+    for epoch in range(7):
+        for size in (32, 32, 9 + epoch, 32):
+            ragged_step(w, jnp.ones((size, 4)))
+    for _ in range(300):
+        ragged_step(w, jnp.ones((32, 4)))
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        repeating = conn.execute(
+            sa.select(models.compile_events.c.cause, models.compile_events.c.while_repeating).where(
+                models.compile_events.c.function_hash.in_(
+                    sa.select(models.functions.c.function_hash).where(models.functions.c.name == "ragged_step")
+                )
+            )
+        ).all()
+    # The first new size came straight after the usual one compiled; every later one came
+    # after the usual one had been served again.
+    assert [bool(r.while_repeating) for r in repeating if r.cause == Cause.NEW_SHAPE] == [False] + [True] * 6
+    storms, passes = _storms_and_passes(sqlite_url, "ragged_step")
+    assert not passes
+    (storm,) = storms
+    assert storm["compiles"] == 7 and storm["dominant_cause"] == Cause.NEW_SHAPE
+
+
+def test_an_evaluation_pass_in_order_then_served_again_stays_a_first_pass(sqlite_url, use_store):
+    """The evaluation pass meets its sizes in order and never returns mid-way: the next
+    epoch's pass, served from the cache, makes it a first pass however short the run."""
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def evaluate_sizes(w, x):
+        return jnp.tanh(x @ w).mean()
+
+    w = jnp.ones((4, 3))
+    for _ in range(3):
+        for size in range(20, 27):
+            evaluate_sizes(w, jnp.ones((size, 4)))
+    assert cachewatch.flush(30)
+    storms, passes = _storms_and_passes(sqlite_url, "evaluate_sizes")
+    assert not storms
+    (found,) = passes
+    assert found["signatures"] == 6

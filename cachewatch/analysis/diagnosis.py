@@ -120,7 +120,7 @@ def storms_and_first_passes(
             else:
                 found = _describe(key, names.get(key), group, now, window)
             compiling = functools.partial(evidence.compile_seconds_between, conn, run_id)
-            served = work.served_after(run_id, {r.function_hash for r in group}, group[-1].timestamp)
+            served = _served_after(work, run_id, group, heard_until)
             if _is_first_pass(group, rows, last_heard.get(run_id), compiling, served):
                 found["active"] = False
                 found["seconds"] = sum(r.seconds for r in group)
@@ -160,6 +160,18 @@ def _group_key(row: Recompile, info: FunctionInfo | None) -> str:
     return row.function_hash
 
 
+def _served_after(work: steady.Work, run_id: str, group: list[Recompile], heard_until: float | None) -> bool:
+    """Whether the cache served the burst's function after it, as much as the burst itself:
+    counted exactly where the compiles say which call compiled (the calls counted since
+    the last one outnumber those from the first to the last); else told by statistics
+    covering only time after the burst."""
+    first, last = group[0], group[-1]
+    if first.call_number is not None and last.call_number is not None and len({r.function_hash for r in group}) == 1:
+        after = work.calls(run_id, last.function_hash, heard_until) - last.call_number
+        return after >= last.call_number - first.call_number + 1
+    return work.served_after(run_id, {r.function_hash for r in group}, last.timestamp)
+
+
 # The causes of compiles that a first pass over new shapes is made of: each a signature
 # the function had not compiled before.
 _NEW_SIGNATURE_CAUSES = frozenset(
@@ -178,10 +190,17 @@ def _is_first_pass(
     the run, none compiled again later, and the program went on after the burst, with no
     compile of this function, for longer than the burst lasted: it repeated its work,
     and the cache served it. A function that keeps compiling as the program goes on
-    leaves no such quiet stretch. ``served_after``: the cache served the function in
-    statistics covering only time after the burst (the next epoch's evaluation pass),
-    which shows it however short the stretch."""
+    leaves no such quiet stretch. ``served_after``: the cache served the function after
+    the burst as much as during it (the next epoch's evaluation pass; see
+    :func:`_served_after`), which shows it however short the stretch.
+
+    A compile that came while the program kept returning to signatures it had compiled
+    (``while_repeating``: a loop whose usual shape the cache served between new ones)
+    makes the burst a storm, however long the program was quiet after it: a first pass
+    meets its new shapes before it comes back to any."""
     if last_heard is None or any(r.cause not in _NEW_SIGNATURE_CAUSES or not r.signature_hash for r in group):
+        return False
+    if any(r.while_repeating for r in group):
         return False
     hashes = [(r.function_hash, r.signature_hash) for r in group]
     if len(set(hashes)) != len(hashes):

@@ -160,10 +160,20 @@ class Work:
     """What a run's events say about it going on: when it was last seen working (the end
     of its latest compile, or the latest call statistics that report calls served from the
     cache), and per function the spans of its statistics in which the cache served it
-    (more calls than compiles of that function since its previous statistics)."""
+    (more calls than compiles of that function since its previous statistics), with the
+    calls each statistics row counted (``counted``: per function, its rows' time stamps
+    and calls), from which the calls after a compile are told exactly."""
 
     last: dict[str, float]
     served: dict[tuple[str, str], list[tuple[float, float]]]
+    counted: dict[tuple[str, str], list[tuple[float, int]]] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
+
+    def calls(self, run_id: str, function_hash: str, until: float | None = None) -> int:
+        """The function's calls the run counted (in statistics written by ``until``)."""
+        rows = self.counted.get((run_id, function_hash), ())
+        return sum(calls for stamp, calls in rows if until is None or stamp <= until)
 
     def served_after(self, run_id: str, function_hashes: Iterable[str], after: float) -> bool:
         """Whether the cache served one of the functions in statistics covering only time after ``after``."""
@@ -201,6 +211,7 @@ def work(conn: sa.Connection, run_ids: Iterable[str]) -> Work:
         stamp = float(row.timestamp)
         start = previous.get(key, float("-inf"))
         previous[key] = stamp
+        found.counted[key].append((stamp, int(row.calls or 0)))
         compiled = sum(1 for t in compiles.get(key, ()) if start < t <= stamp)
         if int(row.calls or 0) > compiled:
             found.last[row.run_id] = max(found.last.get(row.run_id, 0.0), stamp)

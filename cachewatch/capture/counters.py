@@ -79,6 +79,8 @@ class CallCounter(_Counter):
         "last_timed_end",
         "first_hit",
         "signatures",
+        "latest_signature",
+        "repeating",
     )
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
@@ -95,6 +97,10 @@ class CallCounter(_Counter):
         self.last_timed_calls = 0  # calls counted at the previous timed call
         self.last_timed_end = 0.0  # perf_counter when it returned (0: none yet)
         self.signatures: set[str] = set()  # signature hashes compiled so far
+        self.latest_signature = ""  # the one compiled last
+        # Since the latest compile, a timed call was of a signature compiled before it: the
+        # program had come back to work it had done (see after_compile).
+        self.repeating = False
 
     def configure(self, sample_every: int, max_per_second: float) -> None:
         self.sample_every = sample_every if sample_every > 0 else NEVER_SAMPLE
@@ -106,10 +112,18 @@ class CallCounter(_Counter):
     def sampling(self) -> bool:
         return self.sample_every < NEVER_SAMPLE
 
-    def after_compile(self, signature_hash: str | None) -> None:
-        """Time the next call: every signature gets a run time, however few its calls."""
+    def after_compile(self, signature_hash: str | None) -> bool:
+        """Time the next call: every signature gets a run time, however few its calls.
+
+        Returns whether, since the function's previous compile, a timed call was of a
+        signature compiled before that one: the program had come back to work it had done,
+        and still met a new signature. The first call after each compile is timed, so a
+        loop that returns to its usual shape between new ones is seen at once; a first
+        pass over a few shapes in order never returns before its last compile."""
+        repeating, self.repeating = self.repeating, False
         if signature_hash:
             self.signatures.add(signature_hash)
+            self.latest_signature = signature_hash
         # The calls before the compile were of other signatures: the next timed call
         # stands for none of them, and its wall time since then holds the compile.
         self.last_timed_calls = self.calls
@@ -117,6 +131,7 @@ class CallCounter(_Counter):
         if self.sampling:
             self.first_hit = True
             self.next_sample = self.calls + 1
+        return repeating
 
     def add_sample(self, signature_hash: str, alone: float, end: float) -> None:
         """One timed call: ``alone`` its time with nothing queued, ``end`` when it returned.
@@ -134,6 +149,8 @@ class CallCounter(_Counter):
             seconds = min(alone, (end - self.last_timed_end) / between)
         self.last_timed_calls = self.calls
         self.last_timed_end = end
+        if signature_hash != self.latest_signature and signature_hash in self.signatures:
+            self.repeating = True
         with _pending_lock:
             self.sampled_calls += 1
             self.sampled_seconds += seconds

@@ -424,7 +424,7 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
     if compiled and not state.in_library_file:
         current.note_user_compile(state.info.function_hash)
     if compiled and exc is None:
-        _sample_next_call(state, args, kwargs, compiled[0])
+        extra.update(_sample_next_call(state, args, kwargs, compiled[0]))
         cfg = current.config()
         if cfg.cost_analysis and compiled[0].program is None:  # the compile's own figures are better
             extra.update(_cost_analysis(jitted, args, kwargs))
@@ -447,9 +447,13 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
     return all(r.kind == Kind.TRACE and r.trace_seconds is None and r.compiles == 0 for r in records)
 
 
-def _sample_next_call(state: HookState, args: tuple, kwargs: dict, record: _tracking.Record) -> None:
+def _sample_next_call(state: HookState, args: tuple, kwargs: dict, record: _tracking.Record) -> dict[str, Any]:
+    """Time the call after this compile. The compile's fields from the call counter: which
+    call compiled, and whether the program was repeating its work when it came."""
     sig = record.signature if record.kind == Kind.TRACE else _concrete_signature(state, args, kwargs)
-    _stats_for(state.info).after_compile(sig.stable_hash() if sig is not None else None)
+    stats = _stats_for(state.info)
+    repeating = stats.after_compile(sig.stable_hash() if sig is not None else None)
+    return {"while_repeating": repeating, "call_number": stats.calls}
 
 
 def _to_event(

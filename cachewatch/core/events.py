@@ -238,6 +238,15 @@ class CompileEvent:
     # use could not give (flops, memory, the jaxpr text, ...), the reason.
     same_program_as: str | None = None
     figures_missing: dict[str, str] | None = None
+    # Since the function's previous compile, the cache had served a call of a signature
+    # compiled before that one: the program was repeating its work and still met a new
+    # signature (a storm's mark; a first pass over new shapes never comes back mid-way).
+    # Known only for the jits whose calls cachewatch times.
+    while_repeating: bool = False
+    # Which call of the function (counting from 1 in the process) compiled: with the
+    # calls counted later, how many the cache served after it. None where calls are not
+    # counted (op-by-op code, foreign jits).
+    call_number: int | None = None
     # The program's texts and equation profile, on the first event of its fingerprint
     # in the process: ``{"fingerprint", "texts": {format: text}, "left_out", "profile"}``.
     # Stored once per fingerprint (not an event column).

@@ -114,6 +114,8 @@ class EventRow(TypedDict, total=False):
     identical_to: str | None
     same_program_as: str | None
     figures_missing: dict[str, str] | None
+    while_repeating: bool | None
+    call_number: int | None
     eqns_by_primitive: dict[str, int] | None
     eqns_by_line: list[dict[str, Any]] | None
     fusions: int | None

@@ -26,6 +26,8 @@ class Recompile:
     call_site: str | None
     signature_hash: str = ""
     seconds: float = 0.0  # trace, lowering and XLA compile seconds
+    while_repeating: bool = False  # the program had come back to an earlier signature first
+    call_number: int | None = None  # which call of the function compiled (None: not counted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,17 @@ class UncachedCompile:
     jaxlib_version: str
 
 
-_RECOMPILE_COLUMNS = ("function_hash", "run_id", "timestamp", "cause", "diff", "call_site", "signature_hash")
+_RECOMPILE_COLUMNS = (
+    "function_hash",
+    "run_id",
+    "timestamp",
+    "cause",
+    "diff",
+    "call_site",
+    "signature_hash",
+    "while_repeating",
+    "call_number",
+)
 
 
 def _recompile_columns(e: sa.Table) -> list[Any]:
@@ -79,6 +91,8 @@ def _recompiles(result: Iterable[sa.Row[Unpack[tuple[Any, ...]]]]) -> list[Recom
             r.call_site,
             r.signature_hash or "",
             float(r.seconds or 0.0),
+            bool(r.while_repeating),
+            r.call_number,
         )
         for r in result
     ]

@@ -105,6 +105,10 @@ class CompileEventRow(Base):
     # the two could share one jit), and why a figure of the program is missing.
     same_program_as: Mapped[str | None] = mapped_column(String(32), nullable=True)
     figures_missing: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # The program had come back to a signature compiled before the previous compile (events.py).
+    while_repeating: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # Which call of the function compiled (events.py): the calls the cache served after it.
+    call_number: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     eqns_by_primitive: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     eqns_by_line: Mapped[list | None] = mapped_column(JSON, nullable=True)
     fusions: Mapped[int | None] = mapped_column(Integer, nullable=True)
