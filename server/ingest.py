@@ -1,29 +1,21 @@
-"""Storing an ingest batch: whole or not at all, and idempotent when a client retries.
-
-Events are idempotent through their client-made ``event_id`` (the store ignores a
-repeat). Call-statistics rows have no id in the schema yet, so a repeat is recognised
-by ``(run_id, function_hash, timestamp)`` inside the same transaction; on PostgreSQL an
-advisory lock per run keeps two concurrent retries of one batch from both passing
-that check (SQLite already serialises writers).
+"""Taking an ingest batch over HTTP: parsed, checked against the settings' sizes, and
+stored whole or not at all through the store's one write path (``writes.write_batch``),
+which stores a retried batch's events and call statistics once.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence, cast
+from typing import Any, Sequence
 
 import orjson
-import sqlalchemy as sa
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import ValidationError
 
-from cachewatch.store import engine as enginemod
-from cachewatch.store import models, writes
+from cachewatch.store import writes
 
 from .deps import invalid
 from .schemas import BatchIn, CallStatsIn, EventIn
-
-_CHUNK = 900  # below SQLite's smallest bound-parameter limit
 
 
 class IngestCounters:
@@ -117,70 +109,13 @@ def store(
     """Write one checked batch in one transaction; returns what was new and what was a repeat.
     Program texts are kept while the store's stay under ``program_store_max_bytes``
     (CACHEWATCH_PROGRAM_STORE_MAX_BYTES), as the library's own writer keeps them."""
-    rows = writes.table_rows(batch)
-    with enginemod.connection(url, ensure=False) as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(
-                sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
-                {"key": "cachewatch-ingest:" + batch.run.run_id},
-            )
-        new_stats = _new_stats(conn, batch.run.run_id, rows.stats)
-        stored = len(
-            writes.write_rows(
-                conn,
-                rows._replace(stats=new_stats),
-                dropped_by=batch.drops(),
-                program_store_max_bytes=program_store_max_bytes,
-            )
-        )
+    written = writes.write_batch(url, batch, batch.drops(), program_store_max_bytes, ensure_schema=False)
     return {
         "batch_id": batch.batch_id,
-        "events": len(rows.events),
-        "stored_events": stored,
-        "duplicate_events": len(rows.events) - stored,
-        "stats": len(rows.stats),
-        "stored_stats": len(new_stats),
-        "duplicate_stats": len(rows.stats) - len(new_stats),
+        "events": len(batch.events),
+        "stored_events": len(written.events),
+        "duplicate_events": len(batch.events) - len(written.events),
+        "stats": len(batch.stats),
+        "stored_stats": written.stats,
+        "duplicate_stats": len(batch.stats) - written.stats,
     }
-
-
-def _stats_key(row: writes.Row) -> tuple[str, float, str]:
-    """What tells a statistics row from a repeat: its function, flush time and signature."""
-    return str(row["function_hash"]), cast(float, row["timestamp"]), str(row.get("signature_hash") or "")
-
-
-def _new_stats(conn: sa.Connection, run_id: str, rows: list[writes.Row]) -> list[writes.Row]:
-    if not rows:
-        return rows
-    s = models.call_stats
-    keys = [_stats_key(row) for row in rows]
-    # A batch's stats share one or two flush times; (function_hash, timestamp) is indexed.
-    hashes = sorted({h for h, _, _ in keys})
-    stamps = sorted({t for _, t, _ in keys})
-    # A flush writes one row per signature sampled: a row is known by all three.
-    existing: set[tuple[str, float, str]] = set()
-    half = _CHUNK // 2
-    for start in range(0, len(hashes), half):
-        existing.update(
-            (r.function_hash, r.timestamp, r.signature_hash)
-            for r in conn.execute(
-                sa.select(s.c.function_hash, s.c.timestamp, s.c.signature_hash).where(
-                    s.c.function_hash.in_(hashes[start : start + half]),
-                    s.c.timestamp.in_(stamps[:half]),
-                    s.c.run_id == run_id,
-                )
-            )
-        )
-    if len(stamps) > half:  # not what a recorder sends: fall back to the run's rows
-        existing.update(
-            (r.function_hash, r.timestamp, r.signature_hash)
-            for r in conn.execute(
-                sa.select(s.c.function_hash, s.c.timestamp, s.c.signature_hash).where(s.c.run_id == run_id)
-            )
-        )
-    fresh = []
-    for row, key in zip(rows, keys):
-        if key not in existing:
-            existing.add(key)
-            fresh.append(row)
-    return fresh

@@ -180,9 +180,18 @@ def snapshot(url: str) -> Iterator[sa.Connection]:
 
 
 # Advisory lock keys (PostgreSQL): one bigint each, apart from the two-int keys of the
-# ``hashtext`` locks the ingest takes per run.
+# ``hashtext`` locks of ``lock_run``.
 LABELS_LOCK = 0x6361636865_01  # "cache", 1: held while /metrics decides functions' labels
 SCHEMA_LOCK = 0x6361636865_02  # held while an empty store's schema is created
+
+
+def lock_run(conn: sa.Connection, run_id: str) -> None:
+    """Hold the run's write lock until the transaction ends: every write of a batch
+    (store/writes.py) and a prune of the run take it. An advisory lock on PostgreSQL;
+    SQLite has one writer at a time already."""
+    if conn.dialect.name == "postgresql":
+        # The key the service's ingest has always taken: older services and newer libraries agree.
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": "cachewatch-ingest:" + run_id})
 
 
 @contextlib.contextmanager

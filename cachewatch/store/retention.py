@@ -293,16 +293,15 @@ def _scope(conn: sa.Connection, policy: Policy, now: float) -> tuple[float | Non
 @contextlib.contextmanager
 def _run_transaction(url: str, run_id: str) -> Iterator[sa.Connection]:
     """A write transaction that no writer of this run runs beside: SQLite's write lock;
-    on PostgreSQL the ingest's advisory lock of the run, and the run's row locked, which
-    a writer's foreign-key check waits on (the library's own writer takes no advisory lock)."""
+    on PostgreSQL the run's lock that every write takes (``engine.lock_run``), and the
+    run's row locked, which a writer's foreign-key check waits on (a writer older than
+    the lock in the library took none)."""
     try:
         with enginemod.get_engine(url).connect() as conn, conn.begin():
             if conn.dialect.name == "sqlite":
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
             else:
-                conn.execute(
-                    sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": "cachewatch-ingest:" + run_id}
-                )
+                enginemod.lock_run(conn, run_id)
                 r = models.runs
                 conn.execute(sa.select(r.c.run_id).where(r.c.run_id == run_id).with_for_update())
             yield conn

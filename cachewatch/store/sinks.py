@@ -1,7 +1,8 @@
 """Where the writer sends batches, chosen by the store URL.
 
-``sqlite:///...`` and ``postgresql://...`` write straight into the SQL store (one
-transaction per batch, many rows per statement, idempotent on event ids);
+``sqlite:///...`` and ``postgresql://...`` write straight into the SQL store through
+``writes.write_batch`` (one transaction per batch, many rows per statement, a repeated
+event or statistics row stored once);
 ``http(s)://...`` posts to a cachewatch server.
 """
 
@@ -11,8 +12,7 @@ from typing import Protocol
 
 from ..core.config import Config
 from ..core.events import Batch, DropReason, timestamp_ok
-from . import engine as enginemod
-from .writes import DEFAULT_PROGRAM_STORE_MAX_BYTES, in_bounds, table_rows, write_rows
+from .writes import DEFAULT_PROGRAM_STORE_MAX_BYTES, in_bounds, write_batch
 
 
 class Sink(Protocol):
@@ -46,10 +46,4 @@ class SqlSink:
             lost = dict(batch.dropped_by)
             lost[DropReason.OUT_OF_BOUNDS] = lost.get(DropReason.OUT_OF_BOUNDS, 0) + refused
             batch = Batch(run=batch.run, events=kept, stats=stats, dropped_by=lost)
-        with enginemod.connection(self.url) as conn:
-            write_rows(
-                conn,
-                table_rows(batch),
-                dropped_by=batch.dropped_by,
-                program_store_max_bytes=self.program_store_max_bytes,
-            )
+        write_batch(self.url, batch, batch.dropped_by, self.program_store_max_bytes)

@@ -1,8 +1,14 @@
 """The store's one write path: a batch turned into table rows and stored in one transaction.
 
-Both writers use it: the library's SQL sink (``sinks.SqlSink``) with a recorder's
-``Batch``, and the service's ingest with the batch it validated. Rows are read off
-either by attribute, so neither is converted into the other first.
+Both writers call ``write_batch``: the library's SQL sink (``sinks.SqlSink``) with a
+recorder's ``Batch``, and the service's ingest with the batch it validated. Rows are
+read off either by attribute, so neither is converted into the other first.
+
+A batch sent again (a retry, a spool replay) adds nothing. Events are recognised by
+their client-made ``event_id``. Call-statistics rows have no id in the schema, so a
+repeat is recognised by run, function, flush time and signature, inside the same
+transaction; two writers of one run must not both pass that check, so the write holds
+the run's lock first (PostgreSQL: an advisory lock; SQLite: its one writer at a time).
 """
 
 from __future__ import annotations
@@ -70,8 +76,17 @@ class TableRows(NamedTuple):
     programs: list[Row] = []
 
 
+class Written(NamedTuple):
+    """What a write added: the ids of the events new to the store (the rest were
+    repeats) and how many call-statistics rows were new."""
+
+    events: set[str]
+    stats: int
+
+
 # A store keeps at most this many bytes of compressed program texts unless told otherwise.
 DEFAULT_PROGRAM_STORE_MAX_BYTES = 512 * 1024 * 1024
+_CHUNK = 900  # ids per IN (...): below SQLite's smallest bound-parameter limit
 
 
 def _columns(table: sa.Table, *, leave_out: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -215,25 +230,61 @@ def _checked(event: E) -> E | None:
     return dataclasses.replace(event, **bad) if bad else event  # type: ignore[type-var]  # a CompileEvent
 
 
+def write_batch(
+    url: str,
+    batch: BatchLike,
+    dropped_by: Mapping[str, int] | None = None,
+    program_store_max_bytes: int = DEFAULT_PROGRAM_STORE_MAX_BYTES,
+    *,
+    ensure_schema: bool = True,
+) -> Written:
+    """Store one batch in one transaction, each event and statistics row once.
+
+    ``dropped_by`` is what the run's recorder lost since its previous batch, by reason.
+    ``ensure_schema`` migrates an empty store first (the library's writer); the service
+    checked its store at start and passes False.
+
+        written = write_batch("sqlite:///cachewatch.db", batch)
+        len(written.events), written.stats   # what was new
+    """
+    rows = table_rows(batch)  # before the transaction: compressing program texts is the costly step
+    with enginemod.connection(url, ensure=ensure_schema) as conn:
+        return _store_rows(conn, rows, dropped_by, program_store_max_bytes)
+
+
 def write_rows(
     conn: sa.Connection,
     rows: TableRows,
     dropped_by: Mapping[str, int] | None = None,
     program_store_max_bytes: int = DEFAULT_PROGRAM_STORE_MAX_BYTES,
 ) -> set[str]:
-    """Insert one batch's rows in one transaction; repeats of the same ids are ignored.
+    """``write_batch``'s rows in a transaction the caller holds; returns the ids of the new events."""
+    return _store_rows(conn, rows, dropped_by, program_store_max_bytes).events
 
-    ``dropped_by`` is what the run's recorder lost since its previous batch, by reason.
-    Returns the ids of the events that were new (the rest were already stored). Program
+
+def _store_rows(
+    conn: sa.Connection,
+    rows: TableRows,
+    dropped_by: Mapping[str, int] | None = None,
+    program_store_max_bytes: int = DEFAULT_PROGRAM_STORE_MAX_BYTES,
+) -> Written:
+    """Insert one batch's rows in ``conn``'s transaction; repeats are ignored.
+
+    Repeated events are known by id, repeated statistics rows by ``_stats_key``. Program
     texts are stored once per fingerprint, while the store's texts stay under
     ``program_store_max_bytes``.
     """
     # PostgreSQL text cannot hold NUL; an exception message that carries one must not make
     # the whole batch unstorable. Replaced on every backend, so a store reads the same.
     runs, functions, stats = (_strip_nul(part) for part in (rows.runs, rows.functions, rows.stats))
-    events = [_strip_nul_values(row) for row in rows.events]
+    events = _unique_events([_strip_nul_values(row) for row in rows.events])
+    for run in sorted({str(row["run_id"]) for row in (*runs, *stats)}):
+        enginemod.lock_run(conn, run)
     _insert_ignoring_duplicates(conn, models.runs, _unique(runs, "run_id"), "run_id")
     _insert_ignoring_duplicates(conn, models.functions, _unique(functions, "function_hash"), "function_hash")
+    # Checked after the first inserts: from there on SQLite's write lock is held, so no
+    # other writer checks beside this one (on PostgreSQL the run's lock sees to that).
+    stats = _new_stats(conn, stats)
     inserted = _insert_events(conn, events)
     if rows.programs:
         _insert_programs(conn, rows.programs, program_store_max_bytes)
@@ -248,7 +299,58 @@ def write_rows(
         run_id = runs[0]["run_id"]
         drops = [{"run_id": run_id, "reason": str(reason)[:32], "dropped": n} for reason, n in lost]
         rollup.add(conn, {models.run_drops: drops})
-    return inserted
+    return Written(inserted, len(stats))
+
+
+_StatsKey = tuple[str, str, float, str]
+
+
+def _stats_key(row: Mapping[str, Any] | sa.RowMapping) -> _StatsKey:
+    """What tells a statistics row from a repeat: its run, function, flush time and
+    signature (a flush writes one row per signature sampled)."""
+    return str(row["run_id"]), str(row["function_hash"]), float(row["timestamp"]), str(row.get("signature_hash") or "")
+
+
+def _new_stats(conn: sa.Connection, rows: list[Row]) -> list[Row]:
+    """The statistics rows neither stored already nor repeated earlier in ``rows``."""
+    if not rows:
+        return rows
+    existing = _stored_stats_keys(conn, [_stats_key(row) for row in rows])
+    fresh = []
+    for row in rows:
+        key = _stats_key(row)
+        if key not in existing:
+            existing.add(key)
+            fresh.append(row)
+    return fresh
+
+
+def _stored_stats_keys(conn: sa.Connection, keys: list[_StatsKey]) -> set[_StatsKey]:
+    """Which of ``keys`` the store holds (and maybe more of the same runs)."""
+    s = models.call_stats
+    columns = (s.c.run_id, s.c.function_hash, s.c.timestamp, s.c.signature_hash)
+    run_ids = sorted({k[0] for k in keys})
+    # A batch's stats share one or two flush times; (function_hash, timestamp) is indexed.
+    hashes = sorted({k[1] for k in keys})
+    stamps = sorted({k[2] for k in keys})
+    half = _CHUNK // 2
+    existing: set[_StatsKey] = set()
+    for start in range(0, len(hashes), half):
+        existing.update(
+            _stats_key(r._mapping)
+            for r in conn.execute(
+                sa.select(*columns).where(
+                    s.c.function_hash.in_(hashes[start : start + half]),
+                    s.c.timestamp.in_(stamps[:half]),
+                    s.c.run_id.in_(run_ids),
+                )
+            )
+        )
+    if len(stamps) > half:  # not what a recorder sends: fall back to the runs' rows
+        existing.update(
+            _stats_key(r._mapping) for r in conn.execute(sa.select(*columns).where(s.c.run_id.in_(run_ids)))
+        )
+    return existing
 
 
 def _insert_programs(conn: sa.Connection, programs: list[Row], cap: int) -> None:
@@ -297,12 +399,12 @@ def _insert_events(conn: sa.Connection, events: list[EventValues]) -> set[str]:
         return set(conn.execute(newest).scalars()) if added else set()
     # Which ids are new, asked before inserting: RETURNING over a many-row insert is
     # slow to prepare (psycopg parses the statement in Python). Two writers never share
-    # event ids (the recording process makes them), so only this writer's own retry
-    # repeats one, never concurrently.
+    # event ids (the recording process makes them) but for two writes of one run's batch
+    # (a retry beside its first post), which the run's lock keeps apart (_store_rows).
     existing: set[str] = set()
-    for start in range(0, len(wanted), 900):
+    for start in range(0, len(wanted), _CHUNK):
         existing.update(
-            conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(wanted[start : start + 900]))).scalars()
+            conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(wanted[start : start + _CHUNK]))).scalars()
         )
     stmt = enginemod.upsert_insert(conn.dialect.name, e).on_conflict_do_nothing(index_elements=["event_id"])
     conn.execute(stmt, [dict(zip(models.EVENT_COLUMNS, row)) for row in events])
@@ -339,6 +441,17 @@ def _unique(rows: list[Row], key: str) -> list[Row]:
     for row in rows:
         seen.setdefault(row[key], row)
     return list(seen.values())
+
+
+def _unique_events(events: list[EventValues]) -> list[EventValues]:
+    """Each event once (the first of an id), so the kept totals count a repeat within
+    one batch once too. A set of the ids is the cheap test for the usual case: none."""
+    if len({row[_EVENT_ID] for row in events}) == len(events):
+        return events
+    first: dict[object, EventValues] = {}
+    for row in events:
+        first.setdefault(row[_EVENT_ID], row)
+    return list(first.values())
 
 
 def _strip_nul(rows: Iterable[Row]) -> list[Row]:
