@@ -22,12 +22,15 @@ import importlib
 import json
 import os
 import sys
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from . import runner
 from .core import config as configmod
 from .core.figures import share_text
 from .core.events import OP_BY_OP_MODULE, UNATTRIBUTED_MODULE
+
+if TYPE_CHECKING:  # the commands import what they read when run, so `cachewatch --help` stays quick
+    from .analysis.views import FunctionFindings, RunReport
 
 
 def _store_url(args: argparse.Namespace) -> str:
@@ -433,50 +436,48 @@ def _service() -> Any:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .analysis import diagnosis, programs
+    from .analysis import views
     from .store import engine as enginemod
-    from .store import columns, queries
+    from .store import columns
 
     url = _store_url(args)
     cfg = configmod.resolve()
-    filters = columns.Filters(run_id=args.run_id)
     with enginemod.connection(url) as conn:
-        report = queries.function_report(conn, filters)
-        verdicts = diagnosis.verdicts_or_none(conn, report, filters)
-        storms, passes = diagnosis.storms_and_first_passes(
-            conn, filters, threshold=cfg.storm_threshold, window=cfg.storm_window
+        report = views.run_report(
+            conn, columns.Filters(run_id=args.run_id), threshold=cfg.storm_threshold, window=cfg.storm_window
         )
-        costs = diagnosis.cost_model(conn, filters)
-        regressions = diagnosis.compile_regressions(conn)
-        identical = programs.identical_recompiles(conn, filters)
-        profiles = {
-            row["function_hash"]: programs.compile_profile(conn, row["function_hash"], filters)["fixes"]
-            for row in report[:50]
-            if row["compiles"]
-        }
-    wasted: dict[str, list[dict[str, Any]]] = {}
-    for item in identical:
-        wasted.setdefault(item["function_hash"], []).append(item)
-    rows: list[dict[str, Any]] = [
-        {
-            **row,
-            "verdict": verdicts.get(row["function_hash"]),
-            "identical_recompiles": sum(i["recompiles"] for i in wasted.get(row["function_hash"], [])),
-            "identical_seconds": sum(i["seconds"] for i in wasted.get(row["function_hash"], [])),
-            "program_fixes": [fix["text"] for fix in profiles.get(row["function_hash"], [])],
-        }
-        for row in report
-    ]
+    functions = report.functions
     if args.format == "json":
-        print(json.dumps(rows, indent=2, default=str))
+        print(json.dumps([found.as_json() for found in functions], indent=2, default=str))
         return 0
-    if not rows:
+    if not functions:
         print(
             f"No compile events in {enginemod.redact_url(enginemod.normalize_url(url))} yet. Wrap a function with "
             "cachewatch.jit (or call cachewatch.install()) and run your program with the same "
             "CACHEWATCH_STORE."
         )
         return 0
+    _print_functions(report.rows)
+    print("\n" + _coverage_line(report.rows))
+    _print_findings(report, functions)
+    _print_program_findings(report.identical, functions)
+    return 0
+
+
+_REPORT_HEADERS = [
+    "function",
+    "defined at",
+    "compiles",
+    "recompiles",
+    "compile s",
+    "calls",
+    "run s (est)",
+    "compile share",
+    "causes",
+]
+
+
+def _print_functions(rows: Sequence[Mapping[str, Any]]) -> None:
     table = []
     for r in rows:
         causes = ", ".join(f"{c}={n}" for c, n in sorted(r["causes"].items(), key=lambda kv: -kv[1]))
@@ -494,36 +495,24 @@ def _report(args: argparse.Namespace) -> int:
                 causes,
             ]
         )
-    _print_table(
-        [
-            "function",
-            "defined at",
-            "compiles",
-            "recompiles",
-            "compile s",
-            "calls",
-            "run s (est)",
-            "compile share",
-            "causes",
-        ],
-        table,
-    )
-    print("\n" + _coverage_line(rows))
-    _print_findings(rows, storms, costs, regressions, passes)
+    _print_table(_REPORT_HEADERS, table)
+
+
+def _print_program_findings(identical: Sequence[Mapping[str, Any]], functions: Sequence[FunctionFindings]) -> None:
+    """Wasted recompiles, then what makes each program big."""
     if identical:
         total = sum(i["seconds"] for i in identical)
         count = sum(i["recompiles"] for i in identical)
         print(f"\nRecompiles that produced the program compiled before ({count}, {total:.3f} s wasted):")
         for item in identical:
             print(f"  {_here(item['fix'])}")
-    fixes = [(r["qualname"], text) for r in rows for text in r["program_fixes"]]
+    fixes = [(found.report["qualname"], text) for found in functions for text in found.program_fixes]
     if fixes:
         print(
             "\nCompile cost (what makes the program big; `cachewatch program EVENT_ID --format pprof` for all of it):"
         )
         for name, text in fixes:
             print(f"  {name}: {_here(text)}")
-    return 0
 
 
 def _coverage_line(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -539,15 +528,11 @@ def _coverage_line(rows: Sequence[Mapping[str, Any]]) -> str:
     return text + "."
 
 
-def _print_findings(
-    rows: Sequence[Mapping[str, Any]],
-    storms: list[dict],
-    costs: list[dict],
-    regressions: list[dict],
-    passes: Sequence[dict] = (),
-) -> None:
+def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) -> None:
     from .analysis import diagnosis
 
+    storms, passes = report.storms, report.first_passes
+    costs, regressions = (report.diagnosis.cost_model, report.diagnosis.regressions) if report.diagnosis else ([], [])
     if storms:
         print(f"\nStorms ({len(storms)}):")
         for storm in storms:
@@ -556,12 +541,12 @@ def _print_findings(
         print("\nFirst passes (each shape compiled once, then served from the cache; not storms):")
         for found in passes:
             print(f"  {diagnosis.describe_first_pass(found)}")
-    worth = [(r["qualname"], r["verdict"]["text"]) for r in rows if r.get("verdict") and r["verdict"]["text"]]
+    worth = [(f.report["qualname"], f.verdict["text"]) for f in functions if f.verdict and f.verdict["text"]]
     if worth:
         print("\nIs jit worth it:")
         for name, text in worth:
             print(f"  {name}: {text}")
-    stale = [r for r in rows if r.get("stale_captures")]
+    stale = [f.report for f in functions if f.report.get("stale_captures")]
     if stale:
         print("\nStale captured values (read at trace time, changed since; see `cachewatch events`):")
         for r in stale:

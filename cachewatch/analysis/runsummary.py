@@ -21,9 +21,8 @@ from typing import Any, Sequence
 from ..core import config as configmod
 from ..core.events import Cause
 from ..core.figures import seconds_text
-from ..store import cache as cachereads
-from ..store import columns, engine as enginemod, queries
-from . import cache, diagnosis, programs, steady
+from ..store import columns, engine as enginemod
+from . import cache, diagnosis, views
 
 TOP_FUNCTIONS = 5
 
@@ -55,29 +54,27 @@ def for_store(url: str, run_id: str, *, flushed: bool = True, top: int = TOP_FUN
     }
     if _is_http(url):
         return summary
-    filters = columns.Filters(run_id=run_id)
     with enginemod.connection(url) as conn:
-        report = queries.function_report(conn, filters)
-        storms, passes = diagnosis.storms_and_first_passes(
-            conn, filters, threshold=cfg.storm_threshold, window=cfg.storm_window
-        )
-        warmup = steady.warmup_compiles(conn, run_id)
-        identical = programs.identical_recompiles(conn, filters)
-        shared = programs.shared_programs(conn, filters)
-        held = cache.cache_report(cachereads.read_cache(conn, filters))
-    summary.update(
-        of_report(report, storms, top=top),
-        live_executables=sum(fn.live for fn in held.functions),
-        live_executable_bytes=sum(fn.live_bytes for fn in held.functions),
-        never_called_again=sum(len(fn.never_hit) for fn in held.functions),
-        warmup_compiles=warmup,
-        identical_recompiles=sum(int(i["recompiles"]) for i in identical),
-        identical_seconds=sum(float(i["seconds"]) for i in identical),
-        first_pass_compiles=sum(int(p["compiles"]) for p in passes),
-        shared_program_compiles=sum(int(s["compiles"]) for s in shared),
-        shared_programs=[s["text"] for s in shared[:3]],
-    )
+        found = views.run_summary(conn, run_id, threshold=cfg.storm_threshold, window=cfg.storm_window)
+    summary.update(of_summary(found, top=top))
     return summary
+
+
+def of_summary(found: views.RunSummary, *, top: int = TOP_FUNCTIONS) -> dict[str, Any]:
+    """The summary's figures from a run's composed summary."""
+    held, report = found.held, found.report
+    return {
+        **of_report(report.rows, report.storms, top=top),
+        "live_executables": sum(fn.live for fn in held.functions),
+        "live_executable_bytes": sum(fn.live_bytes for fn in held.functions),
+        "never_called_again": sum(len(fn.never_hit) for fn in held.functions),
+        "warmup_compiles": found.warmup_compiles,
+        "identical_recompiles": sum(int(i["recompiles"]) for i in report.identical),
+        "identical_seconds": sum(float(i["seconds"]) for i in report.identical),
+        "first_pass_compiles": sum(int(p["compiles"]) for p in report.first_passes),
+        "shared_program_compiles": sum(int(s["compiles"]) for s in found.shared_programs),
+        "shared_programs": [s["text"] for s in found.shared_programs[:3]],
+    }
 
 
 def of_report(report: Sequence[columns.FunctionReport], storms: list[dict[str, Any]], *, top: int) -> dict[str, Any]:

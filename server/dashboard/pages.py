@@ -22,21 +22,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
-from cachewatch.analysis import comparison, diagnosis, fleet, programs, whatif
+from cachewatch.analysis import comparison, diagnosis, fleet, programs, views, whatif
 from cachewatch.core import jaxcompat
 from cachewatch.store.comparison import RunNotFound
-from cachewatch.core.events import OP_BY_OP_MODULE, Cause, Kind
+from cachewatch.core.events import OP_BY_OP_MODULE, Kind
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries as storequeries
 from ..reads import charts as chartreads
 from cachewatch.analysis import cache as cache_analysis
 from cachewatch.store import cache as cache_reads
-from cachewatch.store import evidence
 from cachewatch.store import whatif as whatifreads
 from ..reads import listings
 from cachewatch.store.columns import Filters, FunctionReport
 
-from ..deps import parse_time
+from ..deps import Connection, parse_time
 from . import auth, render
 
 logger = logging.getLogger("cachewatch.server")
@@ -273,15 +272,13 @@ def _storm_settings(request: Request) -> dict[str, Any]:
 
 
 @router.get("/", response_class=HTMLResponse)
-def overview(request: Request) -> HTMLResponse:
-    settings = request.app.state.settings
-    with enginemod.connection(settings.store, ensure=False) as conn:
-        view = _open_view(request, conn)
-        summary = diagnosis.summary(conn, view.filters, **_storm_settings(request))
-        report = storequeries.function_report(conn, view.filters)
-        storms = diagnosis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
-        over_time = chartreads.compiles_over_time(conn, view.filters)
-        empty = _empty_state(request, conn, view) if not summary["events"] else None
+def overview(request: Request, conn: Connection) -> HTMLResponse:
+    view = _open_view(request, conn)
+    summary = diagnosis.summary(conn, view.filters, **_storm_settings(request))
+    report = storequeries.function_report(conn, view.filters)
+    storms = diagnosis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
+    over_time = chartreads.compiles_over_time(conn, view.filters)
+    empty = _empty_state(request, conn, view) if not summary["events"] else None
     offenders = sorted(
         (r for r in report if r["recompiles"]), key=lambda r: (-r["recompiles"], -r["compile_seconds"], r["qualname"])
     )[:TOP_OFFENDERS]
@@ -310,26 +307,22 @@ def overview(request: Request) -> HTMLResponse:
 
 
 @router.get("/functions", response_class=HTMLResponse)
-def functions(request: Request) -> HTMLResponse:
-    settings = request.app.state.settings
+def functions(request: Request, conn: Connection) -> HTMLResponse:
     q = (request.query_params.get("q") or "").strip()[:200]
     cause = request.query_params.get("cause") or None
     sort = request.query_params.get("sort") or DEFAULT_SORT
     if sort.lstrip("-") not in SORT_KEYS:
         sort = DEFAULT_SORT
     number, per_page = _page_number(request), _per_page(request, FUNCTIONS_PER_PAGE)
-    with enginemod.connection(settings.store, ensure=False) as conn:
-        view = _open_view(request, conn)
-        listing = functools.partial(
-            listings.function_page, conn, view.filters, q=q, cause=cause, sort=sort, limit=per_page
-        )
-        shown, total = listing(offset=(number - 1) * per_page)
-        pager = _pager(view, number, per_page, total)
-        if pager["number"] != number:  # past the last page: show the last
-            shown, total = listing(offset=pager["offset"])
-        storms = diagnosis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
-        all_causes = render.cause_order(listings.causes_present(conn, view.filters))
-        empty = _empty_state(request, conn, view) if not listings.has_functions(conn, view.filters) else None
+    view = _open_view(request, conn)
+    listing = functools.partial(listings.function_page, conn, view.filters, q=q, cause=cause, sort=sort, limit=per_page)
+    shown, total = listing(offset=(number - 1) * per_page)
+    pager = _pager(view, number, per_page, total)
+    if pager["number"] != number:  # past the last page: show the last
+        shown, total = listing(offset=pager["offset"])
+    storms = diagnosis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
+    all_causes = render.cause_order(listings.causes_present(conn, view.filters))
+    empty = _empty_state(request, conn, view) if not listings.has_functions(conn, view.filters) else None
     return page(
         request,
         "functions.html",
@@ -357,53 +350,38 @@ def _verdict_text(row: FunctionReport, verdict: dict[str, Any] | None) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-def _suggested_fix(
-    conn: sa.Connection, row: FunctionReport, storms: list[dict[str, Any]], filters: Filters
-) -> str | None:
-    if storms:
-        return storms[0]["fix"]
-    dominant = row.get("dominant_cause")
-    if dominant is None or dominant == Cause.FIRST_CALL:
-        return None
-    rows = evidence.dominant_cause_rows(conn, row["function_hash"], filters, dominant)
-    return diagnosis.fix_for(row["name"], render.label(row), row.get("module") or "", dominant, rows)
-
-
 @router.get("/functions/{function_hash}", response_class=HTMLResponse)
-def function_detail(request: Request, function_hash: str) -> HTMLResponse:
-    settings = request.app.state.settings
-    with enginemod.connection(settings.store, ensure=False) as conn:
-        view = _open_view(request, conn)
-        row = storequeries.function_row(conn, function_hash, view.filters) if len(function_hash) <= 40 else None
-        if row is None:
-            return page(
-                request, "not_found.html", status=404, view=view, title="No such function", function_hash=function_hash
-            )
-        storms = diagnosis.storms(conn, view.filters, function_hashes=[function_hash], **_storm_settings(request))
-        verdict = diagnosis.verdicts_or_none(conn, [row], view.filters).get(function_hash)
-        fix = _suggested_fix(conn, row, storms, view.filters)
-        points = chartreads.timeline(conn, function_hash, view.filters)
-        sites = chartreads.call_sites(conn, function_hash, view.filters)
-        over_time = chartreads.compiles_over_time(
-            conn, view.filters, recompiles_only=False, function_hash=function_hash
+def function_detail(request: Request, conn: Connection, function_hash: str) -> HTMLResponse:
+    view = _open_view(request, conn)
+    detail = (
+        views.function_detail(conn, function_hash, view.filters, **_storm_settings(request))
+        if len(function_hash) <= 40
+        else None
+    )
+    if detail is None:
+        return page(
+            request, "not_found.html", status=404, view=view, title="No such function", function_hash=function_hash
         )
-        number = _page_number(request)
-        total = chartreads.count_events(conn, function_hash, view.filters, kind="compiles")
-        pager = _pager(view, number, _per_page(request, EVENTS_PER_PAGE), total)
-        events = chartreads.events_page(
-            conn, function_hash, view.filters, limit=pager["per_page"], offset=pager["offset"], kind="compiles"
-        )
-        storequeries.explain_cache_misses(conn, events)
-        program = _program_view(conn, request, function_hash, view)
-        ladder = _ladder_view(conn, function_hash, view)
-        stale_total = row["stale_captures"]
-        stale = (
-            chartreads.events_page(
-                conn, function_hash, view.filters, limit=STALE_SHOWN, offset=0, kind=Kind.STALE_CAPTURE
-            )
-            if stale_total
-            else []
-        )
+    row, storms, verdict = detail.report, detail.storms, detail.verdict
+    fix = views.suggested_fix(conn, detail, view.filters, render.label(row))
+    points = chartreads.timeline(conn, function_hash, view.filters)
+    sites = chartreads.call_sites(conn, function_hash, view.filters)
+    over_time = chartreads.compiles_over_time(conn, view.filters, recompiles_only=False, function_hash=function_hash)
+    number = _page_number(request)
+    total = chartreads.count_events(conn, function_hash, view.filters, kind="compiles")
+    pager = _pager(view, number, _per_page(request, EVENTS_PER_PAGE), total)
+    events = chartreads.events_page(
+        conn, function_hash, view.filters, limit=pager["per_page"], offset=pager["offset"], kind="compiles"
+    )
+    storequeries.explain_cache_misses(conn, events)
+    program = _program_view(conn, request, function_hash, view)
+    ladder = _ladder_view(conn, function_hash, view)
+    stale_total = row["stale_captures"]
+    stale = (
+        chartreads.events_page(conn, function_hash, view.filters, limit=STALE_SHOWN, offset=0, kind=Kind.STALE_CAPTURE)
+        if stale_total
+        else []
+    )
     compile_costs = [p["seconds"] for p in points if p["compiled"]]
     causes = row["causes"]
     charts = {}
@@ -495,43 +473,37 @@ def _program_view(conn, request: Request, function_hash: str, view: View) -> dic
 
 
 @router.get("/runs", response_class=HTMLResponse)
-def runs(request: Request) -> HTMLResponse:
-    settings = request.app.state.settings
-    with enginemod.connection(settings.store, ensure=False) as conn:
-        view = _open_view(request, conn)
-        total = listings.count_runs(conn, view.filters)
-        pager = _pager(view, _page_number(request), _per_page(request, RUNS_PER_PAGE), total)
-        runs = listings.run_rows(conn, view.filters, limit=pager["per_page"], offset=pager["offset"])
-        spans = listings.run_spans(conn, [r["run_id"] for r in runs])
-        empty = _empty_state(request, conn, view) if not runs else None
+def runs(request: Request, conn: Connection) -> HTMLResponse:
+    view = _open_view(request, conn)
+    total = listings.count_runs(conn, view.filters)
+    pager = _pager(view, _page_number(request), _per_page(request, RUNS_PER_PAGE), total)
+    runs = listings.run_rows(conn, view.filters, limit=pager["per_page"], offset=pager["offset"])
+    spans = listings.run_spans(conn, [r["run_id"] for r in runs])
+    empty = _empty_state(request, conn, view) if not runs else None
     rows = [{**run, "span": spans.get(run["run_id"])} for run in runs]
     return page(request, "runs.html", view=view, title="Runs", rows=rows, pager=pager, empty=empty)
 
 
 @router.get("/runs/compare", response_class=HTMLResponse)
-def runs_compare(request: Request) -> HTMLResponse:
+def runs_compare(request: Request, conn: Connection) -> HTMLResponse:
     """Two runs chosen on the runs page, compared as `cachewatch compare` does."""
-    settings = request.app.state.settings
     baseline = request.query_params.get("baseline") or None
     run = request.query_params.get("run") or None
-    with enginemod.connection(settings.store, ensure=False) as conn:
-        view = _open_view(request, conn)
-        try:
-            if any(v is not None and len(v) > 200 for v in (baseline, run)):
-                raise RunNotFound("a run is named by its id or run name, of at most 200 characters")
-            result = comparison.compare(conn, baseline, run)
-        except RunNotFound as exc:
-            return page(request, "compare.html", status=404, view=view, title="Compare runs", problem=exc.args[0])
+    view = _open_view(request, conn)
+    try:
+        if any(v is not None and len(v) > 200 for v in (baseline, run)):
+            raise RunNotFound("a run is named by its id or run name, of at most 200 characters")
+        result = comparison.compare(conn, baseline, run)
+    except RunNotFound as exc:
+        return page(request, "compare.html", status=404, view=view, title="Compare runs", problem=exc.args[0])
     return page(request, "compare.html", view=view, title="Compare runs", result=result, problem=None)
 
 
 @router.get("/storms", response_class=HTMLResponse)
-def storms_page(request: Request) -> HTMLResponse:
-    settings = request.app.state.settings
-    with enginemod.connection(settings.store, ensure=False) as conn:
-        view = _open_view(request, conn)
-        found, passes = diagnosis.storms_and_first_passes(conn, view.filters, **_storm_settings(request))
-        empty = _empty_state(request, conn, view) if not found and not passes else None
+def storms_page(request: Request, conn: Connection) -> HTMLResponse:
+    view = _open_view(request, conn)
+    found, passes = diagnosis.storms_and_first_passes(conn, view.filters, **_storm_settings(request))
+    empty = _empty_state(request, conn, view) if not found and not passes else None
     found.sort(key=lambda s: (not s["active"], -s["end"]))
     pager = _pager(view, _page_number(request), _per_page(request, STORMS_PER_PAGE), len(found))
     shown = found[pager["offset"] : pager["offset"] + pager["per_page"]]
@@ -556,15 +528,13 @@ CACHE_CHARTED = 10  # functions drawn in its charts (most executables at their p
 
 
 @router.get("/cache", response_class=HTMLResponse)
-def cache_page(request: Request) -> HTMLResponse:
+def cache_page(request: Request, conn: Connection) -> HTMLResponse:
     """JAX's caches: live executables and their memory over time per function, the
     variants that never served a call, and the persistent cache's hit rate per run."""
-    settings = request.app.state.settings
-    with enginemod.connection(settings.store, ensure=False) as conn:
-        view = _open_view(request, conn)
-        pairs = [(r, f) for r, f, _ in cache_reads.cache_functions(conn, view.filters)[:CACHE_FUNCTIONS]]
-        report = cache_analysis.cache_report(cache_reads.read_cache(conn, view.filters, pairs))
-        empty = _empty_state(request, conn, view) if not report.functions else None
+    view = _open_view(request, conn)
+    pairs = [(r, f) for r, f, _ in cache_reads.cache_functions(conn, view.filters)[:CACHE_FUNCTIONS]]
+    report = cache_analysis.cache_report(cache_reads.read_cache(conn, view.filters, pairs))
+    empty = _empty_state(request, conn, view) if not report.functions else None
     run_names = {r["run_id"]: r["run_name"] for r in view.runs}
     charted = sorted(report.functions, key=lambda fn: -fn.peak_live)[:CACHE_CHARTED]
     labels = [(f"{fn.name} ({run_names.get(fn.run_id) or fn.run_id[:8]})", fn.timeline) for fn in charted]
@@ -595,37 +565,31 @@ JOBS_LISTED = 100
 
 
 @router.get("/jobs", response_class=HTMLResponse)
-def jobs_page(request: Request) -> HTMLResponse:
-    settings = request.app.state.settings
-    with enginemod.connection(settings.store, ensure=False) as conn:
-        view = _open_view(request, conn)
-        reports = [
-            r for r in (fleet.compare_job(conn, job) for job in fleet.recent_jobs(conn, JOBS_LISTED)) if r is not None
-        ]
+def jobs_page(request: Request, conn: Connection) -> HTMLResponse:
+    view = _open_view(request, conn)
+    reports = [
+        r for r in (fleet.compare_job(conn, job) for job in fleet.recent_jobs(conn, JOBS_LISTED)) if r is not None
+    ]
     return page(request, "jobs.html", view=view, title="Jobs", reports=reports)
 
 
 @router.get("/jobs/{job}", response_class=HTMLResponse)
-def job_page(request: Request, job: str) -> HTMLResponse:
-    settings = request.app.state.settings
-    with enginemod.connection(settings.store, ensure=False) as conn:
-        view = _open_view(request, conn)
-        report = fleet.compare_job(conn, job) if len(job) <= 200 else None
+def job_page(request: Request, conn: Connection, job: str) -> HTMLResponse:
+    view = _open_view(request, conn)
+    report = fleet.compare_job(conn, job) if len(job) <= 200 else None
     if report is None:
         return page(request, "not_found.html", status=404, view=view, title="No such job", job=job)
     return page(request, "job.html", view=view, title=f"Job {job}", report=report, signature_text=fleet.signature_text)
 
 
 @router.get("/health", response_class=HTMLResponse)
-def health_page(request: Request) -> HTMLResponse:
+def health_page(request: Request, conn: Connection) -> HTMLResponse:
     """What works on the JAX in use: the capabilities of cachewatch's JAX seam on the
     service's JAX, and the recent runs whose own JAX lacked some."""
     import jax
 
-    settings = request.app.state.settings
-    with enginemod.connection(settings.store, ensure=False) as conn:
-        view = _open_view(request, conn)
-        runs = [r for r in listings.run_rows(conn, Filters(), limit=RUNS_PER_PAGE) if r["capabilities_off"]]
+    view = _open_view(request, conn)
+    runs = [r for r in listings.run_rows(conn, Filters(), limit=RUNS_PER_PAGE) if r["capabilities_off"]]
     return page(
         request,
         "health.html",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from fastapi import APIRouter
 
-from cachewatch.store import queries as storequeries
-from cachewatch.analysis import diagnosis as analysis
+from cachewatch.analysis import views
 
 from ..deps import Connection, QueryFilters, ReadAuth
 from ..schemas import DiagnosisOut
@@ -14,10 +15,6 @@ router = APIRouter(prefix="/api/v1", tags=["diagnosis"])
 
 
 @router.get("/diagnosis", response_model=DiagnosisOut, summary="Verdicts, compile cost model and regressions")
-def diagnosis(_: ReadAuth, conn: Connection, filters: QueryFilters) -> dict:
-    rows = storequeries.function_report(conn, filters)
-    return {
-        "verdicts": analysis.verdicts_or_none(conn, rows, filters),
-        "cost_model": analysis.cost_model(conn, filters),
-        "regressions": analysis.compile_regressions(conn),
-    }
+def diagnosis(_: ReadAuth, conn: Connection, filters: QueryFilters) -> DiagnosisOut:
+    found = views.diagnosis_view(conn, filters)
+    return DiagnosisOut.model_validate(dataclasses.asdict(found))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from cachewatch.analysis import diagnosis, whatif
+from cachewatch.analysis import views, whatif
 from cachewatch.store import queries as storequeries
 from cachewatch.store import whatif as whatifreads
 from cachewatch.store.comparison import RunNotFound
@@ -52,15 +52,13 @@ def list_functions(
 )
 def get_function(
     _: ReadAuth, conn: Connection, settings: Settings, filters: QueryFilters, function_hash: FunctionHash
-) -> dict:
-    row = storequeries.function_row(conn, function_hash, filters)
-    if row is None:
-        raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
-    storms = diagnosis.storms(
-        conn, filters, threshold=settings.storm_threshold, window=settings.storm_window, function_hashes=[function_hash]
+) -> FunctionDetail:
+    detail = views.function_detail(
+        conn, function_hash, filters, threshold=settings.storm_threshold, window=settings.storm_window
     )
-    verdict = diagnosis.verdicts_or_none(conn, [row], filters).get(function_hash)
-    return {**row, "storms": storms, "verdict": verdict}
+    if detail is None:
+        raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
+    return FunctionDetail.model_validate(detail.as_json())
 
 
 @router.get(

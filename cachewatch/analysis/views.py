@@ -1,0 +1,181 @@
+"""The views every interface shows, each composed once: a function's detail, a run's
+report, the diagnosis and a comparison of two runs. The command line, the service's
+routes and dashboard, the notebook and ``cachewatch run`` print or serialise these;
+none of them puts the reads together again.
+
+    with engine.connection(url) as conn:
+        report = views.run_report(conn, Filters(run_id=run_id), threshold=5, window=600.0)
+    for found in report.functions:
+        print(found.report["qualname"], found.identical_recompiles, found.program_fixes)
+
+The views sit in analysis, not in store, because they are storms, verdicts and fixes
+over the store's reads: store may not import analysis. Each is a frozen dataclass; the
+items inside (a storm, a verdict) are the analysis' own dictionaries, the JSON the
+service already returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..core.events import Cause
+from ..store import cache as cachereads
+from ..store import evidence, queries
+from ..store.columns import Filters, FunctionReport
+from . import cache, diagnosis, programs, steady
+
+# Functions of a report whose compile-cost profile is read (most compile seconds first).
+PROFILED_FUNCTIONS = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionDetail:
+    """One function as its page and ``GET /api/v1/functions/{hash}`` show it."""
+
+    report: FunctionReport
+    storms: list[dict[str, Any]]  # newest first
+    verdict: dict[str, Any] | None  # is jit worth it; None when there is nothing to weigh
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.report, "storms": self.storms, "verdict": self.verdict}
+
+
+def function_detail(
+    conn: sa.Connection, function_hash: str, filters: Filters, *, threshold: int, window: float
+) -> FunctionDetail | None:
+    """The function's report row, its storms and its verdict; None when the store has no such function."""
+    row = queries.function_row(conn, function_hash, filters)
+    if row is None:
+        return None
+    storms = diagnosis.storms(conn, filters, threshold=threshold, window=window, function_hashes=[function_hash])
+    verdict = diagnosis.verdicts_or_none(conn, [row], filters).get(function_hash)
+    return FunctionDetail(row, storms, verdict)
+
+
+def suggested_fix(conn: sa.Connection, detail: FunctionDetail, filters: Filters, label: str) -> str | None:
+    """What to change first: the newest storm's fix, else the fix for the dominant cause
+    of the function's recompiles (None when it only ever compiled on its first call)."""
+    if detail.storms:
+        return detail.storms[0]["fix"]
+    row = detail.report
+    dominant = row.get("dominant_cause")
+    if dominant is None or dominant == Cause.FIRST_CALL:
+        return None
+    rows = evidence.dominant_cause_rows(conn, row["function_hash"], filters, dominant)
+    return diagnosis.fix_for(row["name"], label, row.get("module") or "", dominant, rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnosis:
+    """Is jit worth it per function, the compile cost model, and compile-time regressions across runs."""
+
+    verdicts: dict[str, dict[str, Any]]  # by function hash
+    cost_model: list[dict[str, Any]]
+    regressions: list[dict[str, Any]]
+
+
+def diagnosis_of(conn: sa.Connection, rows: list[FunctionReport], filters: Filters) -> Diagnosis:
+    """The diagnosis of a report's rows (regressions are the whole store's: they span runs)."""
+    return Diagnosis(
+        verdicts=diagnosis.verdicts_or_none(conn, rows, filters),
+        cost_model=diagnosis.cost_model(conn, filters),
+        regressions=diagnosis.compile_regressions(conn),
+    )
+
+
+def diagnosis_view(conn: sa.Connection, filters: Filters) -> Diagnosis:
+    """``GET /api/v1/diagnosis``: the diagnosis of every function under the filters."""
+    return diagnosis_of(conn, queries.function_report(conn, filters), filters)
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionFindings:
+    """One function of a report with what the report found about it."""
+
+    report: FunctionReport
+    verdict: dict[str, Any] | None
+    identical_recompiles: int  # recompiles that produced the program compiled before
+    identical_seconds: float
+    program_fixes: list[str]  # what makes its program big, and the change that helps
+
+    def as_json(self) -> dict[str, Any]:
+        """The row of ``cachewatch report --format json``."""
+        return {
+            **self.report,
+            "verdict": self.verdict,
+            "identical_recompiles": self.identical_recompiles,
+            "identical_seconds": self.identical_seconds,
+            "program_fixes": self.program_fixes,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class RunReport:
+    """A run's report (or the store's, or any filtered part of it): every function, most
+    compile seconds first, with its storms, first passes and wasted recompiles; with
+    ``full``, also the diagnosis and each function's compile-cost fixes."""
+
+    rows: list[FunctionReport]
+    storms: list[dict[str, Any]]
+    first_passes: list[dict[str, Any]]
+    identical: list[dict[str, Any]]  # wasted recompiles per function and cause, most seconds first
+    diagnosis: Diagnosis | None
+    program_fixes: dict[str, list[str]]  # by function hash
+
+    @property
+    def functions(self) -> list[FunctionFindings]:
+        wasted: dict[str, list[dict[str, Any]]] = {}
+        for item in self.identical:
+            wasted.setdefault(item["function_hash"], []).append(item)
+        verdicts = self.diagnosis.verdicts if self.diagnosis is not None else {}
+        return [
+            FunctionFindings(
+                report=row,
+                verdict=verdicts.get(row["function_hash"]),
+                identical_recompiles=sum(i["recompiles"] for i in wasted.get(row["function_hash"], [])),
+                identical_seconds=sum(i["seconds"] for i in wasted.get(row["function_hash"], [])),
+                program_fixes=self.program_fixes.get(row["function_hash"], []),
+            )
+            for row in self.rows
+        ]
+
+
+def run_report(conn: sa.Connection, filters: Filters, *, threshold: int, window: float, full: bool = True) -> RunReport:
+    """The report ``cachewatch report`` prints (``full``) and a run's summary is made of (not ``full``)."""
+    rows = queries.function_report(conn, filters)
+    storms, passes = diagnosis.storms_and_first_passes(conn, filters, threshold=threshold, window=window)
+    identical = programs.identical_recompiles(conn, filters)
+    if not full:
+        return RunReport(rows, storms, passes, identical, None, {})
+    fixes = {
+        row["function_hash"]: [
+            fix["text"] for fix in programs.compile_profile(conn, row["function_hash"], filters)["fixes"]
+        ]
+        for row in rows[:PROFILED_FUNCTIONS]
+        if row["compiles"]
+    }
+    return RunReport(rows, storms, passes, identical, diagnosis_of(conn, rows, filters), fixes)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    """What ``cachewatch run`` prints at exit and a notebook shows for a run: its report,
+    its warm-up, the functions that compiled another's program, and JAX's caches."""
+
+    report: RunReport
+    warmup_compiles: int
+    shared_programs: list[dict[str, Any]]
+    held: cache.CacheReport
+
+
+def run_summary(conn: sa.Connection, run_id: str, *, threshold: int, window: float) -> RunSummary:
+    filters = Filters(run_id=run_id)
+    return RunSummary(
+        report=run_report(conn, filters, threshold=threshold, window=window, full=False),
+        warmup_compiles=steady.warmup_compiles(conn, run_id),
+        shared_programs=programs.shared_programs(conn, filters),
+        held=cache.cache_report(cachereads.read_cache(conn, filters)),
+    )
