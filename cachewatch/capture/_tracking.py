@@ -21,7 +21,6 @@ compiles after the function's call has returned.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from typing import Any, Callable
@@ -326,22 +325,7 @@ def _on_lower_or_compile(event: str, name: str, duration: float) -> None:
     bump()
     if record.target is not None:
         _drop(record)
-        hit, key = cache_key_of(record.seq)
-        made = foreign.to_event(
-            record.target,
-            record.kind,
-            record.timestamp,
-            record.trace_seconds,
-            record.lower_seconds,
-            record.compile_seconds,
-            record.persistent_cache_hit if hit is None else hit,
-            record.cache_time_saved,
-            record.thread,
-            cache_key=key,
-            program=record.program,
-        )
-        cachestate.compiled(made.function)
-        recorder.record_event(dataclasses.replace(made, **cachestate.readings(record)))
+        recorder.record_event(foreign.to_event(record.target, record))
 
 
 def _program_wanted(name: str) -> bool:
@@ -353,15 +337,6 @@ def _program_wanted(name: str) -> bool:
 
 
 program.wanted = _program_wanted
-
-
-def _no_cache_key(seq: int) -> tuple[bool | None, dict[str, str] | None]:
-    return None, None
-
-
-# (hit, key parts) of the compile recorded as ``seq``: set by cachekey once the persistent
-# cache is on, so that foreign compiles carry them like wrapped ones.
-cache_key_of = _no_cache_key
 
 
 def _drop(record: Record) -> None:

@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from ..core import _guard, jaxcompat
-from . import _tracking
+from . import _tracking, building
 
 REQUEST_EVENT = jaxcompat.EVENTS["cache_request"]
 HIT_EVENT = jaxcompat.EVENTS["cache_hit"]
@@ -52,7 +52,7 @@ def install() -> None:
 
         jaxcompat.read_cache_key_log(_on_key_part)
         monitoring.register_event_listener(_on_event)
-        _tracking.cache_key_of = take  # foreign compiles are recorded by the listener itself
+        building.cache_key_of = take  # every compile event takes its key through the one builder
         _installed = True
 
 

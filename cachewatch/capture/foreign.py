@@ -31,12 +31,10 @@ import jax
 
 from ..explain import causes
 from ..explain import context as ctxmod
-from ..record import current
-from . import devices, opbyop
-from . import program as program_mod
+from . import building, devices, opbyop
 from ..explain import signature as sigmod
 from ..core import _guard, jaxcompat
-from ..core.events import OP_BY_OP_MODULE, UNATTRIBUTED_MODULE, Cause, CompileEvent, FunctionInfo, new_event_id
+from ..core.events import UNATTRIBUTED_MODULE, Cause, CompileEvent, FunctionInfo
 from .identity import (
     call_site,
     code_file,
@@ -422,30 +420,9 @@ def _by_name(name: str, source_info: str | None) -> FunctionInfo:
 # ------------------------------------------------------------------------- events
 
 
-def note_compile(info: FunctionInfo, cause: str, call_site: str | None) -> None:
-    """Tell the run of a compile before its warm-up flag is read (``current.note_compile``):
-    a jit of the user's or a library's made afresh or cleared ends warm-up when its line
-    compiled it before; not a primitive, nor one of JAX's own jits, which JAX lowers
-    afresh under an eager transformation within one call."""
-    own = info.module == OP_BY_OP_MODULE or info.module.split(".", 1)[0] in ("jax", "jaxlib")
-    remade = cause in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED) and not own
-    current.note_compile(info.function_hash, cause, call_site, remade)
-
-
-def to_event(
-    target: Target,
-    kind: str,
-    timestamp: float,
-    trace_seconds: float | None,
-    lower_seconds: float | None,
-    compile_seconds: float | None,
-    persistent_cache_hit: bool | None,
-    cache_time_saved: float | None,
-    thread: str,
-    jaxpr_eqns: int | None = None,
-    cache_key: dict[str, str] | None = None,
-    program: program_mod.Pending | None = None,
-) -> CompileEvent:
+def to_event(target: Target, record: building.CompileRecord) -> CompileEvent:
+    """The event of a foreign compile: why it compiled, from its target; the rest from the
+    listener's ``record`` of it."""
     info = target.info
     device = devices.default_device()
     sig = target.signature
@@ -471,34 +448,8 @@ def to_event(
             call_site=target.call_site,
         )
         cause, explanation, diff = verdict.cause, verdict.explanation, verdict.diff
-    note_compile(info, cause, target.call_site)
-    event_id, run_id = new_event_id(), current.run_id()
-    return CompileEvent(
-        event_id=event_id,
-        function=info,
-        run_id=run_id,
-        timestamp=timestamp,
-        kind=kind,
-        cause=cause,
-        explanation=explanation,
-        diff=tuple(diff),
-        signature=sig.as_json() if sig is not None else (),
-        signature_hash=sig.stable_hash() if sig is not None else "",
-        compiled=True,
-        nested=False,
-        trace_seconds=trace_seconds,
-        lower_seconds=lower_seconds,
-        compile_seconds=compile_seconds,
-        persistent_cache_hit=persistent_cache_hit,
-        cache_time_saved_seconds=cache_time_saved,
-        device=device,
-        backend=devices.backend(),
-        call_site=target.call_site,
-        thread=thread,
-        warmup=current.in_warmup(timestamp),
-        cache_key=cache_key,
-        jaxpr_eqns=jaxpr_eqns,
-        pending=program,
+    return building.compile_event(
+        record, info, cause, explanation, diff, sig, device=device, call_site=target.call_site
     )
 
 

@@ -26,12 +26,12 @@ from typing import Any, Callable, ParamSpec, Protocol, TypeVar, overload
 import jax
 
 from ..core import _guard, jaxcompat
-from . import _tracking, cachekey, cachestate, captures, counters, devices, foreign, guards, warmup
+from . import _tracking, building, cachekey, cachestate, captures, counters, devices, guards, warmup
 from ..explain import causes
 from ..record import current, recorder
 from .counters import CallCounter, Watched as _Watched
 from ..explain import signature as sigmod
-from ..core.events import Cause, CompileEvent, FunctionInfo, Kind, new_event_id
+from ..core.events import Cause, CompileEvent, FunctionInfo, Kind
 from .identity import call_site, describe_function, is_library_file, unwrap_callable, user_function_in
 
 _jax_jit = jax.jit  # the original, kept before install() may replace jax.jit
@@ -440,8 +440,7 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
             device,
             extra if record is (compiled[0] if compiled else None) else {},
         )
-        if event is not None:
-            recorder.record_event(event)
+        recorder.record_event(event)
         for name, before, after in record.stale:
             recorder.record_event(_stale_event(state, name, before, after, call_site))
     return all(r.kind == Kind.TRACE and r.trace_seconds is None and r.compiles == 0 for r in records)
@@ -464,7 +463,7 @@ def _to_event(
     call_site: str | None,
     device: str | None,
     extra: dict[str, Any],
-) -> CompileEvent | None:
+) -> CompileEvent:
     info = state.info
     compiled = record.compiles > 0
     if record.kind == Kind.TRACE:
@@ -491,68 +490,37 @@ def _to_event(
             verdict = causes.explain_compile(
                 info.function_hash, state.serial, info.name, sig, device, sigmod.placement(state.layout, args, kwargs)
             )
-    if compiled and record.ahead is None:
-        foreign.note_compile(info, verdict.cause, call_site)
-    signature_json = sig.as_json() if sig is not None else ()
-    if compiled:
-        cachestate.compiled(info)
-    cache_hit, cache_key = cachekey.take(record.seq)
-    event_id, run_id = new_event_id(), current.run_id()
-    return CompileEvent(
-        event_id=event_id,
-        function=info,
-        run_id=run_id,
-        timestamp=record.timestamp,
-        kind=Kind.WARMUP if record.ahead is not None and compiled else record.kind,
-        cause=verdict.cause,
-        explanation=verdict.explanation,
-        diff=verdict.diff,
-        signature=signature_json,
-        signature_hash=sig.stable_hash() if sig is not None else "",
-        compiled=compiled,
-        nested=nested,
-        trace_seconds=record.trace_seconds,
-        lower_seconds=record.lower_seconds,
-        compile_seconds=record.compile_seconds,
-        persistent_cache_hit=record.persistent_cache_hit if cache_hit is None else cache_hit,
-        cache_time_saved_seconds=record.cache_time_saved,
+    return building.compile_event(
+        record,
+        info,
+        verdict.cause,
+        verdict.explanation,
+        verdict.diff,
+        sig,
         device=device,
-        backend=devices.backend(),
-        call_site=record.ahead or call_site,
-        error=record.error,
-        thread=record.thread,
-        captured=record.captured or None,
-        warmup=record.ahead is not None or current.in_warmup(record.timestamp),
-        cache_key=cache_key,
-        jaxpr_eqns=record.jaxpr_eqns,
-        pending=record.program,
-        **cachestate.readings(record),
-        **extra,
+        call_site=call_site,
+        ahead=record.ahead,
+        nested=nested,
+        extra=extra,
     )
 
 
 def _stale_event(state: HookState, name: str, before: str, after: str, call_site: str | None) -> CompileEvent:
     info = state.info
-    return CompileEvent(
-        event_id=new_event_id(),
-        function=info,
-        run_id=current.run_id(),
-        timestamp=time.time(),
-        kind=Kind.STALE_CAPTURE,
-        cause=Cause.STALE_CAPTURE,
-        explanation=(
+    return building.event(
+        info,
+        Kind.STALE_CAPTURE,
+        Cause.STALE_CAPTURE,
+        (
             f"`{info.name}` read `{name}` when it was traced ({before}); it is now {after}, but the "
             f"compiled code still uses the old value. Pass `{name}` as an argument (static if it "
             "steers Python control flow) instead of reading it from the enclosing scope."
         ),
-        diff=({"path": name, "change": "value", "cause": Cause.STALE_CAPTURE, "before": before, "after": after},),
-        signature=(),
-        signature_hash="",
-        compiled=False,
-        nested=False,
-        call_site=call_site,
-        backend=devices.backend(),
+        ({"path": name, "change": "value", "cause": Cause.STALE_CAPTURE, "before": before, "after": after},),
+        None,
+        timestamp=time.time(),
         thread=threading.current_thread().name,
+        call_site=call_site,
     )
 
 

@@ -1,0 +1,164 @@
+"""The one place a :class:`CompileEvent` is made, for a wrapped function and a foreign jit alike.
+
+    event = building.compile_event(record, info, cause, explanation, diff, signature,
+                                   device=device, call_site=site)
+
+A compile record (``_tracking.Record``) carries what the trace hook and the monitoring
+listener measured; :func:`compile_event` fills every field those give, and the ones
+every event has (ids, run, backend), in one order: the run hears of the compile before
+the warm-up flag is read, the executable is noted as held, then the persistent cache's
+key for the compile is taken. The caller passes what only it knows: the function, why
+it compiled, its signature, device and call site.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from ..core.events import OP_BY_OP_MODULE, Cause, CompileEvent, FunctionInfo, Kind, new_event_id
+from ..explain import signature as sigmod
+from ..record import current
+from . import cachestate, devices
+from . import program as program_mod
+
+
+class CompileRecord(Protocol):
+    """What :func:`compile_event` reads of a compile record (``_tracking.Record``)."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def timestamp(self) -> float: ...
+    @property
+    def compiles(self) -> int: ...
+    @property
+    def trace_seconds(self) -> float | None: ...
+    @property
+    def lower_seconds(self) -> float | None: ...
+    @property
+    def compile_seconds(self) -> float | None: ...
+    @property
+    def persistent_cache_hit(self) -> bool | None: ...
+    @property
+    def cache_time_saved(self) -> float | None: ...
+    @property
+    def thread(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def captured(self) -> dict[str, str] | None: ...
+    @property
+    def jaxpr_eqns(self) -> int | None: ...
+    @property
+    def program(self) -> program_mod.Pending | None: ...
+
+
+def _no_cache_key(seq: int) -> tuple[bool | None, dict[str, str] | None]:
+    return None, None
+
+
+# (hit, key parts) of the compile recorded as ``seq``: cachekey.install() sets it to its
+# ``take`` (cachekey reads the listener's records, so it sits above this module).
+cache_key_of: Callable[[int], tuple[bool | None, dict[str, str] | None]] = _no_cache_key
+
+
+def note_compile(info: FunctionInfo, cause: str, call_site: str | None) -> None:
+    """Tell the run of a compile before its warm-up flag is read (``current.note_compile``):
+    a jit of the user's or a library's made afresh or cleared ends warm-up when its line
+    compiled it before; not a primitive, nor one of JAX's own jits, which JAX lowers
+    afresh under an eager transformation within one call."""
+    own = info.module == OP_BY_OP_MODULE or info.module.split(".", 1)[0] in ("jax", "jaxlib")
+    remade = cause in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED) and not own
+    current.note_compile(info.function_hash, cause, call_site, remade)
+
+
+def compile_event(
+    record: CompileRecord,
+    function: FunctionInfo,
+    cause: str,
+    explanation: str,
+    diff: tuple[dict[str, Any], ...],
+    signature: sigmod.Signature | None,
+    *,
+    device: str | None,
+    call_site: str | None,
+    ahead: str | None = None,
+    nested: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> CompileEvent:
+    """The event of one trace or compile record. ``ahead``: the line that called
+    ``cachewatch.warmup`` when the record is a warm-up's (kind ``warmup``, never a
+    recompile); ``extra``: fields only the caller measured (the next call's sample, an
+    eager baseline)."""
+    compiled = record.compiles > 0
+    if compiled and ahead is None:
+        note_compile(function, cause, call_site)
+    if compiled:
+        cachestate.compiled(function)
+    cache_hit, cache_key = cache_key_of(record.seq)
+    return event(
+        function,
+        Kind.WARMUP if ahead is not None and compiled else record.kind,
+        cause,
+        explanation,
+        diff,
+        signature,
+        timestamp=record.timestamp,
+        thread=record.thread,
+        call_site=ahead or call_site,
+        compiled=compiled,
+        nested=nested,
+        trace_seconds=record.trace_seconds,
+        lower_seconds=record.lower_seconds,
+        compile_seconds=record.compile_seconds,
+        persistent_cache_hit=record.persistent_cache_hit if cache_hit is None else cache_hit,
+        cache_time_saved_seconds=record.cache_time_saved,
+        device=device,
+        error=record.error,
+        captured=record.captured or None,
+        warmup=ahead is not None or current.in_warmup(record.timestamp),
+        cache_key=cache_key,
+        jaxpr_eqns=record.jaxpr_eqns,
+        pending=record.program,
+        **cachestate.readings(record),
+        **(extra or {}),
+    )
+
+
+def event(
+    function: FunctionInfo,
+    kind: str,
+    cause: str,
+    explanation: str,
+    diff: tuple[dict[str, Any], ...],
+    signature: sigmod.Signature | None,
+    *,
+    timestamp: float,
+    thread: str | None,
+    call_site: str | None,
+    compiled: bool = False,
+    nested: bool = False,
+    **fields: Any,
+) -> CompileEvent:
+    """An event with a new id, in the current run, on this process's backend; ``fields``
+    are the rest of :class:`CompileEvent`'s."""
+    return CompileEvent(
+        event_id=new_event_id(),
+        function=function,
+        run_id=current.run_id(),
+        timestamp=timestamp,
+        kind=kind,
+        cause=cause,
+        explanation=explanation,
+        diff=tuple(diff),
+        signature=signature.as_json() if signature is not None else (),
+        signature_hash=signature.stable_hash() if signature is not None else "",
+        compiled=compiled,
+        nested=nested,
+        backend=devices.backend(),
+        call_site=call_site,
+        thread=thread,
+        **fields,
+    )
