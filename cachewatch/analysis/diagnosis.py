@@ -103,33 +103,35 @@ def storms_and_first_passes(
     by_group: dict[tuple[str, str], list[Recompile]] = collections.defaultdict(list)
     for row in every:
         by_group[(_group_key(row, names.get(row.function_hash)), row.run_id)].append(row)
-    work = steady.work(conn, {run for _, run in by_group})
-    last_heard = work.last
-    if heard_until is not None:
-        last_heard = {run: min(last, heard_until) for run, last in last_heard.items()}
-        work.served = {key: [span for span in spans if span[1] <= heard_until] for key, spans in work.served.items()}
     wanted = set(function_hashes) if function_hashes is not None else None
+    bursts = [
+        (key, run_id, group, rows)
+        for (key, run_id), rows in by_group.items()
+        for group in _bursts(sorted(rows, key=lambda r: r.timestamp), threshold, window)
+        if wanted is None or wanted & {r.function_hash for r in group}
+    ]
+    # Whether the program went on after a burst is read only for the runs where a burst
+    # could be a first pass: a store of a fleet's runs is never read whole for one page.
+    candidates = [(run_id, group) for _, run_id, group, rows in bursts if _new_signatures_only(group, rows)]
+    work = steady.work(conn, {run for run, _ in candidates}, {r.function_hash for _, g in candidates for r in g})
+    work.heard_until(heard_until)
     storms, passes = [], []
-    for (key, run_id), rows in by_group.items():
-        rows.sort(key=lambda r: r.timestamp)
-        for group in _bursts(rows, threshold, window):
-            if wanted is not None and not wanted & {r.function_hash for r in group}:
-                continue
-            if key.startswith("site:"):
-                found = _describe_site(key[5:], names, group, now, window)
-            else:
-                found = _describe(key, names.get(key), group, now, window)
-            compiling = functools.partial(evidence.compile_seconds_between, conn, run_id)
-            served = _served_after(work, run_id, group, heard_until)
-            if _is_first_pass(group, rows, last_heard.get(run_id), compiling, served):
-                found["active"] = False
-                found["seconds"] = sum(r.seconds for r in group)
-                found["signatures"] = len({(r.function_hash, r.signature_hash) for r in group})
-                passes.append(found)
-            elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
-                # A storm is a function that keeps compiling: a line whose many primitives
-                # each compiled once or twice (one pass of set-up) is none.
-                storms.append(found)
+    for key, run_id, group, rows in bursts:
+        if key.startswith("site:"):
+            found = _describe_site(key[5:], names, group, now, window)
+        else:
+            found = _describe(key, names.get(key), group, now, window)
+        compiling = functools.partial(evidence.compile_seconds_between, conn, run_id)
+        served = _served_after(work, run_id, group, heard_until)
+        if _new_signatures_only(group, rows) and _went_on(group, work.last.get(run_id), compiling, served):
+            found["active"] = False
+            found["seconds"] = sum(r.seconds for r in group)
+            found["signatures"] = len({(r.function_hash, r.signature_hash) for r in group})
+            passes.append(found)
+        elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
+            # A storm is a function that keeps compiling: a line whose many primitives
+            # each compiled once or twice (one pass of set-up) is none.
+            storms.append(found)
     runs_per_key: dict[str, set[str]] = collections.defaultdict(set)
     for storm in storms:
         runs_per_key[storm["key"]].add(storm["run_id"])
@@ -179,43 +181,44 @@ _NEW_SIGNATURE_CAUSES = frozenset(
 )
 
 
-def _is_first_pass(
-    group: list[Recompile],
-    rows: list[Recompile],
-    last_heard: float | None,
-    compiling_after: Callable[[float, float], float],
-    served_after: bool = False,
-) -> bool:
-    """Whether a burst was a first pass: every compile a signature not compiled before in
-    the run, none compiled again later, and the program went on after the burst, with no
-    compile of this function, for longer than the burst lasted: it repeated its work,
-    and the cache served it. A function that keeps compiling as the program goes on
-    leaves no such quiet stretch. ``served_after``: the cache served the function after
-    the burst as much as during it (the next epoch's evaluation pass; see
-    :func:`_served_after`), which shows it however short the stretch.
-
-    A compile that came while the program kept returning to signatures it had compiled
-    (``while_repeating``: a loop whose usual shape the cache served between new ones)
-    makes the burst a storm, however long the program was quiet after it: a first pass
-    meets its new shapes before it comes back to any."""
-    if last_heard is None or any(r.cause not in _NEW_SIGNATURE_CAUSES or not r.signature_hash for r in group):
-        return False
-    if any(r.while_repeating for r in group):
+def _new_signatures_only(group: list[Recompile], rows: list[Recompile]) -> bool:
+    """What a first pass must be made of, told from the burst alone: every compile a
+    signature not compiled before in the run, none compiled again later, and none that
+    came while the program kept returning to signatures it had compiled
+    (``while_repeating``: a loop whose usual shape the cache served between new ones is a
+    storm however long the program was quiet after it; a first pass meets its new
+    shapes before it comes back to any)."""
+    if any(r.cause not in _NEW_SIGNATURE_CAUSES or not r.signature_hash or r.while_repeating for r in group):
         return False
     hashes = [(r.function_hash, r.signature_hash) for r in group]
     if len(set(hashes)) != len(hashes):
         return False
     end = group[-1].timestamp
-    later = [r for r in rows if r.timestamp > end]
-    if later:
-        return False  # it compiled again after the burst (in a burst of its own or not)
+    return not any(r.timestamp > end for r in rows)  # it compiled again after the burst
+
+
+def _went_on(
+    group: list[Recompile],
+    last_heard: float | None,
+    compiling_after: Callable[[float, float], float],
+    served_after: bool = False,
+) -> bool:
+    """Whether the program went on after a burst, with no compile of this function, for
+    longer than the burst lasted: it repeated its work, and the cache served it. A
+    function that keeps compiling as the program goes on leaves no such quiet stretch.
+    ``served_after``: the cache served the function after the burst as much as during it
+    (the next epoch's evaluation pass; see :func:`_served_after`), which shows it however
+    short the stretch."""
+    if last_heard is None:
+        return False
     if served_after:
-        return True  # the cache served it after the burst (the next epoch's evaluation pass)
+        return True
     # Measured from the end of the burst's last compile (an event is stamped when its
     # trace began) to the run's last word, less the time the run spent compiling other
     # functions meanwhile (that is not the program repeating its work): longer than the
     # burst itself, so more than the writer's own delay after a loop that compiled up to
     # its end.
+    end = group[-1].timestamp
     after = end + group[-1].seconds
     quiet = last_heard - after - compiling_after(after, last_heard)
     return quiet > end - group[0].timestamp

@@ -34,7 +34,7 @@ import sqlalchemy as sa
 
 from ..core.events import OP_BY_OP_MODULE, Cause, Kind
 from ..store import evidence, models
-from ..store.columns import Filters, cost_expr
+from ..store.columns import Filters
 from ..store.evidence import Recompile
 
 # A compile of a jit made afresh: the code that makes the jit ran again.
@@ -175,45 +175,37 @@ class Work:
         rows = self.counted.get((run_id, function_hash), ())
         return sum(calls for stamp, calls in rows if until is None or stamp <= until)
 
+    def heard_until(self, until: float | None) -> None:
+        """Keep only what the run had written by ``until`` (a report judged as of then)."""
+        if until is None:
+            return
+        self.last = {run: min(last, until) for run, last in self.last.items()}
+        self.served = {key: [span for span in spans if span[1] <= until] for key, spans in self.served.items()}
+
     def served_after(self, run_id: str, function_hashes: Iterable[str], after: float) -> bool:
         """Whether the cache served one of the functions in statistics covering only time after ``after``."""
         return any(start >= after for h in function_hashes for start, _ in self.served.get((run_id, h), ()))
 
 
-def work(conn: sa.Connection, run_ids: Iterable[str]) -> Work:
-    """The run's :class:`Work`. Statistics flushed at exit with no call served from the cache
-    say only that the process ended, not that the program went on."""
+def work(conn: sa.Connection, run_ids: Iterable[str], function_hashes: Iterable[str]) -> Work:
+    """The runs' :class:`Work`: when each was last seen working (every function's
+    statistics count), and the served spans and counted calls of the functions asked about."""
     wanted = list(run_ids)
     found = Work({}, collections.defaultdict(list))
     if not wanted:
         return found
-    e, s = models.compile_events, models.call_stats
-    ends = sa.select(e.c.run_id, sa.func.max(e.c.timestamp + cost_expr(e))).where(e.c.run_id.in_(wanted), e.c.compiled)
-    for run_id, last in conn.execute(ends.group_by(e.c.run_id)):
-        if last is not None:
-            found.last[run_id] = float(last)
-    flushed = sa.select(s.c.run_id, s.c.function_hash, s.c.timestamp, sa.func.sum(s.c.calls).label("calls"))
-    flushed = flushed.where(s.c.run_id.in_(wanted)).group_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
-    stats = conn.execute(flushed.order_by(s.c.run_id, s.c.function_hash, s.c.timestamp)).all()
+    found.last.update(evidence.last_seen_working(conn, wanted))
+    flushes = evidence.flushes_of(conn, wanted, list(set(function_hashes)))
     # Only functions with call statistics (the jits cachewatch counts calls of) need their
     # compiles' times, to tell the calls that compiled from those the cache served.
-    compiles: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
-    counted = list({row.function_hash for row in stats})
-    if counted:
-        q = sa.select(e.c.run_id, e.c.function_hash, e.c.timestamp).where(
-            e.c.run_id.in_(wanted), e.c.compiled, e.c.function_hash.in_(counted)
-        )
-        for compile_row in conn.execute(q):
-            compiles[(compile_row.run_id, compile_row.function_hash)].append(float(compile_row.timestamp))
+    compiles = evidence.compile_times(conn, wanted, list({flush.function_hash for flush in flushes}))
     previous: dict[tuple[str, str], float] = {}
-    for row in stats:
-        key = (row.run_id, row.function_hash)
-        stamp = float(row.timestamp)
+    for flush in flushes:
+        key = (flush.run_id, flush.function_hash)
         start = previous.get(key, float("-inf"))
-        previous[key] = stamp
-        found.counted[key].append((stamp, int(row.calls or 0)))
-        compiled = sum(1 for t in compiles.get(key, ()) if start < t <= stamp)
-        if int(row.calls or 0) > compiled:
-            found.last[row.run_id] = max(found.last.get(row.run_id, 0.0), stamp)
-            found.served[key].append((start, stamp))
+        previous[key] = flush.timestamp
+        found.counted[key].append((flush.timestamp, flush.calls))
+        compiled = sum(1 for t in compiles.get(key, ()) if start < t <= flush.timestamp)
+        if flush.calls > compiled:
+            found.served[key].append((start, flush.timestamp))
     return found

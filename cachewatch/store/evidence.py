@@ -234,3 +234,86 @@ def dominant_cause_rows(
         .limit(limit),
     )
     return _recompiles(conn.execute(q))
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    """One function's call statistics written at one time in one run: the calls counted
+    since its previous statistics."""
+
+    run_id: str
+    function_hash: str
+    timestamp: float
+    calls: int
+
+
+def last_seen_working(conn: sa.Connection, run_ids: list[str]) -> dict[str, float]:
+    """Per run, when it was last seen working: the end of its latest compile, or the latest
+    call statistics that counted more calls of their function than it compiled since its
+    previous statistics (calls the cache served). Statistics written at exit that count
+    only the calls that compiled say the process ended, not that the program went on.
+    Judged in SQL, so a store of a fleet's runs never ships their statistics here."""
+    e, s = models.compile_events, models.call_stats
+    found: dict[str, float] = {}
+    ends = sa.select(e.c.run_id, sa.func.max(e.c.timestamp + cost_expr(e))).where(e.c.run_id.in_(run_ids), e.c.compiled)
+    for run_id, last in conn.execute(ends.group_by(e.c.run_id)):
+        if last is not None:
+            found[run_id] = float(last)
+    flushes = (
+        sa.select(s.c.run_id, s.c.function_hash, s.c.timestamp, sa.func.sum(s.c.calls).label("calls"))
+        .where(s.c.run_id.in_(run_ids))
+        .group_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
+        .subquery()
+    )
+    previous = sa.func.lag(flushes.c.timestamp).over(
+        partition_by=(flushes.c.run_id, flushes.c.function_hash), order_by=flushes.c.timestamp
+    )
+    spans = sa.select(flushes, previous.label("previous")).subquery()
+    compiled_in_span = (
+        sa.select(sa.func.count())
+        .where(
+            e.c.function_hash == spans.c.function_hash,
+            e.c.run_id == spans.c.run_id,
+            e.c.compiled,
+            e.c.timestamp <= spans.c.timestamp,
+            sa.or_(spans.c.previous.is_(None), e.c.timestamp > spans.c.previous),
+        )
+        .scalar_subquery()
+    )
+    served = (
+        sa.select(spans.c.run_id, sa.func.max(spans.c.timestamp))
+        .where(spans.c.calls > compiled_in_span)
+        .group_by(spans.c.run_id)
+    )
+    for run_id, last in conn.execute(served):
+        if last is not None:
+            found[run_id] = max(found.get(run_id, 0.0), float(last))
+    return found
+
+
+def flushes_of(conn: sa.Connection, run_ids: list[str], function_hashes: list[str]) -> list[Flush]:
+    """The functions' call statistics in the runs, one per flush, in time order."""
+    s = models.call_stats
+    q = (
+        sa.select(s.c.run_id, s.c.function_hash, s.c.timestamp, sa.func.sum(s.c.calls).label("calls"))
+        .where(s.c.run_id.in_(run_ids), s.c.function_hash.in_(function_hashes))
+        .group_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
+        .order_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
+    )
+    return [Flush(r.run_id, r.function_hash, float(r.timestamp), int(r.calls or 0)) for r in conn.execute(q)]
+
+
+def compile_times(
+    conn: sa.Connection, run_ids: list[str], function_hashes: list[str]
+) -> dict[tuple[str, str], list[float]]:
+    """When each of the functions compiled in each run: (run, function) -> time stamps."""
+    e = models.compile_events
+    found: dict[tuple[str, str], list[float]] = {}
+    if not function_hashes:
+        return found
+    q = sa.select(e.c.run_id, e.c.function_hash, e.c.timestamp).where(
+        e.c.run_id.in_(run_ids), e.c.compiled, e.c.function_hash.in_(function_hashes)
+    )
+    for row in conn.execute(q):
+        found.setdefault((row.run_id, row.function_hash), []).append(float(row.timestamp))
+    return found
