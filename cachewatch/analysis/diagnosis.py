@@ -96,7 +96,8 @@ def storms_and_first_passes(
     which is what the user can change. ``function_hashes`` keeps the storms that involve
     one of those functions."""
     now = time.time() if now is None else now
-    every = steady.recompiles(conn, filters, function_hashes)
+    # The diffs, the bulk of each row, are read only for the compiles in bursts.
+    every = steady.recompiles(conn, filters, function_hashes, diffs=False)
     if not every:
         return [], []
     names = evidence.function_infos(conn, {r.function_hash for r in every})
@@ -110,6 +111,8 @@ def storms_and_first_passes(
         for group in _bursts(sorted(rows, key=lambda r: r.timestamp), threshold, window)
         if wanted is None or wanted & {r.function_hash for r in group}
     ]
+    read = {r.event_id: r for r in evidence.with_diffs(conn, [r for _, _, group, _ in bursts for r in group])}
+    bursts = [(key, run_id, [read[r.event_id] for r in group], rows) for key, run_id, group, rows in bursts]
     # Whether the program went on after a burst is read only for the runs where a burst
     # could be a first pass: a store of a fleet's runs is never read whole for one page.
     candidates = [(run_id, group) for _, run_id, group, rows in bursts if _new_signatures_only(group, rows)]

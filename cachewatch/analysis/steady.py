@@ -136,11 +136,13 @@ def _made_by_user_or_library(module: str) -> bool:
     return module != OP_BY_OP_MODULE and module.split(".", 1)[0] not in ("jax", "jaxlib")
 
 
-def recompiles(conn: sa.Connection, filters: Filters, function_hashes: list[str] | None = None) -> list[Recompile]:
+def recompiles(
+    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None = None, *, diffs: bool = True
+) -> list[Recompile]:
     """Recompiles made after warm-up, by function, run and time: what storms are made of.
     Warm-up is the store's flags, ended where :func:`steady_since` says the program was
-    already repeating its work."""
-    found = evidence.recompiles_past_first(conn, filters, function_hashes)
+    already repeating its work. Without ``diffs``: see evidence.recompiles_past_first."""
+    found = evidence.recompiles_past_first(conn, filters, function_hashes, diffs=diffs)
     since = steady_since(conn, {r.run_id for r, warmup in found if warmup})
     return [r for r, warmup in found if not warmup or (r.run_id in since and r.timestamp >= since[r.run_id])]
 

@@ -4,7 +4,7 @@ dataclasses, so the reasoning in cachewatch.analysis never touches SQL."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Unpack
 
 import sqlalchemy as sa
@@ -28,6 +28,7 @@ class Recompile:
     seconds: float = 0.0  # trace, lowering and XLA compile seconds
     while_repeating: bool = False  # the program had come back to an earlier signature first
     call_number: int | None = None  # which call of the function compiled (None: not counted)
+    event_id: str = ""  # set where the diff is read later (see with_diffs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +77,12 @@ _RECOMPILE_COLUMNS = (
 )
 
 
-def _recompile_columns(e: sa.Table) -> list[Any]:
-    return [*(e.c[name] for name in _RECOMPILE_COLUMNS), cost_expr(e).label("seconds")]
+def _recompile_columns(e: sa.Table, diffs: bool = True) -> list[Any]:
+    """The columns of a Recompile; without the diffs (the bulk of a row), the event id to read them by."""
+    if diffs:
+        return [*(e.c[name] for name in _RECOMPILE_COLUMNS), cost_expr(e).label("seconds")]
+    named = [e.c[name] if name != "diff" else sa.null().label("diff") for name in _RECOMPILE_COLUMNS]
+    return [*named, cost_expr(e).label("seconds"), e.c.event_id]
 
 
 def _recompiles(result: Iterable[sa.Row[Unpack[tuple[Any, ...]]]]) -> list[Recompile]:
@@ -93,9 +98,21 @@ def _recompiles(result: Iterable[sa.Row[Unpack[tuple[Any, ...]]]]) -> list[Recom
             float(r.seconds or 0.0),
             bool(r.while_repeating),
             r.call_number,
+            getattr(r, "event_id", ""),
         )
         for r in result
     ]
+
+
+def with_diffs(conn: sa.Connection, rows: list[Recompile]) -> list[Recompile]:
+    """The recompiles with their diffs, read for just these events (by event id)."""
+    e = models.compile_events
+    ids = list({r.event_id for r in rows if r.event_id})
+    diffs: dict[str, Any] = {}
+    for start in range(0, len(ids), 500):
+        q = sa.select(e.c.event_id, e.c.diff).where(e.c.event_id.in_(ids[start : start + 500]))
+        diffs.update((event_id, diff) for event_id, diff in conn.execute(q))
+    return [replace(r, diff=diffs.get(r.event_id, r.diff)) if r.event_id else r for r in rows]
 
 
 def compile_seconds_between(conn: sa.Connection, run_id: str, start: float, end: float) -> float:
@@ -120,16 +137,17 @@ def function_infos(conn: sa.Connection, function_hashes: Iterable[str]) -> dict[
 
 
 def recompiles_past_first(
-    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None = None
+    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None = None, *, diffs: bool = True
 ) -> list[tuple[Recompile, bool]]:
     """Every compile that was not a function's first, with its warm-up flag, by function,
     run and time (compiles made ahead of time by cachewatch.warmup are never recompiles).
     With ``function_hashes``: those functions' own, and those of the lines of user code
-    that reached them (a storm of eager code or library jits is found per line)."""
+    that reached them (a storm of eager code or library jits is found per line). Without
+    ``diffs``, each carries its event id instead, for :func:`with_diffs`."""
     e = models.compile_events
     q = filters.apply(
         e,
-        sa.select(*_recompile_columns(e), e.c.warmup)
+        sa.select(*_recompile_columns(e, diffs), e.c.warmup)
         .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, e.c.kind != Kind.WARMUP.value)
         .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
     )
