@@ -5,11 +5,13 @@ program's results do not change."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import types
 import warnings
 
 import pytest
@@ -196,6 +198,34 @@ def test_a_jaxpr_the_lowering_frame_cannot_read_turns_the_capability_off(fresh_p
     found = _capability_warnings(caught)
     assert len(found) == 1 and "'lowering_frame' is off" in found[0] and "its jaxpr could not be read" in found[0]
     assert not jaxcompat.available("lowering_frame")
+
+
+def test_shardings_the_lowering_frame_cannot_read_turn_the_capability_off(fresh_probes):
+    # As if JAX's lowering frame held shardings of another kind (no device_set).
+    lowering = jaxcompat.JitLowering((), None, (), None, 0, types.SimpleNamespace(shardings=[object()]))
+    assert jaxcompat.available("lowering_frame")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert jaxcompat.lowered_argument_devices(lowering, 1) is None
+    found = _capability_warnings(caught)
+    assert len(found) == 1 and "its shardings could not be read" in found[0]
+    assert not jaxcompat.available("lowering_frame")
+
+
+def test_a_function_is_named_as_jax_names_it_in_its_events():
+    from jax._src import util
+
+    def step(x, y):
+        return x
+
+    class Layer:
+        def __call__(self, x):
+            return x
+
+    for fun in (step, functools.partial(step, 1), functools.partial(functools.partial(step, 1), 2), Layer()):
+        assert jaxcompat.fun_name(fun) == util.fun_name(fun) == jaxcompat._fun_name_as_in_jax(fun)
+    assert jaxcompat.fun_name(functools.partial(step, 1)) == "step"
+    assert jaxcompat.fun_name(Layer()) == "<unnamed function>"
 
 
 @pytest.mark.parametrize(

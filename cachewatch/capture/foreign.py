@@ -4,7 +4,8 @@ JAX's own jitted helpers (``jnp.mean``, ``jax.nn.relu``, ``jax.random.normal``) 
 objects made when JAX is imported; a library or a script may have made others before
 ``cachewatch.install()``; and eager code runs one small jit per primitive. JAX reports
 each of their compiles through ``jax.monitoring`` with nothing but a name. The listener
-reads the rest off JAX's own frames on the stack at that moment:
+reads the rest off JAX's own frames on the stack at that moment, through the seam
+(``core/jaxcompat.py``, which alone walks them and reads their locals):
 
 - at the end of a trace, ``_trace_for_jit``: the function, its jit options and the call's
   arguments, which give the same signature (statics included) a wrapped function gets;
@@ -27,8 +28,6 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
-import jax
-
 from ..explain import causes
 from ..explain import context as ctxmod
 from . import building, devices, opbyop
@@ -45,8 +44,9 @@ from .identity import (
     user_function_in,
 )
 
-# JAX's frames this module reads, by the capability that checks them (core/jaxcompat.py);
-# where a JAX release renames one, compiles are still recorded, with less detail:
+# JAX's frames this module asks the seam about, by the capability that checks them
+# (core/jaxcompat.py); where a JAX release renames one, compiles are still recorded, with
+# less detail:
 # - the end of a trace for jit (the function, its jit options and the call's arguments),
 # - the lowering of a jaxpr (abstract arguments, the jaxpr and its debug information),
 # - a jitted function's transpose rule: a compile below it is the backward pass of grad
@@ -54,7 +54,6 @@ from .identity import (
 # - JAX's jit dispatch on a cache miss: its ``fun`` is the function jit wraps, marked with
 #   HOOK_ATTR when it is a watched one. A compile with no such frame above it is made
 #   outside the watched function's own call.
-TRACE_FRAME = "trace_frame"
 LOWER_FRAME = "lowering_frame"
 TRANSPOSE_FRAME = "transpose_frame"
 DISPATCH_FRAME = "dispatch_frame"
@@ -62,7 +61,6 @@ HOOK_ATTR = "__cachewatch_hook__"
 _OUTSIDE_CALL_DEPTH = 128
 BACKWARD_PASS = "for its backward pass (jax.grad or jax.vjp taken outside any jit, which compiles the transpose)"
 OUTSIDE_CALL = "outside its own call (jax.checkpoint, jax.hessian or another transformation evaluated outside any jit)"
-_JAX_SRC = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 
 # Module of functions known only by the name JAX compiled them under.
 
@@ -95,26 +93,9 @@ class Target:
 @_guard.guarded(where="foreign.layout")
 def _layout_of(fun: Any, ji: Any) -> sigmod.ParamLayout | None:
     try:
-        return sigmod.ParamLayout.from_function(
-            fun, getattr(ji, "static_argnums", ()), getattr(ji, "static_argnames", ())
-        )
+        return sigmod.ParamLayout.from_function(fun, *jaxcompat.jit_static_arguments(ji))
     except (TypeError, ValueError):  # no Python signature to read (a builtin, a C callable)
         return None
-
-
-def find_frame(frame: Any, capability: str, depth: int = 12) -> Any:
-    """The nearest frame of the JAX function a capability names (``TRACE_FRAME``, ...)
-    above ``frame``, if within ``depth``; None also when that capability is off."""
-    if not jaxcompat.available(capability):
-        return None
-    names = jaxcompat.FRAMES[capability][1]
-    while frame is not None and depth > 0:
-        code = frame.f_code
-        if code.co_name in names and code.co_filename.startswith(_JAX_SRC):
-            return frame
-        frame = frame.f_back
-        depth -= 1
-    return None
 
 
 # --------------------------------------------------------------- jit objects and functions
@@ -158,34 +139,18 @@ def _describe(fun: Any) -> FunctionInfo:
     return found
 
 
-def _primitive_params(fun: Any) -> dict[str, Any]:
-    # JAX's prim_fun closes over the primitive and its parameters (jax._src.dispatch).
-    if not jaxcompat.available("primitive_params"):
-        return {}
-    for cell in getattr(fun, "__closure__", None) or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return {}
-
-
 def from_trace(frame: Any, name: str) -> Target | None:
     """The target of a trace that just ended, read off JAX's ``_trace_for_jit`` frame."""
-    found = find_frame(frame, TRACE_FRAME)
-    if found is None:
+    trace = jaxcompat.jit_trace(frame)
+    if trace is None:
         return None
-    local = found.f_locals
-    fun, ji = local.get("fun"), local.get("ji")
-    args, kwargs = local.get("args") or (), local.get("kwargs") or {}
+    fun, ji, args, kwargs = trace.fun, trace.jit_info, trace.args, trace.kwargs
     site = call_site(2)
     if jaxcompat.is_eager_primitive(fun):
         return Target(
             opbyop.function_info(name),
             0,
-            sigmod.build_operands(args, _primitive_params(fun)),
+            sigmod.build_operands(args, jaxcompat.primitive_params(fun)),
             primitive=name,
             call_site=site,
         )
@@ -213,14 +178,14 @@ def from_trace(frame: Any, name: str) -> Target | None:
 
 def from_lowering(frame: Any, name: str) -> Target:
     """The target of a compile that came without a trace, from JAX's lowering frame."""
-    found = find_frame(frame, LOWER_FRAME)
+    lowering = jaxcompat.jit_lowering(frame)
     site = call_site(2)
-    if found is None:
+    if lowering is None:
         return Target(_by_name(strip_jit(name), None), 0, None, call_site=site, lowered_only=True)
-    signature, jaxpr, source = _read_lowering(found)
+    signature, jaxpr, source = _read_lowering(lowering)
     inner = strip_jit(name)
     program = program_key(jaxpr)
-    placement = _lowered_placement(found, signature)
+    placement = _lowered_placement(lowering, signature)
     if inner in opbyop.primitive_names():
         # A primitive's program lowered without a trace of its own: built by a transformation
         # taken outside any jit (linearize, partial_eval), another program than the primitive
@@ -247,22 +212,13 @@ def from_lowering(frame: Any, name: str) -> Target:
     )
 
 
-def _lowered_placement(found: Any, signature: sigmod.Signature) -> tuple:
+def _lowered_placement(lowering: jaxcompat.JitLowering, signature: sigmod.Signature) -> tuple:
     """Committed or not, per argument, from the shardings JAX lowers with: an uncommitted
     argument's is left unspecified, a committed one's is its sharding."""
     leaves = signature.leaves
-    try:
-        shardings = tuple(getattr(found.f_locals.get("semantic_in_shardings"), "shardings", None) or ())
-        skip = int(found.f_locals.get("num_const_args") or 0)
-        # Per argument: None when uncommitted, else the devices its sharding is on.
-        where = [
-            None if jaxcompat.unspecified_sharding(sharding) else sorted(str(d) for d in sharding.device_set)
-            for sharding in shardings[skip : skip + len(leaves)]
-        ]
-    except Exception as exc:  # a JAX whose lowering frame holds other objects: its probe could not tell
-        jaxcompat.turn_off(LOWER_FRAME, f"its shardings could not be read: {type(exc).__name__}: {exc}")
+    where = jaxcompat.lowered_argument_devices(lowering, len(leaves))
+    if where is None:  # a JAX whose lowering frame holds other objects (the capability is off now)
         return ()
-    # cachewatch's own part, outside the try: a bug here is the guard's to report.
     return tuple(
         sigmod.Placed(leaf.path, False, "") if on is None else sigmod.Placed(leaf.path, True, ",".join(on))
         for leaf, on in zip(leaves, where)
@@ -290,18 +246,10 @@ def program_key(jaxpr: Any) -> tuple | None:
         return None
 
 
-def _read_lowering(found: Any) -> tuple[sigmod.Signature, Any, str | None]:
-    """From JAX's lowering frame: the arguments' signature, the jaxpr, and where the
-    function it came from is defined (``name at file:line``)."""
-    local = found.f_locals
-    avals = tuple(local.get("in_avals") or ())
-    skip = int(local.get("num_const_args") or 0)
-    closed = local.get("closed_jaxpr")
-    # A ClosedJaxpr on JAX 0.10; on 0.12 a Jaxpr whose .jaxpr (kept for old callers) is itself.
-    jaxpr = getattr(closed, "jaxpr", closed)
-    debug = jaxcompat.jaxpr_debug_info(jaxpr)
-    arg_names = tuple(getattr(debug, "arg_names", None) or ())
-    return sigmod.from_avals(arg_names, avals[skip:]), jaxpr, getattr(debug, "func_src_info", None)
+def _read_lowering(lowering: jaxcompat.JitLowering) -> tuple[sigmod.Signature, Any, str | None]:
+    """From JAX's lowering: the arguments' signature, the jaxpr, and where the function it
+    came from is defined (``name at file:line``)."""
+    return sigmod.from_avals(lowering.arg_names, lowering.in_avals), lowering.jaxpr, lowering.source
 
 
 def outside_call(frame: Any) -> str | None:
@@ -311,12 +259,9 @@ def outside_call(frame: Any) -> str | None:
     the next call, as before the distinction existed)."""
     if not jaxcompat.available(DISPATCH_FRAME):
         return None
-    found = frame
-    while (found := find_frame(found, DISPATCH_FRAME, _OUTSIDE_CALL_DEPTH)) is not None:
-        if getattr(found.f_locals.get("fun"), HOOK_ATTR, False):
-            return None
-        found = found.f_back
-    backward = find_frame(frame, TRANSPOSE_FRAME, _OUTSIDE_CALL_DEPTH) is not None
+    if any(getattr(fun, HOOK_ATTR, False) for fun in jaxcompat.dispatched_functions(frame, _OUTSIDE_CALL_DEPTH)):
+        return None
+    backward = jaxcompat.find_frame(frame, TRANSPOSE_FRAME, _OUTSIDE_CALL_DEPTH) is not None
     return BACKWARD_PASS if backward else OUTSIDE_CALL
 
 
@@ -325,8 +270,8 @@ def from_outside_call(frame: Any, name: str, how: str, watched: list[FunctionInf
     functions with this name, the one defined where JAX's debug information says (the
     only one, when it says nothing). None when it names none of them: a plain jit that
     shares a watched function's name."""
-    found = find_frame(frame, LOWER_FRAME)
-    signature, jaxpr, source = _read_lowering(found) if found is not None else (None, None, None)
+    lowering = jaxcompat.jit_lowering(frame)
+    signature, jaxpr, source = _read_lowering(lowering) if lowering is not None else (None, None, None)
     where = _source_location(source)
     matches = [info for info in watched if (info.file, info.line) == where]
     if not matches and not where[0] and len(watched) == 1:

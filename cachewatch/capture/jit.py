@@ -62,7 +62,7 @@ class HookState:
         self.layout = sigmod.ParamLayout.from_function(
             fun, options.get("static_argnums"), options.get("static_argnames")
         )
-        self.trace_name = _jax_fun_name(fun)
+        self.trace_name = jaxcompat.fun_name(fun)  # the name JAX's monitoring events carry
         self.module_name = f"jit({self.trace_name})"
         with HookState._serial_lock:
             self.serial = next(HookState._serials)
@@ -77,18 +77,6 @@ class HookState:
         # of one being compiled waits instead of compiling it a second time.
         self.warming: dict[str, warmup.Slot] = {}
         _tracking.watch_names(self.trace_name, self.module_name, self.info)
-
-
-def _jax_fun_name(fun: Callable[..., Any]) -> str:
-    # The name JAX puts in its monitoring events: jax._src.util.fun_name.
-    while True:
-        name = getattr(fun, "__name__", None)
-        if name is not None:
-            return name
-        if isinstance(fun, functools.partial):
-            fun = fun.func
-        else:
-            return "<unnamed function>"
 
 
 def _freeze(value: Any) -> Any:

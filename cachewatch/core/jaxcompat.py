@@ -33,7 +33,7 @@ import sys
 import threading
 import types
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 logger = logging.getLogger("cachewatch")
 
@@ -463,6 +463,34 @@ def primitive_type() -> type | None:
     return Primitive
 
 
+_fun_name: Callable[[Any], str] | None = None
+
+
+def fun_name(fun: Any) -> str:
+    """The name JAX's monitoring events give a function jit traces: JAX's own
+    ``jax._src.util.fun_name``, resolved once (JAX 0.10-0.12). Where JAX has none, its rule
+    in 0.10-0.12: the ``__name__``, through ``functools.partial``, else ``<unnamed function>``."""
+    global _fun_name
+    if _fun_name is None:
+        try:
+            from jax._src import util
+
+            _fun_name = util.fun_name
+        except (ImportError, AttributeError):
+            _fun_name = _fun_name_as_in_jax
+    return _fun_name(fun)
+
+
+def _fun_name_as_in_jax(fun: Any) -> str:
+    while True:
+        name = getattr(fun, "__name__", None)
+        if name is not None:
+            return name
+        if not isinstance(fun, functools.partial):
+            return "<unnamed function>"
+        fun = fun.func
+
+
 def is_eager_primitive(fun: Any) -> bool:
     """Whether a function JAX traces for jit is its own wrapper of one eager primitive
     (an op-by-op compile); False also when the capability is off."""
@@ -572,8 +600,8 @@ def trace_context_names(context: tuple[Any, ...]) -> tuple[str, ...]:
 
 # ------------------------------------------------------------------ JAX's frames
 #
-# Capture holds a frame only as an opaque starting point for these accessors (and, until
-# it moves here, capture/foreign.py's readers); the walking and the locals are read here.
+# Capture holds a frame only as an opaque starting point for these accessors; the walking
+# and the locals are read here.
 
 _jax_dir = ""
 
@@ -627,6 +655,111 @@ def dispatched_function(start: types.FrameType | None, default: Any, depth: int)
     such frame, no such local, or the capability dispatch_frame is off."""
     frame = find_frame(start, "dispatch_frame", depth)
     return default if frame is None else frame.f_locals.get("fun", default)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JitTrace:
+    """A trace JAX's jit is making (``pjit._trace_for_jit``'s locals)."""
+
+    fun: Any  # the function jit traces
+    jit_info: Any  # JAX's record of the jax.jit(...) call: one per jit object
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def jit_trace(start: types.FrameType | None) -> JitTrace | None:
+    """The trace of JAX's jit ending now (``pjit._trace_for_jit`` within 12 frames above
+    ``start``): its function, jit object, and the call's arguments. JAX 0.10-0.12; None
+    when there is no such frame or the capability trace_frame is off."""
+    frame = find_frame(start, "trace_frame")
+    if frame is None:
+        return None
+    local = frame.f_locals
+    return JitTrace(local.get("fun"), local.get("ji"), local.get("args") or (), local.get("kwargs") or {})
+
+
+def jit_static_arguments(jit_info: Any) -> tuple[Any, Any]:
+    """The ``static_argnums`` and ``static_argnames`` of a jit object (``JitTrace.jit_info``,
+    a PjitInfo). JAX 0.10-0.12; ``((), ())`` where it holds none."""
+    return getattr(jit_info, "static_argnums", ()), getattr(jit_info, "static_argnames", ())
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JitLowering:
+    """A jaxpr JAX is lowering (``pxla._cached_lowering_to_hlo``'s locals)."""
+
+    in_avals: tuple[Any, ...]  # the arguments' abstract values, constants left out
+    jaxpr: Any  # the Jaxpr being lowered
+    arg_names: tuple[str, ...]  # JAX's names for the arguments (its debug info)
+    source: str | None  # where the function is defined: ``name at file:line``
+    const_args: int  # how many constants the lowering's inputs start with
+    in_shardings: Any  # JAX's shardings of the inputs, constants first
+
+
+def jit_lowering(start: types.FrameType | None) -> JitLowering | None:
+    """The lowering of a jaxpr under way (``pxla._cached_lowering_to_hlo`` within 12 frames
+    above ``start``). JAX 0.10-0.12 (a ClosedJaxpr on 0.10; on 0.12 a Jaxpr whose ``.jaxpr``
+    is itself); None when there is no such frame or the capability lowering_frame is off."""
+    frame = find_frame(start, "lowering_frame")
+    if frame is None:
+        return None
+    local = frame.f_locals
+    avals = tuple(local.get("in_avals") or ())
+    skip = int(local.get("num_const_args") or 0)
+    closed = local.get("closed_jaxpr")
+    jaxpr = getattr(closed, "jaxpr", closed)
+    debug = jaxpr_debug_info(jaxpr)
+    return JitLowering(
+        avals[skip:],
+        jaxpr,
+        tuple(getattr(debug, "arg_names", None) or ()),
+        getattr(debug, "func_src_info", None),
+        skip,
+        local.get("semantic_in_shardings"),
+    )
+
+
+def lowered_argument_devices(lowering: JitLowering, count: int) -> list[list[str] | None] | None:
+    """Per argument of a lowering (its first ``count``): None when uncommitted (JAX leaves
+    its sharding unspecified), else the devices its sharding is on, sorted. JAX 0.10-0.12;
+    None, and the capability lowering_frame off, when the frame holds other objects."""
+    try:
+        shardings = tuple(getattr(lowering.in_shardings, "shardings", None) or ())
+        skip = lowering.const_args
+        return [
+            None if unspecified_sharding(sharding) else sorted(str(d) for d in sharding.device_set)
+            for sharding in shardings[skip : skip + count]
+        ]
+    except Exception as exc:  # a JAX whose lowering frame holds other objects: its probe could not tell
+        turn_off("lowering_frame", f"its shardings could not be read: {type(exc).__name__}: {exc}")
+        return None
+
+
+def dispatched_functions(start: types.FrameType | None, depth: int) -> Iterator[Any]:
+    """The function of each jit dispatch on a cache miss on the stack (``pjit.cache_miss``'s
+    ``fun``), nearest first, from ``start`` up: each within ``depth`` frames of the one
+    before. JAX 0.10-0.12; None for a frame without the local; nothing when the capability
+    dispatch_frame is off."""
+    frame = find_frame(start, "dispatch_frame", depth)
+    while frame is not None:
+        yield frame.f_locals.get("fun")
+        frame = find_frame(frame.f_back, "dispatch_frame", depth)
+
+
+def primitive_params(fun: Any) -> dict[str, Any]:
+    """The parameters of the eager primitive JAX's ``dispatch.prim_fun`` closes over (the
+    function an op-by-op compile traces). JAX 0.10-0.12; empty when the capability
+    primitive_params is off or the closure holds none."""
+    if not available("primitive_params"):
+        return {}
+    for cell in getattr(fun, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}
 
 
 # The persistent cache's frames read when JAX records a request or a write, as
