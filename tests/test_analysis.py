@@ -422,8 +422,8 @@ def test_compile_regression_across_runs(sqlite_url):
     assert found["jax_before"].startswith("0.9.0") and found["jax_after"].startswith("0.10.2")
 
 
-def test_cost_analysis_records_program_size(sqlite_url, use_store):
-    use_store(sqlite_url, cost_analysis=True)
+def test_every_compile_records_its_program_size(sqlite_url, use_store):
+    use_store(sqlite_url)  # the program view's, off the compile (cost_analysis is deprecated)
 
     @cachewatch.jit
     def dense(x):

@@ -195,3 +195,56 @@ def test_a_failure_reading_the_program_keeps_the_event(sqlite_url, use_store, mo
     assert len(rows) == 1 and rows[0]["program_fingerprint"] is None and rows[0]["compile_seconds"]
     _guard.reset()
     current.configure(raise_internal_errors=True)
+
+
+def test_xla_figures_are_the_compiles_own_and_nothing_is_lowered_again(sqlite_url, use_store, monkeypatch):
+    """XLA's figures are read off the executable JAX compiled for the call; the deprecated
+    cost_analysis setting lowers nothing a second time (docs/program.md)."""
+    built: list[tuple[object, program.Program]] = []
+    build = program.build
+
+    def spy(jaxpr, executable, *rest):
+        made = build(jaxpr, executable, *rest)
+        built.append((executable, made))
+        return made
+
+    monkeypatch.setattr(program, "build", spy)
+    lowered_again: list[object] = []
+    lower = jax.stages.Traced.lower
+    monkeypatch.setattr(
+        jax.stages.Traced, "lower", lambda self, *a, **k: lowered_again.append(self) or lower(self, *a, **k)
+    )
+
+    use_store(sqlite_url, cost_analysis=True)
+
+    @cachewatch.jit
+    def dense(x):
+        return jnp.tanh(x @ x.T).sum() * 3.0
+
+    with jax_compile_log() as log:
+        dense(jnp.ones((8, 4)))
+    assert cachewatch.flush(30)
+    (row,) = [r for r in compiled_rows(sqlite_url) if r["name"] == "dense"]
+    assert not lowered_again
+    assert [m.split(" in ")[0] for m in log if m.startswith("Finished") and "jit(dense)" in m] == [
+        "Finished jaxpr to MLIR module conversion jit(dense)",
+        "Finished XLA compilation of jit(dense)",
+    ]
+    (executable,) = [e for e, made in built if made.fingerprint == row["program_fingerprint"]]
+    cost = executable.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    assert row["flops"] == float(cost["flops"]) >= 8 * 8 * 4
+    assert row["bytes_accessed"] == float(cost["bytes accessed"]) and row["hlo_ops"] >= 3
+
+    # The program view off: no figures, and still no second lowering for them.
+    use_store(sqlite_url, cost_analysis=True, program_view=False)
+
+    @cachewatch.jit
+    def sparse(x):
+        return jnp.cos(x @ x.T).sum() * 5.0
+
+    sparse(jnp.ones((8, 4)))
+    assert cachewatch.flush(30)
+    (row,) = [r for r in compiled_rows(sqlite_url) if r["name"] == "sparse"]
+    assert row["flops"] is None and row["bytes_accessed"] is None and row["hlo_ops"] is None
+    assert row["compile_seconds"] and not lowered_again

@@ -207,7 +207,7 @@ def suppressed() -> bool:
 
 class suppress:
     """Within this block, traces and compiles on this thread are cachewatch's own doing
-    (timing an eager baseline, lowering for cost analysis) and are not recorded."""
+    (timing an eager baseline) and are not recorded."""
 
     def __enter__(self) -> None:
         self.previous = getattr(_tls, "suppress", False)

@@ -412,10 +412,9 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
     if compiled and not state.in_library_file:
         current.note_user_compile(state.info.function_hash)
     if compiled and exc is None:
+        # XLA's figures come with the program the compile itself made (program.py); the
+        # cost_analysis setting, which lowered the call again for them, is deprecated.
         extra.update(_sample_next_call(state, args, kwargs, compiled[0]))
-        cfg = current.config()
-        if cfg.cost_analysis and compiled[0].program is None:  # the compile's own figures are better
-            extra.update(_cost_analysis(jitted, args, kwargs))
         if state.eager_baseline:
             extra.update(_eager_baseline(state, jitted, compiled[0], args, kwargs))
     for record in records:
@@ -552,29 +551,6 @@ def _eager_baseline(
             jax.block_until_ready(fun(*args, **kwargs))
             eager_seconds = time.perf_counter() - start
     return {"compiled_run_seconds": compiled_seconds, "eager_run_seconds": eager_seconds}
-
-
-def _cost_analysis(jitted: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """Program size and XLA's cost estimate, from lowering the traced jaxpr once more."""
-    with _tracking.suppress():
-        lowered = jitted.trace(*args, **kwargs).lower()
-        text = lowered.as_text()
-        result: dict[str, Any] = {
-            "hlo_ops": sum(
-                1
-                for line in text.splitlines()
-                if " = " in line or line.lstrip().startswith(("stablehlo.", "func.return"))
-            )
-        }
-        try:
-            cost = lowered.cost_analysis() or {}
-            if isinstance(cost, (list, tuple)):
-                cost = cost[0] if cost else {}
-            result["flops"] = float(cost["flops"]) if "flops" in cost else None
-            result["bytes_accessed"] = float(cost["bytes accessed"]) if "bytes accessed" in cost else None
-        except Exception:
-            pass
-    return result
 
 
 def _transformation(args: tuple, kwargs: dict) -> tuple[str, tuple[str, ...]] | None:

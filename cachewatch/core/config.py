@@ -118,8 +118,7 @@ class Config:
     eager_baseline: bool = setting(False, "once per signature, time a run op by op beside the compiled run")
     cost_analysis: bool = setting(
         False,
-        "lower each new compile once more for HLO size and XLA's cost estimate "
-        "(only when the program view is off: it reads them from the compile)",
+        "deprecated, no effect: XLA's figures come from each compile's own executable with `program_view`",
     )
     stale_capture_check: bool = setting(True, "on sampled calls, check that globals read at trace time still hold")
     max_recompiles: int = setting(0, "recompiles allowed per watched function before `on_limit` acts (`0`: no limit)")
