@@ -13,13 +13,14 @@ the other ranks wait at the next collective while it compiles.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from typing import Any
 
 import sqlalchemy as sa
 
 from ..core.events import describe_array
-from ..store import models
+from ..store import fleet as reads
 
 # Signatures shown per divergence listing; the count of the rest is still given.
 MAX_DIVERGENCES = 200
@@ -33,13 +34,7 @@ def _reference(counts: list[int]) -> int:
 
 
 def job_runs(conn: sa.Connection, job: str) -> list[dict[str, Any]]:
-    r = models.runs
-    rows = conn.execute(
-        sa.select(r.c.run_id, r.c.run_name, r.c.host, r.c.pid, r.c.started_at, r.c.process_index, r.c.process_count)
-        .where(r.c.job == job)
-        .order_by(r.c.process_index, r.c.started_at)
-    )
-    return [dict(row._mapping) for row in rows]
+    return [dataclasses.asdict(run) for run in reads.job_runs(conn, job)]
 
 
 def compare_job(conn: sa.Connection, job: str) -> dict[str, Any] | None:
@@ -49,19 +44,13 @@ def compare_job(conn: sa.Connection, job: str) -> dict[str, Any] | None:
     if not runs:
         return None
     rank_of = {run["run_id"]: run["process_index"] if run["process_index"] is not None else -1 for run in runs}
-    e = models.compile_events
-    grouped = conn.execute(
-        sa.select(e.c.run_id, e.c.function_hash, e.c.signature_hash, sa.func.count())
-        .where(e.c.run_id.in_(list(rank_of)), e.c.compiled.is_(True))
-        .group_by(e.c.run_id, e.c.function_hash, e.c.signature_hash)
-    )
     # (function, signature) -> rank -> compiles; a rank restarted in the same job adds up.
     compiles: dict[tuple[str, str], Counter] = defaultdict(Counter)
     per_rank: Counter = Counter()
-    for run_id, function_hash, signature_hash, n in grouped:
-        rank = rank_of[run_id]
-        compiles[(function_hash, signature_hash)][rank] += int(n)
-        per_rank[rank] += int(n)
+    for counted in reads.signature_compiles(conn, list(rank_of)):
+        rank = rank_of[counted.run_id]
+        compiles[(counted.function_hash, counted.signature_hash)][rank] += counted.compiles
+        per_rank[rank] += counted.compiles
     ranks = sorted(set(rank_of.values()))
     declared = max((run["process_count"] or 0 for run in runs), default=0)
     found: list[dict[str, Any]] = []
@@ -120,32 +109,16 @@ def _describe(conn: sa.Connection, found: list[dict[str, Any]], run_ids: list[st
     """Name each divergence: the function, its signature, and a sentence."""
     if not found:
         return
-    f, e = models.functions, models.compile_events
-    hashes = sorted({d["function_hash"] for d in found})
-    names = {
-        row.function_hash: row.qualname
-        for row in conn.execute(sa.select(f.c.function_hash, f.c.qualname).where(f.c.function_hash.in_(hashes)))
-    }
-    signatures: dict[tuple[str, str], Any] = {}
+    names = reads.qualnames(conn, (d["function_hash"] for d in found))
+    signatures: dict[tuple[str, str], reads.LastSignature | None] = {}
     for d in found:
         key = (d["function_hash"], d["signature_hash"])
-        if key in signatures:
-            continue
-        row = conn.execute(
-            sa.select(e.c.signature, e.c.explanation)
-            .where(
-                e.c.function_hash == key[0],
-                e.c.signature_hash == key[1],
-                e.c.run_id.in_(run_ids),
-                e.c.compiled.is_(True),
-            )
-            .order_by(e.c.timestamp.desc())
-            .limit(1)
-        ).first()
-        signatures[key] = (list(row.signature or []), row.explanation) if row else ([], "")
+        if key not in signatures:
+            signatures[key] = reads.last_signature(conn, key[0], key[1], run_ids)
     for d in found:
         d["function"] = names.get(d["function_hash"], d["function_hash"][:12])
-        d["signature"], last_explanation = signatures[(d["function_hash"], d["signature_hash"])]
+        last = signatures[(d["function_hash"], d["signature_hash"])]
+        d["signature"], last_explanation = (last.signature, last.explanation) if last else ([], "")
         shape = signature_text(d["signature"])
         if d["reason"] == "only_this_rank":
             text = (
@@ -179,9 +152,4 @@ def signature_text(signature: list[dict[str, Any]]) -> str:
 
 def recent_jobs(conn: sa.Connection, limit: int = 20) -> list[str]:
     """The jobs with the most recently started runs (the metric and the dashboard list these)."""
-    r = models.runs
-    latest = sa.func.max(r.c.started_at)
-    rows = conn.execute(
-        sa.select(r.c.job, latest).where(r.c.job != "").group_by(r.c.job).order_by(latest.desc()).limit(limit)
-    )
-    return [row[0] for row in rows]
+    return reads.recent_jobs(conn, limit)

@@ -9,6 +9,7 @@ compiles' programs, and the equation profile in the pprof format JAX's own
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import gzip
 import linecache
@@ -18,9 +19,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..core.events import MEMORY_PARTS, PROGRAM_FORMATS, Cause
-from ..store import models
 from ..store import programs as stored
-from ..store.columns import Filters, cost_expr
+from ..store.columns import Filters
 
 
 class ProgramNotFound(LookupError):
@@ -277,59 +277,14 @@ def identical_recompiles(
     cause: how many, their seconds, how many a persistent compilation cache would have
     served (the lowered module was the same too: the cache's key is taken before XLA
     optimises), and the fix. Most seconds first."""
-    e, earlier, f = models.compile_events, models.compile_events.alias("earlier"), models.functions
-    same_lowered = sa.and_(
-        e.c.lowered_fingerprint.is_not(None), e.c.lowered_fingerprint == earlier.c.lowered_fingerprint
-    )
-    cost = cost_expr(e)
-    query = (
-        sa.select(
-            e.c.function_hash,
-            f.c.qualname,
-            e.c.cause,
-            sa.func.count().label("recompiles"),
-            sa.func.sum(cost).label("seconds"),
-            sa.func.sum(sa.case((same_lowered, 1), else_=0)).label("persistent_cache_would_serve"),
-            sa.func.sum(
-                sa.case(
-                    (
-                        sa.and_(
-                            same_lowered, sa.func.coalesce(e.c.compile_seconds, 0.0) < PERSISTENT_CACHE_MIN_SECONDS
-                        ),
-                        1,
-                    ),
-                    else_=0,
-                )
-            ).label("below_min_compile_time"),
-        )
-        .join(earlier, earlier.c.event_id == e.c.identical_to)
-        .join(f, f.c.function_hash == e.c.function_hash)
-        .where(*_wasted(e, earlier), *_where(e, filters))
-        .group_by(e.c.function_hash, f.c.qualname, e.c.cause)
-    )
-    if function_hashes is not None:
-        query = query.where(e.c.function_hash.in_(function_hashes))
+    rows = stored.wasted_recompiles(conn, filters, function_hashes, PERSISTENT_CACHE_MIN_SECONDS)
     out = []
-    for row in conn.execute(query).mappings():
-        item = dict(row)
-        item["seconds"] = float(item["seconds"] or 0.0)
-        item["persistent_cache_would_serve"] = int(item["persistent_cache_would_serve"] or 0)
-        item["below_min_compile_time"] = int(item["below_min_compile_time"] or 0)
+    for row in rows:
+        item: dict[str, Any] = dataclasses.asdict(row)
         item["fix"] = identical_fix(item)
         out.append(item)
     out.sort(key=lambda r: -r["seconds"])
     return out
-
-
-def _wasted(e: sa.FromClause, earlier: sa.FromClause) -> list[Any]:
-    """A wasted recompile: the same function compiled the same program before. A first
-    compile is no recompile, and another function's program (``same_program_as``; older
-    stores set ``identical_to`` across functions too) is no waste."""
-    return [
-        e.c.identical_to.is_not(None),
-        earlier.c.function_hash == e.c.function_hash,
-        e.c.cause != Cause.FIRST_CALL.value,
-    ]
 
 
 def wasted_between(
@@ -337,52 +292,16 @@ def wasted_between(
 ) -> tuple[int, float]:
     """Recompiles of the functions in the run between ``start`` and ``end`` (inclusive)
     that produced the program the same function compiled before, and their seconds."""
-    e, earlier = models.compile_events, models.compile_events.alias("earlier")
-    count, seconds = conn.execute(
-        sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(cost_expr(e)), 0.0))
-        .select_from(e)
-        .join(earlier, earlier.c.event_id == e.c.identical_to)
-        .where(
-            e.c.function_hash.in_(function_hashes),
-            e.c.run_id == run_id,
-            e.c.timestamp >= start,
-            e.c.timestamp <= end,
-            *_wasted(e, earlier),
-        )
-    ).one()
-    return int(count), float(seconds)
+    return stored.wasted_between(conn, function_hashes, run_id, start, end)
 
 
 def shared_programs(conn: sa.Connection, filters: Filters = Filters()) -> list[dict[str, Any]]:
     """Functions that compiled the same program as another function of the run
     (``same_program_as``): they could share one jit. Never waste, and never counted as
     such: each was a compile its own jit needed. Per pair, most compiles first."""
-    e, other, f, g = (
-        models.compile_events,
-        models.compile_events.alias("other"),
-        models.functions,
-        models.functions.alias("g"),
-    )
-    link = sa.func.coalesce(e.c.same_program_as, e.c.identical_to)
-    query = (
-        sa.select(
-            e.c.function_hash,
-            f.c.qualname,
-            other.c.function_hash.label("other_hash"),
-            g.c.qualname.label("other_qualname"),
-            sa.func.count().label("compiles"),
-            sa.func.sum(cost_expr(e)).label("seconds"),
-        )
-        .join(other, other.c.event_id == link)
-        .join(f, f.c.function_hash == e.c.function_hash)
-        .join(g, g.c.function_hash == other.c.function_hash)
-        .where(link.is_not(None), other.c.function_hash != e.c.function_hash, *_where(e, filters))
-        .group_by(e.c.function_hash, f.c.qualname, other.c.function_hash, g.c.qualname)
-    )
     out = []
-    for row in conn.execute(query).mappings():
-        item = dict(row)
-        item["seconds"] = float(item["seconds"] or 0.0)
+    for row in stored.shared_programs(conn, filters):
+        item: dict[str, Any] = dataclasses.asdict(row)
         item["text"] = (
             f"{item['qualname']} compiled the same program as {item['other_qualname']} "
             f"{item['compiles']} time(s): they could share one jit (no waste: each compile was its own)."
@@ -417,17 +336,6 @@ def identical_fix(row: dict[str, Any]) -> str:
     return text
 
 
-def _where(e: sa.Table, filters: Filters) -> list[Any]:
-    out = []
-    if filters.run_id:
-        out.append(e.c.run_id == filters.run_id)
-    if filters.since is not None:
-        out.append(e.c.timestamp >= filters.since)
-    if filters.until is not None:
-        out.append(e.c.timestamp < filters.until)
-    return out
-
-
 # A source line is an unrolled loop when it alone makes this share of the program and
 # its primitives repeat at least this often.
 UNROLLED_MIN_SHARE = 0.2
@@ -453,55 +361,11 @@ def compile_profile(
     """Where a function's compile cost comes from: the source lines with most equations in
     its largest recent program, program size against compile seconds over its compiles
     (per run), and the fixes a clear pattern names."""
-    e = models.compile_events
-    rows = [
-        dict(r)
-        for r in conn.execute(
-            sa.select(
-                e.c.event_id,
-                e.c.run_id,
-                e.c.timestamp,
-                e.c.jaxpr_eqns,
-                e.c.hlo_ops,
-                e.c.compile_seconds,
-                cost_expr(e).label("seconds"),
-                e.c.eqns_by_line,
-                e.c.memory,
-                e.c.identical_to,
-            )
-            .where(e.c.function_hash == function_hash, e.c.compiled.is_(True), *_where(e, filters))
-            .order_by(e.c.timestamp.desc())
-            .limit(limit)
-        ).mappings()
-    ]
-    with_lines = [r for r in rows if r["eqns_by_line"]]
-    largest = max(with_lines, key=lambda r: r["jaxpr_eqns"] or 0) if with_lines else None
-    fixes: list[dict[str, Any]] = []
-    if largest is not None:
-        total = largest["jaxpr_eqns"] or sum(line["eqns"] for line in largest["eqns_by_line"])
-        for line in largest["eqns_by_line"]:
-            repeats = min(line["primitives"].values()) if line["primitives"] else 0
-            if (
-                line["file"]
-                and not line["loop_body"]
-                and total
-                and line["eqns"] >= UNROLLED_MIN_SHARE * total
-                and repeats >= UNROLLED_MIN_REPEATS
-                and not _maps_over_a_pytree(line["file"], line["line"])
-            ):
-                fixes.append(
-                    {
-                        "kind": "unrolled_loop",
-                        "where": f"{line['file']}:{line['line']}",
-                        "text": (
-                            f"{line['file']}:{line['line']} ({line['function']}) puts {line['eqns']} of the "
-                            f"program's {total} equations in, its operations repeated {repeats}+ times: a Python "
-                            "loop (or a helper called in one) unrolled into the program. Write the loop with "
-                            "jax.lax.scan or jax.lax.fori_loop, so its body is compiled once."
-                        ),
-                    }
-                )
-    big = max(((r["memory"] or {}).get("constants", 0) for r in rows), default=0)
+    rows = stored.profiled_compiles(conn, function_hash, filters, limit)
+    with_lines = [r for r in rows if r.eqns_by_line]
+    largest = max(with_lines, key=lambda r: r.jaxpr_eqns or 0) if with_lines else None
+    fixes = _unrolled_loop_fixes(largest) if largest is not None else []
+    big = max(((r.memory or {}).get("constants", 0) for r in rows), default=0)
     if big >= BIG_CONSTANT_BYTES:
         fixes.append(
             {
@@ -515,14 +379,44 @@ def compile_profile(
             }
         )
     growth = [
-        {"event_id": r["event_id"], "run_id": r["run_id"], "jaxpr_eqns": r["jaxpr_eqns"], "seconds": r["seconds"]}
+        {"event_id": r.event_id, "run_id": r.run_id, "jaxpr_eqns": r.jaxpr_eqns, "seconds": r.seconds}
         for r in reversed(rows)
-        if r["jaxpr_eqns"] is not None
+        if r.jaxpr_eqns is not None
     ]
     return {
         "function_hash": function_hash,
-        "top_lines": largest["eqns_by_line"] if largest is not None else [],
-        "event_id": largest["event_id"] if largest is not None else None,
+        "top_lines": largest.eqns_by_line if largest is not None else [],
+        "event_id": largest.event_id if largest is not None else None,
         "growth": growth,
         "fixes": fixes,
     }
+
+
+def _unrolled_loop_fixes(largest: stored.ProfiledCompile) -> list[dict[str, Any]]:
+    """The source lines of the largest program that look like a Python loop unrolled into it."""
+    lines = largest.eqns_by_line or []
+    total = largest.jaxpr_eqns or sum(line["eqns"] for line in lines)
+    fixes: list[dict[str, Any]] = []
+    for line in lines:
+        repeats = min(line["primitives"].values()) if line["primitives"] else 0
+        if (
+            line["file"]
+            and not line["loop_body"]
+            and total
+            and line["eqns"] >= UNROLLED_MIN_SHARE * total
+            and repeats >= UNROLLED_MIN_REPEATS
+            and not _maps_over_a_pytree(line["file"], line["line"])
+        ):
+            fixes.append(
+                {
+                    "kind": "unrolled_loop",
+                    "where": f"{line['file']}:{line['line']}",
+                    "text": (
+                        f"{line['file']}:{line['line']} ({line['function']}) puts {line['eqns']} of the "
+                        f"program's {total} equations in, its operations repeated {repeats}+ times: a Python "
+                        "loop (or a helper called in one) unrolled into the program. Write the loop with "
+                        "jax.lax.scan or jax.lax.fori_loop, so its body is compiled once."
+                    ),
+                }
+            )
+    return fixes

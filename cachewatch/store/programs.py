@@ -1,16 +1,19 @@
-"""Reading what was compiled: an event with its program's texts and equation profile."""
+"""Reading what was compiled: an event with its program's texts and equation profile;
+recompiles that produced a program compiled before, programs two functions share, and
+the program figures a function's compile-cost profile is made of (frozen rows)."""
 
 from __future__ import annotations
 
 import json
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
-from ..core.events import PROGRAM_TEXT_FORMATS
+from ..core.events import PROGRAM_TEXT_FORMATS, Cause
 from . import models
-from .columns import EVENT_SELECT, cost_expr
+from .columns import EVENT_SELECT, Filters, cost_expr
 
 
 def event(conn: sa.Connection, event_id: str) -> dict[str, Any] | None:
@@ -90,3 +93,190 @@ def identical_between(
         )
     ).one()
     return int(count), float(seconds)
+
+
+# ------------------------------------------------- wasted compiles and compile cost
+
+
+@dataclass(frozen=True, slots=True)
+class WastedRecompiles:
+    """Recompiles of one function and cause that produced the program it compiled before."""
+
+    function_hash: str
+    qualname: str
+    cause: str
+    recompiles: int
+    seconds: float
+    persistent_cache_would_serve: int  # the lowered module was the same too
+    below_min_compile_time: int  # of those, compiled faster than the persistent cache keeps
+
+
+@dataclass(frozen=True, slots=True)
+class SharedProgram:
+    """Compiles of one function that produced another function's program."""
+
+    function_hash: str
+    qualname: str
+    other_hash: str
+    other_qualname: str
+    compiles: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProfiledCompile:
+    """One compile's program figures, as the compile-cost profile reads them."""
+
+    event_id: str
+    run_id: str
+    timestamp: float
+    jaxpr_eqns: int | None
+    hlo_ops: int | None
+    compile_seconds: float | None
+    seconds: float  # trace, lowering and XLA compile seconds
+    eqns_by_line: list[dict[str, Any]] | None
+    memory: dict[str, int] | None
+    identical_to: str | None
+
+
+def _where(e: sa.Table, filters: Filters) -> list[Any]:
+    out = []
+    if filters.run_id:
+        out.append(e.c.run_id == filters.run_id)
+    if filters.since is not None:
+        out.append(e.c.timestamp >= filters.since)
+    if filters.until is not None:
+        out.append(e.c.timestamp < filters.until)
+    return out
+
+
+def _wasted(e: sa.FromClause, earlier: sa.FromClause) -> list[Any]:
+    """A wasted recompile: the same function compiled the same program before. A first
+    compile is no recompile, and another function's program (``same_program_as``; older
+    stores set ``identical_to`` across functions too) is no waste."""
+    return [
+        e.c.identical_to.is_not(None),
+        earlier.c.function_hash == e.c.function_hash,
+        e.c.cause != Cause.FIRST_CALL.value,
+    ]
+
+
+def wasted_recompiles(
+    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None, min_compile_seconds: float
+) -> list[WastedRecompiles]:
+    """Wasted recompiles per function and cause; ``below_min_compile_time`` counts those a
+    persistent cache would have served had they compiled for ``min_compile_seconds`` or more."""
+    e, earlier, f = models.compile_events, models.compile_events.alias("earlier"), models.functions
+    same_lowered = sa.and_(
+        e.c.lowered_fingerprint.is_not(None), e.c.lowered_fingerprint == earlier.c.lowered_fingerprint
+    )
+    quick = sa.and_(same_lowered, sa.func.coalesce(e.c.compile_seconds, 0.0) < min_compile_seconds)
+    query = (
+        sa.select(
+            e.c.function_hash,
+            f.c.qualname,
+            e.c.cause,
+            sa.func.count().label("recompiles"),
+            sa.func.sum(cost_expr(e)).label("seconds"),
+            sa.func.sum(sa.case((same_lowered, 1), else_=0)).label("persistent_cache_would_serve"),
+            sa.func.sum(sa.case((quick, 1), else_=0)).label("below_min_compile_time"),
+        )
+        .join(earlier, earlier.c.event_id == e.c.identical_to)
+        .join(f, f.c.function_hash == e.c.function_hash)
+        .where(*_wasted(e, earlier), *_where(e, filters))
+        .group_by(e.c.function_hash, f.c.qualname, e.c.cause)
+    )
+    if function_hashes is not None:
+        query = query.where(e.c.function_hash.in_(function_hashes))
+    return [
+        WastedRecompiles(
+            function_hash=row.function_hash,
+            qualname=row.qualname,
+            cause=row.cause,
+            recompiles=row.recompiles,
+            seconds=float(row.seconds or 0.0),
+            persistent_cache_would_serve=int(row.persistent_cache_would_serve or 0),
+            below_min_compile_time=int(row.below_min_compile_time or 0),
+        )
+        for row in conn.execute(query)
+    ]
+
+
+def wasted_between(
+    conn: sa.Connection, function_hashes: list[str], run_id: str, start: float, end: float
+) -> tuple[int, float]:
+    """Wasted recompiles of the functions in the run between ``start`` and ``end`` (inclusive), and their seconds."""
+    e, earlier = models.compile_events, models.compile_events.alias("earlier")
+    count, seconds = conn.execute(
+        sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(cost_expr(e)), 0.0))
+        .select_from(e)
+        .join(earlier, earlier.c.event_id == e.c.identical_to)
+        .where(
+            e.c.function_hash.in_(function_hashes),
+            e.c.run_id == run_id,
+            e.c.timestamp >= start,
+            e.c.timestamp <= end,
+            *_wasted(e, earlier),
+        )
+    ).one()
+    return int(count), float(seconds)
+
+
+def shared_programs(conn: sa.Connection, filters: Filters) -> list[SharedProgram]:
+    """Per pair of functions, the compiles of the first that produced the second's program."""
+    e, other, f, g = (
+        models.compile_events,
+        models.compile_events.alias("other"),
+        models.functions,
+        models.functions.alias("g"),
+    )
+    link = sa.func.coalesce(e.c.same_program_as, e.c.identical_to)
+    query = (
+        sa.select(
+            e.c.function_hash,
+            f.c.qualname,
+            other.c.function_hash.label("other_hash"),
+            g.c.qualname.label("other_qualname"),
+            sa.func.count().label("compiles"),
+            sa.func.sum(cost_expr(e)).label("seconds"),
+        )
+        .join(other, other.c.event_id == link)
+        .join(f, f.c.function_hash == e.c.function_hash)
+        .join(g, g.c.function_hash == other.c.function_hash)
+        .where(link.is_not(None), other.c.function_hash != e.c.function_hash, *_where(e, filters))
+        .group_by(e.c.function_hash, f.c.qualname, other.c.function_hash, g.c.qualname)
+    )
+    return [
+        SharedProgram(
+            function_hash=row.function_hash,
+            qualname=row.qualname,
+            other_hash=row.other_hash,
+            other_qualname=row.other_qualname,
+            compiles=row.compiles,
+            seconds=float(row.seconds or 0.0),
+        )
+        for row in conn.execute(query)
+    ]
+
+
+def profiled_compiles(conn: sa.Connection, function_hash: str, filters: Filters, limit: int) -> list[ProfiledCompile]:
+    """The function's latest compiles, newest first, with their program figures."""
+    e = models.compile_events
+    query = (
+        sa.select(
+            e.c.event_id,
+            e.c.run_id,
+            e.c.timestamp,
+            e.c.jaxpr_eqns,
+            e.c.hlo_ops,
+            e.c.compile_seconds,
+            cost_expr(e).label("seconds"),
+            e.c.eqns_by_line,
+            e.c.memory,
+            e.c.identical_to,
+        )
+        .where(e.c.function_hash == function_hash, e.c.compiled.is_(True), *_where(e, filters))
+        .order_by(e.c.timestamp.desc())
+        .limit(limit)
+    )
+    return [ProfiledCompile(**row) for row in conn.execute(query).mappings()]

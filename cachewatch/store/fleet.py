@@ -1,0 +1,99 @@
+"""What a job's ranks compiled, read for cachewatch.analysis.fleet: the job's runs, their
+compiles per function and signature, and the names and signatures a divergence shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import sqlalchemy as sa
+
+from . import models
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """One process of a job."""
+
+    run_id: str
+    run_name: str
+    host: str
+    pid: int
+    started_at: float
+    process_index: int | None
+    process_count: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureCompiles:
+    """How often one run compiled one signature of one function."""
+
+    run_id: str
+    function_hash: str
+    signature_hash: str
+    compiles: int
+
+
+@dataclass(frozen=True, slots=True)
+class LastSignature:
+    """The newest compile of a signature in a set of runs: its signature and sentence."""
+
+    signature: list[dict[str, Any]]
+    explanation: str
+
+
+def job_runs(conn: sa.Connection, job: str) -> list[JobRun]:
+    """The job's runs, by rank, then start time."""
+    r = models.runs
+    rows = conn.execute(
+        sa.select(r.c.run_id, r.c.run_name, r.c.host, r.c.pid, r.c.started_at, r.c.process_index, r.c.process_count)
+        .where(r.c.job == job)
+        .order_by(r.c.process_index, r.c.started_at)
+    )
+    return [JobRun(**row._mapping) for row in rows]
+
+
+def signature_compiles(conn: sa.Connection, run_ids: list[str]) -> list[SignatureCompiles]:
+    """Compiles per run, function and signature of the given runs."""
+    e = models.compile_events
+    grouped = conn.execute(
+        sa.select(e.c.run_id, e.c.function_hash, e.c.signature_hash, sa.func.count())
+        .where(e.c.run_id.in_(run_ids), e.c.compiled.is_(True))
+        .group_by(e.c.run_id, e.c.function_hash, e.c.signature_hash)
+    )
+    return [SignatureCompiles(run_id, fh, sh, int(n)) for run_id, fh, sh, n in grouped]
+
+
+def qualnames(conn: sa.Connection, function_hashes: Iterable[str]) -> dict[str, str]:
+    f = models.functions
+    query = sa.select(f.c.function_hash, f.c.qualname).where(f.c.function_hash.in_(sorted(set(function_hashes))))
+    return {row.function_hash: row.qualname for row in conn.execute(query)}
+
+
+def last_signature(
+    conn: sa.Connection, function_hash: str, signature_hash: str, run_ids: list[str]
+) -> LastSignature | None:
+    """The newest compile of this signature in these runs; None when none compiled it."""
+    e = models.compile_events
+    row = conn.execute(
+        sa.select(e.c.signature, e.c.explanation)
+        .where(
+            e.c.function_hash == function_hash,
+            e.c.signature_hash == signature_hash,
+            e.c.run_id.in_(run_ids),
+            e.c.compiled.is_(True),
+        )
+        .order_by(e.c.timestamp.desc())
+        .limit(1)
+    ).first()
+    return LastSignature(list(row.signature or []), row.explanation) if row else None
+
+
+def recent_jobs(conn: sa.Connection, limit: int = 20) -> list[str]:
+    """The jobs with the most recently started runs."""
+    r = models.runs
+    latest = sa.func.max(r.c.started_at)
+    rows = conn.execute(
+        sa.select(r.c.job, latest).where(r.c.job != "").group_by(r.c.job).order_by(latest.desc()).limit(limit)
+    )
+    return [row[0] for row in rows]
