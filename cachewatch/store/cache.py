@@ -149,108 +149,137 @@ def read_cache(conn: sa.Connection, filters: Filters, pairs: Iterable[tuple[str,
     wanted = set(pairs)
     runs_wanted = sorted({run for run, _ in wanted})
     fns_wanted = sorted({fn for _, fn in wanted})
-    e, s, f, r = models.compile_events, models.call_stats, models.functions, models.runs
     compiles: list[CompiledRecord] = []
     stats: list[StatsRecord] = []
     for start in range(0, len(fns_wanted), _CHUNK):
         chunk = fns_wanted[start : start + _CHUNK]
-        q = sa.select(
-            e.c.event_id,
-            e.c.run_id,
-            e.c.function_hash,
-            e.c.timestamp,
-            e.c.kind,
-            e.c.cause,
-            e.c.warmup,
-            e.c.signature_hash,
-            e.c.device,
-            cost_expr(e).label("seconds"),
-            e.c.memory,
-            e.c.host_bytes,
-            e.c.host_bytes_before,
-            e.c.peak_host_bytes,
-            e.c.persistent_cache,
-            e.c.persistent_cache_reason,
-            e.c.persistent_cache_key,
-            e.c.cache_time_saved_seconds,
-            e.c.persistent_cache_bytes,
-        ).where(e.c.function_hash.in_(chunk), e.c.run_id.in_(runs_wanted), e.c.compiled, e.c.kind != Kind.STALE_CAPTURE)
-        q = Filters(since=filters.since, until=filters.until).apply(e, q)
-        for row in conn.execute(q):
-            if (row.run_id, row.function_hash) in wanted:
-                compiles.append(
-                    CompiledRecord(
-                        row.event_id,
-                        row.run_id,
-                        row.function_hash,
-                        float(row.timestamp),
-                        row.kind,
-                        row.cause,
-                        bool(row.warmup),
-                        row.signature_hash or "",
-                        row.device,
-                        float(row.seconds or 0.0),
-                        row.memory if isinstance(row.memory, dict) else None,
-                        row.host_bytes,
-                        row.host_bytes_before,
-                        row.peak_host_bytes,
-                        row.persistent_cache,
-                        row.persistent_cache_reason,
-                        row.persistent_cache_key,
-                        row.cache_time_saved_seconds,
-                        row.persistent_cache_bytes,
-                    )
+        compiles += _read_compiles(conn, filters, chunk, runs_wanted, wanted)
+        stats += _read_stats(conn, filters, chunk, runs_wanted, wanted)
+    compiles.sort(key=lambda c: (c.timestamp, c.event_id))
+    stats.sort(key=lambda x: x.timestamp)
+    return CacheRecords(tuple(compiles), tuple(stats), _read_names(conn, fns_wanted), _read_runs(conn, runs_wanted))
+
+
+def _read_compiles(
+    conn: sa.Connection, filters: Filters, chunk: list[str], runs: list[str], wanted: set[tuple[str, str]]
+) -> list[CompiledRecord]:
+    """The compiles of the wanted pairs among these functions and runs, under the filters' time span."""
+    e = models.compile_events
+    compiles: list[CompiledRecord] = []
+    q = sa.select(
+        e.c.event_id,
+        e.c.run_id,
+        e.c.function_hash,
+        e.c.timestamp,
+        e.c.kind,
+        e.c.cause,
+        e.c.warmup,
+        e.c.signature_hash,
+        e.c.device,
+        cost_expr(e).label("seconds"),
+        e.c.memory,
+        e.c.host_bytes,
+        e.c.host_bytes_before,
+        e.c.peak_host_bytes,
+        e.c.persistent_cache,
+        e.c.persistent_cache_reason,
+        e.c.persistent_cache_key,
+        e.c.cache_time_saved_seconds,
+        e.c.persistent_cache_bytes,
+    ).where(e.c.function_hash.in_(chunk), e.c.run_id.in_(runs), e.c.compiled, e.c.kind != Kind.STALE_CAPTURE)
+    q = Filters(since=filters.since, until=filters.until).apply(e, q)
+    for row in conn.execute(q):
+        if (row.run_id, row.function_hash) in wanted:
+            compiles.append(
+                CompiledRecord(
+                    row.event_id,
+                    row.run_id,
+                    row.function_hash,
+                    float(row.timestamp),
+                    row.kind,
+                    row.cause,
+                    bool(row.warmup),
+                    row.signature_hash or "",
+                    row.device,
+                    float(row.seconds or 0.0),
+                    row.memory if isinstance(row.memory, dict) else None,
+                    row.host_bytes,
+                    row.host_bytes_before,
+                    row.peak_host_bytes,
+                    row.persistent_cache,
+                    row.persistent_cache_reason,
+                    row.persistent_cache_key,
+                    row.cache_time_saved_seconds,
+                    row.persistent_cache_bytes,
                 )
-        # Statistics after the filter's start count (hits of executables made before it
-        # are not shown, their executables being outside the filter).
-        sq = sa.select(
-            s.c.run_id,
-            s.c.function_hash,
-            s.c.timestamp,
-            s.c.calls,
-            s.c.signature_hash,
-            s.c.sampled_calls,
-            s.c.sampled_seconds,
-            s.c.run_buckets,
-            s.c.sample_every,
-            s.c.released_by,
-        ).where(s.c.function_hash.in_(chunk), s.c.run_id.in_(runs_wanted))
-        if filters.since is not None:
-            sq = sq.where(s.c.timestamp >= filters.since)
-        for row in conn.execute(sq):
-            if (row.run_id, row.function_hash) in wanted:
-                stats.append(
-                    StatsRecord(
-                        row.run_id,
-                        row.function_hash,
-                        float(row.timestamp),
-                        int(row.calls or 0),
-                        row.signature_hash or "",
-                        int(row.sampled_calls or 0),
-                        float(row.sampled_seconds or 0.0),
-                        _weight(row.run_buckets),
-                        row.sample_every,
-                        row.released_by,
-                    )
+            )
+    return compiles
+
+
+def _read_stats(
+    conn: sa.Connection, filters: Filters, chunk: list[str], runs: list[str], wanted: set[tuple[str, str]]
+) -> list[StatsRecord]:
+    """The call statistics of the wanted pairs among these functions and runs."""
+    s = models.call_stats
+    stats: list[StatsRecord] = []
+    # Statistics after the filter's start count (hits of executables made before it
+    # are not shown, their executables being outside the filter).
+    sq = sa.select(
+        s.c.run_id,
+        s.c.function_hash,
+        s.c.timestamp,
+        s.c.calls,
+        s.c.signature_hash,
+        s.c.sampled_calls,
+        s.c.sampled_seconds,
+        s.c.run_buckets,
+        s.c.sample_every,
+        s.c.released_by,
+    ).where(s.c.function_hash.in_(chunk), s.c.run_id.in_(runs))
+    if filters.since is not None:
+        sq = sq.where(s.c.timestamp >= filters.since)
+    for row in conn.execute(sq):
+        if (row.run_id, row.function_hash) in wanted:
+            stats.append(
+                StatsRecord(
+                    row.run_id,
+                    row.function_hash,
+                    float(row.timestamp),
+                    int(row.calls or 0),
+                    row.signature_hash or "",
+                    int(row.sampled_calls or 0),
+                    float(row.sampled_seconds or 0.0),
+                    _weight(row.run_buckets),
+                    row.sample_every,
+                    row.released_by,
                 )
-    functions = {
+            )
+    return stats
+
+
+def _read_names(conn: sa.Connection, function_hashes: list[str]) -> dict[str, FunctionName]:
+    """The names of these functions, by hash."""
+    f = models.functions
+    return {
         row.function_hash: FunctionName(row.function_hash, row.name, row.qualname, row.module or "")
-        for start in range(0, len(fns_wanted), _CHUNK)
+        for start in range(0, len(function_hashes), _CHUNK)
         for row in conn.execute(
             sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module).where(
-                f.c.function_hash.in_(fns_wanted[start : start + _CHUNK])
+                f.c.function_hash.in_(function_hashes[start : start + _CHUNK])
             )
         )
     }
-    runs = {
+
+
+def _read_runs(conn: sa.Connection, run_ids: list[str]) -> dict[str, RunRecord]:
+    """These runs' records, by id."""
+    r = models.runs
+    return {
         row.run_id: RunRecord(row.run_id, row.run_name or "", float(row.started_at), row.host or "", int(row.pid or 0))
         for row in conn.execute(
-            sa.select(r.c.run_id, r.c.run_name, r.c.started_at, r.c.host, r.c.pid).where(r.c.run_id.in_(runs_wanted))
+            sa.select(r.c.run_id, r.c.run_name, r.c.started_at, r.c.host, r.c.pid).where(r.c.run_id.in_(run_ids))
         )
     }
-    compiles.sort(key=lambda c: (c.timestamp, c.event_id))
-    stats.sort(key=lambda x: x.timestamp)
-    return CacheRecords(tuple(compiles), tuple(stats), functions, runs)
 
 
 def latest_run(conn: sa.Connection) -> str | None:

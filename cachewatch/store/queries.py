@@ -421,9 +421,8 @@ def grouped(conn: sa.Connection, filters: Filters, *columns: str) -> list[tuple]
     return [tuple(row) for row in conn.execute(q.group_by(*keys))]
 
 
-def totals(conn: sa.Connection, filters: Filters) -> Totals:
-    """Totals over the store (or the filtered part of it): events, compiles by cause, cost,
-    calls and run time (the summary without its storms)."""
+def _runs_with_events(conn: sa.Connection, filters: Filters) -> int:
+    """How many runs have an event under the filters."""
     if filters.since is None and filters.until is None:
         per_run = models.run_totals
         runs_q = sa.select(sa.func.count()).select_from(per_run).where(per_run.c.events > 0)
@@ -438,7 +437,12 @@ def totals(conn: sa.Connection, filters: Filters) -> Totals:
         runs_q = sa.select(sa.func.count()).select_from(r).where(has_events)
         if filters.run_id:
             runs_q = runs_q.where(r.c.run_id == filters.run_id)
-    runs = conn.execute(runs_q).scalar_one()
+    return conn.execute(runs_q).scalar_one()
+
+
+def _event_counts(conn: sa.Connection, filters: Filters) -> tuple[int, int, int, int, int, dict[str, int]]:
+    """Events, traces, compiles, recompiles and stale captures under the filters, and the
+    events per cause (stale captures left out)."""
     causes: dict[str, int] = {}
     events = traces = compiles = recompiles = stale_captures = 0
     for kind, cause, compiled, n, _ in grouped(conn, filters, "kind", "cause", "compiled"):
@@ -454,6 +458,14 @@ def totals(conn: sa.Connection, filters: Filters) -> Totals:
             compiles += n
             if cause != Cause.FIRST_CALL and kind != Kind.WARMUP:
                 recompiles += n
+    return events, traces, compiles, recompiles, stale_captures, causes
+
+
+def totals(conn: sa.Connection, filters: Filters) -> Totals:
+    """Totals over the store (or the filtered part of it): events, compiles by cause, cost,
+    calls and run time (the summary without its storms)."""
+    runs = _runs_with_events(conn, filters)
+    events, traces, compiles, recompiles, stale_captures, causes = _event_counts(conn, filters)
     compile_by_function = {
         function_hash: float(cost or 0.0) for function_hash, _, cost in grouped(conn, filters, "function_hash")
     }

@@ -63,21 +63,40 @@ def deltas(
     runs for every event the store takes. The coarser totals (per function alone, and
     store-wide) are then summed from its few rows.
     """
-    at = {
-        name: columns.index(name)
-        for name in (
-            "function_hash",
-            "run_id",
-            "kind",
-            "cause",
-            "compiled",
-            "timestamp",
-            "trace_seconds",
-            "lower_seconds",
-            "compile_seconds",
-        )
+    functions, buckets, runs, identical = _per_event_totals(events, columns)
+    per_function, causes, store_buckets = _coarse_totals(functions, buckets, identical)
+    return {
+        models.function_totals: list(functions.values()),
+        models.function_cost_buckets: list(buckets.values()),
+        models.run_totals: list(runs.values()),
+        models.function_compile_totals: list(per_function.values()),
+        models.cause_totals: list(causes.values()),
+        models.cost_bucket_totals: list(store_buckets.values()),
     }
-    hash_at, run_at, kind_at, cause_at, compiled_at, ts_at, trace_at, lower_at, compile_at = at.values()
+
+
+_EVENT_FIELDS = (
+    "function_hash",
+    "run_id",
+    "kind",
+    "cause",
+    "compiled",
+    "timestamp",
+    "trace_seconds",
+    "lower_seconds",
+    "compile_seconds",
+)
+
+
+def _per_event_totals(
+    events: Iterable[Sequence[Any]], columns: Sequence[str]
+) -> tuple[dict[tuple, dict], dict[tuple, dict], dict[str, dict], dict[str, float]]:
+    """The totals kept per (function, kind, cause, compiled), per (function, cost bucket)
+    and per run, and the seconds each function spent on compiles identical to an earlier
+    one: one pass over the events, the loop every stored event goes through."""
+    hash_at, run_at, kind_at, cause_at, compiled_at, ts_at, trace_at, lower_at, compile_at = (
+        columns.index(name) for name in _EVENT_FIELDS
+    )
     # A store read before the column existed (a migration's rebuild) has no identical_to.
     identical_at = columns.index("identical_to") if "identical_to" in columns else None
     identical: dict[str, float] = {}
@@ -92,16 +111,7 @@ def deltas(
         key = (function_hash, e[kind_at], e[cause_at], compiled)
         row = functions.get(key)
         if row is None:
-            functions[key] = {
-                "function_hash": function_hash,
-                "kind": key[1],
-                "cause": key[2],
-                "compiled": compiled,
-                "events": 1,
-                "cost_seconds": cost,
-                "first_ts": ts,
-                "last_ts": ts,
-            }
+            functions[key] = _function_row(key, cost, ts)
         else:
             row["events"] += 1
             row["cost_seconds"] += cost
@@ -124,14 +134,7 @@ def deltas(
         run_id = e[run_at]
         row = runs.get(run_id)
         if row is None:
-            runs[run_id] = {
-                "run_id": run_id,
-                "events": 1,
-                "compiles": int(compiled),
-                "cost_seconds": run_cost,
-                "first_ts": ts,
-                "last_ts": ts,
-            }
+            runs[run_id] = _run_row(run_id, compiled, run_cost, ts)
         else:
             row["events"] += 1
             row["compiles"] += compiled
@@ -140,7 +143,41 @@ def deltas(
                 row["first_ts"] = ts
             elif ts > row["last_ts"]:
                 row["last_ts"] = ts
+    return functions, buckets, runs, identical
 
+
+def _function_row(key: tuple, cost: float, ts: Any) -> dict[str, Any]:
+    """A ``function_totals`` row for the first event of its key (function, kind, cause, compiled)."""
+    function_hash, kind, cause, compiled = key
+    return {
+        "function_hash": function_hash,
+        "kind": kind,
+        "cause": cause,
+        "compiled": compiled,
+        "events": 1,
+        "cost_seconds": cost,
+        "first_ts": ts,
+        "last_ts": ts,
+    }
+
+
+def _run_row(run_id: str, compiled: bool, cost: float, ts: Any) -> dict[str, Any]:
+    """A ``run_totals`` row for the first event of its run."""
+    return {
+        "run_id": run_id,
+        "events": 1,
+        "compiles": int(compiled),
+        "cost_seconds": cost,
+        "first_ts": ts,
+        "last_ts": ts,
+    }
+
+
+def _coarse_totals(
+    functions: dict[tuple, dict], buckets: dict[tuple, dict], identical: dict[str, float]
+) -> tuple[dict[Any, dict], dict[Any, dict], dict[Any, dict]]:
+    """The totals per function alone, per (kind, cause, compiled) and per cost bucket
+    store-wide, summed from the finer rows of ``_per_event_totals``."""
     per_function: dict[Any, dict] = {}
     causes: dict[Any, dict] = {}
     for row in functions.values():
@@ -166,14 +203,7 @@ def deltas(
     store_buckets: dict[Any, dict] = {}
     for row in buckets.values():
         _sum_into(store_buckets, {"bucket": row["bucket"]}, {"events": row["events"]})
-    return {
-        models.function_totals: list(functions.values()),
-        models.function_cost_buckets: list(buckets.values()),
-        models.run_totals: list(runs.values()),
-        models.function_compile_totals: list(per_function.values()),
-        models.cause_totals: list(causes.values()),
-        models.cost_bucket_totals: list(store_buckets.values()),
-    }
+    return per_function, causes, store_buckets
 
 
 def _sum_into(out: dict[Any, dict], key: dict[str, Any], values: dict[str, Any]) -> None:
@@ -247,29 +277,14 @@ def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
         r[0]: int(r[1])
         for r in conn.execute(sa.select(t.c.function_hash, t.c.unvalued_calls).where(t.c.function_hash.in_(hashes)))
     }
-    known: dict[str, dict[str, runtimes.Buckets]] = {h: {} for h in hashes}
-    for function_hash, signature_hash, bucket, samples, weight in conn.execute(
-        sa.select(b.c.function_hash, b.c.signature_hash, b.c.bucket, b.c.samples, b.c.weight).where(
-            b.c.function_hash.in_(hashes)
-        )
-    ):
-        known[function_hash].setdefault(signature_hash, {})[int(bucket)] = [int(samples), int(weight)]
+    known = _stored_run_time_buckets(conn, hashes)
     deltas: dict[str, dict[str, Any]] = {}
     new_buckets: dict[tuple[str, str, int], dict[str, Any]] = {}
     for row in sorted(stats, key=lambda r: r["timestamp"]):
         key = row["function_hash"]
         delta = deltas.get(key)
         if delta is None:
-            delta = deltas[key] = {
-                "function_hash": key,
-                "calls": 0,
-                "sampled_calls": 0,
-                "sampled_seconds": 0.0,
-                "run_seconds": 0.0,
-                "unvalued_calls": 0,
-                "unsampled_calls": 0,
-                "run_seconds_per_call": None,
-            }
+            delta = deltas[key] = _empty_call_totals(key)
         calls = int(row["calls"])
         delta["calls"] += calls
         delta["sampled_calls"] += int(row["sampled_calls"])
@@ -280,19 +295,7 @@ def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
         if buckets:
             signature_hash = row.get("signature_hash") or ""
             runtimes.merge(known[key].setdefault(signature_hash, {}), buckets)
-            for bucket, (samples, weight) in buckets.items():
-                found = new_buckets.setdefault(
-                    (key, signature_hash, bucket),
-                    {
-                        "function_hash": key,
-                        "signature_hash": signature_hash,
-                        "bucket": bucket,
-                        "samples": 0,
-                        "weight": 0,
-                    },
-                )
-                found["samples"] += samples
-                found["weight"] += weight
+            _add_run_time_buckets(new_buckets, key, signature_hash, buckets)
         per_call = runtimes.per_call_seconds(known[key])
         if per_call is None:
             delta["unvalued_calls"] += calls
@@ -304,6 +307,55 @@ def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
             delta["run_seconds"] += (stored_waiting + delta["unvalued_calls"]) * per_call
             delta["unvalued_calls"] = -stored_waiting
     add(conn, {t: list(deltas.values()), b: list(new_buckets.values())})
+
+
+def _stored_run_time_buckets(conn: sa.Connection, hashes: list[str]) -> dict[str, dict[str, runtimes.Buckets]]:
+    """The run-time buckets stored for these functions, per function and signature."""
+    b = models.run_time_buckets
+    known: dict[str, dict[str, runtimes.Buckets]] = {h: {} for h in hashes}
+    for function_hash, signature_hash, bucket, samples, weight in conn.execute(
+        sa.select(b.c.function_hash, b.c.signature_hash, b.c.bucket, b.c.samples, b.c.weight).where(
+            b.c.function_hash.in_(hashes)
+        )
+    ):
+        known[function_hash].setdefault(signature_hash, {})[int(bucket)] = [int(samples), int(weight)]
+    return known
+
+
+def _empty_call_totals(function_hash: str) -> dict[str, Any]:
+    """A ``function_call_totals`` delta with nothing counted yet."""
+    return {
+        "function_hash": function_hash,
+        "calls": 0,
+        "sampled_calls": 0,
+        "sampled_seconds": 0.0,
+        "run_seconds": 0.0,
+        "unvalued_calls": 0,
+        "unsampled_calls": 0,
+        "run_seconds_per_call": None,
+    }
+
+
+def _add_run_time_buckets(
+    new_buckets: dict[tuple[str, str, int], dict[str, Any]],
+    function_hash: str,
+    signature_hash: str,
+    buckets: runtimes.Buckets,
+) -> None:
+    """Add one stats row's run-time buckets to the ``run_time_buckets`` rows to insert."""
+    for bucket, (samples, weight) in buckets.items():
+        found = new_buckets.setdefault(
+            (function_hash, signature_hash, bucket),
+            {
+                "function_hash": function_hash,
+                "signature_hash": signature_hash,
+                "bucket": bucket,
+                "samples": 0,
+                "weight": 0,
+            },
+        )
+        found["samples"] += samples
+        found["weight"] += weight
 
 
 def row_buckets(row: Mapping[str, Any] | sa.RowMapping) -> runtimes.Buckets:

@@ -144,7 +144,14 @@ def _memory(memory: Any) -> int | None:
 
 def evidence(conn: sa.Connection, function: FunctionInfo, run_id: str, run_name: str = "") -> RunEvidence:
     """The function's compiles in the run, oldest first, and its calls and timed signatures."""
-    e, s = models.compile_events, models.call_stats
+    compiles = _compiles(conn, function.function_hash, run_id)
+    calls, timed, sample_every = _calls_and_timed_signatures(conn, function.function_hash, run_id)
+    return RunEvidence(function, run_id, run_name, compiles, calls, timed, sample_every)
+
+
+def _compiles(conn: sa.Connection, function_hash: str, run_id: str) -> tuple[CompileRecord, ...]:
+    """The function's compiles in the run, oldest first (stale captures left out)."""
+    e = models.compile_events
     q = (
         sa.select(
             e.c.event_id,
@@ -161,14 +168,14 @@ def evidence(conn: sa.Connection, function: FunctionInfo, run_id: str, run_name:
             e.c.device,
         )
         .where(
-            e.c.function_hash == function.function_hash,
+            e.c.function_hash == function_hash,
             e.c.run_id == run_id,
             e.c.compiled,
             e.c.kind != Kind.STALE_CAPTURE,
         )
         .order_by(e.c.timestamp, e.c.id)
     )
-    compiles = tuple(
+    return tuple(
         CompileRecord(
             r.event_id,
             float(r.timestamp),
@@ -184,9 +191,17 @@ def evidence(conn: sa.Connection, function: FunctionInfo, run_id: str, run_name:
         )
         for r in conn.execute(q)
     )
+
+
+def _calls_and_timed_signatures(
+    conn: sa.Connection, function_hash: str, run_id: str
+) -> tuple[int, tuple[TimedSignature, ...], int | None]:
+    """The function's calls in the run, its signatures with a median run time, and the
+    run's sampling interval (the last one recorded)."""
+    s = models.call_stats
     stats = conn.execute(
         sa.select(s.c.calls, s.c.signature_hash, s.c.run_buckets, s.c.sample_every).where(
-            s.c.function_hash == function.function_hash, s.c.run_id == run_id
+            s.c.function_hash == function_hash, s.c.run_id == run_id
         )
     ).all()
     calls = sum(int(r.calls or 0) for r in stats)
@@ -204,4 +219,4 @@ def evidence(conn: sa.Connection, function: FunctionInfo, run_id: str, run_name:
             samples = sum(v[0] for v in found.values())
             weight = sum(max(v[1], v[0]) for v in found.values())
             timed.append(TimedSignature(signature_hash, samples, weight, median))
-    return RunEvidence(function, run_id, run_name, compiles, calls, tuple(timed), sample_every)
+    return calls, tuple(timed), sample_every
