@@ -240,10 +240,64 @@ def _function_cache(
     releases = tuple((s.timestamp, s.released_by) for s in stats if s.released_by)
     counted = [s for s in stats if not s.released_by]
     made = sorted(made, key=lambda c: c.timestamp)
+    released = _first_release_after(made, releases)
+    mode, calls, last_hit, run_seconds = _hits(made, released, counted)
+    variants = tuple(
+        Variant(
+            event_id=c.event_id,
+            run_id=run_id,
+            function_hash=function_hash,
+            signature_hash=c.signature_hash,
+            device=c.device,
+            created_at=c.timestamp,
+            compile_seconds=c.seconds,
+            cause=c.cause,
+            warmup=c.warmup or c.kind == Kind.WARMUP,
+            calls=calls[i],
+            calls_exact=mode == "exact",
+            run_seconds=run_seconds[i],
+            last_hit=last_hit[i],
+            released_at=released[i][0],
+            released_by=released[i][1],
+            memory=c.memory,
+            host_bytes=c.host_bytes,
+            peak_host_bytes=c.peak_host_bytes,
+            persistent_cache=c.persistent_cache,
+            persistent_cache_reason=c.persistent_cache_reason,
+            persistent_cache_key=c.persistent_cache_key,
+            persistent_cache_bytes=c.persistent_cache_bytes,
+        )
+        for i, c in enumerate(made)
+    )
+    return FunctionCache(
+        run_id,
+        function_hash,
+        *names,
+        variants=variants,
+        timeline=_timeline(variants),
+        releases=releases,
+        calls_counted=mode,
+    )
+
+
+def _first_release_after(
+    made: list[CompiledRecord], releases: tuple[tuple[float, str], ...]
+) -> list[tuple[float | None, str | None]]:
+    """For each compile (in time order), the first release at or after it: when and by what."""
     released: list[tuple[float | None, str | None]] = []
     for c in made:
         after = [(t, by) for t, by in releases if t >= c.timestamp]
         released.append(min(after) if after else (None, None))
+    return released
+
+
+def _hits(
+    made: list[CompiledRecord],
+    released: list[tuple[float | None, str | None]],
+    counted: list[StatsRecord],
+) -> tuple[str, list[int | None], list[float | None], list[float | None]]:
+    """How the calls were counted ("exact", "sampled" or "not counted") and, per compile,
+    its hits, last hit and run seconds."""
     keys = {(c.signature_hash, c.device) for c in made}
     total_calls = sum(s.calls for s in counted)
     # A compile made by a call (not ahead of time by a warm-up) counts that call.
@@ -282,42 +336,7 @@ def _function_cache(
     else:
         mode = "not counted"
         calls, last_hit, run_seconds = [None] * len(made), [None] * len(made), [None] * len(made)
-    variants = tuple(
-        Variant(
-            event_id=c.event_id,
-            run_id=run_id,
-            function_hash=function_hash,
-            signature_hash=c.signature_hash,
-            device=c.device,
-            created_at=c.timestamp,
-            compile_seconds=c.seconds,
-            cause=c.cause,
-            warmup=c.warmup or c.kind == Kind.WARMUP,
-            calls=calls[i],
-            calls_exact=mode == "exact",
-            run_seconds=run_seconds[i],
-            last_hit=last_hit[i],
-            released_at=released[i][0],
-            released_by=released[i][1],
-            memory=c.memory,
-            host_bytes=c.host_bytes,
-            peak_host_bytes=c.peak_host_bytes,
-            persistent_cache=c.persistent_cache,
-            persistent_cache_reason=c.persistent_cache_reason,
-            persistent_cache_key=c.persistent_cache_key,
-            persistent_cache_bytes=c.persistent_cache_bytes,
-        )
-        for i, c in enumerate(made)
-    )
-    return FunctionCache(
-        run_id,
-        function_hash,
-        *names,
-        variants=variants,
-        timeline=_timeline(variants),
-        releases=releases,
-        calls_counted=mode,
-    )
+    return mode, calls, last_hit, run_seconds
 
 
 def _split_by_time(
@@ -565,6 +584,22 @@ def text(report: CacheReport, audit: DirectoryAudit | None = None, audit_note: s
     """The report for a terminal: per function its executables, then the variants that
     never served a call, the persistent cache per run, and the directory."""
     lines: list[str] = []
+    lines += _functions_text(report)
+    lines += _never_hit_text(report)
+    for p in report.persistent:
+        lines += _persistent_text(p)
+    if audit_note:
+        lines.append("")
+        lines.append(audit_note)
+    if audit is not None:
+        lines.append("")
+        lines += _directory_text(audit)
+    return "\n".join(lines)
+
+
+def _functions_text(report: CacheReport) -> list[str]:
+    """The table of each function's executables, with the note on what "live" means."""
+    lines: list[str] = []
     if not report.functions:
         lines.append("No compiles recorded for this selection.")
     else:
@@ -606,53 +641,61 @@ def text(report: CacheReport, audit: DirectoryAudit | None = None, audit_note: s
             "Live: not released as of the run's last record. A run whose process has ended, or died, freed its "
             "executables at exit."
         )
+    return lines
+
+
+def _never_hit_text(report: CacheReport) -> list[str]:
+    """The variants compiled and never called again (the first fifty)."""
     never = report.never_hit
-    if never:
-        names = {fn.function_hash: fn.name for fn in report.functions}
-        lines.append("")
+    if not never:
+        return []
+    names = {fn.function_hash: fn.name for fn in report.functions}
+    lines = [
+        "",
+        f"Compiled and never called again ({len(never)}, {seconds_text(sum(v.compile_seconds for v in never))}):",
+    ]
+    for v in never[:50]:
         lines.append(
-            f"Compiled and never called again ({len(never)}, {seconds_text(sum(v.compile_seconds for v in never))}):"
+            f"  {names.get(v.function_hash, v.function_hash[:12])}  signature {v.signature_hash[:12]}"
+            f"{'  on ' + v.device if v.device else ''}  compile {seconds_text(v.compile_seconds)}"
+            f"{'  (warm-up)' if v.warmup else ''}"
         )
-        for v in never[:50]:
-            lines.append(
-                f"  {names.get(v.function_hash, v.function_hash[:12])}  signature {v.signature_hash[:12]}"
-                f"{'  on ' + v.device if v.device else ''}  compile {seconds_text(v.compile_seconds)}"
-                f"{'  (warm-up)' if v.warmup else ''}"
-            )
-        if len(never) > 50:
-            lines.append(f"  ... and {len(never) - 50} more")
-    for p in report.persistent:
-        parts = [f"{n} {result.replace('_', ' ')}" for result, n in sorted(p.results.items())]
-        why = ", ".join(f"{reason} {n}" for reason, n in sorted(p.not_written.items()))
-        rate = "-" if p.hit_rate is None else f"{p.hit_rate:.0%}"
-        lines.append("")
+    if len(never) > 50:
+        lines.append(f"  ... and {len(never) - 50} more")
+    return lines
+
+
+def _persistent_text(p: PersistentRun) -> list[str]:
+    """What the persistent compilation cache did in one run."""
+    parts = [f"{n} {result.replace('_', ' ')}" for result, n in sorted(p.results.items())]
+    why = ", ".join(f"{reason} {n}" for reason, n in sorted(p.not_written.items()))
+    rate = "-" if p.hit_rate is None else f"{p.hit_rate:.0%}"
+    return [
+        "",
+        f"Persistent compilation cache, run {p.run_id[:8]}: {', '.join(parts)}"
+        + (f" (not written: {why})" if why else "")
+        + f"; hit rate {rate}; saved {seconds_text(p.saved_seconds)}",
+    ]
+
+
+def _directory_text(audit: DirectoryAudit) -> list[str]:
+    """The persistent cache's directory: its entries per function, and what could not be read."""
+    if not audit.readable:
+        return list(audit.problems)
+    unattributed = sum(1 for e in audit.entries if e.function is None)
+    lines = [
+        f"Cache directory {audit.path}: {len(audit.entries)} entries, {bytes_text(audit.total_bytes)}, "
+        f"{len(audit.never_read)} never read, {unattributed} written where cachewatch did not see it"
+    ]
+    by_function: dict[str, list[DirectoryEntry]] = {}
+    for e in audit.entries:
+        by_function.setdefault(e.function or "(not seen written)", []).append(e)
+    for name, entries in sorted(by_function.items()):
         lines.append(
-            f"Persistent compilation cache, run {p.run_id[:8]}: {', '.join(parts)}"
-            + (f" (not written: {why})" if why else "")
-            + f"; hit rate {rate}; saved {seconds_text(p.saved_seconds)}"
+            f"  {name}: {len(entries)} entries, {bytes_text(sum(e.bytes for e in entries))}, "
+            f"{sum(1 for e in entries if e.hits == 0)} never read"
         )
-    if audit_note:
-        lines.append("")
-        lines.append(audit_note)
-    if audit is not None:
-        lines.append("")
-        if not audit.readable:
-            lines.extend(audit.problems)
-        else:
-            unattributed = sum(1 for e in audit.entries if e.function is None)
-            lines.append(
-                f"Cache directory {audit.path}: {len(audit.entries)} entries, {bytes_text(audit.total_bytes)}, "
-                f"{len(audit.never_read)} never read, {unattributed} written where cachewatch did not see it"
-            )
-            by_function: dict[str, list[DirectoryEntry]] = {}
-            for e in audit.entries:
-                by_function.setdefault(e.function or "(not seen written)", []).append(e)
-            for name, entries in sorted(by_function.items()):
-                lines.append(
-                    f"  {name}: {len(entries)} entries, {bytes_text(sum(e.bytes for e in entries))}, "
-                    f"{sum(1 for e in entries if e.hits == 0)} never read"
-                )
-            if audit.foreign:
-                lines.append(f"  not cache entries (left alone): {', '.join(audit.foreign[:10])}")
-            lines.extend(f"  {p}" for p in audit.problems)
-    return "\n".join(lines)
+    if audit.foreign:
+        lines.append(f"  not cache entries (left alone): {', '.join(audit.foreign[:10])}")
+    lines.extend(f"  {p}" for p in audit.problems)
+    return lines
