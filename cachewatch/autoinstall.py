@@ -20,5 +20,5 @@ def run() -> None:
 
         if current.config().install:
             cachewatch.install()
-    except Exception as exc:
+    except Exception as exc:  # nothing may stop the interpreter from starting: one line on stderr
         sys.stderr.write(f"cachewatch: CACHEWATCH_INSTALL is set, but recording did not start: {exc}\n")

@@ -202,7 +202,7 @@ def execute(target: Target) -> tuple[int, bool]:
     except KeyboardInterrupt as exc:
         _print_program_traceback(exc)
         return 130, True
-    except BaseException as exc:
+    except BaseException as exc:  # whatever the program raised ends it as Python would: traceback, status 1
         _print_program_traceback(exc)
         return 1, False
     finally:

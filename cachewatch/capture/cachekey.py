@@ -65,7 +65,7 @@ def _readable() -> dict[str, str]:
     try:
         out["backend"] = jax.default_backend()
         out["device_kind"] = jax.devices()[0].device_kind
-    except Exception:
+    except (RuntimeError, AttributeError):  # no backend could start, or a device without a kind
         pass
     out["xla_flags"] = os.environ.get("XLA_FLAGS", "")[:400]
     return out
@@ -100,7 +100,7 @@ def _cache_dir() -> str | None:
 
         # A flag: JAX 0.12 types attribute reads of its config, 0.10 does not; getattr suits both.
         return getattr(jax.config, "jax_compilation_cache_dir")
-    except Exception:
+    except AttributeError:  # a JAX without the persistent cache
         return None
 
 

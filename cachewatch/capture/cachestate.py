@@ -131,7 +131,7 @@ def _jax_config(name: str) -> Any:
         import jax
 
         return getattr(jax.config, name)
-    except Exception:
+    except AttributeError:  # a flag this JAX does not have
         return None
 
 
@@ -154,7 +154,7 @@ def _not_written_reason(compile_seconds: float | None) -> str:
 
         if jax.process_index() != 0:
             return NotWrittenReason.NOT_PROCESS_0.value
-    except Exception:
+    except RuntimeError:  # no backend could start
         pass
     minimum = _jax_config("jax_persistent_cache_min_compile_time_secs")
     if isinstance(minimum, (int, float)) and compile_seconds is not None and compile_seconds < minimum:

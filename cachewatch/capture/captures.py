@@ -89,7 +89,7 @@ def _is_jax_array(value: Any) -> bool:
         import jax
 
         return isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer)
-    except Exception:
+    except Exception:  # a captured value of the user's may be a proxy whose class cannot be read
         return False
 
 
@@ -132,7 +132,7 @@ def summary(value: Any) -> str:
         return f"{value.dtype}[{shape}]"
     try:
         text = repr(value)
-    except Exception:
+    except Exception:  # a user object whose repr fails must not break the trace
         text = f"<{type(value).__qualname__}>"
     return text if len(text) <= _MAX_SUMMARY else text[: _MAX_SUMMARY - 3] + "..."
 

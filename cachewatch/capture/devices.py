@@ -13,7 +13,7 @@ def backend() -> str | None:
     """JAX's default backend (``cpu``, ``gpu``, ``tpu``); None when JAX cannot tell."""
     try:
         return jax.default_backend()
-    except Exception:
+    except RuntimeError:  # no backend could start
         return None
 
 
@@ -22,7 +22,7 @@ def default_device() -> str | None:
     """The first device of the default backend, where a call with no array input runs."""
     try:
         return str(jax.devices()[0])
-    except Exception:
+    except RuntimeError:  # no backend could start
         return None
 
 
@@ -35,7 +35,7 @@ def of_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
             continue
         try:
             found = sorted(str(d) for d in devices())
-        except Exception:
+        except Exception:  # a deleted (donated) array, or a leaf of the user's with a devices of its own
             continue
         return ",".join(found)
     return default_device()

@@ -331,7 +331,7 @@ def _find_function(file: str, name: str) -> Any:
                 code = getattr(candidate, "__code__", None)
                 if code is not None and code.co_name == name and code.co_filename == file:
                     return candidate
-        except Exception:
+        except Exception:  # a module's object may raise anything from its attributes
             continue
     return None
 

@@ -95,7 +95,7 @@ def user_function(fun: Callable[..., Any]) -> Callable[..., Any]:
                 candidate = inspect.getattr_static(inner, attr, None)
                 if isinstance(candidate, property):
                     candidate = getattr(inner, attr, None)
-            except Exception:
+            except Exception:  # a library object's property may raise anything
                 candidate = None
             if candidate is not None and candidate is not inner and callable(candidate):
                 current = candidate

@@ -104,7 +104,7 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
         if outcome is not None:
             try:
                 guards.act(outcome)  # raises the refusal, or warns (which -W error turns into one)
-            except BaseException as exc:
+            except BaseException as exc:  # noted on the trace's record, then re-raised as it came
                 if record is not None:
                     _trace_failed(record, exc)
                 raise
@@ -113,7 +113,7 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
                 out = target(*args, **kwargs)
             else:
                 out = target(self_ref(), *args, **kwargs)
-        except BaseException as exc:
+        except BaseException as exc:  # the user's function failed to trace: noted, then re-raised as it came
             if record is not None:
                 _trace_failed(record, exc)
             raise
@@ -252,7 +252,7 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
         mark = tracking.activity
         try:
             out = call(*args, **kwargs)
-        except BaseException as exc:
+        except BaseException as exc:  # a failed call's trace is still recorded; the error re-raised as it came
             if tracking.activity != mark:
                 finish(mark, args, kwargs, exc)
             raise
@@ -290,7 +290,7 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
             mark = tracking.activity
             try:
                 out = jitted(*args, **kwargs) if kwargs else jitted(*args)
-            except BaseException as exc:
+            except BaseException as exc:  # a failed call's trace is still recorded; the error re-raised as it came
                 if tracking.activity != mark:
                     finish(mark, args, kwargs, exc)
                 raise

@@ -84,7 +84,7 @@ def render(value: Any) -> str:
             text = f"AxisEnv({dict(value.axis_sizes)})"
         else:
             text = str(value)
-    except Exception:
+    except Exception:  # a value of JAX's or the user's whose str (or mesh) cannot be read
         text = f"<{type(value).__name__}>"
     return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 3] + "..."
 
@@ -100,7 +100,7 @@ def diff(before: tuple, after: tuple) -> list[dict[str, Any]]:
         was, now = old.get(name, missing), new.get(name, missing)
         try:
             same = was is now or bool(was == now)
-        except Exception:
+        except Exception:  # values whose == raises or is no bool (arrays): read as changed
             same = False
         if same:
             continue

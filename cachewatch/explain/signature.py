@@ -177,7 +177,7 @@ def _array_leaf(path: str, arg: int, value: Any) -> Leaf:
     if aval is None:
         try:
             aval = jax.typeof(value)
-        except Exception:
+        except TypeError:  # not a JAX type: a static leaf
             return _static_leaf(path, arg, value)
     shape = tuple(int(d) if isinstance(d, int) else d for d in getattr(aval, "shape", ()))
     dtype = getattr(aval, "dtype", None)

@@ -229,7 +229,7 @@ def _describe_run() -> RunInfo:
     try:
         backend = jax.default_backend()
         devices = tuple(str(d) for d in jax.devices())
-    except Exception:
+    except RuntimeError:  # no backend could start
         backend, devices = "", ()
     return RunInfo(
         run_id=run_id(),

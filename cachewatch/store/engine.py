@@ -301,7 +301,7 @@ def redact_url(url: str) -> str:
     """The URL with its password hidden, fit to print or show."""
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except Exception:
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is no number
         # Not a URL SQLAlchemy reads: drop any user:password@ part by hand.
         return re.sub(r"//[^/@]*@", "//***@", url)
 

@@ -144,5 +144,5 @@ def _detail(exc: urllib.error.HTTPError) -> str:
         data = json.loads(raw)
         text = data.get("message") or data.get("detail") if isinstance(data, dict) else None
         return str(text or raw.decode(errors="replace"))[:500]
-    except Exception:
+    except (OSError, ValueError, http.client.HTTPException):  # a body cut short or not JSON
         return exc.reason if isinstance(exc.reason, str) else "no detail"
