@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from cachewatch.core.events import explain_cache_miss
+from cachewatch.core.events import CACHE_KEY_PARTS, explain_cache_miss
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch_server.main import create_app
@@ -145,6 +145,24 @@ def test_each_changed_part_is_named():
     assert "jax '0.9' -> '0.10'" in upgraded["explanation"]
     same = explain_cache_miss(base, dict(base), earlier_run="r" * 32, earlier_hit=False)
     assert same["changed"] == [] and "same key" in same["explanation"]
+
+
+def test_a_module_that_changed_in_its_names_only_is_told_from_a_changed_program():
+    base = {part: "a" for part, _ in CACHE_KEY_PARTS}
+    moved = {**base, "computation": "b"}
+    renamed = explain_cache_miss(
+        base, moved, earlier_run="r" * 32, earlier_hit=True, programs=(("p1", "m1"), ("p1", "m2"))
+    )
+    assert renamed["changed"] == ["computation"]
+    assert "differs in its names only" in renamed["explanation"]
+    assert "private symbols renumbered" in renamed["explanation"]
+    changed = explain_cache_miss(
+        base, moved, earlier_run="r" * 32, earlier_hit=True, programs=(("p1", "m1"), ("p2", "m2"))
+    )
+    assert "the program itself changed" in changed["explanation"]
+    assert "names only" not in changed["explanation"]
+    unknown = explain_cache_miss(base, moved, earlier_run="r" * 32, earlier_hit=True, programs=None)
+    assert unknown["explanation"].endswith("the program (the lowered computation).")
 
 
 def test_a_cache_directory_that_cannot_be_made_is_a_clear_error(tmp_path):

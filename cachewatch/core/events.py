@@ -497,10 +497,17 @@ _CACHE_KEY_VALUES = {
 
 
 def explain_cache_miss(
-    before: dict[str, str], after: dict[str, str], *, earlier_run: str, earlier_hit: bool | None
+    before: dict[str, str],
+    after: dict[str, str],
+    *,
+    earlier_run: str,
+    earlier_hit: bool | None,
+    programs: tuple[tuple[str | None, str | None], tuple[str | None, str | None]] | None = None,
 ) -> dict[str, Any]:
     """Why a compile missed the persistent cache when the same function and signature was
-    in it for ``earlier_run``: the parts of the key whose hash changed."""
+    in it for ``earlier_run``: the parts of the key whose hash changed. ``programs``: the
+    two compiles' (optimised program, lowered module) fingerprints, which tell a program
+    that changed from a module that changed only in its names."""
     changed = [part for part, _ in CACHE_KEY_PARTS if part in before and part in after and before[part] != after[part]]
     phrases = []
     for part, meaning in CACHE_KEY_PARTS:
@@ -508,7 +515,9 @@ def explain_cache_miss(
             continue
         values = [(name, before.get(name), after.get(name)) for name in _CACHE_KEY_VALUES.get(part, ())]
         shown = [f"{name} {old!r} -> {new!r}" for name, old, new in values if old != new]
-        phrases.append(meaning + (f" ({', '.join(shown)})" if shown else ""))
+        if part == "computation":
+            shown.append(_computation_change(programs))
+        phrases.append(meaning + (f" ({', '.join(s for s in shown if s)})" if any(shown) else ""))
     was = "hit the cache" if earlier_hit else "was compiled with the cache on"
     if phrases:
         text = (
@@ -522,3 +531,25 @@ def explain_cache_miss(
             "it was below JAX's size or compile-time threshold)."
         )
     return {"earlier_run_id": earlier_run, "earlier_hit": earlier_hit, "changed": changed, "explanation": text}
+
+
+def _computation_change(programs: tuple[tuple[str | None, str | None], tuple[str | None, str | None]] | None) -> str:
+    """What changed in the lowered computation, told by the programs' fingerprints: XLA's
+    optimised program (names and locations left out) and the lowered module (locations
+    left out). The same program from a module that differs means the module differs in
+    its names alone: private symbols renumbered by a helper lowered and then dropped
+    (jax#38828), or a pointer baked into a name (custom_partitioning)."""
+    if programs is None:
+        return ""
+    (program_before, lowered_before), (program_after, lowered_after) = programs
+    if not (program_before and program_after):
+        return ""
+    if program_before != program_after:
+        return "XLA's optimised program differs: the program itself changed"
+    if lowered_before and lowered_after and lowered_before != lowered_after:
+        return (
+            "the same optimised program from a lowered module that differs in its names only, such as "
+            "private symbols renumbered by a helper lowered and then dropped, or a pointer baked into a name: "
+            "the cache keys on the module's text"
+        )
+    return ""

@@ -369,7 +369,9 @@ def explain_cache_misses(conn: sa.Connection, rows: list[EventRow]) -> list[Even
         if row.get("persistent_cache_hit") is not False or not key or not row.get("signature_hash"):
             continue
         earlier = conn.execute(
-            sa.select(e.c.run_id, e.c.persistent_cache_hit, e.c.cache_key)
+            sa.select(
+                e.c.run_id, e.c.persistent_cache_hit, e.c.cache_key, e.c.program_fingerprint, e.c.lowered_fingerprint
+            )
             .where(
                 e.c.function_hash == row["function_hash"],
                 e.c.timestamp < row["timestamp"],
@@ -382,8 +384,16 @@ def explain_cache_misses(conn: sa.Connection, rows: list[EventRow]) -> list[Even
         ).first()
         if earlier is None or not earlier.cache_key:
             continue
+        programs = (
+            (earlier.program_fingerprint, earlier.lowered_fingerprint),
+            (row.get("program_fingerprint"), row.get("lowered_fingerprint")),
+        )
         row["cache_miss"] = explain_cache_miss(
-            earlier.cache_key, key, earlier_run=earlier.run_id, earlier_hit=earlier.persistent_cache_hit
+            earlier.cache_key,
+            key,
+            earlier_run=earlier.run_id,
+            earlier_hit=earlier.persistent_cache_hit,
+            programs=programs,
         )
     return rows
 
