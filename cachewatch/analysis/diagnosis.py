@@ -101,18 +101,7 @@ def storms_and_first_passes(
     if not every:
         return [], []
     names = evidence.function_infos(conn, {r.function_hash for r in every})
-    by_group: dict[tuple[str, str], list[Recompile]] = collections.defaultdict(list)
-    for row in every:
-        by_group[(_group_key(row, names.get(row.function_hash)), row.run_id)].append(row)
-    wanted = set(function_hashes) if function_hashes is not None else None
-    bursts = [
-        (key, run_id, group, rows)
-        for (key, run_id), rows in by_group.items()
-        for group in _bursts(sorted(rows, key=lambda r: r.timestamp), threshold, window)
-        if wanted is None or wanted & {r.function_hash for r in group}
-    ]
-    read = {r.event_id: r for r in evidence.with_diffs(conn, [r for _, _, group, _ in bursts for r in group])}
-    bursts = [(key, run_id, [read[r.event_id] for r in group], rows) for key, run_id, group, rows in bursts]
+    bursts = _bursts_read_whole(conn, every, names, threshold, window, function_hashes)
     # Whether the program went on after a burst is read only for the runs where a burst
     # could be a first pass: a store of a fleet's runs is never read whole for one page.
     candidates = [(run_id, group) for _, run_id, group, rows in bursts if _new_signatures_only(group, rows)]
@@ -135,6 +124,40 @@ def storms_and_first_passes(
             # A storm is a function that keeps compiling: a line whose many primitives
             # each compiled once or twice (one pass of set-up) is none.
             storms.append(found)
+    _add_recurrence_and_waste(conn, storms)
+    storms.sort(key=lambda s: -s["end"])
+    passes.sort(key=lambda s: -s["end"])
+    return storms, passes
+
+
+def _bursts_read_whole(
+    conn: sa.Connection,
+    every: list[Recompile],
+    names: dict[str, FunctionInfo],
+    threshold: int,
+    window: float,
+    function_hashes: list[str] | None,
+) -> list[tuple[str, str, list[Recompile], list[Recompile]]]:
+    """The bursts of recompiles per group (a jit of the user's, or a line of user code) and
+    run, as (group key, run, the burst's recompiles with their diffs, all the group's
+    recompiles in that run); only those involving ``function_hashes`` when given."""
+    by_group: dict[tuple[str, str], list[Recompile]] = collections.defaultdict(list)
+    for row in every:
+        by_group[(_group_key(row, names.get(row.function_hash)), row.run_id)].append(row)
+    wanted = set(function_hashes) if function_hashes is not None else None
+    bursts = [
+        (key, run_id, group, rows)
+        for (key, run_id), rows in by_group.items()
+        for group in _bursts(sorted(rows, key=lambda r: r.timestamp), threshold, window)
+        if wanted is None or wanted & {r.function_hash for r in group}
+    ]
+    read = {r.event_id: r for r in evidence.with_diffs(conn, [r for _, _, group, _ in bursts for r in group])}
+    return [(key, run_id, [read[r.event_id] for r in group], rows) for key, run_id, group, rows in bursts]
+
+
+def _add_recurrence_and_waste(conn: sa.Connection, storms: list[dict[str, Any]]) -> None:
+    """Add to each storm the runs its group storms in, the recompiles that made a program
+    already made, and for a new-shape storm of a jit, the padding fix priced over its run."""
     runs_per_key: dict[str, set[str]] = collections.defaultdict(set)
     for storm in storms:
         runs_per_key[storm["key"]].add(storm["run_id"])
@@ -151,9 +174,6 @@ def storms_and_first_passes(
             if priced:
                 storm["priced_fix"] = priced
                 storm["fix"] += f" Priced over this run: {priced}."
-    storms.sort(key=lambda s: -s["end"])
-    passes.sort(key=lambda s: -s["end"])
-    return storms, passes
 
 
 def _group_key(row: Recompile, info: FunctionInfo | None) -> str:
@@ -547,22 +567,7 @@ def suggest_fix(name: str, cause: str, rows: Sequence[Recompile]) -> str:
     if cause == Cause.NEW_SHAPE:
         return _shape_fix(name, rows) + at
     if cause == Cause.NEW_STATIC_VALUE:
-        static_paths = collections.Counter(
-            e["path"] for r in rows for e in (r.diff or []) if e.get("change") == "static"
-        )
-        values: dict[str, set] = collections.defaultdict(set)
-        for r in rows:
-            for e in r.diff or []:
-                if e.get("change") == "static":
-                    values[e["path"]].update(v for v in (e.get("before"), e.get("after")) if v is not None)
-        if static_paths:
-            path = static_paths.most_common(1)[0][0]
-            return (
-                f"Static argument {path} of `{name}` took {len(values[path])} distinct values, one compile "
-                f"each{at}. If it only feeds arithmetic, make it a traced argument (drop it from "
-                "static_argnums/static_argnames); if it must stay static, limit it to a few values."
-            )
-        return f"A static argument of `{name}` keeps taking new values{at}; make it traced or bound its values."
+        return _static_value_fix(name, rows, at)
     if cause == Cause.NEW_FUNCTION_OBJECT:
         return (
             f"`{name}` is wrapped by a new jit object on every call{at}: jax.jit(lambda ...) or "
@@ -602,6 +607,25 @@ def suggest_fix(name: str, cause: str, rows: Sequence[Recompile]) -> str:
             "(jax.device_put with a fixed sharding) before the loop."
         )
     return f"`{name}` recompiles for a reason cachewatch could not establish{at}; see its events' diffs."
+
+
+def _static_value_fix(name: str, rows: Sequence[Recompile], at: str) -> str:
+    """The fix for a storm of new static values: the static argument that took the most,
+    and how many distinct values it took."""
+    static_paths = collections.Counter(e["path"] for r in rows for e in (r.diff or []) if e.get("change") == "static")
+    values: dict[str, set] = collections.defaultdict(set)
+    for r in rows:
+        for e in r.diff or []:
+            if e.get("change") == "static":
+                values[e["path"]].update(v for v in (e.get("before"), e.get("after")) if v is not None)
+    if static_paths:
+        path = static_paths.most_common(1)[0][0]
+        return (
+            f"Static argument {path} of `{name}` took {len(values[path])} distinct values, one compile "
+            f"each{at}. If it only feeds arithmetic, make it a traced argument (drop it from "
+            "static_argnums/static_argnames); if it must stay static, limit it to a few values."
+        )
+    return f"A static argument of `{name}` keeps taking new values{at}; make it traced or bound its values."
 
 
 def _paths(rows: Sequence[Recompile], change: str | None) -> str:
@@ -843,45 +867,58 @@ def jit_verdict(
         text.append(
             f"{heavier}: compile share {share_text(share)} ({compile_seconds:.3g} s compiling, {run_est:.3g} s running)"
         )
+    found, said = _against_eager(compile_seconds, calls, run_mean, eager_mean, per_compile)
+    verdict.update(found)
+    text += said
+    verdict["text"] = "; ".join(text)
+    verdict["worth_it"] = verdict["repaid"]
+    return verdict
+
+
+def _against_eager(
+    compile_seconds: float, calls: int, run_mean: float | None, eager_mean: float | None, per_compile: float | None
+) -> tuple[dict[str, Any], list[str]]:
+    """Whether the compiles were repaid against running eagerly: the verdict's fields that
+    say so (break-even calls, seconds jit saves, repaid) and their sentences."""
+    found: dict[str, Any] = {}
+    text: list[str] = []
     if run_mean is not None and eager_mean is not None:
         saved_per_call = eager_mean - run_mean
-        verdict["jit_saves_seconds"] = calls * saved_per_call - compile_seconds
-        verdict["repaid"] = verdict["jit_saves_seconds"] >= 0
+        found["jit_saves_seconds"] = calls * saved_per_call - compile_seconds
+        found["repaid"] = found["jit_saves_seconds"] >= 0
         if saved_per_call > 0 and per_compile is not None:
-            verdict["break_even_calls"] = math.ceil(per_compile / saved_per_call)
-            verdict["break_even_calls_total"] = math.ceil(compile_seconds / saved_per_call)
+            found["break_even_calls"] = math.ceil(per_compile / saved_per_call)
+            found["break_even_calls_total"] = math.ceil(compile_seconds / saved_per_call)
             text.append(
-                f"one compile is repaid after {verdict['break_even_calls']} calls "
+                f"one compile is repaid after {found['break_even_calls']} calls "
                 f"({seconds_text(saved_per_call)} saved per call against eager)"
             )
         elif saved_per_call <= 0:
             text.append("eager is as fast per call, so compiling never pays off")
-        if verdict["repaid"]:
+        if found["repaid"]:
             text.append(
-                f"this run repaid its compiles: jit saves {verdict['jit_saves_seconds']:.3g} s over running eagerly"
+                f"this run repaid its compiles: jit saves {found['jit_saves_seconds']:.3g} s over running eagerly"
             )
         else:
             text.append(
-                f"this run did not repay its compiles: jit costs {-verdict['jit_saves_seconds']:.3g} s more "
+                f"this run did not repay its compiles: jit costs {-found['jit_saves_seconds']:.3g} s more "
                 "than running eagerly"
                 + (
-                    f" (it would pay off after {verdict['break_even_calls_total']} calls)"
-                    if verdict["break_even_calls_total"] is not None
+                    f" (it would pay off after {found['break_even_calls_total']} calls)"
+                    if found.get("break_even_calls_total") is not None
                     else ""
                 )
             )
     elif eager_mean is not None and calls * eager_mean < compile_seconds:
         # No jit run time, but even a free run could not have saved the compile time.
-        verdict["repaid"] = False
+        found["repaid"] = False
         text.append(
             f"this run did not repay its compiles: {calls} call(s) save at most "
             f"{calls * eager_mean:.3g} s against eager, for {compile_seconds:.3g} s compiling"
         )
     elif run_mean is not None:
         text.append("eager baseline off, so no break-even")
-    verdict["text"] = "; ".join(text)
-    verdict["worth_it"] = verdict["repaid"]
-    return verdict
+    return found, text
 
 
 def verdicts(
@@ -905,36 +942,7 @@ def verdicts(
             continue
         function_hash = row["function_hash"]
         timed = run_times.get(function_hash, {})
-        signatures = []
-        eager_weighted, eager_weight, eager_plain = 0.0, 0, []
-        for sig in per_signature.get(function_hash, []):
-            if sig.eager_seconds is None:
-                continue
-            run = timed.get(sig.signature_hash)
-            run_s, weight = (run["run_seconds"], run["weight"]) if run is not None else (None, 0)
-            eager_plain.append(sig.eager_seconds)
-            eager_weighted += weight * sig.eager_seconds
-            eager_weight += weight
-            compiles = sig.compiles
-            per_compile = sig.seconds / compiles if compiles else None
-            saved = sig.eager_seconds - run_s if run_s is not None else None
-            signatures.append(
-                {
-                    "signature_hash": sig.signature_hash,
-                    "compiles": compiles,
-                    "compile_seconds_per_compile": per_compile,
-                    "run_seconds": run_s,
-                    "eager_seconds": sig.eager_seconds,
-                    "break_even_calls": (
-                        math.ceil(per_compile / saved) if saved is not None and saved > 0 and per_compile else None
-                    ),
-                }
-            )
-        eager = (
-            eager_weighted / eager_weight
-            if eager_weight
-            else (sum(eager_plain) / len(eager_plain) if eager_plain else None)
-        )
+        signatures, eager = _signature_break_evens(per_signature.get(function_hash, []), timed)
         out[function_hash] = jit_verdict(
             row["compile_seconds"],
             row["compiles"],
@@ -946,6 +954,45 @@ def verdicts(
             signatures=signatures,
         )
     return out
+
+
+def _signature_break_evens(
+    costs: list[SignatureCost], timed: dict[str, Any]
+) -> tuple[list[dict[str, Any]], float | None]:
+    """Per signature with an eager baseline, its compiles, run and eager time and
+    break-even; and the function's eager run time per call (weighted by the calls timed
+    per signature, a plain mean where none was)."""
+    signatures = []
+    eager_weighted, eager_weight, eager_plain = 0.0, 0, []
+    for sig in costs:
+        if sig.eager_seconds is None:
+            continue
+        run = timed.get(sig.signature_hash)
+        run_s, weight = (run["run_seconds"], run["weight"]) if run is not None else (None, 0)
+        eager_plain.append(sig.eager_seconds)
+        eager_weighted += weight * sig.eager_seconds
+        eager_weight += weight
+        compiles = sig.compiles
+        per_compile = sig.seconds / compiles if compiles else None
+        saved = sig.eager_seconds - run_s if run_s is not None else None
+        signatures.append(
+            {
+                "signature_hash": sig.signature_hash,
+                "compiles": compiles,
+                "compile_seconds_per_compile": per_compile,
+                "run_seconds": run_s,
+                "eager_seconds": sig.eager_seconds,
+                "break_even_calls": (
+                    math.ceil(per_compile / saved) if saved is not None and saved > 0 and per_compile else None
+                ),
+            }
+        )
+    eager = (
+        eager_weighted / eager_weight
+        if eager_weight
+        else (sum(eager_plain) / len(eager_plain) if eager_plain else None)
+    )
+    return signatures, eager
 
 
 # ------------------------------------------------------------------ compile cost model

@@ -53,6 +53,33 @@ def compare_job(conn: sa.Connection, job: str) -> dict[str, Any] | None:
         per_rank[rank] += counted.compiles
     ranks = sorted(set(rank_of.values()))
     declared = max((run["process_count"] or 0 for run in runs), default=0)
+    found = _divergences(compiles, ranks)
+    shown = found[:MAX_DIVERGENCES]
+    _describe(conn, shown, [run_id for run_id in rank_of])
+    divergent = sorted({d["process_index"] for d in found})
+    return {
+        "job": job,
+        "process_count": declared or len(ranks),
+        "ranks": [
+            {
+                "process_index": rank,
+                "run_ids": [run["run_id"] for run in runs if rank_of[run["run_id"]] == rank],
+                "hosts": sorted({run["host"] for run in runs if rank_of[run["run_id"]] == rank}),
+                "compiles": per_rank.get(rank, 0),
+                "divergent": rank in divergent,
+            }
+            for rank in ranks
+        ],
+        "missing_ranks": [i for i in range(declared) if i not in ranks] if declared else [],
+        "divergent_ranks": divergent,
+        "divergences": shown,
+        "divergences_total": len(found),
+    }
+
+
+def _divergences(compiles: dict[tuple[str, str], Counter], ranks: list[int]) -> list[dict[str, Any]]:
+    """Every (rank, function, signature) that compiled more than most ranks did, per rank
+    in order: watched functions' signatures first, a rank's own compiles before extra ones."""
     found: list[dict[str, Any]] = []
     if len(ranks) > 1:
         for (function_hash, signature_hash), by_rank in compiles.items():
@@ -82,27 +109,7 @@ def compare_job(conn: sa.Connection, job: str) -> dict[str, Any] | None:
             d["signature_hash"],
         )
     )
-    shown = found[:MAX_DIVERGENCES]
-    _describe(conn, shown, [run_id for run_id in rank_of])
-    divergent = sorted({d["process_index"] for d in found})
-    return {
-        "job": job,
-        "process_count": declared or len(ranks),
-        "ranks": [
-            {
-                "process_index": rank,
-                "run_ids": [run["run_id"] for run in runs if rank_of[run["run_id"]] == rank],
-                "hosts": sorted({run["host"] for run in runs if rank_of[run["run_id"]] == rank}),
-                "compiles": per_rank.get(rank, 0),
-                "divergent": rank in divergent,
-            }
-            for rank in ranks
-        ],
-        "missing_ranks": [i for i in range(declared) if i not in ranks] if declared else [],
-        "divergent_ranks": divergent,
-        "divergences": shown,
-        "divergences_total": len(found),
-    }
+    return found
 
 
 def _describe(conn: sa.Connection, found: list[dict[str, Any]], run_ids: list[str]) -> None:

@@ -546,18 +546,7 @@ def analyse(ev: RunEvidence, policy: Policy, axis: tuple[str, int] | None = None
     sigs = _signatures(ev.compiles, main, along)
     model = _Model(ev, sigs)
     seen = sorted({s.size for s in sigs.values() if s.size is not None})
-    per_size = []
-    for size in seen:
-        hashes = [h for h, s in sigs.items() if s.size == size]
-        timed = [model.timed[h].median_seconds for h in hashes if h in model.timed]
-        per_size.append(
-            SizeRow(
-                size,
-                sum(1 for c in ev.compiles if c.signature_hash in hashes),
-                sum(model.calls[h] for h in hashes),
-                statistics.median(timed) if timed else None,
-            )
-        )
+    per_size = _size_rows(ev, sigs, model, seen)
     recorded = model.price("none", None)
     notes = []
     if ev.timed and ev.calls:
@@ -569,13 +558,7 @@ def analyse(ev: RunEvidence, policy: Policy, axis: tuple[str, int] | None = None
     elif policy.kind == "none":
         price = recorded
     elif policy.kind == "auto":
-        if model.run_fit is None:
-            raise WhatifError(f"auto cannot weigh padding against compiles: {model.run_fit_note}")
-        pow2 = len({Policy("pow2").bucket(s) for s in seen})
-        most = policy.most if policy.most is not None else min(len(seen), max(AUTO_DEFAULT_BUCKETS, pow2))
-        ladders = _auto(model, seen, most)
-        curve = tuple(model.price(f"ladder:{','.join(map(str, rungs))}", _ladder_map(seen, rungs)) for rungs in ladders)
-        price = min(curve, key=lambda p: (p.total_seconds or 0.0, len(p.buckets)))
+        price, curve = _auto_price(model, policy, seen)
     else:
         price = model.price(policy.text, {s: policy.bucket(s) for s in seen})
     return Whatif(
@@ -598,6 +581,36 @@ def analyse(ev: RunEvidence, policy: Policy, axis: tuple[str, int] | None = None
         fixes=other_fixes(ev),
         notes=tuple(notes),
     )
+
+
+def _size_rows(ev: RunEvidence, sigs: dict[str, _Signature], model: _Model, seen: list[int]) -> list[SizeRow]:
+    """Per size the padded axis took: its compiles, calls and median run time per call."""
+    per_size = []
+    for size in seen:
+        hashes = [h for h, s in sigs.items() if s.size == size]
+        timed = [model.timed[h].median_seconds for h in hashes if h in model.timed]
+        per_size.append(
+            SizeRow(
+                size,
+                sum(1 for c in ev.compiles if c.signature_hash in hashes),
+                sum(model.calls[h] for h in hashes),
+                statistics.median(timed) if timed else None,
+            )
+        )
+    return per_size
+
+
+def _auto_price(model: _Model, policy: Policy, seen: list[int]) -> tuple[Price, tuple[Price, ...]]:
+    """The cheapest ladder of buckets (at most ``policy.most``, by default as many as
+    powers of two would make, and no fewer than AUTO_DEFAULT_BUCKETS), and every ladder
+    priced, the curve."""
+    if model.run_fit is None:
+        raise WhatifError(f"auto cannot weigh padding against compiles: {model.run_fit_note}")
+    pow2 = len({Policy("pow2").bucket(s) for s in seen})
+    most = policy.most if policy.most is not None else min(len(seen), max(AUTO_DEFAULT_BUCKETS, pow2))
+    ladders = _auto(model, seen, most)
+    curve = tuple(model.price(f"ladder:{','.join(map(str, rungs))}", _ladder_map(seen, rungs)) for rungs in ladders)
+    return min(curve, key=lambda p: (p.total_seconds or 0.0, len(p.buckets))), curve
 
 
 def _ladder_map(sizes: list[int], rungs: tuple[int, ...]) -> dict[int, int]:
