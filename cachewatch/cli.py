@@ -55,33 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cachewatch", description="Why did jax.jit compile, and what did it cost?")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    report = sub.add_parser("report", help="per-function compiles, causes and cost")
-    _add_store(report)
-    _add_filters(report)
-
-    storms = sub.add_parser("storms", help="recompilation storms with their cause and fix")
-    _add_store(storms)
-    _add_filters(storms)
-    storms.add_argument("--threshold", type=int, help="recompiles that make a storm (default: storm_threshold)")
-    storms.add_argument("--window", type=float, help="seconds they must fall within (default: storm_window)")
-
-    events = sub.add_parser("events", help="compile events with cause, explanation and diff")
-    _add_store(events)
-    _add_filters(events)
-    events.add_argument("--function", help="function name, qualified name or hash prefix")
-    events.add_argument("--limit", type=int, default=1000, help="most events to show (default 1000)")
-
-    program = sub.add_parser("program", help="what a compile compiled: its jaxpr, StableHLO, HLO or pprof profile")
-    _add_store(program)
-    program.add_argument("event_id", help="the compile event's id")
-    program.add_argument("--format", choices=("jaxpr", "stablehlo", "hlo", "pprof"), default="jaxpr")
-    program.add_argument("--output", "-o", help="write to this file (pprof is binary: default stdout)")
-
-    diff = sub.add_parser("diff", help="two compiles of a function: key, equations, jaxpr and XLA figures")
-    _add_store(diff)
-    diff.add_argument("event_a", help="a compile event (alone: diffed with the compile before it)")
-    diff.add_argument("event_b", nargs="?", help="a later compile event, diffed against EVENT_A")
-    diff.add_argument("--format", choices=("text", "json"), default="text")
+    _add_reports(sub)
+    _add_program_views(sub)
 
     db = sub.add_parser("db", help="store maintenance")
     db_sub = db.add_subparsers(dest="db_command", required=True)
@@ -111,6 +86,40 @@ def build_parser() -> argparse.ArgumentParser:
     _add_whatif(sub)
     _add_cache(sub)
     return parser
+
+
+def _add_reports(sub: Any) -> None:
+    """The commands that read the store's findings: report, storms and events."""
+    report = sub.add_parser("report", help="per-function compiles, causes and cost")
+    _add_store(report)
+    _add_filters(report)
+
+    storms = sub.add_parser("storms", help="recompilation storms with their cause and fix")
+    _add_store(storms)
+    _add_filters(storms)
+    storms.add_argument("--threshold", type=int, help="recompiles that make a storm (default: storm_threshold)")
+    storms.add_argument("--window", type=float, help="seconds they must fall within (default: storm_window)")
+
+    events = sub.add_parser("events", help="compile events with cause, explanation and diff")
+    _add_store(events)
+    _add_filters(events)
+    events.add_argument("--function", help="function name, qualified name or hash prefix")
+    events.add_argument("--limit", type=int, default=1000, help="most events to show (default 1000)")
+
+
+def _add_program_views(sub: Any) -> None:
+    """The commands that show what a compile compiled: program, and diff of two compiles."""
+    program = sub.add_parser("program", help="what a compile compiled: its jaxpr, StableHLO, HLO or pprof profile")
+    _add_store(program)
+    program.add_argument("event_id", help="the compile event's id")
+    program.add_argument("--format", choices=("jaxpr", "stablehlo", "hlo", "pprof"), default="jaxpr")
+    program.add_argument("--output", "-o", help="write to this file (pprof is binary: default stdout)")
+
+    diff = sub.add_parser("diff", help="two compiles of a function: key, equations, jaxpr and XLA figures")
+    _add_store(diff)
+    diff.add_argument("event_a", help="a compile event (alone: diffed with the compile before it)")
+    diff.add_argument("event_b", nargs="?", help="a later compile event, diffed against EVENT_A")
+    diff.add_argument("--format", choices=("text", "json"), default="text")
 
 
 def _age(text: str) -> float:

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -62,27 +62,12 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         process_registry = None
     counters = IngestCounters(process_registry)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI):
-        await run_in_threadpool(enginemod.ensure_schema, settings.store)
-        # Everything imported so far (JAX included) lives as long as the process: keep it
-        # out of the collector's full passes, which otherwise stall requests.
-        gc.freeze()
-        schedule = app.state.retention
-        if schedule is not None:
-            schedule.start()
-        try:
-            yield
-        finally:
-            if schedule is not None:
-                schedule.stop()
-
     # The API's description (/openapi.json, /docs) asks for the read token like the API it
     # describes: the built-in routes would answer anyone.
     app = FastAPI(
         title="cachewatch",
         version=__version__,
-        lifespan=lifespan,
+        lifespan=_lifespan,
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
@@ -102,6 +87,33 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.include_router(module.router)
     app.include_router(dashboard.router)
 
+    app.include_router(docs.router(_documented_openapi(app)))
+
+    app.add_exception_handler(enginemod.StoreError, _store_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Check the schema and start the retention schedule; stop it at shutdown."""
+    await run_in_threadpool(enginemod.ensure_schema, app.state.settings.store)
+    # Everything imported so far (JAX included) lives as long as the process: keep it
+    # out of the collector's full passes, which otherwise stall requests.
+    gc.freeze()
+    schedule = app.state.retention
+    if schedule is not None:
+        schedule.start()
+    try:
+        yield
+    finally:
+        if schedule is not None:
+            schedule.stop()
+
+
+def _documented_openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """Make ``app.openapi`` FastAPI's schema with the ingest batch's schemas added, and return it."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -112,12 +124,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         return app.openapi_schema
 
     setattr(app, "openapi", openapi)  # FastAPI's documented way to amend the schema
-    app.include_router(docs.router(openapi))
-
-    app.add_exception_handler(enginemod.StoreError, _store_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    return app
+    return openapi
 
 
 class RetentionSchedule:

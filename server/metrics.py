@@ -29,7 +29,7 @@ import math
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import sqlalchemy as sa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -220,37 +220,52 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
         snap.labeled[label] = series
 
     if in_other:
-        # Counts: the store-wide totals less the other functions' (exact integers in one
-        # snapshot). Seconds: summed per function with fsum, whose result does not depend
-        # on the order, so it never wobbles down.
-        other = snap.other = Series()
-        c, b = models.cause_totals, models.cost_bucket_totals
-        for cause, n in enginemod.fetch_tuples(
-            conn, sa.select(c.c.cause, c.c.events).where(c.c.kind != Kind.STALE_CAPTURE, c.c.compiled)
-        ):
-            other.compiles[cause] += int(n)
-        for bucket_index, n in enginemod.fetch_tuples(conn, sa.select(b.c.bucket, b.c.events)):
-            other.buckets[int(bucket_index)] += int(n)
-        for series in detail.values():
-            other.compiles.subtract(series.compiles)
-            other.buckets = [a - d for a, d in zip(other.buckets, series.buckets)]
-        other.compiles = +other.compiles
-        other.seconds = math.fsum(store.seconds.get(h, 0.0) for h in in_other)
-        other.calls = sum(store.calls.get(h, (0, 0.0, False))[0] for h in in_other)
-        other.run_seconds = math.fsum(store.calls.get(h, (0, 0.0, False))[1] for h in in_other)
-        measured = [h for h in in_other if store.calls.get(h, (0, 0.0, False))[2]]
-        other.measured = bool(measured)
-        snap.other_share = compile_share(
-            math.fsum(store.seconds.get(h, 0.0) for h in measured),
-            math.fsum(store.run_now.get(h, 0.0) for h in measured),
-        )
-
+        snap.other, snap.other_share = _other_series(conn, store, detail, in_other)
     _program_figures(conn, store, snap)
     d = models.run_drops
     snap.client_dropped = {
         reason: int(n)
         for reason, n in conn.execute(sa.select(d.c.reason, sa.func.sum(d.c.dropped)).group_by(d.c.reason))
     }
+    _mark_storms(conn, settings, store, snap, now)
+    return snap
+
+
+def _other_series(
+    conn: sa.Connection, store: _Store, detail: dict[str, Series], in_other: list[str]
+) -> tuple[Series, float | None]:
+    """The series of the functions summed into ``other``, and their compile share."""
+    # Counts: the store-wide totals less the other functions' (exact integers in one
+    # snapshot). Seconds: summed per function with fsum, whose result does not depend
+    # on the order, so it never wobbles down.
+    other = Series()
+    c, b = models.cause_totals, models.cost_bucket_totals
+    for cause, n in enginemod.fetch_tuples(
+        conn, sa.select(c.c.cause, c.c.events).where(c.c.kind != Kind.STALE_CAPTURE, c.c.compiled)
+    ):
+        other.compiles[cause] += int(n)
+    for bucket_index, n in enginemod.fetch_tuples(conn, sa.select(b.c.bucket, b.c.events)):
+        other.buckets[int(bucket_index)] += int(n)
+    for series in detail.values():
+        other.compiles.subtract(series.compiles)
+        other.buckets = [a - d for a, d in zip(other.buckets, series.buckets)]
+    other.compiles = +other.compiles
+    other.seconds = math.fsum(store.seconds.get(h, 0.0) for h in in_other)
+    other.calls = sum(store.calls.get(h, (0, 0.0, False))[0] for h in in_other)
+    other.run_seconds = math.fsum(store.calls.get(h, (0, 0.0, False))[1] for h in in_other)
+    measured = [h for h in in_other if store.calls.get(h, (0, 0.0, False))[2]]
+    other.measured = bool(measured)
+    share = compile_share(
+        math.fsum(store.seconds.get(h, 0.0) for h in measured),
+        math.fsum(store.run_now.get(h, 0.0) for h in measured),
+    )
+    return other, share
+
+
+def _mark_storms(
+    conn: sa.Connection, settings: ServerSettings, store: _Store, snap: Snapshot, now: float | None
+) -> None:
+    """Mark the series of every function in an active storm (``other`` for one without a label)."""
     for storm in diagnosis.storms(
         conn,
         Filters(),
@@ -264,7 +279,6 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
             snap.labeled[label].storming = True
         elif label is None and snap.other is not None:
             snap.other.storming = True
-    return snap
 
 
 def _program_figures(conn: sa.Connection, store: _Store, snap: Snapshot) -> None:
@@ -382,6 +396,16 @@ def capability_family() -> Metric:
 def families(snap: Snapshot) -> Iterator[Metric]:
     shown = sorted(snap.labeled.items()) + ([(OTHER, snap.other)] if snap.other is not None else [])
 
+    yield from _compile_families(shown)
+    yield from _call_families(snap, shown)
+    yield from _storm_and_program_families(shown)
+    ingested = CounterMetricFamily("cachewatch_events_ingested", "Compile events in the store.")
+    ingested.add_metric([], snap.events)
+    yield ingested
+
+
+def _compile_families(shown: Sequence[tuple[str, Series]]) -> Iterator[Metric]:
+    """Compiles by function and cause, and the histogram of their seconds."""
     compiles = CounterMetricFamily(
         "cachewatch_compiles", "Compiles by function and cause.", labels=["function", "cause"]
     )
@@ -404,6 +428,9 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         histogram.add_metric([label], buckets, sum_value=series.seconds)
     yield histogram
 
+
+def _call_families(snap: Snapshot, shown: Sequence[tuple[str, Series]]) -> Iterator[Metric]:
+    """Calls, estimated run seconds and the compile share, by function."""
     calls = CounterMetricFamily("cachewatch_calls", "Calls by function.", labels=["function"])
     run = CounterMetricFamily(
         "cachewatch_run_seconds",
@@ -434,6 +461,10 @@ def families(snap: Snapshot) -> Iterator[Metric]:
             share.add_metric([label], value)
     yield share
 
+
+def _storm_and_program_families(shown: Sequence[tuple[str, Series]]) -> Iterator[Metric]:
+    """Whether each function storms, the size of its latest program, and the seconds its
+    identical recompiles wasted."""
     storm = GaugeMetricFamily(
         "cachewatch_storm_active", "1 while the function is in a recompilation storm.", labels=["function"]
     )
@@ -457,10 +488,6 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         wasted.add_metric([label], series.identical_seconds)
     yield size
     yield wasted
-
-    ingested = CounterMetricFamily("cachewatch_events_ingested", "Compile events in the store.")
-    ingested.add_metric([], snap.events)
-    yield ingested
 
 
 # Runs whose executables /metrics counts: the most recently started that compiled. Each

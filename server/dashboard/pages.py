@@ -29,11 +29,12 @@ from cachewatch.core.events import OP_BY_OP_MODULE, Kind
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries as storequeries
 from ..reads import charts as chartreads
+from ..reads.charts import TimelinePoint
 from cachewatch.analysis import cache as cache_analysis
 from cachewatch.store import cache as cache_reads
 from cachewatch.store import whatif as whatifreads
 from ..reads import listings
-from cachewatch.store.columns import Filters, FunctionReport
+from cachewatch.store.columns import EventRow, Filters, FunctionReport
 
 from ..deps import Connection, parse_time
 from . import auth, render
@@ -367,13 +368,7 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
     points = chartreads.timeline(conn, function_hash, view.filters)
     sites = chartreads.call_sites(conn, function_hash, view.filters)
     over_time = chartreads.compiles_over_time(conn, view.filters, recompiles_only=False, function_hash=function_hash)
-    number = _page_number(request)
-    total = chartreads.count_events(conn, function_hash, view.filters, kind="compiles")
-    pager = _pager(view, number, _per_page(request, EVENTS_PER_PAGE), total)
-    events = chartreads.events_page(
-        conn, function_hash, view.filters, limit=pager["per_page"], offset=pager["offset"], kind="compiles"
-    )
-    storequeries.explain_cache_misses(conn, events)
+    pager, events = _compile_events_page(request, conn, function_hash, view)
     program = _program_view(conn, request, function_hash, view)
     ladder = _ladder_view(conn, function_hash, view)
     stale_total = row["stale_captures"]
@@ -383,16 +378,7 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
         else []
     )
     compile_costs = [p["seconds"] for p in points if p["compiled"]]
-    causes = row["causes"]
-    charts = {}
-    if points:
-        charts["timeline"] = render.timeline_chart(points)
-    if causes:
-        charts["causes"] = render.causes_chart(causes)
-    if compile_costs:
-        charts["histogram"] = render.histogram_chart(compile_costs)
-    if ladder.result is not None and ladder.result.price is not None and ladder.result.curve:
-        charts["ladder"] = render.ladder_chart(ladder.result.curve, ladder.result.price)
+    charts = _function_charts(points, row["causes"], compile_costs, ladder)
     return page(
         request,
         "function.html",
@@ -417,6 +403,37 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
         program=program,
         ladder=ladder,
     )
+
+
+def _compile_events_page(
+    request: Request, conn: Connection, function_hash: str, view: View
+) -> tuple[dict[str, Any], list[EventRow]]:
+    """The pager and the page of the function's compiles this request asks for, each
+    cache miss explained."""
+    number = _page_number(request)
+    total = chartreads.count_events(conn, function_hash, view.filters, kind="compiles")
+    pager = _pager(view, number, _per_page(request, EVENTS_PER_PAGE), total)
+    events = chartreads.events_page(
+        conn, function_hash, view.filters, limit=pager["per_page"], offset=pager["offset"], kind="compiles"
+    )
+    storequeries.explain_cache_misses(conn, events)
+    return pager, events
+
+
+def _function_charts(
+    points: list[TimelinePoint], causes: dict[str, int], compile_costs: list[float], ladder: LadderView
+) -> dict[str, dict[str, Any]]:
+    """The function page's charts, each only where it has something to draw."""
+    charts = {}
+    if points:
+        charts["timeline"] = render.timeline_chart(points)
+    if causes:
+        charts["causes"] = render.causes_chart(causes)
+    if compile_costs:
+        charts["histogram"] = render.histogram_chart(compile_costs)
+    if ladder.result is not None and ladder.result.price is not None and ladder.result.curve:
+        charts["ladder"] = render.ladder_chart(ladder.result.curve, ladder.result.price)
+    return charts
 
 
 @dataclasses.dataclass(frozen=True)
