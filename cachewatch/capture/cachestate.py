@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from ..core import _guard, jaxcompat
+from ..core import _guard, jaxcompat, process
 from ..core.events import CallStats, FunctionInfo, NotWrittenReason, PersistentCache
 from ..record import recorder
 
@@ -263,5 +263,4 @@ def _after_fork_in_child() -> None:
         _released.clear()  # the parent's to report
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+process.on_fork_in_child(process.Concern.REPORTS, _after_fork_in_child)

@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ..core import config as configmod
-from ..core import runtimes
+from ..core import process, runtimes
 from ..core.events import CallStats, FunctionInfo
 from ..record import current, recorder
 
@@ -256,5 +256,4 @@ def _after_fork_in_child() -> None:
         stats.take_samples()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+process.on_fork_in_child(process.Concern.REPORTS, _after_fork_in_child)

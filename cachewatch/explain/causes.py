@@ -10,11 +10,11 @@ traced, is the re-created-jit pitfall (``jax.jit(lambda ...)`` in a loop).
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 from typing import Any
 
 from . import signature as sigmod
+from ..core import process
 from ..core.events import Cause
 from . import context as ctxmod
 from .signature import Signature
@@ -441,5 +441,4 @@ def _sentence(name: str, entries: list[dict[str, Any]], history: FunctionHistory
     return f"`{name}` traced again. " + text
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+process.on_fork_in_child(process.Concern.HISTORIES, _after_fork_in_child)

@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from ..core import _guard, jaxcompat
+from ..core import _guard, jaxcompat, process
 from ..core import config as configmod
 from ..core.events import RunInfo
 
@@ -29,8 +29,6 @@ _config: configmod.Config | None = None
 _overrides: dict[str, Any] = {}
 _store_changed: list[Callable[[configmod.Config], None]] = []
 _configured: list[Callable[[configmod.Config], None]] = []
-_run: RunInfo | None = None
-_run_id: str | None = None
 
 
 def config() -> configmod.Config:
@@ -62,7 +60,8 @@ def configure(**settings: Any) -> configmod.Config:
         _guard.raise_errors = new.raise_internal_errors
         for callback in _configured:  # e.g. functions wrapped before this call sample anew
             callback(new)
-        if _run is not None and (new.run_name != _run.run_name or _job_changed(new, _run)):
+        info = _run.info
+        if info is not None and (new.run_name != info.run_name or _job_changed(new, info)):
             _new_run()
     return new
 
@@ -87,24 +86,54 @@ def reset_configuration() -> None:
     configure()
 
 
+class _Run:
+    """The run this process records now: its identity, its start, and what its warm-up
+    has seen. A forked child begins a new one, and so does configure() with a new run
+    name or job. When warm-up ended stays a module global (``_steady_since``): jit's
+    sampled calls read it through steady(), and a global is the cheaper read there."""
+
+    __slots__ = ("id", "info", "started", "seen_rank", "compiled_functions", "compiled_at", "visits")
+
+    def __init__(self) -> None:
+        self.id: str | None = None  # made on first use
+        self.info: RunInfo | None = None  # described on first use
+        self.started = time.time()
+        # The rank seen while the program ran: a run first described after
+        # jax.distributed.shutdown() (its events written at exit) still carries it.
+        self.seen_rank: tuple[int, int] | None = None
+        self.compiled_functions: set[str] = set()  # the user's functions compiled once in warm-up
+        # Where each function was compiled from in warm-up: (call site, function) -> the
+        # visit (a run of compiles from one line of user code) it was last compiled in.
+        self.compiled_at: dict[tuple[str, str], int] = {}
+        self.visits: list[str] = []  # the call site of each visit
+
+    def begin(self, run_id: str | None) -> None:
+        """Start a new run now (``run_id`` None: made on first use); the rank seen stays."""
+        self.id = run_id
+        self.info = None
+        self.started = time.time()
+        self.compiled_functions.clear()
+        self.compiled_at.clear()
+        self.visits.clear()
+
+
+_run = _Run()
+
+
 def run_id() -> str:
-    global _run_id
-    if _run_id is None:
+    found = _run.id
+    if found is None:
         with _lock:
-            if _run_id is None:
-                _run_id = uuid.uuid4().hex
-    return _run_id
+            if _run.id is None:
+                _run.id = uuid.uuid4().hex
+            found = _run.id
+    return found
 
 
 def _new_run() -> None:
-    global _run, _run_id, _process_start, _steady_since
-    _run = None
-    _run_id = uuid.uuid4().hex
-    _process_start = time.time()  # a later run in the same process starts now
+    global _steady_since
+    _run.begin(uuid.uuid4().hex)  # a later run in the same process starts now
     _steady_since = None
-    _compiled_functions.clear()
-    _compiled_at.clear()
-    _visits.clear()
 
 
 # Warm-up: a run starts by building its model and optimizer and compiling each jitted
@@ -114,7 +143,6 @@ def _new_run() -> None:
 # instead the first warmup_seconds of the run (for programs without a jitted step).
 # Compiles made during warm-up are flagged, and storms are found among the others only.
 _steady_since: float | None = None
-_compiled_functions: set[str] = set()
 
 
 def mark_steady() -> None:
@@ -127,16 +155,10 @@ def mark_steady() -> None:
 def note_user_compile(function_hash: str) -> None:
     """A compile of one of the user's functions; the second of the same function ends warm-up."""
     if _steady_since is None:
-        if function_hash in _compiled_functions:
+        if function_hash in _run.compiled_functions:
             mark_steady()
         else:
-            _compiled_functions.add(function_hash)
-
-
-# Where each function was compiled from in warm-up: (call site, function) -> the visit
-# (a run of compiles from one line of user code) it was last compiled in.
-_compiled_at: dict[tuple[str, str], int] = {}
-_visits: list[str] = []  # the call site of each visit
+            _run.compiled_functions.add(function_hash)
 
 
 def note_compile(function_hash: str, cause: str, call_site: str | None, remade_jit: bool) -> None:
@@ -154,13 +176,14 @@ def note_compile(function_hash: str, cause: str, call_site: str | None, remade_j
     if _steady_since is not None or not call_site:
         return
     with _lock:
-        if not _visits or call_site != _visits[-1]:
-            _visits.append(call_site)
-        visit = len(_visits) - 1
+        visits = _run.visits
+        if not visits or call_site != visits[-1]:
+            visits.append(call_site)
+        visit = len(visits) - 1
         key = (call_site, function_hash)
-        before = _compiled_at.get(key)
-        _compiled_at[key] = visit
-        between = _visits[before + 1 : visit] if before is not None else []
+        before = _run.compiled_at.get(key)
+        _run.compiled_at[key] = visit
+        between = visits[before + 1 : visit] if before is not None else []
     if before is None:
         return
     if remade_jit or (before < visit and _loop_body(call_site, between)):
@@ -204,21 +227,20 @@ def in_warmup(timestamp: float) -> bool:
     """Whether a compile that started at ``timestamp`` belongs to the run's warm-up."""
     window = config().warmup_seconds
     if window > 0:
-        return timestamp - _process_start < window
+        return timestamp - _run.started < window
     return _steady_since is None
 
 
 def run_info() -> RunInfo:
-    global _run
-    if _run is None:
+    if _run.info is None:
         with _lock:
-            if _run is None:
-                _run = _describe_run()
-    run = _run
+            if _run.info is None:
+                _run.info = _describe_run()
+    run = _run.info
     off = tuple(jaxcompat.off())
     if off != run.capabilities_off:  # a capability turned off since: the run says so
         with _lock:
-            run = _run = dataclasses.replace(run, capabilities_off=off)
+            run = _run.info = dataclasses.replace(run, capabilities_off=off)
     return run
 
 
@@ -236,7 +258,7 @@ def _describe_run() -> RunInfo:
         run_name=config().run_name,
         host=socket.gethostname(),
         pid=os.getpid(),
-        started_at=_process_start,  # the process's start, or the time configure() began a new run
+        started_at=_run.started,  # the process's start, or the time configure() began a new run
         jax_version=jax.__version__,
         jaxlib_version=getattr(jaxlib, "__version__", ""),
         backend=backend,
@@ -250,7 +272,7 @@ def _job_and_rank(cfg: configmod.Config) -> dict[str, Any]:
     """The run's job and rank: as configured, else JAX's own when it runs distributed."""
     index, count = cfg.process_index, cfg.process_count
     if index is None or count is None:
-        rank = _distributed_rank() or _seen_rank
+        rank = _distributed_rank() or _run.seen_rank
         if rank is not None:
             index = rank[0] if index is None else index
             count = rank[1] if count is None else count
@@ -269,16 +291,10 @@ def _distributed_rank() -> tuple[int, int] | None:
     return None
 
 
-# The rank seen while the program ran: a run first described after
-# jax.distributed.shutdown() (its events written at exit) still carries it.
-_seen_rank: tuple[int, int] | None = None
-
-
 def note_rank() -> None:
     """Remember the process's rank, if it has one yet (called as events are recorded)."""
-    global _seen_rank
-    if _seen_rank is None and _run is None:
-        _seen_rank = _distributed_rank()
+    if _run.seen_rank is None and _run.info is None:
+        _run.seen_rank = _distributed_rank()
 
 
 def _job_changed(cfg: configmod.Config, run: RunInfo) -> bool:
@@ -317,22 +333,13 @@ def _apply_persistent_cache(cfg: configmod.Config) -> None:
     _cache_dir_applied = cfg.persistent_cache_dir
 
 
-_process_start = time.time()
-
-
 def _after_fork_in_child() -> None:
-    # The child is a new process: a new run with its own warm-up.
-    global _lock, _run, _run_id, _process_start, _steady_since, _seen_rank
+    # The child is a new process: a new run with its own warm-up, and no rank seen yet.
+    global _lock, _steady_since
     _lock = threading.RLock()
-    _run = None
-    _seen_rank = None
-    _run_id = None
-    _process_start = time.time()
+    _run.begin(None)
+    _run.seen_rank = None
     _steady_since = None
-    _compiled_functions.clear()
-    _compiled_at.clear()
-    _visits.clear()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+process.on_fork_in_child(process.Concern.RUN, _after_fork_in_child)

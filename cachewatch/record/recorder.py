@@ -21,7 +21,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Final
 
-from ..core import _guard
+from ..core import _guard, process
 from . import current
 from ..core import config as configmod
 from ..core.events import Batch, CallStats, CompileEvent, DropReason
@@ -497,5 +497,4 @@ def _after_fork_in_child() -> None:
 
 
 atexit.register(_at_exit)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+process.on_fork_in_child(process.Concern.WRITER, _after_fork_in_child)

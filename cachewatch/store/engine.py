@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import random
 import re
 import sqlite3
@@ -25,6 +24,8 @@ from sqlalchemy import event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
+
+from ..core import process
 
 
 class StoreError(RuntimeError):
@@ -144,9 +145,8 @@ def _forget_connections() -> None:
     _verified.clear()
 
 
-if hasattr(os, "register_at_fork"):
-    # A forked child must not share its parent's connections.
-    os.register_at_fork(after_in_child=_forget_connections)
+# A forked child must not share its parent's connections.
+process.on_fork_in_child(process.Concern.CONNECTIONS, _forget_connections)
 
 
 @contextlib.contextmanager

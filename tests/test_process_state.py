@@ -1,0 +1,54 @@
+"""A forked child resets cachewatch's process state through one handler, concern by
+concern in the order core/process.py states, whatever order the modules were imported in."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from cachewatch.core import process
+from cachewatch.record import current, recorder
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_resets_run_in_the_order_of_their_concerns(monkeypatch):
+    monkeypatch.setattr(process, "_resets", {concern: [] for concern in process.Concern})
+    ran = []
+    for concern in reversed(process.Concern):  # registered last-first, as an import order might
+        process.on_fork_in_child(concern, lambda concern=concern: ran.append(concern))
+    process.on_fork_in_child(process.Concern.RUN, lambda: ran.append("second of RUN"))
+    process.after_fork_in_child()
+    assert ran == [process.Concern.RUN, "second of RUN", *list(process.Concern)[1:]]
+
+
+def test_only_the_process_module_registers_a_fork_handler():
+    registering = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "cachewatch").rglob("*.py")) + sorted((ROOT / "server").rglob("*.py"))
+        if re.search(r"\bregister_at_fork\(", path.read_text())
+    ]
+    assert registering == ["cachewatch/core/process.py"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_is_a_new_run_with_its_own_writer():
+    parent_run = current.run_id()
+    recorder._get_writer()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what it sees, then leave without running the parent's exit hooks
+        try:
+            seen = f"{current.run_id() != parent_run} {recorder._writer is None} {current.steady()}"
+        except BaseException as exc:  # the parent must hear of any failure, not wait on the pipe
+            seen = repr(exc)
+        os.write(write, seen.encode())
+        os._exit(0)
+    os.close(write)
+    seen = os.read(read, 1000).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert seen == "True True False"
