@@ -24,7 +24,10 @@ PG_ADMIN_URL = os.environ.get("CACHEWATCH_TEST_PG", "postgresql+psycopg://postgr
 
 
 def _pg_admin_engine() -> sa.Engine:
-    return sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    # No pool: each database made or dropped would otherwise leave an idle connection
+    # open until the engine is collected, and a whole suite of them reaches the
+    # server's max_connections.
+    return sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
 
 
 @pytest.fixture(scope="session")
