@@ -104,18 +104,18 @@ def storms_and_first_passes(
     bursts = _bursts_read_whole(conn, every, names, threshold, window, function_hashes)
     # Whether the program went on after a burst is read only for the runs where a burst
     # could be a first pass: a store of a fleet's runs is never read whole for one page.
-    candidates = [(run_id, group) for _, run_id, group, rows in bursts if _new_signatures_only(group, rows)]
+    possible = [_new_signatures_only(group, rows) for _, _, group, rows in bursts]
+    candidates = [(run_id, group) for (_, run_id, group, _), can in zip(bursts, possible) if can]
     work = steady.work(conn, {run for run, _ in candidates}, {r.function_hash for _, g in candidates for r in g})
     work.heard_until(heard_until)
     storms, passes = [], []
-    for key, run_id, group, rows in bursts:
+    for (key, run_id, group, _), can in zip(bursts, possible):
         if key.startswith("site:"):
             found = _describe_site(key[5:], names, group, now, window)
         else:
             found = _describe(key, names.get(key), group, now, window)
         compiling = functools.partial(evidence.compile_seconds_between, conn, run_id)
-        served = _served_after(work, run_id, group, heard_until)
-        if _new_signatures_only(group, rows) and _went_on(group, work.last.get(run_id), compiling, served):
+        if can and _went_on(group, work.last.get(run_id), compiling, _served_after(work, run_id, group, heard_until)):
             found["active"] = False
             found["seconds"] = sum(r.seconds for r in group)
             found["signatures"] = len({(r.function_hash, r.signature_hash) for r in group})

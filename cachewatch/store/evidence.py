@@ -271,18 +271,13 @@ def last_seen_working(conn: sa.Connection, run_ids: list[str]) -> dict[str, floa
     previous statistics (calls the cache served). Statistics written at exit that count
     only the calls that compiled say the process ended, not that the program went on.
     Judged in SQL, so a store of a fleet's runs never ships their statistics here."""
-    e, s = models.compile_events, models.call_stats
+    e = models.compile_events
     found: dict[str, float] = {}
     ends = sa.select(e.c.run_id, sa.func.max(e.c.timestamp + cost_expr(e))).where(e.c.run_id.in_(run_ids), e.c.compiled)
     for run_id, last in conn.execute(ends.group_by(e.c.run_id)):
         if last is not None:
             found[run_id] = float(last)
-    flushes = (
-        sa.select(s.c.run_id, s.c.function_hash, s.c.timestamp, sa.func.sum(s.c.calls).label("calls"))
-        .where(s.c.run_id.in_(run_ids))
-        .group_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
-        .subquery()
-    )
+    flushes = _flushes(run_ids).subquery()
     previous = sa.func.lag(flushes.c.timestamp).over(
         partition_by=(flushes.c.run_id, flushes.c.function_hash), order_by=flushes.c.timestamp
     )
@@ -309,15 +304,22 @@ def last_seen_working(conn: sa.Connection, run_ids: list[str]) -> dict[str, floa
     return found
 
 
+def _flushes(run_ids: list[str]) -> sa.Select[Any]:
+    """Per run, function and flush time: the calls the statistics counted (a flush writes
+    one row per timed signature; the function's calls are on one of them)."""
+    s = models.call_stats
+    return (
+        sa.select(s.c.run_id, s.c.function_hash, s.c.timestamp, sa.func.sum(s.c.calls).label("calls"))
+        .where(s.c.run_id.in_(run_ids))
+        .group_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
+    )
+
+
 def flushes_of(conn: sa.Connection, run_ids: list[str], function_hashes: list[str]) -> list[Flush]:
     """The functions' call statistics in the runs, one per flush, in time order."""
     s = models.call_stats
-    q = (
-        sa.select(s.c.run_id, s.c.function_hash, s.c.timestamp, sa.func.sum(s.c.calls).label("calls"))
-        .where(s.c.run_id.in_(run_ids), s.c.function_hash.in_(function_hashes))
-        .group_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
-        .order_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
-    )
+    q = _flushes(run_ids).where(s.c.function_hash.in_(function_hashes))
+    q = q.order_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
     return [Flush(r.run_id, r.function_hash, float(r.timestamp), int(r.calls or 0)) for r in conn.execute(q)]
 
 
