@@ -19,8 +19,9 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -293,7 +294,7 @@ def serve_process(
     port = port or free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEWATCH_", "PROMETHEUS_"))}
     environ.update(JAX_PLATFORMS="cpu", NO_PROXY="127.0.0.1,localhost", **env)
-    log = tempfile.TemporaryFile()
+    log = tempfile.TemporaryFile()  # noqa: SIM115  (the server writes it for as long as it runs)
     proc = subprocess.Popen(
         [sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port), "--workers", str(workers)],
         env=environ,
@@ -313,7 +314,7 @@ def serve_process(
                     break
             except (urllib.error.URLError, OSError):
                 if time.monotonic() > deadline:
-                    raise RuntimeError("cachewatch serve did not start")
+                    raise RuntimeError("cachewatch serve did not start") from None
                 time.sleep(0.2)
         yield url, proc
     finally:
@@ -338,10 +339,14 @@ def percentile(values: list[float], q: float) -> float:
 def print_table(headers: list[str], rows: list[list[Any]]) -> None:
     cells = [[str(c) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in cells:
-        print("| " + " | ".join(c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(row, widths)) + " |")
+        print(
+            "| "
+            + " | ".join(c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(row, widths, strict=False))
+            + " |"
+        )
 
 
 def _numeric(text: str) -> bool:

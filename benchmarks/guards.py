@@ -26,9 +26,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax.numpy as jnp  # noqa: E402
 
 import cachewatch  # noqa: E402
+from cachewatch.capture import guards  # noqa: E402
 from cachewatch.explain import causes
 from cachewatch.record import current
-from cachewatch.capture import guards  # noqa: E402
 
 _spent = [0.0]
 _original_check = guards.check_trace
@@ -92,7 +92,7 @@ def main() -> int:
     print(f"one function compiled for {args.shapes} shapes; medians of {args.repeats} interleaved repeats")
     print(f"    {'variant':28} {'guard ms/trace':>15} {'call ms/compile':>16} {'guard share':>12}")
     for variant, label in zip(
-        variants, ("no limit (default)", "max_recompiles, not reached", "freeze(on_compile='warn')")
+        variants, ("no limit (default)", "max_recompiles, not reached", "freeze(on_compile='warn')"), strict=False
     ):
         g, c = statistics.median(guard_ms[variant]), statistics.median(call_ms[variant])
         print(f"    {label:28} {g:15.4f} {c:16.2f} {g / c:12.2%}")

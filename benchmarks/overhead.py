@@ -127,7 +127,7 @@ class OwnTime:
     def __init__(self) -> None:
         self.seconds = 0.0
 
-    def __enter__(self) -> "OwnTime":
+    def __enter__(self) -> OwnTime:
         jitmod = sys.modules["cachewatch.capture.jit"]  # the module: `cachewatch.jit` the name is the function
 
         self._saved = {name: getattr(jitmod, name) for name in ("_begin_trace", "_end_trace", "_finish")}
@@ -162,7 +162,7 @@ class JaxExplainTime:
         self.seconds = 0.0
         self.clock = time.perf_counter
 
-    def __enter__(self) -> "JaxExplainTime":
+    def __enter__(self) -> JaxExplainTime:
         from jax._src.interpreters import partial_eval
 
         self._fn = partial_eval.explain

@@ -28,8 +28,9 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import benchkit
 
@@ -154,7 +155,7 @@ def train(args: argparse.Namespace) -> int:
     if args.spool_max_bytes:
         settings["spool_max_bytes"] = args.spool_max_bytes
     cachewatch.configure(**settings)
-    log = open(args.log, "a", buffering=1)
+    log = open(args.log, "a", buffering=1)  # noqa: SIM115  (written until the process ends)
     recorder.add_listener(lambda e: log.write(f"{e.event_id} {e.timestamp!r}\n"))
 
     @cachewatch.jit
@@ -437,8 +438,8 @@ def _store_away(work: Path) -> tuple[str, Any]:
 
 def _writer_process(store: str, threads: int, events: int, ids_dir: str, spool_dir: str) -> None:
     import cachewatch
-    from cachewatch.record import current, recorder
     from cachewatch.core.events import CompileEvent, FunctionInfo, new_event_id
+    from cachewatch.record import current, recorder
 
     cachewatch.configure(store=store, flush_interval=0.2, queue_size=1_000_000, spool_dir=spool_dir)
     made: list[list[str]] = [[] for _ in range(threads)]

@@ -79,7 +79,9 @@ def main() -> None:
             f"compiles on the training thread {med(rows, 'on_training_thread'):.0f}, "
             f"in warm-up threads {med(rows, 'in_warmup_threads'):.0f} (median of {len(rows)})"
         )
-    ratio = statistics.median(w["first_epoch_seconds"] / c["first_epoch_seconds"] for w, c in zip(warm, cold))
+    ratio = statistics.median(
+        w["first_epoch_seconds"] / c["first_epoch_seconds"] for w, c in zip(warm, cold, strict=False)
+    )
     print(f"first epoch, warmed / without: {ratio:.3f} (median of paired repeats)")
 
 

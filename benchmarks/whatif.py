@@ -170,7 +170,7 @@ def main() -> None:
     for k, policy in enumerate(("auto", "pow2")):
         rows = [r[k] for r in runs]
 
-        def med(key: str) -> float:
+        def med(key: str, rows: list[dict] = rows) -> float:
             return statistics.median(r[key] for r in rows)
 
         exact = all(r["compiles"] == r["predicted_compiles"] for r in rows)

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
 
-from .core import _guard
+from . import notebook
+from .ahead import WarmupError, warmup
 from .capture import _tracking, pmapped
-from .core.config import ConfigError
-from .core.events import CAUSES, VERSION, CompileEvent
 from .capture.guards import (
     FrozenCompileError,
     FrozenCompileWarning,
@@ -32,8 +32,9 @@ from .capture.guards import (
     unfreeze,
 )
 from .capture.jit import is_watched, jit
-from .ahead import WarmupError, warmup
-from . import notebook
+from .core import _guard
+from .core.config import ConfigError
+from .core.events import CAUSES, VERSION, CompileEvent
 from .record.current import configure
 from .record.recorder import flush
 

@@ -16,6 +16,7 @@ import sys
 def run() -> None:
     try:
         import cachewatch
+
         from .record import current
 
         if current.config().install:

@@ -17,17 +17,19 @@ cachewatch whatif FUNCTION [--run RUN] [--pad pow2|multiple:K|ladder:A,B,C|auto[
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import importlib
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import runner
 from .core import config as configmod
-from .core.figures import share_text
 from .core.events import OP_BY_OP_MODULE, UNATTRIBUTED_MODULE
+from .core.figures import share_text
 
 if TYPE_CHECKING:  # the commands import what they read when run, so `cachewatch --help` stays quick
     from .analysis.views import FunctionFindings, RunReport
@@ -350,14 +352,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
     except BrokenPipeError:
         # `cachewatch report | head`: the reader is gone; end quietly, as other tools do.
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (stdout until the process ends)
         return 0
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None) -> int:  # noqa: C901  (being split)
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if argv and argv[0] == "run":
@@ -446,8 +446,8 @@ def _service() -> Any:
 
 def _report(args: argparse.Namespace) -> int:
     from .analysis import views
-    from .store import engine as enginemod
     from .store import columns
+    from .store import engine as enginemod
 
     url = _store_url(args)
     cfg = configmod.resolve()
@@ -579,8 +579,8 @@ def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) ->
 
 def _storms(args: argparse.Namespace) -> int:
     from .analysis import diagnosis
-    from .store import engine as enginemod
     from .store import columns
+    from .store import engine as enginemod
 
     url = _store_url(args)
     cfg = configmod.resolve()
@@ -606,8 +606,8 @@ def _storms(args: argparse.Namespace) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
-    from .store import engine as enginemod
     from .store import columns, queries
+    from .store import engine as enginemod
 
     url = _store_url(args)
     with enginemod.connection(url) as conn:
@@ -700,9 +700,9 @@ def _print_table(headers: list[str], rows: list[list[Any]]) -> None:
     for row in cells:
         for i, c in enumerate(row[:-1]):
             widths[i] = min(max(widths[i], len(c)), 60)
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)))
     for row in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
 
 
 if __name__ == "__main__":  # pragma: no cover

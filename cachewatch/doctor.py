@@ -65,6 +65,7 @@ def _record_two_compiles() -> list[str]:
     import jax.numpy as jnp
 
     import cachewatch
+
     from .record import recorder
 
     sink = _Collect()

@@ -16,7 +16,8 @@ from __future__ import annotations
 import html
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .core import _guard, tables
 from .core.events import EVENT_COLUMNS, CompileEvent
@@ -186,7 +187,8 @@ def _storms_since(started: float, ended: float, events: list[CompileEvent]) -> l
     with _guard.guard("notebook.storms"):
         from .analysis import diagnosis
         from .record import current, recorder
-        from .store import columns, engine as enginemod
+        from .store import columns
+        from .store import engine as enginemod
 
         cfg = current.config()
         if cfg.store.startswith(("http://", "https://")) or not recorder.flush(cfg.exit_timeout):

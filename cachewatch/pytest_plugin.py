@@ -58,7 +58,7 @@ class CompileLog:
         if event.compiled:
             self.events.append(event)
 
-    def attach(self) -> "CompileLog":
+    def attach(self) -> CompileLog:
         from cachewatch.record import recorder
 
         recorder.add_listener(self, at_once=True)
@@ -262,4 +262,4 @@ def report_lines(events: list[Any]) -> list[str]:
             )
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(r[:-1], widths)) + "  " + r[-1] for r in table]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(r[:-1], widths, strict=False)) + "  " + r[-1] for r in table]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import dataclasses
 import importlib.machinery
 import importlib.util
@@ -26,7 +27,8 @@ import sys
 import threading
 import traceback
 import types
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .core import config as configmod
 
@@ -229,7 +231,9 @@ def _prepare(target: Target, module: types.ModuleType) -> types.CodeType:
             with io.open_code(path) as handle:
                 source = handle.read()
         except OSError as exc:
-            raise _NotRunnable(f"can't open file {os.path.abspath(path)!r}: [Errno {exc.errno}] {exc.strerror}")
+            raise _NotRunnable(
+                f"can't open file {os.path.abspath(path)!r}: [Errno {exc.errno}] {exc.strerror}"
+            ) from None
         full = os.path.abspath(path)
         sys.argv[:] = [path, *target.args]
         # python puts the script's directory (symbolic links resolved) first on the path.
@@ -245,7 +249,7 @@ def _prepare(target: Target, module: types.ModuleType) -> types.CodeType:
         if spec is not None and spec.submodule_search_locations is not None:  # a package: its __main__
             spec = importlib.util.find_spec(target.module + ".__main__")
     except (ImportError, ValueError) as exc:
-        raise _NotRunnable(f"Error while finding module specification for {target.module!r} ({exc})")
+        raise _NotRunnable(f"Error while finding module specification for {target.module!r} ({exc})") from None
     if spec is None or spec.loader is None:
         raise _NotRunnable(f"No module named {target.module}")
     return _from_spec(spec, module, argv0=spec.origin or target.module, args=target.args)
@@ -299,10 +303,8 @@ def _die_of_sigint() -> None:
     """Python ends a program that Ctrl-C stopped by SIGINT itself, so the shell sees the signal,
     once it has ended as it ends any program: non-daemon threads joined, then atexit handlers
     (the program's, the libraries', cachewatch's flush); the signal would skip them."""
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C stops the wait, as under python
         threading._shutdown()  # type: ignore[attr-defined]  # what python's exit runs first
-    except KeyboardInterrupt:  # a second Ctrl-C stops the wait, as under python
-        pass
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -316,6 +318,7 @@ def _die_of_sigint() -> None:
 def _summarize(run_id: str) -> dict[str, Any]:
     """Write what the run recorded and read it back as the run's summary."""
     import cachewatch
+
     from .analysis import runsummary
     from .record import current
 

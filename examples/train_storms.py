@@ -23,7 +23,7 @@ import cachewatch
 
 def init_params(key, sizes=(16, 32, 4)):
     params = []
-    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=False):
         key, sub = jax.random.split(key)
         params.append({"w": jax.random.normal(sub, (fan_in, fan_out)) / jnp.sqrt(fan_in), "b": jnp.zeros(fan_out)})
     return params

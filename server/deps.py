@@ -14,7 +14,8 @@ import dataclasses
 import datetime as dt
 import json
 import math
-from typing import Annotated, Any, Iterator
+from collections.abc import Iterator
+from typing import Annotated, Any
 
 import sqlalchemy as sa
 from fastapi import Depends, HTTPException, Query, Request
@@ -85,7 +86,7 @@ def parse_time(name: str, value: str | None) -> float | None:
                 ("query", name), "expected epoch seconds or an ISO 8601 time such as 2026-11-22T01:00:00Z", value
             ) from None
         if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.timezone.utc)
+            when = when.replace(tzinfo=dt.UTC)
         seconds = when.timestamp()
     if not math.isfinite(seconds):
         raise invalid(("query", name), "expected a finite time", value)

@@ -5,7 +5,8 @@ which stores a retried batch's events and call statistics once.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import orjson
 from fastapi.exceptions import RequestValidationError

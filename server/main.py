@@ -17,8 +17,9 @@ import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -35,10 +36,10 @@ from cachewatch.core.events import VERSION as __version__
 from cachewatch.store import engine as enginemod
 from cachewatch.store import retention
 
+from . import dashboard
 from .ingest import IngestCounters
 from .metrics import StoreCollector
 from .middleware import BodyLimit, RequestMetrics
-from . import dashboard
 from .routes import cache, diagnosis, docs, events, functions, health, jobs, metrics, programs, runs, storms, summary
 from .settings import ServerSettings, SettingsError, load
 

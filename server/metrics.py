@@ -25,26 +25,24 @@ while the store only grows no counter goes down. Nothing is kept between scrapes
 from __future__ import annotations
 
 import collections
-import math
 import logging
+import math
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
 
 import sqlalchemy as sa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
 from cachewatch.analysis import cache as cache_analysis
-from cachewatch.analysis import diagnosis
-from cachewatch.analysis import fleet
-from cachewatch.core import jaxcompat
+from cachewatch.analysis import diagnosis, fleet
+from cachewatch.core import _guard, jaxcompat
 from cachewatch.core.events import DROP_REASONS, OP_BY_OP_MODULE, UNATTRIBUTED_MODULE, Kind, short_name
-from cachewatch.store import engine as enginemod
-from cachewatch.store import cache as cache_reads
-from cachewatch.store import models, rollup
-from cachewatch.core import _guard
 from cachewatch.core.figures import compile_share
+from cachewatch.store import cache as cache_reads
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models, rollup
 from cachewatch.store.columns import Filters
 
 from .settings import ServerSettings
@@ -248,7 +246,7 @@ def _other_series(
         other.buckets[int(bucket_index)] += int(n)
     for series in detail.values():
         other.compiles.subtract(series.compiles)
-        other.buckets = [a - d for a, d in zip(other.buckets, series.buckets)]
+        other.buckets = [a - d for a, d in zip(other.buckets, series.buckets, strict=False)]
     other.compiles = +other.compiles
     other.seconds = math.fsum(store.seconds.get(h, 0.0) for h in in_other)
     other.calls = sum(store.calls.get(h, (0, 0.0, False))[0] for h in in_other)

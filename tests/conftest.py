@@ -14,10 +14,10 @@ import pytest
 import sqlalchemy as sa
 
 import cachewatch
+from cachewatch.capture import guards
 from cachewatch.core import _guard
 from cachewatch.explain import causes
 from cachewatch.record import current, recorder
-from cachewatch.capture import guards
 from cachewatch.store import engine as enginemod
 
 PG_ADMIN_URL = os.environ.get("CACHEWATCH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")

@@ -11,7 +11,7 @@ import contextlib
 import functools
 import logging
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp

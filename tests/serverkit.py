@@ -15,17 +15,18 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import jax.numpy as jnp
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 import cachewatch
+from cachewatch.core.events import CallStats, CompileEvent, FunctionInfo, RunInfo
 from cachewatch.explain import causes
 from cachewatch.record import current, recorder
-from cachewatch.core.events import CallStats, CompileEvent, FunctionInfo, RunInfo
 from cachewatch.record.recorder import Batch
 
 TOKEN = "test-token-0123456789abcdef"
@@ -136,7 +137,7 @@ def serve_process(
     """
     port = free_port()
     log_path = workdir / log_name
-    log = open(log_path, "w")
+    log = open(log_path, "w")  # noqa: SIM115  (the server writes it; closed when it stops)
     proc = subprocess.Popen(
         [sys.executable, "-m", "cachewatch", "serve", "--store", store, "--port", str(port), "--workers", str(workers)],
         env=env,
@@ -180,7 +181,7 @@ class LiveServer:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self, timeout: float = 30.0) -> "LiveServer":
+    def start(self, timeout: float = 30.0) -> LiveServer:
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="test-uvicorn", daemon=True)

@@ -14,11 +14,11 @@ import pytest
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch.analysis import diagnosis
 from cachewatch import cli
-from cachewatch.store import engine as enginemod
-from cachewatch.store import columns, evidence, models, queries, rollup
+from cachewatch.analysis import diagnosis
 from cachewatch.core.events import Cause, FunctionInfo, Kind
+from cachewatch.store import columns, evidence, models, queries, rollup
+from cachewatch.store import engine as enginemod
 
 
 def storms_for(url: str, qualname_part: str, **kwargs) -> list[dict]:
@@ -76,7 +76,7 @@ def test_jit_in_loop_storm_names_the_line_to_hoist(store):
     def body(x):
         return x * 3
 
-    for i in range(6):
+    for _i in range(6):
         cachewatch.jit(lambda x: body(x))(jnp.ones(2))
         line = _line() - 1
     assert cachewatch.flush(30)
@@ -437,10 +437,9 @@ def test_every_compile_records_its_program_size(sqlite_url, use_store):
 
 
 def test_diagnosis_through_the_api(sqlite_url, use_store):
-    from fastapi.testclient import TestClient
-
     from cachewatch_server.main import create_app
     from cachewatch_server.settings import ServerSettings
+    from fastapi.testclient import TestClient
 
     use_store(sqlite_url)
 

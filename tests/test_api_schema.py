@@ -8,13 +8,13 @@ import os
 import tempfile
 
 import schemathesis
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
 from cachewatch.store import engine as enginemod
-from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings
 
 _STORE = "sqlite:///" + os.path.join(tempfile.mkdtemp(prefix="cachewatch-schema-"), "store.db")
 enginemod.upgrade(_STORE)

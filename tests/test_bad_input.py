@@ -12,16 +12,15 @@ import sys
 import time
 
 import pytest
+import serverkit as kit
 import sqlalchemy as sa
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
 from fastapi.testclient import TestClient
 
 from cachewatch.record import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, sinks, writes
-from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings
-
-import serverkit as kit
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,11 @@ import zlib
 import jax
 import jax.numpy as jnp
 import pytest
+import serverkit as kit
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
 from fastapi.testclient import TestClient
+from test_dashboard import SCREENSHOTS, Tab, chromium  # noqa: F401  (chromium: the browser fixture)
 
 import cachewatch
 from cachewatch.analysis import cache as analysis
@@ -24,11 +28,6 @@ from cachewatch.store import cache as reads
 from cachewatch.store import columns
 from cachewatch.store import engine as enginemod
 from cachewatch.store.sinks import SqlSink
-from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings
-
-import serverkit as kit
-from test_dashboard import SCREENSHOTS, Tab, chromium  # noqa: F401  (chromium: the browser fixture)
 
 
 def report_of(url: str, function: str | None = None) -> analysis.CacheReport:
@@ -57,7 +56,7 @@ def test_storm_leaves_live_executables_whose_memory_grows_until_clear_caches(sql
     assert all(v.memory is not None for v in fn.variants)
     sizes = [p.bytes for p in fn.timeline]
     assert [p.live for p in fn.timeline] == list(range(1, 41))
-    assert all(b > a for a, b in zip(sizes, sizes[1:]))
+    assert all(b > a for a, b in zip(sizes, sizes[1:], strict=False))
 
     jax.clear_caches()
     (fn,) = report_of(sqlite_url, "storm_step").functions
@@ -122,7 +121,7 @@ def test_calls_per_variant_match_the_programs_own_counts(sqlite_url, use_store, 
     assert fn.calls_counted == "sampled" and len(fn.variants) == 3
     got = {v.created_at: v for v in fn.variants}
     ordered = [got[t] for t in sorted(got)]  # compiled in the order 4, 5, 6
-    for v, n in zip(ordered, (4, 5, 6)):
+    for v, n in zip(ordered, (4, 5, 6), strict=False):
         assert not v.calls_exact
         assert v.calls is not None and abs(v.calls - expected_hits[n]) <= max(1, 0.1 * expected_hits[n]), (n, v.calls)
     (one,) = [f for f in report.functions if f.name == "exact_step"]

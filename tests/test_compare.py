@@ -8,16 +8,15 @@ import re
 import time
 
 import pytest
+import serverkit as kit
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
 from fastapi.testclient import TestClient
 
 from cachewatch.analysis import comparison
 from cachewatch.store import comparison as reads
 from cachewatch.store import engine as enginemod
 from cachewatch.store.sinks import SqlSink
-from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings
-
-import serverkit as kit
 
 
 @pytest.fixture(scope="module")

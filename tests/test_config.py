@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from cachewatch_server.settings import ServerSettings
 from mypy import api as mypy_api
 
 from cachewatch import cli
 from cachewatch.core import config
 from cachewatch.core.config import Config, setting
-from cachewatch_server.settings import ServerSettings
 
 NAMES = [s.name for s in config.SETTINGS]
 
@@ -21,7 +21,7 @@ TEXT_SAMPLES = {"store": "sqlite:///elsewhere.db", "on_limit": "raise", "program
 
 
 def test_the_settings_are_the_fields_of_config_in_their_order():
-    assert NAMES == [field.name for field in dataclasses.fields(Config)]
+    assert [field.name for field in dataclasses.fields(Config)] == NAMES
     assert len(NAMES) == len(set(NAMES))
     made = Config()
     for s in config.SETTINGS:
@@ -91,10 +91,10 @@ def test_cachewatch_settings_prints_one_line_per_declaration(capsys):
     assert cli.main(["settings"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [s.env_var for s in config.SETTINGS]
-    for line, s in zip(lines, config.SETTINGS):
+    for line, s in zip(lines, config.SETTINGS, strict=False):
         assert repr(s.default_value()) in line
         assert "`" not in line  # Markdown is the docs'; a terminal gets plain text
-    by_var = dict(zip((s.env_var for s in config.SETTINGS), lines))
+    by_var = dict(zip((s.env_var for s in config.SETTINGS), lines, strict=False))
     assert by_var["CACHEWATCH_PROGRAM_VIEW"].endswith("see program.md")
 
 

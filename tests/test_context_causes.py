@@ -11,14 +11,13 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import scenarios
 
 import cachewatch
 from cachewatch.core.events import Cause
 from cachewatch.explain import context as ctxmod
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries
-
-import scenarios
 
 
 def compiled_events(url: str, names: set[str]) -> list[dict]:
@@ -99,7 +98,7 @@ def test_context_managers_and_config_updates_are_new_context(sqlite_url, use_sto
     events = compiled_events(sqlite_url, {"ctx_matmul"})
     assert len(events) == scenarios.jax_compile_count(messages, "ctx_matmul") == 5
     assert [e["cause"] for e in events] == [Cause.FIRST_CALL] + [Cause.NEW_CONTEXT] * 4
-    for event, expected in zip(events[1:], EXPECTED_OPTIONS[1:]):
+    for event, expected in zip(events[1:], EXPECTED_OPTIONS[1:], strict=False):
         name, before, after = expected
         assert options(event) == {name: (before, after)}, event["diff"]
         assert f"{name}: {before} -> {after}" in event["explanation"]
@@ -144,7 +143,7 @@ def test_jax_own_jit_under_install_through_every_context_change(sqlite_url, use_
     events = compiled_events(sqlite_url, {"clip"})
     assert len(events) == scenarios.jax_compile_count(messages, "clip") == 5
     assert [e["cause"] for e in events] == [Cause.FIRST_CALL] + [Cause.NEW_CONTEXT] * 4
-    for event, (name, before, after) in zip(events[1:], EXPECTED_OPTIONS[1:]):
+    for event, (name, before, after) in zip(events[1:], EXPECTED_OPTIONS[1:], strict=False):
         assert options(event) == {name: (before, after)}, event["diff"]
 
 
@@ -354,13 +353,11 @@ def test_a_committed_argument_to_jax_own_jit_under_install(sqlite_url, use_store
 def test_new_context_through_the_service_metrics_and_dashboard(store_url, use_store):
     """The word goes everywhere causes go: the API's causes, /metrics' cause label, the
     dashboard's legend with its own colour."""
-    from fastapi.testclient import TestClient
-
+    import serverkit as kit
     from cachewatch_server.dashboard import render
     from cachewatch_server.main import create_app
     from cachewatch_server.settings import ServerSettings
-
-    import serverkit as kit
+    from fastapi.testclient import TestClient
 
     use_store(store_url)
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import scenarios
 
+from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries
-from cachewatch.core.events import Cause
-
-import scenarios
 
 # Every test here runs with the C hot path and with its pure-Python twin.
 pytestmark = pytest.mark.usefixtures("hot_path")
@@ -56,7 +55,7 @@ def test_new_shape_names_path_and_axis(sqlite_url, use_store):
     events, _ = run_scenario("batch_sizes", sqlite_url, use_store)
     shape_events = _by_cause(events, Cause.NEW_SHAPE)
     assert len(shape_events) == 2
-    for event, (before, after) in zip(shape_events, [(8, 16), (16, 32)]):
+    for event, (before, after) in zip(shape_events, [(8, 16), (16, 32)], strict=False):
         entry = event["diff"][0]
         assert entry["path"] == "batch['x']"
         assert entry["axes"] == [0]

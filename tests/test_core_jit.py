@@ -15,9 +15,9 @@ import pytest
 
 import cachewatch
 from cachewatch.core import _guard
-from cachewatch.record import current, recorder
-from cachewatch.explain import signature as sigmod
 from cachewatch.core.events import Cause
+from cachewatch.explain import signature as sigmod
+from cachewatch.record import current, recorder
 
 # Every test here runs with the C hot path and with its pure-Python twin.
 pytestmark = pytest.mark.usefixtures("hot_path")

@@ -23,27 +23,26 @@ from typing import Any
 
 import httpx
 import pytest
+import scenarios
+import serverkit as kit
 import sqlalchemy as sa
+from cachewatch_server.dashboard import pages, render
+from cachewatch_server.deps import parse_time
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
+from conftest import create_pg_database, drop_pg_database
 
 import cachewatch
-from cachewatch.core import _guard
 from cachewatch.analysis import diagnosis
+from cachewatch.core import _guard
+from cachewatch.core.events import Cause, Kind
 from cachewatch.explain import causes
 from cachewatch.record import current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store import queries as storequeries
-from cachewatch.store.engine import redact_url
 from cachewatch.store.columns import Filters
-from cachewatch_server.dashboard import pages, render
-from cachewatch_server.deps import parse_time
-from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings
-from cachewatch.core.events import Cause, Kind
-
-import scenarios
-import serverkit as kit
-from conftest import create_pg_database, drop_pg_database
+from cachewatch.store.engine import redact_url
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -85,7 +84,6 @@ def seed_store(url: str) -> None:
     """Two real runs into ``url``: the example training loop, then the pitfall scenarios."""
     global BIAS
     import jax.numpy as jnp
-
     from conftest import new_run
 
     current.reset_configuration()
@@ -406,7 +404,7 @@ def test_overview_shows_storms_causes_and_cost(tab, api):
         hash: li.dataset.functionHash, fix: li.querySelector('.fix').innerText}))""",
     )
     assert [s["hash"] for s in shown] == [s["function_hash"] for s in storms]
-    for item, storm in zip(shown, storms):
+    for item, storm in zip(shown, storms, strict=False):
         assert item["fix"] == "Fix: " + storm["fix"]
 
     # Recompiles over time: every recompile counted once, one trace per cause, in its colour.
@@ -420,7 +418,7 @@ def test_overview_shows_storms_causes_and_cost(tab, api):
     # Causes, and compile time against run time for the costliest functions.
     chart = tab.chart("chart-causes")
     assert chart["plotly"] and chart["drawn"] >= 1
-    assert dict(zip(chart["traces"][0]["y"], chart["traces"][0]["x"])) == summary["causes"]
+    assert dict(zip(chart["traces"][0]["y"], chart["traces"][0]["x"], strict=False)) == summary["causes"]
     functions = api("/functions", limit=1000)["items"]
     chart = tab.chart("chart-cost")
     assert chart["plotly"] and chart["drawn"] == 2
@@ -538,7 +536,7 @@ def test_function_detail_explains_each_recompile(tab, api):
     assert sum(len(t["x"]) for t in timeline["traces"]) == len(compiles)
     assert {t["name"]: len(t["x"]) for t in timeline["traces"]} == detail["causes"]
     chart = tab.chart("chart-causes")
-    assert dict(zip(chart["traces"][0]["y"], chart["traces"][0]["x"])) == detail["causes"]
+    assert dict(zip(chart["traces"][0]["y"], chart["traces"][0]["x"], strict=False)) == detail["causes"]
     histogram = tab.chart("chart-histogram")
     assert histogram["plotly"] and histogram["drawn"] >= 1
     assert len(histogram["traces"][0]["x"]) == detail["compiles"]
@@ -701,7 +699,7 @@ def test_run_filter_is_carried_through_links(tab, api):
         seconds: r.querySelector('[data-col=compile_seconds]').dataset.value}))""",
     )
     assert [r["id"] for r in shown] == [r["run_id"] for r in runs]
-    for row, run in zip(shown, runs):
+    for row, run in zip(shown, runs, strict=False):
         assert int(row["events"]) == run["events"] and int(row["compiles"]) == run["compiles"]
         assert approx(row["seconds"], run["compile_seconds"])
         for value in (
@@ -946,7 +944,7 @@ def test_function_page_shows_what_was_compiled_and_the_program_diff(tab, api):
     )
     before, after = next(
         (a["event_id"], b["event_id"])
-        for a, b in zip(compiles, compiles[1:])
+        for a, b in zip(compiles, compiles[1:], strict=False)
         if b["cause"] == "new_shape" and a["program_fingerprint"] != b["program_fingerprint"]
     )
     tab.open(f"/functions/{step['function_hash']}?diff={after}&against={before}")

@@ -10,20 +10,18 @@ import subprocess
 import sys
 import time
 
+import serverkit as kit
 import sqlalchemy as sa
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
+from test_recorder import count_events, make_event
 
 import cachewatch
-from cachewatch.record import current, recorder
 from cachewatch.core.events import Batch
+from cachewatch.record import current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
 from cachewatch.store.sinks import SqlSink
-from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings
-
-import serverkit as kit
-from test_recorder import count_events, make_event
-
 
 # The writer also replays when idle; these tests lay out the spool first, then flush.
 IDLE = {"flush_interval": 30.0, "stats_interval": 30.0}

@@ -781,7 +781,7 @@ def test_dashboard_reads_back_through_the_sdk(dashboard):
     assert parsed.uid == "cachewatch" and parsed.title == dashboard["title"]
     panels = [p for p in parsed.panels if isinstance(p, models.Panel)]
     assert len(panels) == len(dashboard["panels"])
-    for panel, raw in zip(panels, dashboard["panels"]):
+    for panel, raw in zip(panels, dashboard["panels"], strict=False):
         assert (panel.type_val, panel.title, panel.id_val) == (raw["type"], raw["title"], raw["id"])
         assert [t.expr for t in panel.targets] == [t["expr"] for t in raw["targets"]], raw["title"]
         assert panel.grid_pos is not None and panel.grid_pos.w > 0 and panel.grid_pos.h > 0

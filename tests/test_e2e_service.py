@@ -13,9 +13,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 import serverkit as kit
 from serverkit import TOKEN
+
 from cachewatch.core.events import Cause
 
 ROOT = Path(__file__).resolve().parent.parent

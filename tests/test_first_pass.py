@@ -7,22 +7,20 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scenarios
 import sqlalchemy as sa
 
 import cachewatch
 from cachewatch.analysis import diagnosis
 from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models
-from cachewatch.store import queries
+from cachewatch.store import models, queries
 from cachewatch.store.evidence import Recompile
-
-import scenarios
 
 
 def _layers(key, sizes):
     params = []
-    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+    for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=False):
         key, sub = jax.random.split(key)
         params.append((jax.random.normal(sub, (n_in, n_out)) * 0.1, jnp.zeros(n_out)))
     return params
@@ -90,10 +88,9 @@ def test_an_eager_evaluation_pass_over_two_set_sizes_is_a_first_pass_not_a_storm
         diagnosis.describe_first_pass(dot_pass)
     )
     # The service shows it the same way: apart from the storms, with its cost.
-    from fastapi.testclient import TestClient
-
     from cachewatch_server.main import create_app
     from cachewatch_server.settings import ServerSettings
+    from fastapi.testclient import TestClient
 
     with TestClient(create_app(ServerSettings(store=sqlite_url))) as client:
         listing = client.get("/api/v1/storms").json()

@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families
-
-from cachewatch.core import config as configmod
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
-
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 from serverkit import free_port
+
+from cachewatch.core import config as configmod
 
 WORKER = Path(__file__).with_name("fleet_worker.py")
 
@@ -31,7 +30,7 @@ def run_job(store: str, job: str, extra_shape_rank: int | None, workdir: Path) -
         args = [sys.executable, str(WORKER), str(rank), str(port), store]
         if rank == extra_shape_rank:
             args.append("--extra-shape")
-        log = open(workdir / f"{job}-rank{rank}.log", "w")
+        log = open(workdir / f"{job}-rank{rank}.log", "w")  # noqa: SIM115  (closed after the rank ends)
         procs.append((subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT), log))
     for proc, log in procs:
         try:
@@ -113,6 +112,7 @@ def test_job_rank_and_cache_key_travel_through_ingest(store_url, tmp_path):
     import time
 
     import serverkit as kit
+
     from cachewatch.record import current
 
     current.configure(store=f"sqlite:///{tmp_path / 'lib.db'}")

@@ -12,8 +12,8 @@ import pytest
 
 import cachewatch
 from cachewatch.capture import guards
-from cachewatch.record import recorder
 from cachewatch.core.events import Cause
+from cachewatch.record import recorder
 
 pytestmark = pytest.mark.usefixtures("hot_path")
 
@@ -70,7 +70,7 @@ def test_warn_once_with_the_causes_so_far_and_results_unchanged(events):
     text = str(limit_warnings[0].message)
     assert "warned_step" in text and "recompiled 2 times, past its limit of 1" in text
     assert "new_shape=2" in text and "x: float32[2] -> float32[3]" in text
-    for n, out in zip(range(1, 6), outputs):
+    for n, out in zip(range(1, 6), outputs, strict=False):
         np.testing.assert_allclose(out, np.full(n, 2.0))
     assert guards.tallies()[warned_step.__cachewatch_state__.info.function_hash].recompiles == 5
 
@@ -151,7 +151,7 @@ def test_freeze_raises_on_the_first_compile_after_it_and_not_before(events):
     np.testing.assert_allclose(frozen_step(jnp.ones(4)), np.full(4, 2.0))
     # The warm-up results are right too: freezing after them changed none.
     assert [out.shape for out in warm] == [(2,), (3,)]
-    for n, out in zip((2, 3), warm):
+    for n, out in zip((2, 3), warm, strict=False):
         np.testing.assert_allclose(out, np.full(n, 2.0))
 
 

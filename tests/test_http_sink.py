@@ -8,21 +8,20 @@ import http.server
 import threading
 import time
 
+import jax.numpy as jnp
 import pytest
+import serverkit as kit
 import sqlalchemy as sa
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
+from serverkit import TOKEN
 
 import cachewatch
-import jax.numpy as jnp
+from cachewatch.core.events import Cause
 from cachewatch.record import current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
-from cachewatch.core.events import Cause
 from cachewatch.store.http import HttpSink, HttpStoreError, batch_id
-from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings
-
-import serverkit as kit
-from serverkit import TOKEN
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import reliability  # noqa: E402  (the scenario the benchmark measures, here checked)
-
 import serverkit as kit  # noqa: E402
 
 

@@ -13,11 +13,10 @@ import time
 import urllib.request
 
 import pytest
-
-from cachewatch.record import current
-from cachewatch.core.events import FunctionInfo
-
 import serverkit as kit
+
+from cachewatch.core.events import FunctionInfo
+from cachewatch.record import current
 
 STORE_COUNTERS = (
     "cachewatch_compiles_total",

@@ -10,15 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 import sqlalchemy as sa
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
+from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from cachewatch.core.events import CACHE_KEY_PARTS, explain_cache_miss
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
-from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings
 
 WORKER = Path(__file__).with_name("cache_worker.py")
 

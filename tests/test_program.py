@@ -5,14 +5,20 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import serverkit as kit
 import sqlalchemy as sa
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings, load
 from fastapi.testclient import TestClient
+from jax._src import jaxpr_util
+from jax._src.lib import _jax  # jaxlib's pprof codec, what jaxpr_util writes its dumps with
 
 import cachewatch
 from cachewatch import cli
@@ -22,15 +28,9 @@ from cachewatch.core.events import Batch, Cause
 from cachewatch.record import current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, writes
-from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings, load
-from jax._src import jaxpr_util
-from jax._src.lib import _jax  # jaxlib's pprof codec, what jaxpr_util writes its dumps with
-
-import serverkit as kit
 
 # The line numbers below are found by their text, so editing the file keeps them right.
-SOURCE = open(__file__).read().splitlines()
+SOURCE = Path(__file__).read_text().splitlines()
 
 
 def line_of(text: str) -> int:

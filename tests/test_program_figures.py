@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
 import sqlalchemy as sa
+from scenarios import jax_compile_log
 
 import cachewatch
 from cachewatch import cli
@@ -22,7 +23,6 @@ from cachewatch.capture import program
 from cachewatch.core import _guard
 from cachewatch.record import current, recorder
 from cachewatch.store import engine, models
-from scenarios import jax_compile_log
 
 # Every figure the program view gives a compile on CPU (docs/program.md).
 FIGURES = ("program_fingerprint", "lowered_fingerprint", "jaxpr_eqns", "hlo_ops", "fusions", "flops", "bytes_accessed")

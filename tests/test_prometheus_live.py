@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from serverkit import free_port, serve_process
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,21 +12,21 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import pytest
+import scenarios
 import sqlalchemy as sa
 
 import cachewatch
 from cachewatch.analysis import diagnosis
 from cachewatch.capture import counters
-from cachewatch.record import recorder
-from cachewatch.store import engine as enginemod
-from cachewatch.store import columns, models, queries, rollup
 from cachewatch.core.events import Cause, Kind
-
-import scenarios
+from cachewatch.record import recorder
+from cachewatch.store import columns, models, queries, rollup
+from cachewatch.store import engine as enginemod
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 # The user's own jitted steps in each program.
@@ -89,7 +89,7 @@ def test_every_compile_of_a_training_program_is_recorded(program, sqlite_url):
     assert sum(logged.values()) > 10
     assert recorded == logged  # per function name, as JAX names them
 
-    source = open(path).read().splitlines()
+    source = Path(path).read_text().splitlines()
     for step in STEPS[program]:
         def_line = next(i for i, text in enumerate(source, 1) if text.startswith(f"def {step}("))
         events = [r for r in rows if r.name == step]

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 import cachewatch
 from cachewatch.core import config as configmod
-from cachewatch.record import current, recorder
 from cachewatch.core.events import Batch, Cause, CompileEvent, FunctionInfo
+from cachewatch.record import current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, spool
 

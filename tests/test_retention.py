@@ -18,7 +18,10 @@ import time
 import uuid
 
 import pytest
+import serverkit as kit
 import sqlalchemy as sa
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings, SettingsError, load
 from fastapi.testclient import TestClient
 
 from cachewatch import cli
@@ -28,10 +31,6 @@ from cachewatch.record import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, queries, retention, writes
 from cachewatch.store.columns import Filters
-from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings, SettingsError, load
-
-import serverkit as kit
 
 DAY = 86400.0
 # Wide enough that the newest kept run's storm is active for as long as a test runs.

@@ -10,24 +10,21 @@ import time
 import jax
 import jax.numpy as jnp
 import pytest
+import serverkit as kit
 import sqlalchemy as sa
-
-import cachewatch
-from cachewatch.analysis import diagnosis
-from cachewatch import cli
-from cachewatch.core import runtimes
-from cachewatch.capture.counters import _stats
-from cachewatch.store import engine as enginemod
-from cachewatch.store import models, rollup
-from cachewatch.store import queries as storequeries
-from cachewatch.store import columns
-from fastapi.testclient import TestClient
-
-from cachewatch.record import current
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
+from fastapi.testclient import TestClient
 
-import serverkit as kit
+import cachewatch
+from cachewatch import cli
+from cachewatch.analysis import diagnosis
+from cachewatch.capture.counters import _stats
+from cachewatch.core import runtimes
+from cachewatch.record import current
+from cachewatch.store import columns, models, rollup
+from cachewatch.store import engine as enginemod
+from cachewatch.store import queries as storequeries
 
 
 def service(url: str) -> TestClient:
@@ -48,7 +45,7 @@ def report_row(url: str, name: str) -> dict:
     return rows[0]
 
 
-def stats_of(fn) -> "cachewatch.capture.counters.CallCounter":
+def stats_of(fn) -> cachewatch.capture.counters.CallCounter:
     return _stats[fn.__cachewatch_state__.info.function_hash]
 
 
@@ -171,7 +168,7 @@ def test_without_a_timed_call_the_report_says_why(sqlite_url, use_store, capsys)
 
     for _ in range(4):
         untimed(jnp.ones(3))
-    for i in range(3):  # a new jit object per call: every call compiles
+    for _i in range(3):  # a new jit object per call: every call compiles
         cachewatch.jit(lambda x: x * 2)(jnp.ones(3))
     assert cachewatch.flush(30)
     assert cli.main(["report", "--store", sqlite_url, "--format", "json"]) == 0
@@ -278,7 +275,7 @@ def test_ingest_keeps_one_row_per_signature(sqlite_url, recorded):
                 "sample_every": 100,
             }
         )
-        for r, sig in zip(rows, ("a", "b"))
+        for r, sig in zip(rows, ("a", "b"), strict=False)
     ]
     with service(sqlite_url) as client:
         body = kit.payload(recorded.run, recorded.events, rows)

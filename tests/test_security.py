@@ -8,16 +8,15 @@ import logging
 import time
 
 import pytest
-from fastapi.testclient import TestClient
-
-from cachewatch import cli
+import serverkit as kit
 from cachewatch_server import tokens
 from cachewatch_server.dashboard import auth
 from cachewatch_server.dashboard.render import PLOTLY_PATH
 from cachewatch_server.main import create_app, serve
 from cachewatch_server.settings import ServerSettings
+from fastapi.testclient import TestClient
 
-import serverkit as kit
+from cachewatch import cli
 
 WRITE, READ = "write-token-0123456789abcdef", "read-token-0123456789abcdef"
 

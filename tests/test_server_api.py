@@ -8,20 +8,18 @@ import datetime as dt
 import time
 
 import pytest
+import serverkit as kit
 import sqlalchemy as sa
-from fastapi.testclient import TestClient
-
-from cachewatch.record import current
-from cachewatch.store import engine as enginemod
-from cachewatch.store import models
-from cachewatch.store import queries as storequeries
-from cachewatch.store import writes
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings, SettingsError, load
+from fastapi.testclient import TestClient
+from serverkit import READ_TOKEN, TOKEN, auth
 
-import serverkit as kit
-from serverkit import TOKEN, READ_TOKEN, auth
 from cachewatch.core.events import Cause
+from cachewatch.record import current
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models, writes
+from cachewatch.store import queries as storequeries
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +295,7 @@ def test_filters_and_cursors(client, recorded):
     assert step_compiles(run_id=run_a.run_id) == 8
     assert step_compiles(run_id=run_b.run_id) == 8
     assert step_compiles(since=base + 3600) == 8
-    iso = dt.datetime.fromtimestamp(base + 3600, tz=dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    iso = dt.datetime.fromtimestamp(base + 3600, tz=dt.UTC).isoformat().replace("+00:00", "Z")
     assert step_compiles(since=iso) == 8
     assert step_compiles(until=iso) == 8
     assert step_compiles(since=base + 3600, run_id=run_a.run_id) is None

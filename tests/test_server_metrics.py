@@ -8,21 +8,19 @@ import dataclasses
 import time
 
 import pytest
+import serverkit as kit
 import sqlalchemy as sa
-from fastapi.testclient import TestClient
-
-from cachewatch.record import current, recorder
-from cachewatch.core import runtimes
-from cachewatch.core.events import DROP_REASONS, Cause, Kind, short_name
-from cachewatch.core.events import FunctionInfo
-from cachewatch.store import engine as enginemod
-from cachewatch.store import models
-from cachewatch.store import queries as storequeries
 from cachewatch_server.main import create_app
 from cachewatch_server.metrics import BUCKETS
 from cachewatch_server.settings import ServerSettings
+from fastapi.testclient import TestClient
 
-import serverkit as kit
+from cachewatch.core import runtimes
+from cachewatch.core.events import DROP_REASONS, Cause, FunctionInfo, Kind, short_name
+from cachewatch.record import current, recorder
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models
+from cachewatch.store import queries as storequeries
 
 STORE_SERIES = (
     "cachewatch_compiles_total",
@@ -259,9 +257,9 @@ def test_recorder_drops_reach_the_store_through_a_sql_sink(sqlite_url, use_store
     import threading
 
     import sqlalchemy as sa
+    from test_recorder import make_event
 
     from cachewatch.store import models
-    from test_recorder import make_event
 
     use_store(sqlite_url, queue_size=2, flush_interval=0.01)
     writer = recorder._get_writer()
@@ -343,8 +341,9 @@ def test_jax_op_by_op_compiles_never_take_a_label(sqlite_url, recorded):
 def test_a_bug_in_one_family_leaves_the_rest_of_the_scrape(sqlite_url, recorded, monkeypatch):
     """/metrics builds the families read from the store in full before serving any: a bug
     there is counted by the guard and leaves those families out, never the whole scrape."""
-    from cachewatch.core import _guard
     from cachewatch_server import metrics as metricsmod
+
+    from cachewatch.core import _guard
 
     def broken(snap):
         raise RuntimeError("a bug in building the families")

@@ -9,10 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
+from cachewatch_server.settings import ServerSettings
 
 from cachewatch.core import config
 from cachewatch.core.events import Cause
-from cachewatch_server.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import scenarios
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -19,8 +20,6 @@ from cachewatch import cli
 from cachewatch.core.events import Cause, new_event_id
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
-
-import scenarios
 
 
 def test_migrating_an_empty_store_gives_the_models_schema(store_url):
@@ -263,8 +262,9 @@ def test_event_ids_fit_the_column_and_grow_with_time():
 def test_a_page_of_functions_is_the_same_in_sql_as_from_the_whole_report(store_url, use_store):
     # Over the whole store a listing pages in SQL over the kept totals; with a filter it
     # cuts the full report. Both must show the same functions in the same order.
-    from cachewatch.store import columns, queries
     from cachewatch_server.reads import listings
+
+    from cachewatch.store import columns, queries
 
     use_store(store_url, sample_every=1)
     for scenario in (
@@ -304,8 +304,9 @@ def test_a_page_of_functions_is_the_same_in_sql_as_from_the_whole_report(store_u
 def test_pages_of_runs_in_sql_make_up_the_whole_listing(store_url):
     # The dashboard pages runs with an offset, the API with a cursor: both in SQL, newest
     # first, ties broken by run id the same way.
-    from cachewatch.store import columns
     from cachewatch_server.reads import listings
+
+    from cachewatch.store import columns
 
     enginemod.ensure_schema(store_url)
     started = [100.0, 200.0, 200.0, 300.0, 300.0, 300.0, 400.0]

@@ -12,8 +12,10 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+import scenarios
 import sqlalchemy as sa
 
 from cachewatch.analysis import diagnosis, programs, runsummary, steady
@@ -21,8 +23,6 @@ from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store.evidence import Recompile
-
-import scenarios
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 _JAX_COMPILED = re.compile(r"Finished XLA compilation of jit\((.*?)\) in")
@@ -474,7 +474,9 @@ def test_an_optimizer_update_over_many_leaves_is_no_unrolled_loop(sqlite_url, us
     (event,) = [e for e in seen if e.function.name == "optimizer_step" and e.compiled]
     with enginemod.connection(url) as conn:
         profile = programs.compile_profile(conn, event.function.function_hash)
-    update_line = next(i for i, text in enumerate(open(__file__), 1) if "# over-every-leaf" in text)
+    update_line = next(
+        i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# over-every-leaf" in text
+    )
     top = profile["top_lines"][0]
     # The line repeats its operations once per leaf, as an unrolled loop would ...
     assert top["line"] == update_line and min(top["primitives"].values()) >= programs.UNROLLED_MIN_REPEATS

@@ -18,13 +18,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 import sqlalchemy as sa
+from scenarios import jax_compile_count, jax_compile_log
 
 import cachewatch
 from cachewatch.capture import _tracking
 from cachewatch.core.events import Kind
 from cachewatch.store import engine, models, queries
 from cachewatch.store.columns import Filters
-from scenarios import jax_compile_count, jax_compile_log
 
 PROGRAM = Path(__file__).parent / "programs" / "warm_loop.py"
 SIZES = 11

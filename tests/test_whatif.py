@@ -14,8 +14,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import serverkit as kit
 import sqlalchemy as sa
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
+from conftest import new_run
 from fastapi.testclient import TestClient
+from scenarios import jax_compile_count, jax_compile_log
+from test_dashboard import SCREENSHOTS, Tab, chromium  # noqa: F401 - chromium is a fixture used here
 
 import cachewatch
 from cachewatch import cli
@@ -26,13 +32,6 @@ from cachewatch.store import engine as enginemod
 from cachewatch.store import whatif as reads
 from cachewatch.store.comparison import RunNotFound
 from cachewatch.store.whatif import CompileRecord, Leaf, RunEvidence, TimedSignature
-from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings
-
-import serverkit as kit
-from conftest import new_run
-from scenarios import jax_compile_count, jax_compile_log
-from test_dashboard import SCREENSHOTS, Tab, chromium  # noqa: F401 - chromium is a fixture used here
 
 SIZES = (9, 10, 12, 14, 17, 20, 23, 26, 28, 30, 32)
 STEPS = 264
@@ -303,7 +302,9 @@ def test_other_fixes_are_priced_from_the_run():
 def test_a_compile_that_empties_the_cache_happens_under_every_policy():
     sizes = (3, 5, 3, 6)
     causes = ("first_call", "new_shape", "cache_cleared", "new_shape")
-    ev = RunEvidence(FN, "r1", "", tuple(_compile(i, n, c) for i, (n, c) in enumerate(zip(sizes, causes))), 4, (), 1)
+    ev = RunEvidence(
+        FN, "r1", "", tuple(_compile(i, n, c) for i, (n, c) in enumerate(zip(sizes, causes, strict=False))), 4, (), 1
+    )
     result = whatif.analyse(ev, whatif.parse_policy("ladder:8"))
     # 8 compiled, the cache cleared and 8 compiled again; 6 pads into it.
     assert result.price is not None and result.price.compiles == 2 and result.recorded.compiles == 4

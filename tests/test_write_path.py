@@ -10,7 +10,11 @@ from typing import Any
 
 import orjson
 import pytest
+import serverkit as kit
 import sqlalchemy as sa
+from cachewatch_server import ingest
+from cachewatch_server.main import create_app
+from cachewatch_server.settings import ServerSettings
 from fastapi.testclient import TestClient
 
 from cachewatch.core import runtimes
@@ -19,11 +23,6 @@ from cachewatch.record import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
 from cachewatch.store.sinks import SqlSink
-from cachewatch_server import ingest
-from cachewatch_server.main import create_app
-from cachewatch_server.settings import ServerSettings
-
-import serverkit as kit
 
 WRITERS = ("sink", "service")
 # What the batch below adds to the store, once.

@@ -18,8 +18,8 @@ did not wrap, or run-time sampling off with several variants).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from ..core import tables
 from ..core.events import Kind, PersistentCache
@@ -317,7 +317,7 @@ def _hits(
             last_hit = [max(s.timestamp for s in counted) if calls[0] else None]
         else:  # made again after a release: each flush's calls go to the one alive then
             calls, last_hit = _split_by_time(made, released, [(s.timestamp, s.calls) for s in counted if s.calls])
-            calls = [max(0, (n or 0) - (1 if c.kind != Kind.WARMUP else 0)) for n, c in zip(calls, made)]
+            calls = [max(0, (n or 0) - (1 if c.kind != Kind.WARMUP else 0)) for n, c in zip(calls, made, strict=False)]
         run_seconds = _run_seconds(made, calls, counted)
     elif sampling:
         mode = "sampled"
@@ -330,7 +330,7 @@ def _hits(
                 [released[i] for i in mine],
                 [(s.timestamp, s.weight) for s in counted if s.signature_hash == sig and s.weight],
             )
-            for i, n, t in zip(mine, got, when):
+            for i, n, t in zip(mine, got, when, strict=False):
                 calls[i], last_hit[i] = n or 0, t
         run_seconds = _run_seconds(made, calls, counted)
     else:
@@ -372,7 +372,7 @@ def _run_seconds(
             found[0] += s.sampled_seconds
             found[1] += s.sampled_calls
     out: list[float | None] = []
-    for c, n in zip(made, calls):
+    for c, n in zip(made, calls, strict=False):
         mean = per_sig.get(c.signature_hash)
         out.append(mean[0] / mean[1] * n if mean and mean[1] and n is not None else None)
     return out

@@ -16,16 +16,17 @@ import math
 import re
 import statistics
 import time
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described, short_name
-from ..store import evidence, queries
-from . import programs, steady, whatif
 from ..core.figures import compile_share, seconds_text, share_text
+from ..store import evidence, queries
 from ..store.columns import Filters, FunctionReport
 from ..store.evidence import Recompile, SignatureCost, UncachedCompile
+from . import programs, steady, whatif
 
 logger = logging.getLogger("cachewatch")
 
@@ -105,11 +106,11 @@ def storms_and_first_passes(
     # Whether the program went on after a burst is read only for the runs where a burst
     # could be a first pass: a store of a fleet's runs is never read whole for one page.
     possible = [_new_signatures_only(group, rows) for _, _, group, rows in bursts]
-    candidates = [(run_id, group) for (_, run_id, group, _), can in zip(bursts, possible) if can]
+    candidates = [(run_id, group) for (_, run_id, group, _), can in zip(bursts, possible, strict=False) if can]
     work = steady.work(conn, {run for run, _ in candidates}, {r.function_hash for _, g in candidates for r in g})
     work.heard_until(heard_until)
     storms, passes = [], []
-    for (key, run_id, group, _), can in zip(bursts, possible):
+    for (key, run_id, group, _), can in zip(bursts, possible, strict=False):
         if key.startswith("site:"):
             found = _describe_site(key[5:], names, group, now, window)
         else:
@@ -179,9 +180,9 @@ def _add_recurrence_and_waste(conn: sa.Connection, storms: list[dict[str, Any]])
 def _group_key(row: Recompile, info: FunctionInfo | None) -> str:
     """A user's jit is a finding of its own; eager code and library jits are one finding
     per line of user code that reached them (their own name when no line is known)."""
-    if info is not None and (info.module == OP_BY_OP_MODULE or is_library_function(info.module, info.file)):
-        if row.call_site:
-            return f"site:{row.call_site}"
+    library = info is not None and (info.module == OP_BY_OP_MODULE or is_library_function(info.module, info.file))
+    if library and row.call_site:
+        return f"site:{row.call_site}"
     return row.function_hash
 
 
@@ -1005,7 +1006,7 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
     var = sum((x - mean_x) ** 2 for x in xs)
     if var == 0:
         return None
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / var
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=False)) / var
     return slope, mean_y - slope * mean_x
 
 
@@ -1088,7 +1089,7 @@ def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: f
         if len(per_run) < 2:
             continue
         ordered = sorted(per_run, key=lambda rid: run_meta[rid].run_started_at)
-        for before, after in zip(ordered, ordered[1:]):
+        for before, after in zip(ordered, ordered[1:], strict=False):
             old = statistics.median(per_run[before])
             new = statistics.median(per_run[after])
             if new >= factor * old and new - old >= min_seconds:

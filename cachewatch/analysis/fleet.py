@@ -85,7 +85,7 @@ def _divergences(compiles: dict[tuple[str, str], Counter], ranks: list[int]) -> 
         for (function_hash, signature_hash), by_rank in compiles.items():
             counts = [by_rank.get(rank, 0) for rank in ranks]
             baseline = _reference(counts)
-            for rank, n in zip(ranks, counts):
+            for rank, n in zip(ranks, counts, strict=False):
                 if n > baseline:
                     others = {str(o): by_rank.get(o, 0) for o in ranks if o != rank}
                     found.append(

@@ -15,13 +15,14 @@ top few: name, compiles, causes, compile seconds, calls), ``storms`` (with their
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
+from collections.abc import Sequence
+from typing import Any
 
 from ..core import config as configmod
 from ..core.events import Cause
 from ..core.figures import seconds_text
-from ..store import columns, engine as enginemod
+from ..store import columns
+from ..store import engine as enginemod
 from . import cache, diagnosis, views
 
 TOP_FUNCTIONS = 5

@@ -28,7 +28,8 @@ import collections
 import dataclasses
 import functools
 import linecache
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import sqlalchemy as sa
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import sqlalchemy as sa
 
@@ -790,6 +790,6 @@ def _table(prices: list[Price], number: bool = False) -> list[str]:
         )
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     return [
-        "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=False)))
         for r in [head, *rows]
     ]

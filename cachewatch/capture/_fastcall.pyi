@@ -1,5 +1,6 @@
 # Types of the C extension cachewatch/_fastcall.c (the cache-hit path of cachewatch.jit).
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 class Counter:
     """Calls of one function, and the count at which the next is sampled."""

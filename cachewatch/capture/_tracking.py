@@ -21,14 +21,16 @@ compiles after the function's call has returned.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..core import _guard, jaxcompat
-from . import cachestate, foreign, opbyop, program
-from ..record import recorder
 from ..core.events import FunctionInfo, Kind
+from ..record import recorder
+from . import cachestate, foreign, opbyop, program
 
 # JAX's monitoring events, named once in the compatibility seam (checked there against
 # JAX's own constants: the capability compile_events).
@@ -252,7 +254,7 @@ def on_duration(event: str, duration_secs: float, **kwargs: str | int) -> None:
     name = fun_name if isinstance(fun_name, str) else None
     if event == TRACE_EVENT:
         _on_trace(name, duration)
-    elif event == LOWER_EVENT or event == COMPILE_EVENT:
+    elif event in (LOWER_EVENT, COMPILE_EVENT):
         _on_lower_or_compile(event, name or "", duration)
     elif event == CACHE_SAVED_EVENT:
         record = _latest(lambda r: r.compiles == 0)
@@ -341,15 +343,13 @@ program.wanted = _program_wanted
 
 def _drop(record: Record) -> None:
     pending = _pending()
-    try:
+    with contextlib.suppress(ValueError):
         pending.remove(record)
-    except ValueError:
-        pass
 
 
 @_guard.guarded(where="monitoring.event")
 def on_event(event: str, **kwargs: Any) -> None:
-    if event == CACHE_HIT_EVENT or event == CACHE_MISS_EVENT:
+    if event in (CACHE_HIT_EVENT, CACHE_MISS_EVENT):
         # JAX reports a miss after the backend compile, a hit in place of it.
         record = _latest(lambda r: r.lower_seconds is not None and r.persistent_cache_hit is None)
         if record is not None:

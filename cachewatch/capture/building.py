@@ -13,7 +13,8 @@ it compiled, its signature, device and call site.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ..core.events import OP_BY_OP_MODULE, Cause, CompileEvent, FunctionInfo, Kind, new_event_id
 from ..explain import signature as sigmod

@@ -27,6 +27,7 @@ The recorder collects them with the call statistics as rows with ``released_by``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -48,10 +49,8 @@ def _fd(name: str, flags: int) -> int:
     global _fds_pid
     if _fds_pid != os.getpid():  # a forked child reads its own /proc/self
         for fd in _fds.values():
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         _fds.clear()
         _fds_pid = os.getpid()
     found = _fds.get(name)

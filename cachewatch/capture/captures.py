@@ -18,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def reader(fun: Callable[..., Any]) -> Callable[[], dict[str, Any]] | None:
         return None
     module_globals = getattr(inner, "__globals__", {})
     global_names = sorted(n for n in _code_names(code) if n in module_globals)
-    cells = list(zip(code.co_freevars, inner.__closure__ or ()))
+    cells = list(zip(code.co_freevars, inner.__closure__ or (), strict=False))
     if not global_names and not cells:
         return None
 

@@ -18,6 +18,7 @@ still recorded under the name JAX gave it. Nothing here runs on a cache hit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -28,12 +29,12 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
-from ..explain import causes
-from ..explain import context as ctxmod
-from . import building, devices, opbyop
-from ..explain import signature as sigmod
 from ..core import _guard, jaxcompat
 from ..core.events import UNATTRIBUTED_MODULE, Cause, CompileEvent, FunctionInfo
+from ..explain import causes
+from ..explain import context as ctxmod
+from ..explain import signature as sigmod
+from . import building, devices, opbyop
 from .identity import (
     call_site,
     code_file,
@@ -107,7 +108,7 @@ _objects: OrderedDict[int, tuple[Any, int, sigmod.ParamLayout | None]] = Ordered
 _objects_lock = threading.Lock()
 _serials = iter(range(1 << 40, 1 << 62))  # apart from the serials of wrapped functions
 
-_described: "weakref.WeakKeyDictionary[Any, FunctionInfo]" = weakref.WeakKeyDictionary()
+_described: weakref.WeakKeyDictionary[Any, FunctionInfo] = weakref.WeakKeyDictionary()
 
 
 def _jit_object(ji: Any, fun: Any) -> tuple[int, sigmod.ParamLayout | None]:
@@ -132,10 +133,8 @@ def _describe(fun: Any) -> FunctionInfo:
         return describe_function(fun)
     if found is None:
         found = describe_function(fun)
-        try:
+        with contextlib.suppress(TypeError):
             _described[fun] = found
-        except TypeError:
-            pass
     return found
 
 
@@ -221,7 +220,7 @@ def _lowered_placement(lowering: jaxcompat.JitLowering, signature: sigmod.Signat
         return ()
     return tuple(
         sigmod.Placed(leaf.path, False, "") if on is None else sigmod.Placed(leaf.path, True, ",".join(on))
-        for leaf, on in zip(leaves, where)
+        for leaf, on in zip(leaves, where, strict=False)
     )
 
 
@@ -605,7 +604,7 @@ def _commitment_changed(target: Target) -> list[dict[str, Any]]:
     if not traced or len(traced) != len(target.placement):
         return []
     entries = []
-    for was, now in zip(traced, target.placement):
+    for was, now in zip(traced, target.placement, strict=False):
         if was.committed == now.committed:
             continue
         where = now.where or was.where

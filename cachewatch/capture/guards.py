@@ -21,13 +21,14 @@ import dataclasses
 import threading
 import warnings
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from . import _tracking, foreign
-from ..explain import causes
-from ..record import current
 from ..core import _guard, jaxcompat
 from ..core.events import Cause
+from ..explain import causes
+from ..record import current
+from . import _tracking, foreign
 
 LOWERING_STARTED = jaxcompat.EVENTS["lower"]  # JAX also records it as a scalar (the start time) as lowering begins
 
@@ -153,7 +154,7 @@ class freeze:
             _frozen = on_compile
             _frozen_at = _tracking.activity
 
-    def __enter__(self) -> "freeze":
+    def __enter__(self) -> freeze:
         return self
 
     def __exit__(self, *exc: object) -> None:

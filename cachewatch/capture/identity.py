@@ -16,7 +16,8 @@ import os
 import sys
 import sysconfig
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 
@@ -66,7 +67,7 @@ def code_file(fun: Any) -> str | None:
     """The file a function's code (or a callable object's ``__call__``) comes from."""
     code = getattr(fun, "__code__", None)
     if code is None:
-        call = getattr(type(fun), "__call__", None)
+        call = getattr(type(fun), "__call__", None)  # noqa: B004  (the method itself, not a test)
         code = getattr(call, "__code__", None)
     return os.path.realpath(code.co_filename) if code is not None else None
 
@@ -121,9 +122,12 @@ def user_function_in(args: Any, name: str, limit: int = 64) -> Callable[..., Any
             stack.extend(value)
         elif isinstance(value, dict):
             stack.extend(value.values())
-        elif isinstance(value, types.FunctionType):
-            if value.__name__ == name and not is_library_file(os.path.realpath(value.__code__.co_filename)):
-                return value
+        elif (
+            isinstance(value, types.FunctionType)
+            and value.__name__ == name
+            and not is_library_file(os.path.realpath(value.__code__.co_filename))
+        ):
+            return value
     return None
 
 
@@ -184,7 +188,7 @@ def describe_function(fun: Callable[..., Any]) -> FunctionInfo:
     target = inner
     if not isinstance(inner, (types.FunctionType, types.BuiltinFunctionType)) and callable(inner):
         # A callable object: identify it by its class's __call__.
-        call = getattr(type(inner), "__call__", None)
+        call = getattr(type(inner), "__call__", None)  # noqa: B004  (the method itself, not a test)
         if isinstance(call, types.FunctionType):
             target = call
     name = getattr(inner, "__name__", None) or type(inner).__name__

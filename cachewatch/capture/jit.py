@@ -15,23 +15,26 @@ lambda or partial does not, exactly as ``jax.jit`` does not.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
 import time
 import types
 import weakref
-from typing import Any, Callable, ParamSpec, Protocol, TypeVar, overload
+from collections.abc import Callable
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import jax
 
 from ..core import _guard, jaxcompat
-from . import _tracking, building, cachekey, cachestate, captures, counters, devices, guards, warmup
-from ..explain import causes
-from ..record import current, recorder
-from .counters import CallCounter, Watched as _Watched
-from ..explain import signature as sigmod
 from ..core.events import Cause, CompileEvent, FunctionInfo, Kind
+from ..explain import causes
+from ..explain import signature as sigmod
+from ..record import current, recorder
+from . import _tracking, building, cachekey, cachestate, captures, counters, devices, guards, warmup
+from .counters import CallCounter
+from .counters import Watched as _Watched
 from .identity import call_site, describe_function, is_library_file, unwrap_callable, user_function_in
 
 _jax_jit = jax.jit  # the original, kept before install() may replace jax.jit
@@ -109,10 +112,7 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
                     _trace_failed(record, exc)
                 raise
         try:
-            if self_ref is None:
-                out = target(*args, **kwargs)
-            else:
-                out = target(self_ref(), *args, **kwargs)
+            out = target(*args, **kwargs) if self_ref is None else target(self_ref(), *args, **kwargs)
         except BaseException as exc:  # the user's function failed to trace: noted, then re-raised as it came
             if record is not None:
                 _trace_failed(record, exc)
@@ -122,26 +122,22 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
         return out
 
     for attr in ("__module__", "__doc__"):
-        try:
+        with contextlib.suppress(AttributeError, TypeError):
             setattr(hook, attr, getattr(fun, attr))
-        except (AttributeError, TypeError):
-            pass
     inner, _ = unwrap_callable(fun)
     hook.__name__ = state.trace_name
     hook.__qualname__ = getattr(inner, "__qualname__", state.trace_name)
     # JAX reads the parameters through inspect.signature and the source location
     # through __wrapped__ (for its error messages); both must show the user's function.
-    try:
+    with contextlib.suppress(TypeError, ValueError):
         setattr(hook, "__signature__", inspect.signature(fun))
-    except (TypeError, ValueError):
-        pass
     setattr(hook, "__wrapped__", target if self_ref is not None else fun)
     # The listener and freeze() tell a wrapped function's trace from a plain jit's by it.
     setattr(hook, _tracking.HOOK_ATTR, True)
     return hook
 
 
-_method_hooks: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_method_hooks: weakref.WeakKeyDictionary[Any, dict] = weakref.WeakKeyDictionary()
 _method_lock = threading.Lock()
 _HOOKS_ATTR = "__cachewatch_hooks__"
 
@@ -231,7 +227,7 @@ def _count_traced_eqns() -> int | None:
 # ------------------------------------------------------------------ call side
 
 
-def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Callable[..., Any]:
+def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Callable[..., Any]:  # noqa: C901  (being split)
     """The function ``cachewatch.jit`` returns: calls ``jitted`` and notices traces and compiles.
 
     On a cache hit the frame around JAX's C++ dispatch is the whole cost, so the common

@@ -10,7 +10,8 @@ function's counter; the report then sets its compiles against its calls.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..record import current
 from . import counters

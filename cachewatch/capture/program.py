@@ -27,7 +27,8 @@ import dataclasses
 import hashlib
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..core import _guard, jaxcompat
 from ..core.events import PROGRAM_FORMATS, CompileEvent

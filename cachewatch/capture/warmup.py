@@ -23,8 +23,9 @@ import queue
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -282,7 +283,7 @@ def claim(warming: dict[str, Slot], signature_hash: str) -> None:
     slot.done.wait()
 
 
-def start(
+def start(  # noqa: C901  (being split)
     watched: Any,
     variants: Sequence[Variant],
     example_args: tuple | None = None,
@@ -357,7 +358,7 @@ def start(
 
     # Daemon threads: a program that ends before its warm-up does is not held back.
     todo: queue.Queue[tuple[Slot, Variant, tuple, dict]] = queue.Queue()
-    for slot, item in zip(slots, work):
+    for slot, item in zip(slots, work, strict=False):
         todo.put((slot, *item))
 
     def worker() -> None:

@@ -18,7 +18,8 @@ import functools
 import logging
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 logger = logging.getLogger("cachewatch")
 

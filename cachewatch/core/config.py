@@ -16,8 +16,9 @@ import dataclasses
 import os
 import re
 import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 

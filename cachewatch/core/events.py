@@ -11,7 +11,8 @@ import enum
 import os
 import re
 import time
-from typing import Any, Iterable, Mapping, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 from . import tables
 from .figures import seconds_text
@@ -254,7 +255,7 @@ class CompileEvent:
     # What was compiled, still to be read (a :class:`PendingProgram`): the figures above
     # are read off the compile path, by the writer's thread, before the event is stored.
     # Never stored itself, nor sent.
-    pending: "PendingProgram | None" = dataclasses.field(default=None, compare=False, repr=False)
+    pending: PendingProgram | None = dataclasses.field(default=None, compare=False, repr=False)
     # Host memory around the backend compile (capture/hostmemory.py): what the process's
     # resident set gained and kept (after minus before, may be negative), the resident
     # set before, and its high-water mark during the compile (absolute bytes).

@@ -33,7 +33,8 @@ import sys
 import threading
 import types
 import warnings
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 logger = logging.getLogger("cachewatch")
 
@@ -218,7 +219,7 @@ def _jax_version() -> str:
 # ------------------------------------------------------------------ probes
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module_source(module_name: str) -> str:
     import importlib
 
@@ -405,7 +406,7 @@ def _program_hooks() -> str | None:
     import importlib
 
     names = ATTRIBUTES["program_hooks"]
-    for module_name, attribute in zip(names[::2], names[1::2]):
+    for module_name, attribute in zip(names[::2], names[1::2], strict=False):
         if not callable(getattr(importlib.import_module(module_name), attribute, None)):
             return f"{module_name}.{attribute} is missing"
     return None
@@ -977,7 +978,7 @@ def source_line_reader(is_library_file: Callable[[str], bool]) -> Callable[[Any]
         if traceback is None:
             return None
         codes, lastis = traceback.raw_frames()
-        for code, lasti in zip(codes, lastis):
+        for code, lasti in zip(codes, lastis, strict=False):
             ok = user.get(id(code))
             if ok is None:
                 ok = user[id(code)] = not is_library_file(code.co_filename)

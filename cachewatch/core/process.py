@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from . import _guard
 

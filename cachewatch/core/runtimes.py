@@ -19,7 +19,7 @@ more than one called once, and each shape is valued at its own run time.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 BUCKETS_PER_OCTAVE = 8
 FLOOR_SECONDS = 1e-7  # bucket 0 holds everything faster than this
@@ -65,7 +65,7 @@ def median_seconds(buckets: Mapping[int, Iterable[int]]) -> float | None:
     weights = [w if w > 0 else n for _, n, w in ordered]  # a sample stands for at least itself
     half = sum(weights) / 2
     seen = 0
-    for (bucket, _, _), weight in zip(ordered, weights):
+    for (bucket, _, _), weight in zip(ordered, weights, strict=False):
         seen += weight
         if seen >= half:
             return bucket_seconds(bucket)

@@ -9,7 +9,7 @@ Cells are plain strings, escaped here; a notebook shows the HTML, IPython in a t
 from __future__ import annotations
 
 import html
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, caption: str = "", css_class: str = "") -> str:
@@ -30,6 +30,6 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, widest:
     for row in cells:
         for i, c in enumerate(row[:-1]):
             widths[i] = min(max(widths[i], len(c)), widest)
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in cells]
     return "\n".join(lines)

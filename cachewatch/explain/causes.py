@@ -13,10 +13,10 @@ import dataclasses
 import threading
 from typing import Any
 
-from . import signature as sigmod
 from ..core import process
 from ..core.events import Cause
 from . import context as ctxmod
+from . import signature as sigmod
 from .signature import Signature
 
 # The closest-signature search looks at this many recent distinct signatures; exact

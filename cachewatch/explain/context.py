@@ -55,7 +55,7 @@ def _named(values: tuple) -> dict[str, Any]:
         # there is, and said so.
         return {f"trace_context[{i}]": v for i, v in enumerate(values)}
     named: dict[str, Any] = {}
-    for name, value in zip(names, values):
+    for name, value in zip(names, values, strict=False):
         # Every user context is registered as "user_context": number the repeats.
         key, n = name, 1
         while key in named:
@@ -119,8 +119,10 @@ def diff(before: tuple, after: tuple) -> list[dict[str, Any]]:
 def distance(before: tuple, after: tuple) -> int:
     """How many options differ (a rough count when options were registered in between)."""
     if len(before) != len(after):
-        return abs(len(before) - len(after)) + sum(1 for a, b in zip(before, after) if a is not b and a != b)
-    return sum(1 for a, b in zip(before, after) if a is not b and a != b)
+        return abs(len(before) - len(after)) + sum(
+            1 for a, b in zip(before, after, strict=False) if a is not b and a != b
+        )
+    return sum(1 for a, b in zip(before, after, strict=False) if a is not b and a != b)
 
 
 _NO_MESH = {"None", "none", "AbstractMesh((), ())"}

@@ -13,7 +13,8 @@ import dataclasses
 import hashlib
 import inspect
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import jax
 
@@ -114,7 +115,7 @@ class ParamLayout:
     static_argnames: frozenset[str]
 
     @classmethod
-    def from_function(cls, fun: Any, static_argnums: Any, static_argnames: Any) -> "ParamLayout":
+    def from_function(cls, fun: Any, static_argnums: Any, static_argnames: Any) -> ParamLayout:
         nums = _as_tuple(static_argnums)
         names = _as_tuple(static_argnames)
         positional: list[str] = []
@@ -201,7 +202,7 @@ def abstract_sharding(aval: Any) -> str | None:
     if not names:
         return None
     sizes = getattr(mesh, "axis_sizes", None) or ()
-    axes = ", ".join(f"{n}={s}" for n, s in zip(names, sizes)) if sizes else ", ".join(map(str, names))
+    axes = ", ".join(f"{n}={s}" for n, s in zip(names, sizes, strict=False)) if sizes else ", ".join(map(str, names))
     return f"mesh({axes}) {getattr(sharding, 'spec', '')}"
 
 
@@ -275,7 +276,7 @@ _LEAF_CAUSE = {
 }
 
 
-def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
+def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:  # noqa: C901  (being split)
     """Every difference between two signatures: pytree structure first, then the leaves'
     types, each in argument order.
 
@@ -332,7 +333,7 @@ def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
                     and leaf.shape is not None
                     and len(prior.shape) == len(leaf.shape)
                 ):
-                    entry["axes"] = [a for a, (x, y) in enumerate(zip(prior.shape, leaf.shape)) if x != y]
+                    entry["axes"] = [a for a, (x, y) in enumerate(zip(prior.shape, leaf.shape, strict=False)) if x != y]
                 entries.append(entry)
         new_paths = {leaf.path for leaf in new_leaves}
         for path, prior in old_arg_leaves.items():
@@ -407,7 +408,7 @@ def closest(candidates: Iterable[Signature], target: Signature) -> tuple[Signatu
         entries: list[dict[str, Any]] | None = None
         if candidate.structure == target.structure and [leaf.path for leaf in candidate.leaves] == target_paths:
             differing = changes = kinds = 0
-            for before, after in zip(candidate.leaves, target.leaves):
+            for before, after in zip(candidate.leaves, target.leaves, strict=False):
                 found = _leaf_changes(before, after)
                 if found:
                     differing += 1

@@ -18,7 +18,8 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..core import _guard, jaxcompat, process
 from ..core import config as configmod

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import dataclasses
 import enum
 import logging
@@ -19,12 +20,13 @@ import queue
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
 
 from ..core import _guard, process
-from . import current
 from ..core import config as configmod
 from ..core.events import Batch, CallStats, CompileEvent, DropReason
+from . import current
 
 if TYPE_CHECKING:
     from ..store.sinks import Sink
@@ -32,10 +34,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cachewatch")
 
 _lock = threading.RLock()
-_writer: "Writer | None" = None
+_writer: Writer | None = None
 
 
-def _set_writer(writer: "Writer | None") -> None:
+def _set_writer(writer: Writer | None) -> None:
     global _writer
     _writer = writer
 
@@ -66,7 +68,7 @@ def _collect_call_stats(run_id: str) -> list[CallStats]:
     return [row for source in _stats_sources for row in source(run_id)]
 
 
-def _get_writer() -> "Writer":
+def _get_writer() -> Writer:
     writer = _writer
     if writer is None or writer.pid != os.getpid():
         with _lock:
@@ -76,7 +78,7 @@ def _get_writer() -> "Writer":
     return writer  # type: ignore[return-value]
 
 
-def use_sink(sink: "Sink | None") -> "Sink":
+def use_sink(sink: Sink | None) -> Sink:
     """Hand every later batch to ``sink`` (anything with ``write(batch: Batch)``), or, with
     None, to the store ``CACHEWATCH_STORE`` names again. Returns the sink used until now.
 
@@ -114,10 +116,8 @@ def add_listener(callback: Callable[[CompileEvent], None], at_once: bool = False
 
 def remove_listener(callback: Callable[[CompileEvent], None]) -> None:
     for listeners in (_event_listeners, _completed_listeners):
-        try:
+        with contextlib.suppress(ValueError):
             listeners.remove(callback)
-        except ValueError:
-            pass
 
 
 def _tell_completed(event: CompileEvent) -> None:
@@ -416,7 +416,7 @@ class Writer:
 
         return redact_url(self.cfg.store)
 
-    def _send(self, sink: "Sink", payload: Batch, attempts: int = 4) -> Exception | None:
+    def _send(self, sink: Sink, payload: Batch, attempts: int = 4) -> Exception | None:
         """Write with retries (backoff and jitter); the last error, or None once written."""
         delay = 0.1
         for attempt in range(attempts):
@@ -454,11 +454,11 @@ class Writer:
                 f"they stay in {spool._dir(self.cfg)} as *.bad"
             )
 
-    def sink(self) -> "Sink":
+    def sink(self) -> Sink:
         """The sink batches go to: the store CACHEWATCH_STORE names unless use_sink() set one."""
         return self._get_sink()
 
-    def _get_sink(self) -> "Sink":
+    def _get_sink(self) -> Sink:
         if self._sink is None:
             from ..store.sinks import open_sink
 

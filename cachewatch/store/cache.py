@@ -9,8 +9,9 @@ into entries (variants), live counts over time and the persistent cache's audit.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 

@@ -5,8 +5,9 @@ the service's own reads (cachewatch_server.reads) build on these."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, TypedDict, Unpack, cast
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 
@@ -125,7 +126,7 @@ class EventRow(TypedDict, total=False):
     cache_miss: dict[str, Any] | None  # set by explain_cache_misses
 
 
-def event_rows_of(result: Iterable[sa.Row[Unpack[tuple[Any, ...]]]]) -> list[EventRow]:
+def event_rows_of(result: Iterable[sa.Row[*tuple[Any, ...]]]) -> list[EventRow]:
     return [cast(EventRow, dict(r._mapping)) for r in result]
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from .columns import Filters, FunctionReport
 from . import models, queries
+from .columns import Filters, FunctionReport
 
 
 class RunNotFound(LookupError):

@@ -14,9 +14,10 @@ import re
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 import sqlalchemy as sa

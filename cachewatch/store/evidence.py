@@ -4,8 +4,9 @@ dataclasses, so the reasoning in cachewatch.analysis never touches SQL."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Unpack
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -85,7 +86,7 @@ def _recompile_columns(e: sa.Table, diffs: bool = True) -> list[Any]:
     return [*named, cost_expr(e).label("seconds"), e.c.event_id]
 
 
-def _recompiles(result: Iterable[sa.Row[Unpack[tuple[Any, ...]]]]) -> list[Recompile]:
+def _recompiles(result: Iterable[sa.Row[*tuple[Any, ...]]]) -> list[Recompile]:
     return [
         Recompile(
             r.function_hash,
@@ -157,7 +158,7 @@ def recompiles_past_first(
         )
         q = q.where(sa.or_(e.c.function_hash.in_(function_hashes), e.c.call_site.in_(filters.apply(e, sites))))
     rows = conn.execute(q).all()
-    return list(zip(_recompiles(rows), (bool(r.warmup) for r in rows)))
+    return list(zip(_recompiles(rows), (bool(r.warmup) for r in rows), strict=False))
 
 
 def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list[str]) -> list[SignatureCost]:

@@ -3,8 +3,9 @@ compiles per function and signature, and the names and signatures a divergence s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import sqlalchemy as sa
 

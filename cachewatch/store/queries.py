@@ -7,14 +7,15 @@ Field names follow DESIGN.md: a report row carries ``name``, ``qualname``, ``mod
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence, TypedDict, Unpack
+from typing import Any, TypedDict
 
 import sqlalchemy as sa
 
 from ..core import runtimes
-from ..core.figures import compile_share
 from ..core.events import Cause, Kind, explain_cache_miss
+from ..core.figures import compile_share
 from . import engine as enginemod
 from . import models, rollup
 from .columns import EVENT_SELECT, EventRow, Filters, FunctionReport, cost_expr, event_rows_of
@@ -105,7 +106,7 @@ def function_report(
 
 def _report_row(
     function_hash: str,
-    info: sa.Row[Unpack[tuple[Any, ...]]] | None,
+    info: sa.Row[*tuple[Any, ...]] | None,
     totals: dict[str, Any],
     causes: dict[str, int],
     stat: CallTotals | None,

@@ -26,8 +26,9 @@ import math
 import os
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import sqlalchemy as sa
 

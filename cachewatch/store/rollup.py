@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import bisect
 import functools
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -226,7 +227,7 @@ def add(conn: sa.Connection, tables: dict[sa.Table, list[dict[str, Any]]]) -> No
         conn.execute(_upsert(conn.dialect.name, table), sorted(rows, key=lambda row: tuple(row[k] for k in key)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _upsert(dialect: str, table: sa.Table) -> Any:
     """INSERT ... ON CONFLICT DO UPDATE adding to the stored totals (built once per table:
     the statement is the same for every batch)."""

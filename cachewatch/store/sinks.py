@@ -42,7 +42,11 @@ class SqlSink:
         kept = [e for e in events if e is not None]
         stats = [s for s in batch.stats if timestamp_ok(s.timestamp)]
         refused = len(events) - len(kept)
-        if refused or len(stats) != len(batch.stats) or any(a is not b for a, b in zip(kept, batch.events)):
+        if (
+            refused
+            or len(stats) != len(batch.stats)
+            or any(a is not b for a, b in zip(kept, batch.events, strict=False))
+        ):
             lost = dict(batch.dropped_by)
             lost[DropReason.OUT_OF_BOUNDS] = lost.get(DropReason.OUT_OF_BOUNDS, 0) + refused
             batch = Batch(run=batch.run, events=kept, stats=stats, dropped_by=lost)

@@ -9,15 +9,17 @@ Replays are idempotent because every event carries its client-made id.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import json
-import re
 import os
+import re
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from ..core.config import Config
 from ..core.events import Batch
@@ -137,10 +139,8 @@ def sweep_torn(cfg: Config, result: Replayed) -> None:
     for path in directory.glob("*.sending-*"):
         name, _, sender = path.name.rpartition(".sending-")
         if sender.isdigit() and int(sender) != os.getpid() and not _alive(int(sender)):
-            try:
+            with contextlib.suppress(OSError):
                 os.rename(path, path.with_name(name))
-            except OSError:
-                pass
 
 
 def _alive(pid: int) -> bool:

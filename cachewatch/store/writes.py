@@ -18,7 +18,8 @@ import json
 import operator
 import time
 import zlib
-from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import orjson
 import sqlalchemy as sa
@@ -407,7 +408,7 @@ def _insert_events(conn: sa.Connection, events: list[EventValues]) -> set[str]:
             conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(wanted[start : start + _CHUNK]))).scalars()
         )
     stmt = enginemod.upsert_insert(conn.dialect.name, e).on_conflict_do_nothing(index_elements=["event_id"])
-    conn.execute(stmt, [dict(zip(models.EVENT_COLUMNS, row)) for row in events])
+    conn.execute(stmt, [dict(zip(models.EVENT_COLUMNS, row, strict=False)) for row in events])
     return set(wanted) - existing
 
 

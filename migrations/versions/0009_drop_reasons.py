@@ -5,8 +5,8 @@ Revises: 0008
 Create Date: 2026-11-25
 """
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0009"
 down_revision = "0008"

@@ -8,8 +8,8 @@ Revises: 0011
 Create Date: 2026-11-25
 """
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0012"
 down_revision = "0011"

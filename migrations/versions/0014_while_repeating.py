@@ -10,8 +10,8 @@ Revises: 0013
 Create Date: 2026-11-25
 """
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0014"
 down_revision = "0013"

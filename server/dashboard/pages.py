@@ -13,30 +13,30 @@ import logging
 import math
 import time
 import urllib.parse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
-
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
+from cachewatch.analysis import cache as cache_analysis
 from cachewatch.analysis import comparison, diagnosis, fleet, programs, views, whatif
 from cachewatch.core import jaxcompat
-from cachewatch.store.comparison import RunNotFound
 from cachewatch.core.events import OP_BY_OP_MODULE, Kind
+from cachewatch.store import cache as cache_reads
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries as storequeries
-from ..reads import charts as chartreads
-from ..reads.charts import TimelinePoint
-from cachewatch.analysis import cache as cache_analysis
-from cachewatch.store import cache as cache_reads
 from cachewatch.store import whatif as whatifreads
-from ..reads import listings
 from cachewatch.store.columns import EventRow, Filters, FunctionReport
+from cachewatch.store.comparison import RunNotFound
 
 from ..deps import Connection, parse_time
+from ..reads import charts as chartreads
+from ..reads import listings
+from ..reads.charts import TimelinePoint
 from . import auth, render
 
 logger = logging.getLogger("cachewatch.server")
@@ -129,7 +129,7 @@ class View:
     FILTER_KEYS = ("run_id", "since", "until")
 
     @classmethod
-    def from_request(cls, request: Request) -> "View":
+    def from_request(cls, request: Request) -> View:
         query = {k: v for k, v in request.query_params.items() if v != ""}
         problems = []
         run_id = query.get("run_id")

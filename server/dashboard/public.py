@@ -13,10 +13,10 @@ from importlib import resources
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from . import auth
-from .render import PLOTLY_PATH
-from .pages import page
 from ..tokens import token_matches
+from . import auth
+from .pages import page
+from .render import PLOTLY_PATH
 
 router = APIRouter(include_in_schema=False)
 

@@ -12,15 +12,16 @@ import hashlib
 import importlib.metadata
 import math
 import urllib.parse
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import jinja2
 
 from cachewatch.analysis.cache import bytes_text
+from cachewatch.analysis.whatif import Price
 from cachewatch.core import events
 from cachewatch.core.events import CAUSES, Cause, short_name
-from cachewatch.analysis.whatif import Price
 from cachewatch.core.figures import seconds_cell, share_text
 
 from ..reads.charts import CompilesOverTime, TimelinePoint
@@ -96,7 +97,7 @@ def utc(value: float | None) -> dt.datetime | None:
     if value is None:
         return None
     try:
-        return dt.datetime.fromtimestamp(value, dt.timezone.utc)
+        return dt.datetime.fromtimestamp(value, dt.UTC)
     except (OverflowError, OSError, ValueError, TypeError):
         return None
 
@@ -248,7 +249,7 @@ def unique_labels(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         seen: dict[str, int] = {}
         for n in names:
             seen[n] = seen.get(n, 0) + 1
-        names = [longer(r) if seen[n] > 1 else n for r, n in zip(rows, names)]
+        names = [longer(r) if seen[n] > 1 else n for r, n in zip(rows, names, strict=False)]
     return names
 
 

@@ -3,7 +3,7 @@ in SQL over the kept totals), one function's events, runs."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict, Unpack, cast
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 
@@ -276,7 +276,7 @@ def run_spans(conn: sa.Connection, run_ids: list[str]) -> dict[str, tuple[float,
     return {r.run_id: (float(r.first), float(r.last)) for r in conn.execute(q)}
 
 
-def _run_choice(row: sa.Row[Unpack[tuple[Any, ...]]]) -> RunChoice:
+def _run_choice(row: sa.Row[*tuple[Any, ...]]) -> RunChoice:
     return RunChoice(run_id=row.run_id, run_name=row.run_name, host=row.host, started_at=float(row.started_at))
 
 

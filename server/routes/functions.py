@@ -11,9 +11,9 @@ from cachewatch.analysis import views, whatif
 from cachewatch.store import queries as storequeries
 from cachewatch.store import whatif as whatifreads
 from cachewatch.store.comparison import RunNotFound
-from ..reads import listings
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
+from ..reads import listings
 from ..schemas import EventPage, FunctionDetail, FunctionPage, WhatifOut
 
 router = APIRouter(prefix="/api/v1", tags=["functions"])

@@ -9,9 +9,8 @@ from fastapi import APIRouter, HTTPException, Query
 from cachewatch.analysis import comparison
 from cachewatch.store.comparison import RunNotFound
 
-from ..reads import listings
-
 from ..deps import Connection, Page, QueryFilters, ReadAuth, decode_cursor, encode_cursor, invalid
+from ..reads import listings
 from ..schemas import RunComparisonOut, RunPage
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])

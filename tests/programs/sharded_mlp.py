@@ -11,7 +11,8 @@ cachewatch.install()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P
 
 EPOCHS, STEPS, BATCH, WIDTH = 3, 8, 16, 32
 
@@ -39,7 +40,7 @@ def main():
         {"w1": jnp.ones((WIDTH, WIDTH)) * 0.1, "w2": jnp.ones((WIDTH, 1)) * 0.1},
         {"w1": by_row, "w2": NamedSharding(mesh, P())},
     )
-    for epoch in range(EPOCHS):
+    for _epoch in range(EPOCHS):
         for step in range(STEPS):
             x = jax.device_put(jnp.full((BATCH, WIDTH), 0.01 * step), by_row)
             y = jax.device_put(jnp.zeros((BATCH, 1)), by_row)

@@ -32,7 +32,7 @@ def main():
     xs, ys = jnp.zeros((16, FEATURES)), jnp.zeros(16)
     guide = AutoNormal(model)
     svi = SVI(model, guide, numpyro.optim.Adam(0.05), Trace_ELBO())
-    for step in range(ROUNDS):
+    for _step in range(ROUNDS):
         key, k_fit, k_draw = jax.random.split(key, 3)
         result = svi.run(k_fit, FIT_STEPS, xs, ys)  # refit every step
         w = result.params["w_auto_loc"]

@@ -46,7 +46,7 @@ def main() -> None:
         handle = cachewatch.warmup(train_step, from_run=args.warmup_from, threads=args.threads)
     params = {"w": jnp.eye(16) * 0.5, "b": jnp.zeros(16)}
     first_epoch = None
-    for epoch in range(args.epochs):
+    for _epoch in range(args.epochs):
         for size in SIZES:
             batch = {"x": jnp.ones((size, 16)), "y": jnp.zeros(size)}
             params, value = train_step(params, batch, 0.01, depth=6)
