@@ -367,8 +367,6 @@ LONG_FUNCTIONS_ALLOWED = {
     ("cachewatch/capture/program.py", "build"),
     ("cachewatch/explain/signature.py", "diff"),
     ("cachewatch/explain/causes.py", "_recompiled"),
-    # The cache-hit path: one closure on purpose, every helper call would cost each call.
-    ("cachewatch/capture/jit.py", "_make_watched"),
 }
 
 

@@ -23,7 +23,7 @@ import time
 import types
 import weakref
 from collections.abc import Callable
-from typing import Any, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
 import jax
 
@@ -227,15 +227,38 @@ def _count_traced_eqns() -> int | None:
 # ------------------------------------------------------------------ call side
 
 
-def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Callable[..., Any]:  # noqa: C901  (being split)
+def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Callable[..., Any]:
     """The function ``cachewatch.jit`` returns: calls ``jitted`` and notices traces and compiles.
 
     On a cache hit the frame around JAX's C++ dispatch is the whole cost, so the common
     path is C (``_fastcall.Watched``); it hands sampled calls to ``sampled`` and calls that
-    traced or compiled to ``finish``. The pure-Python twin below is a plain closure, the
-    cheapest Python frame. Either binds as a method exactly like ``jax.jit``.
+    traced or compiled to ``finish``. The pure-Python twin (``_python_watched``) is a plain
+    closure, the cheapest Python frame. Either binds as a method exactly like ``jax.jit``.
     """
     stats = _stats_for(state.info)
+    paths = _call_paths(jitted, state, stats)
+    watched: Any
+    if _Watched is not None:
+        watched = _Watched(jitted, stats, paths.sampled, paths.finish)
+    else:
+        watched = _python_watched(jitted, stats, paths)
+    _dress(watched, fun, jitted, state, stats, paths.run)
+    return watched
+
+
+class _CallPaths(NamedTuple):
+    """What a watched call does past the cache hit: ``run`` a call that may trace or
+    compile, ``timed`` a sampled one, ``sampled`` the sampled call's way in (it waits for
+    a warm-up compiling its signature), and ``finish`` a call that traced or compiled."""
+
+    run: Callable[[Callable[..., Any], tuple, dict], Any]
+    timed: Callable[..., Any]
+    sampled: Callable[..., Any]
+    finish: Callable[[int, tuple, dict, BaseException | None], None]
+
+
+def _call_paths(jitted: Any, state: HookState, stats: CallCounter) -> _CallPaths:
+    """The closures behind one watched function's misses and sampled calls."""
     tracking = _tracking
 
     def finish(mark: int, args: tuple, kwargs: dict, exc: BaseException | None) -> None:
@@ -274,25 +297,45 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
             if state.warming:  # every call looks while a warm-up compiles
                 stats.next_sample = stats.calls + 1
 
-    watched: Any
-    if _Watched is not None:
-        watched = _Watched(jitted, stats, sampled, finish)
-    else:
+    return _CallPaths(run, timed, sampled, finish)
 
-        def watched(*args, **kwargs):
-            stats.calls += 1
-            if stats.calls >= stats.next_sample:
-                return run(timed, args, kwargs)
-            mark = tracking.activity
-            try:
-                out = jitted(*args, **kwargs) if kwargs else jitted(*args)
-            except BaseException as exc:  # a failed call's trace is still recorded; the error re-raised as it came
-                if tracking.activity != mark:
-                    finish(mark, args, kwargs, exc)
-                raise
+
+def _python_watched(jitted: Any, stats: CallCounter, paths: _CallPaths) -> Callable[..., Any]:
+    """The pure-Python twin of ``_fastcall.Watched``. The cache hit is this one frame: it
+    counts the call and calls ``jitted``, and calls nothing else unless the call is sampled
+    or traced or compiled. That is why it spells out ``run``'s try-block instead of calling
+    ``run``: a helper's frame would cost every call."""
+    run, timed, finish = paths.run, paths.timed, paths.finish
+    tracking = _tracking
+
+    def watched(*args, **kwargs):
+        stats.calls += 1
+        if stats.calls >= stats.next_sample:
+            return run(timed, args, kwargs)
+        mark = tracking.activity
+        try:
+            out = jitted(*args, **kwargs) if kwargs else jitted(*args)
+        except BaseException as exc:  # a failed call's trace is still recorded; the error re-raised as it came
             if tracking.activity != mark:
-                finish(mark, args, kwargs, None)
-            return out
+                finish(mark, args, kwargs, exc)
+            raise
+        if tracking.activity != mark:
+            finish(mark, args, kwargs, None)
+        return out
+
+    return watched
+
+
+def _dress(
+    watched: Any,
+    fun: Callable[..., Any],
+    jitted: Any,
+    state: HookState,
+    stats: CallCounter,
+    run: Callable[[Callable[..., Any], tuple, dict], Any],
+) -> None:
+    """Give ``watched`` the user's function's name and docs, the jit object's methods
+    (each run through ``run``, so their traces are recorded), and cachewatch's handles."""
 
     def observed(method: str) -> Callable[..., Any]:
         def call(*args, **kwargs):
@@ -323,7 +366,6 @@ def _make_watched(fun: Callable[..., Any], jitted: Any, state: HookState) -> Cal
     watched._cache_size = jaxcompat.jit_cache_size(jitted)
     watched.__cachewatch_state__ = state
     watched.__cachewatch_jitted__ = jitted
-    return watched
 
 
 @_guard.guarded(where="jit.await_warmup")
