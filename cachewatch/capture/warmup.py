@@ -283,7 +283,7 @@ def claim(warming: dict[str, Slot], signature_hash: str) -> None:
     slot.done.wait()
 
 
-def start(  # noqa: C901  (being split)
+def start(
     watched: Any,
     variants: Sequence[Variant],
     example_args: tuple | None = None,
@@ -299,6 +299,31 @@ def start(  # noqa: C901  (being split)
     site = site or call_site(2) or ""
     handle = WarmupHandle(state.info.qualname, len(variants))
     handle.skipped.extend(skipped)
+    work = _rebuilt(state, variants, handle, example_args, example_kwargs)
+    if not work:
+        handle._done.set()
+        return handle
+    compiling = _Compiling(watched, handle, site, len(work))
+    slots = _announce(watched, work)
+    # Daemon threads: a program that ends before its warm-up does is not held back.
+    todo: queue.Queue[tuple[Slot, Variant, tuple, dict]] = queue.Queue()
+    for slot, item in zip(slots, work, strict=False):
+        todo.put((slot, *item))
+    _start_workers(todo, compiling.compile_one, max(1, min(threads, len(work))))
+    if not background:
+        handle.wait()
+    return handle
+
+
+def _rebuilt(
+    state: Any,
+    variants: Sequence[Variant],
+    handle: WarmupHandle,
+    example_args: tuple | None,
+    example_kwargs: dict[str, Any] | None,
+) -> list[tuple[Variant, tuple, dict]]:
+    """Each variant this process can compile, with arguments of its signature; the others
+    are skipped on ``handle`` with the reason (a device it lacks, a pytree not rebuilt)."""
     here = {str(d) for d in jax.devices()}
     work: list[tuple[Variant, tuple, dict]] = []
     for variant in variants:
@@ -314,22 +339,37 @@ def start(  # noqa: C901  (being split)
             handle._skip(text, str(exc))
             continue
         work.append((variant, args, kwargs))
-    began = time.perf_counter()
-    if not work:
-        handle._done.set()
-        return handle
-    # Every variant is known to the calls before any is compiled: a call of one that is
-    # compiling waits for it; a call of one still queued takes it over (see claim).
+    return work
+
+
+def _announce(watched: Any, work: list[tuple[Variant, tuple, dict]]) -> list[Slot]:
+    """Every variant is made known to the calls before any is compiled: a call of one that
+    is compiling waits for it; a call of one still queued takes it over (see claim)."""
+    state = watched.__cachewatch_state__
     slots = [Slot(variant.signature_hash) for variant, _, _ in work]
     with _slots_lock:
         for slot in slots:
             state.warming.setdefault(slot.signature_hash, slot)
     stats = watched.__cachewatch_stats__
     stats.next_sample = stats.calls + 1  # calls look for a warm-up of their signature from now on
-    remaining = [len(work)]
+    return slots
 
-    def compile_one(slot: Slot, variant: Variant, args: tuple, kwargs: dict) -> None:
+
+class _Compiling:
+    """One warm-up's compiles: each variant compiled ahead unless a call took it over,
+    noted on the handle, which is done when the last one is."""
+
+    def __init__(self, watched: Any, handle: WarmupHandle, site: str, count: int) -> None:
+        self.watched = watched
+        self.state = watched.__cachewatch_state__
+        self.handle = handle
+        self.site = site
+        self.remaining = count
+        self.began = time.perf_counter()
+
+    def compile_one(self, slot: Slot, variant: Variant, args: tuple, kwargs: dict) -> None:
         text = describe(variant.leaves)
+        handle = self.handle
         with _slots_lock:
             taken = slot.state != "queued"  # a call took it over: it compiles it itself
             slot.state = "compiling" if not taken else slot.state
@@ -338,28 +378,37 @@ def start(  # noqa: C901  (being split)
             if taken:
                 handle._skip(text, "a call of the program compiled it before the warm-up came to it")
             else:
-                watched.__cachewatch_compile_ahead__(site, args, kwargs)
+                self.watched.__cachewatch_compile_ahead__(self.site, args, kwargs)
                 with handle._lock:
                     handle.compiled.append(text)
         except Exception as exc:  # the user's function may fail on this signature now
             handle._skip(text, f"compiling it failed: {type(exc).__name__}: {str(exc)[:300]}")
         finally:
-            with _slots_lock:
-                if state.warming.get(slot.signature_hash) is slot:
-                    del state.warming[slot.signature_hash]
-            slot.done.set()
-            with handle._lock:
-                handle.compile_seconds += time.perf_counter() - start_compile
-                remaining[0] -= 1
-                last = remaining[0] == 0
-            if last:
-                handle.seconds = time.perf_counter() - began
-                handle._done.set()
+            self._release(slot)
+            self._count(time.perf_counter() - start_compile)
 
-    # Daemon threads: a program that ends before its warm-up does is not held back.
-    todo: queue.Queue[tuple[Slot, Variant, tuple, dict]] = queue.Queue()
-    for slot, item in zip(slots, work, strict=False):
-        todo.put((slot, *item))
+    def _release(self, slot: Slot) -> None:
+        """The variant is no longer the warm-up's: calls of it wait no more."""
+        with _slots_lock:
+            if self.state.warming.get(slot.signature_hash) is slot:
+                del self.state.warming[slot.signature_hash]
+        slot.done.set()
+
+    def _count(self, seconds: float) -> None:
+        handle = self.handle
+        with handle._lock:
+            handle.compile_seconds += seconds
+            self.remaining -= 1
+            last = self.remaining == 0
+        if last:
+            handle.seconds = time.perf_counter() - self.began
+            handle._done.set()
+
+
+def _start_workers(
+    todo: queue.Queue[tuple[Slot, Variant, tuple, dict]], compile_one: Callable[..., None], count: int
+) -> None:
+    """``count`` daemon threads that compile what is in ``todo`` until it is empty."""
 
     def worker() -> None:
         while True:
@@ -370,12 +419,5 @@ def start(  # noqa: C901  (being split)
             with _guard.guard("warmup.compile"):
                 compile_one(*item)
 
-    workers = [
-        threading.Thread(target=worker, name=f"cachewatch-warmup-{i}", daemon=True)
-        for i in range(max(1, min(threads, len(work))))
-    ]
-    for thread in workers:
-        thread.start()
-    if not background:
-        handle.wait()
-    return handle
+    for i in range(count):
+        threading.Thread(target=worker, name=f"cachewatch-warmup-{i}", daemon=True).start()
