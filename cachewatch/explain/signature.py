@@ -276,7 +276,7 @@ _LEAF_CAUSE = {
 }
 
 
-def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:  # noqa: C901  (being split)
+def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
     """Every difference between two signatures: pytree structure first, then the leaves'
     types, each in argument order.
 
@@ -287,65 +287,84 @@ def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:  # noqa: 
     entries: list[dict[str, Any]] = []
     old_args = {s.name: (i, s) for i, s in enumerate(before.structure)}
     old_leaves = {leaf.path: leaf for leaf in before.leaves}
-    new_by_arg: dict[int, list[Leaf]] = {}
-    for leaf in after.leaves:
-        new_by_arg.setdefault(leaf.arg, []).append(leaf)
-    old_by_arg: dict[int, list[Leaf]] = {}
-    for leaf in before.leaves:
-        old_by_arg.setdefault(leaf.arg, []).append(leaf)
-
-    seen_old: set[str] = set()
+    new_by_arg = _leaves_by_arg(after)
+    old_by_arg = _leaves_by_arg(before)
     for index, arg in enumerate(after.structure):
         old = old_args.get(arg.name)
         if old is None:
             entries.append(_entry(arg.name, "added", Cause.NEW_STRUCTURE, None, _arg_summary(after, index)))
             continue
         old_index, old_arg = old
-        seen_old.add(arg.name)
-        if old_arg.passed_as != arg.passed_as:
-            entries.append(_entry(arg.name, "passed_as", Cause.NEW_STRUCTURE, old_arg.passed_as, arg.passed_as))
-        new_leaves = new_by_arg.get(index, [])
         old_arg_leaves = {leaf.path: leaf for leaf in old_by_arg.get(old_index, [])}
-        if old_arg.treedef != arg.treedef and set(old_arg_leaves) == {leaf.path for leaf in new_leaves}:
-            entries.append(
-                _entry(arg.name, "structure", Cause.NEW_STRUCTURE, _short(old_arg.treedef), _short(arg.treedef))
-            )
-        for leaf in new_leaves:
-            prior = old_leaves.get(leaf.path)
-            if prior is None or prior.arg != old_index:
-                entries.append(_entry(leaf.path, "added", Cause.NEW_STRUCTURE, None, leaf.describe()))
-                continue
-            changes = _leaf_changes(prior, leaf)
-            if changes:
-                change = changes[0]
-                if change == "static":
-                    entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.value_repr, leaf.value_repr)
-                elif change == "sharding":
-                    entry = _entry(
-                        leaf.path, change, _LEAF_CAUSE[change], prior.describe_sharding(), leaf.describe_sharding()
-                    )
-                else:
-                    entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe(), leaf.describe())
-                entry["changes"] = changes
-                if (
-                    change == "shape"
-                    and prior.shape is not None
-                    and leaf.shape is not None
-                    and len(prior.shape) == len(leaf.shape)
-                ):
-                    entry["axes"] = [a for a, (x, y) in enumerate(zip(prior.shape, leaf.shape, strict=False)) if x != y]
-                entries.append(entry)
-        new_paths = {leaf.path for leaf in new_leaves}
-        for path, prior in old_arg_leaves.items():
-            if path not in new_paths:
-                entries.append(_entry(path, "removed", Cause.NEW_STRUCTURE, prior.describe(), None))
+        entries.extend(_arg_diff(old_arg, arg, old_arg_leaves, new_by_arg.get(index, [])))
+        entries.extend(_leaf_diffs(old_index, old_leaves, old_arg_leaves, new_by_arg.get(index, [])))
+    new_names = {arg.name for arg in after.structure}
     for index, arg in enumerate(before.structure):
-        if arg.name not in seen_old:
+        if arg.name not in new_names:
             entries.append(_entry(arg.name, "removed", Cause.NEW_STRUCTURE, _arg_summary(before, index), None))
     # JAX's cache compares the pytree before the types of its leaves: structure changes
     # lead (the first of them names the cause), the rest keep argument order.
     entries.sort(key=lambda entry: entry["cause"] != Cause.NEW_STRUCTURE)
     return entries
+
+
+def _leaves_by_arg(sig: Signature) -> dict[int, list[Leaf]]:
+    by_arg: dict[int, list[Leaf]] = {}
+    for leaf in sig.leaves:
+        by_arg.setdefault(leaf.arg, []).append(leaf)
+    return by_arg
+
+
+def _arg_diff(
+    old_arg: ArgStructure, arg: ArgStructure, old_arg_leaves: dict[str, Leaf], new_leaves: list[Leaf]
+) -> list[dict[str, Any]]:
+    """How one argument present in both signatures changed as a whole: the way it was
+    passed, and its pytree when its leaves' paths stayed the same."""
+    entries = []
+    if old_arg.passed_as != arg.passed_as:
+        entries.append(_entry(arg.name, "passed_as", Cause.NEW_STRUCTURE, old_arg.passed_as, arg.passed_as))
+    if old_arg.treedef != arg.treedef and set(old_arg_leaves) == {leaf.path for leaf in new_leaves}:
+        entries.append(_entry(arg.name, "structure", Cause.NEW_STRUCTURE, _short(old_arg.treedef), _short(arg.treedef)))
+    return entries
+
+
+def _leaf_diffs(
+    old_index: int, old_leaves: dict[str, Leaf], old_arg_leaves: dict[str, Leaf], new_leaves: list[Leaf]
+) -> list[dict[str, Any]]:
+    """The leaves of one argument added, changed (see ``_leaf_entry``) and removed."""
+    entries = []
+    for leaf in new_leaves:
+        prior = old_leaves.get(leaf.path)
+        if prior is None or prior.arg != old_index:
+            entries.append(_entry(leaf.path, "added", Cause.NEW_STRUCTURE, None, leaf.describe()))
+            continue
+        entry = _leaf_entry(prior, leaf)
+        if entry is not None:
+            entries.append(entry)
+    new_paths = {leaf.path for leaf in new_leaves}
+    for path, prior in old_arg_leaves.items():
+        if path not in new_paths:
+            entries.append(_entry(path, "removed", Cause.NEW_STRUCTURE, prior.describe(), None))
+    return entries
+
+
+def _leaf_entry(prior: Leaf, leaf: Leaf) -> dict[str, Any] | None:
+    """The entry of a leaf that changed, named by its most telling change (all of them
+    under ``changes``), with the ``axes`` that changed size; None when it did not change."""
+    changes = _leaf_changes(prior, leaf)
+    if not changes:
+        return None
+    change = changes[0]
+    if change == "static":
+        entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.value_repr, leaf.value_repr)
+    elif change == "sharding":
+        entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe_sharding(), leaf.describe_sharding())
+    else:
+        entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe(), leaf.describe())
+    entry["changes"] = changes
+    if change == "shape" and prior.shape is not None and leaf.shape is not None and len(prior.shape) == len(leaf.shape):
+        entry["axes"] = [a for a, (x, y) in enumerate(zip(prior.shape, leaf.shape, strict=False)) if x != y]
+    return entry
 
 
 def _entry(path: str, change: str, cause: Cause, before: Any, after: Any) -> dict[str, Any]:
