@@ -198,17 +198,10 @@ def work(conn: sa.Connection, run_ids: Iterable[str], function_hashes: Iterable[
     if not wanted:
         return found
     found.last.update(evidence.last_seen_working(conn, wanted))
-    flushes = evidence.flushes_of(conn, wanted, list(set(function_hashes)))
-    # Only functions with call statistics (the jits cachewatch counts calls of) need their
-    # compiles' times, to tell the calls that compiled from those the cache served.
-    compiles = evidence.compile_times(conn, wanted, list({flush.function_hash for flush in flushes}))
-    previous: dict[tuple[str, str], float] = {}
-    for flush in flushes:
+    for flush in evidence.flushes_of(conn, wanted, list(set(function_hashes))):
         key = (flush.run_id, flush.function_hash)
-        start = previous.get(key, float("-inf"))
-        previous[key] = flush.timestamp
         found.counted[key].append((flush.timestamp, flush.calls))
-        compiled = sum(1 for t in compiles.get(key, ()) if start < t <= flush.timestamp)
-        if flush.calls > compiled:
+        if flush.served:
+            start = float("-inf") if flush.previous is None else flush.previous
             found.served[key].append((start, flush.timestamp))
     return found

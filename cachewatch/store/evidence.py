@@ -258,20 +258,24 @@ def dominant_cause_rows(
 @dataclass(frozen=True, slots=True)
 class Flush:
     """One function's call statistics written at one time in one run: the calls counted
-    since its previous statistics."""
+    since its previous statistics (written at ``previous``, None for its first), and
+    whether the cache served some of them (``served``: more calls than compiles of the
+    function in that span)."""
 
     run_id: str
     function_hash: str
     timestamp: float
+    previous: float | None
     calls: int
+    served: bool
 
 
 def last_seen_working(conn: sa.Connection, run_ids: list[str]) -> dict[str, float]:
     """Per run, when it was last seen working: the end of its latest compile, or the latest
-    call statistics that counted more calls of their function than it compiled since its
-    previous statistics (calls the cache served). Statistics written at exit that count
-    only the calls that compiled say the process ended, not that the program went on.
-    Judged in SQL, so a store of a fleet's runs never ships their statistics here."""
+    call statistics that counted calls the cache served (see :class:`Flush`). Statistics
+    written at exit that count only the calls that compiled say the process ended, not that
+    the program went on. Judged in SQL, so a store of a fleet's runs never ships their
+    statistics here."""
     e = models.compile_events
     found: dict[str, float] = {}
     ends = sa.select(e.c.run_id, sa.func.max(e.c.timestamp + cost_expr(e))).where(e.c.run_id.in_(run_ids), e.c.compiled)
@@ -279,10 +283,30 @@ def last_seen_working(conn: sa.Connection, run_ids: list[str]) -> dict[str, floa
         if last is not None:
             found[run_id] = float(last)
     flushes = _flushes(run_ids).subquery()
-    previous = sa.func.lag(flushes.c.timestamp).over(
-        partition_by=(flushes.c.run_id, flushes.c.function_hash), order_by=flushes.c.timestamp
+    served = sa.select(flushes.c.run_id, sa.func.max(flushes.c.timestamp)).where(flushes.c.served)
+    for run_id, last in conn.execute(served.group_by(flushes.c.run_id)):
+        if last is not None:
+            found[run_id] = max(found.get(run_id, 0.0), float(last))
+    return found
+
+
+def _flushes(run_ids: list[str], function_hashes: list[str] | None = None) -> sa.Select[Any]:
+    """Per run, function and flush time: the calls the statistics counted (a flush writes
+    one row per timed signature; the function's calls are on one of them), when the
+    function's previous statistics were written, and whether the cache served some of the
+    calls. The one place the rule "served" is written, for the run's last-seen time and
+    the per-function spans alike."""
+    s, e = models.call_stats, models.compile_events
+    counted = sa.select(s.c.run_id, s.c.function_hash, s.c.timestamp, sa.func.sum(s.c.calls).label("calls")).where(
+        s.c.run_id.in_(run_ids)
     )
-    spans = sa.select(flushes, previous.label("previous")).subquery()
+    if function_hashes is not None:
+        counted = counted.where(s.c.function_hash.in_(function_hashes))
+    per_flush = counted.group_by(s.c.run_id, s.c.function_hash, s.c.timestamp).subquery()
+    previous = sa.func.lag(per_flush.c.timestamp).over(
+        partition_by=(per_flush.c.run_id, per_flush.c.function_hash), order_by=per_flush.c.timestamp
+    )
+    spans = sa.select(per_flush, previous.label("previous")).subquery()
     compiled_in_span = (
         sa.select(sa.func.count())
         .where(
@@ -294,47 +318,23 @@ def last_seen_working(conn: sa.Connection, run_ids: list[str]) -> dict[str, floa
         )
         .scalar_subquery()
     )
-    served = (
-        sa.select(spans.c.run_id, sa.func.max(spans.c.timestamp))
-        .where(spans.c.calls > compiled_in_span)
-        .group_by(spans.c.run_id)
-    )
-    for run_id, last in conn.execute(served):
-        if last is not None:
-            found[run_id] = max(found.get(run_id, 0.0), float(last))
-    return found
-
-
-def _flushes(run_ids: list[str]) -> sa.Select[Any]:
-    """Per run, function and flush time: the calls the statistics counted (a flush writes
-    one row per timed signature; the function's calls are on one of them)."""
-    s = models.call_stats
-    return (
-        sa.select(s.c.run_id, s.c.function_hash, s.c.timestamp, sa.func.sum(s.c.calls).label("calls"))
-        .where(s.c.run_id.in_(run_ids))
-        .group_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
-    )
+    return sa.select(spans, (sa.func.coalesce(spans.c.calls, 0) > compiled_in_span).label("served"))
 
 
 def flushes_of(conn: sa.Connection, run_ids: list[str], function_hashes: list[str]) -> list[Flush]:
     """The functions' call statistics in the runs, one per flush, in time order."""
-    s = models.call_stats
-    q = _flushes(run_ids).where(s.c.function_hash.in_(function_hashes))
-    q = q.order_by(s.c.run_id, s.c.function_hash, s.c.timestamp)
-    return [Flush(r.run_id, r.function_hash, float(r.timestamp), int(r.calls or 0)) for r in conn.execute(q)]
-
-
-def compile_times(
-    conn: sa.Connection, run_ids: list[str], function_hashes: list[str]
-) -> dict[tuple[str, str], list[float]]:
-    """When each of the functions compiled in each run: (run, function) -> time stamps."""
-    e = models.compile_events
-    found: dict[tuple[str, str], list[float]] = {}
     if not function_hashes:
-        return found
-    q = sa.select(e.c.run_id, e.c.function_hash, e.c.timestamp).where(
-        e.c.run_id.in_(run_ids), e.c.compiled, e.c.function_hash.in_(function_hashes)
-    )
-    for row in conn.execute(q):
-        found.setdefault((row.run_id, row.function_hash), []).append(float(row.timestamp))
-    return found
+        return []
+    flushes = _flushes(run_ids, function_hashes).subquery()
+    q = sa.select(flushes).order_by(flushes.c.run_id, flushes.c.function_hash, flushes.c.timestamp)
+    return [
+        Flush(
+            r.run_id,
+            r.function_hash,
+            float(r.timestamp),
+            None if r.previous is None else float(r.previous),
+            int(r.calls or 0),
+            bool(r.served),
+        )
+        for r in conn.execute(q)
+    ]
