@@ -364,7 +364,6 @@ LONG_FUNCTIONS_ALLOWED = {
     ("cachewatch/capture/foreign.py", "_explain_lowered"),
     ("cachewatch/capture/foreign.py", "_explain_primitive"),
     ("cachewatch/capture/program.py", "build"),
-    ("cachewatch/explain/causes.py", "_recompiled"),
 }
 
 

@@ -223,47 +223,9 @@ def _recompiled(obj: ObjectHistory, name: str, key: tuple, device: str | None, p
         entries = []
     before = obj.devices.get(key)
     if before != device:
-        moved = f" (argument {entries[0]['path']}: {entries[0]['before']} -> {entries[0]['after']})" if entries else ""
-        return Verdict(
-            Cause.NEW_DEVICE_OR_SHARDING,
-            f"`{name}` was compiled again for the same signature without a retrace: "
-            f"its arguments moved to another device (from {before} to {device}){moved}.",
-            (
-                {
-                    "path": "<device>",
-                    "change": "device",
-                    "cause": Cause.NEW_DEVICE_OR_SHARDING.value,
-                    "before": before,
-                    "after": device,
-                },
-                *entries,
-            ),
-        )
+        return _moved_device(name, before, device, entries)
     if entries:
-        first = entries[0]
-        if first["change"] == "layout":
-            text = (
-                f"`{name}` was compiled again without a retrace: argument {first['path']} now has the layout "
-                f"{first['after']} (it was {first['before']}); JAX compiles once per input layout of committed "
-                "arrays. Give it the same layout on every call (one jax.device_put with the same Format, or none)."
-            )
-        elif first["change"] == "committed":
-            now = "committed to" if first["after"].startswith("committed") else "uncommitted on"
-            where = first["after"].split(" ", 2)[-1]
-            text = (
-                f"`{name}` was compiled again without a retrace: argument {first['path']} is now {now} "
-                f"{where} (it was {first['before']}); committed and uncommitted arrays compile separately, "
-                "even on one device. Place it the same way on every call (always jax.device_put(x, device), "
-                "or never)."
-            )
-        else:
-            text = (
-                f"`{name}` was compiled again without a retrace: argument {first['path']} moved, "
-                f"{first['before']} -> {first['after']}. Place inputs once, before the loop."
-            )
-        if len(entries) > 1:
-            text += f" {len(entries) - 1} more argument(s) changed placement (see the diff)."
-        return Verdict(Cause.NEW_DEVICE_OR_SHARDING, text, tuple(entries))
+        return _placed_differently(name, entries)
     if obj.global_clears != ctxmod.clears() or obj.cleared:
         return Verdict(
             Cause.CACHE_CLEARED,
@@ -278,6 +240,56 @@ def _recompiled(obj: ObjectHistory, name: str, key: tuple, device: str | None, p
         "was cleared (an executable JAX evicted, or an input layout it could not read).",
         (),
     )
+
+
+def _moved_device(name: str, before: str | None, device: str | None, entries: list[dict[str, Any]]) -> Verdict:
+    """A recompile because the arguments moved to another device (the first argument
+    whose placement changed named too)."""
+    moved = f" (argument {entries[0]['path']}: {entries[0]['before']} -> {entries[0]['after']})" if entries else ""
+    return Verdict(
+        Cause.NEW_DEVICE_OR_SHARDING,
+        f"`{name}` was compiled again for the same signature without a retrace: "
+        f"its arguments moved to another device (from {before} to {device}){moved}.",
+        (
+            {
+                "path": "<device>",
+                "change": "device",
+                "cause": Cause.NEW_DEVICE_OR_SHARDING.value,
+                "before": before,
+                "after": device,
+            },
+            *entries,
+        ),
+    )
+
+
+def _placed_differently(name: str, entries: list[dict[str, Any]]) -> Verdict:
+    """A recompile on the same device because an argument's layout, commitment or
+    placement changed; the sentence is about the first such argument."""
+    first = entries[0]
+    if first["change"] == "layout":
+        text = (
+            f"`{name}` was compiled again without a retrace: argument {first['path']} now has the layout "
+            f"{first['after']} (it was {first['before']}); JAX compiles once per input layout of committed "
+            "arrays. Give it the same layout on every call (one jax.device_put with the same Format, or none)."
+        )
+    elif first["change"] == "committed":
+        now = "committed to" if first["after"].startswith("committed") else "uncommitted on"
+        where = first["after"].split(" ", 2)[-1]
+        text = (
+            f"`{name}` was compiled again without a retrace: argument {first['path']} is now {now} "
+            f"{where} (it was {first['before']}); committed and uncommitted arrays compile separately, "
+            "even on one device. Place it the same way on every call (always jax.device_put(x, device), "
+            "or never)."
+        )
+    else:
+        text = (
+            f"`{name}` was compiled again without a retrace: argument {first['path']} moved, "
+            f"{first['before']} -> {first['after']}. Place inputs once, before the loop."
+        )
+    if len(entries) > 1:
+        text += f" {len(entries) - 1} more argument(s) changed placement (see the diff)."
+    return Verdict(Cause.NEW_DEVICE_OR_SHARDING, text, tuple(entries))
 
 
 def _remember(
