@@ -363,7 +363,6 @@ LONG_FUNCTIONS_ALLOWED = {
     # Being reworked for error handling and process state: split once that lands.
     ("cachewatch/capture/foreign.py", "_explain_lowered"),
     ("cachewatch/capture/foreign.py", "_explain_primitive"),
-    ("cachewatch/capture/program.py", "build"),
 }
 
 

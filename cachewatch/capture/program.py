@@ -395,18 +395,43 @@ def build(
     """The figures, fingerprint and wanted texts of one compile (off the compile path)."""
     program = Program(compile_seconds=seconds)
     t0 = time.perf_counter()
-    if jaxpr is not None:
-        program.jaxpr_eqns, by_primitive, rows = walk(jaxpr)
-        program.eqns_by_primitive = dict(sorted(by_primitive.items(), key=lambda kv: -kv[1]))
-        program.eqns_by_line = top_lines(rows)
-        program.profile = rows
-        constants = constant_bytes(jaxpr)
-        if constants:
-            program.memory = {"constants": constants}
-    else:
-        program.missing["jaxpr"] = "JAX compiled this program without handing its jaxpr to the lowering"
+    _jaxpr_figures(program, jaxpr)
     t1 = time.perf_counter()
     hlo = _optimised_hlo(executable)
+    _fingerprints(program, hlo, bytecode, formats)
+    t2 = time.perf_counter()
+    _xla_figures(program, executable)
+    t3 = time.perf_counter()
+    if "hlo" in formats and hlo is not None:
+        program.texts["hlo"] = hlo
+    if "jaxpr" in formats and jaxpr is not None:
+        program.texts["jaxpr"] = str(jaxpr)
+    t4 = time.perf_counter()
+    with _lock:
+        spent["walk"] += t1 - t0
+        spent["fingerprint"] += t2 - t1
+        spent["xla"] += t3 - t2
+        spent["text"] += t4 - t3
+    return program
+
+
+def _jaxpr_figures(program: Program, jaxpr: Any) -> None:
+    """Equations by primitive and by source line, and the constants' bytes, off the jaxpr."""
+    if jaxpr is None:
+        program.missing["jaxpr"] = "JAX compiled this program without handing its jaxpr to the lowering"
+        return
+    program.jaxpr_eqns, by_primitive, rows = walk(jaxpr)
+    program.eqns_by_primitive = dict(sorted(by_primitive.items(), key=lambda kv: -kv[1]))
+    program.eqns_by_line = top_lines(rows)
+    program.profile = rows
+    constants = constant_bytes(jaxpr)
+    if constants:
+        program.memory = {"constants": constants}
+
+
+def _fingerprints(program: Program, hlo: str | None, bytecode: bytes | None, formats: frozenset[str]) -> None:
+    """The optimised program's fingerprint and op counts, the lowered module's fingerprint,
+    and its StableHLO text when wanted; what cannot be read is said in ``missing``."""
     if hlo is not None:
         program.fingerprint = fingerprint_of(hlo)
         program.hlo_ops, program.fusions = hlo_counts(hlo)
@@ -424,31 +449,23 @@ def build(
         program.missing["lowered_fingerprint"] = "this JAX cannot read the lowered module off the compile path"
     if stablehlo is not None:
         program.texts["stablehlo"] = stablehlo
-    t2 = time.perf_counter()
+
+
+def _xla_figures(program: Program, executable: Any) -> None:
+    """XLA's cost and memory figures: read once per fingerprint in this process, then
+    taken from what was read for the same optimised program."""
     known = _figures_of.get(program.fingerprint) if program.fingerprint is not None else None
     if known is not None:  # the same optimised program: the same cost and memory
         program.flops, program.bytes_accessed, memory = known
         program.memory = (program.memory or {}) | memory
-    else:
-        _cost_figures(executable, program)
-        _memory_figures(executable, program)  # the dearest: XLA serialises the buffer assignment for it
-        if program.fingerprint is not None and program.flops is not None and program.memory:
-            with _lock:
-                _figures_of[program.fingerprint] = (program.flops, program.bytes_accessed, program.memory)
-                if len(_figures_of) > _MAX_FINGERPRINTS:
-                    del _figures_of[next(iter(_figures_of))]
-    t3 = time.perf_counter()
-    if "hlo" in formats and hlo is not None:
-        program.texts["hlo"] = hlo
-    if "jaxpr" in formats and jaxpr is not None:
-        program.texts["jaxpr"] = str(jaxpr)
-    t4 = time.perf_counter()
-    with _lock:
-        spent["walk"] += t1 - t0
-        spent["fingerprint"] += t2 - t1
-        spent["xla"] += t3 - t2
-        spent["text"] += t4 - t3
-    return program
+        return
+    _cost_figures(executable, program)
+    _memory_figures(executable, program)  # the dearest: XLA serialises the buffer assignment for it
+    if program.fingerprint is not None and program.flops is not None and program.memory:
+        with _lock:
+            _figures_of[program.fingerprint] = (program.flops, program.bytes_accessed, program.memory)
+            if len(_figures_of) > _MAX_FINGERPRINTS:
+                del _figures_of[next(iter(_figures_of))]
 
 
 def take() -> Pending | None:
