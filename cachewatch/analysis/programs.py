@@ -14,13 +14,14 @@ import difflib
 import gzip
 import linecache
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from ..core.events import MEMORY_PARTS, PROGRAM_FORMATS, Cause
 from ..store import programs as stored
-from ..store.columns import Filters
+from ..store.columns import EventRow, Filters
 
 
 class ProgramNotFound(LookupError):
@@ -43,12 +44,12 @@ def program(conn: sa.Connection, event_id: str, fmt: str = "jaxpr") -> str | byt
             "program texts (CACHEWATCH_PROGRAM_STORE_MAX_BYTES) was reached, or the recorder sent none"
         )
     if fmt == "pprof":
-        if kept["profile"] is None:
+        if kept.profile is None:
             raise ProgramNotFound(f"no equation profile kept for event {event_id}")
-        return pprof(kept["profile"])
-    text = kept["texts"].get(fmt)
+        return pprof(kept.profile)
+    text = kept.texts.get(fmt)
     if text is None:
-        raise ProgramNotFound(f"no {fmt} text kept for event {event_id}: {_why_missing(fmt, kept['left_out'])}")
+        raise ProgramNotFound(f"no {fmt} text kept for event {event_id}: {_why_missing(fmt, kept.left_out)}")
     return text
 
 
@@ -63,17 +64,60 @@ def _why_missing(fmt: str, left_out: list[str]) -> str:
     return "not asked for (CACHEWATCH_PROGRAM_TEXTS)"
 
 
-def default_against(conn: sa.Connection, row: dict[str, Any]) -> str | None:
+def default_against(conn: sa.Connection, compile: stored.CompileRef | EventRow) -> str | None:
     """What a compile is diffed with when no other is named: the function's earlier compile
     with the same program (a wasted recompile), else the compile of the function just
     before it. (Older stores link another function's compile too; that is no recompile.)"""
-    earlier = stored.event(conn, row["identical_to"]) if row.get("identical_to") else None
-    if earlier is not None and earlier["function_hash"] == row.get("function_hash"):
-        return str(row["identical_to"])
-    return stored.previous_compile(conn, row)
+    if not isinstance(compile, stored.CompileRef):
+        compile = stored.CompileRef.of(compile)
+    earlier = stored.event(conn, compile.identical_to) if compile.identical_to else None
+    if earlier is not None and earlier["function_hash"] == compile.function_hash:
+        return str(compile.identical_to)
+    return stored.previous_compile(conn, compile)
 
 
-def diff(conn: sa.Connection, event_id: str, against: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CountChange:
+    """One row of a diff's equation counts: a primitive or a source line, before -> after."""
+
+    name: str
+    before: int
+    after: int
+
+
+@dataclass(frozen=True)
+class FigureChange:
+    """One of XLA's figures (or the compile seconds), before -> after; None where not recorded."""
+
+    before: float | None
+    after: float | None
+
+
+@dataclass(frozen=True)
+class ProgramDiff:
+    """The change from one compile (``before``) to another (``after``), as
+    ``cachewatch diff``, ``GET /api/v1/events/{id}/diff`` and the function page show it."""
+
+    before: str  # event ids
+    after: str
+    function: str
+    cause: str
+    explanation: str
+    key_diff: list[dict[str, Any]]  # the key diff cachewatch recorded for ``after``
+    same_program: bool
+    same_lowered_module: bool
+    eqns_by_primitive: list[CountChange]  # the changed first, largest change first
+    eqns_by_line: list[CountChange]
+    jaxpr_diff: list[str] | None  # unified diff lines; None: a jaxpr text was not kept
+    xla: dict[str, FigureChange]  # jaxpr_eqns, hlo_ops, fusions, flops, bytes_accessed, memory_*
+    compile_seconds: FigureChange
+
+    def as_json(self) -> dict[str, Any]:
+        """The diff as ``--format json`` and the API write it."""
+        return dataclasses.asdict(self)
+
+
+def diff(conn: sa.Connection, event_id: str, against: str | None = None) -> ProgramDiff:
     """The change from ``against`` (default: :func:`default_against`) to ``event_id``: the
     key diff cachewatch recorded, equations by primitive and by line before -> after, a
     unified diff of the jaxpr texts, and XLA's figures before -> after."""
@@ -86,9 +130,7 @@ def diff(conn: sa.Connection, event_id: str, against: str | None = None) -> dict
     before = stored.event(conn, against)
     if before is None:
         raise ProgramNotFound(f"no event {against!r} in the store")
-    texts_before = stored.texts(conn, before["program_fingerprint"]) or {"texts": {}}
-    texts_after = stored.texts(conn, after["program_fingerprint"]) or {"texts": {}}
-    jaxpr_before, jaxpr_after = texts_before["texts"].get("jaxpr"), texts_after["texts"].get("jaxpr")
+    jaxpr_before, jaxpr_after = _jaxpr(conn, before), _jaxpr(conn, after)
     jaxpr_diff = None
     if jaxpr_before is not None and jaxpr_after is not None:
         jaxpr_diff = list(
@@ -96,42 +138,47 @@ def diff(conn: sa.Connection, event_id: str, against: str | None = None) -> dict
                 jaxpr_before.splitlines(), jaxpr_after.splitlines(), against, event_id, lineterm="", n=2
             )
         )
-    return {
-        "before": against,
-        "after": event_id,
-        "function": after["qualname"],
-        "cause": after["cause"],
-        "explanation": after["explanation"],
-        "key_diff": after["diff"] or [],
-        "same_program": bool(after["program_fingerprint"])
+    return ProgramDiff(
+        before=against,
+        after=event_id,
+        function=after["qualname"],
+        cause=after["cause"],
+        explanation=after["explanation"],
+        key_diff=after["diff"] or [],
+        same_program=bool(after["program_fingerprint"])
         and after["program_fingerprint"] == before["program_fingerprint"],
-        "same_lowered_module": bool(after["lowered_fingerprint"])
+        same_lowered_module=bool(after["lowered_fingerprint"])
         and after["lowered_fingerprint"] == before["lowered_fingerprint"],
-        "eqns_by_primitive": _pairs(before["eqns_by_primitive"] or {}, after["eqns_by_primitive"] or {}),
-        "eqns_by_line": _pairs(_lines(before["eqns_by_line"]), _lines(after["eqns_by_line"])),
-        "jaxpr_diff": jaxpr_diff,
-        "xla": {
-            name: {"before": before[name], "after": after[name]}
-            for name in ("jaxpr_eqns", "hlo_ops", "fusions", "flops", "bytes_accessed")
+        eqns_by_primitive=_pairs(before["eqns_by_primitive"] or {}, after["eqns_by_primitive"] or {}),
+        eqns_by_line=_pairs(_lines(before["eqns_by_line"]), _lines(after["eqns_by_line"])),
+        jaxpr_diff=jaxpr_diff,
+        xla={
+            "jaxpr_eqns": FigureChange(before["jaxpr_eqns"], after["jaxpr_eqns"]),
+            "hlo_ops": FigureChange(before["hlo_ops"], after["hlo_ops"]),
+            "fusions": FigureChange(before["fusions"], after["fusions"]),
+            "flops": FigureChange(before["flops"], after["flops"]),
+            "bytes_accessed": FigureChange(before["bytes_accessed"], after["bytes_accessed"]),
         }
         | {
-            f"memory_{part}": {
-                "before": (before["memory"] or {}).get(part),
-                "after": (after["memory"] or {}).get(part),
-            }
+            f"memory_{part}": FigureChange((before["memory"] or {}).get(part), (after["memory"] or {}).get(part))
             for part in MEMORY_PARTS
         },
-        "compile_seconds": {"before": before["compile_seconds"], "after": after["compile_seconds"]},
-    }
+        compile_seconds=FigureChange(before["compile_seconds"], after["compile_seconds"]),
+    )
 
 
-def latest_diff(conn: sa.Connection, function_hash: str) -> dict[str, Any] | None:
+def _jaxpr(conn: sa.Connection, row: EventRow) -> str | None:
+    kept = stored.texts(conn, row["program_fingerprint"])
+    return kept.texts.get("jaxpr") if kept is not None else None
+
+
+def latest_diff(conn: sa.Connection, function_hash: str) -> ProgramDiff | None:
     """The function's latest recompile diffed with its default (None: nothing to diff):
     what the dashboard's function page shows first."""
-    for row in stored.recent_compiles(conn, function_hash):
-        against = default_against(conn, row)
+    for compile in stored.recent_compiles(conn, function_hash):
+        against = default_against(conn, compile)
         if against is not None:
-            return diff(conn, row["event_id"], against)
+            return diff(conn, compile.event_id, against)
     return None
 
 
@@ -141,43 +188,40 @@ def _lines(rows: list[dict[str, Any]] | None) -> dict[str, int]:
     }
 
 
-def _pairs(before: dict[str, int], after: dict[str, int]) -> list[dict[str, Any]]:
+def _pairs(before: dict[str, int], after: dict[str, int]) -> list[CountChange]:
     """Rows of name, before, after: the changed first (largest change first), then the same."""
     names = list(dict.fromkeys([*after, *before]))
-    rows = [{"name": n, "before": before.get(n, 0), "after": after.get(n, 0)} for n in names]
-    return sorted(rows, key=lambda r: (r["before"] == r["after"], -abs(r["after"] - r["before"])))
+    rows = [CountChange(n, before.get(n, 0), after.get(n, 0)) for n in names]
+    return sorted(rows, key=lambda r: (r.before == r.after, -abs(r.after - r.before)))
 
 
-def diff_text(change: dict[str, Any]) -> str:
+def diff_text(change: ProgramDiff) -> str:
     """The diff as the command line prints it."""
-    out = [
-        f"{change['function']}: {change['before']} -> {change['after']} ({change['cause']})",
-        change["explanation"],
-    ]
-    if change["same_program"]:
+    out = [f"{change.function}: {change.before} -> {change.after} ({change.cause})", change.explanation]
+    if change.same_program:
         out.append(
             "Same optimised program as before: this recompile was wasted"
             + (
                 "; the lowered module was the same too, so a persistent compilation cache would have served it."
-                if change["same_lowered_module"]
+                if change.same_lowered_module
                 else "."
             )
         )
-    changed = [r for r in change["eqns_by_primitive"] if r["before"] != r["after"]]
+    changed = [r for r in change.eqns_by_primitive if r.before != r.after]
     out.append("equations by primitive (before -> after):")
-    out += [f"  {r['name']:32} {r['before']:>8} -> {r['after']}" for r in changed] or ["  (unchanged)"]
-    lines = [r for r in change["eqns_by_line"] if r["before"] != r["after"]]
+    out += [f"  {r.name:32} {r.before:>8} -> {r.after}" for r in changed] or ["  (unchanged)"]
+    lines = [r for r in change.eqns_by_line if r.before != r.after]
     out.append("equations by line (before -> after):")
-    out += [f"  {r['name']:60} {r['before']:>8} -> {r['after']}" for r in lines[:20]] or ["  (unchanged)"]
+    out += [f"  {r.name:60} {r.before:>8} -> {r.after}" for r in lines[:20]] or ["  (unchanged)"]
     out.append("XLA (before -> after):")
-    for name, pair in change["xla"].items():
-        if pair["before"] is not None or pair["after"] is not None:
-            out.append(f"  {name:24} {_num(pair['before']):>14} -> {_num(pair['after'])}")
-    if change["jaxpr_diff"] is None:
+    for name, pair in change.xla.items():
+        if pair.before is not None or pair.after is not None:
+            out.append(f"  {name:24} {_num(pair.before):>14} -> {_num(pair.after)}")
+    if change.jaxpr_diff is None:
         out.append("jaxpr diff: a jaxpr text was not kept for one of the two compiles")
-    elif change["jaxpr_diff"]:
+    elif change.jaxpr_diff:
         out.append("jaxpr diff:")
-        out += change["jaxpr_diff"]
+        out += change.jaxpr_diff
     else:
         out.append("jaxpr diff: identical jaxprs")
     return "\n".join(out)

@@ -7,16 +7,16 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import sqlalchemy as sa
 
 from ..core.events import PROGRAM_TEXT_FORMATS, Cause
 from . import models
-from .columns import EVENT_SELECT, Filters, cost_expr
+from .columns import EVENT_SELECT, EventRow, Filters, cost_expr
 
 
-def event(conn: sa.Connection, event_id: str) -> dict[str, Any] | None:
+def event(conn: sa.Connection, event_id: str) -> EventRow | None:
     """One event row with its function's name (``EVENT_SELECT``), or None."""
     e, f = models.compile_events, models.functions
     query = (
@@ -25,10 +25,21 @@ def event(conn: sa.Connection, event_id: str) -> dict[str, Any] | None:
         .where(e.c.event_id == event_id)
     )
     found = conn.execute(query).first()
-    return dict(found._mapping) if found is not None else None
+    return cast(EventRow, dict(found._mapping)) if found is not None else None
 
 
-def texts(conn: sa.Connection, fingerprint: str | None) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class ProgramTexts:
+    """What the store kept of one program: its texts, its equation profile, and the
+    formats recorded but left out under the per-program cap."""
+
+    texts: dict[str, str]  # format (jaxpr, stablehlo, hlo) -> text
+    left_out: list[str]
+    size_bytes: int | None
+    profile: list[list[Any]] | None  # rows of file, line, function, primitive, in a loop body, equations
+
+
+def texts(conn: sa.Connection, fingerprint: str | None) -> ProgramTexts | None:
     """The stored texts of a program (format -> text), its profile rows and what was left
     out; None when the store kept nothing for it."""
     if not fingerprint:
@@ -38,24 +49,38 @@ def texts(conn: sa.Connection, fingerprint: str | None) -> dict[str, Any] | None
     if found is None:
         return None
     row = found._mapping
-    out: dict[str, Any] = {"texts": {}, "left_out": list(row["left_out"] or []), "size_bytes": row["size_bytes"]}
-    for fmt in PROGRAM_TEXT_FORMATS:
-        if row[fmt] is not None:
-            out["texts"][fmt] = zlib.decompress(row[fmt]).decode()
-    out["profile"] = json.loads(zlib.decompress(row["profile"])) if row["profile"] is not None else None
-    return out
+    return ProgramTexts(
+        texts={fmt: zlib.decompress(row[fmt]).decode() for fmt in PROGRAM_TEXT_FORMATS if row[fmt] is not None},
+        left_out=list(row["left_out"] or []),
+        size_bytes=row["size_bytes"],
+        profile=json.loads(zlib.decompress(row["profile"])) if row["profile"] is not None else None,
+    )
 
 
-def previous_compile(conn: sa.Connection, row: dict[str, Any]) -> str | None:
-    """The compile of the same function in the same run just before this event's."""
+class CompileRef(NamedTuple):
+    """Where one compile sits: enough to find the compile it is diffed with."""
+
+    event_id: str
+    run_id: str
+    timestamp: float
+    function_hash: str
+    identical_to: str | None
+
+    @classmethod
+    def of(cls, row: EventRow) -> CompileRef:
+        return cls(row["event_id"], row["run_id"], row["timestamp"], row["function_hash"], row.get("identical_to"))
+
+
+def previous_compile(conn: sa.Connection, compile: CompileRef) -> str | None:
+    """The compile of the same function in the same run just before this one."""
     e = models.compile_events
     found = conn.execute(
         sa.select(e.c.event_id)
         .where(
-            e.c.function_hash == row["function_hash"],
-            e.c.run_id == row["run_id"],
+            e.c.function_hash == compile.function_hash,
+            e.c.run_id == compile.run_id,
             e.c.compiled.is_(True),
-            e.c.timestamp < row["timestamp"],
+            e.c.timestamp < compile.timestamp,
         )
         .order_by(e.c.timestamp.desc())
         .limit(1)
@@ -63,17 +88,17 @@ def previous_compile(conn: sa.Connection, row: dict[str, Any]) -> str | None:
     return found
 
 
-def recent_compiles(conn: sa.Connection, function_hash: str, limit: int = 20) -> list[dict[str, Any]]:
+def recent_compiles(conn: sa.Connection, function_hash: str, limit: int = 20) -> list[CompileRef]:
     """The function's latest compiles that recorded a program, newest first."""
     e = models.compile_events
     return [
-        dict(r)
-        for r in conn.execute(
+        CompileRef(*row)
+        for row in conn.execute(
             sa.select(e.c.event_id, e.c.run_id, e.c.timestamp, e.c.function_hash, e.c.identical_to)
             .where(e.c.function_hash == function_hash, e.c.program_fingerprint.is_not(None))
             .order_by(e.c.timestamp.desc())
             .limit(limit)
-        ).mappings()
+        )
     ]
 
 

@@ -66,6 +66,6 @@ def get_diff(
     ] = None,
 ) -> dict[str, Any]:
     try:
-        return programs.diff(conn, event_id, against)
+        return programs.diff(conn, event_id, against).as_json()
     except programs.ProgramNotFound as exc:
         raise HTTPException(404, str(exc)) from None
