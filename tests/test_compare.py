@@ -50,20 +50,20 @@ def test_the_comparison_names_what_compiled_more_and_what_is_gone(two_runs):
     with enginemod.connection(url) as conn:
         # The baseline by id prefix; the run: its newest sibling of the same name, not "other".
         result = comparison.compare(conn, base.run_id[:10], None)
-        assert result["run"]["run_id"] == later.run_id
+        assert result.run.run_id == later.run_id
         by_name = comparison.compare(conn, "train", None)  # the two newest runs of that name
-        assert (by_name["baseline"]["run_id"], by_name["run"]["run_id"]) == (base.run_id, later.run_id)
+        assert (by_name.baseline.run_id, by_name.run.run_id) == (base.run_id, later.run_id)
         with pytest.raises(reads.RunNotFound, match="no run has the id, run name or job 'nope'"):
             comparison.compare(conn, "nope", None)
-    step = next(f for f in result["functions"] if f["name"] == "step")
-    assert step["status"] == "changed" and step["extra_compiles"] == 7
-    assert step["cause"] == "new_shape" and step["causes_delta"] == {"new_shape": 7}
-    assert step["extra_seconds"] > 0 and result["functions"][0]["name"] == "step"
-    gone = [f for f in result["functions"] if f["status"] == "gone"]
-    assert [f["function_hash"] for f in gone] == [dropped.function_hash]
-    assert result["gone"] == [dropped.qualname] and result["new"] == []
+    step = next(f for f in result.functions if f.name == "step")
+    assert step.status == "changed" and step.extra_compiles == 7
+    assert step.cause == "new_shape" and step.causes_delta == {"new_shape": 7}
+    assert step.extra_seconds > 0 and result.functions[0].name == "step"
+    gone = [f for f in result.functions if f.status == "gone"]
+    assert [f.function_hash for f in gone] == [dropped.function_hash]
+    assert result.gone == [dropped.qualname] and result.new == []
     # 7 more of step, 2 fewer now that scale is gone.
-    assert result["extra_compiles"] == 5 and comparison.gate(result, max_extra_compiles=5) == []
+    assert result.extra_compiles == 5 and comparison.gate(result, max_extra_compiles=5) == []
     (reason,) = comparison.gate(result, max_extra_compiles=4)
     assert reason.startswith("5 more compiles than the baseline (at most 4 allowed): step: +7 compiles (new_shape +7)")
     assert "step: +7 compiles (new_shape +7)" in comparison.text(result)

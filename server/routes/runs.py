@@ -17,7 +17,7 @@ router = APIRouter(prefix="/api/v1", tags=["runs"])
 
 
 @router.get("/runs", response_model=RunPage, summary="Runs, newest first (since/until apply to the start time)")
-def list_runs(_: ReadAuth, conn: Connection, filters: QueryFilters, page: Page) -> dict:
+def list_runs(_: ReadAuth, conn: Connection, filters: QueryFilters, page: Page) -> RunPage:
     after = decode_cursor("runs", page.cursor)
     if after is not None:
         if not (
@@ -32,7 +32,7 @@ def list_runs(_: ReadAuth, conn: Connection, filters: QueryFilters, page: Page) 
     more = len(rows) > page.limit
     rows = rows[: page.limit]
     cursor = encode_cursor("runs", [rows[-1]["started_at"], rows[-1]["run_id"]]) if more else None
-    return {"items": rows, "next_cursor": cursor}
+    return RunPage.model_validate({"items": rows, "next_cursor": cursor})
 
 
 RunName = Annotated[
@@ -48,7 +48,7 @@ RunName = Annotated[
     "program size; what is new and what is gone",
     responses={404: {"description": "A run cannot be told from what was given."}},
 )
-def compare_runs(_: ReadAuth, conn: Connection, baseline: RunName = None, run: RunName = None) -> dict:
+def compare_runs(_: ReadAuth, conn: Connection, baseline: RunName = None, run: RunName = None) -> comparison.Comparison:
     """Without ``run``, the newest other run of the baseline's run name (or job); without
     either, the newest run and the one before it."""
     if run is not None and baseline is None:
