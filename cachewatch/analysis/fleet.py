@@ -7,14 +7,14 @@ cleared, or a jit was re-created on that rank only), is where a straggler comes 
 the other ranks wait at the next collective while it compiles.
 
     report = fleet.compare_job(conn, "exp-42")
-    report["divergent_ranks"]    # [1]
-    report["divergences"][0]     # rank, function, signature, compiles here and elsewhere
+    report.divergent_ranks       # [1]
+    report.divergences[0]        # rank, function, signature, compiles here and elsewhere
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,17 +33,71 @@ def _reference(counts: list[int]) -> int:
     return min(n for n, k in tally.items() if k == best)
 
 
-def job_runs(conn: sa.Connection, job: str) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(run) for run in reads.job_runs(conn, job)]
+def job_runs(conn: sa.Connection, job: str) -> list[reads.JobRun]:
+    """The job's runs, by rank, then start time."""
+    return reads.job_runs(conn, job)
 
 
-def compare_job(conn: sa.Connection, job: str) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class RankCompiles:
+    """One rank of a job: its runs, their hosts and compiles, and whether it diverged."""
+
+    process_index: int  # -1 for runs of the job that carry none
+    run_ids: list[str]
+    hosts: list[str]
+    compiles: int
+    divergent: bool
+
+
+@dataclass(frozen=True)
+class _Extra:
+    """A (rank, function, signature) that compiled more than most ranks did, not yet named."""
+
+    process_index: int
+    function_hash: str
+    signature_hash: str
+    compiles: int
+    others: dict[str, int]  # rank -> compiles of the same function and signature
+    reason: str  # only_this_rank | more_compiles
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A (rank, function, signature) that compiled more than most ranks did, named."""
+
+    process_index: int
+    function_hash: str
+    function: str
+    signature_hash: str
+    signature: list[dict[str, Any]]
+    compiles: int  # compiles of this function and signature on this rank
+    others: dict[str, int]  # rank -> compiles of the same function and signature
+    reason: str  # only_this_rank | more_compiles
+    explanation: str
+    last_explanation: str  # why this rank's latest compile of it happened
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """A job's ranks compared: ``GET /api/v1/jobs/{job}``, the dashboard's job page and the
+    rank-divergence metric."""
+
+    job: str
+    process_count: int
+    ranks: list[RankCompiles]
+    missing_ranks: list[int]  # ranks below process_count with no run in the store
+    divergent_ranks: list[int]
+    divergences: list[Divergence]  # the first MAX_DIVERGENCES
+    divergences_total: int
+
+
+def compare_job(conn: sa.Connection, job: str) -> JobReport | None:
     """The job's ranks, and every (rank, function, signature) that compiled more than
     most ranks did; None when no run carries this job."""
     runs = job_runs(conn, job)
     if not runs:
         return None
-    rank_of = {run["run_id"]: run["process_index"] if run["process_index"] is not None else -1 for run in runs}
+    rank_of = {run.run_id: run.process_index if run.process_index is not None else -1 for run in runs}
     # (function, signature) -> rank -> compiles; a rank restarted in the same job adds up.
     compiles: dict[tuple[str, str], Counter] = defaultdict(Counter)
     per_rank: Counter = Counter()
@@ -52,35 +106,33 @@ def compare_job(conn: sa.Connection, job: str) -> dict[str, Any] | None:
         compiles[(counted.function_hash, counted.signature_hash)][rank] += counted.compiles
         per_rank[rank] += counted.compiles
     ranks = sorted(set(rank_of.values()))
-    declared = max((run["process_count"] or 0 for run in runs), default=0)
+    declared = max((run.process_count or 0 for run in runs), default=0)
     found = _divergences(compiles, ranks)
-    shown = found[:MAX_DIVERGENCES]
-    _describe(conn, shown, [run_id for run_id in rank_of])
-    divergent = sorted({d["process_index"] for d in found})
-    return {
-        "job": job,
-        "process_count": declared or len(ranks),
-        "ranks": [
-            {
-                "process_index": rank,
-                "run_ids": [run["run_id"] for run in runs if rank_of[run["run_id"]] == rank],
-                "hosts": sorted({run["host"] for run in runs if rank_of[run["run_id"]] == rank}),
-                "compiles": per_rank.get(rank, 0),
-                "divergent": rank in divergent,
-            }
+    divergent = sorted({d.process_index for d in found})
+    return JobReport(
+        job=job,
+        process_count=declared or len(ranks),
+        ranks=[
+            RankCompiles(
+                process_index=rank,
+                run_ids=[run.run_id for run in runs if rank_of[run.run_id] == rank],
+                hosts=sorted({run.host for run in runs if rank_of[run.run_id] == rank}),
+                compiles=per_rank.get(rank, 0),
+                divergent=rank in divergent,
+            )
             for rank in ranks
         ],
-        "missing_ranks": [i for i in range(declared) if i not in ranks] if declared else [],
-        "divergent_ranks": divergent,
-        "divergences": shown,
-        "divergences_total": len(found),
-    }
+        missing_ranks=[i for i in range(declared) if i not in ranks] if declared else [],
+        divergent_ranks=divergent,
+        divergences=_describe(conn, found[:MAX_DIVERGENCES], list(rank_of)),
+        divergences_total=len(found),
+    )
 
 
-def _divergences(compiles: dict[tuple[str, str], Counter], ranks: list[int]) -> list[dict[str, Any]]:
+def _divergences(compiles: dict[tuple[str, str], Counter], ranks: list[int]) -> list[_Extra]:
     """Every (rank, function, signature) that compiled more than most ranks did, per rank
     in order: watched functions' signatures first, a rank's own compiles before extra ones."""
-    found: list[dict[str, Any]] = []
+    found: list[_Extra] = []
     if len(ranks) > 1:
         for (function_hash, signature_hash), by_rank in compiles.items():
             counts = [by_rank.get(rank, 0) for rank in ranks]
@@ -89,56 +141,68 @@ def _divergences(compiles: dict[tuple[str, str], Counter], ranks: list[int]) -> 
                 if n > baseline:
                     others = {str(o): by_rank.get(o, 0) for o in ranks if o != rank}
                     found.append(
-                        {
-                            "process_index": rank,
-                            "function_hash": function_hash,
-                            "signature_hash": signature_hash,
-                            "compiles": n,
-                            "others": others,
-                            "reason": "only_this_rank" if not any(others.values()) else "more_compiles",
-                        }
+                        _Extra(
+                            process_index=rank,
+                            function_hash=function_hash,
+                            signature_hash=signature_hash,
+                            compiles=n,
+                            others=others,
+                            reason="only_this_rank" if not any(others.values()) else "more_compiles",
+                        )
                     )
     # Per rank, signatures of watched functions before JAX's eager compiles (which carry none).
     found.sort(
         key=lambda d: (
-            d["process_index"],
-            d["signature_hash"] == "",
-            d["reason"] != "only_this_rank",
-            -d["compiles"],
-            d["function_hash"],
-            d["signature_hash"],
+            d.process_index,
+            d.signature_hash == "",
+            d.reason != "only_this_rank",
+            -d.compiles,
+            d.function_hash,
+            d.signature_hash,
         )
     )
     return found
 
 
-def _describe(conn: sa.Connection, found: list[dict[str, Any]], run_ids: list[str]) -> None:
+def _describe(conn: sa.Connection, found: list[_Extra], run_ids: list[str]) -> list[Divergence]:
     """Name each divergence: the function, its signature, and a sentence."""
     if not found:
-        return
-    names = reads.qualnames(conn, (d["function_hash"] for d in found))
+        return []
+    names = reads.qualnames(conn, (d.function_hash for d in found))
     signatures: dict[tuple[str, str], reads.LastSignature | None] = {}
     for d in found:
-        key = (d["function_hash"], d["signature_hash"])
+        key = (d.function_hash, d.signature_hash)
         if key not in signatures:
             signatures[key] = reads.last_signature(conn, key[0], key[1], run_ids)
+    out = []
     for d in found:
-        d["function"] = names.get(d["function_hash"], d["function_hash"][:12])
-        last = signatures[(d["function_hash"], d["signature_hash"])]
-        d["signature"], last_explanation = (last.signature, last.explanation) if last else ([], "")
-        shape = signature_text(d["signature"])
-        if d["reason"] == "only_this_rank":
+        function = names.get(d.function_hash, d.function_hash[:12])
+        last = signatures[(d.function_hash, d.signature_hash)]
+        signature, last_explanation = (last.signature, last.explanation) if last else ([], "")
+        shape = signature_text(signature)
+        if d.reason == "only_this_rank":
             text = (
-                f"Rank {d['process_index']} compiled `{d['function']}` for {shape}, which no other rank "
-                f"compiled ({d['compiles']} time(s))."
+                f"Rank {d.process_index} compiled `{function}` for {shape}, which no other rank "
+                f"compiled ({d.compiles} time(s))."
             )
         else:
-            others = ", ".join(f"rank {r}: {n}" for r, n in d["others"].items())
-            text = (
-                f"Rank {d['process_index']} compiled `{d['function']}` for {shape} {d['compiles']} time(s) ({others})."
+            others = ", ".join(f"rank {r}: {n}" for r, n in d.others.items())
+            text = f"Rank {d.process_index} compiled `{function}` for {shape} {d.compiles} time(s) ({others})."
+        out.append(
+            Divergence(
+                process_index=d.process_index,
+                function_hash=d.function_hash,
+                function=function,
+                signature_hash=d.signature_hash,
+                signature=signature,
+                compiles=d.compiles,
+                others=d.others,
+                reason=d.reason,
+                explanation=text,
+                last_explanation=last_explanation,
             )
-        d["explanation"] = text
-        d["last_explanation"] = last_explanation
+        )
+    return out
 
 
 def signature_text(signature: list[dict[str, Any]]) -> str:

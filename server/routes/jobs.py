@@ -17,19 +17,19 @@ router = APIRouter(prefix="/api/v1", tags=["jobs"])
 @router.get("/jobs", response_model=list[JobSummary], summary="Jobs with the most recently started runs")
 def list_jobs(
     _: ReadAuth, conn: Connection, limit: Annotated[int, Query(ge=1, le=500, description="Most jobs to list.")] = 50
-) -> list[dict]:
+) -> list[JobSummary]:
     out = []
     for job in fleet.recent_jobs(conn, limit=limit):
         report = fleet.compare_job(conn, job)
         if report is not None:
             out.append(
-                {
-                    "job": job,
-                    "process_count": report["process_count"],
-                    "ranks": len(report["ranks"]),
-                    "divergent_ranks": report["divergent_ranks"],
-                    "missing_ranks": report["missing_ranks"],
-                }
+                JobSummary(
+                    job=job,
+                    process_count=report.process_count,
+                    ranks=len(report.ranks),
+                    divergent_ranks=report.divergent_ranks,
+                    missing_ranks=report.missing_ranks,
+                )
             )
     return out
 
@@ -42,7 +42,7 @@ def list_jobs(
 )
 def get_job(
     _: ReadAuth, conn: Connection, job: Annotated[str, Path(max_length=200, description="The job name the runs carry.")]
-) -> dict:
+) -> fleet.JobReport:
     report = fleet.compare_job(conn, job)
     if report is None:
         raise HTTPException(status_code=404, detail=f"no run carries job {job!r}")
