@@ -26,7 +26,7 @@ def list_cache(
     function: Annotated[
         str | None, Query(max_length=512, description="Only this function: name, qualified name or hash prefix.")
     ] = None,
-) -> dict:
+) -> CachePage:
     offset = decode_cursor("cache", page.cursor) or 0
     if not isinstance(offset, int) or offset < 0:
         raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
@@ -37,8 +37,10 @@ def list_cache(
     report = analysis.cache_report(reads.read_cache(conn, filters, chosen)) if chosen else analysis.CacheReport((), ())
     order = {pair: i for i, pair in enumerate(chosen)}
     functions = sorted(report.functions, key=lambda fn: order.get((fn.run_id, fn.function_hash), 0))
-    return {
-        "items": [fn.as_dict() for fn in functions],
-        "persistent": [p.as_dict() for p in report.persistent],
-        "next_cursor": encode_cursor("cache", end) if end < len(pairs) else None,
-    }
+    return CachePage.model_validate(
+        {
+            "items": [fn.as_dict() for fn in functions],
+            "persistent": [p.as_dict() for p in report.persistent],
+            "next_cursor": encode_cursor("cache", end) if end < len(pairs) else None,
+        }
+    )
