@@ -545,12 +545,12 @@ def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) ->
     if storms:
         print(f"\nStorms ({len(storms)}):")
         for storm in storms:
-            print(f"  {diagnosis.describe_storm(storm)}\n    Fix: {_here(storm['fix'])}")
+            print(f"  {diagnosis.describe_storm(storm)}\n    Fix: {_here(storm.fix)}")
     if passes:
         print("\nFirst passes (each shape compiled once, then served from the cache; not storms):")
         for found in passes:
             print(f"  {diagnosis.describe_first_pass(found)}")
-    worth = [(f.report["qualname"], f.verdict["text"]) for f in functions if f.verdict and f.verdict["text"]]
+    worth = [(f.report["qualname"], f.verdict.text) for f in functions if f.verdict and f.verdict.text]
     if worth:
         print("\nIs jit worth it:")
         for name, text in worth:
@@ -560,20 +560,20 @@ def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) ->
         print("\nStale captured values (read at trace time, changed since; see `cachewatch events`):")
         for r in stale:
             print(f"  {r['qualname']}: {r['stale_captures']} change(s)")
-    steep = [c for c in costs if c["superlinear"]]
+    steep = [c for c in costs if c.superlinear]
     if steep:
         print("\nCompile time grows faster than program size:")
         for c in steep:
             print(
-                f"  {c['qualname']}: compile seconds ~ size^{c['exponent']:.2f}, fitted on {c['points']} "
-                f"compiles over sizes {c['min_size']:.0f}-{c['max_size']:.0f}"
+                f"  {c.qualname}: compile seconds ~ size^{c.exponent:.2f}, fitted on {c.points} "
+                f"compiles over sizes {c.min_size:.0f}-{c.max_size:.0f}"
             )
     if regressions:
         print("\nCompile-time regressions across runs:")
         for g in regressions:
             print(
-                f"  {g['qualname']}: {g['seconds_before']:.3f}s -> {g['seconds_after']:.3f}s "
-                f"(jax {g['jax_before']} -> {g['jax_after']})"
+                f"  {g.qualname}: {g.seconds_before:.3f}s -> {g.seconds_after:.3f}s "
+                f"(jax {g.jax_before} -> {g.jax_after})"
             )
 
 
@@ -592,16 +592,16 @@ def _storms(args: argparse.Namespace) -> int:
             window=args.window or cfg.storm_window,
         )
     if args.format == "json":
-        print(json.dumps(storms, indent=2, default=str))
+        print(json.dumps([storm.as_json() for storm in storms], indent=2, default=str))
         return 0
     if not storms:
         print("No recompilation storms.")
         return 0
     print(f"Storms ({len(storms)}):")
     for storm in storms:
-        start = _local_time(storm["start"], "%Y-%m-%d %H:%M:%S")
-        print(f"  {diagnosis.describe_storm(storm)} From {start} over {storm['end'] - storm['start']:.0f}s.")
-        print(f"    Fix: {_here(storm['fix'])}")
+        start = _local_time(storm.start, "%Y-%m-%d %H:%M:%S")
+        print(f"  {diagnosis.describe_storm(storm)} From {start} over {storm.end - storm.start:.0f}s.")
+        print(f"    Fix: {_here(storm.fix)}")
     return 0
 
 

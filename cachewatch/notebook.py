@@ -17,11 +17,14 @@ import html
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .core import _guard, tables
 from .core.events import EVENT_COLUMNS, CompileEvent
 from .core.figures import seconds_text
+
+if TYPE_CHECKING:  # the analysis is imported when a report is made: loading the extension stays light
+    from .analysis.results import Storm
 
 # Rows shown under a cell; a loop that compiled thousands of times is summed up after these.
 MAX_ROWS = 50
@@ -30,7 +33,7 @@ MAX_ROWS = 50
 class CellReport:
     """The compiles of one cell and the storms they made; renders itself in a notebook."""
 
-    def __init__(self, events: list[CompileEvent], storms: list[dict[str, Any]], *, always: bool = True):
+    def __init__(self, events: list[CompileEvent], storms: list[Storm], *, always: bool = True):
         self.events = events
         self.storms = storms
         self.always = always  # say "no compiles" rather than show nothing
@@ -66,7 +69,7 @@ class CellReport:
             if self._more():
                 parts.append(f"<p>{html.escape(self._more())}</p>")
         if self.storms:
-            storm_rows = [[s["short_name"], s["dominant_cause"], str(s["compiles"]), s["fix"]] for s in self.storms]
+            storm_rows = [[s.short_name, s.dominant_cause, str(s.compiles), s.fix] for s in self.storms]
             parts.append(
                 tables.html_table(
                     ("storm in", "mostly", "recompiles", "fix"),
@@ -84,8 +87,8 @@ class CellReport:
             if self._more():
                 lines.append(self._more())
         for s in self.storms:
-            lines.append(f"Storm in {s['short_name']}: {s['compiles']} recompiles, mostly {s['dominant_cause']}.")
-            lines.append(f"  Fix: {s['fix']}")
+            lines.append(f"Storm in {s.short_name}: {s.compiles} recompiles, mostly {s.dominant_cause}.")
+            lines.append(f"  Fix: {s.fix}")
         return "\n".join(lines)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
@@ -180,7 +183,7 @@ class _Watch:
         return CellReport(events, _storms_since(self._started, ended, events) if events else [], always=always)
 
 
-def _storms_since(started: float, ended: float, events: list[CompileEvent]) -> list[dict[str, Any]]:
+def _storms_since(started: float, ended: float, events: list[CompileEvent]) -> list[Storm]:
     """Storms of this run made of the cell's own compiles (read from the store once written).
     The program is judged as of the cell's end: what the writer records after it (the call
     statistics flushed for this report) is no sign that the program went on."""

@@ -272,7 +272,7 @@ def _mark_storms(
         active_only=True,
         now=now,
     ):
-        label = store.labels.get(storm["function_hash"], "")
+        label = store.labels.get(storm.function_hash, "")
         if label:
             snap.labeled[label].storming = True
         elif label is None and snap.other is not None:

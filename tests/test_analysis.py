@@ -16,15 +16,16 @@ import sqlalchemy as sa
 import cachewatch
 from cachewatch import cli
 from cachewatch.analysis import diagnosis
+from cachewatch.analysis.results import Storm
 from cachewatch.core.events import Cause, FunctionInfo, Kind
 from cachewatch.store import columns, evidence, models, queries, rollup
 from cachewatch.store import engine as enginemod
 
 
-def storms_for(url: str, qualname_part: str, **kwargs) -> list[dict]:
+def storms_for(url: str, qualname_part: str, **kwargs) -> list[Storm]:
     with enginemod.connection(url) as conn:
         storms = diagnosis.detect_storms(conn, **kwargs)
-    return [s for s in storms if qualname_part in s["qualname"]]
+    return [s for s in storms if qualname_part in s.qualname]
 
 
 def events_of(url: str, name: str) -> list[dict]:
@@ -51,11 +52,11 @@ def test_varying_batch_axis_storm_suggests_bucketing(store):
         ragged_step(w, {"tokens": jnp.ones((size, 4))})  # line of the call: checked below
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "ragged_step")
-    assert storm["dominant_cause"] == Cause.NEW_SHAPE and storm["compiles"] == 9 and storm["active"]
-    assert "batch['tokens'] axis 0 took 10 sizes between 1 and 144" in storm["fix"]
+    assert storm.dominant_cause == Cause.NEW_SHAPE and storm.compiles == 9 and storm.active
+    assert "batch['tokens'] axis 0 took 10 sizes between 1 and 144" in storm.fix
     buckets = len({1 if s <= 1 else 2 ** (s - 1).bit_length() for s in sizes})
-    assert f"pad to powers of two: {buckets} compile(s) instead of 10" in storm["fix"]
-    assert __file__ in storm["fix"]
+    assert f"pad to powers of two: {buckets} compile(s) instead of 10" in storm.fix
+    assert __file__ in storm.fix
 
 
 def test_static_argument_storm_counts_values(store):
@@ -67,9 +68,9 @@ def test_static_argument_storm_counts_values(store):
         power(jnp.ones(3), k)
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "power")
-    assert storm["dominant_cause"] == Cause.NEW_STATIC_VALUE
-    assert storm["fix"].startswith("Static argument k of `power` took 7 distinct values")
-    assert "make it a traced argument" in storm["fix"]
+    assert storm.dominant_cause == Cause.NEW_STATIC_VALUE
+    assert storm.fix.startswith("Static argument k of `power` took 7 distinct values")
+    assert "make it a traced argument" in storm.fix
 
 
 def test_jit_in_loop_storm_names_the_line_to_hoist(store):
@@ -81,8 +82,8 @@ def test_jit_in_loop_storm_names_the_line_to_hoist(store):
         line = _line() - 1
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "<lambda>")
-    assert storm["dominant_cause"] == Cause.NEW_FUNCTION_OBJECT
-    assert f"called at {__file__}:{line}" in storm["fix"] and "outside the loop" in storm["fix"]
+    assert storm.dominant_cause == Cause.NEW_FUNCTION_OBJECT
+    assert f"called at {__file__}:{line}" in storm.fix and "outside the loop" in storm.fix
 
 
 def _line() -> int:
@@ -108,8 +109,8 @@ def test_weak_type_and_changing_keys_storms(store):
         summed({k: jnp.ones(2) for k in keys[:n]})
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "summed")
-    assert storm["dominant_cause"] == Cause.NEW_STRUCTURE
-    assert "batch['" in storm["fix"] and "keep dict keys" in storm["fix"]
+    assert storm.dominant_cause == Cause.NEW_STRUCTURE
+    assert "batch['" in storm.fix and "keep dict keys" in storm.fix
     weak = [e for e in events_of(store, "scaled") if e["cause"] == Cause.WEAK_TYPE]
     assert weak and all(e["diff"][0]["path"] == "scale" for e in weak)
     fix = diagnosis.suggest_fix("scaled", Cause.WEAK_TYPE, [_Row(e) for e in weak])
@@ -132,10 +133,10 @@ def test_op_by_op_barrage_is_a_storm(store):
         jnp.zeros((n, 3)) + 1.0  # eager: JAX compiles its small ops for every new shape
     line = _line() - 1
     assert cachewatch.flush(30)
-    barrages = [s for s in storms_for(store, "(op-by-op)") if s["compiles"] >= 5]
+    barrages = [s for s in storms_for(store, "(op-by-op)") if s.compiles >= 5]
     assert barrages
-    assert any(f"Un-jitted code at {__file__}:{line}" in s["fix"] for s in barrages)
-    assert all("Move that code inside a jitted function" in s["fix"] for s in barrages)
+    assert any(f"Un-jitted code at {__file__}:{line}" in s.fix for s in barrages)
+    assert all("Move that code inside a jitted function" in s.fix for s in barrages)
 
 
 def test_storm_threshold_and_window(sqlite_url):
@@ -144,10 +145,10 @@ def test_storm_threshold_and_window(sqlite_url):
     _insert_compiles(sqlite_url, "spread", [now - 3600 * i for i in range(8)])
     _insert_compiles(sqlite_url, "burst", [now - i for i in range(5)])
     with enginemod.connection(sqlite_url) as conn:
-        names = {s["qualname"] for s in diagnosis.detect_storms(conn, threshold=5, window=600)}
+        names = {s.qualname for s in diagnosis.detect_storms(conn, threshold=5, window=600)}
         assert names == {"burst"}
         assert not diagnosis.detect_storms(conn, threshold=6, window=600)
-        assert {s["qualname"] for s in diagnosis.detect_storms(conn, threshold=5, window=8 * 3600)} == {
+        assert {s.qualname for s in diagnosis.detect_storms(conn, threshold=5, window=8 * 3600)} == {
             "spread",
             "burst",
         }
@@ -310,49 +311,49 @@ def test_pure_training_loop_has_no_stale_capture(sqlite_url, use_store):
 def test_break_even_arithmetic():
     # 12 compiles costing 3.0 s in all, 41 calls; compiled run 0.01 s, eager 0.02 s.
     verdict = diagnosis.jit_verdict(compile_seconds=3.0, compiles=12, calls=41, run_mean=0.01, eager_mean=0.02)
-    assert verdict["few_calls"]
-    assert verdict["break_even_calls"] == 25  # one compile, 0.25 s, over 0.01 s saved per call
-    assert verdict["break_even_calls_total"] == 300  # all twelve
-    assert verdict["jit_saves_seconds"] == pytest.approx(41 * 0.02 - (3.0 + 41 * 0.01))
-    assert verdict["worth_it"] is False and verdict["repaid"] is False
-    assert verdict["compile_share"] == pytest.approx(3.0 / (3.0 + 0.41))
-    assert verdict["text"] == (
+    assert verdict.few_calls
+    assert verdict.break_even_calls == 25  # one compile, 0.25 s, over 0.01 s saved per call
+    assert verdict.break_even_calls_total == 300  # all twelve
+    assert verdict.jit_saves_seconds == pytest.approx(41 * 0.02 - (3.0 + 41 * 0.01))
+    assert verdict.worth_it is False and verdict.repaid is False
+    assert verdict.compile_share == pytest.approx(3.0 / (3.0 + 0.41))
+    assert verdict.text == (
         "compiled 12 time(s) for 41 call(s); compiling costs more than running: compile "
         "share 88.0% (3 s compiling, 0.41 s running); one compile is repaid after 25 calls "
         "(10 ms saved per call against eager); this run did not repay its compiles: jit "
         "costs 2.59 s more than running eagerly (it would pay off after 300 calls)"
     )
     paid = diagnosis.jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
-    assert paid["worth_it"] and paid["break_even_calls"] == 167 and not paid["few_calls"]
-    assert paid["text"] == (
+    assert paid.worth_it and paid.break_even_calls == 167 and not paid.few_calls
+    assert paid.text == (
         "running costs more than compiling: compile share 33.3% (0.5 s compiling, 1 s running); "
         "one compile is repaid after 167 calls (3 ms saved per call against eager); this run "
         "repaid its compiles: jit saves 2.5 s over running eagerly"
     )
     slower = diagnosis.jit_verdict(compile_seconds=0.5, compiles=1, calls=10, run_mean=0.004, eager_mean=0.001)
-    assert slower["break_even_calls"] is None and "eager is as fast per call" in slower["text"]
+    assert slower.break_even_calls is None and "eager is as fast per call" in slower.text
 
 
 def test_verdict_agrees_with_the_compile_share():
     # A run whose compile share is 95.8% says compiling costs more, whatever the baseline.
     share = diagnosis.jit_verdict(compile_seconds=2.3, compiles=1, calls=1000, run_mean=0.0001, eager_mean=None)
-    assert share["compile_share"] == pytest.approx(0.958, abs=5e-4)
-    assert share["text"] == (
+    assert share.compile_share == pytest.approx(0.958, abs=5e-4)
+    assert share.text == (
         "compiling costs more than running: compile share 95.8% (2.3 s compiling, 0.1 s "
         "running); eager baseline off, so no break-even"
     )
-    assert share["break_even_calls"] is None and share["worth_it"] is None
+    assert share.break_even_calls is None and share.worth_it is None
     untimed = diagnosis.jit_verdict(
         compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=None, run_note="called only while compiling"
     )
-    assert untimed["text"] == (
+    assert untimed.text == (
         "compiled 3 time(s) for 3 call(s); no run time (called only while compiling), so no compile share"
     )
     # With an eager baseline, a run whose calls could not have saved the compile time says so.
     eager = diagnosis.jit_verdict(
         compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=0.01, run_note="called only while compiling"
     )
-    assert eager["repaid"] is False and eager["text"].endswith(
+    assert eager.repaid is False and eager.text.endswith(
         "this run did not repay its compiles: 3 call(s) save at most 0.03 s against eager, for 1 s compiling"
     )
 
@@ -400,10 +401,10 @@ def test_cost_model_flags_superlinear_growth(sqlite_url):
         )
         _insert_compiles(sqlite_url, "linear", [1000.0 + i], eqns=size, seconds=1e-3 * size, signature_hash=f"l{i}")
     with enginemod.connection(sqlite_url) as conn:
-        rows = {r["qualname"]: r for r in diagnosis.cost_model(conn)}
-    assert rows["quadratic"]["exponent"] == pytest.approx(2.0) and rows["quadratic"]["superlinear"]
-    assert rows["linear"]["exponent"] == pytest.approx(1.0) and not rows["linear"]["superlinear"]
-    assert rows["linear"]["seconds_per_1000_ops"] == pytest.approx(1.0)
+        rows = {r.qualname: r for r in diagnosis.cost_model(conn)}
+    assert rows["quadratic"].exponent == pytest.approx(2.0) and rows["quadratic"].superlinear
+    assert rows["linear"].exponent == pytest.approx(1.0) and not rows["linear"].superlinear
+    assert rows["linear"].seconds_per_1000_ops == pytest.approx(1.0)
 
 
 def test_compile_regression_across_runs(sqlite_url):
@@ -418,8 +419,8 @@ def test_compile_regression_across_runs(sqlite_url):
     _insert_compiles(sqlite_url, "steady", [20.0], run_id="b" * 32, seconds=0.21)
     with enginemod.connection(sqlite_url) as conn:
         (found,) = diagnosis.compile_regressions(conn)
-    assert found["qualname"] == "step" and found["ratio"] == pytest.approx(2.5)
-    assert found["jax_before"].startswith("0.9.0") and found["jax_after"].startswith("0.10.2")
+    assert found.qualname == "step" and found.ratio == pytest.approx(2.5)
+    assert found.jax_before.startswith("0.9.0") and found.jax_after.startswith("0.10.2")
 
 
 def test_every_compile_records_its_program_size(sqlite_url, use_store):

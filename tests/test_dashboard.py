@@ -608,8 +608,8 @@ def test_function_events_page_with_filters(tab, api, store):
     with enginemod.connection(store[1]) as conn:
         row = storequeries.function_report(conn, Filters(run_id=run_id), function_hashes=[lam["function_hash"]])[0]
         verdict = diagnosis.verdicts(conn, [row], Filters(run_id=run_id))[lam["function_hash"]]
-    assert verdict["few_calls"] and verdict["text"].startswith("compiled 20 time(s) for 20 call(s)")
-    assert tab.text("#verdict") == verdict["text"][0].upper() + verdict["text"][1:] + "."
+    assert verdict.few_calls and verdict.text.startswith("compiled 20 time(s) for 20 call(s)")
+    assert tab.text("#verdict") == verdict.text[0].upper() + verdict.text[1:] + "."
     # The breadcrumb back to the table keeps the run.
     tab.follow(lambda: tab.page.click("nav.breadcrumbs a"))
     assert tab.path == "/functions" and tab.query == {"run_id": run_id}

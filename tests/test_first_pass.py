@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 import cachewatch
 from cachewatch.analysis import diagnosis
+from cachewatch.analysis.results import FirstPass, Storm
 from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, queries
@@ -74,17 +75,17 @@ def test_an_eager_evaluation_pass_over_two_set_sizes_is_a_first_pass_not_a_storm
         passes = diagnosis.first_passes(conn, threshold=5, window=600)
     # Three layer shapes times two set sizes, each compiled once, in the first epoch.
     assert len(dots) == scenarios.jax_compile_count(messages, "dot") == 6
-    assert not [s for s in storms if s["name"] == "dot"], [diagnosis.describe_storm(s) for s in storms]
+    assert not [s for s in storms if s.name == "dot"], [diagnosis.describe_storm(s) for s in storms]
     # Found at the line of user code that ran it, with the other eager code of that line:
     # the hidden layers' line recompiled `dot` 3 times (the last layer's line twice, too
     # few for a burst).
-    dot_passes = [p for p in passes if any(f["name"] == "dot" for f in p["functions"])]
-    assert [f["compiles"] for p in dot_passes for f in p["functions"] if f["name"] == "dot"] == [3]
-    assert all(p["call_site"].startswith(f"{__file__}:") for p in dot_passes)
-    dot_pass = max(dot_passes, key=lambda p: p["compiles"])
-    assert not dot_pass["active"] and dot_pass["signatures"] == dot_pass["compiles"] >= 5
-    assert dot_pass["seconds"] > 0
-    assert f"{dot_pass['compiles']} compiles of {dot_pass['compiles']} new signatures" in (
+    dot_passes = [p for p in passes if any(f.name == "dot" for f in p.functions)]
+    assert [f.compiles for p in dot_passes for f in p.functions if f.name == "dot"] == [3]
+    assert all(p.call_site.startswith(f"{__file__}:") for p in dot_passes)
+    dot_pass = max(dot_passes, key=lambda p: p.compiles)
+    assert not dot_pass.active and dot_pass.signatures == dot_pass.compiles >= 5
+    assert dot_pass.seconds > 0
+    assert f"{dot_pass.compiles} compiles of {dot_pass.compiles} new signatures" in (
         diagnosis.describe_first_pass(dot_pass)
     )
     # The service shows it the same way: apart from the storms, with its cost.
@@ -96,10 +97,10 @@ def test_an_eager_evaluation_pass_over_two_set_sizes_is_a_first_pass_not_a_storm
         listing = client.get("/api/v1/storms").json()
         page = client.get("/storms").text
     assert not [s for s in listing["items"] if s["name"] == "dot"]
-    (shown,) = [p for p in listing["first_passes"] if p["short_name"] == dot_pass["short_name"]]
+    (shown,) = [p for p in listing["first_passes"] if p["short_name"] == dot_pass.short_name]
     assert "dot 3x" in shown["short_name"]
-    assert shown["signatures"] == dot_pass["signatures"] and shown["seconds"] == dot_pass["seconds"]
-    assert 'id="first-passes"' in page and dot_pass["function_hash"] in page.split('id="first-passes"', 1)[1]
+    assert shown["signatures"] == dot_pass.signatures and shown["seconds"] == dot_pass.seconds
+    assert 'id="first-passes"' in page and dot_pass.function_hash in page.split('id="first-passes"', 1)[1]
 
 
 def test_a_loop_whose_batch_size_keeps_changing_is_still_a_storm(sqlite_url, use_store):
@@ -114,12 +115,12 @@ def test_a_loop_whose_batch_size_keeps_changing_is_still_a_storm(sqlite_url, use
         changing_batch(w, jnp.ones((size, 5)))
     assert cachewatch.flush(30)
     with enginemod.connection(sqlite_url) as conn:
-        storms = [s for s in diagnosis.detect_storms(conn, threshold=5, window=600) if s["name"] == "changing_batch"]
-        passes = [p for p in diagnosis.first_passes(conn, threshold=5, window=600) if p["name"] == "changing_batch"]
+        storms = [s for s in diagnosis.detect_storms(conn, threshold=5, window=600) if s.name == "changing_batch"]
+        passes = [p for p in diagnosis.first_passes(conn, threshold=5, window=600) if p.name == "changing_batch"]
     (storm,) = storms
     assert not passes
-    assert storm["active"] and storm["dominant_cause"] == Cause.NEW_SHAPE
-    assert "Argument x axis 0 took 12 sizes between 3 and 14; pad to powers of two" in storm["fix"]
+    assert storm.active and storm.dominant_cause == Cause.NEW_SHAPE
+    assert "Argument x axis 0 took 12 sizes between 3 and 14; pad to powers of two" in storm.fix
 
 
 def _shape_change(path_shapes: list[tuple[str, str, str, list[int]]]) -> list[dict]:
@@ -218,15 +219,15 @@ def test_a_burst_judged_as_of_its_end_is_a_storm(sqlite_url, use_store):
     with enginemod.connection(sqlite_url) as conn:
         later = diagnosis.detect_storms(conn, threshold=5, window=600)
         at_end = diagnosis.detect_storms(conn, threshold=5, window=600, heard_until=ended)
-    assert not [s for s in later if s["name"] == "burst_then_quiet"]
-    (storm,) = [s for s in at_end if s["name"] == "burst_then_quiet"]
-    assert storm["active"] and storm["compiles"] == 6
+    assert not [s for s in later if s.name == "burst_then_quiet"]
+    (storm,) = [s for s in at_end if s.name == "burst_then_quiet"]
+    assert storm.active and storm.compiles == 6
 
 
-def _storms_and_passes(url: str, name: str) -> tuple[list[dict], list[dict]]:
+def _storms_and_passes(url: str, name: str) -> tuple[list[Storm], list[FirstPass]]:
     with enginemod.connection(url) as conn:
         storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600)
-    return [s for s in storms if s["name"] == name], [p for p in passes if p["name"] == name]
+    return [s for s in storms if s.name == name], [p for p in passes if p.name == name]
 
 
 def test_a_loop_that_keeps_meeting_new_sizes_between_its_usual_one_is_a_storm_that_ended(sqlite_url, use_store):
@@ -261,7 +262,7 @@ def test_a_loop_that_keeps_meeting_new_sizes_between_its_usual_one_is_a_storm_th
     storms, passes = _storms_and_passes(sqlite_url, "ragged_step")
     assert not passes
     (storm,) = storms
-    assert storm["compiles"] == 7 and storm["dominant_cause"] == Cause.NEW_SHAPE
+    assert storm.compiles == 7 and storm.dominant_cause == Cause.NEW_SHAPE
 
 
 def test_an_evaluation_pass_in_order_then_served_again_stays_a_first_pass(sqlite_url, use_store):
@@ -281,4 +282,4 @@ def test_an_evaluation_pass_in_order_then_served_again_stays_a_first_pass(sqlite
     storms, passes = _storms_and_passes(sqlite_url, "evaluate_sizes")
     assert not storms
     (found,) = passes
-    assert found["signatures"] == 6
+    assert found.signatures == 6

@@ -592,10 +592,10 @@ def test_a_storm_says_how_many_of_its_recompiles_were_the_same_program(served, c
         cachewatch.jit(lambda v: v * 4 - 1)(x)
     cachewatch.flush(10)
     with enginemod.connection(url) as conn:
-        (storm,) = [s for s in diagnosis.detect_storms(conn, threshold=5, window=600) if s["short_name"] == "<lambda>"]
+        (storm,) = [s for s in diagnosis.detect_storms(conn, threshold=5, window=600) if s.short_name == "<lambda>"]
     lambdas = compiled(events, "<lambda>")
-    assert storm["identical_programs"] == storm["compiles"] == 6
-    assert storm["identical_seconds"] == pytest.approx(
+    assert storm.identical_programs == storm.compiles == 6
+    assert storm.identical_seconds == pytest.approx(
         sum((e.trace_seconds or 0) + (e.lower_seconds or 0) + (e.compile_seconds or 0) for e in lambdas[1:])
     )
     assert "6 of them produced the program compiled before" in diagnosis.describe_storm(storm)

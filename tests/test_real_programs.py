@@ -280,7 +280,7 @@ def test_eager_set_up_before_the_loop_is_warm_up_not_a_storm(sqlite_url, use_sto
         jnp.zeros((n, 7)) + 1.0  # like initialising one parameter per shape
     assert cachewatch.flush(30)
     with enginemod.connection(url) as conn:
-        assert not [s for s in diagnosis.detect_storms(conn) if "(op-by-op)" in s["qualname"]]
+        assert not [s for s in diagnosis.detect_storms(conn) if "(op-by-op)" in s.qualname]
         events = queries.list_events(conn, limit=1000)
     assert events and all(e["warmup"] for e in events)
 
@@ -324,9 +324,9 @@ def test_storms_are_found_per_run(store_url):
     insert("storming", per_run=5, runs=3)
     with enginemod.connection(store_url) as conn:
         storms = diagnosis.detect_storms(conn, threshold=5, window=600, now=now + 1000)
-    assert {s["qualname"] for s in storms} == {"storming"}
-    assert len(storms) == 3 and all(s["compiles"] == 5 and s["recurs_in_runs"] == 3 for s in storms)
-    assert len({s["run_id"] for s in storms}) == 3
+    assert {s.qualname for s in storms} == {"storming"}
+    assert len(storms) == 3 and all(s.compiles == 5 and s.recurs_in_runs == 3 for s in storms)
+    assert len({s.run_id for s in storms}) == 3
     assert "Recurs in 3 runs." in diagnosis.describe_storm(storms[0])
 
 

@@ -26,6 +26,7 @@ from fastapi.testclient import TestClient
 
 from cachewatch import cli
 from cachewatch.analysis import diagnosis
+from cachewatch.analysis.results import Storm
 from cachewatch.core.events import CompileEvent, RunInfo
 from cachewatch.record import current
 from cachewatch.store import engine as enginemod
@@ -131,7 +132,7 @@ def run_report(url: str, run_id: str, capsys) -> list[dict]:
     return json.loads(capsys.readouterr().out)
 
 
-def storms(url: str, run_id: str | None, now: float) -> list[dict]:
+def storms(url: str, run_id: str | None, now: float) -> list[Storm]:
     with enginemod.connection(url) as conn:
         return diagnosis.storms(conn, Filters(run_id=run_id), threshold=5, window=STORM_WINDOW, now=now)
 

@@ -300,5 +300,5 @@ def test_cost_model_gives_no_exponent_from_too_few_points(sqlite_url):
         _insert_compiles(sqlite_url, "four", [1000.0 + i], eqns=size, seconds=1e-5 * size**2.6, signature_hash=f"f{i}")
     with enginemod.connection(sqlite_url) as conn:
         (row,) = diagnosis.cost_model(conn)
-    assert row["points"] == 4 and row["exponent"] is None and not row["superlinear"]
-    assert "from 4 compile(s)" in row["note"]
+    assert row.points == 4 and row.exponent is None and not row.superlinear
+    assert "from 4 compile(s)" in row.note

@@ -19,6 +19,7 @@ import scenarios
 import sqlalchemy as sa
 
 from cachewatch.analysis import diagnosis, programs, runsummary, steady
+from cachewatch.analysis.results import Storm
 from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
@@ -45,12 +46,12 @@ class Ran:
             )
         self.summary = runsummary.for_store(url, self.run_id)
 
-    def storm_at(self, line: int, program: str) -> dict:
-        (storm,) = [s for s in self.storms if s["call_site"] == f"{os.path.join(PROGRAMS, program)}:{line}"]
+    def storm_at(self, line: int, program: str) -> Storm:
+        (storm,) = [s for s in self.storms if s.call_site == f"{os.path.join(PROGRAMS, program)}:{line}"]
         return storm
 
-    def storms_of(self, name: str) -> list[dict]:
-        return [s for s in self.storms if s["name"] == name or name in [f["name"] for f in s["functions"]]]
+    def storms_of(self, name: str) -> list[Storm]:
+        return [s for s in self.storms if s.name == name or name in [f.name for f in s.functions]]
 
 
 # Programs that need more than one device: four CPU devices.
@@ -92,18 +93,18 @@ def test_a_library_jit_remade_at_every_step_is_a_storm_at_the_users_line(tmp_pat
     # Every compile of numpyro's body is recorded, as JAX logged it: one per svi.run.
     assert ran.compiles["body_fn"] == ran.logged["body_fn"] == 7
     storm = ran.storm_at(line, "svi_refit.py")
-    assert storm["dominant_cause"] == Cause.NEW_FUNCTION_OBJECT and storm["compiles"] == 6
-    assert [f["name"] for f in storm["functions"]] == ["body_fn"]
+    assert storm.dominant_cause == Cause.NEW_FUNCTION_OBJECT and storm.compiles == 6
+    assert [f.name for f in storm.functions] == ["body_fn"]
     with enginemod.connection(ran.url) as conn:  # as the function's page asks for it
-        (same,) = diagnosis.detect_storms(conn, threshold=5, window=600, function_hashes=[storm["function_hash"]])
-    assert same["call_site"] == storm["call_site"] and same["compiles"] == storm["compiles"]
-    assert "numpyro makes afresh each time `SVI.run` runs" in storm["fix"]
-    assert "call `svi.update` in the loop instead of `svi.run`" in storm["fix"]
+        (same,) = diagnosis.detect_storms(conn, threshold=5, window=600, function_hashes=[storm.function_hash])
+    assert same.call_site == storm.call_site and same.compiles == storm.compiles
+    assert "numpyro makes afresh each time `SVI.run` runs" in storm.fix
+    assert "call `svi.update` in the loop instead of `svi.run`" in storm.fix
     # Warm-up ended with the second svi.run: the summary no longer counts its compiles as set-up.
     assert ran.summary["warmup_compiles"] < ran.summary["compiles"] - 6
     assert f"Storm [ACTIVE] svi_refit.py:{line} (body_fn 6x)" in ran.stderr
     # Waste is only a recompile of body_fn that produced body_fn's program again.
-    assert storm["identical_programs"] <= storm["compiles"]
+    assert storm.identical_programs <= storm.compiles
     with enginemod.connection(ran.url) as conn:
         wasted = programs.identical_recompiles(conn)
         e, earlier = models.compile_events, models.compile_events.alias("earlier")
@@ -123,8 +124,8 @@ def test_a_jax_function_called_at_many_sizes_with_no_jit_of_the_users_is_a_storm
     ran = run_program(tmp_path, "cholesky_sizes")
     assert ran.compiles["cholesky"] == ran.logged["cholesky"] == 8
     storm = ran.storm_at(_line_of("cholesky_sizes.py", "jnp.linalg.cholesky("), "cholesky_sizes.py")
-    assert storm["dominant_cause"] == Cause.NEW_SHAPE and storm["compiles"] == 7
-    assert "axis 0 of `cholesky`'s a took 8 sizes between 4 and 11" in storm["fix"]
+    assert storm.dominant_cause == Cause.NEW_SHAPE and storm.compiles == 7
+    assert "axis 0 of `cholesky`'s a took 8 sizes between 4 and 11" in storm.fix
     assert ran.summary["warmup_compiles"] < ran.summary["compiles"] // 2
 
 
@@ -135,7 +136,7 @@ def test_graphs_of_varying_size_are_advised_a_node_and_edge_budget(tmp_path):
     ran = run_program(tmp_path, "graph_net")
     assert ran.compiles["train_step"] == ran.logged["train_step"] == 12
     (storm,) = ran.storms_of("train_step")
-    fix = storm["fix"]
+    fix = storm.fix
     assert "do not pad" not in fix
     assert "nodes axis 0: 11 sizes between 5 and 39 (buckets 8, 16, 32, 64)" in fix
     assert "edges/senders/receivers axis 0:" in fix
@@ -146,7 +147,7 @@ def test_text_padded_to_its_longest_sentence_is_advised_to_bucket_the_sequence(t
     ran = run_program(tmp_path, "text_classifier")
     assert ran.compiles["train_step"] == ran.logged["train_step"]
     (storm,) = ran.storms_of("train_step")
-    fix = storm["fix"]
+    fix = storm.fix
     assert "do not pad" not in fix
     assert re.search(r"Argument ids axis 1 took \d+ sizes between \d+ and \d+; pad to powers of two", fix), fix
     assert "It is a sequence length (mask axis 1 with it)" in fix
@@ -191,16 +192,16 @@ def test_padding_advice_per_varying_axis():
 def test_a_boolean_mask_in_a_debug_callback_is_one_finding_per_line_with_numpy_as_the_fix(tmp_path):
     ran = run_program(tmp_path, "rl_callback")
     masked = _line_of("rl_callback.py", "returns[done]")
-    sites = collections.Counter(s["call_site"] for s in ran.storms)
+    sites = collections.Counter(s.call_site for s in ran.storms)
     assert all(count == 1 for count in sites.values()), sites
     storm = ran.storm_at(masked, "rl_callback.py")
-    assert storm["dominant_cause"] == Cause.NEW_SHAPE
-    assert Cause.NEW_DTYPE not in storm["causes"]  # the dtypes never change
-    assert "a host callback" in storm["fix"] and "np.asarray" in storm["fix"]
-    assert "Move that code inside a jitted function" not in storm["fix"]
+    assert storm.dominant_cause == Cause.NEW_SHAPE
+    assert Cause.NEW_DTYPE not in storm.causes  # the dtypes never change
+    assert "a host callback" in storm.fix and "np.asarray" in storm.fix
+    assert "Move that code inside a jitted function" not in storm.fix
     # The count of compiles of each primitive is JAX's.
     assert ran.compiles["gather"] == ran.logged["gather"]
-    assert all("log_episodes" in s["fix"] for s in ran.storms)
+    assert all("log_episodes" in s.fix for s in ran.storms)
 
 
 # ------------------------------------------------------------------ warm-up
@@ -349,7 +350,7 @@ def test_the_exit_flush_is_no_sign_that_the_program_went_on(sqlite_url):
     _write(url, _burst("step", 0.0, 6), [_stats("step", 100.0, 7)])
     with enginemod.connection(url) as conn:
         storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600, now=NOW + 200)
-    assert [s["name"] for s in storms] == ["step"] and storms[0]["active"] and not passes
+    assert [s.name for s in storms] == ["step"] and storms[0].active and not passes
 
 
 def test_calls_served_from_the_cache_after_a_burst_make_it_a_first_pass(sqlite_url):
@@ -357,7 +358,7 @@ def test_calls_served_from_the_cache_after_a_burst_make_it_a_first_pass(sqlite_u
     _write(url, _burst("step", 0.0, 6), [_stats("step", 100.0, 50)])
     with enginemod.connection(url) as conn:
         storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600, now=NOW + 200)
-    assert not storms and [p["name"] for p in passes] == ["step"]
+    assert not storms and [p.name for p in passes] == ["step"]
 
 
 def test_an_evaluation_pass_served_by_the_next_epoch_is_no_active_storm(sqlite_url):
@@ -367,7 +368,7 @@ def test_an_evaluation_pass_served_by_the_next_epoch_is_no_active_storm(sqlite_u
     _write(url, _burst("evaluate", 0.0, 5), [_stats("evaluate", 5.5, 6), _stats("evaluate", 7.0, 6)])
     with enginemod.connection(url) as conn:
         storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600, now=NOW + 8)
-    assert not storms and [p["name"] for p in passes] == ["evaluate"]
+    assert not storms and [p.name for p in passes] == ["evaluate"]
 
 
 def test_waste_counts_only_recompiles_of_one_function(sqlite_url):
@@ -443,7 +444,7 @@ def test_a_jit_traced_only_inside_another_is_no_recompile_and_gets_no_verdict(sq
     inner, outer = report["verdict_inner"], report["verdict_outer"]
     assert outer["compiles"] == scenarios.jax_compile_count(messages, "verdict_outer") == 7
     assert inner["traces"] == 7 and inner["compiles"] == 0 and inner["recompiles"] == 0
-    assert not [s for s in storms if inner["function_hash"] in s["function_hashes"]]
+    assert not [s for s in storms if inner["function_hash"] in s.function_hashes]
     assert inner["function_hash"] not in verdicts  # it never ran on its own: nothing to weigh
 
 

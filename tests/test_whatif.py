@@ -393,6 +393,6 @@ def test_a_storms_fix_quotes_what_padding_saves_over_the_run(sqlite_url, use_sto
     assert cachewatch.flush(30)
     with enginemod.connection(sqlite_url) as conn:
         storms = diagnosis.detect_storms(conn)
-    (storm,) = [s for s in storms if s["name"] == "grows"]
-    assert storm["priced_fix"].startswith("pad x axis 0 to ")
-    assert "compiles instead of 12" in storm["priced_fix"] and "Priced over this run: pad x" in storm["fix"]
+    (storm,) = [s for s in storms if s.name == "grows"]
+    assert storm.priced_fix.startswith("pad x axis 0 to ")
+    assert "compiles instead of 12" in storm.priced_fix and "Priced over this run: pad x" in storm.fix

@@ -9,6 +9,7 @@ static argument took how many values, which line re-creates the jit.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import linecache
 import logging
@@ -27,6 +28,17 @@ from ..store import evidence, queries
 from ..store.columns import Filters, FunctionReport
 from ..store.evidence import Recompile, SignatureCost, UncachedCompile
 from . import programs, steady, whatif
+from .results import (
+    Burst,
+    BurstFunction,
+    CostModelRow,
+    FirstPass,
+    Regression,
+    SignatureVerdict,
+    Storm,
+    Summary,
+    Verdict,
+)
 
 logger = logging.getLogger("cachewatch")
 
@@ -40,7 +52,7 @@ def detect_storms(
     now: float | None = None,
     function_hashes: list[str] | None = None,
     heard_until: float | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Storm]:
     """Every storm in the store, newest first (a function can have several, apart in time).
 
     Storms are found per run (one process): recompiles of two runs of the same program
@@ -69,7 +81,7 @@ def first_passes(
     window: float = 600.0,
     now: float | None = None,
     function_hashes: list[str] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[FirstPass]:
     """Bursts of compiles that are no storm: a first pass over a finite set of shapes (one
     evaluation pass, a first epoch, layer-by-layer eager code), each signature compiled
     once, after which the program went on, served from the cache, for longer than the
@@ -88,7 +100,7 @@ def storms_and_first_passes(
     now: float | None = None,
     function_hashes: list[str] | None = None,
     heard_until: float | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[Storm], list[FirstPass]]:
     """Both, from one reading of the recompiles: what a page showing both needs.
 
     A jit of the user's own storms as itself. Eager code and library jits (JAX's, a
@@ -109,7 +121,8 @@ def storms_and_first_passes(
     candidates = [(run_id, group) for (_, run_id, group, _), can in zip(bursts, possible, strict=False) if can]
     work = steady.work(conn, {run for run, _ in candidates}, {r.function_hash for _, g in candidates for r in g})
     work.heard_until(heard_until)
-    storms, passes = [], []
+    storms: list[Storm] = []
+    passes: list[FirstPass] = []
     for (key, run_id, group, _), can in zip(bursts, possible, strict=False):
         if key.startswith("site:"):
             found = _describe_site(key[5:], names, group, now, window)
@@ -117,18 +130,27 @@ def storms_and_first_passes(
             found = _describe(key, names.get(key), group, now, window)
         compiling = functools.partial(evidence.compile_seconds_between, conn, run_id)
         if can and _went_on(group, work.last.get(run_id), compiling, _served_after(work, run_id, group, heard_until)):
-            found["active"] = False
-            found["seconds"] = sum(r.seconds for r in group)
-            found["signatures"] = len({(r.function_hash, r.signature_hash) for r in group})
-            passes.append(found)
+            passes.append(
+                FirstPass(
+                    **_burst_fields(found, active=False),
+                    seconds=sum(r.seconds for r in group),
+                    signatures=len({(r.function_hash, r.signature_hash) for r in group}),
+                )
+            )
         elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
             # A storm is a function that keeps compiling: a line whose many primitives
             # each compiled once or twice (one pass of set-up) is none.
-            storms.append(found)
-    _add_recurrence_and_waste(conn, storms)
-    storms.sort(key=lambda s: -s["end"])
-    passes.sort(key=lambda s: -s["end"])
+            storms.append(Storm(**_burst_fields(found)))
+    storms = _with_recurrence_and_waste(conn, storms)
+    storms.sort(key=lambda s: -s.end)
+    passes.sort(key=lambda s: -s.end)
     return storms, passes
+
+
+def _burst_fields(burst: Burst, **changed: Any) -> dict[str, Any]:
+    """A burst's fields (one level deep), to make a storm or a first pass of it."""
+    fields = {f.name: getattr(burst, f.name) for f in dataclasses.fields(Burst)}
+    return {**fields, **changed}
 
 
 def _bursts_read_whole(
@@ -156,25 +178,34 @@ def _bursts_read_whole(
     return [(key, run_id, [read[r.event_id] for r in group], rows) for key, run_id, group, rows in bursts]
 
 
-def _add_recurrence_and_waste(conn: sa.Connection, storms: list[dict[str, Any]]) -> None:
-    """Add to each storm the runs its group storms in, the recompiles that made a program
+def _with_recurrence_and_waste(conn: sa.Connection, storms: list[Storm]) -> list[Storm]:
+    """Each storm with the runs its group storms in, the recompiles that made a program
     already made, and for a new-shape storm of a jit, the padding fix priced over its run."""
     runs_per_key: dict[str, set[str]] = collections.defaultdict(set)
     for storm in storms:
-        runs_per_key[storm["key"]].add(storm["run_id"])
+        runs_per_key[storm.key].add(storm.run_id)
+    out = []
     for storm in storms:
-        storm["recurs_in_runs"] = len(runs_per_key[storm["key"]])
         # How many of its recompiles produced the program the same function compiled
         # before: pure waste. Another function's program is no waste (same_program_as).
-        storm["identical_programs"], storm["identical_seconds"] = programs.wasted_between(
-            conn, storm["function_hashes"], storm["run_id"], storm["start"], storm["end"]
+        identical, seconds = programs.wasted_between(
+            conn, list(storm.function_hashes), storm.run_id, storm.start, storm.end
         )
-        if not storm["key"].startswith("site:") and storm["dominant_cause"] == Cause.NEW_SHAPE:
+        storm = dataclasses.replace(
+            storm,
+            recurs_in_runs=len(runs_per_key[storm.key]),
+            identical_programs=identical,
+            identical_seconds=seconds,
+        )
+        if not storm.key.startswith("site:") and storm.dominant_cause == Cause.NEW_SHAPE:
             # What padding would save and cost over this run, priced on its own figures.
-            priced = whatif.priced_fix(conn, storm["key"], storm["run_id"])
+            priced = whatif.priced_fix(conn, storm.key, storm.run_id)
             if priced:
-                storm["priced_fix"] = priced
-                storm["fix"] += f" Priced over this run: {priced}."
+                storm = dataclasses.replace(
+                    storm, priced_fix=priced, fix=f"{storm.fix} Priced over this run: {priced}."
+                )
+        out.append(storm)
+    return out
 
 
 def _group_key(row: Recompile, info: FunctionInfo | None) -> str:
@@ -248,30 +279,30 @@ def _went_on(
     return quiet > end - group[0].timestamp
 
 
-def describe_storm(storm: dict[str, Any]) -> str:
+def describe_storm(storm: Storm) -> str:
     """One line for a storm, as the command line and the report print it."""
-    state = "ACTIVE" if storm["active"] else "ended"
-    causes = sorted(storm["causes"].items(), key=lambda kv: -kv[1])
+    state = "ACTIVE" if storm.active else "ended"
+    causes = sorted(storm.causes.items(), key=lambda kv: -kv[1])
     others = ", ".join(f"{count} {cause}" for cause, count in causes[1:])
     text = (
-        f"[{state}] {storm['short_name']}: {storm['compiles']} recompiles in run {storm['run_id'][:8]}, "
-        f"mostly {storm['dominant_cause']}" + (f" (also {others})" if others else "") + "."
+        f"[{state}] {storm.short_name}: {storm.compiles} recompiles in run {storm.run_id[:8]}, "
+        f"mostly {storm.dominant_cause}" + (f" (also {others})" if others else "") + "."
     )
-    if storm.get("recurs_in_runs", 1) > 1:
-        text += f" Recurs in {storm['recurs_in_runs']} runs."
-    if storm.get("identical_programs"):
+    if storm.recurs_in_runs > 1:
+        text += f" Recurs in {storm.recurs_in_runs} runs."
+    if storm.identical_programs:
         text += (
-            f" {storm['identical_programs']} of them produced the program compiled before "
-            f"({storm['identical_seconds']:.3f} s wasted)."
+            f" {storm.identical_programs} of them produced the program compiled before "
+            f"({storm.identical_seconds:.3f} s wasted)."
         )
     return text
 
 
-def describe_first_pass(found: dict[str, Any]) -> str:
+def describe_first_pass(found: FirstPass) -> str:
     """One line for a first pass, with what it cost."""
     return (
-        f"{found['short_name']}: {found['compiles']} compiles of {found['signatures']} new signatures in run "
-        f"{found['run_id'][:8]} ({seconds_text(found['seconds'])}), mostly {found['dominant_cause']}; "
+        f"{found.short_name}: {found.compiles} compiles of {found.signatures} new signatures in run "
+        f"{found.run_id[:8]} ({seconds_text(found.seconds)}), mostly {found.dominant_cause}; "
         "then served from the cache as the program went on."
     )
 
@@ -297,40 +328,38 @@ def _bursts(rows: list[Recompile], threshold: int, window: float) -> Iterable[li
         yield rows[start:]
 
 
-def _describe(
-    function_hash: str, info: FunctionInfo | None, rows: list[Recompile], now: float, window: float
-) -> dict[str, Any]:
+def _describe(function_hash: str, info: FunctionInfo | None, rows: list[Recompile], now: float, window: float) -> Burst:
     cause_counts = collections.Counter(r.cause for r in rows)
     dominant, _ = cause_counts.most_common(1)[0]
     name = short_name(info.qualname) if info else function_hash
-    return {
-        "key": function_hash,
-        "function_hash": function_hash,
-        "function_hashes": [function_hash],
-        "call_site": None,
-        "functions": [{"function_hash": function_hash, "name": name, "compiles": len(rows)}],
-        "name": info.name if info else "",
-        "qualname": info.qualname if info else function_hash,
-        "short_name": name,
-        "start": rows[0].timestamp,
-        "end": rows[-1].timestamp,
-        "compiles": len(rows),
-        "causes": dict(cause_counts),
-        "dominant_cause": dominant,
-        "active": now - rows[-1].timestamp <= window,
-        "run_id": rows[0].run_id,
-        "run_ids": [rows[0].run_id],
-        "fix": (
+    return Burst(
+        key=function_hash,
+        function_hash=function_hash,
+        function_hashes=(function_hash,),
+        call_site=None,
+        functions=(BurstFunction(function_hash, name, len(rows)),),
+        name=info.name if info else "",
+        qualname=info.qualname if info else function_hash,
+        short_name=name,
+        start=rows[0].timestamp,
+        end=rows[-1].timestamp,
+        compiles=len(rows),
+        causes=dict(cause_counts),
+        dominant_cause=dominant,
+        active=now - rows[-1].timestamp <= window,
+        run_id=rows[0].run_id,
+        run_ids=(rows[0].run_id,),
+        fix=(
             fix_for(info.name, info.qualname, info.module, dominant, rows, file=info.file)
             if info is not None
             else fix_for(function_hash, function_hash, "", dominant, rows)
         ),
-    }
+    )
 
 
 def _describe_site(
     call_site: str, infos: dict[str, FunctionInfo], rows: list[Recompile], now: float, window: float
-) -> dict[str, Any]:
+) -> Burst:
     """A storm of eager code and library jits reached from one line of user code."""
     per_function = collections.Counter(r.function_hash for r in rows)
     top_hash = per_function.most_common(1)[0][0]
@@ -340,25 +369,25 @@ def _describe_site(
     inside = ", ".join(f"{names[h]} {n}x" for h, n in per_function.most_common(4))
     more = f" and {len(per_function) - 4} more" if len(per_function) > 4 else ""
     top = infos.get(top_hash)
-    return {
-        "key": f"site:{call_site}",
-        "function_hash": top_hash,
-        "function_hashes": [h for h, _ in per_function.most_common()],
-        "call_site": call_site,
-        "functions": [{"function_hash": h, "name": names[h], "compiles": n} for h, n in per_function.most_common()],
-        "name": top.name if top else "",
-        "qualname": top.qualname if top else top_hash,
-        "short_name": f"{_short_site(call_site)} ({inside}{more})",
-        "start": rows[0].timestamp,
-        "end": rows[-1].timestamp,
-        "compiles": len(rows),
-        "causes": dict(cause_counts),
-        "dominant_cause": dominant,
-        "active": now - rows[-1].timestamp <= window,
-        "run_id": rows[0].run_id,
-        "run_ids": [rows[0].run_id],
-        "fix": site_fix(call_site, infos, rows, dominant),
-    }
+    return Burst(
+        key=f"site:{call_site}",
+        function_hash=top_hash,
+        function_hashes=tuple(h for h, _ in per_function.most_common()),
+        call_site=call_site,
+        functions=tuple(BurstFunction(h, names[h], n) for h, n in per_function.most_common()),
+        name=top.name if top else "",
+        qualname=top.qualname if top else top_hash,
+        short_name=f"{_short_site(call_site)} ({inside}{more})",
+        start=rows[0].timestamp,
+        end=rows[-1].timestamp,
+        compiles=len(rows),
+        causes=dict(cause_counts),
+        dominant_cause=dominant,
+        active=now - rows[-1].timestamp <= window,
+        run_id=rows[0].run_id,
+        run_ids=(rows[0].run_id,),
+        fix=site_fix(call_site, infos, rows, dominant),
+    )
 
 
 def _display_name(info: FunctionInfo | None, function_hash: str) -> str:
@@ -824,8 +853,8 @@ def jit_verdict(
     eager_mean: float | None,
     few_calls: int = 5,
     run_note: str | None = None,
-    signatures: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+    signatures: Sequence[SignatureVerdict] | None = None,
+) -> Verdict:
     """Whether compiling paid for itself, from the numbers the report shows.
 
     ``run_mean`` is the report's run time of one call, so the compile share here is the
@@ -838,24 +867,9 @@ def jit_verdict(
     run_est = calls * run_mean if run_mean is not None else None
     share = compile_share(compile_seconds, run_est)  # the report's, from the same numbers
     per_compile = compile_seconds / compiles if compiles else None
-    verdict: dict[str, Any] = {
-        "compiles": compiles,
-        "calls": calls,
-        "compile_seconds": compile_seconds,
-        "run_seconds_mean": run_mean,
-        "run_seconds_est": run_est,
-        "compile_share": share,
-        "eager_seconds_mean": eager_mean,
-        "compile_seconds_per_compile": per_compile,
-        "break_even_calls": None,
-        "break_even_calls_total": None,
-        "jit_saves_seconds": None,
-        "repaid": None,
-        "signatures": signatures or [],
-        "few_calls": compiles > 0 and calls <= few_calls * compiles,
-    }
+    few = compiles > 0 and calls <= few_calls * compiles
     text = []
-    if compiles and verdict["few_calls"]:
+    if compiles and few:
         text.append(f"compiled {compiles} time(s) for {calls} call(s)")
     if run_mean is None:
         text.append(f"no run time ({run_note or 'no call timed'}), so no compile share")
@@ -868,63 +882,83 @@ def jit_verdict(
         text.append(
             f"{heavier}: compile share {share_text(share)} ({compile_seconds:.3g} s compiling, {run_est:.3g} s running)"
         )
-    found, said = _against_eager(compile_seconds, calls, run_mean, eager_mean, per_compile)
-    verdict.update(found)
-    text += said
-    verdict["text"] = "; ".join(text)
-    verdict["worth_it"] = verdict["repaid"]
-    return verdict
+    found = _against_eager(compile_seconds, calls, run_mean, eager_mean, per_compile)
+    return Verdict(
+        compiles=compiles,
+        calls=calls,
+        compile_seconds=compile_seconds,
+        run_seconds_mean=run_mean,
+        run_seconds_est=run_est,
+        compile_share=share,
+        eager_seconds_mean=eager_mean,
+        compile_seconds_per_compile=per_compile,
+        break_even_calls=found.break_even_calls,
+        break_even_calls_total=found.break_even_calls_total,
+        jit_saves_seconds=found.jit_saves_seconds,
+        repaid=found.repaid,
+        signatures=tuple(signatures or ()),
+        few_calls=few,
+        text="; ".join([*text, *found.text]),
+        worth_it=found.repaid,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _AgainstEager:
+    """The verdict's fields that say whether the compiles were repaid against running
+    eagerly, and their sentences."""
+
+    break_even_calls: int | None = None
+    break_even_calls_total: int | None = None
+    jit_saves_seconds: float | None = None
+    repaid: bool | None = None
+    text: tuple[str, ...] = ()
 
 
 def _against_eager(
     compile_seconds: float, calls: int, run_mean: float | None, eager_mean: float | None, per_compile: float | None
-) -> tuple[dict[str, Any], list[str]]:
-    """Whether the compiles were repaid against running eagerly: the verdict's fields that
-    say so (break-even calls, seconds jit saves, repaid) and their sentences."""
-    found: dict[str, Any] = {}
-    text: list[str] = []
+) -> _AgainstEager:
+    """Whether the compiles were repaid against running eagerly: break-even calls, seconds
+    jit saves, repaid, and the sentences that say so."""
     if run_mean is not None and eager_mean is not None:
         saved_per_call = eager_mean - run_mean
-        found["jit_saves_seconds"] = calls * saved_per_call - compile_seconds
-        found["repaid"] = found["jit_saves_seconds"] >= 0
+        saves = calls * saved_per_call - compile_seconds
+        repaid = saves >= 0
+        one = total = None
+        text: list[str] = []
         if saved_per_call > 0 and per_compile is not None:
-            found["break_even_calls"] = math.ceil(per_compile / saved_per_call)
-            found["break_even_calls_total"] = math.ceil(compile_seconds / saved_per_call)
+            one = math.ceil(per_compile / saved_per_call)
+            total = math.ceil(compile_seconds / saved_per_call)
             text.append(
-                f"one compile is repaid after {found['break_even_calls']} calls "
-                f"({seconds_text(saved_per_call)} saved per call against eager)"
+                f"one compile is repaid after {one} calls ({seconds_text(saved_per_call)} saved per call against eager)"
             )
         elif saved_per_call <= 0:
             text.append("eager is as fast per call, so compiling never pays off")
-        if found["repaid"]:
-            text.append(
-                f"this run repaid its compiles: jit saves {found['jit_saves_seconds']:.3g} s over running eagerly"
-            )
+        if repaid:
+            text.append(f"this run repaid its compiles: jit saves {saves:.3g} s over running eagerly")
         else:
             text.append(
-                f"this run did not repay its compiles: jit costs {-found['jit_saves_seconds']:.3g} s more "
-                "than running eagerly"
-                + (
-                    f" (it would pay off after {found['break_even_calls_total']} calls)"
-                    if found.get("break_even_calls_total") is not None
-                    else ""
-                )
+                f"this run did not repay its compiles: jit costs {-saves:.3g} s more than running eagerly"
+                + (f" (it would pay off after {total} calls)" if total is not None else "")
             )
-    elif eager_mean is not None and calls * eager_mean < compile_seconds:
+        return _AgainstEager(one, total, saves, repaid, tuple(text))
+    if eager_mean is not None and calls * eager_mean < compile_seconds:
         # No jit run time, but even a free run could not have saved the compile time.
-        found["repaid"] = False
-        text.append(
-            f"this run did not repay its compiles: {calls} call(s) save at most "
-            f"{calls * eager_mean:.3g} s against eager, for {compile_seconds:.3g} s compiling"
+        return _AgainstEager(
+            repaid=False,
+            text=(
+                f"this run did not repay its compiles: {calls} call(s) save at most "
+                f"{calls * eager_mean:.3g} s against eager, for {compile_seconds:.3g} s compiling",
+            ),
         )
-    elif run_mean is not None:
-        text.append("eager baseline off, so no break-even")
-    return found, text
+    if run_mean is not None:
+        return _AgainstEager(text=("eager baseline off, so no break-even",))
+    return _AgainstEager()
 
 
 def verdicts(
     conn: sa.Connection, report_rows: Sequence[FunctionReport], filters: Filters = Filters(), few_calls: int = 5
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Verdict]:
     """The jit verdict per function of a report, from the row's own numbers, with eager
     baselines and a break-even per signature where measured."""
     hashes = [row["function_hash"] for row in report_rows if row.get("module") != OP_BY_OP_MODULE]
@@ -959,7 +993,7 @@ def verdicts(
 
 def _signature_break_evens(
     costs: list[SignatureCost], timed: dict[str, Any]
-) -> tuple[list[dict[str, Any]], float | None]:
+) -> tuple[list[SignatureVerdict], float | None]:
     """Per signature with an eager baseline, its compiles, run and eager time and
     break-even; and the function's eager run time per call (weighted by the calls timed
     per signature, a plain mean where none was)."""
@@ -977,16 +1011,16 @@ def _signature_break_evens(
         per_compile = sig.seconds / compiles if compiles else None
         saved = sig.eager_seconds - run_s if run_s is not None else None
         signatures.append(
-            {
-                "signature_hash": sig.signature_hash,
-                "compiles": compiles,
-                "compile_seconds_per_compile": per_compile,
-                "run_seconds": run_s,
-                "eager_seconds": sig.eager_seconds,
-                "break_even_calls": (
+            SignatureVerdict(
+                signature_hash=sig.signature_hash,
+                compiles=compiles,
+                compile_seconds_per_compile=per_compile,
+                run_seconds=run_s,
+                eager_seconds=sig.eager_seconds,
+                break_even_calls=(
                     math.ceil(per_compile / saved) if saved is not None and saved > 0 and per_compile else None
                 ),
-            }
+            )
         )
     eager = (
         eager_weighted / eager_weight
@@ -1017,7 +1051,7 @@ EXPONENT_MIN_SIZES = 4
 EXPONENT_MIN_SPAN = 4.0
 
 
-def cost_model(conn: sa.Connection, filters: Filters = Filters(), min_points: int = 3) -> list[dict[str, Any]]:
+def cost_model(conn: sa.Connection, filters: Filters = Filters(), min_points: int = 3) -> list[CostModelRow]:
     """Compile seconds against program size per function, fastest-growing first.
 
     Size is the HLO operation count when recorded (cost_analysis), else the jaxpr
@@ -1032,48 +1066,52 @@ def cost_model(conn: sa.Connection, filters: Filters = Filters(), min_points: in
     if not points:
         return []
     names = {h: info.qualname for h, info in evidence.function_infos(conn, set(points)).items()}
-    rows: list[dict[str, Any]] = []
-    for function_hash, pts in points.items():
-        sizes = [p[0] for p in pts]
-        distinct = len(set(sizes))
-        row: dict[str, Any] = {
-            "function_hash": function_hash,
-            "qualname": names.get(function_hash, ""),
-            "compiles": len(pts),
-            "points": len(pts),
-            "distinct_sizes": distinct,
-            "min_size": min(sizes),
-            "max_size": max(sizes),
-            "seconds_per_1000_ops": None,
-            "exponent": None,
-            "superlinear": False,
-            "note": None,
-        }
-        if len(pts) >= min_points and distinct >= 2:
-            linear = _fit(sizes, [p[1] for p in pts])
-            if linear is not None:
-                row["seconds_per_1000_ops"] = linear[0] * 1000
-        if (
-            len(pts) >= EXPONENT_MIN_POINTS
-            and distinct >= EXPONENT_MIN_SIZES
-            and max(sizes) >= EXPONENT_MIN_SPAN * min(sizes)
-        ):
-            loglog = _fit([math.log(x) for x in sizes], [math.log(p[1]) for p in pts])
-            if loglog is not None:
-                row["exponent"] = loglog[0]
-                row["superlinear"] = loglog[0] > 1.5
-        else:
-            row["note"] = (
-                f"no growth exponent from {len(pts)} compile(s) over {distinct} size(s) "
-                f"({min(sizes):.0f}-{max(sizes):.0f}): it needs {EXPONENT_MIN_POINTS} over "
-                f"{EXPONENT_MIN_SIZES} sizes spanning {EXPONENT_MIN_SPAN:.0f}x"
-            )
-        rows.append(row)
-    rows.sort(key=lambda r: (-(r["exponent"] or 0.0), -(r["seconds_per_1000_ops"] or 0.0)))
+    rows = [
+        _cost_row(function_hash, names.get(function_hash, ""), pts, min_points) for function_hash, pts in points.items()
+    ]
+    rows.sort(key=lambda r: (-(r.exponent or 0.0), -(r.seconds_per_1000_ops or 0.0)))
     return rows
 
 
-def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: float = 0.05) -> list[dict[str, Any]]:
+def _cost_row(function_hash: str, qualname: str, pts: list[tuple[float, float]], min_points: int) -> CostModelRow:
+    """One function's fit of compile seconds against program size (``pts``: size, seconds)."""
+    sizes = [p[0] for p in pts]
+    distinct = len(set(sizes))
+    per_1000 = exponent = note = None
+    if len(pts) >= min_points and distinct >= 2:
+        linear = _fit(sizes, [p[1] for p in pts])
+        if linear is not None:
+            per_1000 = linear[0] * 1000
+    if (
+        len(pts) >= EXPONENT_MIN_POINTS
+        and distinct >= EXPONENT_MIN_SIZES
+        and max(sizes) >= EXPONENT_MIN_SPAN * min(sizes)
+    ):
+        loglog = _fit([math.log(x) for x in sizes], [math.log(p[1]) for p in pts])
+        if loglog is not None:
+            exponent = loglog[0]
+    else:
+        note = (
+            f"no growth exponent from {len(pts)} compile(s) over {distinct} size(s) "
+            f"({min(sizes):.0f}-{max(sizes):.0f}): it needs {EXPONENT_MIN_POINTS} over "
+            f"{EXPONENT_MIN_SIZES} sizes spanning {EXPONENT_MIN_SPAN:.0f}x"
+        )
+    return CostModelRow(
+        function_hash=function_hash,
+        qualname=qualname,
+        compiles=len(pts),
+        points=len(pts),
+        distinct_sizes=distinct,
+        min_size=min(sizes),
+        max_size=max(sizes),
+        seconds_per_1000_ops=per_1000,
+        exponent=exponent,
+        superlinear=exponent is not None and exponent > 1.5,
+        note=note,
+    )
+
+
+def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: float = 0.05) -> list[Regression]:
     """The same function and signature compiling markedly slower in a later run.
 
     Compares the median compile time per (function, signature) between consecutive
@@ -1084,7 +1122,7 @@ def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: f
     for row in evidence.uncached_compiles(conn):
         grouped[(row.function_hash, row.signature_hash)].setdefault(row.run_id, []).append(row.compile_seconds)
         run_meta[row.run_id] = row
-    found: list[dict[str, Any]] = []
+    slower: list[tuple[str, str, str, str, float, float]] = []  # function, signature, runs before and after, medians
     for (function_hash, signature_hash), per_run in grouped.items():
         if len(per_run) < 2:
             continue
@@ -1093,25 +1131,24 @@ def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: f
             old = statistics.median(per_run[before])
             new = statistics.median(per_run[after])
             if new >= factor * old and new - old >= min_seconds:
-                found.append(
-                    {
-                        "function_hash": function_hash,
-                        "signature_hash": signature_hash,
-                        "run_before": before,
-                        "run_after": after,
-                        "seconds_before": old,
-                        "seconds_after": new,
-                        "ratio": new / old if old else None,
-                        "jax_before": f"{run_meta[before].jax_version}/{run_meta[before].jaxlib_version}",
-                        "jax_after": f"{run_meta[after].jax_version}/{run_meta[after].jaxlib_version}",
-                    }
-                )
-    if found:
-        infos = evidence.function_infos(conn, {g["function_hash"] for g in found})
-        for item in found:
-            info = infos.get(item["function_hash"])
-            item["qualname"] = info.qualname if info is not None else ""
-    found.sort(key=lambda g: -(g["ratio"] or 0))
+                slower.append((function_hash, signature_hash, before, after, old, new))
+    infos = evidence.function_infos(conn, {s[0] for s in slower}) if slower else {}
+    found = [
+        Regression(
+            function_hash=function_hash,
+            signature_hash=signature_hash,
+            run_before=before,
+            run_after=after,
+            seconds_before=old,
+            seconds_after=new,
+            ratio=new / old if old else None,
+            jax_before=f"{run_meta[before].jax_version}/{run_meta[before].jaxlib_version}",
+            jax_after=f"{run_meta[after].jax_version}/{run_meta[after].jaxlib_version}",
+            qualname=infos[function_hash].qualname if function_hash in infos else "",
+        )
+        for function_hash, signature_hash, before, after, old, new in slower
+    ]
+    found.sort(key=lambda g: -(g.ratio or 0))
     return found
 
 
@@ -1124,7 +1161,7 @@ def storms(
     function_hashes: list[str] | None = None,
     active_only: bool = False,
     now: float | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Storm]:
     """Storms, newest first. With ``active_only`` only recent events are read.
 
     A storm is active when its last compile is within ``window`` of now, and the
@@ -1140,23 +1177,21 @@ def storms(
             since=horizon if filters.since is None else max(filters.since, horizon),
         )
     found = detect_storms(conn, filters, threshold=threshold, window=window, now=now, function_hashes=function_hashes)
-    return [s for s in found if s["active"]] if active_only else found
+    return [s for s in found if s.active] if active_only else found
 
 
-def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: float) -> dict[str, Any]:
+def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: float) -> Summary:
     """The store's totals (or the filtered part's) and how many storms are active now."""
     active = storms(conn, filters, threshold=threshold, window=window, active_only=True)
-    return {
+    return Summary(
         **queries.totals(conn, filters),
-        "active_storms": len(active),
-        "storm_threshold": threshold,
-        "storm_window": window,
-    }
+        active_storms=len(active),
+        storm_threshold=threshold,
+        storm_window=window,
+    )
 
 
-def verdicts_or_none(
-    conn: sa.Connection, rows: Sequence[FunctionReport], filters: Filters
-) -> dict[str, dict[str, Any]]:
+def verdicts_or_none(conn: sa.Connection, rows: Sequence[FunctionReport], filters: Filters) -> dict[str, Verdict]:
     """:func:`verdicts`, or none when a stored row it cannot weigh (a run time measured
     op by op without its compiled twin, written before the store refused such rows) would
     fail the whole page: the page shows what is there, without the verdicts."""

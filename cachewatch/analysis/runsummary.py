@@ -24,6 +24,7 @@ from ..core.figures import seconds_text
 from ..store import columns
 from ..store import engine as enginemod
 from . import cache, diagnosis, views
+from .results import Storm
 
 TOP_FUNCTIONS = 5
 
@@ -72,13 +73,13 @@ def of_summary(found: views.RunSummary, *, top: int = TOP_FUNCTIONS) -> dict[str
         "warmup_compiles": found.warmup_compiles,
         "identical_recompiles": sum(int(i["recompiles"]) for i in report.identical),
         "identical_seconds": sum(float(i["seconds"]) for i in report.identical),
-        "first_pass_compiles": sum(int(p["compiles"]) for p in report.first_passes),
+        "first_pass_compiles": sum(p.compiles for p in report.first_passes),
         "shared_program_compiles": sum(int(s["compiles"]) for s in found.shared_programs),
         "shared_programs": [s["text"] for s in found.shared_programs[:3]],
     }
 
 
-def of_report(report: Sequence[columns.FunctionReport], storms: list[dict[str, Any]], *, top: int) -> dict[str, Any]:
+def of_report(report: Sequence[columns.FunctionReport], storms: list[Storm], *, top: int) -> dict[str, Any]:
     """Totals, the top functions by compile seconds and the storms, from a report's rows."""
     return {
         "compiles": sum(r["compiles"] for r in report),
@@ -99,14 +100,14 @@ def of_report(report: Sequence[columns.FunctionReport], storms: list[dict[str, A
         ],
         "storms": [
             {
-                "short_name": s["short_name"],
-                "function_hash": s["function_hash"],
-                "compiles": s["compiles"],
-                "dominant_cause": s["dominant_cause"],
-                "causes": s["causes"],
-                "active": s["active"],
+                "short_name": s.short_name,
+                "function_hash": s.function_hash,
+                "compiles": s.compiles,
+                "dominant_cause": s.dominant_cause,
+                "causes": s.causes,
+                "active": s.active,
                 "text": diagnosis.describe_storm(s),
-                "fix": s["fix"],
+                "fix": s.fix,
             }
             for s in storms
         ],

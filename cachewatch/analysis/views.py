@@ -9,9 +9,9 @@ none of them puts the reads together again.
         print(found.report["qualname"], found.identical_recompiles, found.program_fixes)
 
 The views sit in analysis, not in store, because they are storms, verdicts and fixes
-over the store's reads: store may not import analysis. Each is a frozen dataclass; the
-items inside (a storm, a verdict) are the analysis' own dictionaries, the JSON the
-service already returns.
+over the store's reads: store may not import analysis. Each is a frozen dataclass, and
+so are the storms, first passes and verdicts inside (``analysis.results``); ``as_json()``
+gives the JSON the service and ``--format json`` return.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..store import cache as cachereads
 from ..store import evidence, queries
 from ..store.columns import Filters, FunctionReport
 from . import cache, diagnosis, programs, steady
+from .results import CostModelRow, FirstPass, Regression, Storm, Verdict
 
 # Functions of a report whose compile-cost profile is read (most compile seconds first).
 PROFILED_FUNCTIONS = 50
@@ -36,11 +37,15 @@ class FunctionDetail:
     """One function as its page and ``GET /api/v1/functions/{hash}`` show it."""
 
     report: FunctionReport
-    storms: list[dict[str, Any]]  # newest first
-    verdict: dict[str, Any] | None  # is jit worth it; None when there is nothing to weigh
+    storms: list[Storm]  # newest first
+    verdict: Verdict | None  # is jit worth it; None when there is nothing to weigh
 
     def as_json(self) -> dict[str, Any]:
-        return {**self.report, "storms": self.storms, "verdict": self.verdict}
+        return {
+            **self.report,
+            "storms": [s.as_json() for s in self.storms],
+            "verdict": self.verdict.as_json() if self.verdict is not None else None,
+        }
 
 
 def function_detail(
@@ -59,7 +64,7 @@ def suggested_fix(conn: sa.Connection, detail: FunctionDetail, filters: Filters,
     """What to change first: the newest storm's fix, else the fix for the dominant cause
     of the function's recompiles (None when it only ever compiled on its first call)."""
     if detail.storms:
-        return detail.storms[0]["fix"]
+        return detail.storms[0].fix
     row = detail.report
     dominant = row.get("dominant_cause")
     if dominant is None or dominant == Cause.FIRST_CALL:
@@ -72,9 +77,17 @@ def suggested_fix(conn: sa.Connection, detail: FunctionDetail, filters: Filters,
 class Diagnosis:
     """Is jit worth it per function, the compile cost model, and compile-time regressions across runs."""
 
-    verdicts: dict[str, dict[str, Any]]  # by function hash
-    cost_model: list[dict[str, Any]]
-    regressions: list[dict[str, Any]]
+    verdicts: dict[str, Verdict]  # by function hash
+    cost_model: list[CostModelRow]
+    regressions: list[Regression]
+
+    def as_json(self) -> dict[str, Any]:
+        """``GET /api/v1/diagnosis``."""
+        return {
+            "verdicts": {h: v.as_json() for h, v in self.verdicts.items()},
+            "cost_model": [row.as_json() for row in self.cost_model],
+            "regressions": [g.as_json() for g in self.regressions],
+        }
 
 
 def diagnosis_of(conn: sa.Connection, rows: list[FunctionReport], filters: Filters) -> Diagnosis:
@@ -96,7 +109,7 @@ class FunctionFindings:
     """One function of a report with what the report found about it."""
 
     report: FunctionReport
-    verdict: dict[str, Any] | None
+    verdict: Verdict | None
     identical_recompiles: int  # recompiles that produced the program compiled before
     identical_seconds: float
     program_fixes: list[str]  # what makes its program big, and the change that helps
@@ -105,7 +118,7 @@ class FunctionFindings:
         """The row of ``cachewatch report --format json``."""
         return {
             **self.report,
-            "verdict": self.verdict,
+            "verdict": self.verdict.as_json() if self.verdict is not None else None,
             "identical_recompiles": self.identical_recompiles,
             "identical_seconds": self.identical_seconds,
             "program_fixes": self.program_fixes,
@@ -119,8 +132,8 @@ class RunReport:
     ``full``, also the diagnosis and each function's compile-cost fixes."""
 
     rows: list[FunctionReport]
-    storms: list[dict[str, Any]]
-    first_passes: list[dict[str, Any]]
+    storms: list[Storm]
+    first_passes: list[FirstPass]
     identical: list[dict[str, Any]]  # wasted recompiles per function and cause, most seconds first
     diagnosis: Diagnosis | None
     program_fixes: dict[str, list[str]]  # by function hash

@@ -24,6 +24,7 @@ from fastapi.routing import APIRoute
 
 from cachewatch.analysis import cache as cache_analysis
 from cachewatch.analysis import comparison, diagnosis, fleet, programs, views, whatif
+from cachewatch.analysis.results import Verdict
 from cachewatch.core import jaxcompat
 from cachewatch.core.events import OP_BY_OP_MODULE, Kind
 from cachewatch.store import cache as cache_reads
@@ -279,7 +280,7 @@ def overview(request: Request, conn: Connection) -> HTMLResponse:
     report = storequeries.function_report(conn, view.filters)
     storms = diagnosis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
     over_time = chartreads.compiles_over_time(conn, view.filters)
-    empty = _empty_state(request, conn, view) if not summary["events"] else None
+    empty = _empty_state(request, conn, view) if not summary.events else None
     offenders = sorted(
         (r for r in report if r["recompiles"]), key=lambda r: (-r["recompiles"], -r["compile_seconds"], r["qualname"])
     )[:TOP_OFFENDERS]
@@ -289,8 +290,8 @@ def overview(request: Request, conn: Connection) -> HTMLResponse:
         charts["recompiles"] = render.recompiles_chart(over_time)
     if costly:
         charts["cost"] = render.cost_chart(costly)
-    if summary["causes"]:
-        charts["causes"] = render.causes_chart(summary["causes"])
+    if summary.causes:
+        charts["causes"] = render.causes_chart(summary.causes)
     return page(
         request,
         "overview.html",
@@ -303,7 +304,7 @@ def overview(request: Request, conn: Connection) -> HTMLResponse:
         over_time=over_time,
         charts=charts,
         empty=empty,
-        storm_hashes={s["function_hash"] for s in storms},
+        storm_hashes={s.function_hash for s in storms},
     )
 
 
@@ -337,17 +338,17 @@ def functions(request: Request, conn: Connection) -> HTMLResponse:
         sort_keys=SORT_KEYS,
         all_causes=all_causes,
         empty=empty,
-        storm_hashes={s["function_hash"] for s in storms},
+        storm_hashes={s.function_hash for s in storms},
     )
 
 
-def _verdict_text(row: FunctionReport, verdict: dict[str, Any] | None) -> str:
+def _verdict_text(row: FunctionReport, verdict: Verdict | None) -> str:
     if row.get("module") == OP_BY_OP_MODULE:
         return "These are JAX's own op-by-op compiles of un-jitted code: there is no jit to weigh."
     if verdict is None or not row["compiles"]:
         return "No compiles in this view, so there is nothing to weigh."
     # The analysis' own sentence: from the numbers the cards show, so they agree.
-    text = verdict["text"]
+    text = verdict.text
     return text[0].upper() + text[1:] + "."
 
 
@@ -399,7 +400,7 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
         over_time=over_time,
         compile_costs=compile_costs,
         histogram=render.histogram_table(compile_costs),
-        active_storm=any(s["active"] for s in storms),
+        active_storm=any(s.active for s in storms),
         program=program,
         ladder=ladder,
     )
@@ -521,7 +522,7 @@ def storms_page(request: Request, conn: Connection) -> HTMLResponse:
     view = _open_view(request, conn)
     found, passes = diagnosis.storms_and_first_passes(conn, view.filters, **_storm_settings(request))
     empty = _empty_state(request, conn, view) if not found and not passes else None
-    found.sort(key=lambda s: (not s["active"], -s["end"]))
+    found.sort(key=lambda s: (not s.active, -s.end))
     pager = _pager(view, _page_number(request), _per_page(request, STORMS_PER_PAGE), len(found))
     shown = found[pager["offset"] : pager["offset"] + pager["per_page"]]
     run_names = {r["run_id"]: r["run_name"] for r in view.runs}
@@ -533,9 +534,9 @@ def storms_page(request: Request, conn: Connection) -> HTMLResponse:
         storms=shown,
         pager=pager,
         empty=empty,
-        active_count=sum(1 for s in found if s["active"]),
+        active_count=sum(1 for s in found if s.active),
         run_names=run_names,
-        first_passes=[{**p, "text": diagnosis.describe_first_pass(p)} for p in passes],
+        first_passes=[{**p.as_json(), "text": diagnosis.describe_first_pass(p)} for p in passes],
         **_storm_settings(request),
     )
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from fastapi import APIRouter
 
 from cachewatch.analysis import views
@@ -17,4 +15,4 @@ router = APIRouter(prefix="/api/v1", tags=["diagnosis"])
 @router.get("/diagnosis", response_model=DiagnosisOut, summary="Verdicts, compile cost model and regressions")
 def diagnosis(_: ReadAuth, conn: Connection, filters: QueryFilters) -> DiagnosisOut:
     found = views.diagnosis_view(conn, filters)
-    return DiagnosisOut.model_validate(dataclasses.asdict(found))
+    return DiagnosisOut.model_validate(found.as_json())

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from cachewatch.analysis import diagnosis
+from cachewatch.analysis.results import FirstPass
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
 from ..schemas import StormPage
@@ -28,7 +29,7 @@ def list_storms(
     if not isinstance(offset, int) or offset < 0:
         raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
     hashes = [function_hash] if function_hash else None
-    passes: list[dict] = []
+    passes: list[FirstPass] = []
     if active is True:  # only recent events are read, and first passes are never active
         found = diagnosis.storms(
             conn,
@@ -43,14 +44,14 @@ def list_storms(
             conn, filters, threshold=settings.storm_threshold, window=settings.storm_window, function_hashes=hashes
         )
         if active is False:
-            found = [s for s in found if not s["active"]]
+            found = [s for s in found if not s.active]
     end = offset + page.limit
     if offset:  # the first passes ride on the first page only
         passes = []
     return {
         "threshold": settings.storm_threshold,
         "window": settings.storm_window,
-        "items": found[offset:end],
+        "items": [s.as_json() for s in found[offset:end]],
         "next_cursor": encode_cursor("storms", end) if end < len(found) else None,
-        "first_passes": [{**p, "text": diagnosis.describe_first_pass(p)} for p in passes],
+        "first_passes": [{**p.as_json(), "text": diagnosis.describe_first_pass(p)} for p in passes],
     }

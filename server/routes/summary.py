@@ -14,4 +14,5 @@ router = APIRouter(prefix="/api/v1", tags=["summary"])
 
 @router.get("/summary", response_model=Summary, summary="Totals: functions, compiles, cost, active storms")
 def get_summary(_: ReadAuth, conn: Connection, settings: Settings, filters: QueryFilters) -> dict:
-    return diagnosis.summary(conn, filters, threshold=settings.storm_threshold, window=settings.storm_window)
+    found = diagnosis.summary(conn, filters, threshold=settings.storm_threshold, window=settings.storm_window)
+    return found.as_json()

@@ -1,0 +1,188 @@
+"""What the diagnosis finds, as frozen dataclasses: a storm, a first pass, a jit verdict,
+a row of the compile cost model, a compile-time regression and the store's summary.
+
+The command line, the notebook, ``cachewatch run``, the service's routes and its
+dashboard read these by attribute; ``as_json()`` gives the JSON the service and
+``--format json`` have always returned, with the same fields in the same order.
+
+    storm = diagnosis.detect_storms(conn)[0]
+    print(storm.short_name, storm.dominant_cause, storm.fix)
+    json.dumps(storm.as_json())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class BurstFunction:
+    """One function of a burst and how many of its compiles the burst holds."""
+
+    function_hash: str
+    name: str
+    compiles: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Burst:
+    """A burst of compiles of one group (a jit of the user's, or a line of user code that
+    reached eager code and library jits) in one run: what a storm and a first pass share."""
+
+    key: str  # the function hash, or ``site:<call site>`` for a line of user code
+    function_hash: str  # the jit, or the function that compiled most at the line
+    function_hashes: tuple[str, ...]  # most compiles first
+    call_site: str | None
+    functions: tuple[BurstFunction, ...]
+    name: str
+    qualname: str
+    short_name: str
+    start: float
+    end: float
+    compiles: int
+    causes: dict[str, int]
+    dominant_cause: str
+    active: bool  # its last compile is within the window of now
+    run_id: str
+    run_ids: tuple[str, ...]
+    fix: str
+
+    def _burst_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["function_hashes"] = list(self.function_hashes)
+        out["functions"] = [dataclasses.asdict(f) for f in self.functions]
+        out["run_ids"] = list(self.run_ids)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Storm(Burst):
+    """A function (or a line of user code) that keeps compiling, with its fix."""
+
+    recurs_in_runs: int = 1  # runs in which its group storms
+    identical_programs: int = 0  # recompiles that produced the program compiled before
+    identical_seconds: float = 0.0
+    priced_fix: str | None = None  # padding priced over the run, for a new-shape storm of a jit
+
+    def as_json(self) -> dict[str, Any]:
+        """The storm as ``/api/v1/storms`` and ``cachewatch storms --format json`` give it
+        (``priced_fix`` only where there is one)."""
+        out = self._burst_json()
+        if self.priced_fix is None:
+            del out["priced_fix"]
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstPass(Burst):
+    """A burst that is no storm: each new signature compiled once, then served from the cache."""
+
+    seconds: float  # what the pass cost: its compiles' trace, lowering and compile seconds
+    signatures: int  # new signatures compiled once each
+
+    def as_json(self) -> dict[str, Any]:
+        return self._burst_json()
+
+
+@dataclasses.dataclass(frozen=True)
+class SignatureVerdict:
+    """One signature's compiles, run and eager time and break-even."""
+
+    signature_hash: str
+    compiles: int
+    compile_seconds_per_compile: float | None
+    run_seconds: float | None
+    eager_seconds: float
+    break_even_calls: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Whether compiling a function paid for itself (see ``diagnosis.jit_verdict``)."""
+
+    compiles: int
+    calls: int
+    compile_seconds: float
+    run_seconds_mean: float | None
+    run_seconds_est: float | None
+    compile_share: float | None
+    eager_seconds_mean: float | None
+    compile_seconds_per_compile: float | None
+    break_even_calls: int | None  # calls after which the time saved repays one compile
+    break_even_calls_total: int | None  # ... all the compiles
+    jit_saves_seconds: float | None
+    repaid: bool | None
+    signatures: tuple[SignatureVerdict, ...]
+    few_calls: bool
+    text: str
+    worth_it: bool | None
+
+    def as_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["signatures"] = [dataclasses.asdict(s) for s in self.signatures]
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModelRow:
+    """One function's compile seconds against its program size."""
+
+    function_hash: str
+    qualname: str
+    compiles: int
+    points: int  # compiles the fit used
+    distinct_sizes: int
+    min_size: float
+    max_size: float
+    seconds_per_1000_ops: float | None
+    exponent: float | None  # slope on log-log axes
+    superlinear: bool
+    note: str | None  # why there is no exponent
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Regression:
+    """The same function and signature compiling markedly slower in a later run."""
+
+    function_hash: str
+    signature_hash: str
+    run_before: str
+    run_after: str
+    seconds_before: float
+    seconds_after: float
+    ratio: float | None
+    jax_before: str  # "jax/jaxlib"
+    jax_after: str
+    qualname: str
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """The store's totals (or the filtered part's) and how many storms are active now."""
+
+    functions: int
+    runs: int
+    events: int
+    traces: int
+    compiles: int
+    recompiles: int
+    stale_captures: int
+    causes: dict[str, int]
+    compile_seconds: float
+    calls: int
+    run_seconds_est: float | None
+    compile_share: float | None
+    run_time_note: str | None
+    active_storms: int
+    storm_threshold: int
+    storm_window: float
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
