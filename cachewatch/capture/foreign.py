@@ -39,6 +39,7 @@ from .identity import (
     call_site,
     code_file,
     describe_function,
+    function_info,
     is_library_file,
     user_function,
     user_function_closed_over,
@@ -351,14 +352,7 @@ def _by_name(name: str, source_info: str | None) -> FunctionInfo:
     # The hash leaves the directory out, like a wrapped function's: the same code on
     # two hosts is one function.
     digest = hashlib.sha256(f"{UNATTRIBUTED_MODULE}:{name}:{os.path.basename(file)}:{line}".encode())
-    return FunctionInfo(
-        function_hash=digest.hexdigest()[:20],
-        name=name,
-        qualname=name,
-        module=UNATTRIBUTED_MODULE,
-        file=file,
-        line=line,
-    )
+    return function_info(digest, name=name, qualname=name, module=UNATTRIBUTED_MODULE, file=file, line=line)
 
 
 # ------------------------------------------------------------------------- events
@@ -410,21 +404,7 @@ def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], 
     sig = target.signature
     where = f" at {target.call_site}" if target.call_site else ""
     if sig is None:
-        first = opbyop.first_compile(primitive)
-        if first:
-            return (
-                Cause.FIRST_CALL,
-                (f"JAX compiled the primitive `{primitive}` op by op, outside any jit, for the first time{where}."),
-                (),
-            )
-        return (
-            Cause.UNKNOWN,
-            (
-                f"JAX compiled the primitive `{primitive}` op by op again{where}; JAX did not expose "
-                "its operands here, so what changed is unknown."
-            ),
-            (),
-        )
+        return _primitive_unread(primitive, where)
     operands = ", ".join(leaf.describe() for leaf in sig.leaves if not leaf.static) or "no operands"
     verdict = causes.explain_trace(
         info.function_hash, 0, primitive, sig, succeeded=True, compiled=True, device=None, call_site=target.call_site
@@ -453,19 +433,40 @@ def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], 
             ),
             (),
         )
-    change = verdict.diff[0]
+    return verdict.cause, _primitive_changed(f"`{primitive}`{note}", where, operands, verdict), verdict.diff
+
+
+def _primitive_unread(primitive: str, where: str) -> tuple[str, str, tuple[dict[str, Any], ...]]:
+    """A primitive compiled op by op whose operands JAX did not expose: its first compile,
+    or one whose cause is unknown."""
+    if opbyop.first_compile(primitive):
+        return (
+            Cause.FIRST_CALL,
+            (f"JAX compiled the primitive `{primitive}` op by op, outside any jit, for the first time{where}."),
+            (),
+        )
+    return (
+        Cause.UNKNOWN,
+        (
+            f"JAX compiled the primitive `{primitive}` op by op again{where}; JAX did not expose "
+            "its operands here, so what changed is unknown."
+        ),
+        (),
+    )
+
+
+def _primitive_changed(named: str, where: str, operands: str, verdict: causes.Verdict) -> str:
+    """The sentence for a primitive compiled again because its trace context, a parameter
+    or an operand changed (the first difference of ``verdict``'s diff)."""
     if verdict.cause == Cause.NEW_CONTEXT:
         options = [e for e in verdict.diff if e.get("change") == "context"]
         shown = "; ".join(f"{e['path']}: {e['before']} -> {e['after']}" for e in options[:3])
         return (
-            verdict.cause,
-            (
-                f"JAX compiled the primitive `{primitive}`{note} op by op again, outside any jit{where} "
-                f"({operands}), because the trace context JAX keys its cache on changed: {shown}. "
-                "Set the option once at start-up, or run this code inside the same context every time."
-            ),
-            verdict.diff,
+            f"JAX compiled the primitive {named} op by op again, outside any jit{where} "
+            f"({operands}), because the trace context JAX keys its cache on changed: {shown}. "
+            "Set the option once at start-up, or run this code inside the same context every time."
         )
+    change = verdict.diff[0]
     if change.get("change") == "static":
         what = f"its parameter `{change['path']}` changed: {change['before']} -> {change['after']}"
     else:
@@ -475,13 +476,9 @@ def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], 
         )
     more = f" ({len(verdict.diff) - 1} more difference(s) in the diff)" if len(verdict.diff) > 1 else ""
     return (
-        verdict.cause,
-        (
-            f"JAX compiled the primitive `{primitive}`{note} op by op again, outside any jit{where}: "
-            f"{what}{more}. Eager code compiles each primitive once per new shape; move it "
-            "inside a jitted function or keep its shapes fixed."
-        ),
-        verdict.diff,
+        f"JAX compiled the primitive {named} op by op again, outside any jit{where}: "
+        f"{what}{more}. Eager code compiles each primitive once per new shape; move it "
+        "inside a jitted function or keep its shapes fixed."
     )
 
 
@@ -493,17 +490,7 @@ _lowered_lock = threading.Lock()
 
 def _explain_lowered(target: Target) -> tuple[str, str, tuple[dict[str, Any], ...]]:
     info, sig = target.info, target.signature
-    # A compile without a trace is compared only with the function's other compiles of
-    # the same program made the same way: a backward pass, a remat's recomputation, the
-    # program linearize builds of a primitive, are other programs than the plain one,
-    # with other arguments, each with a history of its own.
-    key = (info.function_hash, target.outside_call, target.program)
-    clears = ctxmod.clears()
-    with _lowered_lock:
-        earlier = list(_lowered.get(key, ()))
-        if sig is not None:
-            _lowered.setdefault(key, []).append((sig, clears, target.jaxpr_ref))
-            del _lowered[key][:-64]
+    earlier, clears = _remember_lowered(target)
     moved = _commitment_changed(target)
     if moved:
         first = moved[0]
@@ -517,18 +504,10 @@ def _explain_lowered(target: Target) -> tuple[str, str, tuple[dict[str, Any], ..
             ),
             tuple(moved),
         )
-    if target.outside_call:
-        inside = target.outside_call
-        if not earlier:
-            return Cause.FIRST_CALL, f"First compile of `{info.name}` {inside} in this run.", ()
-    elif target.primitive is not None:
-        inside = (
-            "as a program JAX built for a transformation taken outside any jit (jax.grad, jvp or "
-            "linearize of eager code), told apart from the primitive run op by op"
-        )
-    else:
-        inside = "traced inside a transformation (grad, vmap, a library's lifted transform) and run outside any jit"
+    inside = _lowered_inside(target)
     if not earlier:
+        if target.outside_call:
+            return Cause.FIRST_CALL, f"First compile of `{info.name}` {inside} in this run.", ()
         if target.program is not None or not causes.seen(info.function_hash):
             causes.note(info.function_hash)
             return Cause.FIRST_CALL, f"First compile of this program of `{info.name}` in this run, {inside}.", ()
@@ -544,44 +523,12 @@ def _explain_lowered(target: Target) -> tuple[str, str, tuple[dict[str, Any], ..
         return Cause.UNKNOWN, f"`{info.name}` was compiled again, {inside}; its arguments could not be read.", ()
     same_context = [old for old, _, _ in earlier if old.context == sig.context]
     if not same_context:
-        before = earlier[-1][0]
-        entries = ctxmod.diff(before.context, sig.context)
+        entries = ctxmod.diff(earlier[-1][0].context, sig.context)
         if entries:
             return Cause.NEW_CONTEXT, ctxmod.sentence(info.name, entries), tuple(entries)
     _, entries = sigmod.closest(same_context or [old for old, _, _ in earlier], sig)
     if not entries:
-        repeats = [(at, ref) for old, at, ref in earlier if old.key == sig.key]
-        if any(at != clears for at, _ in repeats):
-            return (
-                Cause.CACHE_CLEARED,
-                f"`{info.name}` was compiled again, {inside}, with a program and argument types it had "
-                "compiled before, after jax.clear_caches().",
-                (),
-            )
-        current_jaxpr = target.jaxpr_ref() if target.jaxpr_ref is not None else None
-        if current_jaxpr is not None and all(ref is not None and ref() is not current_jaxpr for _, ref in repeats):
-            # JAX's lowering and compile caches are keyed on the jaxpr object, and a
-            # transformation evaluated outside any jit builds the jaxpr afresh each time.
-            return (
-                Cause.NEW_FUNCTION_OBJECT,
-                (
-                    f"`{info.name}` was compiled again, {inside}: the same program at the same argument "
-                    "types, rebuilt by JAX as a new jaxpr object (the transformed function was made afresh, "
-                    "a lambda or partial in a loop, or JAX had dropped the old jaxpr), and JAX's compile "
-                    "cache is keyed on the object. Jit the function that takes the transformation "
-                    "(jax.jit(jax.grad(loss))), created once, so it compiles once."
-                ),
-                (),
-            )
-        return (
-            Cause.UNKNOWN,
-            (
-                f"`{info.name}` was compiled again, {inside}; the program (its equations), the jaxpr "
-                "object, the argument types and JAX's trace context were all the same as an earlier "
-                "compile's, and no cache was cleared."
-            ),
-            (),
-        )
+        return _lowered_same_types(target, sig, inside, earlier, clears)
     first = entries[0]
     return (
         first["cause"],
@@ -590,6 +537,76 @@ def _explain_lowered(target: Target) -> tuple[str, str, tuple[dict[str, Any], ..
             f"{first['change'].replace('_', ' ')}: {first['before']} -> {first['after']}."
         ),
         tuple(entries),
+    )
+
+
+def _remember_lowered(target: Target) -> tuple[list[tuple[sigmod.Signature, int, Any]], int]:
+    """The earlier compiles without a trace to compare this one with, and the count of cache
+    clears now; this one is added to them.
+
+    A compile without a trace is compared only with the function's other compiles of the
+    same program made the same way: a backward pass, a remat's recomputation, the program
+    linearize builds of a primitive, are other programs than the plain one, with other
+    arguments, each with a history of its own."""
+    key = (target.info.function_hash, target.outside_call, target.program)
+    clears = ctxmod.clears()
+    with _lowered_lock:
+        earlier = list(_lowered.get(key, ()))
+        if target.signature is not None:
+            _lowered.setdefault(key, []).append((target.signature, clears, target.jaxpr_ref))
+            del _lowered[key][:-64]
+    return earlier, clears
+
+
+def _lowered_inside(target: Target) -> str:
+    """Where a compile without a trace was made, as the sentences say it."""
+    if target.outside_call:
+        return target.outside_call
+    if target.primitive is not None:
+        return (
+            "as a program JAX built for a transformation taken outside any jit (jax.grad, jvp or "
+            "linearize of eager code), told apart from the primitive run op by op"
+        )
+    return "traced inside a transformation (grad, vmap, a library's lifted transform) and run outside any jit"
+
+
+def _lowered_same_types(
+    target: Target, sig: sigmod.Signature, inside: str, earlier: list[tuple[sigmod.Signature, int, Any]], clears: int
+) -> tuple[str, str, tuple[dict[str, Any], ...]]:
+    """A compile without a trace of a program and argument types compiled before: after
+    a cache clear, for a jaxpr JAX built afresh, or for a reason unknown."""
+    info = target.info
+    repeats = [(at, ref) for old, at, ref in earlier if old.key == sig.key]
+    if any(at != clears for at, _ in repeats):
+        return (
+            Cause.CACHE_CLEARED,
+            f"`{info.name}` was compiled again, {inside}, with a program and argument types it had "
+            "compiled before, after jax.clear_caches().",
+            (),
+        )
+    current_jaxpr = target.jaxpr_ref() if target.jaxpr_ref is not None else None
+    if current_jaxpr is not None and all(ref is not None and ref() is not current_jaxpr for _, ref in repeats):
+        # JAX's lowering and compile caches are keyed on the jaxpr object, and a
+        # transformation evaluated outside any jit builds the jaxpr afresh each time.
+        return (
+            Cause.NEW_FUNCTION_OBJECT,
+            (
+                f"`{info.name}` was compiled again, {inside}: the same program at the same argument "
+                "types, rebuilt by JAX as a new jaxpr object (the transformed function was made afresh, "
+                "a lambda or partial in a loop, or JAX had dropped the old jaxpr), and JAX's compile "
+                "cache is keyed on the object. Jit the function that takes the transformation "
+                "(jax.jit(jax.grad(loss))), created once, so it compiles once."
+            ),
+            (),
+        )
+    return (
+        Cause.UNKNOWN,
+        (
+            f"`{info.name}` was compiled again, {inside}; the program (its equations), the jaxpr "
+            "object, the argument types and JAX's trace context were all the same as an earlier "
+            "compile's, and no cache was cleared."
+        ),
+        (),
     )
 
 

@@ -203,6 +203,13 @@ def describe_function(fun: Callable[..., Any]) -> FunctionInfo:
     for part in (module, qualname, tag, _source_text(target)):
         digest.update(part.encode("utf-8", "replace"))
         digest.update(b"\0")
+    return function_info(digest, name=name, qualname=qualname, module=module, file=file, line=line)
+
+
+def function_info(digest: Any, *, name: str, qualname: str, module: str, file: str, line: int) -> FunctionInfo:
+    """A function's info, hashed by ``digest`` (a sha256 of what makes it the same function
+    on every host): the hash is its first 20 hex digits, for a wrapped function and one
+    known only by name alike."""
     return FunctionInfo(
         function_hash=digest.hexdigest()[:20],
         name=name,
