@@ -154,6 +154,7 @@ class CallStatsRow(Base):
     __table_args__ = (
         Index("ix_call_stats_function_time", "function_hash", "timestamp"),
         Index("ix_call_stats_run", "run_id"),
+        Index("ix_call_stats_time", "timestamp"),
     )
 
 
