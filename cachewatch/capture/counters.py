@@ -211,34 +211,36 @@ def collect_call_stats(run_id: str) -> list[CallStats]:
         stats.flushed_calls = calls
         sample_every = stats.sample_every if stats.sampling else 0
         if not samples:
-            rows.append(
-                CallStats(
-                    run_id=run_id,
-                    function=stats.function,
-                    timestamp=now,
-                    calls=new_calls,
-                    sampled_calls=0,
-                    sampled_seconds=0.0,
-                    sample_every=sample_every,
-                )
-            )
+            rows.append(_row(run_id, stats, now, new_calls, sample_every))
             continue
         for signature_hash, (buckets, seconds) in samples.items():
-            rows.append(
-                CallStats(
-                    run_id=run_id,
-                    function=stats.function,
-                    timestamp=now,
-                    calls=new_calls,
-                    sampled_calls=sum(v[0] for v in buckets.values()),
-                    sampled_seconds=seconds[0],
-                    signature_hash=signature_hash,
-                    run_buckets=runtimes.to_json(buckets),
-                    sample_every=sample_every,
-                )
-            )
+            rows.append(_row(run_id, stats, now, new_calls, sample_every, signature_hash, buckets, seconds[0]))
             new_calls = 0  # the function's calls go on its first row
     return rows
+
+
+def _row(
+    run_id: str,
+    stats: CallCounter,
+    now: float,
+    calls: int,
+    sample_every: int,
+    signature_hash: str = "",
+    buckets: runtimes.Buckets | None = None,
+    seconds: float = 0.0,
+) -> CallStats:
+    """One row of a function's calls, with one signature's timed samples when it has some."""
+    return CallStats(
+        run_id=run_id,
+        function=stats.function,
+        timestamp=now,
+        calls=calls,
+        sampled_calls=sum(v[0] for v in buckets.values()) if buckets is not None else 0,
+        sampled_seconds=seconds,
+        signature_hash=signature_hash,
+        run_buckets=runtimes.to_json(buckets) if buckets is not None else None,
+        sample_every=sample_every,
+    )
 
 
 def _resample(cfg: configmod.Config) -> None:
