@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 
 # cachewatch's own bugs must fail its tests, not be swallowed.
 os.environ["CACHEWATCH_RAISE_INTERNAL_ERRORS"] = "1"
@@ -59,14 +60,14 @@ def sqlite_url(tmp_path) -> str:
 
 
 @pytest.fixture
-def pg_url(pg_available) -> str:
+def pg_url(pg_available) -> Iterator[str]:
     url = create_pg_database()
     yield url
     drop_pg_database(url)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request, tmp_path) -> str:
+def store_url(request, tmp_path) -> Iterator[str]:
     """A fresh, empty store of each kind."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"

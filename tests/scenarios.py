@@ -35,7 +35,7 @@ def jax_compile_log() -> Iterator[list[str]]:
     handler = _ListHandler()
     logger = logging.getLogger("jax")
     logger.addHandler(handler)
-    previous = jax.config.jax_log_compiles
+    previous = jax.config.values["jax_log_compiles"]
     jax.config.update("jax_log_compiles", True)
     try:
         yield handler.messages

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,11 +107,11 @@ def stats(
     )
 
 
-def batch(run: RunInfo, events: list[CompileEvent], call_stats: list[CallStats] = ()) -> Batch:
+def batch(run: RunInfo, events: list[CompileEvent], call_stats: Sequence[CallStats] = ()) -> Batch:
     return Batch(run=run, events=list(events), stats=list(call_stats))
 
 
-def payload(run: RunInfo, events: list[CompileEvent], call_stats: list[CallStats] = (), **extra) -> dict:
+def payload(run: RunInfo, events: list[CompileEvent], call_stats: Sequence[CallStats] = (), **extra) -> dict:
     """The JSON body of POST /api/v1/events: what the HTTP sink sends."""
     return {**batch(run, events, call_stats).to_wire(), **extra}
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import httpx
 import pytest
 import serverkit as kit
 import sqlalchemy as sa
@@ -41,7 +42,7 @@ def _count(url: str) -> int:
         return conn.execute(sa.select(sa.func.count()).select_from(models.compile_events)).scalar_one()
 
 
-def _pages(client: TestClient, function_hash: str, run_id: str) -> dict[str, object]:
+def _pages(client: TestClient, function_hash: str, run_id: str) -> dict[str, httpx.Response]:
     paths = [
         "/",
         "/functions",

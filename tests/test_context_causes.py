@@ -18,16 +18,17 @@ from cachewatch.core.events import Cause
 from cachewatch.explain import context as ctxmod
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries
+from cachewatch.store.columns import EventRow
 
 
-def compiled_events(url: str, names: set[str]) -> list[dict]:
+def compiled_events(url: str, names: set[str]) -> list[EventRow]:
     assert cachewatch.flush(30)
     with enginemod.connection(url) as conn:
         rows = queries.list_events(conn, limit=10_000)
     return [r for r in rows if r["name"] in names and r["compiled"]]
 
 
-def options(event: dict) -> dict[str, tuple[str, str]]:
+def options(event: EventRow) -> dict[str, tuple[str, str]]:
     return {e["path"]: (e["before"], e["after"]) for e in event["diff"] if e["change"] == "context"}
 
 
@@ -69,7 +70,7 @@ def _contexts(mm, a):
     with jax.numpy_rank_promotion("warn"):
         mm(a)
     mm(a)  # back in the first context: a hit
-    previous = jax.config.jax_default_matmul_precision
+    previous = jax.config.values["jax_default_matmul_precision"]
     jax.config.update("jax_default_matmul_precision", "float32")
     try:
         mm(a)
@@ -99,6 +100,7 @@ def test_context_managers_and_config_updates_are_new_context(sqlite_url, use_sto
     assert len(events) == scenarios.jax_compile_count(messages, "ctx_matmul") == 5
     assert [e["cause"] for e in events] == [Cause.FIRST_CALL] + [Cause.NEW_CONTEXT] * 4
     for event, expected in zip(events[1:], EXPECTED_OPTIONS[1:], strict=False):
+        assert expected is not None
         name, before, after = expected
         assert options(event) == {name: (before, after)}, event["diff"]
         assert f"{name}: {before} -> {after}" in event["explanation"]
@@ -143,7 +145,9 @@ def test_jax_own_jit_under_install_through_every_context_change(sqlite_url, use_
     events = compiled_events(sqlite_url, {"clip"})
     assert len(events) == scenarios.jax_compile_count(messages, "clip") == 5
     assert [e["cause"] for e in events] == [Cause.FIRST_CALL] + [Cause.NEW_CONTEXT] * 4
-    for event, (name, before, after) in zip(events[1:], EXPECTED_OPTIONS[1:], strict=False):
+    for event, expected in zip(events[1:], EXPECTED_OPTIONS[1:], strict=False):
+        assert expected is not None
+        name, before, after = expected
         assert options(event) == {name: (before, after)}, event["diff"]
 
 
@@ -406,7 +410,8 @@ def test_a_new_layout_of_a_committed_argument_is_named(sqlite_url, use_store):
     try:
         from jax.experimental.layout import Format, Layout
     except ImportError:  # the older name of the same class
-        from jax.experimental.layout import DeviceLocalLayout as Layout
+        # (gone from the JAX versions the type checker sees)
+        from jax.experimental.layout import DeviceLocalLayout as Layout  # type: ignore[attr-defined,no-redef]
         from jax.experimental.layout import Format
     from jax.sharding import SingleDeviceSharding
 

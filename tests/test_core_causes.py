@@ -8,18 +8,19 @@ import scenarios
 from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries
+from cachewatch.store.columns import EventRow
 
 # Every test here runs with the C hot path and with its pure-Python twin.
 pytestmark = pytest.mark.usefixtures("hot_path")
 
 
-def stored_events(url: str, names: list[str]) -> list[dict]:
+def stored_events(url: str, names: list[str]) -> list[EventRow]:
     with enginemod.connection(url) as conn:
         rows = queries.list_events(conn, limit=10_000)
     return [r for r in rows if r["name"] in names]
 
 
-def run_scenario(name: str, url: str, use_store) -> tuple[list[dict], list[str]]:
+def run_scenario(name: str, url: str, use_store) -> tuple[list[EventRow], list[str]]:
     use_store(url)
     with scenarios.jax_compile_log() as messages:
         names = scenarios.ALL[name]()
@@ -120,7 +121,8 @@ def test_nested_trace_recorded_but_not_compiled(sqlite_url, use_store):
     outer = [e for e in events if e["name"] == "outer"]
     assert len(inner) == 2 and inner[0]["nested"] and not inner[0]["compiled"]
     assert inner[0]["compile_seconds"] is None and inner[0]["kind"] == "trace"
-    assert len(outer) == 1 and outer[0]["compiled"] and outer[0]["compile_seconds"] > 0
+    assert len(outer) == 1 and outer[0]["compiled"]
+    assert outer[0]["compile_seconds"] is not None and outer[0]["compile_seconds"] > 0
     # Called on its own later, inner compiles from the jaxpr JAX cached: no second trace.
     assert inner[1]["kind"] == "compile" and inner[1]["compiled"] and inner[1]["trace_seconds"] is None
     assert scenarios.jax_compile_count(messages, "inner") == 1
@@ -139,12 +141,13 @@ def test_threads_attributed_to_their_own_call(sqlite_url, use_store):
 def test_failing_traces_recorded_with_error(sqlite_url, use_store):
     events, _ = run_scenario("failing_traces", sqlite_url, use_store)
     errors = {e["name"]: e["error"] for e in events}
-    assert errors["branchy"].startswith("TracerBoolConversionError: ")
+    assert errors["branchy"] is not None and errors["branchy"].startswith("TracerBoolConversionError: ")
+    assert errors["get_negatives"] is not None
     assert errors["get_negatives"].startswith("NonConcreteBooleanIndexError: ")
     assert all(not e["compiled"] for e in events)
 
 
-def normalized(events: list[dict]) -> list[tuple]:
+def normalized(events: list[EventRow]) -> list[tuple]:
     """The parts of a row that must not depend on the store (ids and timings do)."""
     rows = [
         (

@@ -12,7 +12,7 @@ import pytest
 
 import cachewatch
 from cachewatch.capture import guards
-from cachewatch.core.events import Cause
+from cachewatch.core.events import Cause, CompileEvent
 from cachewatch.record import recorder
 
 pytestmark = pytest.mark.usefixtures("hot_path")
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("hot_path")
 @pytest.fixture
 def events(sqlite_url, use_store):
     use_store(sqlite_url)
-    seen = []
+    seen: list[CompileEvent] = []
     recorder.add_listener(seen.append)
     yield seen
     recorder.remove_listener(seen.append)
@@ -72,7 +72,7 @@ def test_warn_once_with_the_causes_so_far_and_results_unchanged(events):
     assert "new_shape=2" in text and "x: float32[2] -> float32[3]" in text
     for n, out in zip(range(1, 6), outputs, strict=False):
         np.testing.assert_allclose(out, np.full(n, 2.0))
-    assert guards.tallies()[warned_step.__cachewatch_state__.info.function_hash].recompiles == 5
+    assert guards.tallies()[getattr(warned_step, "__cachewatch_state__").info.function_hash].recompiles == 5
 
 
 def test_record_only_counts(events):
@@ -84,7 +84,7 @@ def test_record_only_counts(events):
         warnings.simplefilter("error")  # any warning would fail the test
         for n in range(1, 5):
             recorded_step(jnp.ones(n))
-    tally = guards.tallies()[recorded_step.__cachewatch_state__.info.function_hash]
+    tally = guards.tallies()[getattr(recorded_step, "__cachewatch_state__").info.function_hash]
     assert tally.exceeded and tally.recompiles == 3 and tally.causes == {"new_shape": 3}
 
 

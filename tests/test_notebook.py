@@ -111,7 +111,8 @@ def test_a_compile_event_and_a_cell_report_render_themselves(use_store, sqlite_u
     html = events[1]._repr_html_()
     assert "<td" in html and "new_shape" in html and "x: float32[2] -&gt; float32[3]" in html
     report = CellReport(events, [])
-    assert "this cell compiled 2 times (1 function," in report._repr_html_()
+    report_html = report._repr_html_()
+    assert report_html is not None and "this cell compiled 2 times (1 function," in report_html
     assert repr(report).splitlines()[2].split()[:2] == ["double", "first_call"]
     assert CellReport([], [], always=False)._repr_html_() is None
 

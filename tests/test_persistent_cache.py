@@ -104,7 +104,7 @@ def test_api_function_page_and_metrics_show_it(cache_store):
     # those of the eager code around it (jnp.ones), recorded as op-by-op compiles.
     e = models.compile_events
     with enginemod.connection(cache_store) as conn:
-        stored = dict(
+        stored: dict[bool, int] = dict(
             conn.execute(
                 sa.select(e.c.persistent_cache_hit, sa.func.count())
                 .where(e.c.persistent_cache_hit.is_not(None))

@@ -3,6 +3,7 @@ concern in the order core/process.py states, whatever order the modules were imp
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -17,9 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_resets_run_in_the_order_of_their_concerns(monkeypatch):
     monkeypatch.setattr(process, "_resets", {concern: [] for concern in process.Concern})
-    ran = []
+    ran: list[object] = []
     for concern in reversed(process.Concern):  # registered last-first, as an import order might
-        process.on_fork_in_child(concern, lambda concern=concern: ran.append(concern))
+        process.on_fork_in_child(concern, functools.partial(ran.append, concern))
     process.on_fork_in_child(process.Concern.RUN, lambda: ran.append("second of RUN"))
     process.after_fork_in_child()
     assert ran == [process.Concern.RUN, "second of RUN", *list(process.Concern)[1:]]

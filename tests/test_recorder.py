@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -20,7 +21,7 @@ INFO = FunctionInfo(function_hash="f" * 20, name="synthetic", qualname="syntheti
 
 
 def make_event(**overrides) -> CompileEvent:
-    values = dict(
+    values: dict[str, Any] = dict(
         event_id=uuid.uuid4().hex,
         function=INFO,
         run_id=current.run_id(),

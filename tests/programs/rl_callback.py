@@ -10,7 +10,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 ENVS, STEPS, UPDATES = 64, 4, 12
-logged = []
+logged: list[float] = []
 
 
 def log_episodes(returns, done):
