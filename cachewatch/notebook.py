@@ -25,6 +25,7 @@ from .core.figures import seconds_text
 
 if TYPE_CHECKING:  # the analysis is imported when a report is made: loading the extension stays light
     from .analysis.results import Storm
+    from .analysis.runsummary import RunSummaryView
 
 # Rows shown under a cell; a loop that compiled thousands of times is summed up after these.
 MAX_ROWS = 50
@@ -97,49 +98,54 @@ class CellReport:
 
 class RunReport:
     """A run's summary (``cachewatch.report()``): the table of ``cachewatch run``'s summary,
-    as HTML in a notebook and as text elsewhere. ``summary`` is the plain dictionary."""
+    as HTML in a notebook and as text elsewhere. ``view`` is the summary; ``summary`` its
+    plain dictionary (the JSON of ``cachewatch run --summary json``)."""
 
-    def __init__(self, summary: dict[str, Any]):
-        self.summary = summary
+    def __init__(self, view: RunSummaryView):
+        self.view = view
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.view.as_json()
 
     def _repr_html_(self) -> str:
         from .analysis import runsummary
 
-        s = self.summary
-        head = html.escape(runsummary.text(s).splitlines()[0])
+        head = html.escape(runsummary.text(self.view).splitlines()[0])
         parts = [f"<p><strong>{head}</strong></p>"]
-        if s["functions"]:
+        report = self.view.figures.report if self.view.figures is not None else None
+        if report is not None and report.functions:
             rows = [
                 [
-                    f["name"],
-                    str(f["compiles"]),
-                    ", ".join(f"{c}={n}" for c, n in f["causes"].items()),
-                    seconds_text(f["compile_seconds"]),
-                    str(f["calls"] or "-"),
+                    f.name,
+                    str(f.compiles),
+                    ", ".join(f"{c}={n}" for c, n in f.causes.items()),
+                    seconds_text(f.compile_seconds),
+                    str(f.calls or "-"),
                 ]
-                for f in s["functions"]
+                for f in report.functions
             ]
             parts.append(
                 tables.html_table(
                     ("function", "compiles", "causes", "compile time", "calls"), rows, css_class="cachewatch-functions"
                 )
             )
-        if s["storms"]:
+        if report is not None and report.storms:
             parts.append(
                 tables.html_table(
                     ("storm in", "mostly", "recompiles", "fix"),
-                    [[t["short_name"], t["dominant_cause"], str(t["compiles"]), t["fix"]] for t in s["storms"]],
+                    [[t.short_name, t.dominant_cause, str(t.compiles), t.fix] for t in report.storms],
                     caption="Recompilation storms",
                     css_class="cachewatch-storms",
                 )
             )
-        parts.append(f"<p>Next: {html.escape('; '.join(s['next']))}</p>")
+        parts.append(f"<p>Next: {html.escape('; '.join(self.view.next))}</p>")
         return '<div class="cachewatch-run">' + "".join(parts) + "</div>"
 
     def __repr__(self) -> str:
         from .analysis import runsummary
 
-        return runsummary.text(self.summary)
+        return runsummary.text(self.view)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))

@@ -28,9 +28,12 @@ import threading
 import traceback
 import types
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .core import config as configmod
+
+if TYPE_CHECKING:  # the analysis is imported once the program has run, not before it starts
+    from .analysis.runsummary import RunSummaryView
 
 # The exit code of a program that succeeded but broke a limit of --max-compiles or
 # --fail-on-storm: apart from 1 (an uncaught exception) and 2 (a usage error), which
@@ -315,7 +318,7 @@ def _die_of_sigint() -> None:
         pass
 
 
-def _summarize(run_id: str) -> dict[str, Any]:
+def _summarize(run_id: str) -> RunSummaryView:
     """Write what the run recorded and read it back as the run's summary."""
     import cachewatch
 
@@ -327,25 +330,28 @@ def _summarize(run_id: str) -> dict[str, Any]:
     return runsummary.for_store(cfg.store, run_id, flushed=bool(flushed))
 
 
-def _limits_broken(summary: dict[str, Any] | None, args: argparse.Namespace) -> list[str]:
+def _limits_broken(summary: RunSummaryView | None, args: argparse.Namespace) -> list[str]:
     broken: list[str] = []
     if args.max_compiles is None and not args.fail_on_storm:
         return broken
-    if summary is None or summary.get("compiles") is None:
+    if summary is None or summary.figures is None:
         return ["the run's compiles could not be read back, so the limits cannot be checked"]
-    if args.max_compiles is not None and summary["compiles"] > args.max_compiles:
-        broken.append(f"{summary['compiles']} compiles, more than --max-compiles {args.max_compiles}")
-    if args.fail_on_storm and summary["storms"]:
-        names = ", ".join(s["short_name"] for s in summary["storms"])
+    report = summary.figures.report
+    if args.max_compiles is not None and report.compiles > args.max_compiles:
+        broken.append(f"{report.compiles} compiles, more than --max-compiles {args.max_compiles}")
+    if args.fail_on_storm and report.storms:
+        names = ", ".join(s.short_name for s in report.storms)
         broken.append(f"recompilation storm ({names}) and --fail-on-storm")
     return broken
 
 
-def _print_summary(summary: dict[str, Any], broken: list[str], style: str, code: int) -> None:
+def _print_summary(summary: RunSummaryView, broken: list[str], style: str, code: int) -> None:
     from .analysis import runsummary
 
     if style == "json":
-        print(json.dumps({**summary, "limits_broken": broken, "exit_code": code}, default=str), file=sys.stderr)
+        print(
+            json.dumps({**summary.as_json(), "limits_broken": broken, "exit_code": code}, default=str), file=sys.stderr
+        )
         return
     text = runsummary.text(summary)
     if broken:

@@ -44,7 +44,9 @@ class Ran:
                     sa.select(f.c.name).join(e, e.c.function_hash == f.c.function_hash).where(e.c.compiled)
                 )
             )
-        self.summary = runsummary.for_store(url, self.run_id)
+        summary = runsummary.for_store(url, self.run_id)
+        assert summary.figures is not None
+        self.figures = summary.figures
 
     def storm_at(self, line: int, program: str) -> Storm:
         (storm,) = [s for s in self.storms if s.call_site == f"{os.path.join(PROGRAMS, program)}:{line}"]
@@ -101,7 +103,7 @@ def test_a_library_jit_remade_at_every_step_is_a_storm_at_the_users_line(tmp_pat
     assert "numpyro makes afresh each time `SVI.run` runs" in storm.fix
     assert "call `svi.update` in the loop instead of `svi.run`" in storm.fix
     # Warm-up ended with the second svi.run: the summary no longer counts its compiles as set-up.
-    assert ran.summary["warmup_compiles"] < ran.summary["compiles"] - 6
+    assert ran.figures.warmup_compiles < ran.figures.report.compiles - 6
     assert f"Storm [ACTIVE] svi_refit.py:{line} (body_fn 6x)" in ran.stderr
     # Waste is only a recompile of body_fn that produced body_fn's program again.
     assert storm.identical_programs <= storm.compiles
@@ -115,9 +117,9 @@ def test_a_library_jit_remade_at_every_step_is_a_storm_at_the_users_line(tmp_pat
             .where(e.c.cause == Cause.FIRST_CALL.value)
         ).scalar_one()
     assert all(item["cause"] != Cause.FIRST_CALL for item in wasted)
-    assert sum(item["recompiles"] for item in wasted) == ran.summary["identical_recompiles"]
+    assert sum(item["recompiles"] for item in wasted) == ran.figures.identical_recompiles
     if first_wasted:  # a store that links first compiles across functions: never waste
-        assert ran.summary["identical_recompiles"] < sum(ran.compiles.values()) - len(ran.compiles)
+        assert ran.figures.identical_recompiles < sum(ran.compiles.values()) - len(ran.compiles)
 
 
 def test_a_jax_function_called_at_many_sizes_with_no_jit_of_the_users_is_a_storm(tmp_path):
@@ -126,7 +128,7 @@ def test_a_jax_function_called_at_many_sizes_with_no_jit_of_the_users_is_a_storm
     storm = ran.storm_at(_line_of("cholesky_sizes.py", "jnp.linalg.cholesky("), "cholesky_sizes.py")
     assert storm.dominant_cause == Cause.NEW_SHAPE and storm.compiles == 7
     assert "axis 0 of `cholesky`'s a took 8 sizes between 4 and 11" in storm.fix
-    assert ran.summary["warmup_compiles"] < ran.summary["compiles"] // 2
+    assert ran.figures.warmup_compiles < ran.figures.report.compiles // 2
 
 
 # ------------------------------------------------------------------ padding
@@ -408,7 +410,8 @@ def test_waste_counts_only_recompiles_of_one_function(sqlite_url):
     assert [(s["function_hash"], s["other_hash"], s["compiles"]) for s in shared] == [("twin", "step", 2)]
     assert "could share one jit" in shared[0]["text"]
     summary = runsummary.for_store(url, "r1")
-    assert summary["identical_recompiles"] == 1 and summary["shared_program_compiles"] == 2
+    assert summary.figures is not None
+    assert summary.figures.identical_recompiles == 1 and summary.figures.shared_program_compiles == 2
     text = runsummary.text(summary)
     assert "1 recompiles produced a program compiled before" in text
     assert "2 compiles produced the same program as another function's (no waste" in text
