@@ -211,6 +211,18 @@ class CauseTotalsRow(Base):
     cost_seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+class CompileHourTotalsRow(Base):
+    """Compiles per hour and cause for the whole store: the overview's chart of compiles
+    over time reads these rows (a year is at most 8,760 hours a cause) instead of every
+    compile. ``hour``: the hour's start, in epoch seconds."""
+
+    __tablename__ = "compile_hour_totals"
+
+    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    cause: Mapped[str] = mapped_column(String(32), primary_key=True)
+    compiles: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class CostBucketTotalsRow(Base):
     """``function_cost_buckets`` summed over functions: the store-wide histogram."""
 
@@ -343,6 +355,7 @@ run_totals = _table(RunTotalsRow)
 function_compile_totals = _table(FunctionCompileTotalsRow)
 cause_totals = _table(CauseTotalsRow)
 cost_bucket_totals = _table(CostBucketTotalsRow)
+compile_hour_totals = _table(CompileHourTotalsRow)
 function_call_totals = _table(FunctionCallTotalsRow)
 run_time_buckets = _table(RunTimeBucketRow)
 run_drops = _table(RunDropsRow)

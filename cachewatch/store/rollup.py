@@ -3,7 +3,7 @@
 Every write of compile events adds what it inserted (only that: a retried batch adds
 nothing) to small tables: per function, kind, cause and compiled flag; per function
 and cost bucket (the histogram of ``/metrics``); per run; per function alone; and for
-the whole store, per cause and per cost bucket. The report, the service's summary,
+the whole store, per cause, per cost bucket and per hour and cause (the overview's chart). The report, the service's summary,
 runs page and ``/metrics`` read these few thousand rows instead of millions of
 events; queries bounded in time or to one run read the events through their indexes.
 """
@@ -64,6 +64,7 @@ def deltas(
     runs for every event the store takes. The coarser totals (per function alone, and
     store-wide) are then summed from its few rows.
     """
+    events = list(events)
     functions, buckets, runs, identical = _per_event_totals(events, columns)
     per_function, causes, store_buckets = _coarse_totals(functions, buckets, identical)
     return {
@@ -73,7 +74,27 @@ def deltas(
         models.function_compile_totals: list(per_function.values()),
         models.cause_totals: list(causes.values()),
         models.cost_bucket_totals: list(store_buckets.values()),
+        models.compile_hour_totals: _hour_totals(events, columns),
     }
+
+
+HOUR = 3600
+
+
+def hour_of(timestamp: float) -> int:
+    """The start of the hour a time stamp falls in (epoch seconds): the key of ``compile_hour_totals``."""
+    return int(timestamp // HOUR) * HOUR
+
+
+def _hour_totals(events: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
+    """Compiles per hour and cause among the events."""
+    ts_at, cause_at, compiled_at = (columns.index(name) for name in ("timestamp", "cause", "compiled"))
+    counts: dict[tuple[int, str], int] = {}
+    for e in events:
+        if e[compiled_at]:
+            key = (hour_of(float(e[ts_at])), e[cause_at])
+            counts[key] = counts.get(key, 0) + 1
+    return [{"hour": hour, "cause": cause, "compiles": n} for (hour, cause), n in counts.items()]
 
 
 _EVENT_FIELDS = (
@@ -259,6 +280,7 @@ TABLES = (
     "cause_totals",
     "cost_bucket_totals",
     "run_time_buckets",
+    "compile_hour_totals",
 )
 
 

@@ -8,7 +8,7 @@ from typing import TypedDict
 import sqlalchemy as sa
 
 from cachewatch.core.events import Cause, Kind
-from cachewatch.store import models
+from cachewatch.store import models, rollup
 from cachewatch.store.columns import EVENT_SELECT, EventRow, Filters, cost_expr, event_rows_of
 
 
@@ -86,17 +86,56 @@ def _bucket(conn: sa.Connection, column: sa.ColumnElement, width: int) -> sa.Col
 def compiles_over_time(
     conn: sa.Connection, filters: Filters, *, recompiles_only: bool = True, function_hash: str | None = None
 ) -> CompilesOverTime:
-    """Compiles per time bucket and cause, in buckets as wide as the span shown asks."""
-    e = models.compile_events
+    """Compiles per time bucket and cause, in buckets as wide as the span shown asks. The
+    whole store's chart in buckets of an hour or more is summed from the kept hourly
+    totals (a year is a few thousand rows); a chart of one function, one run or a time
+    range, or of a span short enough for finer buckets, counts its compiles."""
+    whole_store = function_hash is None and filters.is_empty()
+    span = hour_span(conn) if whole_store else None
+    if span is not None and bucket_width(span) >= rollup.HOUR:
+        width = bucket_width(span)
+        return {"width": width, "rows": compiles_by_hour(conn, width, recompiles_only=recompiles_only)}
     width = bucket_width(time_span(conn, filters, function_hash))
+    rows = compiles_by_event(conn, filters, width, recompiles_only=recompiles_only, function_hash=function_hash)
+    return {"width": width, "rows": rows}
+
+
+def hour_span(conn: sa.Connection) -> tuple[float, float] | None:
+    """The span of the kept hourly totals: the first hour's start to the last hour's end."""
+    h = models.compile_hour_totals
+    low, high = conn.execute(sa.select(sa.func.min(h.c.hour), sa.func.max(h.c.hour))).one()
+    return None if low is None else (float(low), float(high) + rollup.HOUR)
+
+
+def compiles_by_hour(conn: sa.Connection, width: int, *, recompiles_only: bool) -> list[tuple[float, str, int]]:
+    """The whole store's compiles per bucket of ``width`` (a whole number of hours) and cause, from the kept totals."""
+    h = models.compile_hour_totals
+    bucket = _bucket(conn, h.c.hour, width).label("bucket")
+    q = sa.select(bucket, h.c.cause, sa.func.sum(h.c.compiles).label("n"))
+    if recompiles_only:
+        q = q.where(h.c.cause != Cause.FIRST_CALL)
+    rows = conn.execute(q.group_by(bucket, h.c.cause).order_by(bucket, h.c.cause)).all()
+    return [(float(r.bucket), r.cause, int(r.n)) for r in rows if r.n]
+
+
+def compiles_by_event(
+    conn: sa.Connection,
+    filters: Filters,
+    width: int,
+    *,
+    recompiles_only: bool = True,
+    function_hash: str | None = None,
+) -> list[tuple[float, str, int]]:
+    """Compiles per bucket of ``width`` seconds and cause, counted from the events."""
+    e = models.compile_events
     bucket = _bucket(conn, e.c.timestamp, width).label("bucket")
     q = filters.apply(e, sa.select(bucket, e.c.cause, sa.func.count().label("n")).where(e.c.compiled))
     if recompiles_only:
         q = q.where(e.c.cause != Cause.FIRST_CALL)
     if function_hash is not None:
         q = q.where(e.c.function_hash == function_hash)
-    rows = conn.execute(q.group_by(bucket, e.c.cause).order_by(bucket)).all()
-    return {"width": width, "rows": [(float(r.bucket), r.cause, int(r.n)) for r in rows]}
+    rows = conn.execute(q.group_by(bucket, e.c.cause).order_by(bucket, e.c.cause)).all()
+    return [(float(r.bucket), r.cause, int(r.n)) for r in rows]
 
 
 def timeline(conn: sa.Connection, function_hash: str, filters: Filters, limit: int = 5000) -> list[TimelinePoint]:

@@ -1,0 +1,83 @@
+"""The overview's chart of compiles over time: the whole store's weeks are summed from the
+kept hourly totals, and they say what counting the compiles themselves says."""
+
+from __future__ import annotations
+
+import random
+
+import sqlalchemy as sa
+from cachewatch_server.reads import charts
+from test_recorder import make_event
+
+import cachewatch
+from cachewatch.core.events import Cause
+from cachewatch.record import recorder
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models, rollup
+from cachewatch.store.columns import Filters
+
+DAY = 86400.0
+START = 1_780_000_000.0  # a Thursday in 2026, mid-hour
+CAUSES = (Cause.FIRST_CALL, Cause.NEW_SHAPE, Cause.NEW_STATIC_VALUE, Cause.WEAK_TYPE)
+
+
+def _record_weeks(days: int, seed: int = 7) -> int:
+    """Compiles (and traces that did not compile) at random times over ``days`` days."""
+    rng = random.Random(seed)
+    compiled = 0
+    for _ in range(400):
+        stamp = START + rng.uniform(0, days * DAY)
+        is_compile = rng.random() < 0.8
+        compiled += is_compile
+        recorder.record_event(make_event(timestamp=stamp, cause=rng.choice(CAUSES), compiled=is_compile))
+    assert cachewatch.flush(30)
+    return compiled
+
+
+def test_the_kept_hours_count_every_compile_once(store_url, use_store):
+    use_store(store_url)
+    compiled = _record_weeks(days=40)
+    with enginemod.connection(store_url) as conn:
+        h = models.compile_hour_totals
+        kept = conn.execute(sa.select(h.c.hour, h.c.cause, h.c.compiles)).all()
+        e = models.compile_events
+        counted: dict[tuple[int, str], int] = {}
+        for stamp, cause in conn.execute(sa.select(e.c.timestamp, e.c.cause).where(e.c.compiled)):
+            key = (rollup.hour_of(stamp), cause)
+            counted[key] = counted.get(key, 0) + 1
+    assert sum(n for _, _, n in kept) == compiled
+    assert {(int(hour), cause): n for hour, cause, n in kept} == counted
+    assert all(hour % rollup.HOUR == 0 for hour, _, _ in kept)
+
+
+def test_the_whole_store_chart_from_kept_hours_equals_the_count_of_compiles(store_url, use_store):
+    use_store(store_url)
+    _record_weeks(days=40)
+    with enginemod.connection(store_url) as conn:
+        whole = charts.compiles_over_time(conn, Filters())
+        assert whole["width"] >= rollup.HOUR  # a span of weeks: drawn from the kept hours
+        assert whole["rows"] == charts.compiles_by_event(conn, Filters(), whole["width"])
+        everything = charts.compiles_over_time(conn, Filters(), recompiles_only=False)
+        assert everything["rows"] == charts.compiles_by_event(
+            conn, Filters(), everything["width"], recompiles_only=False
+        )
+        assert sum(n for _, _, n in everything["rows"]) > sum(n for _, _, n in whole["rows"]) > 0
+        # A time range is counted from its events, in its own buckets.
+        since = Filters(since=START + 30 * DAY)
+        recent = charts.compiles_over_time(conn, since)
+        assert recent["rows"] == charts.compiles_by_event(conn, since, recent["width"])
+        assert min(bucket for bucket, _, _ in recent["rows"]) >= START + 30 * DAY - recent["width"]
+        # The kept hours are what the whole store's chart reads: events pruned since stay counted,
+        # as the kept totals beside it do.
+        conn.execute(sa.delete(models.compile_events))
+        assert charts.compiles_over_time(conn, Filters()) == whole
+        assert charts.compiles_by_event(conn, Filters(), whole["width"]) == []
+
+
+def test_a_short_store_is_counted_in_buckets_finer_than_an_hour(store_url, use_store):
+    use_store(store_url)
+    _record_weeks(days=1)
+    with enginemod.connection(store_url) as conn:
+        chart = charts.compiles_over_time(conn, Filters())
+        assert chart["width"] < rollup.HOUR
+        assert chart["rows"] == charts.compiles_by_event(conn, Filters(), chart["width"])
