@@ -14,7 +14,7 @@ it compiled, its signature, device and call site.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..core.events import OP_BY_OP_MODULE, Cause, CompileEvent, FunctionInfo, Kind, new_event_id
 from ..explain import signature as sigmod
@@ -56,6 +56,20 @@ class CompileRecord(Protocol):
     def program(self) -> program_mod.Pending | None: ...
 
 
+class Measured(NamedTuple):
+    """What only a wrapped function's call measured around its compile: which call
+    compiled and whether the program was repeating its work when it came (the call
+    counter), and the eager baseline's two timed runs, when one was taken."""
+
+    while_repeating: bool = False
+    call_number: int | None = None
+    compiled_run_seconds: float | None = None
+    eager_run_seconds: float | None = None
+
+
+NOT_MEASURED = Measured()
+
+
 def _no_cache_key(seq: int) -> tuple[bool | None, dict[str, str] | None]:
     return None, None
 
@@ -87,11 +101,11 @@ def compile_event(
     call_site: str | None,
     ahead: str | None = None,
     nested: bool = False,
-    extra: dict[str, Any] | None = None,
+    measured: Measured = NOT_MEASURED,
 ) -> CompileEvent:
     """The event of one trace or compile record. ``ahead``: the line that called
     ``cachewatch.warmup`` when the record is a warm-up's (kind ``warmup``, never a
-    recompile); ``extra``: fields only the caller measured (the next call's sample, an
+    recompile); ``measured``: what only the caller measured (the next call's sample, an
     eager baseline)."""
     compiled = record.compiles > 0
     if compiled and ahead is None:
@@ -123,8 +137,10 @@ def compile_event(
         cache_key=cache_key,
         jaxpr_eqns=record.jaxpr_eqns,
         pending=record.program,
-        **cachestate.readings(record),
-        **(extra or {}),
+        # Both name their fields as the event does; what was not read or measured is None
+        # (while_repeating False), the event's own default.
+        **cachestate.readings(record)._asdict(),
+        **measured._asdict(),
     )
 
 

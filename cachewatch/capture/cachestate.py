@@ -31,7 +31,7 @@ import contextlib
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core import _guard, jaxcompat, process
 from ..core.events import CallStats, FunctionInfo, NotWrittenReason, PersistentCache
@@ -161,21 +161,37 @@ def _not_written_reason(compile_seconds: float | None) -> str:
     return NotWrittenReason.ERROR_OR_OTHER.value
 
 
-def readings(record: Any) -> dict[str, Any]:
-    """The event fields of a compile record's readings (only those taken)."""
+class Readings(NamedTuple):
+    """What was read around one compile, as its event's fields: the host's memory (when it
+    was read) and what the persistent cache did (when it was asked); None: not read."""
+
+    host_bytes: int | None = None
+    host_bytes_before: int | None = None
+    peak_host_bytes: int | None = None
+    persistent_cache: str | None = None
+    persistent_cache_reason: str | None = None
+    persistent_cache_key: str | None = None
+    persistent_cache_bytes: int | None = None
+
+
+NOT_READ = Readings()
+
+
+def readings(record: Any) -> Readings:
+    """A compile record's readings (only those taken)."""
     if not record.compiles:
-        return {}
-    out: dict[str, Any] = {}
-    if record.host_bytes_before is not None:
-        out["host_bytes"] = record.host_bytes
-        out["host_bytes_before"] = record.host_bytes_before
-        out["peak_host_bytes"] = record.peak_host_bytes
-    if record.persistent_cache is not None:
-        out["persistent_cache"] = record.persistent_cache
-        out["persistent_cache_reason"] = record.persistent_cache_reason
-        out["persistent_cache_key"] = record.persistent_cache_key
-        out["persistent_cache_bytes"] = record.persistent_cache_bytes
-    return out
+        return NOT_READ
+    memory = record.host_bytes_before is not None
+    cache = record.persistent_cache is not None
+    return Readings(
+        host_bytes=record.host_bytes if memory else None,
+        host_bytes_before=record.host_bytes_before,
+        peak_host_bytes=record.peak_host_bytes if memory else None,
+        persistent_cache=record.persistent_cache,
+        persistent_cache_reason=record.persistent_cache_reason if cache else None,
+        persistent_cache_key=record.persistent_cache_key if cache else None,
+        persistent_cache_bytes=record.persistent_cache_bytes if cache else None,
+    )
 
 
 # ------------------------------------------------------------------ releases

@@ -445,16 +445,17 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
         return False
     call_site = _call_site()
     device = devices.of_inputs(args, kwargs)
-    extra: dict[str, Any] = {}
+    measured = building.NOT_MEASURED
     compiled = [r for r in records if r.compiles > 0 and r.error is None]
     if compiled and not state.in_library_file:
         current.note_user_compile(state.info.function_hash)
     if compiled and exc is None:
         # XLA's figures come with the program the compile itself made (program.py); the
         # cost_analysis setting, which lowered the call again for them, is deprecated.
-        extra.update(_sample_next_call(state, args, kwargs, compiled[0]))
-        if state.eager_baseline:
-            extra.update(_eager_baseline(state, jitted, compiled[0], args, kwargs))
+        measured = _sample_next_call(state, args, kwargs, compiled[0])
+        baseline = _eager_baseline(state, jitted, compiled[0], args, kwargs) if state.eager_baseline else None
+        if baseline is not None:
+            measured = measured._replace(compiled_run_seconds=baseline[0], eager_run_seconds=baseline[1])
     for record in records:
         event = _to_event(
             state,
@@ -463,7 +464,7 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
             kwargs,
             call_site,
             device,
-            extra if record is (compiled[0] if compiled else None) else {},
+            measured if record is (compiled[0] if compiled else None) else building.NOT_MEASURED,
         )
         recorder.record_event(event)
         for name, before, after in record.stale:
@@ -471,13 +472,13 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
     return all(r.kind == Kind.TRACE and r.trace_seconds is None and r.compiles == 0 for r in records)
 
 
-def _sample_next_call(state: HookState, args: tuple, kwargs: dict, record: _tracking.Record) -> dict[str, Any]:
+def _sample_next_call(state: HookState, args: tuple, kwargs: dict, record: _tracking.Record) -> building.Measured:
     """Time the call after this compile. The compile's fields from the call counter: which
     call compiled, and whether the program was repeating its work when it came."""
     sig = record.signature if record.kind == Kind.TRACE else _concrete_signature(state, args, kwargs)
     stats = _stats_for(state.info)
     repeating = stats.after_compile(sig.stable_hash() if sig is not None else None)
-    return {"while_repeating": repeating, "call_number": stats.calls}
+    return building.Measured(while_repeating=repeating, call_number=stats.calls)
 
 
 def _to_event(
@@ -487,7 +488,7 @@ def _to_event(
     kwargs: dict,
     call_site: str | None,
     device: str | None,
-    extra: dict[str, Any],
+    measured: building.Measured,
 ) -> CompileEvent:
     info = state.info
     compiled = record.compiles > 0
@@ -526,7 +527,7 @@ def _to_event(
         call_site=call_site,
         ahead=record.ahead,
         nested=nested,
-        extra=extra,
+        measured=measured,
     )
 
 
@@ -567,14 +568,15 @@ def _check_captures(state: HookState) -> None:
 
 def _eager_baseline(
     state: HookState, jitted: Any, record: _tracking.Record, args: tuple, kwargs: dict
-) -> dict[str, Any]:
-    """One steady-state compiled run and one op-by-op run of this signature, timed."""
+) -> tuple[float, float] | None:
+    """One steady-state compiled run and one op-by-op run of this signature, timed (their
+    seconds, in that order); None when not taken."""
     key = record.signature.key if record.signature is not None else None
     if key is None or key in state.measured:
-        return {}
+        return None
     leaves = jax.tree_util.tree_leaves((args, kwargs))
     if any(getattr(leaf, "is_deleted", lambda: False)() for leaf in leaves):
-        return {}  # donated inputs are gone: nothing to run again
+        return None  # donated inputs are gone: nothing to run again
     state.measured.add(key)
     with _tracking.suppress():
         start = time.perf_counter()
@@ -582,13 +584,13 @@ def _eager_baseline(
         compiled_seconds = time.perf_counter() - start
         fun = state.fun()
         if fun is None:  # the method's instance is gone
-            return {}
+            return None
         with jax.disable_jit():
             jax.block_until_ready(fun(*args, **kwargs))  # warm JAX's op-by-op caches
             start = time.perf_counter()
             jax.block_until_ready(fun(*args, **kwargs))
             eager_seconds = time.perf_counter() - start
-    return {"compiled_run_seconds": compiled_seconds, "eager_run_seconds": eager_seconds}
+    return compiled_seconds, eager_seconds
 
 
 def _transformation(args: tuple, kwargs: dict) -> tuple[str, tuple[str, ...]] | None:
