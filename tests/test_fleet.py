@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -96,6 +97,21 @@ def test_jobs_listing_metric_and_pages(client):
     assert "The ranks agree" in client.get("/jobs/agreeing").text
     assert "diverging" in client.get("/jobs").text
     assert client.get("/jobs/nope").status_code == 404
+
+
+def test_jobs_compared_together_are_each_job_compared_alone_without_the_names(fleet_store):
+    from cachewatch.analysis import fleet
+    from cachewatch.store import engine as enginemod
+
+    with enginemod.connection(fleet_store) as conn:
+        together = fleet.compare_jobs(conn, ["agreeing", "nope", "diverging"])
+        alone = [fleet.compare_job(conn, job) for job in ("agreeing", "diverging")]
+    assert [r.job for r in together] == ["agreeing", "diverging"]  # in the order asked, the unknown left out
+    for listed, full in zip(together, alone, strict=True):
+        assert full is not None
+        assert listed.divergences == []
+        assert listed == dataclasses.replace(full, divergences=[])
+    assert together[1].divergences_total == len(alone[1].divergences) > 0
 
 
 def test_job_and_rank_come_from_configuration():

@@ -93,15 +93,37 @@ class JobReport:
 
 def compare_job(conn: sa.Connection, job: str) -> JobReport | None:
     """The job's ranks, and every (rank, function, signature) that compiled more than
-    most ranks did; None when no run carries this job."""
+    most ranks did, each named; None when no run carries this job."""
     runs = job_runs(conn, job)
     if not runs:
         return None
+    return _compared(conn, job, runs, reads.signature_compiles(conn, [run.run_id for run in runs]), named=True)
+
+
+def compare_jobs(conn: sa.Connection, jobs: list[str]) -> list[JobReport]:
+    """Several jobs compared as :func:`compare_job` does, in their order, in two queries
+    for all of them; their divergences are counted and their ranks told, not named
+    (``divergences`` empty): what a listing of jobs and the divergence metric show."""
+    runs_of = reads.runs_of_jobs(conn, jobs)
+    counted: dict[str, list[reads.SignatureCompiles]] = defaultdict(list)
+    for row in reads.signature_compiles(conn, [run.run_id for runs in runs_of.values() for run in runs]):
+        counted[row.run_id].append(row)
+    return [
+        _compared(conn, job, runs_of[job], [row for run in runs_of[job] for row in counted[run.run_id]], named=False)
+        for job in jobs
+        if job in runs_of
+    ]
+
+
+def _compared(
+    conn: sa.Connection, job: str, runs: list[reads.JobRun], counts: list[reads.SignatureCompiles], *, named: bool
+) -> JobReport:
+    """The report of a job from its runs and their compiles per signature."""
     rank_of = {run.run_id: run.process_index if run.process_index is not None else -1 for run in runs}
     # (function, signature) -> rank -> compiles; a rank restarted in the same job adds up.
     compiles: dict[tuple[str, str], Counter] = defaultdict(Counter)
     per_rank: Counter = Counter()
-    for counted in reads.signature_compiles(conn, list(rank_of)):
+    for counted in counts:
         rank = rank_of[counted.run_id]
         compiles[(counted.function_hash, counted.signature_hash)][rank] += counted.compiles
         per_rank[rank] += counted.compiles
@@ -124,7 +146,7 @@ def compare_job(conn: sa.Connection, job: str) -> JobReport | None:
         ],
         missing_ranks=[i for i in range(declared) if i not in ranks] if declared else [],
         divergent_ranks=divergent,
-        divergences=_describe(conn, found[:MAX_DIVERGENCES], list(rank_of)),
+        divergences=_describe(conn, found[:MAX_DIVERGENCES], list(rank_of)) if named else [],
         divergences_total=len(found),
     )
 

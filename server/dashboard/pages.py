@@ -585,9 +585,7 @@ JOBS_LISTED = 100
 @router.get("/jobs", response_class=HTMLResponse)
 def jobs_page(request: Request, conn: Connection) -> HTMLResponse:
     view = _open_view(request, conn)
-    reports = [
-        r for r in (fleet.compare_job(conn, job) for job in fleet.recent_jobs(conn, JOBS_LISTED)) if r is not None
-    ]
+    reports = fleet.compare_jobs(conn, fleet.recent_jobs(conn, JOBS_LISTED))
     return page(request, "jobs.html", view=view, title="Jobs", reports=reports)
 
 

@@ -18,20 +18,16 @@ router = APIRouter(prefix="/api/v1", tags=["jobs"])
 def list_jobs(
     _: ReadAuth, conn: Connection, limit: Annotated[int, Query(ge=1, le=500, description="Most jobs to list.")] = 50
 ) -> list[JobSummary]:
-    out = []
-    for job in fleet.recent_jobs(conn, limit=limit):
-        report = fleet.compare_job(conn, job)
-        if report is not None:
-            out.append(
-                JobSummary(
-                    job=job,
-                    process_count=report.process_count,
-                    ranks=len(report.ranks),
-                    divergent_ranks=report.divergent_ranks,
-                    missing_ranks=report.missing_ranks,
-                )
-            )
-    return out
+    return [
+        JobSummary(
+            job=report.job,
+            process_count=report.process_count,
+            ranks=len(report.ranks),
+            divergent_ranks=report.divergent_ranks,
+            missing_ranks=report.missing_ranks,
+        )
+        for report in fleet.compare_jobs(conn, fleet.recent_jobs(conn, limit=limit))
+    ]
 
 
 @router.get(
