@@ -576,7 +576,7 @@ def fleet_and_cache_families(settings: ServerSettings) -> Iterator[Metric]:
             t = models.persistent_cache_totals
             cache = {result: int(events) for result, events in conn.execute(sa.select(t.c.result, t.c.events))}
             saved = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(t.c.saved_seconds), 0.0))).scalar_one()
-            jobs = {job: fleet.compare_job(conn, job) for job in fleet.recent_jobs(conn, RANK_DIVERGENCE_JOBS)}
+            jobs = fleet.compare_jobs(conn, fleet.recent_jobs(conn, RANK_DIVERGENCE_JOBS))
     except STORE_ERRORS as exc:
         logger.warning("metrics: cannot read jobs or cache totals: %s", exc)
         return
@@ -600,7 +600,6 @@ def fleet_and_cache_families(settings: ServerSettings) -> Iterator[Metric]:
         "the other ranks did not, or compiled it more often (0: the ranks agree).",
         labels=["job"],
     )
-    for job, report in jobs.items():
-        if report is not None:
-            divergence.add_metric([job], float(len(report["divergent_ranks"])))
+    for report in jobs:
+        divergence.add_metric([report.job], float(len(report.divergent_ranks)))
     yield divergence
