@@ -287,17 +287,26 @@ def _program_figures(conn: sa.Connection, store: _Store, snap: Snapshot) -> None
     wasted = conn.execute(
         sa.select(kept.c.function_hash, kept.c.identical_seconds).where(kept.c.identical_seconds > 0)
     ).all()
+    # Only the labeled functions show a size: each is found through the function-and-time
+    # index, newest first, instead of grouping every compile of the store.
+    f = models.functions
     latest = (
-        sa.select(e.c.function_hash, sa.func.max(e.c.timestamp).label("last"))
-        .where(e.c.program_fingerprint.is_not(None), e.c.jaxpr_eqns.is_not(None))
-        .group_by(e.c.function_hash)
-        .subquery()
+        sa.select(e.c.jaxpr_eqns)
+        .where(
+            e.c.function_hash == f.c.function_hash, e.c.program_fingerprint.is_not(None), e.c.jaxpr_eqns.is_not(None)
+        )
+        .order_by(e.c.timestamp.desc(), e.c.jaxpr_eqns.desc())
+        .limit(1)
+        .scalar_subquery()
     )
-    sizes = conn.execute(
-        sa.select(e.c.function_hash, sa.func.max(e.c.jaxpr_eqns))
-        .join(latest, sa.and_(latest.c.function_hash == e.c.function_hash, latest.c.last == e.c.timestamp))
-        .group_by(e.c.function_hash)
-    ).all()
+    labeled = sorted(h for h, label in store.labels.items() if label)
+    sizes = [
+        row
+        for start in range(0, len(labeled), 500)
+        for row in conn.execute(
+            sa.select(f.c.function_hash, latest).where(f.c.function_hash.in_(labeled[start : start + 500]))
+        )
+    ]
     for function_hash, seconds in wasted:
         label = store.labels.get(function_hash, "")
         if label:
