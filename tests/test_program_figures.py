@@ -11,6 +11,7 @@ import contextlib
 import gc
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -200,7 +201,7 @@ def test_a_failure_reading_the_program_keeps_the_event(sqlite_url, use_store, mo
 def test_xla_figures_are_the_compiles_own_and_nothing_is_lowered_again(sqlite_url, use_store, monkeypatch):
     """XLA's figures are read off the executable JAX compiled for the call; the deprecated
     cost_analysis setting lowers nothing a second time (docs/program.md)."""
-    built: list[tuple[object, program.Program]] = []
+    built: list[tuple[Any, program.Program]] = []
     build = program.build
 
     def spy(jaxpr, executable, *rest):
@@ -211,9 +212,12 @@ def test_xla_figures_are_the_compiles_own_and_nothing_is_lowered_again(sqlite_ur
     monkeypatch.setattr(program, "build", spy)
     lowered_again: list[object] = []
     lower = jax.stages.Traced.lower
-    monkeypatch.setattr(
-        jax.stages.Traced, "lower", lambda self, *a, **k: lowered_again.append(self) or lower(self, *a, **k)
-    )
+
+    def lower_again(self, *a, **k):
+        lowered_again.append(self)
+        return lower(self, *a, **k)
+
+    monkeypatch.setattr(jax.stages.Traced, "lower", lower_again)
 
     use_store(sqlite_url, cost_analysis=True)
 

@@ -91,6 +91,7 @@ def test_run_records_what_python_with_install_records_and_counts_the_calls_of_im
     assert runs["run"].returncode == 0, runs["run"].stderr[-3000:]
     with enginemod.connection(runs["run_store"]) as conn:
         first_run = conn.execute(sa.select(models.runs.c.run_id).order_by(models.runs.c.started_at)).scalars().first()
+    assert first_run is not None
     e = models.compile_events
     with enginemod.connection(runs["run_store"]) as conn:
         # Only the first run of that store: the storm run shares it.
@@ -386,6 +387,7 @@ INTERRUPTED = textwrap.dedent("""
 def _interrupted(args: list[str], cwd: Path, store: str) -> subprocess.CompletedProcess:
     """Start the program, wait for its ready line, and Ctrl-C it as a terminal would."""
     proc = subprocess.Popen(args, cwd=cwd, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     try:
         ready = proc.stdout.readline()
         if ready == "ready\n":

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 import scenarios
@@ -287,7 +288,7 @@ def test_a_page_of_functions_is_the_same_in_sql_as_from_the_whole_report(store_u
         for key in listings.SORT_KEYS:
             for sort in (key, "-" + key):
                 for q, cause in ((None, None), ("o", None), (None, Cause.NEW_SHAPE)):
-                    listed = dict(sort=sort, q=q, cause=cause)
+                    listed: dict[str, Any] = dict(sort=sort, q=q, cause=cause)
                     in_sql, total = listings.function_page(conn, whole, offset=0, limit=1000, **listed)
                     cut, cut_total = listings.function_page(conn, ranged, offset=0, limit=1000, **listed)
                     assert total == cut_total, listed
