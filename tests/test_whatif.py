@@ -5,6 +5,7 @@ assertion rests on a timing."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -396,3 +397,9 @@ def test_a_storms_fix_quotes_what_padding_saves_over_the_run(sqlite_url, use_sto
     (storm,) = [s for s in storms if s.name == "grows"]
     assert storm.priced_fix.startswith("pad x axis 0 to ")
     assert "compiles instead of 12" in storm.priced_fix and "Priced over this run: pad x" in storm.fix
+    # Counting storms (the summary, /metrics) leaves the price out and nothing else.
+    with enginemod.connection(sqlite_url) as conn:
+        unpriced = diagnosis.detect_storms(conn, priced=False)
+    assert unpriced == [
+        dataclasses.replace(s, priced_fix=None, fix=s.fix.split(" Priced over this run:")[0]) for s in storms
+    ]

@@ -52,6 +52,7 @@ def detect_storms(
     now: float | None = None,
     function_hashes: list[str] | None = None,
     heard_until: float | None = None,
+    priced: bool = True,
 ) -> list[Storm]:
     """Every storm in the store, newest first (a function can have several, apart in time).
 
@@ -60,7 +61,8 @@ def detect_storms(
     run, each saying in how many runs it recurs. Compiles made during a run's warm-up
     (set-up, and the first compile of each step) are left out, and so is a first pass
     (see :func:`first_passes`). ``heard_until`` judges the runs as of that time: what was
-    written after it does not show that the program went on.
+    written after it does not show that the program went on. Without ``priced``, a
+    storm's padding fix is not priced over its run (what counting storms needs).
     """
     return storms_and_first_passes(
         conn,
@@ -70,6 +72,7 @@ def detect_storms(
         now=now,
         function_hashes=function_hashes,
         heard_until=heard_until,
+        priced=priced,
     )[0]
 
 
@@ -100,6 +103,7 @@ def storms_and_first_passes(
     now: float | None = None,
     function_hashes: list[str] | None = None,
     heard_until: float | None = None,
+    priced: bool = True,
 ) -> tuple[list[Storm], list[FirstPass]]:
     """Both, from one reading of the recompiles: what a page showing both needs.
 
@@ -141,7 +145,7 @@ def storms_and_first_passes(
             # A storm is a function that keeps compiling: a line whose many primitives
             # each compiled once or twice (one pass of set-up) is none.
             storms.append(Storm(**_burst_fields(found)))
-    storms = _with_recurrence_and_waste(conn, storms)
+    storms = _with_recurrence_and_waste(conn, storms, priced=priced)
     storms.sort(key=lambda s: -s.end)
     passes.sort(key=lambda s: -s.end)
     return storms, passes
@@ -178,9 +182,10 @@ def _bursts_read_whole(
     return [(key, run_id, [read[r.event_id] for r in group], rows) for key, run_id, group, rows in bursts]
 
 
-def _with_recurrence_and_waste(conn: sa.Connection, storms: list[Storm]) -> list[Storm]:
+def _with_recurrence_and_waste(conn: sa.Connection, storms: list[Storm], *, priced: bool) -> list[Storm]:
     """Each storm with the runs its group storms in, the recompiles that made a program
-    already made, and for a new-shape storm of a jit, the padding fix priced over its run."""
+    already made, and (``priced``) for a new-shape storm of a jit, the padding fix priced
+    over its run."""
     runs_per_key: dict[str, set[str]] = collections.defaultdict(set)
     for storm in storms:
         runs_per_key[storm.key].add(storm.run_id)
@@ -197,13 +202,11 @@ def _with_recurrence_and_waste(conn: sa.Connection, storms: list[Storm]) -> list
             identical_programs=identical,
             identical_seconds=seconds,
         )
-        if not storm.key.startswith("site:") and storm.dominant_cause == Cause.NEW_SHAPE:
+        if priced and not storm.key.startswith("site:") and storm.dominant_cause == Cause.NEW_SHAPE:
             # What padding would save and cost over this run, priced on its own figures.
-            priced = whatif.priced_fix(conn, storm.key, storm.run_id)
-            if priced:
-                storm = dataclasses.replace(
-                    storm, priced_fix=priced, fix=f"{storm.fix} Priced over this run: {priced}."
-                )
+            price = whatif.priced_fix(conn, storm.key, storm.run_id)
+            if price:
+                storm = dataclasses.replace(storm, priced_fix=price, fix=f"{storm.fix} Priced over this run: {price}.")
         out.append(storm)
     return out
 
@@ -1161,8 +1164,10 @@ def storms(
     function_hashes: list[str] | None = None,
     active_only: bool = False,
     now: float | None = None,
+    priced: bool = True,
 ) -> list[Storm]:
-    """Storms, newest first. With ``active_only`` only recent events are read.
+    """Storms, newest first. With ``active_only`` only recent events are read; without
+    ``priced`` their padding fixes are not priced (see :func:`detect_storms`).
 
     A storm is active when its last compile is within ``window`` of now, and the
     ``threshold`` compiles that make it span at most ``window``: so every event of an
@@ -1176,13 +1181,15 @@ def storms(
             until=filters.until,
             since=horizon if filters.since is None else max(filters.since, horizon),
         )
-    found = detect_storms(conn, filters, threshold=threshold, window=window, now=now, function_hashes=function_hashes)
+    found = detect_storms(
+        conn, filters, threshold=threshold, window=window, now=now, function_hashes=function_hashes, priced=priced
+    )
     return [s for s in found if s.active] if active_only else found
 
 
 def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: float) -> Summary:
     """The store's totals (or the filtered part's) and how many storms are active now."""
-    active = storms(conn, filters, threshold=threshold, window=window, active_only=True)
+    active = storms(conn, filters, threshold=threshold, window=window, active_only=True, priced=False)
     return Summary(
         **queries.totals(conn, filters),
         active_storms=len(active),
