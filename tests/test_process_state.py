@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import os
 import re
+import select
+import signal
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,28 @@ def test_a_forked_child_is_a_new_run_with_its_own_writer():
     os.close(read)
     os.waitpid(pid, 0)
     assert seen == "True True False"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_child_forked_while_the_guard_was_held_can_still_report():
+    from cachewatch.core import _guard
+
+    read, write = os.pipe()
+    with _guard._lock:  # as a parent's thread reporting an error at the moment of the fork
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _guard.report("fork.test", ValueError("after fork"))  # would wait forever on the inherited lock
+                seen = str(_guard.internal_errors().get("fork.test"))
+            except BaseException as exc:
+                seen = repr(exc)
+            os.write(write, seen.encode())
+            os._exit(0)
+    os.close(write)
+    answered, _, _ = select.select([read], [], [], 60)  # a child stuck on the lock never answers
+    seen = os.read(read, 1000).decode() if answered else "no answer"
+    os.close(read)
+    if not answered:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert seen == "1"

@@ -49,6 +49,13 @@ def reset() -> None:
         _last_warning = 0.0
 
 
+def after_fork_in_child() -> None:
+    """A fresh lock in a forked child: a thread of the parent's that was reporting an error
+    when it forked held the lock and is not here to release it."""
+    global _lock
+    _lock = threading.Lock()
+
+
 def report(where: str, exc: BaseException) -> None:
     """Count an internal error and warn about it, rate-limited."""
     global _last_warning

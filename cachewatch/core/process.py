@@ -20,7 +20,8 @@ whatever order Python imported the modules in:
 5. ``CONNECTIONS`` (store/engine): the parent's pooled connections, which a child must
    never share. Last: the writer writes through them.
 
-Within a concern, resets run in the order they were registered. A reset that fails is
+Within a concern, resets run in the order they were registered. Before them all, the
+guard gets a fresh lock (a parent's thread may have held it while reporting). A reset that fails is
 reported through the guard, and the others still run (under cachewatch's own tests the
 guard re-raises, so the failure shows).
 """
@@ -53,7 +54,9 @@ def on_fork_in_child(concern: Concern, reset: Callable[[], None]) -> None:
 
 
 def after_fork_in_child() -> None:
-    """Reset the process's state, concern by concern (the handler ``fork`` calls)."""
+    """Reset the process's state, concern by concern (the handler ``fork`` calls). The
+    guard's own lock first: every reset runs under the guard."""
+    _guard.after_fork_in_child()
     for concern in Concern:
         for reset in _resets[concern]:
             with _guard.guard(f"fork.{concern.name.lower()}"):
