@@ -464,7 +464,21 @@ def _ladder_view(conn: sa.Connection, function_hash: str, view: View) -> LadderV
     return LadderView(result, whatif.fix_sentence(result), "")
 
 
-def _program_view(conn, request: Request, function_hash: str, view: View) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class ProgramView:
+    """The function page's "What was compiled": its compile-cost profile, its recompiles
+    that produced the same program, a program diff (or why there is none), and the
+    latest compiles' size against compile seconds."""
+
+    profile: dict[str, Any]
+    identical: list[dict[str, Any]]
+    diff: programs.ProgramDiff | None
+    problem: str | None
+    growth: list[dict[str, Any]]
+    growth_total: int
+
+
+def _program_view(conn: sa.Connection, request: Request, function_hash: str, view: View) -> ProgramView:
     """What the function compiled: its compile-cost profile, its recompiles that produced
     the same program, and a program diff (the latest recompile's, or ``?diff=EVENT&against=EVENT``)."""
     profile = programs.compile_profile(conn, function_hash, view.filters)
@@ -479,15 +493,14 @@ def _program_view(conn, request: Request, function_hash: str, view: View) -> dic
     except programs.ProgramNotFound as exc:
         problem = str(exc)
     # The latest compiles only: enough to see whether compile seconds follow program size.
-    growth = profile["growth"][-GROWTH_SHOWN:]
-    return {
-        "profile": profile,
-        "identical": identical,
-        "diff": change,
-        "problem": problem,
-        "growth": growth,
-        "growth_total": len(profile["growth"]),
-    }
+    return ProgramView(
+        profile=profile,
+        identical=identical,
+        diff=change,
+        problem=problem,
+        growth=profile["growth"][-GROWTH_SHOWN:],
+        growth_total=len(profile["growth"]),
+    )
 
 
 @router.get("/runs", response_class=HTMLResponse)
