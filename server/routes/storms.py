@@ -10,7 +10,7 @@ from cachewatch.analysis import diagnosis
 from cachewatch.analysis.results import FirstPass
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
-from ..schemas import StormPage
+from ..schemas import FirstPassOut, StormOut, StormPage
 
 router = APIRouter(prefix="/api/v1", tags=["storms"])
 
@@ -24,7 +24,7 @@ def list_storms(
     page: Page,
     active: Annotated[bool | None, Query(description="Only active (true) or only past (false) storms.")] = None,
     function_hash: Annotated[str | None, Query(max_length=40, description="Only this function.")] = None,
-) -> dict:
+) -> StormPage:
     offset = decode_cursor("storms", page.cursor) or 0
     if not isinstance(offset, int) or offset < 0:
         raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
@@ -48,10 +48,12 @@ def list_storms(
     end = offset + page.limit
     if offset:  # the first passes ride on the first page only
         passes = []
-    return {
-        "threshold": settings.storm_threshold,
-        "window": settings.storm_window,
-        "items": [s.as_json() for s in found[offset:end]],
-        "next_cursor": encode_cursor("storms", end) if end < len(found) else None,
-        "first_passes": [{**p.as_json(), "text": diagnosis.describe_first_pass(p)} for p in passes],
-    }
+    return StormPage(
+        threshold=settings.storm_threshold,
+        window=settings.storm_window,
+        items=[StormOut.model_validate(s.as_json()) for s in found[offset:end]],
+        next_cursor=encode_cursor("storms", end) if end < len(found) else None,
+        first_passes=[
+            FirstPassOut.model_validate({**p.as_json(), "text": diagnosis.describe_first_pass(p)}) for p in passes
+        ],
+    )

@@ -13,6 +13,6 @@ router = APIRouter(prefix="/api/v1", tags=["summary"])
 
 
 @router.get("/summary", response_model=Summary, summary="Totals: functions, compiles, cost, active storms")
-def get_summary(_: ReadAuth, conn: Connection, settings: Settings, filters: QueryFilters) -> dict:
+def get_summary(_: ReadAuth, conn: Connection, settings: Settings, filters: QueryFilters) -> Summary:
     found = diagnosis.summary(conn, filters, threshold=settings.storm_threshold, window=settings.storm_window)
-    return found.as_json()
+    return Summary.model_validate(found.as_json())
