@@ -114,7 +114,8 @@ def storms_and_first_passes(
     one of those functions."""
     now = time.time() if now is None else now
     # The diffs, the bulk of each row, are read only for the compiles in bursts.
-    every = steady.recompiles(conn, filters, function_hashes, diffs=False)
+    # Only the functions and lines with enough recompiles close together to make a burst.
+    every = steady.recompiles(conn, filters, function_hashes, diffs=False, dense=(threshold, window))
     if not every:
         return [], []
     names = evidence.function_infos(conn, {r.function_hash for r in every})

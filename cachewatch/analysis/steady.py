@@ -138,12 +138,18 @@ def _made_by_user_or_library(module: str) -> bool:
 
 
 def recompiles(
-    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None = None, *, diffs: bool = True
+    conn: sa.Connection,
+    filters: Filters,
+    function_hashes: list[str] | None = None,
+    *,
+    diffs: bool = True,
+    dense: tuple[int, float] | None = None,
 ) -> list[Recompile]:
     """Recompiles made after warm-up, by function, run and time: what storms are made of.
     Warm-up is the store's flags, ended where :func:`steady_since` says the program was
-    already repeating its work. Without ``diffs``: see evidence.recompiles_past_first."""
-    found = evidence.recompiles_past_first(conn, filters, function_hashes, diffs=diffs)
+    already repeating its work. Without ``diffs``, and ``dense``: see
+    evidence.recompiles_past_first."""
+    found = evidence.recompiles_past_first(conn, filters, function_hashes, diffs=diffs, dense=dense)
     since = steady_since(conn, {r.run_id for r, warmup in found if warmup})
     return [r for r, warmup in found if not warmup or (r.run_id in since and r.timestamp >= since[r.run_id])]
 

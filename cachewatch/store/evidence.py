@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..core.events import Cause, FunctionInfo, Kind
+from ..core.events import FunctionInfo, Kind
 from . import models
 from .columns import Filters, cost_expr
 
@@ -138,20 +138,37 @@ def function_infos(conn: sa.Connection, function_hashes: Iterable[str]) -> dict[
 
 
 def recompiles_past_first(
-    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None = None, *, diffs: bool = True
+    conn: sa.Connection,
+    filters: Filters,
+    function_hashes: list[str] | None = None,
+    *,
+    diffs: bool = True,
+    dense: tuple[int, float] | None = None,
 ) -> list[tuple[Recompile, bool]]:
     """Every compile that was not a function's first, with its warm-up flag, by function,
     run and time (compiles made ahead of time by cachewatch.warmup are never recompiles).
     With ``function_hashes``: those functions' own, and those of the lines of user code
     that reached them (a storm of eager code or library jits is found per line). Without
-    ``diffs``, each carries its event id instead, for :func:`with_diffs`."""
+    ``diffs``, each carries its event id instead, for :func:`with_diffs`. With ``dense``
+    (``threshold``, ``window``): only those of a function, or of a line of user code, in a
+    run where ``threshold`` of them came within ``window`` seconds somewhere (a burst needs
+    that), all of theirs; the rest of a fleet's store never leaves the database."""
     e = models.compile_events
+    recompiled = sa.text(models.RECOMPILED)  # word for word the partial indexes' condition, so they serve
     q = filters.apply(
         e,
         sa.select(*_recompile_columns(e, diffs), e.c.warmup)
-        .where(e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, e.c.kind != Kind.WARMUP.value)
+        .where(recompiled)
         .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
     )
+    if dense is not None:
+        by_function, by_line = _dense(filters, recompiled, *dense)
+        q = q.where(
+            sa.or_(
+                sa.tuple_(e.c.run_id, e.c.function_hash).in_(by_function),
+                sa.tuple_(e.c.run_id, e.c.call_site).in_(by_line),
+            )
+        )
     if function_hashes is not None:
         sites = sa.select(e.c.call_site).where(
             e.c.function_hash.in_(function_hashes), e.c.compiled, e.c.call_site.is_not(None)
@@ -159,6 +176,24 @@ def recompiles_past_first(
         q = q.where(sa.or_(e.c.function_hash.in_(function_hashes), e.c.call_site.in_(filters.apply(e, sites))))
     rows = conn.execute(q).all()
     return list(zip(_recompiles(rows), (bool(r.warmup) for r in rows), strict=False))
+
+
+def _dense(
+    filters: Filters, recompiled: sa.TextClause, threshold: int, window: float
+) -> tuple[sa.Select[Any], sa.Select[Any]]:
+    """The (run, function) and (run, line of user code) pairs among the recompiles in which
+    ``threshold`` consecutive ones fit in ``window`` seconds: those a burst can come from."""
+    e = models.compile_events
+    steps_back = max(threshold - 1, 0)
+
+    def pairs(column: sa.ColumnElement[Any]) -> sa.Select[Any]:
+        earlier = sa.func.lag(e.c.timestamp, steps_back).over(partition_by=(e.c.run_id, column), order_by=e.c.timestamp)
+        spans = filters.apply(
+            e, sa.select(e.c.run_id, column.label("member"), (e.c.timestamp - earlier).label("span")).where(recompiled)
+        ).subquery()
+        return sa.select(spans.c.run_id, spans.c.member).where(spans.c.span <= window).distinct()
+
+    return pairs(e.c.function_hash), pairs(e.c.call_site)
 
 
 def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list[str]) -> list[SignatureCost]:

@@ -49,6 +49,11 @@ class FunctionRow(Base):
     first_seen: Mapped[float] = mapped_column(Float)
 
 
+# What makes an event a recompile (compiled, not a first call, not made ahead of time by
+# cachewatch.warmup), as SQL the partial indexes below and the queries they serve share word for word.
+RECOMPILED = "compiled AND cause <> 'first_call' AND kind <> 'warmup'"
+
+
 class CompileEventRow(Base):
     __tablename__ = "compile_events"
 
@@ -129,6 +134,25 @@ class CompileEventRow(Base):
         Index("ix_compile_events_function_time", "function_hash", "timestamp"),
         Index("ix_compile_events_run_time", "run_id", "timestamp"),
         Index("ix_compile_events_time", "timestamp"),
+        # The recompiles (storms are made of them) per run and function, and per run and
+        # line of user code, in time order: where a burst can be is found in this index
+        # alone (store/evidence.py's _dense), never in the wide rows.
+        Index(
+            "ix_recompiles_run_function",
+            "run_id",
+            "function_hash",
+            "timestamp",
+            postgresql_where=sa.text(RECOMPILED),
+            sqlite_where=sa.text(RECOMPILED),
+        ),
+        Index(
+            "ix_recompiles_run_site",
+            "run_id",
+            "call_site",
+            "timestamp",
+            postgresql_where=sa.text(RECOMPILED),
+            sqlite_where=sa.text(RECOMPILED),
+        ),
     )
 
 

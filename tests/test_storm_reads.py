@@ -1,0 +1,137 @@
+"""Storms are found from the runs and functions (or lines of user code) where enough
+recompiles came close together, read through an index; the rest of a store never leaves
+the database. What is found must be what reading every recompile finds."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import sqlalchemy as sa
+
+from cachewatch.analysis import diagnosis, steady
+from cachewatch.core.events import Cause, Kind
+from cachewatch.store import engine as enginemod
+from cachewatch.store import evidence, models
+from cachewatch.store.columns import Filters
+
+NOW = 1_750_000_000.0
+# Two jits of the user's, and two library functions reached from the same lines.
+FUNCTIONS = {
+    "step": ("train", "/p/train.py"),
+    "evaluate": ("train", "/p/train.py"),
+    "lib_a": ("jax._src.numpy.linalg", "/site-packages/jax/_src/numpy/linalg.py"),
+    "lib_b": ("jax._src.numpy.linalg", "/site-packages/jax/_src/numpy/linalg.py"),
+}
+SITES = ("/p/train.py:40", "/p/train.py:77")
+CAUSES = (Cause.NEW_SHAPE, Cause.NEW_SHAPE, Cause.NEW_STATIC_VALUE, Cause.WEAK_TYPE)
+
+
+def _fill(url: str, seed: int) -> None:
+    """Runs with storms, sparse recompiles, first calls, warm-up and ahead-of-time compiles,
+    and library functions whose compiles are close together only counted per line."""
+    rng = random.Random(seed)
+    enginemod.ensure_schema(url)
+    runs = [f"r{i}" for i in range(6)]
+    events = []
+    for run_index, run_id in enumerate(runs):
+        start = NOW + run_index * 86400
+        for name in FUNCTIONS:
+            events.append(_event(run_id, name, start, Cause.FIRST_CALL, warmup=True))
+        n = 0
+        for _ in range(rng.randint(4, 9)):
+            # A stretch of one jit, or of the library functions reached from one line
+            # (alternating, so only the line is dense), close together in odd runs.
+            names = [rng.choice(["step", "evaluate"])] if rng.random() < 0.5 else ["lib_a", "lib_b"]
+            site = rng.choice(SITES)
+            gap = rng.choice((2.0, 5.0, 30.0)) if run_index % 2 else rng.choice((400.0, 2000.0))
+            for k in range(rng.randint(3, 14)):
+                start += gap * rng.uniform(0.5, 1.5)
+                n += 1
+                events.append(
+                    _event(
+                        run_id,
+                        names[k % len(names)],
+                        start,
+                        rng.choice(CAUSES),
+                        site=site,
+                        warmup=n < 3,
+                        kind=Kind.WARMUP if rng.random() < 0.05 else "trace",
+                        signature=f"s{n % 9}",
+                    )
+                )
+            start += rng.choice((100.0, 3000.0))
+    with enginemod.connection(url) as conn:
+        conn.execute(sa.insert(models.runs), [{"run_id": r, "started_at": NOW, "jax_version": "0.10.2"} for r in runs])
+        conn.execute(
+            sa.insert(models.functions),
+            [
+                {
+                    "function_hash": name,
+                    "name": name,
+                    "qualname": name,
+                    "module": module,
+                    "file": file,
+                    "first_seen": NOW,
+                }
+                for name, (module, file) in FUNCTIONS.items()
+            ],
+        )
+        conn.execute(sa.insert(models.compile_events), events)
+
+
+def _event(run_id, name, t, cause, *, site=None, warmup=False, kind="trace", signature="s0") -> dict:
+    return {
+        "event_id": f"{run_id}-{name}-{t}",
+        "function_hash": name,
+        "run_id": run_id,
+        "timestamp": t,
+        "kind": kind,
+        "cause": cause,
+        "compiled": True,
+        "nested": False,
+        "warmup": warmup,
+        "signature_hash": signature,
+        "call_site": site,
+        "trace_seconds": 0.01,
+    }
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_storms_from_the_dense_pairs_are_the_storms_of_every_recompile(store_url, monkeypatch, seed):
+    _fill(store_url, seed)
+    reading_all = steady.recompiles
+
+    def every_recompile(*args, dense=None, **kwargs):
+        return reading_all(*args, **kwargs)
+
+    storms = 0
+    with enginemod.connection(store_url) as conn:
+        for threshold, window in ((5, 60.0), (3, 10.0), (8, 600.0)):
+            found = diagnosis.storms_and_first_passes(
+                conn, Filters(), threshold=threshold, window=window, now=NOW, priced=False
+            )
+            with monkeypatch.context() as patched:
+                patched.setattr(steady, "recompiles", every_recompile)
+                whole = diagnosis.storms_and_first_passes(
+                    conn, Filters(), threshold=threshold, window=window, now=NOW, priced=False
+                )
+            assert found == whole
+            storms += len(found[0])
+    assert storms, "the filled store has storms to compare"
+
+
+def test_the_dense_pairs_leave_out_sparse_runs(store_url):
+    _fill(store_url, 3)
+    with enginemod.connection(store_url) as conn:
+        dense = evidence.recompiles_past_first(conn, Filters(), diffs=False, dense=(5, 60.0))
+        every = evidence.recompiles_past_first(conn, Filters(), diffs=False)
+    assert {r.run_id for r, _ in dense} < {r.run_id for r, _ in every}  # the sparse runs stay in the store
+    assert {r.run_id for r, _ in dense} <= {"r1", "r3", "r5"}
+    kept = {r.event_id for r, _ in dense}
+    assert kept <= {r.event_id for r, _ in every}
+
+
+def test_the_recompile_condition_is_the_vocabulary_s():
+    assert f"cause <> '{Cause.FIRST_CALL.value}'" in models.RECOMPILED
+    assert f"kind <> '{Kind.WARMUP.value}'" in models.RECOMPILED
