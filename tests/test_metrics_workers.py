@@ -104,7 +104,10 @@ def _assert_never_lower(history: list[dict], names: tuple[str, ...]) -> int:
 
 
 def _run(urls: list[str], recorded, scrapes: int) -> list[dict]:
-    stop, posted, history, crashed = threading.Event(), [], [], []
+    stop = threading.Event()
+    posted: list[tuple[int, int, int]] = []
+    history: list[dict] = []
+    crashed: list[Exception] = []
 
     def feed() -> None:
         try:

@@ -38,7 +38,7 @@ def recorded(tmp_path_factory) -> kit.Recorded:
     return kit.run_jax_workload()
 
 
-def report_row(url: str, name: str) -> dict:
+def report_row(url: str, name: str) -> columns.FunctionReport:
     with enginemod.connection(url) as conn:
         rows = [r for r in storequeries.function_report(conn) if r["name"] == name]
     assert len(rows) == 1, rows
@@ -87,8 +87,9 @@ def test_pipelined_loop_samples_exactly_and_within_its_wall_time(sqlite_url, use
     # The compile, then the first cache hit and every 20th call after it (19 in all stay
     # under the cap of 50 a second, however fast the machine).
     assert (row["calls"], row["sampled_calls"]) == (401, 20)
-    assert 0 < row["run_seconds_mean"] < math.inf
-    assert row["run_seconds_est"] == pytest.approx(row["calls"] * row["run_seconds_mean"])
+    mean = row["run_seconds_mean"]
+    assert mean is not None and 0 < mean < math.inf
+    assert row["run_seconds_est"] == pytest.approx(row["calls"] * mean)
 
 
 def test_blocked_kernel_samples_exactly_and_within_its_stopwatch(sqlite_url, use_store):
@@ -112,8 +113,9 @@ def test_blocked_kernel_samples_exactly_and_within_its_stopwatch(sqlite_url, use
     assert (row["calls"], row["sampled_calls"]) == (42, 21)
     # No timed call outlasts the call around it; the run time is a bucket's centre, within
     # 2 ** (1 / 16) of the times in the bucket.
-    assert 0 < row["run_seconds_mean"] <= max(stopwatch) * 2 ** (1 / 16)
-    assert row["run_seconds_est"] == pytest.approx(42 * row["run_seconds_mean"])
+    mean = row["run_seconds_mean"]
+    assert mean is not None and 0 < mean <= max(stopwatch) * 2 ** (1 / 16)
+    assert row["run_seconds_est"] == pytest.approx(42 * mean)
 
 
 # ------------------------------------------------------------------ every function gets a compile share
@@ -216,7 +218,8 @@ def test_signatures_are_weighted_by_the_calls_they_stand_for(sqlite_url):
     # A small shape called 900 times at 1 ms, a big one 100 times at 10 ms: one call
     # costs 1.9 ms on average, not the 5.5 ms of averaging the two signatures.
     enginemod.ensure_schema(sqlite_url)
-    small, big = {}, {}
+    small: runtimes.Buckets = {}
+    big: runtimes.Buckets = {}
     runtimes.add_sample(small, 0.001, weight=900)
     runtimes.add_sample(big, 0.010, weight=100)
     with enginemod.connection(sqlite_url) as conn:
@@ -301,4 +304,4 @@ def test_cost_model_gives_no_exponent_from_too_few_points(sqlite_url):
     with enginemod.connection(sqlite_url) as conn:
         (row,) = diagnosis.cost_model(conn)
     assert row.points == 4 and row.exponent is None and not row.superlinear
-    assert "from 4 compile(s)" in row.note
+    assert row.note is not None and "from 4 compile(s)" in row.note

@@ -404,8 +404,10 @@ def test_waste_counts_only_recompiles_of_one_function(sqlite_url):
         # A recompile is diffed with the function's own earlier program, never another function's.
         from cachewatch.store import programs as stored
 
-        assert programs.default_against(conn, stored.event(conn, "e3")) == "e1"
-        assert programs.default_against(conn, stored.event(conn, "e2")) is None
+        e3, e2 = stored.event(conn, "e3"), stored.event(conn, "e2")
+        assert e3 is not None and e2 is not None
+        assert programs.default_against(conn, e3) == "e1"
+        assert programs.default_against(conn, e2) is None
     assert [(w["function_hash"], w["recompiles"]) for w in wasted] == [("step", 1)]
     assert [(s["function_hash"], s["other_hash"], s["compiles"]) for s in shared] == [("twin", "step", 2)]
     assert "could share one jit" in shared[0]["text"]

@@ -395,7 +395,7 @@ def test_a_storms_fix_quotes_what_padding_saves_over_the_run(sqlite_url, use_sto
     with enginemod.connection(sqlite_url) as conn:
         storms = diagnosis.detect_storms(conn)
     (storm,) = [s for s in storms if s.name == "grows"]
-    assert storm.priced_fix.startswith("pad x axis 0 to ")
+    assert storm.priced_fix is not None and storm.priced_fix.startswith("pad x axis 0 to ")
     assert "compiles instead of 12" in storm.priced_fix and "Priced over this run: pad x" in storm.fix
     # Counting storms (the summary, /metrics) leaves the price out and nothing else.
     with enginemod.connection(sqlite_url) as conn:
