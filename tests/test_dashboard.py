@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,7 @@ BIAS = 0.0
 
 def _load_example():
     spec = importlib.util.spec_from_file_location("train_storms", ROOT / "examples" / "train_storms.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -154,7 +156,7 @@ def seeded_sqlite(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store(request, seeded_sqlite) -> tuple[str, str]:
+def store(request, seeded_sqlite) -> Iterator[tuple[str, str]]:
     """(kind, url) of a store holding the seeded runs."""
     if request.param == "sqlite":
         yield "sqlite", seeded_sqlite
@@ -721,7 +723,9 @@ def test_run_filter_is_carried_through_links(tab, api):
 def test_time_filter(tab, api):
     pitfalls = next(r for r in api("/runs")["items"] if r["run_name"] == "pitfalls")
     first = min(f["first_compile"] for f in api("/functions", run_id=pitfalls["run_id"])["items"])
-    typed = render.utc(first).strftime("%Y-%m-%dT%H:%M:%S")
+    first_time = render.utc(first)
+    assert first_time is not None
+    typed = first_time.strftime("%Y-%m-%dT%H:%M:%S")
     tab.open("/functions")
     tab.page.fill("#filter-since", typed)
     tab.follow(lambda: tab.page.click("#filter-form button[type=submit]"))
@@ -775,7 +779,9 @@ def test_assets_come_from_the_installed_plotly(server):
         page = client.get("/").text
         src = next(part.split('"')[0] for part in page.split('<script src="')[1:] if "plotly" in part)
         assert src.startswith(render.PLOTLY_PATH + "?v=")
-        installed = Path(importlib.util.find_spec("plotly").origin).parent / "package_data" / "plotly.min.js"
+        plotly_spec = importlib.util.find_spec("plotly")
+        assert plotly_spec is not None and plotly_spec.origin is not None
+        installed = Path(plotly_spec.origin).parent / "package_data" / "plotly.min.js"
         plain = client.get(src, headers={"Accept-Encoding": "identity"})
         assert plain.status_code == 200 and plain.content == installed.read_bytes()
         assert "immutable" in plain.headers["cache-control"]
@@ -797,7 +803,7 @@ def test_assets_come_from_the_installed_plotly(server):
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def empty_store(request, tmp_path) -> str:
+def empty_store(request, tmp_path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'empty.db'}"
         return
