@@ -36,7 +36,7 @@ class _PyCounter:
 def _native() -> ModuleType | None:
     """The cache-hit path in C (cachewatch/_fastcall.c), built by pip when a C compiler is
     there; without it (or with CACHEWATCH_PURE_PYTHON set), the pure-Python twin in
-    jit._make_watched does the same, slower."""
+    jit._python_watched does the same, slower."""
     if os.environ.get("CACHEWATCH_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
