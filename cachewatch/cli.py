@@ -243,7 +243,7 @@ def _compare(args: argparse.Namespace) -> int:
         result, max_extra_compiles=args.max_extra_compiles, max_compile_time_ratio=args.max_compile_time_ratio
     )
     if args.format == "json":
-        print(json.dumps({**result, "limits_broken": broken}, indent=2, default=str))
+        print(json.dumps({**result.as_json(), "limits_broken": broken}, indent=2, default=str))
     else:
         print(comparison.text(result))
         for reason in broken:
@@ -673,7 +673,7 @@ def _diff(args: argparse.Namespace) -> int:
     except programs.ProgramNotFound as exc:
         print(f"cachewatch: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(change, indent=2, default=str) if args.format == "json" else programs.diff_text(change))
+    print(json.dumps(change.as_json(), indent=2, default=str) if args.format == "json" else programs.diff_text(change))
     return 0
 
 
