@@ -549,7 +549,7 @@ def storms_page(request: Request, conn: Connection) -> HTMLResponse:
         empty=empty,
         active_count=sum(1 for s in found if s.active),
         run_names=run_names,
-        first_passes=[{**p.as_json(), "text": diagnosis.describe_first_pass(p)} for p in passes],
+        first_passes=[(p, diagnosis.describe_first_pass(p)) for p in passes],
         **_storm_settings(request),
     )
 
