@@ -357,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def _main(argv: Sequence[str] | None) -> int:  # noqa: C901  (being split)
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if argv and argv[0] == "run":
@@ -370,47 +370,53 @@ def _main(argv: Sequence[str] | None) -> int:  # noqa: C901  (being split)
     args = parser.parse_args(argv)
     from .store import engine as enginemod
 
+    commands = {
+        "report": _report,
+        "events": _events,
+        "storms": _storms,
+        "program": _program,
+        "diff": _diff,
+        "db": _db,
+        "serve": _serve,
+        "compare": _compare,
+        "whatif": _whatif,
+        "cache": _cache,
+        "settings": _settings,
+        "doctor": _doctor,
+    }
+    command = commands.get(args.command)
+    if command is None:
+        return 1
     try:
-        if args.command == "report":
-            return _report(args)
-        if args.command == "events":
-            return _events(args)
-        if args.command == "storms":
-            return _storms(args)
-        if args.command == "program":
-            return _program(args)
-        if args.command == "diff":
-            return _diff(args)
-        if args.command == "db" and args.db_command == "prune":
-            return _prune(args)
-        if args.command == "db":
-            url = _store_url(args)
-            revision = enginemod.upgrade(url)
-            print(f"store {enginemod.redact_url(enginemod.normalize_url(url))} is at revision {revision}")
-            return 0
-        if args.command == "serve":
-            serve = _service()
-            if serve is None:
-                print(
-                    "cachewatch: the service is not installed; run: pip install 'cachewatch[server]'", file=sys.stderr
-                )
-                return 2
-            return serve(store=_store_url(args), host=args.host, port=args.port, workers=args.workers)
-        if args.command == "compare":
-            return _compare(args)
-        if args.command == "whatif":
-            return _whatif(args)
-        if args.command == "cache":
-            return _cache(args)
-        if args.command == "settings":
-            print(configmod.describe())
-            return 0
-        if args.command == "doctor":
-            return _doctor(args)
+        return command(args)
     except (enginemod.StoreError, configmod.ConfigError) as exc:
         print(f"cachewatch: {exc}", file=sys.stderr)
         return 2
-    return 1
+
+
+def _db(args: argparse.Namespace) -> int:
+    """``cachewatch db prune``, or bring the store's schema to the newest revision."""
+    from .store import engine as enginemod
+
+    if args.db_command == "prune":
+        return _prune(args)
+    url = _store_url(args)
+    revision = enginemod.upgrade(url)
+    print(f"store {enginemod.redact_url(enginemod.normalize_url(url))} is at revision {revision}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    serve = _service()
+    if serve is None:
+        print("cachewatch: the service is not installed; run: pip install 'cachewatch[server]'", file=sys.stderr)
+        return 2
+    return serve(store=_store_url(args), host=args.host, port=args.port, workers=args.workers)
+
+
+def _settings(args: argparse.Namespace) -> int:
+    print(configmod.describe())
+    return 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
