@@ -11,7 +11,7 @@ bash scripts/ensure-browser.sh
 LINTED="cachewatch server tests benchmarks examples migrations deploy"
 .venv/bin/ruff check $LINTED
 .venv/bin/ruff format --check $LINTED
-.venv/bin/mypy  # cachewatch/ and server/, configured in pyproject.toml
+.venv/bin/mypy  # cachewatch/, server/ (as cachewatch_server) and tests/, configured in pyproject.toml
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 
 leg() {  # leg VENV LABEL ARGS...: the suite on one interpreter
