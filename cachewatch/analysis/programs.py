@@ -325,7 +325,7 @@ def identical_recompiles(
     out = []
     for row in rows:
         item: dict[str, Any] = dataclasses.asdict(row)
-        item["fix"] = identical_fix(item)
+        item["fix"] = identical_fix(row)
         out.append(item)
     out.sort(key=lambda r: -r["seconds"])
     return out
@@ -355,22 +355,22 @@ def shared_programs(conn: sa.Connection, filters: Filters = Filters()) -> list[d
     return out
 
 
-def identical_fix(row: dict[str, Any]) -> str:
-    n = row["recompiles"]
+def identical_fix(row: stored.WastedRecompiles) -> str:
+    """The sentence for one function's wasted recompiles of one cause, with the fix."""
     text = (
-        f"{n} recompile(s) of {row['qualname']} ({row['cause']}) produced the program compiled before: "
-        f"{row['seconds']:.3f} s wasted."
+        f"{row.recompiles} recompile(s) of {row.qualname} ({row.cause}) produced the program compiled before: "
+        f"{row.seconds:.3f} s wasted."
     )
-    fix = _IDENTICAL_FIXES.get(row["cause"])
+    fix = _IDENTICAL_FIXES.get(row.cause)
     if fix:
         text += f" Fix: {fix}."
-    served = row["persistent_cache_would_serve"]
+    served = row.persistent_cache_would_serve
     if served:
         text += (
             f" A persistent compilation cache would have served {served} of them "
             "(jax.config.update('jax_compilation_cache_dir', DIR), or CACHEWATCH_PERSISTENT_CACHE_DIR)"
         )
-        below = row["below_min_compile_time"]
+        below = row.below_min_compile_time
         if below:
             text += (
                 f"; {below} compiled in under jax_persistent_cache_min_compile_time_secs "
