@@ -15,7 +15,6 @@ import linecache
 import logging
 import math
 import re
-import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -26,7 +25,7 @@ from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described,
 from ..core.figures import compile_share, seconds_text, share_text
 from ..store import evidence, queries
 from ..store.columns import Filters, FunctionReport
-from ..store.evidence import Recompile, SignatureCost, UncachedCompile
+from ..store.evidence import Recompile, SignatureCost
 from . import programs, steady, whatif
 from .results import (
     Burst,
@@ -1121,36 +1120,23 @@ def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: f
     Compares the median compile time per (function, signature) between consecutive
     runs that compiled it, and names the JAX versions of both runs.
     """
-    grouped: dict[tuple[str, str], dict[str, list[float]]] = collections.defaultdict(dict)
-    run_meta: dict[str, UncachedCompile] = {}
-    for row in evidence.uncached_compiles(conn):
-        grouped[(row.function_hash, row.signature_hash)].setdefault(row.run_id, []).append(row.compile_seconds)
-        run_meta[row.run_id] = row
-    slower: list[tuple[str, str, str, str, float, float]] = []  # function, signature, runs before and after, medians
-    for (function_hash, signature_hash), per_run in grouped.items():
-        if len(per_run) < 2:
-            continue
-        ordered = sorted(per_run, key=lambda rid: run_meta[rid].run_started_at)
-        for before, after in zip(ordered, ordered[1:], strict=False):
-            old = statistics.median(per_run[before])
-            new = statistics.median(per_run[after])
-            if new >= factor * old and new - old >= min_seconds:
-                slower.append((function_hash, signature_hash, before, after, old, new))
-    infos = evidence.function_infos(conn, {s[0] for s in slower}) if slower else {}
+    slower = evidence.slower_compiles(conn, factor, min_seconds)
+    versions = evidence.run_versions(conn, {s.run_before for s in slower} | {s.run_after for s in slower})
+    infos = evidence.function_infos(conn, {s.function_hash for s in slower}) if slower else {}
     found = [
         Regression(
-            function_hash=function_hash,
-            signature_hash=signature_hash,
-            run_before=before,
-            run_after=after,
-            seconds_before=old,
-            seconds_after=new,
-            ratio=new / old if old else None,
-            jax_before=f"{run_meta[before].jax_version}/{run_meta[before].jaxlib_version}",
-            jax_after=f"{run_meta[after].jax_version}/{run_meta[after].jaxlib_version}",
-            qualname=infos[function_hash].qualname if function_hash in infos else "",
+            function_hash=s.function_hash,
+            signature_hash=s.signature_hash,
+            run_before=s.run_before,
+            run_after=s.run_after,
+            seconds_before=s.seconds_before,
+            seconds_after=s.seconds_after,
+            ratio=s.seconds_after / s.seconds_before if s.seconds_before else None,
+            jax_before="/".join(versions.get(s.run_before, ("", ""))),
+            jax_after="/".join(versions.get(s.run_after, ("", ""))),
+            qualname=infos[s.function_hash].qualname if s.function_hash in infos else "",
         )
-        for function_hash, signature_hash, before, after, old, new in slower
+        for s in slower
     ]
     found.sort(key=lambda g: -(g.ratio or 0))
     return found

@@ -4,6 +4,7 @@ dataclasses, so the reasoning in cachewatch.analysis never touches SQL."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -239,6 +240,19 @@ def compile_sizes(conn: sa.Connection, filters: Filters) -> list[CompileSize]:
     return [CompileSize(r.function_hash, float(r.size), float(r.seconds)) for r in conn.execute(q)]
 
 
+def _uncached() -> tuple[sa.ColumnElement[bool], ...]:
+    e = models.compile_events
+    return (
+        e.c.compiled,
+        e.c.compile_seconds.is_not(None),
+        e.c.signature_hash != "",
+        e.c.persistent_cache_hit.is_not(True),
+    )
+
+
+_UNCACHED = _uncached()
+
+
 def uncached_compiles(conn: sa.Connection) -> list[UncachedCompile]:
     """XLA compile seconds of every compile that did not hit the persistent cache, with its
     run's start and JAX versions, for comparing runs."""
@@ -254,12 +268,7 @@ def uncached_compiles(conn: sa.Connection) -> list[UncachedCompile]:
             r.c.jaxlib_version,
         )
         .join(r, r.c.run_id == e.c.run_id)
-        .where(
-            e.c.compiled,
-            e.c.compile_seconds.is_not(None),
-            e.c.signature_hash != "",
-            e.c.persistent_cache_hit.is_not(True),
-        )
+        .where(*_UNCACHED)
     )
     return [
         UncachedCompile(
@@ -273,6 +282,96 @@ def uncached_compiles(conn: sa.Connection) -> list[UncachedCompile]:
         )
         for r in conn.execute(q)
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class SlowerCompile:
+    """A function and signature whose median XLA compile seconds (missing the persistent
+    cache) rose from one run that compiled it to the next (by the runs' start)."""
+
+    function_hash: str
+    signature_hash: str
+    run_before: str
+    run_after: str
+    seconds_before: float
+    seconds_after: float
+
+
+def slower_compiles(conn: sa.Connection, factor: float, min_seconds: float) -> list[SlowerCompile]:
+    """Every rise of ``factor`` times and ``min_seconds`` or more between consecutive runs
+    (ties in start broken by run id). On PostgreSQL the medians and the pairs of runs are
+    found in SQL (a fleet's store holds a compile per signature and run: reading them all
+    would ship the whole table); elsewhere from :func:`uncached_compiles`."""
+    if conn.dialect.name == "postgresql":
+        return _slower_compiles_in_sql(conn, factor, min_seconds)
+    return slower_compiles_of(uncached_compiles(conn), factor, min_seconds)
+
+
+def slower_compiles_of(rows: Iterable[UncachedCompile], factor: float, min_seconds: float) -> list[SlowerCompile]:
+    """:func:`slower_compiles` from the compiles themselves."""
+    grouped: dict[tuple[str, str], dict[str, list[float]]] = {}
+    started: dict[str, float] = {}
+    for row in rows:
+        grouped.setdefault((row.function_hash, row.signature_hash), {}).setdefault(row.run_id, []).append(
+            row.compile_seconds
+        )
+        started[row.run_id] = row.run_started_at
+    found = []
+    for (function_hash, signature_hash), per_run in grouped.items():
+        ordered = sorted(per_run, key=lambda run_id: (started[run_id], run_id))
+        for before, after in zip(ordered, ordered[1:], strict=False):
+            old, new = statistics.median(per_run[before]), statistics.median(per_run[after])
+            if new >= factor * old and new - old >= min_seconds:
+                found.append(SlowerCompile(function_hash, signature_hash, before, after, old, new))
+    return found
+
+
+def _slower_compiles_in_sql(conn: sa.Connection, factor: float, min_seconds: float) -> list[SlowerCompile]:
+    e, r = models.compile_events, models.runs
+    median = sa.func.percentile_cont(0.5).within_group(e.c.compile_seconds)
+    per_run = (
+        sa.select(e.c.function_hash, e.c.signature_hash, e.c.run_id, r.c.started_at, median.label("median"))
+        .join(r, r.c.run_id == e.c.run_id)
+        .where(*_UNCACHED)
+        .group_by(e.c.function_hash, e.c.signature_hash, e.c.run_id, r.c.started_at)
+        .subquery()
+    )
+    by_signature = (per_run.c.function_hash, per_run.c.signature_hash)
+    in_order = (per_run.c.started_at, per_run.c.run_id)
+    paired = sa.select(
+        per_run,
+        sa.func.lag(per_run.c.run_id).over(partition_by=by_signature, order_by=in_order).label("run_before"),
+        sa.func.lag(per_run.c.median).over(partition_by=by_signature, order_by=in_order).label("median_before"),
+    ).subquery()
+    q = sa.select(paired).where(
+        paired.c.run_before.is_not(None),
+        paired.c.median >= factor * paired.c.median_before,
+        paired.c.median - paired.c.median_before >= min_seconds,
+    )
+    return [
+        SlowerCompile(
+            row.function_hash,
+            row.signature_hash,
+            row.run_before,
+            row.run_id,
+            float(row.median_before),
+            float(row.median),
+        )
+        for row in conn.execute(q)
+    ]
+
+
+def run_versions(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """Per run, the JAX and jaxlib versions it ran."""
+    r = models.runs
+    wanted = sorted(set(run_ids))
+    found: dict[str, tuple[str, str]] = {}
+    for start in range(0, len(wanted), 500):
+        q = sa.select(r.c.run_id, r.c.jax_version, r.c.jaxlib_version).where(
+            r.c.run_id.in_(wanted[start : start + 500])
+        )
+        found.update((row.run_id, (row.jax_version or "", row.jaxlib_version or "")) for row in conn.execute(q))
+    return found
 
 
 def dominant_cause_rows(
