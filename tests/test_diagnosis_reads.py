@@ -14,6 +14,7 @@ from cachewatch.analysis import diagnosis
 from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
 from cachewatch.store import evidence, models
+from cachewatch.store.columns import Filters
 
 
 def _fill(url: str, seed: int) -> None:
@@ -78,3 +79,65 @@ def test_regressions_found_in_sql_are_those_of_every_compile(pg_url, seed):
         found = diagnosis.compile_regressions(conn, 1.2, 0.0)
     assert all(r.jax_before.startswith("0.") and r.jax_after.startswith("0.") for r in found)
     assert all(r.ratio is not None and r.ratio >= 1.2 for r in found)
+
+
+def _fill_sizes(url: str, seed: int) -> None:
+    """Functions compiled at program sizes that grow (some by HLO count, some by jaxpr
+    equations only), one at a single size, one twice only."""
+    rng = random.Random(seed)
+    enginemod.ensure_schema(url)
+    growth = {"linear": 1.0, "square": 2.0, "flat": 0.0, "single": 1.0, "pair": 1.0}
+    events: list[dict[str, Any]] = []
+    for function, power in growth.items():
+        sizes = {"single": [50], "pair": [10, 20]}.get(function, [rng.randint(10, 2000) for _ in range(12)])
+        for size in sizes:
+            seconds = 0.01 * (size / 10) ** power * rng.uniform(0.8, 1.2)
+            events.append(
+                {
+                    "event_id": f"s{len(events)}",
+                    "function_hash": function,
+                    "run_id": "r" * 32,
+                    "timestamp": float(len(events)),
+                    "kind": "trace",
+                    "cause": Cause.NEW_SHAPE,
+                    "compiled": True,
+                    "nested": False,
+                    "hlo_ops": size if rng.random() < 0.7 else None,
+                    "jaxpr_eqns": size,
+                    "lower_seconds": seconds / 10,
+                    "compile_seconds": seconds,
+                }
+            )
+    with enginemod.connection(url) as conn:
+        conn.execute(sa.insert(models.runs), [{"run_id": "r" * 32, "started_at": 0.0, "devices": []}])
+        conn.execute(
+            sa.insert(models.functions),
+            [{"function_hash": f, "name": f, "qualname": f, "first_seen": 0.0} for f in growth],
+        )
+        conn.execute(sa.insert(models.compile_events), events)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("seed", [1, 2])
+def test_size_fits_in_sql_are_those_of_every_compile(pg_url, seed):
+    _fill_sizes(pg_url, seed)
+    with enginemod.connection(pg_url) as conn:
+        in_sql = {f.function_hash: f for f in evidence.size_fits(conn, Filters())}
+        in_python = {f.function_hash: f for f in evidence.size_fits_of(evidence.compile_sizes(conn, Filters()))}
+        rows = {r.qualname: r for r in diagnosis.cost_model(conn)}
+    assert set(in_sql) == set(in_python) == {"linear", "square", "flat", "single", "pair"}
+    for name, fit in in_sql.items():
+        other = in_python[name]
+        assert (fit.compiles, fit.distinct_sizes, fit.min_size, fit.max_size) == (
+            other.compiles,
+            other.distinct_sizes,
+            other.min_size,
+            other.max_size,
+        )
+        for mine, theirs in ((fit.slope, other.slope), (fit.loglog_slope, other.loglog_slope)):
+            assert (mine is None) == (theirs is None)
+            if mine is not None:
+                assert mine == pytest.approx(theirs, rel=1e-9, abs=1e-12)
+    assert in_sql["single"].slope is None and in_sql["single"].loglog_slope is None
+    assert rows["square"].superlinear and rows["square"].exponent == pytest.approx(2.0, abs=0.3)
+    assert not rows["linear"].superlinear and rows["pair"].exponent is None and rows["pair"].note

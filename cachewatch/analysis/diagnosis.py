@@ -1036,17 +1036,6 @@ def _signature_break_evens(
 # ------------------------------------------------------------------ compile cost model
 
 
-def _fit(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
-    """Least-squares slope and intercept, or None when x does not vary."""
-    n = len(xs)
-    mean_x, mean_y = sum(xs) / n, sum(ys) / n
-    var = sum((x - mean_x) ** 2 for x in xs)
-    if var == 0:
-        return None
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=False)) / var
-    return slope, mean_y - slope * mean_x
-
-
 # Fewest compiles, distinct program sizes, and largest-to-smallest size ratio a growth
 # exponent is fitted from: a slope through four nearby points is mostly noise.
 EXPONENT_MIN_POINTS = 5
@@ -1063,50 +1052,37 @@ def cost_model(conn: sa.Connection, filters: Filters = Filters(), min_points: in
     fit used; with fewer than ``EXPONENT_MIN_POINTS`` over ``EXPONENT_MIN_SIZES`` sizes
     spanning ``EXPONENT_MIN_SPAN``x there is no exponent, and ``note`` says why.
     """
-    points: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
-    for r in evidence.compile_sizes(conn, filters):
-        points[r.function_hash].append((r.size, r.seconds))
-    if not points:
+    fits = evidence.size_fits(conn, filters)
+    if not fits:
         return []
-    names = {h: info.qualname for h, info in evidence.function_infos(conn, set(points)).items()}
-    rows = [
-        _cost_row(function_hash, names.get(function_hash, ""), pts, min_points) for function_hash, pts in points.items()
-    ]
+    names = {h: info.qualname for h, info in evidence.function_infos(conn, {f.function_hash for f in fits}).items()}
+    rows = [_cost_row(fit, names.get(fit.function_hash, ""), min_points) for fit in fits]
     rows.sort(key=lambda r: (-(r.exponent or 0.0), -(r.seconds_per_1000_ops or 0.0)))
     return rows
 
 
-def _cost_row(function_hash: str, qualname: str, pts: list[tuple[float, float]], min_points: int) -> CostModelRow:
-    """One function's fit of compile seconds against program size (``pts``: size, seconds)."""
-    sizes = [p[0] for p in pts]
-    distinct = len(set(sizes))
+def _cost_row(fit: evidence.SizeFit, qualname: str, min_points: int) -> CostModelRow:
+    """One function's fit of compile seconds against program size."""
+    n, distinct, low, high = fit.compiles, fit.distinct_sizes, fit.min_size, fit.max_size
     per_1000 = exponent = note = None
-    if len(pts) >= min_points and distinct >= 2:
-        linear = _fit(sizes, [p[1] for p in pts])
-        if linear is not None:
-            per_1000 = linear[0] * 1000
-    if (
-        len(pts) >= EXPONENT_MIN_POINTS
-        and distinct >= EXPONENT_MIN_SIZES
-        and max(sizes) >= EXPONENT_MIN_SPAN * min(sizes)
-    ):
-        loglog = _fit([math.log(x) for x in sizes], [math.log(p[1]) for p in pts])
-        if loglog is not None:
-            exponent = loglog[0]
+    if n >= min_points and distinct >= 2 and fit.slope is not None:
+        per_1000 = fit.slope * 1000
+    if n >= EXPONENT_MIN_POINTS and distinct >= EXPONENT_MIN_SIZES and high >= EXPONENT_MIN_SPAN * low:
+        exponent = fit.loglog_slope
     else:
         note = (
-            f"no growth exponent from {len(pts)} compile(s) over {distinct} size(s) "
-            f"({min(sizes):.0f}-{max(sizes):.0f}): it needs {EXPONENT_MIN_POINTS} over "
+            f"no growth exponent from {n} compile(s) over {distinct} size(s) "
+            f"({low:.0f}-{high:.0f}): it needs {EXPONENT_MIN_POINTS} over "
             f"{EXPONENT_MIN_SIZES} sizes spanning {EXPONENT_MIN_SPAN:.0f}x"
         )
     return CostModelRow(
-        function_hash=function_hash,
+        function_hash=fit.function_hash,
         qualname=qualname,
-        compiles=len(pts),
-        points=len(pts),
+        compiles=n,
+        points=n,
         distinct_sizes=distinct,
-        min_size=min(sizes),
-        max_size=max(sizes),
+        min_size=low,
+        max_size=high,
         seconds_per_1000_ops=per_1000,
         exponent=exponent,
         superlinear=exponent is not None and exponent > 1.5,

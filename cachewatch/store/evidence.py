@@ -4,6 +4,7 @@ dataclasses, so the reasoning in cachewatch.analysis never touches SQL."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -238,6 +239,88 @@ def compile_sizes(conn: sa.Connection, filters: Filters) -> list[CompileSize]:
         ).where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0),
     )
     return [CompileSize(r.function_hash, float(r.size), float(r.seconds)) for r in conn.execute(q)]
+
+
+@dataclass(frozen=True, slots=True)
+class SizeFit:
+    """One function's compiles against program size: how many, over how many distinct
+    sizes from ``min_size`` to ``max_size``, and the least-squares slopes of seconds on
+    size (``slope``) and of log seconds on log size (``loglog_slope``), None where the
+    size does not vary."""
+
+    function_hash: str
+    compiles: int
+    distinct_sizes: int
+    min_size: float
+    max_size: float
+    slope: float | None
+    loglog_slope: float | None
+
+
+def size_fits(conn: sa.Connection, filters: Filters) -> list[SizeFit]:
+    """Per function, the fit of :func:`compile_sizes`: aggregated in SQL on PostgreSQL
+    (``regr_slope``; a fleet's store would ship every compile otherwise), elsewhere from
+    the compiles."""
+    if conn.dialect.name != "postgresql":
+        return size_fits_of(compile_sizes(conn, filters))
+    e = models.compile_events
+    size = sa.func.coalesce(e.c.hlo_ops, e.c.jaxpr_eqns).cast(sa.Float)
+    seconds = sa.func.coalesce(e.c.lower_seconds, 0.0) + sa.func.coalesce(e.c.compile_seconds, 0.0)
+    q = filters.apply(
+        e,
+        sa.select(
+            e.c.function_hash,
+            sa.func.count().label("compiles"),
+            sa.func.count(sa.distinct(size)).label("distinct_sizes"),
+            sa.func.min(size).label("min_size"),
+            sa.func.max(size).label("max_size"),
+            sa.func.regr_slope(seconds, size).label("slope"),
+            sa.func.regr_slope(sa.func.ln(seconds), sa.func.ln(size)).label("loglog_slope"),
+        )
+        .where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0)
+        .group_by(e.c.function_hash),
+    )
+    return [
+        SizeFit(
+            r.function_hash,
+            int(r.compiles),
+            int(r.distinct_sizes),
+            float(r.min_size),
+            float(r.max_size),
+            None if r.slope is None else float(r.slope),
+            None if r.loglog_slope is None else float(r.loglog_slope),
+        )
+        for r in conn.execute(q)
+    ]
+
+
+def size_fits_of(compiles: Iterable[CompileSize]) -> list[SizeFit]:
+    """:func:`size_fits` from the compiles themselves."""
+    points: dict[str, list[tuple[float, float]]] = {}
+    for c in compiles:
+        points.setdefault(c.function_hash, []).append((c.size, c.seconds))
+    return [
+        SizeFit(
+            function_hash,
+            len(pts),
+            len({x for x, _ in pts}),
+            min(x for x, _ in pts),
+            max(x for x, _ in pts),
+            _slope([x for x, _ in pts], [y for _, y in pts]),
+            _slope([math.log(x) for x, _ in pts], [math.log(y) for _, y in pts]),
+        )
+        for function_hash, pts in points.items()
+    ]
+
+
+def _slope(xs: list[float], ys: list[float]) -> float | None:
+    """The least-squares slope of ys on xs, or None when xs do not vary."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    var = sum((x - mean_x) ** 2 for x in xs)
+    if var == 0:
+        return None
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var
 
 
 def _uncached() -> tuple[sa.ColumnElement[bool], ...]:
