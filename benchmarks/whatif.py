@@ -120,7 +120,8 @@ def repeat(directory: str, index: int, steps: int) -> list[dict]:
     rows = []
     for policy in ("auto", "pow2"):
         result, _ = _price(recorded, policy)
-        assert result.price is not None and result.price.total_seconds is not None, result.run_fit_note
+        assert result.price is not None, result.run_fit_note
+        assert result.price.total_seconds is not None, result.run_fit_note
         padded_store = f"sqlite:///{directory}/{policy}-{index}.db"
         ladder = ",".join(str(b) for b in result.price.buckets)
         ran = _child([str(steps), ladder, padded_store, f"padded-{policy}"])

@@ -52,7 +52,9 @@ def test_varying_batch_axis_storm_suggests_bucketing(store):
         ragged_step(w, {"tokens": jnp.ones((size, 4))})  # line of the call: checked below
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "ragged_step")
-    assert storm.dominant_cause == Cause.NEW_SHAPE and storm.compiles == 9 and storm.active
+    assert storm.dominant_cause == Cause.NEW_SHAPE
+    assert storm.compiles == 9
+    assert storm.active
     assert "batch['tokens'] axis 0 took 10 sizes between 1 and 144" in storm.fix
     buckets = len({1 if s <= 1 else 2 ** (s - 1).bit_length() for s in sizes})
     assert f"pad to powers of two: {buckets} compile(s) instead of 10" in storm.fix
@@ -83,14 +85,16 @@ def test_jit_in_loop_storm_names_the_line_to_hoist(store):
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "<lambda>")
     assert storm.dominant_cause == Cause.NEW_FUNCTION_OBJECT
-    assert f"called at {__file__}:{line}" in storm.fix and "outside the loop" in storm.fix
+    assert f"called at {__file__}:{line}" in storm.fix
+    assert "outside the loop" in storm.fix
 
 
 def _line() -> int:
     import inspect
 
     frame = inspect.currentframe()
-    assert frame is not None and frame.f_back is not None
+    assert frame is not None
+    assert frame.f_back is not None
     return frame.f_back.f_lineno
 
 
@@ -112,9 +116,11 @@ def test_weak_type_and_changing_keys_storms(store):
     assert cachewatch.flush(30)
     (storm,) = storms_for(store, "summed")
     assert storm.dominant_cause == Cause.NEW_STRUCTURE
-    assert "batch['" in storm.fix and "keep dict keys" in storm.fix
+    assert "batch['" in storm.fix
+    assert "keep dict keys" in storm.fix
     weak = [e for e in events_of(store, "scaled") if e["cause"] == Cause.WEAK_TYPE]
-    assert weak and all(e["diff"][0]["path"] == "scale" for e in weak)
+    assert weak
+    assert all(e["diff"][0]["path"] == "scale" for e in weak)
     fix = diagnosis.suggest_fix("scaled", Cause.WEAK_TYPE, [_recompile(e) for e in weak])
     assert fix.startswith("Argument scale of `scaled` flips between a Python scalar and a typed array")
 
@@ -227,18 +233,25 @@ def test_the_read_module_hands_analysis_typed_rows(store_url, use_store):
         latest = evidence.dominant_cause_rows(conn, function_hash, columns.Filters(), Cause.NEW_SHAPE)
 
     info = infos[function_hash]
-    assert isinstance(info, FunctionInfo) and info.name == "resized" and info.line == line
-    assert recompiles and all(isinstance(r, evidence.Recompile) for r in recompiles)
+    assert isinstance(info, FunctionInfo)
+    assert info.name == "resized"
+    assert info.line == line
+    assert recompiles
+    assert all(isinstance(r, evidence.Recompile) for r in recompiles)
     assert {r.cause for r in recompiles} == {Cause.NEW_SHAPE}
     assert all(isinstance(r.timestamp, float) and r.diff and r.diff[0]["change"] == "shape" for r in recompiles)
     assert [r.timestamp for r in recompiles] == sorted(r.timestamp for r in recompiles)
-    assert len(costs) == 6 and all(isinstance(c, evidence.SignatureCost) for c in costs)
+    assert len(costs) == 6
+    assert all(isinstance(c, evidence.SignatureCost) for c in costs)
     assert all(c.compiles == 1 and isinstance(c.seconds, float) and c.seconds > 0 for c in costs)
     assert all(c.eager_seconds is not None and c.eager_seconds > 0 for c in costs)
-    assert len(sizes) == 6 and all(isinstance(s, evidence.CompileSize) and s.size > 0 for s in sizes)
-    assert len(uncached) == 6 and {u.jax_version for u in uncached} == {jax.__version__}
+    assert len(sizes) == 6
+    assert all(isinstance(s, evidence.CompileSize) and s.size > 0 for s in sizes)
+    assert len(uncached) == 6
+    assert {u.jax_version for u in uncached} == {jax.__version__}
     assert all(isinstance(u.run_started_at, float) and u.compile_seconds > 0 for u in uncached)
-    assert len(latest) == 5 and all(isinstance(r, evidence.Recompile) for r in latest)
+    assert len(latest) == 5
+    assert all(isinstance(r, evidence.Recompile) for r in latest)
     assert [r.timestamp for r in latest] == sorted((r.timestamp for r in latest), reverse=True)
 
 
@@ -325,7 +338,8 @@ def test_break_even_arithmetic():
     assert verdict.break_even_calls == 25  # one compile, 0.25 s, over 0.01 s saved per call
     assert verdict.break_even_calls_total == 300  # all twelve
     assert verdict.jit_saves_seconds == pytest.approx(41 * 0.02 - (3.0 + 41 * 0.01))
-    assert verdict.worth_it is False and verdict.repaid is False
+    assert verdict.worth_it is False
+    assert verdict.repaid is False
     assert verdict.compile_share == pytest.approx(3.0 / (3.0 + 0.41))
     assert verdict.text == (
         "compiled 12 time(s) for 41 call(s); compiling costs more than running: compile "
@@ -334,14 +348,17 @@ def test_break_even_arithmetic():
         "costs 2.59 s more than running eagerly (it would pay off after 300 calls)"
     )
     paid = diagnosis.jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
-    assert paid.worth_it and paid.break_even_calls == 167 and not paid.few_calls
+    assert paid.worth_it
+    assert paid.break_even_calls == 167
+    assert not paid.few_calls
     assert paid.text == (
         "running costs more than compiling: compile share 33.3% (0.5 s compiling, 1 s running); "
         "one compile is repaid after 167 calls (3 ms saved per call against eager); this run "
         "repaid its compiles: jit saves 2.5 s over running eagerly"
     )
     slower = diagnosis.jit_verdict(compile_seconds=0.5, compiles=1, calls=10, run_mean=0.004, eager_mean=0.001)
-    assert slower.break_even_calls is None and "eager is as fast per call" in slower.text
+    assert slower.break_even_calls is None
+    assert "eager is as fast per call" in slower.text
 
 
 def test_verdict_agrees_with_the_compile_share():
@@ -352,7 +369,8 @@ def test_verdict_agrees_with_the_compile_share():
         "compiling costs more than running: compile share 95.8% (2.3 s compiling, 0.1 s "
         "running); eager baseline off, so no break-even"
     )
-    assert share.break_even_calls is None and share.worth_it is None
+    assert share.break_even_calls is None
+    assert share.worth_it is None
     untimed = diagnosis.jit_verdict(
         compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=None, run_note="called only while compiling"
     )
@@ -363,7 +381,8 @@ def test_verdict_agrees_with_the_compile_share():
     eager = diagnosis.jit_verdict(
         compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=0.01, run_note="called only while compiling"
     )
-    assert eager.repaid is False and eager.text.endswith(
+    assert eager.repaid is False
+    assert eager.text.endswith(
         "this run did not repay its compiles: 3 call(s) save at most 0.03 s against eager, for 1 s compiling"
     )
 
@@ -388,14 +407,17 @@ def test_eager_baseline_is_measured_once_per_signature(sqlite_url, use_store, ca
     assert cli.main(["report", "--store", sqlite_url, "--format", "json"]) == 0
     (row,) = [r for r in json.loads(capsys.readouterr().out) if r["name"] == "mlp"]
     verdict = row["verdict"]
-    assert verdict["eager_seconds_mean"] > 0 and verdict["worth_it"] is not None
+    assert verdict["eager_seconds_mean"] > 0
+    assert verdict["worth_it"] is not None
     assert "eagerly" in verdict["text"]
     # The verdict's numbers are the report's, and each signature has its own break-even.
     assert verdict["compile_share"] == pytest.approx(row["compile_share"])
     assert f"compile share {100 * row['compile_share']:.1f}%" in verdict["text"]
     assert len(verdict["signatures"]) == 2
     for sig in verdict["signatures"]:
-        assert sig["compiles"] == 1 and sig["run_seconds"] > 0 and sig["eager_seconds"] > 0
+        assert sig["compiles"] == 1
+        assert sig["run_seconds"] > 0
+        assert sig["eager_seconds"] > 0
         saved = sig["eager_seconds"] - sig["run_seconds"]
         assert sig["break_even_calls"] == (math.ceil(sig["compile_seconds_per_compile"] / saved) if saved > 0 else None)
 
@@ -412,8 +434,10 @@ def test_cost_model_flags_superlinear_growth(sqlite_url):
         _insert_compiles(sqlite_url, "linear", [1000.0 + i], eqns=size, seconds=1e-3 * size, signature_hash=f"l{i}")
     with enginemod.connection(sqlite_url) as conn:
         rows = {r.qualname: r for r in diagnosis.cost_model(conn)}
-    assert rows["quadratic"].exponent == pytest.approx(2.0) and rows["quadratic"].superlinear
-    assert rows["linear"].exponent == pytest.approx(1.0) and not rows["linear"].superlinear
+    assert rows["quadratic"].exponent == pytest.approx(2.0)
+    assert rows["quadratic"].superlinear
+    assert rows["linear"].exponent == pytest.approx(1.0)
+    assert not rows["linear"].superlinear
     assert rows["linear"].seconds_per_1000_ops == pytest.approx(1.0)
 
 
@@ -429,8 +453,10 @@ def test_compile_regression_across_runs(sqlite_url):
     _insert_compiles(sqlite_url, "steady", [20.0], run_id="b" * 32, seconds=0.21)
     with enginemod.connection(sqlite_url) as conn:
         (found,) = diagnosis.compile_regressions(conn)
-    assert found.qualname == "step" and found.ratio == pytest.approx(2.5)
-    assert found.jax_before.startswith("0.9.0") and found.jax_after.startswith("0.10.2")
+    assert found.qualname == "step"
+    assert found.ratio == pytest.approx(2.5)
+    assert found.jax_before.startswith("0.9.0")
+    assert found.jax_after.startswith("0.10.2")
 
 
 def test_every_compile_records_its_program_size(sqlite_url, use_store):
@@ -443,8 +469,10 @@ def test_every_compile_records_its_program_size(sqlite_url, use_store):
     dense(jnp.ones((8, 4)))
     assert cachewatch.flush(30)
     (event,) = events_of(sqlite_url, "dense")
-    assert (event["hlo_ops"] or 0) >= 3 and (event["jaxpr_eqns"] or 0) >= 3
-    assert event["flops"] and event["flops"] >= 8 * 8 * 4
+    assert (event["hlo_ops"] or 0) >= 3
+    assert (event["jaxpr_eqns"] or 0) >= 3
+    assert event["flops"]
+    assert event["flops"] >= 8 * 8 * 4
 
 
 def test_diagnosis_through_the_api(sqlite_url, use_store):
@@ -507,7 +535,8 @@ def test_a_storm_of_a_librarys_jit_advises_on_the_calls_not_on_its_options():
         for i in range(6)
     ]
     fix = diagnosis.fix_for("_normal", "_normal", "jax._src.random", Cause.NEW_STATIC_VALUE, rows)
-    assert "static argument shape took 7 different values" in fix and "train.py:65" in fix
+    assert "static argument shape took 7 different values" in fix
+    assert "train.py:65" in fix
     assert "drop it from static_argnums" not in fix  # not the user's to change
     mine = diagnosis.fix_for("smooth", "smooth", "train", Cause.NEW_STATIC_VALUE, rows, file="/home/me/train.py")
     assert "drop it from static_argnums" in mine

@@ -53,7 +53,9 @@ def test_storm_leaves_live_executables_whose_memory_grows_until_clear_caches(sql
     for n in range(1, 41):
         storm_step(jnp.ones((n, 8)))
     (fn,) = report_of(sqlite_url, "storm_step").functions
-    assert len(fn.variants) == 40 and fn.live == 40 and fn.peak_live == 40
+    assert len(fn.variants) == 40
+    assert fn.live == 40
+    assert fn.peak_live == 40
     # Every variant has XLA's figures; the executables' memory grows with each one kept.
     assert all(v.memory is not None for v in fn.variants)
     sizes = [p.bytes for p in fn.timeline]
@@ -62,7 +64,9 @@ def test_storm_leaves_live_executables_whose_memory_grows_until_clear_caches(sql
 
     jax.clear_caches()
     (fn,) = report_of(sqlite_url, "storm_step").functions
-    assert fn.live == 0 and fn.live_bytes == 0 and fn.peak_live == 40
+    assert fn.live == 0
+    assert fn.live_bytes == 0
+    assert fn.peak_live == 40
     assert {v.released_by for v in fn.variants} == {"jax.clear_caches()"}
     assert fn.timeline[-1].live == 0
     assert "jax.clear_caches()" in analysis.text(report_of(sqlite_url))
@@ -82,12 +86,16 @@ def test_a_variant_compiled_for_one_call_is_named(sqlite_url, use_store):
         once_step(jnp.ones(8))
     report = report_of(sqlite_url, "once_step")
     (never,) = report.never_hit
-    assert never.signature_hash and never.calls == 0 and never.compile_seconds > 0
+    assert never.signature_hash
+    assert never.calls == 0
+    assert never.compile_seconds > 0
     (fn,) = report.functions
     kept = [v for v in fn.variants if v is not never]
-    assert kept[0].calls and kept[0].calls > 15
+    assert kept[0].calls
+    assert kept[0].calls > 15
     text = analysis.text(report)
-    assert "never called again (1" in text and "once_step  signature " + never.signature_hash[:12] in text
+    assert "never called again (1" in text
+    assert "once_step  signature " + never.signature_hash[:12] in text
 
 
 @pytest.mark.parametrize("how", ["jit", "install"])
@@ -121,15 +129,19 @@ def test_calls_per_variant_match_the_programs_own_counts(sqlite_url, use_store, 
 
     report = report_of(sqlite_url)
     (fn,) = [f for f in report.functions if f.name == "counted_step"]
-    assert fn.calls_counted == "sampled" and len(fn.variants) == 3
+    assert fn.calls_counted == "sampled"
+    assert len(fn.variants) == 3
     got = {v.created_at: v for v in fn.variants}
     ordered = [got[t] for t in sorted(got)]  # compiled in the order 4, 5, 6
     for v, n in zip(ordered, (4, 5, 6), strict=False):
         assert not v.calls_exact
-        assert v.calls is not None and abs(v.calls - expected_hits[n]) <= max(1, 0.1 * expected_hits[n]), (n, v.calls)
+        assert v.calls is not None, (n, v.calls)
+        assert abs(v.calls - expected_hits[n]) <= max(1, 0.1 * expected_hits[n]), (n, v.calls)
     (one,) = [f for f in report.functions if f.name == "exact_step"]
     (variant,) = one.variants
-    assert one.calls_counted == "exact" and variant.calls_exact and variant.calls == 24
+    assert one.calls_counted == "exact"
+    assert variant.calls_exact
+    assert variant.calls == 24
 
 
 def test_cache_command_table_json_and_bad_directory(sqlite_url, use_store, tmp_path):
@@ -149,7 +161,9 @@ def test_cache_command_table_json_and_bad_directory(sqlite_url, use_store, tmp_p
     base = [sys.executable, "-m", "cachewatch", "cache", "--store", sqlite_url, "--run", current.run_id()]
     out = subprocess.run([*base, "--cache-dir", str(cache_dir)], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "shown_step" in out.stdout and "notes.txt" in out.stdout and "corrupt entry" in out.stdout
+    assert "shown_step" in out.stdout
+    assert "notes.txt" in out.stdout
+    assert "corrupt entry" in out.stdout
     out = subprocess.run(
         [*base, "--function", "shown_step", "--format", "json", "--cache-dir", str(tmp_path / "missing")],
         capture_output=True,
@@ -164,7 +178,8 @@ def test_cache_command_table_json_and_bad_directory(sqlite_url, use_store, tmp_p
     assert data["directory"]["readable"] is False
     assert "cannot read the cache directory" in out.stderr
     bad = subprocess.run([*base[:-2], "--run", "nosuchrun"], capture_output=True, text=True, env=env, timeout=120)
-    assert bad.returncode == 2 and "no run" in bad.stderr
+    assert bad.returncode == 2
+    assert "no run" in bad.stderr
 
 
 PERSISTENT_WORKER = textwrap.dedent(
@@ -221,12 +236,15 @@ def test_persistent_cache_per_compile_across_two_runs(tmp_path):
     assert all(k and k.startswith("jit_kept_step-") for k in keys)
     assert {c.persistent_cache_key for c in kept if c.persistent_cache == "hit"} == keys
     by_run = {p.run_id: p for p in report.persistent}
-    assert by_run[second].results["hit"] >= 2 and set(by_run[second].not_written) == {"min_compile_time"}
+    assert by_run[second].results["hit"] >= 2
+    assert set(by_run[second].not_written) == {"min_compile_time"}
     second_rate = by_run[second].hit_rate
-    assert second_rate and second_rate > (by_run[first].hit_rate or 0.0)
+    assert second_rate
+    assert second_rate > (by_run[first].hit_rate or 0.0)
     # The directory: both of kept_step's entries, written by it and read in the second run.
     entries = {e.key: e for e in audit.entries}
-    assert audit.problems == () and all(e.problem is None for e in audit.entries)  # JAX's own entries read as sound
+    assert audit.problems == ()
+    assert all(e.problem is None for e in audit.entries)
     assert keys <= set(entries)
     assert all(entries[k].function == "kept_step" and entries[k].hits == 1 for k in keys)
     written = [c for c in kept if c.persistent_cache == "written"]
@@ -295,7 +313,8 @@ def test_peak_host_memory_of_a_compile_against_an_independent_sampler(tmp_path):
     with enginemod.connection(store) as conn:
         records = reads.read_cache(conn, columns.Filters())
     (compile_,) = [c for c in records.compiles if records.functions[c.function_hash].name == "heavy_compile"]
-    assert compile_.peak_host_bytes is not None and compile_.host_bytes_before is not None
+    assert compile_.peak_host_bytes is not None
+    assert compile_.host_bytes_before is not None
     # The compile needed well over 200 MB more than the process held before it ...
     assert compile_.peak_host_bytes - compile_.host_bytes_before >= 200e6
     assert sampled["peak"] - sampled["before"] >= 200e6
@@ -356,7 +375,10 @@ def test_new_fields_through_both_writers(store_url, writer):
         "min_compile_time",
         "jit_stored_step-abc",
     )
-    assert v.calls == 4 and v.calls_exact and v.released_by == "clear_cache()" and fn.live == 0
+    assert v.calls == 4
+    assert v.calls_exact
+    assert v.released_by == "clear_cache()"
+    assert fn.live == 0
     assert v.executable_bytes == 100
 
 
@@ -365,7 +387,8 @@ def test_service_refuses_an_unknown_persistent_cache_result(sqlite_url):
     wire["events"][0]["persistent_cache"] = "maybe"
     with TestClient(create_app(ServerSettings(store=sqlite_url))) as client:
         response = client.post("/api/v1/events", json=wire)
-    assert response.status_code == 422 and "persistent_cache" in response.text
+    assert response.status_code == 422
+    assert "persistent_cache" in response.text
 
 
 def test_audit_names_foreign_files_and_corrupt_entries_and_changes_nothing(tmp_path):
@@ -384,7 +407,8 @@ def test_audit_names_foreign_files_and_corrupt_entries_and_changes_nothing(tmp_p
     assert any("corrupt entry jit_c-22dd-cache: not compressed" in line for line in audit.problems)
     assert [e.key for e in audit.entries if e.problem is None] == ["jit_a-00ff"]
     unreadable = analysis.audit_directory(str(tmp_path / "nope"), lambda keys: {})
-    assert not unreadable.readable and "cannot read the cache directory" in unreadable.problems[0]
+    assert not unreadable.readable
+    assert "cannot read the cache directory" in unreadable.problems[0]
 
 
 def test_cache_api_per_function_and_variant_paged(sqlite_url, use_store):
@@ -406,7 +430,8 @@ def test_cache_api_per_function_and_variant_paged(sqlite_url, use_store):
     run_id = current.run_id()
     with TestClient(create_app(ServerSettings(store=sqlite_url))) as client:
         first = client.get("/api/v1/cache", params={"run_id": run_id, "limit": 1}).json()
-        assert len(first["items"]) == 1 and first["next_cursor"]
+        assert len(first["items"]) == 1
+        assert first["next_cursor"]
         names = {first["items"][0]["name"]}
         cursor = first["next_cursor"]
         while cursor:
@@ -416,10 +441,13 @@ def test_cache_api_per_function_and_variant_paged(sqlite_url, use_store):
         assert {"api_first", "api_second"} <= names
         only = client.get("/api/v1/cache", params={"run_id": run_id, "function": "api_first"}).json()
         (fn,) = only["items"]
-        assert fn["executables"] == 3 and fn["live"] == 3 and len(fn["variants"]) == 3
+        assert fn["executables"] == 3
+        assert fn["live"] == 3
+        assert len(fn["variants"]) == 3
         assert [p["live"] for p in fn["timeline"]] == [1, 2, 3]
         second = client.get("/api/v1/cache", params={"run_id": run_id, "function": "api_second"}).json()["items"][0]
-        assert second["live"] == 0 and second["releases"][0]["by"] == "clear_cache()"
+        assert second["live"] == 0
+        assert second["releases"][0]["by"] == "clear_cache()"
         assert second["variants"][0]["released_by"] == "clear_cache()"
         assert only["persistent"][0]["run_id"] == run_id
         later = client.get("/api/v1/cache", params={"run_id": run_id, "since": 4.0e9 - 1}).json()
@@ -482,7 +510,8 @@ def test_dashboard_cache_page_in_chromium(chromium, sqlite_url, use_store):  # n
         try:
             tab.open("/cache?run_id=" + current.run_id())
             live_chart = tab.chart("chart-live")
-            assert live_chart["plotly"] and live_chart["drawn"] >= 1
+            assert live_chart["plotly"]
+            assert live_chart["drawn"] >= 1
             (storm_line,) = [t for t in live_chart["traces"] if t["name"].startswith("page_storm")]
             # 12 executables, all released by jax.clear_caches(), then one compiled again.
             assert storm_line["y"] == [*range(1, 13), 0, 1]
@@ -516,5 +545,6 @@ def test_metrics_live_counts_agree_with_the_report(store_url, use_store):
     (fn,) = report.functions
     with enginemod.connection(store_url) as conn:
         found = {x.function_hash: x for x in reads.live_executables(conn, 20, analysis.EXECUTABLE_PARTS)}
-    assert fn.live == 3 and fn.peak_live == 7
+    assert fn.live == 3
+    assert fn.peak_live == 7
     assert (found[fn.function_hash].live, found[fn.function_hash].memory_bytes) == (fn.live, fn.live_bytes)

@@ -56,14 +56,19 @@ def test_the_comparison_names_what_compiled_more_and_what_is_gone(two_runs):
         with pytest.raises(reads.RunNotFound, match="no run has the id, run name or job 'nope'"):
             comparison.compare(conn, "nope", None)
     step = next(f for f in result.functions if f.name == "step")
-    assert step.status == "changed" and step.extra_compiles == 7
-    assert step.cause == "new_shape" and step.causes_delta == {"new_shape": 7}
-    assert step.extra_seconds > 0 and result.functions[0].name == "step"
+    assert step.status == "changed"
+    assert step.extra_compiles == 7
+    assert step.cause == "new_shape"
+    assert step.causes_delta == {"new_shape": 7}
+    assert step.extra_seconds > 0
+    assert result.functions[0].name == "step"
     gone = [f for f in result.functions if f.status == "gone"]
     assert [f.function_hash for f in gone] == [dropped.function_hash]
-    assert result.gone == [dropped.qualname] and result.new == []
+    assert result.gone == [dropped.qualname]
+    assert result.new == []
     # 7 more of step, 2 fewer now that scale is gone.
-    assert result.extra_compiles == 5 and comparison.gate(result, max_extra_compiles=5) == []
+    assert result.extra_compiles == 5
+    assert comparison.gate(result, max_extra_compiles=5) == []
     (reason,) = comparison.gate(result, max_extra_compiles=4)
     assert reason.startswith("5 more compiles than the baseline (at most 4 allowed): step: +7 compiles (new_shape +7)")
     assert "step: +7 compiles (new_shape +7)" in comparison.text(result)
@@ -86,12 +91,14 @@ def test_the_api_and_the_dashboard_compare_two_runs(two_runs):
         assert client.get("/api/v1/runs/compare", params={"run": later.run_id}).status_code == 422
         runs_page = client.get("/runs").text
         assert 'action="/runs/compare"' in runs_page
-        assert (
-            f'name="baseline" value="{base.run_id}"' in runs_page and f'name="run" value="{later.run_id}"' in runs_page
-        )
+        assert f'name="baseline" value="{base.run_id}"' in runs_page
+        assert f'name="run" value="{later.run_id}"' in runs_page
         page = client.get("/runs/compare", params={"baseline": base.run_id, "run": later.run_id})
         assert page.status_code == 200
         row = re.search(r'<tr data-function="step" data-status="changed"[^>]*>(.*?)</tr>', page.text, re.S)
-        assert row is not None and "new_shape +7" in row.group(1) and "1 → 8" in row.group(1)
+        assert row is not None
+        assert "new_shape +7" in row.group(1)
+        assert "1 → 8" in row.group(1)
         missing = client.get("/runs/compare", params={"baseline": "nope"})
-        assert missing.status_code == 404 and "no run has the id, run name or job" in missing.text
+        assert missing.status_code == 404
+        assert "no run has the id, run name or job" in missing.text

@@ -34,9 +34,13 @@ def test_the_defaults_are_the_ones_users_rely_on():
     assert resolved == Config()
     assert (resolved.queue_size, resolved.batch_size, resolved.sample_every) == (10_000, 500, 100)
     assert (resolved.storm_threshold, resolved.storm_window, resolved.on_limit) == (5, 600.0, "warn")
-    assert resolved.program_store_max_bytes == 512 * 1024 * 1024 and resolved.spool_max_bytes == 64 * 1024 * 1024
-    assert resolved.process_index is None and resolved.enabled and not resolved.install
-    assert resolved.store == config.default_store_url() and resolved.spool_dir == config.default_spool_dir()
+    assert resolved.program_store_max_bytes == 512 * 1024 * 1024
+    assert resolved.spool_max_bytes == 64 * 1024 * 1024
+    assert resolved.process_index is None
+    assert resolved.enabled
+    assert not resolved.install
+    assert resolved.store == config.default_store_url()
+    assert resolved.spool_dir == config.default_spool_dir()
 
 
 def _other_value(s: config.Setting) -> tuple[str, object]:

@@ -60,8 +60,10 @@ def test_new_shape_names_path_and_axis(sqlite_url, use_store):
         entry = event["diff"][0]
         assert entry["path"] == "batch['x']"
         assert entry["axes"] == [0]
-        assert entry["before"] == f"float32[{before},3]" and entry["after"] == f"float32[{after},3]"
-        assert "batch['x']" in event["explanation"] and "axis 0" in event["explanation"]
+        assert entry["before"] == f"float32[{before},3]"
+        assert entry["after"] == f"float32[{after},3]"
+        assert "batch['x']" in event["explanation"]
+        assert "axis 0" in event["explanation"]
         shapes = {leaf["path"]: leaf["shape"] for leaf in event["signature"]}
         assert shapes == {"params['w']": [3, 2], "batch['x']": [after, 3]}
 
@@ -73,8 +75,10 @@ def test_weak_type_blamed_where_jax_blames_keys(sqlite_url, use_store):
     last = events[-1]
     assert last["cause"] == Cause.WEAK_TYPE
     assert [e["path"] for e in last["diff"]] == ["d['a']"]
-    assert last["diff"][0]["before"] == "float32[] weak" and last["diff"][0]["after"] == "float32[]"
-    assert events[1]["diff"][0]["change"] == "added" and events[1]["diff"][0]["path"] == "d['b']"
+    assert last["diff"][0]["before"] == "float32[] weak"
+    assert last["diff"][0]["after"] == "float32[]"
+    assert events[1]["diff"][0]["change"] == "added"
+    assert events[1]["diff"][0]["path"] == "d['b']"
 
 
 def test_static_value_diff(sqlite_url, use_store):
@@ -119,12 +123,19 @@ def test_nested_trace_recorded_but_not_compiled(sqlite_url, use_store):
     events, messages = run_scenario("nested_jit", sqlite_url, use_store)
     inner = [e for e in events if e["name"] == "inner"]
     outer = [e for e in events if e["name"] == "outer"]
-    assert len(inner) == 2 and inner[0]["nested"] and not inner[0]["compiled"]
-    assert inner[0]["compile_seconds"] is None and inner[0]["kind"] == "trace"
-    assert len(outer) == 1 and outer[0]["compiled"]
-    assert outer[0]["compile_seconds"] is not None and outer[0]["compile_seconds"] > 0
+    assert len(inner) == 2
+    assert inner[0]["nested"]
+    assert not inner[0]["compiled"]
+    assert inner[0]["compile_seconds"] is None
+    assert inner[0]["kind"] == "trace"
+    assert len(outer) == 1
+    assert outer[0]["compiled"]
+    assert outer[0]["compile_seconds"] is not None
+    assert outer[0]["compile_seconds"] > 0
     # Called on its own later, inner compiles from the jaxpr JAX cached: no second trace.
-    assert inner[1]["kind"] == "compile" and inner[1]["compiled"] and inner[1]["trace_seconds"] is None
+    assert inner[1]["kind"] == "compile"
+    assert inner[1]["compiled"]
+    assert inner[1]["trace_seconds"] is None
     assert scenarios.jax_compile_count(messages, "inner") == 1
 
 
@@ -134,14 +145,16 @@ def test_threads_attributed_to_their_own_call(sqlite_url, use_store):
     for event in events:
         (leaf,) = event["signature"]
         assert event["thread"] == f"worker-{leaf['shape'][0]}"
-        assert event["trace_seconds"] is not None and event["compile_seconds"] is not None
+        assert event["trace_seconds"] is not None
+        assert event["compile_seconds"] is not None
     assert sorted(e["signature"][0]["shape"][0] for e in events) == list(range(1, 9))
 
 
 def test_failing_traces_recorded_with_error(sqlite_url, use_store):
     events, _ = run_scenario("failing_traces", sqlite_url, use_store)
     errors = {e["name"]: e["error"] for e in events}
-    assert errors["branchy"] is not None and errors["branchy"].startswith("TracerBoolConversionError: ")
+    assert errors["branchy"] is not None
+    assert errors["branchy"].startswith("TracerBoolConversionError: ")
     assert errors["get_negatives"] is not None
     assert errors["get_negatives"].startswith("NonConcreteBooleanIndexError: ")
     assert all(not e["compiled"] for e in events)

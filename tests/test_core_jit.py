@@ -47,7 +47,8 @@ def test_decorator_with_and_without_arguments(events):
     def configured(x, n):
         return x * n
 
-    assert getattr(plain, "__name__") == "plain" and plain.__doc__ == "Doubles x."
+    assert getattr(plain, "__name__") == "plain"
+    assert plain.__doc__ == "Doubles x."
     assert plain.__wrapped__.__name__ == "plain"
     np.testing.assert_allclose(plain(jnp.arange(3.0)), [0.0, 2.0, 4.0])
     np.testing.assert_allclose(configured(jnp.arange(3.0), 3), [0.0, 3.0, 6.0])
@@ -144,7 +145,8 @@ def test_lower_trace_eval_shape_clear_cache(events):
     ours, theirs = f.trace(jnp.ones(4)), jax.jit(lambda x: jnp.sin(x) + 1).trace(jnp.ones(4))
     assert [e.primitive.name for e in ours.jaxpr.eqns] == [e.primitive.name for e in theirs.jaxpr.eqns]
     assert [e.primitive.name for e in ours.jaxpr.eqns] == ["sin", "add"]
-    assert ours.fun_name == "f" and ours.out_info.shape == (4,)
+    assert ours.fun_name == "f"
+    assert ours.out_info.shape == (4,)
     assert f.eval_shape(jnp.ones(5)).shape == (5,)
     f(jnp.ones(4))
     f.clear_cache()
@@ -153,7 +155,8 @@ def test_lower_trace_eval_shape_clear_cache(events):
     # lower() traces without compiling; the call compiles the jaxpr lower() traced.
     assert kinds[0] == ("trace", Cause.FIRST_CALL, False)
     assert ("trace", Cause.CACHE_CLEARED, True) in kinds
-    assert events[0].lower_seconds is not None and events[0].jaxpr_eqns == 2
+    assert events[0].lower_seconds is not None
+    assert events[0].jaxpr_eqns == 2
 
 
 def test_nesting_in_jit_vmap_grad_scan(events):
@@ -301,7 +304,8 @@ def test_sampling_times_calls_and_can_be_off(sqlite_url, use_store):
     calls, sampled_calls = stats.calls, stats.sampled_calls
     for _ in range(20):
         unsampled(jnp.ones(3))
-    assert stats.calls - calls == 20 and stats.sampled_calls == sampled_calls
+    assert stats.calls - calls == 20
+    assert stats.sampled_calls == sampled_calls
 
 
 def test_internal_failure_never_reaches_the_user(sqlite_url, use_store, monkeypatch, caplog):
@@ -316,7 +320,8 @@ def test_internal_failure_never_reaches_the_user(sqlite_url, use_store, monkeypa
         cachewatch.jit(lambda x: x * 4)(jnp.ones(2))
     np.testing.assert_allclose(result, [3.0, 3.0])
     places = _guard.internal_errors()
-    assert "jit.signature" in places and sum(places.values()) >= 4  # counted at every call
+    assert "jit.signature" in places
+    assert sum(places.values()) >= 4
     warnings = [r for r in caplog.records if "internal error" in r.getMessage()]
     assert len(warnings) == len(places)  # one warning per place the bug surfaced, not one per call
     _guard.reset()

@@ -76,7 +76,8 @@ BIAS = 0.0
 
 def _load_example():
     spec = importlib.util.spec_from_file_location("train_storms", ROOT / "examples" / "train_storms.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -240,7 +241,8 @@ class Tab:
 
     def open(self, path: str, status: int = 200) -> None:
         response = self.page.goto(self.base + path)
-        assert response is not None and response.status == status, (path, response and response.status)
+        assert response is not None, (path, response and response.status)
+        assert response.status == status, (path, response and response.status)
         self.settle()
 
     def follow(self, action) -> None:
@@ -387,7 +389,8 @@ def all_events(api, function_hash: str, **filters: Any) -> list[dict[str, Any]]:
 def test_overview_shows_storms_causes_and_cost(tab, api):
     tab.open("/")
     summary = api("/summary")
-    assert summary["recompiles"] > 20 and summary["causes"][Cause.NEW_SHAPE] > 5  # the seeded runs storm
+    assert summary["recompiles"] > 20
+    assert summary["causes"][Cause.NEW_SHAPE] > 5
 
     for metric in ("compiles", "recompiles", "functions", "active_storms"):
         card = tab.card(metric)
@@ -411,7 +414,10 @@ def test_overview_shows_storms_causes_and_cost(tab, api):
 
     # Recompiles over time: every recompile counted once, one trace per cause, in its colour.
     chart = tab.chart("chart-recompiles")
-    assert chart["plotly"] and chart["svg"] and chart["drawn"] >= 1 and chart["alternative"]
+    assert chart["plotly"]
+    assert chart["svg"]
+    assert chart["drawn"] >= 1
+    assert chart["alternative"]
     assert sum(sum(t["y"]) for t in chart["traces"]) == summary["recompiles"]
     assert {t["name"] for t in chart["traces"]} <= set(summary["causes"]) - {"first_call"}
     colours = tab.page.eval_on_selector("#chart-recompiles", "el => el.data.map(t => [t.name, t.marker.color])")
@@ -419,11 +425,13 @@ def test_overview_shows_storms_causes_and_cost(tab, api):
 
     # Causes, and compile time against run time for the costliest functions.
     chart = tab.chart("chart-causes")
-    assert chart["plotly"] and chart["drawn"] >= 1
+    assert chart["plotly"]
+    assert chart["drawn"] >= 1
     assert dict(zip(chart["traces"][0]["y"], chart["traces"][0]["x"], strict=False)) == summary["causes"]
     functions = api("/functions", limit=1000)["items"]
     chart = tab.chart("chart-cost")
-    assert chart["plotly"] and chart["drawn"] == 2
+    assert chart["plotly"]
+    assert chart["drawn"] == 2
     compile_trace = next(t for t in chart["traces"] if t["name"] == "compile seconds")
     assert compile_trace["x"] == pytest.approx([f["compile_seconds"] for f in functions[:10]])
 
@@ -455,10 +463,12 @@ def test_functions_table_sorts_filters_and_pages(tab, api):
     for row in rows:
         f = by_hash[row["hash"]]
         assert row["name"] == render.label(f)
-        assert int(row["compiles"]) == f["compiles"] and int(row["recompiles"]) == f["recompiles"]
+        assert int(row["compiles"]) == f["compiles"]
+        assert int(row["recompiles"]) == f["recompiles"]
         assert int(row["calls"].replace(",", "")) == f["calls"]
         assert row["cause"] == (f["dominant_cause"] or "")
-        assert approx(row["seconds"], f["compile_seconds"]) and approx(row["share"], f["compile_share"])
+        assert approx(row["seconds"], f["compile_seconds"])
+        assert approx(row["share"], f["compile_share"])
         assert approx(row["last"], f["last_compile"])
     tab.shot("functions")
 
@@ -467,7 +477,8 @@ def test_functions_table_sorts_filters_and_pages(tab, api):
     assert tab.query["sort"] == "-compiles"
     assert tab.page.get_attribute("th:has(button[data-sort=compiles])", "aria-sort") == "descending"
     counts = [int(r["compiles"]) for r in read_function_rows(tab)]
-    assert counts == sorted(counts, reverse=True) and len(counts) == len(functions)
+    assert counts == sorted(counts, reverse=True)
+    assert len(counts) == len(functions)
     tab.page.focus("button[data-sort=compiles]")
     tab.follow(lambda: tab.page.keyboard.press("Enter"))
     assert tab.query["sort"] == "compiles"
@@ -480,7 +491,8 @@ def test_functions_table_sorts_filters_and_pages(tab, api):
     # Filter by name, as alert links do (/functions?q=<short name>); the sort stays.
     tab.page.fill("#function-q", "train_step")
     tab.follow(lambda: tab.page.press("#function-q", "Enter"))
-    assert tab.query["q"] == "train_step" and tab.query["sort"] == "name"
+    assert tab.query["q"] == "train_step"
+    assert tab.query["sort"] == "name"
     expected = api("/functions", q="train_step")["items"]
     assert len(expected) == 2  # the example's and the scenario's
     assert {r["hash"] for r in read_function_rows(tab)} == {f["function_hash"] for f in expected}
@@ -525,22 +537,27 @@ def test_function_detail_explains_each_recompile(tab, api):
         assert int(tab.card(metric)["value"]) == detail[metric]
     assert approx(tab.card("compile_seconds")["value"], detail["compile_seconds"])
     assert approx(tab.card("run_seconds_est")["value"], detail["run_seconds_est"])
-    assert detail["dominant_cause"] == Cause.NEW_SHAPE and "new_shape" in tab.text(".card[data-metric=dominant_cause]")
+    assert detail["dominant_cause"] == Cause.NEW_SHAPE
+    assert "new_shape" in tab.text(".card[data-metric=dominant_cause]")
 
     # The suggested fix is the storm's; the verdict is there.
-    assert detail["storms"] and tab.text("#fix") == detail["storms"][0]["fix"]
+    assert detail["storms"]
+    assert tab.text("#fix") == detail["storms"][0]["fix"]
     assert "pad to powers of two" in tab.text("#fix")
     assert tab.text("#verdict")
 
     # Charts: the timeline has one marker per trace or compile, the causes and histogram agree.
     timeline = tab.chart("chart-timeline")
-    assert timeline["plotly"] and timeline["drawn"] >= 1 and timeline["alternative"]
+    assert timeline["plotly"]
+    assert timeline["drawn"] >= 1
+    assert timeline["alternative"]
     assert sum(len(t["x"]) for t in timeline["traces"]) == len(compiles)
     assert {t["name"]: len(t["x"]) for t in timeline["traces"]} == detail["causes"]
     chart = tab.chart("chart-causes")
     assert dict(zip(chart["traces"][0]["y"], chart["traces"][0]["x"], strict=False)) == detail["causes"]
     histogram = tab.chart("chart-histogram")
-    assert histogram["plotly"] and histogram["drawn"] >= 1
+    assert histogram["plotly"]
+    assert histogram["drawn"] >= 1
     assert len(histogram["traces"][0]["x"]) == detail["compiles"]
 
     # Every event, newest first, and each recompile's diff as the API has it.
@@ -605,22 +622,26 @@ def test_function_events_page_with_filters(tab, api, store):
     assert [e["id"] for e in read_events(tab)] == [e["event_id"] for e in events[6:12]]
     # The fix comes from the storm: hoist the jit out of the loop, at the call site.
     fix = api(f"/functions/{lam['function_hash']}", run_id=run_id)["storms"][0]["fix"]
-    assert tab.text("#fix") == fix and "scenarios.py" in fix
+    assert tab.text("#fix") == fix
+    assert "scenarios.py" in fix
     # The verdict is the analysis' own: 20 compiles for 20 calls do not pay off.
     with enginemod.connection(store[1]) as conn:
         row = storequeries.function_report(conn, Filters(run_id=run_id), function_hashes=[lam["function_hash"]])[0]
         verdict = diagnosis.verdicts(conn, [row], Filters(run_id=run_id))[lam["function_hash"]]
-    assert verdict.few_calls and verdict.text.startswith("compiled 20 time(s) for 20 call(s)")
+    assert verdict.few_calls
+    assert verdict.text.startswith("compiled 20 time(s) for 20 call(s)")
     assert tab.text("#verdict") == verdict.text[0].upper() + verdict.text[1:] + "."
     # The breadcrumb back to the table keeps the run.
     tab.follow(lambda: tab.page.click("nav.breadcrumbs a"))
-    assert tab.path == "/functions" and tab.query == {"run_id": run_id}
+    assert tab.path == "/functions"
+    assert tab.query == {"run_id": run_id}
 
 
 def test_stale_captures_and_unknown_function(tab, api):
     shifted = function_named(api, "seed_store.<locals>.shifted")
     stale = [e for e in all_events(api, shifted["function_hash"]) if e["kind"] == Kind.STALE_CAPTURE]
-    assert len(stale) == 1 and shifted["stale_captures"] == 1
+    assert len(stale) == 1
+    assert shifted["stale_captures"] == 1
     tab.open("/functions?q=shifted")
     assert "stale capture" in tab.text(f"tr[data-function-hash='{shifted['function_hash']}']")
     tab.open(f"/functions/{shifted['function_hash']}")
@@ -642,7 +663,8 @@ def test_stale_captures_and_unknown_function(tab, api):
             ],
         }
     ]
-    assert entry["path"] == "BIAS" and (entry["before"], entry["after"]) == ("0.0", "1.0")
+    assert entry["path"] == "BIAS"
+    assert (entry["before"], entry["after"]) == ("0.0", "1.0")
 
     # An unknown hash is a 404 page that points back to the functions (Chromium logs the 404).
     tab.allowed_errors.append("status of 404")
@@ -673,26 +695,30 @@ def test_run_filter_is_carried_through_links(tab, api):
 
     # Every navigation link keeps the run; so does Refresh.
     tab.follow(lambda: tab.page.click("header nav >> text=Functions"))
-    assert tab.path == "/functions" and tab.query == {"run_id": pitfalls["run_id"]}
+    assert tab.path == "/functions"
+    assert tab.query == {"run_id": pitfalls["run_id"]}
     functions = api("/functions", run_id=pitfalls["run_id"])["items"]
     rows = read_function_rows(tab)
     assert [r["hash"] for r in rows] == [f["function_hash"] for f in functions]
     assert [int(r["compiles"]) for r in rows] == [f["compiles"] for f in functions]
     tab.follow(lambda: tab.page.click("#refresh"))
-    assert tab.path == "/functions" and tab.query == {"run_id": pitfalls["run_id"]}
+    assert tab.path == "/functions"
+    assert tab.query == {"run_id": pitfalls["run_id"]}
     tab.follow(lambda: tab.page.click("#functions-table tbody tr:first-child th a"))
     assert tab.query == {"run_id": pitfalls["run_id"]}
     detail = api(f"/functions/{functions[0]['function_hash']}", run_id=pitfalls["run_id"])
     assert int(tab.card("compiles")["value"]) == detail["compiles"]
     tab.follow(lambda: tab.page.click("header nav >> text=Storms"))
-    assert tab.path == "/storms" and tab.query == {"run_id": pitfalls["run_id"]}
+    assert tab.path == "/storms"
+    assert tab.query == {"run_id": pitfalls["run_id"]}
     storms = api("/storms", run_id=pitfalls["run_id"])["items"]
     assert tab.page.locator("#storms > li").count() == len(storms)
 
     # The runs page: every run with the API's counts; a run's link filters the overview.
     tab.follow(lambda: tab.page.click("header nav >> text=Runs"))
     tab.follow(lambda: tab.page.click("text=Clear filters"))
-    assert tab.path == "/runs" and tab.query == {}
+    assert tab.path == "/runs"
+    assert tab.query == {}
     shown = tab.page.eval_on_selector_all(
         "#runs-table tbody tr",
         """rows => rows.map(r => ({
@@ -702,7 +728,8 @@ def test_run_filter_is_carried_through_links(tab, api):
     )
     assert [r["id"] for r in shown] == [r["run_id"] for r in runs]
     for row, run in zip(shown, runs, strict=False):
-        assert int(row["events"]) == run["events"] and int(row["compiles"]) == run["compiles"]
+        assert int(row["events"]) == run["events"]
+        assert int(row["compiles"]) == run["compiles"]
         assert approx(row["seconds"], run["compile_seconds"])
         for value in (
             run["run_name"],
@@ -716,7 +743,8 @@ def test_run_filter_is_carried_through_links(tab, api):
     tab.shot("runs")
     train = next(r for r in runs if r["run_name"] == "train-storms")
     tab.follow(lambda: tab.page.click(f"tr[data-run-id='{train['run_id']}'] a.run-link"))
-    assert tab.path == "/" and tab.query == {"run_id": train["run_id"]}
+    assert tab.path == "/"
+    assert tab.query == {"run_id": train["run_id"]}
     assert int(tab.card("compiles")["value"]) == api("/summary", run_id=train["run_id"])["compiles"]
 
 
@@ -745,7 +773,8 @@ def test_time_filter(tab, api):
     tab.open("/?since=2100-01-01T00:00:00Z")
     assert "Nothing matches these filters" in tab.text("main")
     tab.follow(lambda: tab.page.click(".empty >> text=Clear the filters"))
-    assert tab.query == {} and int(tab.card("compiles")["value"]) == api("/summary")["compiles"]
+    assert tab.query == {}
+    assert int(tab.card("compiles")["value"]) == api("/summary")["compiles"]
     # A time that is not one is named, and ignored.
     tab.open("/?since=yesterday")
     assert "since='yesterday' is not a time" in tab.text("[role=alert]")
@@ -780,13 +809,16 @@ def test_assets_come_from_the_installed_plotly(server):
         src = next(part.split('"')[0] for part in page.split('<script src="')[1:] if "plotly" in part)
         assert src.startswith(render.PLOTLY_PATH + "?v=")
         plotly_spec = importlib.util.find_spec("plotly")
-        assert plotly_spec is not None and plotly_spec.origin is not None
+        assert plotly_spec is not None
+        assert plotly_spec.origin is not None
         installed = Path(plotly_spec.origin).parent / "package_data" / "plotly.min.js"
         plain = client.get(src, headers={"Accept-Encoding": "identity"})
-        assert plain.status_code == 200 and plain.content == installed.read_bytes()
+        assert plain.status_code == 200
+        assert plain.content == installed.read_bytes()
         assert "immutable" in plain.headers["cache-control"]
         zipped = client.get(src, headers={"Accept-Encoding": "gzip"})
-        assert zipped.headers["content-encoding"] == "gzip" and zipped.content == installed.read_bytes()
+        assert zipped.headers["content-encoding"] == "gzip"
+        assert zipped.content == installed.read_bytes()
         again = client.get(src, headers={"If-None-Match": plain.headers["etag"]})
         assert again.status_code == 304
         assert client.get("/static/dashboard.css").headers["content-type"].startswith("text/css")
@@ -863,7 +895,8 @@ def test_short_run_shows_a_compile_share(chromium, sqlite_url, use_store):
         try:
             tab.open("/")
             share = tab.card("compile_share")
-            assert share["text"].endswith("%") and share["text"] == render.fmt_share(summary["compile_share"])
+            assert share["text"].endswith("%")
+            assert share["text"] == render.fmt_share(summary["compile_share"])
             assert approx(share["value"], summary["compile_share"])
             assert tab.card("run_seconds_est")["text"] != "not sampled"
             tab.open(f"/functions/{row['function_hash']}")
@@ -901,17 +934,22 @@ def test_read_token_login(chromium, seeded_sqlite, caplog):
         tab = Tab(context.new_page(), live.url, SCREENSHOTS / "sqlite")
         try:
             tab.open("/storms")
-            assert tab.path == "/login" and tab.query == {"next": "/storms"}
+            assert tab.path == "/login"
+            assert tab.query == {"next": "/storms"}
             tab.shot("login")
             tab.allowed_errors.append("status of 401")
             tab.page.fill("#token", "not-the-token-at-all")
             tab.follow(lambda: tab.page.click("form[action='/login'] button"))
-            assert tab.path == "/login" and "That token is not right" in tab.text("[role=alert]")
+            assert tab.path == "/login"
+            assert "That token is not right" in tab.text("[role=alert]")
             tab.page.fill("#token", token)
             tab.follow(lambda: tab.page.click("form[action='/login'] button"))
-            assert tab.path == "/storms" and tab.text("h1") == "Storms"
+            assert tab.path == "/storms"
+            assert tab.text("h1") == "Storms"
             cookie = next(c for c in context.cookies() if c["name"] == "cachewatch_dashboard")
-            assert cookie["httpOnly"] and cookie["value"] != token and token not in cookie["value"]
+            assert cookie["httpOnly"]
+            assert cookie["value"] != token
+            assert token not in cookie["value"]
             assert token not in tab.page.content()
             tab.follow(lambda: tab.page.click("text=Sign out"))
             assert tab.path == "/login"
@@ -930,7 +968,8 @@ def test_function_page_shows_what_was_compiled_and_the_program_diff(tab, api):
     section = tab.page.locator("#program-diff")
     before, after = section.get_attribute("data-before"), section.get_attribute("data-after")
     change = api(f"/events/{after}/diff", against=before)
-    assert section.get_attribute("data-same-program") == "true" and change["same_program"]
+    assert section.get_attribute("data-same-program") == "true"
+    assert change["same_program"]
     assert "Same optimised program as before" in tab.text("#same-program")
     shown = tab.page.eval_on_selector_all(
         "#diff-primitives tbody tr", "rows => rows.map(r => [r.dataset.name, +r.dataset.before, +r.dataset.after])"
@@ -957,12 +996,14 @@ def test_function_page_shows_what_was_compiled_and_the_program_diff(tab, api):
     section = tab.page.locator("#program-diff")
     assert (section.get_attribute("data-before"), section.get_attribute("data-after")) == (before, after)
     change = api(f"/events/{after}/diff", against=before)
-    assert section.get_attribute("data-same-program") == "false" and change["cause"] == "new_shape"
+    assert section.get_attribute("data-same-program") == "false"
+    assert change["cause"] == "new_shape"
     added = tab.page.eval_on_selector_all("#jaxpr-diff .diff-add", "els => els.map(e => e.textContent)")
     removed = tab.page.eval_on_selector_all("#jaxpr-diff .diff-del", "els => els.map(e => e.textContent)")
     assert added == [line for line in change["jaxpr_diff"] if line.startswith("+") and not line.startswith("+++")]
     assert removed == [line for line in change["jaxpr_diff"] if line.startswith("-") and not line.startswith("---")]
-    assert added and removed
+    assert added
+    assert removed
     colours = tab.page.evaluate(
         "() => ['.diff-add', '.diff-del'].map(s => getComputedStyle(document.querySelector('#jaxpr-diff ' + s)).backgroundColor)"
     )
@@ -983,7 +1024,8 @@ def test_function_page_shows_what_was_compiled_and_the_program_diff(tab, api):
         (e for e in all_events(api, step["function_hash"]) if e["compiled"] and e["jaxpr_eqns"] is not None),
         key=lambda e: e["timestamp"],
     )[-pages.GROWTH_SHOWN :]
-    assert len(growth) > 1 and [g[:2] for g in growth] == [[e["event_id"], e["jaxpr_eqns"]] for e in sized]
+    assert len(growth) > 1
+    assert [g[:2] for g in growth] == [[e["event_id"], e["jaxpr_eqns"]] for e in sized]
     assert [g[2] for g in growth] == pytest.approx(
         [(e["trace_seconds"] or 0) + (e["lower_seconds"] or 0) + (e["compile_seconds"] or 0) for e in sized]
     )

@@ -40,7 +40,8 @@ def test_a_batch_that_fails_while_later_ones_go_through_is_set_aside(tmp_path, s
     cfg = current.config()
     writer = recorder._get_writer()
     poison, behind = _batch(2), [_batch(1) for _ in range(3)]
-    assert spool.save(cfg, poison) and all(spool.save(cfg, b) for b in behind)
+    assert spool.save(cfg, poison)
+    assert all(spool.save(cfg, b) for b in behind)
     real = SqlSink(sqlite_url)
 
     class FailsOnOne:  # e.g. a body the server resets the connection on, every time
@@ -55,12 +56,14 @@ def test_a_batch_that_fails_while_later_ones_go_through_is_set_aside(tmp_path, s
         recorder.record_event(make_event())
         cachewatch.flush(30)
     result = cachewatch.flush(30)
-    assert result.stored and result.spooled_batches == 0
+    assert result.stored
+    assert result.spooled_batches == 0
     assert count_events(sqlite_url) == 3 + spool.MAX_STRIKES + 1  # everything but the poison batch
     assert writer.set_aside == {f"failed {spool.MAX_STRIKES} times while the store took other batches": 1}
     assert writer.dropped == dropped + 2  # its events are counted lost, and reported to the store
     bad = list((tmp_path / "spool").rglob("*.bad"))
-    assert len(bad) == 1 and "took other batches" in bad[0].with_name(bad[0].name + ".reason").read_text()
+    assert len(bad) == 1
+    assert "took other batches" in bad[0].with_name(bad[0].name + ".reason").read_text()
 
 
 def test_a_store_that_is_down_strikes_no_batch(tmp_path, use_store):

@@ -285,7 +285,8 @@ def _dockerfile_instructions() -> list[tuple[str, str]]:
 
 def _exec_form(args: str) -> list[str]:
     value = json.loads(args)
-    assert isinstance(value, list) and all(isinstance(v, str) for v in value), args
+    assert isinstance(value, list), args
+    assert all(isinstance(v, str) for v in value), args
     return value
 
 
@@ -295,7 +296,8 @@ def _serve_args(argv: list[str]) -> dict[str, str]:
     opts, rest = {}, argv[2:]
     while rest:
         flag = rest.pop(0)
-        assert flag.startswith("--") and rest, f"unexpected argument {flag!r} in {argv}"
+        assert flag.startswith("--"), f"unexpected argument {flag!r} in {argv}"
+        assert rest, f"unexpected argument {flag!r} in {argv}"
         opts[flag[2:]] = rest.pop(0)
     return opts
 
@@ -379,7 +381,8 @@ def test_alert_annotations_name_the_function_and_link_the_dashboard(alert_rules)
                 link,
             ), (name, link)
         elif "by (job)" in rule["expr"]:
-            assert "{{ $labels.job }}" in ann["summary"] and "{{ $labels.job }}" in ann["description"], name
+            assert "{{ $labels.job }}" in ann["summary"], name
+            assert "{{ $labels.job }}" in ann["description"], name
             assert link == "{{ $externalLabels.cachewatch_url }}/jobs/{{ $labels.job | urlquery }}", (name, link)
         else:
             assert link == "{{ $externalLabels.cachewatch_url }}/", (name, link)
@@ -592,7 +595,8 @@ def test_grafana_provisioning_matches_compose_and_dashboard(dashboard, compose_c
     # imported copy pick another Prometheus from the same variable.
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     source = variables["datasource"]
-    assert source["type"] == "datasource" and source["query"] == "prometheus"
+    assert source["type"] == "datasource"
+    assert source["query"] == "prometheus"
     assert source["current"]["value"] == ds["uid"]
 
 
@@ -606,7 +610,8 @@ def test_dashboard_structure(dashboard):
     assert fn["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
     query = fn["query"]["query"] if isinstance(fn["query"], dict) else fn["query"]
     assert " ".join(query.split()) == "label_values(cachewatch_compiles_total, function)"
-    assert fn["includeAll"] and fn["multi"]
+    assert fn["includeAll"]
+    assert fn["multi"]
 
     ids = [p["id"] for p in _panels(dashboard["panels"])]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
@@ -699,7 +704,8 @@ def test_alert_thresholds_are_drawn_on_the_dashboard(alert_rules, dashboard):
     assert any(float(share) in _threshold_values(p) and drawn(p) for p in share_panels), (
         f"compile share threshold {share} is not drawn"
     )
-    assert float(threshold) == STORM_THRESHOLD and window == STORM_WINDOW
+    assert float(threshold) == STORM_THRESHOLD
+    assert window == STORM_WINDOW
     assert float(share) == SHARE_THRESHOLD
 
 
@@ -712,7 +718,8 @@ def _grafana_alerting_module():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("cachewatch_grafana_alerting", GRAFANA / "alerting.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -737,22 +744,28 @@ def test_grafana_alerts_use_the_prometheus_thresholds(alert_rules):
     for raw in groups[0]["rules"]:
         rule = models.Rule.from_json(raw)  # the SDK reads every rule back
         queries = {q.ref_id: q for q in rule.data}
-        assert rule.condition == "C" and set(queries) == {"A", "B", "C"}, rule.title
+        assert rule.condition == "C", rule.title
+        assert set(queries) == {"A", "B", "C"}, rule.title
         promql = queries["A"].model
-        assert isinstance(promql, prommodels.Dataquery) and promql.instant, rule.title
+        assert isinstance(promql, prommodels.Dataquery), rule.title
+        assert promql.instant, rule.title
         assert queries["A"].datasource_uid == "cachewatch-prometheus"
         reduce, threshold = queries["B"].model, queries["C"].model
-        assert isinstance(reduce, exprmodels.TypeReduce) and reduce.expression == "A"
-        assert isinstance(threshold, exprmodels.TypeThreshold) and threshold.expression == "B"
+        assert isinstance(reduce, exprmodels.TypeReduce)
+        assert reduce.expression == "A"
+        assert isinstance(threshold, exprmodels.TypeThreshold)
+        assert threshold.expression == "B"
         (condition,) = threshold.conditions
         assert (condition.evaluator.type_val, condition.evaluator.params) == ("gt", [0])
         source = next(
             name for name, r in alert_rules.items() if " ".join(r["expr"].split()) == " ".join(promql.expr.split())
         )
         assert rule.for_val == alert_rules[source].get("for", "0m"), rule.title
-        assert rule.labels is not None and rule.annotations is not None, rule.title
+        assert rule.labels is not None, rule.title
+        assert rule.annotations is not None, rule.title
         assert rule.labels["severity"] == alert_rules[source]["labels"]["severity"]
-        assert rule.no_data_state == "OK" and rule.uid
+        assert rule.no_data_state == "OK"
+        assert rule.uid
         assert "$externalLabels" not in " ".join(rule.annotations.values())
         assert "$value |" not in " ".join(rule.annotations.values())  # Grafana's $value is text
         mirrored[rule.title] = source
@@ -771,7 +784,8 @@ def test_grafana_contact_point_is_left_to_the_operator(compose_config):
     (point,) = _load_yaml(GRAFANA_ALERTING / "contact-points.yaml")["contactPoints"]
     (receiver,) = point["receivers"]
     parsed = models.ContactPoint.from_json({"name": point["name"], **receiver})
-    assert parsed.type_val == "email" and parsed.settings == {"addresses": "$CACHEWATCH_ALERT_EMAIL"}
+    assert parsed.type_val == "email"
+    assert parsed.settings == {"addresses": "$CACHEWATCH_ALERT_EMAIL"}
     (policy,) = _load_yaml(GRAFANA_ALERTING / "policies.yaml")["policies"]
     assert models.NotificationPolicy.from_json(policy).receiver == point["name"]
     grafana_env = compose_config["services"]["grafana"]["environment"]
@@ -785,8 +799,10 @@ def test_dashboard_reads_back_through_the_sdk(dashboard):
 
     register_default_plugins()
     parsed = models.Dashboard.from_json(dashboard)
-    assert parsed.uid == "cachewatch" and parsed.title == dashboard["title"]
-    assert parsed.panels is not None and parsed.templating.list_val is not None
+    assert parsed.uid == "cachewatch"
+    assert parsed.title == dashboard["title"]
+    assert parsed.panels is not None
+    assert parsed.templating.list_val is not None
     panels = [p for p in parsed.panels if isinstance(p, models.Panel)]
     assert len(panels) == len(dashboard["panels"])
     for panel, raw in zip(panels, dashboard["panels"], strict=False):
@@ -795,7 +811,9 @@ def test_dashboard_reads_back_through_the_sdk(dashboard):
         # a target that is no Prometheus query is left out here, and the lists then differ
         queries = [t.expr for t in panel.targets if isinstance(t, prommodels.Dataquery)]
         assert queries == [t["expr"] for t in raw["targets"]], raw["title"]
-        assert panel.grid_pos is not None and panel.grid_pos.w > 0 and panel.grid_pos.h > 0
+        assert panel.grid_pos is not None
+        assert panel.grid_pos.w > 0
+        assert panel.grid_pos.h > 0
     assert {v.name for v in parsed.templating.list_val} >= {"datasource", "function"}
 
 
@@ -868,7 +886,8 @@ def test_dockerfile(compose_config):
     for base in by_kind["FROM"]:
         assert base.split()[0] == "python:3.11-slim", base
     installs = [a for a in by_kind["RUN"] if "pip install" in a]
-    assert installs and all("--no-cache-dir" in a for a in installs), installs
+    assert installs, installs
+    assert all("--no-cache-dir" in a for a in installs), installs
     assert any("[server]" in a for a in installs), "the image must install the service's extra"
 
     # The last USER is the one the container runs as.
@@ -880,7 +899,8 @@ def test_dockerfile(compose_config):
     assert re.search(r"\bCACHEWATCH_STORE=\S+", envs), envs
 
     (healthcheck,) = by_kind["HEALTHCHECK"]
-    assert "curl" not in healthcheck and "python" in healthcheck
+    assert "curl" not in healthcheck
+    assert "python" in healthcheck
     cmd = healthcheck.split(" CMD ", 1)[1]
     assert "http://127.0.0.1:8000/healthz" in cmd
 

@@ -74,23 +74,31 @@ def test_training_script_through_the_service(served, tmp_path):
         {"first_call": 1, "new_shape": 7},
         "new_shape",
     )
-    assert step["calls"] == 24 and step["run_seconds_est"] > 0 and 0 < step["compile_share"] < 1
+    assert step["calls"] == 24
+    assert step["run_seconds_est"] > 0
+    assert 0 < step["compile_share"] < 1
     assert (loop["compiles"], loop["dominant_cause"]) == (8, "new_function_object")
 
     events = _get(served + f"/api/v1/functions/{step['function_hash']}/events?limit=100")["items"]
-    assert len(events) == 8 and events[1]["diff"][0]["path"].startswith("batch")
+    assert len(events) == 8
+    assert events[1]["diff"][0]["path"].startswith("batch")
     assert all("storm_demo.py:" in e["call_site"] for e in events)
 
     summary = _get(served + "/api/v1/summary")
     # Besides the two functions, eager jnp calls add op-by-op compiles of their own.
-    assert summary["functions"] >= 2 and summary["events"] >= 16 and summary["active_storms"] >= 2
+    assert summary["functions"] >= 2
+    assert summary["events"] >= 16
+    assert summary["active_storms"] >= 2
 
     runs = _get(served + "/api/v1/runs")["items"]
-    assert [r["run_name"] for r in runs] == ["e2e-demo"] and runs[0]["events"] == summary["events"]
+    assert [r["run_name"] for r in runs] == ["e2e-demo"]
+    assert runs[0]["events"] == summary["events"]
 
     storms = {s["name"]: s for s in _get(served + "/api/v1/storms")["items"]}
-    assert storms["train_step"]["dominant_cause"] == Cause.NEW_SHAPE and storms["train_step"]["active"]
-    assert "batch" in storms["train_step"]["fix"] and "storm_demo.py" in storms["<lambda>"]["fix"]
+    assert storms["train_step"]["dominant_cause"] == Cause.NEW_SHAPE
+    assert storms["train_step"]["active"]
+    assert "batch" in storms["train_step"]["fix"]
+    assert "storm_demo.py" in storms["<lambda>"]["fix"]
 
     samples = kit.parse_metrics(_get(served + "/metrics"))
     assert kit.sample(samples, "cachewatch_compiles_total", function="train_step", cause=Cause.NEW_SHAPE) == 7
@@ -101,7 +109,8 @@ def test_training_script_through_the_service(served, tmp_path):
     assert kit.sample(samples, "cachewatch_events_ingested_total") == summary["events"]
     assert kit.sample(samples, "cachewatch_events_dropped_total", reason="queue_full") == 0
     posts = kit.sample(samples, "cachewatch_http_requests_total", method="POST", route="/api/v1/events", status="200")
-    assert posts is not None and posts >= 1
+    assert posts is not None
+    assert posts >= 1
 
     # Without the token the service refuses to store anything.
     request = urllib.request.Request(

@@ -83,7 +83,8 @@ def test_an_eager_evaluation_pass_over_two_set_sizes_is_a_first_pass_not_a_storm
     assert [f.compiles for p in dot_passes for f in p.functions if f.name == "dot"] == [3]
     assert all((p.call_site or "").startswith(f"{__file__}:") for p in dot_passes)
     dot_pass = max(dot_passes, key=lambda p: p.compiles)
-    assert not dot_pass.active and dot_pass.signatures == dot_pass.compiles >= 5
+    assert not dot_pass.active
+    assert dot_pass.signatures == dot_pass.compiles >= 5
     assert dot_pass.seconds > 0
     assert f"{dot_pass.compiles} compiles of {dot_pass.compiles} new signatures" in (
         diagnosis.describe_first_pass(dot_pass)
@@ -99,8 +100,10 @@ def test_an_eager_evaluation_pass_over_two_set_sizes_is_a_first_pass_not_a_storm
     assert not [s for s in listing["items"] if s["name"] == "dot"]
     (shown,) = [p for p in listing["first_passes"] if p["short_name"] == dot_pass.short_name]
     assert "dot 3x" in shown["short_name"]
-    assert shown["signatures"] == dot_pass.signatures and shown["seconds"] == dot_pass.seconds
-    assert 'id="first-passes"' in page and dot_pass.function_hash in page.split('id="first-passes"', 1)[1]
+    assert shown["signatures"] == dot_pass.signatures
+    assert shown["seconds"] == dot_pass.seconds
+    assert 'id="first-passes"' in page
+    assert dot_pass.function_hash in page.split('id="first-passes"', 1)[1]
 
 
 def test_a_loop_whose_batch_size_keeps_changing_is_still_a_storm(sqlite_url, use_store):
@@ -119,7 +122,8 @@ def test_a_loop_whose_batch_size_keeps_changing_is_still_a_storm(sqlite_url, use
         passes = [p for p in diagnosis.first_passes(conn, threshold=5, window=600) if p.name == "changing_batch"]
     (storm,) = storms
     assert not passes
-    assert storm.active and storm.dominant_cause == Cause.NEW_SHAPE
+    assert storm.active
+    assert storm.dominant_cause == Cause.NEW_SHAPE
     assert "Argument x axis 0 took 12 sizes between 3 and 14; pad to powers of two" in storm.fix
 
 
@@ -221,7 +225,8 @@ def test_a_burst_judged_as_of_its_end_is_a_storm(sqlite_url, use_store):
         at_end = diagnosis.detect_storms(conn, threshold=5, window=600, heard_until=ended)
     assert not [s for s in later if s.name == "burst_then_quiet"]
     (storm,) = [s for s in at_end if s.name == "burst_then_quiet"]
-    assert storm.active and storm.compiles == 6
+    assert storm.active
+    assert storm.compiles == 6
 
 
 def _storms_and_passes(url: str, name: str) -> tuple[list[Storm], list[FirstPass]]:
@@ -262,7 +267,8 @@ def test_a_loop_that_keeps_meeting_new_sizes_between_its_usual_one_is_a_storm_th
     storms, passes = _storms_and_passes(sqlite_url, "ragged_step")
     assert not passes
     (storm,) = storms
-    assert storm.compiles == 7 and storm.dominant_cause == Cause.NEW_SHAPE
+    assert storm.compiles == 7
+    assert storm.dominant_cause == Cause.NEW_SHAPE
 
 
 def test_an_evaluation_pass_in_order_then_served_again_stays_a_first_pass(sqlite_url, use_store):

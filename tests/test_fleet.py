@@ -65,8 +65,10 @@ def test_the_rank_that_met_an_extra_shape_is_flagged_with_its_signature(client):
     steps = [d for d in report["divergences"] if d["function"] == "fleet_step"]
     assert len(steps) == 1
     step = steps[0]
-    assert step["process_index"] == 1 and step["reason"] == "only_this_rank"
-    assert step["others"] == {"0": 0} and step["compiles"] == 1
+    assert step["process_index"] == 1
+    assert step["reason"] == "only_this_rank"
+    assert step["others"] == {"0": 0}
+    assert step["compiles"] == 1
     shapes = {leaf["path"]: leaf["shape"] for leaf in step["signature"]}
     assert shapes == {"batch": [24, 8], "w": [8, 4]}
     assert "batch: float32[24,8]" in step["explanation"]
@@ -78,13 +80,15 @@ def test_the_rank_that_met_an_extra_shape_is_flagged_with_its_signature(client):
 def test_a_job_whose_ranks_agree_is_not_flagged(client):
     report = client.get("/api/v1/jobs/agreeing").json()
     assert [r["process_index"] for r in report["ranks"]] == [0, 1]
-    assert report["divergent_ranks"] == [] and report["divergences"] == []
+    assert report["divergent_ranks"] == []
+    assert report["divergences"] == []
     assert report["ranks"][0]["compiles"] == report["ranks"][1]["compiles"] > 0
 
 
 def test_jobs_listing_metric_and_pages(client):
     listed = {j["job"]: j for j in client.get("/api/v1/jobs").json()}
-    assert listed["diverging"]["divergent_ranks"] == [1] and listed["agreeing"]["divergent_ranks"] == []
+    assert listed["diverging"]["divergent_ranks"] == [1]
+    assert listed["agreeing"]["divergent_ranks"] == []
     assert client.get("/api/v1/jobs/nope").status_code == 404
 
     families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
@@ -93,7 +97,8 @@ def test_jobs_listing_metric_and_pages(client):
 
     page = client.get("/jobs/diverging")
     assert page.status_code == 200
-    assert 'data-rank="1" class="flagged"' in page.text and "batch: float32[24,8]" in page.text
+    assert 'data-rank="1" class="flagged"' in page.text
+    assert "batch: float32[24,8]" in page.text
     assert "The ranks agree" in client.get("/jobs/agreeing").text
     assert "diverging" in client.get("/jobs").text
     assert client.get("/jobs/nope").status_code == 404
@@ -111,7 +116,8 @@ def test_jobs_compared_together_are_each_job_compared_alone_without_the_names(fl
         assert full is not None
         assert listed.divergences == []
         assert listed == dataclasses.replace(full, divergences=[])
-    assert alone[1] is not None and together[1].divergences_total == len(alone[1].divergences) > 0
+    assert alone[1] is not None
+    assert together[1].divergences_total == len(alone[1].divergences) > 0
 
 
 def test_job_and_rank_come_from_configuration():
@@ -147,9 +153,11 @@ def test_job_rank_and_cache_key_travel_through_ingest(store_url, tmp_path):
         report = client.get("/api/v1/jobs/posted").json()
         assert report["divergent_ranks"] == [1]
         (extra,) = report["divergences"]
-        assert extra["function"].endswith("step") and extra["reason"] == "only_this_rank"
+        assert extra["function"].endswith("step")
+        assert extra["reason"] == "only_this_rank"
         runs = {r["process_index"]: r for r in client.get("/api/v1/runs").json()["items"] if r["job"] == "posted"}
-        assert sorted(runs) == [0, 1] and runs[1]["process_count"] == 2
+        assert sorted(runs) == [0, 1]
+        assert runs[1]["process_count"] == 2
         function_hash = step_events[0].function.function_hash
         items = client.get(f"/api/v1/functions/{function_hash}/events").json()["items"]
         assert all(e["cache_key"] == {"computation": "abc", "jax": "0.10.2"} for e in items)

@@ -38,10 +38,13 @@ def test_raise_past_the_limit_names_function_cause_and_diff_and_keeps_the_cache(
     with pytest.raises(cachewatch.RecompileLimitError) as raised:
         limited_step(jnp.ones((4,)))
     message = str(raised.value)
-    assert "limited_step" in message and "limit of 2" in message
-    assert "cause: new_shape" in message and "new_shape=2" in message
+    assert "limited_step" in message
+    assert "limit of 2" in message
+    assert "cause: new_shape" in message
+    assert "new_shape=2" in message
     assert "x: float32[3] -> float32[4]" in message  # the diff against the closest signature
-    assert raised.value.cause == Cause.NEW_SHAPE and raised.value.causes == {"new_shape": 2}
+    assert raised.value.cause == Cause.NEW_SHAPE
+    assert raised.value.causes == {"new_shape": 2}
     assert raised.value.diff[0]["path"] == "x"
 
     # Nothing was compiled for the refused signature, and what was compiled still runs.
@@ -52,7 +55,8 @@ def test_raise_past_the_limit_names_function_cause_and_diff_and_keeps_the_cache(
     compiled = [e for e in events if e.function.name == "limited_step" and e.compiled]
     assert len(compiled) == 3
     refused = [e for e in events if e.function.name == "limited_step" and e.error]
-    assert len(refused) == 2 and refused[0].error.startswith("RecompileLimitError")
+    assert len(refused) == 2
+    assert refused[0].error.startswith("RecompileLimitError")
     assert not any(e.compiled for e in refused)
 
 
@@ -68,8 +72,10 @@ def test_warn_once_with_the_causes_so_far_and_results_unchanged(events):
     limit_warnings = [w for w in caught if issubclass(w.category, cachewatch.RecompileLimitWarning)]
     assert len(limit_warnings) == 1
     text = str(limit_warnings[0].message)
-    assert "warned_step" in text and "recompiled 2 times, past its limit of 1" in text
-    assert "new_shape=2" in text and "x: float32[2] -> float32[3]" in text
+    assert "warned_step" in text
+    assert "recompiled 2 times, past its limit of 1" in text
+    assert "new_shape=2" in text
+    assert "x: float32[2] -> float32[3]" in text
     for n, out in zip(range(1, 6), outputs, strict=False):
         np.testing.assert_allclose(out, np.full(n, 2.0))
     assert guards.tallies()[getattr(warned_step, "__cachewatch_state__").info.function_hash].recompiles == 5
@@ -85,7 +91,9 @@ def test_record_only_counts(events):
         for n in range(1, 5):
             recorded_step(jnp.ones(n))
     tally = guards.tallies()[getattr(recorded_step, "__cachewatch_state__").info.function_hash]
-    assert tally.exceeded and tally.recompiles == 3 and tally.causes == {"new_shape": 3}
+    assert tally.exceeded
+    assert tally.recompiles == 3
+    assert tally.causes == {"new_shape": 3}
 
 
 def test_environment_limit_applies_to_every_watched_function(sqlite_url, use_store, monkeypatch):
@@ -144,7 +152,9 @@ def test_freeze_raises_on_the_first_compile_after_it_and_not_before(events):
             frozen_step(jnp.ones(4))
         assert isinstance(raised.value, cachewatch.RecompileLimitError)
         message = str(raised.value)
-        assert "frozen_step" in message and "freeze()" in message and "cause: new_shape" in message
+        assert "frozen_step" in message
+        assert "freeze()" in message
+        assert "cause: new_shape" in message
         assert "x: float32[3] -> float32[4]" in message
     finally:
         cachewatch.unfreeze()
@@ -171,7 +181,8 @@ def test_freeze_names_a_context_change_with_its_option(events):
     finally:
         cachewatch.unfreeze()
     message = str(raised.value)
-    assert "cause: new_context" in message and "jax_default_matmul_precision: None -> 'highest'" in message
+    assert "cause: new_context" in message
+    assert "jax_default_matmul_precision: None -> 'highest'" in message
 
 
 def test_freeze_as_a_context_manager_warns_and_restores(events):
@@ -189,7 +200,8 @@ def test_freeze_as_a_context_manager_warns_and_restores(events):
         thawed(jnp.ones(3))  # unfrozen again: no warning
     frozen_warnings = [w for w in caught if issubclass(w.category, cachewatch.FrozenCompileWarning)]
     assert len(frozen_warnings) == 1  # the trace, not the lowering that followed it again
-    assert "thawed" in str(frozen_warnings[0].message) and Cause.NEW_SHAPE in str(frozen_warnings[0].message)
+    assert "thawed" in str(frozen_warnings[0].message)
+    assert Cause.NEW_SHAPE in str(frozen_warnings[0].message)
     np.testing.assert_allclose(out, [3.0, 3.0])
 
 
@@ -202,7 +214,8 @@ def test_freeze_covers_compiles_without_a_retrace(events):
     # The trace is of this function at this shape: the compile below needs no retrace.
     assert traced.fun_name == "traced_first"
     assert [eqn.primitive.name for eqn in traced.jaxpr.eqns] == ["mul"]
-    assert traced.out_info.shape == (3,) and traced.out_info.dtype == jnp.float32
+    assert traced.out_info.shape == (3,)
+    assert traced.out_info.dtype == jnp.float32
     with cachewatch.freeze():
         with pytest.raises(cachewatch.FrozenCompileError, match="without a retrace"):
             traced_first(jnp.ones(3))
@@ -271,7 +284,9 @@ def test_a_warning_made_an_error_is_recorded_as_the_trace_that_raised(events):
                 strict_step(jnp.ones(3))
     cachewatch.flush(10)
     failed = [e for e in events if e.function.name == "strict_step" and e.error]
-    assert len(failed) == 1 and failed[0].error.startswith("FrozenCompileWarning") and not failed[0].compiled
+    assert len(failed) == 1
+    assert failed[0].error.startswith("FrozenCompileWarning")
+    assert not failed[0].compiled
     np.testing.assert_allclose(strict_step(jnp.ones(3)), np.full(3, 0.5))
 
 
@@ -286,4 +301,5 @@ def test_expect_compiles_names_function_cause_and_diff(events):
             guarded_step(jnp.ones(5))
     message = str(raised.value)
     assert "guarded_step` compiled 1 time(s), at most 0 expected" in message
-    assert Cause.NEW_SHAPE in message and "x: float32[4] -> float32[5]" in message
+    assert Cause.NEW_SHAPE in message
+    assert "x: float32[4] -> float32[5]" in message

@@ -52,7 +52,8 @@ def test_sink_posts_batches_once(store_url, recorded):
         sink.write(batch)
         sink.write(batch)  # the response was lost, say, and the writer retried
         answer = sink.post({**batch.to_wire(), "batch_id": batch_id(batch.to_wire())})
-    assert answer["duplicate_events"] == len(recorded.events) and answer["stored_stats"] == 0
+    assert answer["duplicate_events"] == len(recorded.events)
+    assert answer["stored_stats"] == 0
     ids = stored_event_ids(store_url)
     assert sorted(ids) == sorted(e.event_id for e in recorded.events)
     assert stats_rows(store_url) == 1
@@ -73,21 +74,25 @@ def test_failures_say_whether_to_retry(sqlite_url, recorded):
     with kit.live_server(service(sqlite_url)) as server:
         with pytest.raises(HttpStoreError) as info:
             HttpSink(server.url, token="wrong-token-0123456789abcdef").write(batch)
-        assert info.value.status == 401 and info.value.retryable is False
-        assert "wrong-token" not in str(info.value) and TOKEN not in str(info.value)
+        assert info.value.status == 401
+        assert info.value.retryable is False
+        assert "wrong-token" not in str(info.value)
+        assert TOKEN not in str(info.value)
 
         bad = kit.batch(recorded.run, recorded.events)
         payload = bad.to_wire()
         payload["events"][0]["cause"] = "gremlins"
         with pytest.raises(HttpStoreError) as info:
             HttpSink(server.url, token=TOKEN).post(payload)
-        assert info.value.status == 422 and info.value.retryable is False
+        assert info.value.status == 422
+        assert info.value.retryable is False
         assert "events.0.cause" in str(info.value)
         port = server.port
     # Nobody listens any more: a retry later may work.
     with pytest.raises(HttpStoreError) as info:
         HttpSink(f"http://127.0.0.1:{port}", token=TOKEN, timeout=2).write(batch)
-    assert info.value.retryable is True and info.value.status is None
+    assert info.value.retryable is True
+    assert info.value.status is None
     assert TOKEN not in repr(HttpSink("http://x", token=TOKEN))
 
 
@@ -127,7 +132,8 @@ def test_status_codes(status, retryable, recorded):
         httpd.shutdown()
         httpd.server_close()
         thread.join(5)
-    assert info.value.status == status and info.value.retryable is retryable
+    assert info.value.status == status
+    assert info.value.retryable is retryable
 
 
 def test_service_down_then_back_loses_nothing(store_url, tmp_path, use_store):
@@ -146,7 +152,9 @@ def test_service_down_then_back_loses_nothing(store_url, tmp_path, use_store):
         for n in range(1, 6):  # the service is down: these batches go to the spool
             layer(jnp.ones((n,)))
             result = cachewatch.flush(30)
-            assert result.done and not result.stored and result.spooled_batches >= 1
+            assert result.done
+            assert not result.stored
+            assert result.spooled_batches >= 1
         assert spool.has_pending(cfg)
         spooled = len(list(spool._dir(cfg).glob("*.batch.json")))
         assert spooled >= 1

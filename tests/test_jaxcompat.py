@@ -132,9 +132,11 @@ def test_a_broken_capability_turns_off_with_one_warning_and_changes_no_result(tm
     assert found["states"][name] is False
     assert [n for n, works in found["states"].items() if not works] == [name]  # only this one
     warnings = [line for line in stderr.splitlines() if "CapabilityWarning" in line]
-    assert len(warnings) == 1 and f"the capability {name!r} is off" in warnings[0], stderr[-2000:]
+    assert len(warnings) == 1, stderr[-2000:]
+    assert f"the capability {name!r} is off" in warnings[0], stderr[-2000:]
     doctor_line = next(line for line in found["doctor"].splitlines() if line.strip().startswith(name + " "))
-    assert "OFF" in doctor_line and "is lost" in doctor_line
+    assert "OFF" in doctor_line
+    assert "is lost" in doctor_line
     assert "1 capability(ies) off: " + name in found["doctor"]
     assert found["events"] > 0  # compiles are still recorded, with less detail
 
@@ -148,7 +150,8 @@ def test_without_the_compile_events_no_seconds_are_made_up(tmp_path):
 
 def test_without_the_trace_equations_the_count_comes_from_the_compiled_program(tmp_path, unbroken):
     found, _ = _run(tmp_path, BREAK["trace_equations"])
-    assert found["jaxpr_eqns"][:2] == unbroken[0]["jaxpr_eqns"][:2] and found["jaxpr_eqns"][0] > 0
+    assert found["jaxpr_eqns"][:2] == unbroken[0]["jaxpr_eqns"][:2]
+    assert found["jaxpr_eqns"][0] > 0
 
 
 def test_without_either_source_the_count_is_left_empty(tmp_path):
@@ -178,12 +181,14 @@ def test_a_capability_turned_off_at_run_time_warns_once_and_the_doctor_shows_it_
         jaxcompat.turn_off("lowering_frame", "a second failure of the same hook")
         assert not jaxcompat.available("lowering_frame")  # not probed again
     found = _capability_warnings(caught)
-    assert len(found) == 1 and "the capability 'lowering_frame' is off" in found[0]
+    assert len(found) == 1
+    assert "the capability 'lowering_frame' is off" in found[0]
     assert "AttributeError: eqns" in found[0]
     assert jaxcompat.off() == ["lowering_frame"]
     shown = doctor.render(doctor.checkup())
     line = next(line for line in shown.splitlines() if line.strip().startswith("lowering_frame "))
-    assert "OFF" in line and "is lost: its jaxpr could not be read" in line  # the first reason is kept
+    assert "OFF" in line
+    assert "is lost: its jaxpr could not be read" in line
     assert "1 capability(ies) off: lowering_frame" in shown
 
 
@@ -196,7 +201,9 @@ def test_a_jaxpr_the_lowering_frame_cannot_read_turns_the_capability_off(fresh_p
         assert foreign.program_key(object()) is None  # as if JAX's jaxpr had no eqns
         assert foreign.program_key(object()) is None
     found = _capability_warnings(caught)
-    assert len(found) == 1 and "'lowering_frame' is off" in found[0] and "its jaxpr could not be read" in found[0]
+    assert len(found) == 1
+    assert "'lowering_frame' is off" in found[0]
+    assert "its jaxpr could not be read" in found[0]
     assert not jaxcompat.available("lowering_frame")
 
 
@@ -208,7 +215,8 @@ def test_shardings_the_lowering_frame_cannot_read_turn_the_capability_off(fresh_
         warnings.simplefilter("always")
         assert jaxcompat.lowered_argument_devices(lowering, 1) is None
     found = _capability_warnings(caught)
-    assert len(found) == 1 and "its shardings could not be read" in found[0]
+    assert len(found) == 1
+    assert "its shardings could not be read" in found[0]
     assert not jaxcompat.available("lowering_frame")
 
 
@@ -249,7 +257,8 @@ def test_the_lowering_frame_probe_checks_everything_read_there(fresh_probes, mon
         assert not jaxcompat.available("lowering_frame")
     found = _capability_warnings(caught)
     missing = "semantic_in_shardings_renamed" if table == "FRAMES" else "UnspecifiedValueRenamed"
-    assert len(found) == 1 and missing in found[0]  # the warning names what JAX no longer has
+    assert len(found) == 1
+    assert missing in found[0]
 
 
 def test_recording_leaves_the_trace_context_jax_keys_on_as_it_was(tmp_path):

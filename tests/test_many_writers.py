@@ -31,8 +31,11 @@ def test_every_event_stored_exactly_once(kind, start, tmp_path, request):
         result = reliability.run_writers(store, reader, start, processes=4, threads=8, events=60)
     assert result["processes"] == 4
     assert result["produced"] == 4 * 8 * 60
-    assert result["stored"] == result["produced"] and result["missing"] == 0 and result["duplicates"] == 0
-    assert result["dropped"] == 0 and result["all_flushed"]
+    assert result["stored"] == result["produced"]
+    assert result["missing"] == 0
+    assert result["duplicates"] == 0
+    assert result["dropped"] == 0
+    assert result["all_flushed"]
 
 
 def reliability_env() -> dict[str, str]:

@@ -77,9 +77,12 @@ def test_the_storm_cell_shows_its_compiles_causes_and_the_storm(executed):
     assert [r[1] for r in steps] == ["first_call (warm-up)"] + ["new_shape"] * 9
     assert "x: float32[1,3] -&gt; float32[2,3]" in steps[1][2]
     (storm,) = [r for r in rows(html, "cachewatch-storms") if r[0] == "step"]
-    assert storm[1] == "new_shape" and int(storm[2]) >= 5 and "pad" in storm[3]
+    assert storm[1] == "new_shape"
+    assert int(storm[2]) >= 5
+    assert "pad" in storm[3]
     (text,) = outputs(executed.cells[1], "text/plain")
-    assert "Storm in step:" in text and "new_shape" in text
+    assert "Storm in step:" in text
+    assert "new_shape" in text
 
 
 def test_a_cell_that_compiled_nothing_says_so_and_on_shows_only_cells_that_compiled(executed):
@@ -109,10 +112,13 @@ def test_a_compile_event_and_a_cell_report_render_themselves(use_store, sqlite_u
         recorder.remove_listener(seen.append)
     events = [e for e in seen if e.function.name == "double" and e.compiled]
     html = events[1]._repr_html_()
-    assert "<td" in html and "new_shape" in html and "x: float32[2] -&gt; float32[3]" in html
+    assert "<td" in html
+    assert "new_shape" in html
+    assert "x: float32[2] -&gt; float32[3]" in html
     report = CellReport(events, [])
     report_html = report._repr_html_()
-    assert report_html is not None and "this cell compiled 2 times (1 function," in report_html
+    assert report_html is not None
+    assert "this cell compiled 2 times (1 function," in report_html
     assert repr(report).splitlines()[2].split()[:2] == ["double", "first_call"]
     assert CellReport([], [], always=False)._repr_html_() is None
 
@@ -128,7 +134,10 @@ def test_the_run_report_renders_itself(use_store, sqlite_url):
         grow(jnp.ones(n))
     report = cachewatch.report()
     row = next(f for f in report.summary["functions"] if f["name"].endswith("grow"))
-    assert row["compiles"] == 3 and row["causes"] == {"new_shape": 2, "first_call": 1} and row["calls"] == 3
+    assert row["compiles"] == 3
+    assert row["causes"] == {"new_shape": 2, "first_call": 1}
+    assert row["calls"] == 3
     html = report._repr_html_()
-    assert 'class="cachewatch-functions"' in html and "new_shape=2" in html
+    assert 'class="cachewatch-functions"' in html
+    assert "new_shape=2" in html
     assert repr(report).startswith(f"cachewatch: run {report.summary['run_id'][:12]}: ")

@@ -64,7 +64,9 @@ def test_pmap_is_recorded_under_the_users_function_with_its_calls(sqlite_url):
         report = {r["name"]: r for r in queries.function_report(conn, Filters(run_id=found["run_id"]))}
     assert found["logged"] == len(rows) == 2  # every compile JAX logged for the pmap, under `update`
     assert [r.cause for r in rows] == [Cause.FIRST_CALL, Cause.NEW_DEVICE_OR_SHARDING]
-    assert "abstract sharding" in rows[1].explanation and "mesh(i=4)" in rows[1].explanation
-    assert rows[1].diff[0]["change"] == "sharding" and rows[1].diff[0]["before"] == "unsharded (no mesh)"
+    assert "abstract sharding" in rows[1].explanation
+    assert "mesh(i=4)" in rows[1].explanation
+    assert rows[1].diff[0]["change"] == "sharding"
+    assert rows[1].diff[0]["before"] == "unsharded (no mesh)"
     assert report["update"]["calls"] == 7
     assert not any(name.startswith("_cached_shard_map") for name in report)

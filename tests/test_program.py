@@ -67,20 +67,29 @@ def test_weak_type_flip_is_an_identical_program_and_a_batch_change_is_not(events
     scale(jnp.ones(16), 2.0)  # batch size: another program
     first, flipped, bigger = compiled(events, "scale")
     assert flipped.cause == Cause.WEAK_TYPE
-    assert first.program_fingerprint and flipped.program_fingerprint == first.program_fingerprint
+    assert first.program_fingerprint
+    assert flipped.program_fingerprint == first.program_fingerprint
     assert flipped.identical_to == first.event_id
     # The jaxpr and the lowered module differ (the convert), so the persistent cache
     # would not have served the flip.
     assert flipped.eqns_by_primitive != first.eqns_by_primitive
     assert flipped.lowered_fingerprint != first.lowered_fingerprint
     assert bigger.cause == Cause.NEW_SHAPE
-    assert bigger.program_fingerprint != first.program_fingerprint and bigger.identical_to is None
+    assert bigger.program_fingerprint != first.program_fingerprint
+    assert bigger.identical_to is None
     assert first.identical_to is None
     # XLA's figures, from the executable JAX compiled.
-    assert first.hlo_ops and first.hlo_ops >= 3 and first.fusions is not None
-    assert first.flops is not None and first.flops > 0 and first.bytes_accessed
-    assert first.memory is not None and first.memory["argument"] == 8 * 4 + 4 and first.memory["output"] == 8 * 4
-    assert bigger.memory is not None and bigger.memory["output"] == 16 * 4
+    assert first.hlo_ops
+    assert first.hlo_ops >= 3
+    assert first.fusions is not None
+    assert first.flops is not None
+    assert first.flops > 0
+    assert first.bytes_accessed
+    assert first.memory is not None
+    assert first.memory["argument"] == 8 * 4 + 4
+    assert first.memory["output"] == 8 * 4
+    assert bigger.memory is not None
+    assert bigger.memory["output"] == 16 * 4
 
 
 def test_lambda_rejitted_and_an_ignored_context_option_are_identical_programs(events):
@@ -125,13 +134,17 @@ def test_unrolled_python_loop_line_is_the_top_contributor(events):
     scanned(jnp.ones(4))
     (u,) = compiled(events, "unrolled")
     top = u.eqns_by_line[0]
-    assert top["line"] == line_of("# unrolled-body") and top["function"].endswith("unrolled")
-    assert top["eqns"] == 100 and not top["loop_body"]
+    assert top["line"] == line_of("# unrolled-body")
+    assert top["function"].endswith("unrolled")
+    assert top["eqns"] == 100
+    assert not top["loop_body"]
     assert u.eqns_by_primitive == {"tanh": 50, "mul": 50}
     (s,) = compiled(events, "scanned")
     body = next(row for row in s.eqns_by_line if row["line"] == line_of("# scan-body"))
-    assert body["eqns"] == 2 and body["loop_body"]
-    assert s.jaxpr_eqns is not None and s.jaxpr_eqns < 10
+    assert body["eqns"] == 2
+    assert body["loop_body"]
+    assert s.jaxpr_eqns is not None
+    assert s.jaxpr_eqns < 10
     assert s.eqns_by_primitive["scan"] == 1
 
 
@@ -152,7 +165,8 @@ def test_checkpoint_and_scan_bodies_counted_once_and_marked(events):
     model(w, x)
     (m,) = compiled(events, "model")
     rows = [row for row in m.eqns_by_line if row["line"] == line_of("# remat-layer")]
-    assert rows and rows[0]["loop_body"]
+    assert rows
+    assert rows[0]["loop_body"]
     # One dot_general and one tanh in the one body, however many steps the scan takes.
     assert rows[0]["primitives"] == {"dot_general": 1, "tanh": 1}
     assert [n for name, n in m.eqns_by_primitive.items() if name.startswith(("remat", "checkpoint"))] == [1]
@@ -174,7 +188,8 @@ def test_kept_jaxpr_is_what_make_jaxpr_prints(events):
     jitted.clear_cache()
     jitted(*args)
     again = compiled(events, "body")[1]
-    assert again.identical_to == event.event_id and again.program_texts is None
+    assert again.identical_to == event.event_id
+    assert again.program_texts is None
 
 
 def test_program_view_off_reads_nothing(sqlite_url, use_store):
@@ -187,7 +202,9 @@ def test_program_view_off_reads_nothing(sqlite_url, use_store):
     finally:
         recorder.remove_listener(seen.append)
     (event,) = [e for e in seen if e.compiled and e.function.name == "<lambda>"]
-    assert event.program_fingerprint is None and event.eqns_by_line is None and event.memory is None
+    assert event.program_fingerprint is None
+    assert event.eqns_by_line is None
+    assert event.memory is None
 
 
 def test_fingerprint_leaves_names_out():
@@ -235,14 +252,20 @@ def test_program_fields_and_texts_through_the_library_writer(store_events):
     url, events = store_events
     first, flipped = _recorded_program(events)
     row, program = _stored(url, flipped.event_id)
-    assert row["identical_to"] == first.event_id and row["program_fingerprint"] == first.program_fingerprint
+    assert row["identical_to"] == first.event_id
+    assert row["program_fingerprint"] == first.program_fingerprint
     assert row["lowered_fingerprint"] == flipped.lowered_fingerprint
-    assert row["eqns_by_primitive"] == flipped.eqns_by_primitive and row["eqns_by_line"] == flipped.eqns_by_line
-    assert row["memory"] == flipped.memory and row["fusions"] == flipped.fusions and row["hlo_ops"] == flipped.hlo_ops
+    assert row["eqns_by_primitive"] == flipped.eqns_by_primitive
+    assert row["eqns_by_line"] == flipped.eqns_by_line
+    assert row["memory"] == flipped.memory
+    assert row["fusions"] == flipped.fusions
+    assert row["hlo_ops"] == flipped.hlo_ops
     # Stored once per fingerprint, compressed; the jaxpr is the first compile's.
-    assert program is not None and program["size_bytes"] > 0
+    assert program is not None
+    assert program["size_bytes"] > 0
     assert zlib.decompress(program["jaxpr"]).decode() == first.program_texts["texts"]["jaxpr"]
-    assert "HloModule" in zlib.decompress(program["hlo"]).decode() and program["stablehlo"] is None
+    assert "HloModule" in zlib.decompress(program["hlo"]).decode()
+    assert program["stablehlo"] is None
     with enginemod.connection(url) as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(models.programs)).scalar_one() >= 1
 
@@ -259,8 +282,10 @@ def test_program_fields_through_the_service_ingest(store_events, tmp_path):
         bad["events"][0]["memory"] = {"temp": -1}
         assert client.post("/api/v1/events", json=bad).status_code == 422
     row, program = _stored(served, recorded[1].event_id)
-    assert row["identical_to"] == recorded[0].event_id and row["eqns_by_line"] == recorded[1].eqns_by_line
-    assert program is not None and zlib.decompress(program["jaxpr"]).decode().startswith("{ lambda")
+    assert row["identical_to"] == recorded[0].event_id
+    assert row["eqns_by_line"] == recorded[1].eqns_by_line
+    assert program is not None
+    assert zlib.decompress(program["jaxpr"]).decode().startswith("{ lambda")
 
 
 def test_the_service_keeps_program_texts_under_its_store_cap(store_events, tmp_path, monkeypatch):
@@ -279,17 +304,20 @@ def test_the_service_keeps_program_texts_under_its_store_cap(store_events, tmp_p
         assert settings.program_store_max_bytes == cap
         with TestClient(create_app(settings)) as client:
             response = client.post("/api/v1/events", json=body)
-            assert response.status_code == 200 and response.json()["stored_events"] == 2, response.text
+            assert response.status_code == 200, response.text
+            assert response.json()["stored_events"] == 2, response.text
         return _stored(url, recorded[0].event_id)
 
     # One byte short: the events and their figures are stored, the program's texts are not.
     row, program = ingest(size - 1)
     assert program is None
-    assert row["program_fingerprint"] == recorded[0].program_fingerprint and row["hlo_ops"] == recorded[0].hlo_ops
+    assert row["program_fingerprint"] == recorded[0].program_fingerprint
+    assert row["hlo_ops"] == recorded[0].hlo_ops
     assert row["eqns_by_line"] == recorded[0].eqns_by_line
     # Exactly room for them: kept.
     row, program = ingest(size)
-    assert program is not None and program["size_bytes"] == size
+    assert program is not None
+    assert program["size_bytes"] == size
 
 
 def test_store_cap_keeps_figures_and_leaves_texts_out(sqlite_url, use_store):
@@ -304,7 +332,8 @@ def test_store_cap_keeps_figures_and_leaves_texts_out(sqlite_url, use_store):
     (event,) = [e for e in seen if e.compiled and e.function.name == "<lambda>"]
     assert event.program_texts is not None  # made and handed over, then refused by the store's cap
     row, program = _stored(sqlite_url, event.event_id)
-    assert row["program_fingerprint"] == event.program_fingerprint and program is None
+    assert row["program_fingerprint"] == event.program_fingerprint
+    assert program is None
 
 
 # ------------------------------------------------- reading back: CLI, API, pprof
@@ -377,7 +406,8 @@ def test_program_command_and_endpoint_give_the_kept_texts(served, capsys, tmp_pa
     assert cli.main(["program", event.event_id, "--store", url, "--format", "pprof", "-o", str(out)]) == 0
     ours = _profile(out.read_bytes())
     # One location per sample: its source line, in a function named file:function.
-    assert ours["types"] == [("equations", "count")] and ours["depths"] == {1}
+    assert ours["types"] == [("equations", "count")]
+    assert ours["depths"] == {1}
     by_line: dict[tuple[str, int], dict[str, Any]] = {}
     for (file, line, name, primitive, loop), n in ours["counts"].items():
         row = by_line.setdefault((file, line), {"name": name, "eqns": 0, "loop_body": False, "primitives": {}})
@@ -402,11 +432,14 @@ def test_program_command_and_endpoint_give_the_kept_texts(served, capsys, tmp_pa
     assert _per_line_and_primitive(theirs) == _per_line_and_primitive(ours)
     with TestClient(create_app(ServerSettings(store=url, write_token=None, read_token=None))) as client:
         response = client.get(f"/api/v1/events/{event.event_id}/program", params={"format": "hlo"})
-        assert response.status_code == 200 and response.text.startswith("HloModule")
+        assert response.status_code == 200
+        assert response.text.startswith("HloModule")
         response = client.get(f"/api/v1/events/{event.event_id}/program", params={"format": "pprof"})
-        assert response.status_code == 200 and _profile(response.content) == ours
+        assert response.status_code == 200
+        assert _profile(response.content) == ours
         missing = client.get("/api/v1/events/nope/program")
-        assert missing.status_code == 404 and "no event" in missing.json()["detail"]
+        assert missing.status_code == 404
+        assert "no event" in missing.json()["detail"]
     assert cli.main(["program", "nope", "--store", url]) == 1
 
 
@@ -422,20 +455,31 @@ def test_text_cap_leaves_the_texts_out_and_says_so(sqlite_url, use_store, capsys
     (event,) = [e for e in seen if e.compiled and e.function.name == "<lambda>"]
     # Every text was over the cap: left out and named, in the order the formats are listed.
     assert event.program_texts is not None
-    assert event.program_texts["texts"] == {} and event.program_texts["left_out"] == ["jaxpr", "hlo"]
+    assert event.program_texts["texts"] == {}
+    assert event.program_texts["left_out"] == ["jaxpr", "hlo"]
     assert event.program_texts["profile"]
     # The figures do not depend on the texts.
-    assert event.program_fingerprint and event.jaxpr_eqns == 2 and event.hlo_ops
-    assert event.eqns_by_primitive == {"exp": 1, "sub": 1} and event.eqns_by_line and event.memory
+    assert event.program_fingerprint
+    assert event.jaxpr_eqns == 2
+    assert event.hlo_ops
+    assert event.eqns_by_primitive == {"exp": 1, "sub": 1}
+    assert event.eqns_by_line
+    assert event.memory
     row, program = _stored(sqlite_url, event.event_id)
-    assert row["jaxpr_eqns"] == 2 and row["hlo_ops"] == event.hlo_ops and row["memory"] == event.memory
-    assert program is not None and program["left_out"] == ["jaxpr", "hlo"]
-    assert program["jaxpr"] is None and program["hlo"] is None and program["profile"] is not None
+    assert row["jaxpr_eqns"] == 2
+    assert row["hlo_ops"] == event.hlo_ops
+    assert row["memory"] == event.memory
+    assert program is not None
+    assert program["left_out"] == ["jaxpr", "hlo"]
+    assert program["jaxpr"] is None
+    assert program["hlo"] is None
+    assert program["profile"] is not None
     reason = "left out when recorded, over the per-program text cap (CACHEWATCH_PROGRAM_TEXT_MAX_BYTES)"
     for fmt in ("jaxpr", "hlo"):
         assert cli.main(["program", event.event_id, "--store", sqlite_url, "--format", fmt]) == 1
         captured = capsys.readouterr()
-        assert captured.out == "" and f"no {fmt} text kept for event {event.event_id}: {reason}" in captured.err
+        assert captured.out == ""
+        assert f"no {fmt} text kept for event {event.event_id}: {reason}" in captured.err
     # What was never asked for is told apart from what the cap left out.
     assert cli.main(["program", event.event_id, "--store", sqlite_url, "--format", "stablehlo"]) == 1
     assert "not asked for (CACHEWATCH_PROGRAM_TEXTS)" in capsys.readouterr().err
@@ -445,9 +489,11 @@ def test_text_cap_leaves_the_texts_out_and_says_so(sqlite_url, use_store, capsys
     assert {k[3]: n for k, n in _profile(out.read_bytes())["counts"].items()} == {"exp": 1, "sub": 1}
     with TestClient(create_app(ServerSettings(store=sqlite_url, write_token=None, read_token=None))) as client:
         response = client.get(f"/api/v1/events/{event.event_id}/program", params={"format": "hlo"})
-        assert response.status_code == 404 and reason in response.json()["detail"]
+        assert response.status_code == 404
+        assert reason in response.json()["detail"]
         response = client.get(f"/api/v1/events/{event.event_id}/program", params={"format": "pprof"})
-        assert response.status_code == 200 and _profile(response.content)["counts"]
+        assert response.status_code == 200
+        assert _profile(response.content)["counts"]
 
 
 def test_diff_command_and_endpoint_agree(served, capsys):
@@ -468,17 +514,21 @@ def test_diff_command_and_endpoint_agree(served, capsys):
         from_api = client.get(f"/api/v1/events/{reshaped.event_id}/diff", params={"against": first.event_id}).json()
         by_default = client.get(f"/api/v1/events/{flipped.event_id}/diff").json()
     assert from_cli == from_api
-    assert from_api["before"] == first.event_id and from_api["cause"] == Cause.NEW_SHAPE
-    assert not from_api["same_program"] and from_api["key_diff"]
+    assert from_api["before"] == first.event_id
+    assert from_api["cause"] == Cause.NEW_SHAPE
+    assert not from_api["same_program"]
+    assert from_api["key_diff"]
     assert any(line.startswith("-{ lambda ; a:f32[4]") for line in from_api["jaxpr_diff"])
     assert any(line.startswith("+{ lambda ; a:f32[2,4]") for line in from_api["jaxpr_diff"])
     assert from_api["xla"]["memory_output"] == {"before": 16, "after": 32}
     # By default a wasted recompile is diffed with the compile it repeats.
-    assert by_default["before"] == first.event_id and by_default["same_program"]
+    assert by_default["before"] == first.event_id
+    assert by_default["same_program"]
     assert {"name": "convert_element_type", "before": 1, "after": 0} in by_default["eqns_by_primitive"]
     assert cli.main(["diff", flipped.event_id, "--store", url]) == 0
     text = capsys.readouterr().out
-    assert "Same optimised program as before" in text and "convert_element_type" in text
+    assert "Same optimised program as before" in text
+    assert "convert_element_type" in text
 
 
 # ------------------------------------------- wasted recompiles and compile cost
@@ -501,21 +551,27 @@ def test_report_counts_identical_recompiles_with_their_cost_and_fix(served, caps
         wasted = {(r["qualname"].rsplit(".", 1)[-1], r["cause"]): r for r in programs.identical_recompiles(conn)}
     rejit = wasted[("<lambda>", Cause.NEW_FUNCTION_OBJECT)]
     lambdas = compiled(events, "<lambda>")
-    assert rejit["recompiles"] == 2 and rejit["persistent_cache_would_serve"] == 2
+    assert rejit["recompiles"] == 2
+    assert rejit["persistent_cache_would_serve"] == 2
     assert rejit["seconds"] == pytest.approx(
         sum((e.trace_seconds or 0) + (e.lower_seconds or 0) + (e.compile_seconds or 0) for e in lambdas[1:])
     )
-    assert "hoist jax.jit out of the loop" in rejit["fix"] and "would have served 2" in rejit["fix"]
+    assert "hoist jax.jit out of the loop" in rejit["fix"]
+    assert "would have served 2" in rejit["fix"]
     assert "jax_persistent_cache_min_compile_time_secs" in rejit["fix"]  # these compiles take well under 1 s
     weak = wasted[("flip", Cause.WEAK_TYPE)]
-    assert weak["recompiles"] == 1 and weak["persistent_cache_would_serve"] == 0
-    assert "typed array" in weak["fix"] and "persistent" not in weak["fix"]
+    assert weak["recompiles"] == 1
+    assert weak["persistent_cache_would_serve"] == 0
+    assert "typed array" in weak["fix"]
+    assert "persistent" not in weak["fix"]
     assert cli.main(["report", "--store", url]) == 0
     out = capsys.readouterr().out
-    assert "produced the program compiled before (3," in out and "hoist jax.jit" in out
+    assert "produced the program compiled before (3," in out
+    assert "hoist jax.jit" in out
     assert cli.main(["report", "--store", url, "--format", "json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["flip"]["identical_recompiles"] == 1 and rows["flip"]["identical_seconds"] > 0
+    assert rows["flip"]["identical_recompiles"] == 1
+    assert rows["flip"]["identical_seconds"] > 0
 
 
 def test_compile_profile_names_the_unrolled_loop_and_the_big_constant(served, capsys):
@@ -547,10 +603,13 @@ def test_compile_profile_names_the_unrolled_loop_and_the_big_constant(served, ca
         rolled_profile = programs.compile_profile(conn, compiled(events, "rolled")[0].function.function_hash)
         lookup_profile = programs.compile_profile(conn, compiled(events, "lookup")[0].function.function_hash)
     top = deep_profile["top_lines"][0]
-    assert top["line"] == line_of("# fifty-steps") and top["eqns"] == 100
+    assert top["line"] == line_of("# fifty-steps")
+    assert top["eqns"] == 100
     (fix,) = deep_profile["fixes"]
-    assert fix["kind"] == "unrolled_loop" and fix["where"].endswith(f":{line_of('# fifty-steps')}")
-    assert "jax.lax.scan" in fix["text"] and "fori_loop" in fix["text"]
+    assert fix["kind"] == "unrolled_loop"
+    assert fix["where"].endswith(f":{line_of('# fifty-steps')}")
+    assert "jax.lax.scan" in fix["text"]
+    assert "fori_loop" in fix["text"]
     assert deep_profile["growth"] == [
         {
             "event_id": d.event_id,
@@ -559,12 +618,14 @@ def test_compile_profile_names_the_unrolled_loop_and_the_big_constant(served, ca
             "seconds": pytest.approx((d.trace_seconds or 0) + (d.lower_seconds or 0) + (d.compile_seconds or 0)),
         }
     ]
-    assert rolled_profile["fixes"] == [] and rolled_profile["top_lines"][0]["loop_body"]
+    assert rolled_profile["fixes"] == []
+    assert rolled_profile["top_lines"][0]["loop_body"]
     assert [f["kind"] for f in lookup_profile["fixes"]] == ["big_constant"]
     assert "Pass the array as an argument" in lookup_profile["fixes"][0]["text"]
     assert cli.main(["report", "--store", url]) == 0
     out = capsys.readouterr().out
-    assert "jax.lax.scan" in out and "Pass the array as an argument" in out
+    assert "jax.lax.scan" in out
+    assert "Pass the array as an argument" in out
 
 
 def test_metrics_program_size_and_identical_recompile_seconds(served):
@@ -583,7 +644,8 @@ def test_metrics_program_size_and_identical_recompile_seconds(served):
     wasted = kit.sample(samples, "cachewatch_identical_recompile_seconds_total", function="metered")
     size = kit.sample(samples, "cachewatch_program_eqns", function="metered")
     cost = (flipped.trace_seconds or 0) + (flipped.lower_seconds or 0) + (flipped.compile_seconds or 0)
-    assert wasted == pytest.approx(cost) and (wasted or 0) > 0
+    assert wasted == pytest.approx(cost)
+    assert (wasted or 0) > 0
     assert size == flipped.jaxpr_eqns
 
 
@@ -623,6 +685,7 @@ def test_an_inner_jit_called_by_a_helper_counts_at_every_call(events):
     deep(jnp.ones(3))
     (event,) = compiled(events, "deep")
     (row,) = [row for row in event.eqns_by_line if row["line"] == line_of("# inner-helper")]
-    assert row["eqns"] == 12 * 3 and row["primitives"] == {"mul": 12, "add": 12, "tanh": 12}
+    assert row["eqns"] == 12 * 3
+    assert row["primitives"] == {"mul": 12, "add": 12, "tanh": 12}
     assert event.eqns_by_primitive["pjit" if "pjit" in event.eqns_by_primitive else "jit"] == 12
     assert event.jaxpr_eqns == 12 + 12 * 3

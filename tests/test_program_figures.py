@@ -109,7 +109,8 @@ def test_every_compile_has_every_figure_under_load(sqlite_url, use_store, capsys
         assert set(MEMORY_PARTS) <= set(row["memory"] or {}), f"memory parts missing on {where}"
         assert row["figures_missing"] is None, where
     unrolled = next(r for r in rows if r["name"] == "unrolled")
-    assert unrolled["jaxpr_eqns"] >= 120 and unrolled["flops"] > 0
+    assert unrolled["jaxpr_eqns"] >= 120
+    assert unrolled["flops"] > 0
     # `cachewatch program` prints the jaxpr of every compile recorded with the defaults.
     capsys.readouterr()
     for row in rows:
@@ -126,8 +127,10 @@ def test_the_weak_type_flip_compiles_the_same_program_within_the_function(sqlite
     steps = [r for r in rows if r["name"] == "step"]
     flipped = next(r for r in steps if r["cause"] == "weak_type")
     first = steps[0]
-    assert first["cause"] == "first_call" and first["identical_to"] is None
-    assert flipped["identical_to"] == first["event_id"] and flipped["same_program_as"] is None
+    assert first["cause"] == "first_call"
+    assert first["identical_to"] is None
+    assert flipped["identical_to"] == first["event_id"]
+    assert flipped["same_program_as"] is None
     # The lambda re-created in the loop: its second jit object compiled its first program.
     lambdas = [r for r in rows if r["name"] == "<lambda>"]
     assert [r["cause"] for r in lambdas] == ["first_call", "new_function_object"]
@@ -151,7 +154,8 @@ def test_another_functions_program_is_the_same_program_not_a_recompile(sqlite_ur
     rows = {r["name"]: r for r in compiled_rows(sqlite_url)}
     assert rows["double"]["program_fingerprint"] == rows["twice"]["program_fingerprint"]
     # Each is its function's first compile: no recompile, no waste.
-    assert rows["twice"]["cause"] == "first_call" and rows["twice"]["identical_to"] is None
+    assert rows["twice"]["cause"] == "first_call"
+    assert rows["twice"]["identical_to"] is None
     assert rows["twice"]["same_program_as"] == rows["double"]["event_id"]
 
 
@@ -167,11 +171,13 @@ def test_executables_waiting_for_the_writer_are_capped_and_released(sqlite_url, 
     for n in range(20):
         cachewatch.jit(lambda v, n=n: jnp.sin(v) * (n + 1))(jnp.ones(3))  # 20 jit objects, 20 programs
     work = recorder.program_work()
-    assert work.peak_waiting == 2 and work.read_inline > before.read_inline  # past the cap: read by the caller
+    assert work.peak_waiting == 2
+    assert work.read_inline > before.read_inline
     assert cachewatch.flush(60)
     work = recorder.program_work()
     read = (work.read_by_writer - before.read_by_writer) + (work.read_inline - before.read_inline)
-    assert read >= 20 and work.waiting == 0  # the twenty, and the eager ops that made their inputs
+    assert read >= 20
+    assert work.waiting == 0
     # Once read, cachewatch holds no executable: with JAX's caches cleared, every one of the
     # twenty is gone from the backend.
     jax.clear_caches()
@@ -193,7 +199,9 @@ def test_a_failure_reading_the_program_keeps_the_event(sqlite_url, use_store, mo
     assert cachewatch.flush(30)
     assert _guard.internal_errors().get("program.complete", 0) >= 1
     rows = [r for r in compiled_rows(sqlite_url) if r["name"] == "<lambda>"]
-    assert len(rows) == 1 and rows[0]["program_fingerprint"] is None and rows[0]["compile_seconds"]
+    assert len(rows) == 1
+    assert rows[0]["program_fingerprint"] is None
+    assert rows[0]["compile_seconds"]
     _guard.reset()
     current.configure(raise_internal_errors=True)
 
@@ -238,7 +246,8 @@ def test_xla_figures_are_the_compiles_own_and_nothing_is_lowered_again(sqlite_ur
     cost = executable.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     assert row["flops"] == float(cost["flops"]) >= 8 * 8 * 4
-    assert row["bytes_accessed"] == float(cost["bytes accessed"]) and row["hlo_ops"] >= 3
+    assert row["bytes_accessed"] == float(cost["bytes accessed"])
+    assert row["hlo_ops"] >= 3
 
     # The program view off: no figures, and still no second lowering for them.
     use_store(sqlite_url, cost_analysis=True, program_view=False)
@@ -250,5 +259,8 @@ def test_xla_figures_are_the_compiles_own_and_nothing_is_lowered_again(sqlite_ur
     sparse(jnp.ones((8, 4)))
     assert cachewatch.flush(30)
     (row,) = [r for r in compiled_rows(sqlite_url) if r["name"] == "sparse"]
-    assert row["flops"] is None and row["bytes_accessed"] is None and row["hlo_ops"] is None
-    assert row["compile_seconds"] and not lowered_again
+    assert row["flops"] is None
+    assert row["bytes_accessed"] is None
+    assert row["hlo_ops"] is None
+    assert row["compile_seconds"]
+    assert not lowered_again

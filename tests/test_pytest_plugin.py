@@ -85,7 +85,8 @@ def test_fixture_counts_compiles_and_undoes_freeze(run):
     """)
     result.assert_outcomes(passed=3, failed=1)
     out = result.stdout.str()
-    assert "test_assert_compiles" in out and "x: float32[6] -> float32[]  (new_shape)" in out
+    assert "test_assert_compiles" in out
+    assert "x: float32[6] -> float32[]  (new_shape)" in out
 
 
 def test_report_option_prints_the_session_table(run):
@@ -122,7 +123,8 @@ def test_importing_cachewatch_does_not_import_pytest_or_the_plugin():
     import importlib.metadata
 
     entry = [e for e in importlib.metadata.entry_points(group="pytest11") if e.name == "cachewatch"]
-    assert entry and entry[0].value == "cachewatch.pytest_plugin"
+    assert entry
+    assert entry[0].value == "cachewatch.pytest_plugin"
     probe = subprocess.run(
         [
             sys.executable,

@@ -97,7 +97,8 @@ def test_every_compile_of_a_training_program_is_recorded(program, sqlite_url):
         for event in events:
             # Defined at the user's function (a decorator line counts), called from the user's file,
             # even where a library (nnx.jit, eqx.filter_jit) made the jit.
-            assert event.file == path and def_line - 2 <= event.line <= def_line, (event.file, event.line)
+            assert event.file == path, (event.file, event.line)
+            assert def_line - 2 <= event.line <= def_line, (event.file, event.line)
             assert event.call_site.startswith(path + ":")
         assert events[0].cause == Cause.FIRST_CALL
     # None of these programs clears a cache; what cannot be explained stays rare.
@@ -127,7 +128,8 @@ def test_a_smaller_last_batch_is_one_explained_recompile(sqlite_url):
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [r for r in compiled_rows(sqlite_url) if r.name == "train_step"]
     assert [r.cause for r in steps] == [Cause.FIRST_CALL, Cause.NEW_SHAPE]
-    assert steps[0].warmup and not steps[1].warmup
+    assert steps[0].warmup
+    assert not steps[1].warmup
     assert "changed shape on axis 0: float32[32,12,1] -> float32[8,12,1]" in steps[1].explanation
 
 
@@ -144,7 +146,8 @@ def test_eager_code_right_after_install_is_recorded(sqlite_url):
     done = run_python(["-c", script], sqlite_url)
     assert done.returncode == 0, done.stderr[-3000:]
     logged = collections.Counter(_JAX_COMPILED.findall(done.stderr))
-    assert logged and collections.Counter(r.name for r in compiled_rows(sqlite_url)) == logged
+    assert logged
+    assert collections.Counter(r.name for r in compiled_rows(sqlite_url)) == logged
 
 
 def test_cli_output_into_a_closed_pipe_ends_quietly(sqlite_url):
@@ -164,7 +167,8 @@ def test_cli_output_into_a_closed_pipe_ends_quietly(sqlite_url):
         text=True,
         timeout=120,
     )
-    assert report.stdout.startswith("function") and report.stderr == ""
+    assert report.stdout.startswith("function")
+    assert report.stderr == ""
 
 
 def test_opening_the_store_writes_nothing_to_the_programs_log(tmp_path):
@@ -179,7 +183,8 @@ def test_opening_the_store_writes_nothing_to_the_programs_log(tmp_path):
     """)
     done = run_python(["-c", script], url, extra_env={"JAX_LOG_COMPILES": "0"})
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "alembic" not in done.stderr.lower() and "Running upgrade" not in done.stderr
+    assert "alembic" not in done.stderr.lower()
+    assert "Running upgrade" not in done.stderr
 
 
 # ------------------------------------------------------------ the same, in this process
@@ -218,7 +223,8 @@ def test_jax_helpers_recompile_at_new_shapes_with_causes(installed):
     assert cachewatch.flush(30)
     means = [e for e in installed if e.function.name == "_mean" and e.compiled]
     assert [e.cause for e in means] == [Cause.FIRST_CALL, Cause.NEW_SHAPE, Cause.NEW_SHAPE]
-    assert means[1].diff[0]["path"] == "a" and means[1].diff[0]["before"] == "float32[7,3]"
+    assert means[1].diff[0]["path"] == "a"
+    assert means[1].diff[0]["before"] == "float32[7,3]"
     assert all(e.call_site == f"{__file__}:{line}" for e in means)
     assert means[0].function.module == "jax._src.numpy.reductions"
 
@@ -253,7 +259,8 @@ def test_jit_made_before_install_is_recorded_with_static_values(sqlite_url, use_
         cachewatch.uninstall()
     events = [e for e in seen if e.function.name == "scale"]
     assert [e.cause for e in events] == [Cause.FIRST_CALL, Cause.NEW_STATIC_VALUE, Cause.NEW_SHAPE]
-    assert events[1].diff[0]["path"] == "power" and events[1].diff[0]["after"] == "3"
+    assert events[1].diff[0]["path"] == "power"
+    assert events[1].diff[0]["after"] == "3"
     assert events[0].function.file == __file__
 
 
@@ -282,7 +289,8 @@ def test_eager_set_up_before_the_loop_is_warm_up_not_a_storm(sqlite_url, use_sto
     with enginemod.connection(url) as conn:
         assert not [s for s in diagnosis.detect_storms(conn) if "(op-by-op)" in s.qualname]
         events = queries.list_events(conn, limit=1000)
-    assert events and all(e["warmup"] for e in events)
+    assert events
+    assert all(e["warmup"] for e in events)
 
 
 def test_storms_are_found_per_run(store_url):
@@ -325,7 +333,8 @@ def test_storms_are_found_per_run(store_url):
     with enginemod.connection(store_url) as conn:
         storms = diagnosis.detect_storms(conn, threshold=5, window=600, now=now + 1000)
     assert {s.qualname for s in storms} == {"storming"}
-    assert len(storms) == 3 and all(s.compiles == 5 and s.recurs_in_runs == 3 for s in storms)
+    assert len(storms) == 3
+    assert all(s.compiles == 5 and s.recurs_in_runs == 3 for s in storms)
     assert len({s.run_id for s in storms}) == 3
     assert "Recurs in 3 runs." in diagnosis.describe_storm(storms[0])
 
@@ -353,7 +362,8 @@ def test_grad_outside_jit_records_the_backward_compile_of_a_wrapped_function(hea
     assert cachewatch.flush(30)
     function_hash = getattr(loss, "__cachewatch_state__").info.function_hash
     events = [e for e in heard if e.function.function_hash == function_hash and e.compiled]
-    assert scenarios.jax_compile_count(messages, "loss") == 4 and len(events) == 4
+    assert scenarios.jax_compile_count(messages, "loss") == 4
+    assert len(events) == 4
     assert [(e.kind, e.cause) for e in events] == [
         (Kind.TRACE, Cause.FIRST_CALL),
         (Kind.COMPILE, Cause.FIRST_CALL),
@@ -386,7 +396,8 @@ def test_transformations_outside_jit_compile_programs_of_their_own(heard):
     assert cachewatch.flush(30)
     function_hash = getattr(energy, "__cachewatch_state__").info.function_hash
     events = [e for e in heard if e.function.function_hash == function_hash and e.compiled]
-    assert scenarios.jax_compile_count(messages, "energy") == 5 and len(events) == 5
+    assert scenarios.jax_compile_count(messages, "energy") == 5
+    assert len(events) == 5
     assert [(e.kind, e.cause) for e in events] == [
         (Kind.TRACE, Cause.FIRST_CALL),
         (Kind.COMPILE, Cause.FIRST_CALL),
@@ -415,7 +426,8 @@ def test_checkpoint_outside_jit_records_the_programs_compiled_after_the_call(hea
     assert cachewatch.flush(30)
     function_hash = getattr(block, "__cachewatch_state__").info.function_hash
     events = [e for e in heard if e.function.function_hash == function_hash and e.compiled]
-    assert scenarios.jax_compile_count(messages, "block") == 6 and len(events) == 6
+    assert scenarios.jax_compile_count(messages, "block") == 6
+    assert len(events) == 6
     assert [e.cause for e in events] == [Cause.FIRST_CALL] * 3 + [Cause.NEW_SHAPE] * 3
     assert all("outside its own call" in e.explanation for e in events)
     assert all(any("[9," in d["before"] and "[10," in d["after"] for d in e.diff) for e in events[3:])
@@ -481,6 +493,8 @@ def test_a_program_jax_rebuilds_for_each_eager_transformation_is_named_so(sqlite
         rows = [r for r in queries.list_events(conn, limit=10_000) if r["compiled"]]
     assert len(rows) == len(_JAX_COMPILED.findall("\n".join(messages)))
     causes = collections.Counter(r["cause"] for r in rows)
-    assert not causes[Cause.CACHE_CLEARED] and not causes[Cause.UNKNOWN], causes
+    assert not causes[Cause.CACHE_CLEARED], causes
+    assert not causes[Cause.UNKNOWN], causes
     rebuilt = [r for r in rows if r["cause"] == Cause.NEW_FUNCTION_OBJECT]
-    assert rebuilt and all("rebuilt by JAX as a new jaxpr object" in r["explanation"] for r in rebuilt)
+    assert rebuilt
+    assert all("rebuilt by JAX as a new jaxpr object" in r["explanation"] for r in rebuilt)

@@ -74,7 +74,8 @@ def test_full_queue_drops_and_counts(sqlite_url, use_store):
     assert writer.dropped == 12 - 5
     release.set()
     result = cachewatch.flush(10)
-    assert result and result.dropped == {"queue_full": 7}  # the flush says what was lost, and why
+    assert result
+    assert result.dropped == {"queue_full": 7}
 
 
 def test_store_down_spools_then_replays_without_loss_or_duplicates(tmp_path, use_store):
@@ -88,7 +89,9 @@ def test_store_down_spools_then_replays_without_loss_or_duplicates(tmp_path, use
         ids.append(event.event_id)
         recorder.record_event(event)
     result = cachewatch.flush(30)
-    assert not result and result.done and result.spooled_batches >= 1  # handled, but only spooled
+    assert not result
+    assert result.done
+    assert result.spooled_batches >= 1
     cfg = current.config()
     assert spool.has_pending(cfg)
     assert recorder.written_events() == 0
@@ -104,7 +107,8 @@ def test_store_down_spools_then_replays_without_loss_or_duplicates(tmp_path, use
     assert not spool.has_pending(cfg)
     with enginemod.connection(url) as conn:
         stored = [r.event_id for r in conn.execute(sa.select(models.compile_events.c.event_id))]
-    assert len(stored) == 31 and set(ids) <= set(stored)
+    assert len(stored) == 31
+    assert set(ids) <= set(stored)
 
 
 def test_store_down_and_spool_full_drops_events_as_spool_full(tmp_path, use_store):
@@ -116,9 +120,11 @@ def test_store_down_and_spool_full_drops_events_as_spool_full(tmp_path, use_stor
     for _ in range(5):
         recorder.record_event(make_event())
     result = cachewatch.flush(30)
-    assert result.done and result.spooled_batches == 0
+    assert result.done
+    assert result.spooled_batches == 0
     assert result.dropped == {"spool_full": 5}  # lost, and said why
-    assert recorder.dropped_events() == 5 and recorder.written_events() == 0
+    assert recorder.dropped_events() == 5
+    assert recorder.written_events() == 0
     assert not spool.has_pending(current.config())
     # The store comes back: the loss reaches the run's row with the next batch.
     blocker.unlink()
@@ -128,14 +134,16 @@ def test_store_down_and_spool_full_drops_events_as_spool_full(tmp_path, use_stor
     assert cachewatch.flush(30)
     with enginemod.connection(url) as conn:
         drops = {r.reason: r.dropped for r in conn.execute(sa.select(models.run_drops))}
-    assert drops == {"spool_full": 5} and count_events(url) == 1
+    assert drops == {"spool_full": 5}
+    assert count_events(url) == 1
 
 
 def test_spool_respects_its_byte_cap(tmp_path):
     cfg = configmod.resolve({"store": "sqlite:///x.db", "spool_dir": str(tmp_path), "spool_max_bytes": 3000})
     batch = Batch(run=current.run_info(), events=[make_event()], stats=[])
     saved = [spool.save(cfg, batch) for _ in range(10)]
-    assert saved[0] and not all(saved)
+    assert saved[0]
+    assert not all(saved)
     assert spool.used_bytes(cfg) <= 3000
 
 
@@ -158,7 +166,8 @@ def test_child_after_fork_gets_its_own_run_and_writer(sqlite_url, use_store):
     assert os.waitstatus_to_exitcode(status) == 0
     with enginemod.connection(sqlite_url) as conn:
         runs = conn.execute(sa.select(models.runs.c.run_id, models.runs.c.pid)).all()
-    assert len(runs) == 2 and {r.pid for r in runs} == {os.getpid(), pid}
+    assert len(runs) == 2
+    assert {r.pid for r in runs} == {os.getpid(), pid}
 
 
 def test_call_statistics_are_written(sqlite_url, use_store):
@@ -193,7 +202,8 @@ def test_refused_batch_is_dropped_not_spooled_and_never_blocks_the_spool(tmp_pat
     # An older batch the store refuses sits in the spool ahead of a good one.
     refused = Batch(run=current.run_info(), events=[make_event()], stats=[])
     good = Batch(run=current.run_info(), events=[make_event()], stats=[])
-    assert spool.save(cfg, refused) and spool.save(cfg, good)
+    assert spool.save(cfg, refused)
+    assert spool.save(cfg, good)
 
     class Picky:
         def __init__(self, real):
@@ -222,6 +232,8 @@ def test_refused_batch_is_dropped_not_spooled_and_never_blocks_the_spool(tmp_pat
     recorder.record_event(make_event())
     result = cachewatch.flush(30)
     assert result
-    assert writer.dropped == dropped + 1 and not spool.has_pending(cfg)
+    assert writer.dropped == dropped + 1
+    assert not spool.has_pending(cfg)
     # The spooled batch set aside on replay and this refused one, each under its reason.
-    assert result.dropped == {"set_aside": dropped, "store_refused": 1} and dropped > 0
+    assert result.dropped == {"set_aside": dropped, "store_refused": 1}
+    assert dropped > 0

@@ -60,13 +60,15 @@ def test_a_storm_as_json_keeps_its_fields_and_their_order():
     storm = Storm(**_fields(_burst()), recurs_in_runs=2, identical_programs=1, identical_seconds=0.5)
     found = storm.as_json()
     assert list(found) == [*BURST_FIELDS, "recurs_in_runs", "identical_programs", "identical_seconds"]
-    assert found["function_hashes"] == ["h1", "h2"] and found["run_ids"] == ["r" * 32]
+    assert found["function_hashes"] == ["h1", "h2"]
+    assert found["run_ids"] == ["r" * 32]
     assert found["functions"] == [
         {"function_hash": "h1", "name": "dot", "compiles": 4},
         {"function_hash": "h2", "name": "add", "compiles": 2},
     ]
     priced = dataclasses.replace(storm, priced_fix="pad to 8").as_json()
-    assert list(priced)[-1] == "priced_fix" and priced["priced_fix"] == "pad to 8"
+    assert list(priced)[-1] == "priced_fix"
+    assert priced["priced_fix"] == "pad to 8"
     assert "Recurs in 2 runs." in diagnosis.describe_storm(storm)
 
 
@@ -98,7 +100,8 @@ def test_a_verdict_as_json_keeps_its_fields_and_their_order():
         "text",
         "worth_it",
     ]
-    assert found["signatures"] == [dataclasses.asdict(sig)] and found["worth_it"] is found["repaid"] is False
+    assert found["signatures"] == [dataclasses.asdict(sig)]
+    assert found["worth_it"] is found["repaid"] is False
 
 
 def test_a_run_summary_of_an_http_store_says_where_to_look_and_no_more():
@@ -125,7 +128,9 @@ def test_a_run_summary_of_an_http_store_says_where_to_look_and_no_more():
         "storms",
         "next",
     ]
-    assert found["compiles"] is None and found["functions"] == [] and found["flushed"] is False
+    assert found["compiles"] is None
+    assert found["functions"] == []
+    assert found["flushed"] is False
     assert json.loads(json.dumps(found)) == found
     assert runsummary.text(summary).startswith(f"cachewatch: run {'r' * 12}: events sent to http://127.0.0.1:8000.")
 
@@ -140,7 +145,8 @@ def test_a_run_summary_from_a_store_ends_with_its_function_count(sqlite_url):
     summary = runsummary.for_store(sqlite_url, "r" * 32)
     assert summary.figures is not None
     found = summary.as_json()
-    assert list(found)[-2:] == ["next", "function_count"] and found["function_count"] == 1
+    assert list(found)[-2:] == ["next", "function_count"]
+    assert found["function_count"] == 1
     assert found["compiles"] == summary.figures.report.compiles == 6
     assert found["functions"] == [dataclasses.asdict(f) for f in summary.figures.report.functions]
     assert found["storms"] == [dataclasses.asdict(s) for s in summary.figures.report.storms]

@@ -217,11 +217,14 @@ def test_prune_keeps_the_kept_runs_and_the_counters_and_gives_space_back(store_u
             retention.PRUNED_RUN_ID,
         }
         texts = set(conn.execute(sa.select(models.programs.c.fingerprint)).scalars())
-    assert result["runs"] == 2 and result["skipped_runs"] == 0 and result["reclaim_error"] is None
+    assert result["runs"] == 2
+    assert result["skipped_runs"] == 0
+    assert result["reclaim_error"] is None
     assert result["events"] == events_before - counts(store_url)["compile_events"] == 2 * 12 * len(recorded.events)
     assert result["call_stats"] == 4
     assert result["program_texts"] == len(built.old_fingerprints) > 0
-    assert not texts & built.old_fingerprints and built.shared_fingerprints <= texts
+    assert not texts & built.old_fingerprints
+    assert built.shared_fingerprints <= texts
 
     after, metrics_after = state(store_url, built, capsys), scrape(store_url)
     assert after == before
@@ -240,7 +243,8 @@ def test_prune_keeps_the_kept_runs_and_the_counters_and_gives_space_back(store_u
         pg_after = pg_table_stats(store_url, "compile_events")
         assert pg_after["dead_tuple_count"] == 0
         freed = pg_before["tuple_len"] - pg_after["tuple_len"]
-        assert freed > 0 and pg_after["free_space"] - pg_before["free_space"] >= freed // 2
+        assert freed > 0
+        assert pg_after["free_space"] - pg_before["free_space"] >= freed // 2
 
 
 def test_identical_recompile_seconds_survive_a_prune(sqlite_url, recorded):
@@ -262,11 +266,13 @@ def test_texts_only_drops_the_old_runs_texts_and_keeps_their_events(store_url, r
     capsys.readouterr()
     assert cli.main(["db", "prune", "--store", store_url, "--older-than", "30d", "--texts-only"]) == 0
     out = capsys.readouterr().out
-    assert f"dropped {len(built.old_fingerprints)} program texts" in out and "of 2 runs" in out
+    assert f"dropped {len(built.old_fingerprints)} program texts" in out
+    assert "of 2 runs" in out
 
     with enginemod.connection(store_url) as conn:
         texts = set(conn.execute(sa.select(models.programs.c.fingerprint)).scalars())
-    assert not texts & built.old_fingerprints and built.shared_fingerprints <= texts
+    assert not texts & built.old_fingerprints
+    assert built.shared_fingerprints <= texts
     assert counts(store_url) == {**rows, "programs": rows["programs"] - len(built.old_fingerprints)}
     assert state(store_url, built, capsys) == before
     assert scrape(store_url) == metrics_before
@@ -285,7 +291,8 @@ def test_dry_run_changes_nothing_and_says_what_a_prune_drops(store_url, recorded
         f"would drop 2 runs, {dry.events} events, 4 call-statistics rows, {len(built.old_fingerprints)} program texts"
         in out
     )
-    assert counts(store_url) == rows and dry.bytes_after is None
+    assert counts(store_url) == rows
+    assert dry.bytes_after is None
     done = retention.prune(store_url, retention.Policy(keep_runs=2))
     assert (done.runs, done.events, done.call_stats, done.program_texts, done.program_text_bytes) == (
         dry.runs,
@@ -307,7 +314,8 @@ def test_keep_runs_leaves_a_run_still_written_to(sqlite_url, recorded):
     assert result.runs == 1
     with enginemod.connection(sqlite_url) as conn:
         left = set(conn.execute(sa.select(models.runs.c.run_id)).scalars())
-    assert built.old[0].run_id in left and built.old[1].run_id not in left
+    assert built.old[0].run_id in left
+    assert built.old[1].run_id not in left
 
 
 def test_a_run_written_to_after_it_was_chosen_is_left_alone(store_url, recorded):
@@ -315,7 +323,8 @@ def test_a_run_written_to_after_it_was_chosen_is_left_alone(store_url, recorded)
     run = built.old[0]
     with enginemod.connection(store_url) as conn:
         cut, scope = retention._scope(conn, retention.Policy(older_than=30 * DAY), built.now)
-    assert cut is not None and run.run_id in {r.run_id for r in scope}
+    assert cut is not None
+    assert run.run_id in {r.run_id for r in scope}
     # A batch arrives for it before the prune gets to it.
     fresh = copy_pass(recorded, run, built.now - 5, own_texts=False)
     with enginemod.connection(store_url) as conn:
@@ -324,7 +333,9 @@ def test_a_run_written_to_after_it_was_chosen_is_left_alone(store_url, recorded)
             sa.select(sa.func.count()).where(models.compile_events.c.run_id == run.run_id)
         ).scalar_one()
     done = retention._drop_run(store_url, run.run_id, cut, chunk=5)
-    assert done.skipped and not done.dropped and done.events == 0
+    assert done.skipped
+    assert not done.dropped
+    assert done.events == 0
     with enginemod.connection(store_url) as conn:
         after = conn.execute(
             sa.select(sa.func.count()).where(models.compile_events.c.run_id == run.run_id)
@@ -354,7 +365,8 @@ def test_ingest_beside_a_prune_loses_nothing(store_url, recorded):
     writer.start()
     result = retention.prune(store_url, retention.Policy(older_than=30 * DAY), chunk=7)
     writer.join(120)
-    assert not writer.is_alive() and not errors
+    assert not writer.is_alive()
+    assert not errors
     assert result.runs == 2
     with enginemod.connection(store_url) as conn:
         ids = set(conn.execute(sa.select(models.compile_events.c.event_id)).scalars())
@@ -365,7 +377,8 @@ def test_ingest_beside_a_prune_loses_nothing(store_url, recorded):
                 )
             ).scalars()
         )
-    assert set(stored) <= ids and len(kept) == 2 * 2 * len(recorded.events)
+    assert set(stored) <= ids
+    assert len(kept) == 2 * 2 * len(recorded.events)
 
 
 def test_two_prunes_at_once_drop_each_run_once(store_url, recorded):
@@ -380,7 +393,8 @@ def test_two_prunes_at_once_drop_each_run_once(store_url, recorded):
     for t in threads:
         t.join(120)
     assert len(results) == 2
-    assert sum(r.runs for r in results) == 2 and sum(r.events for r in results) == 2 * 2 * len(recorded.events)
+    assert sum(r.runs for r in results) == 2
+    assert sum(r.events for r in results) == 2 * 2 * len(recorded.events)
     assert sum(r.skipped_runs for r in results) == 0
 
 
@@ -404,7 +418,8 @@ def test_bad_arguments_exit_2_and_change_nothing(sqlite_url, recorded, args, mes
         content = f.read()
     with pytest.raises(SystemExit) as exit_:
         cli.main(["db", "prune", "--store", sqlite_url, *args])
-    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
     with open(path, "rb") as f:
         assert f.read() == content
 
@@ -412,7 +427,8 @@ def test_bad_arguments_exit_2_and_change_nothing(sqlite_url, recorded, args, mes
 def test_an_unknown_store_exits_2_and_creates_nothing(tmp_path, pg_available, capsys):
     missing = tmp_path / "nowhere" / "store.db"
     assert cli.main(["db", "prune", "--store", f"sqlite:///{missing}", "--older-than", "30d"]) == 2
-    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "nowhere").exists()
     assert cli.main(["db", "prune", "--store", "mysql://db/x", "--keep-runs", "1"]) == 2
     assert "unsupported store URL" in capsys.readouterr().err
     absent = "postgresql://postgres@127.0.0.1:5432/cachewatch_no_such_database"
@@ -421,7 +437,8 @@ def test_an_unknown_store_exits_2_and_creates_nothing(tmp_path, pg_available, ca
     empty = tmp_path / "empty.db"
     empty.touch()
     assert cli.main(["db", "prune", "--store", f"sqlite:///{empty}", "--keep-runs", "1"]) == 2
-    assert "db upgrade" in capsys.readouterr().err and empty.stat().st_size == 0
+    assert "db upgrade" in capsys.readouterr().err
+    assert empty.stat().st_size == 0
 
 
 def test_the_service_prunes_on_its_schedule(store_url, recorded):
@@ -434,8 +451,10 @@ def test_the_service_prunes_on_its_schedule(store_url, recorded):
         deadline = time.monotonic() + 120  # a bound on a stuck thread, not a timing assumption
         while schedule.prunes < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert schedule.prunes >= 3 and schedule.failures == 0
-    assert schedule.last is not None and schedule.last.runs == 0  # the first prune did the work
+        assert schedule.prunes >= 3
+        assert schedule.failures == 0
+    assert schedule.last is not None
+    assert schedule.last.runs == 0
     with enginemod.connection(store_url) as conn:
         left = set(conn.execute(sa.select(models.runs.c.run_id)).scalars())
     assert left == {*(r.run_id for r in built.kept), retention.PRUNED_RUN_ID}
@@ -458,7 +477,8 @@ def test_a_bad_retention_setting_refuses_to_start(monkeypatch, value, problem):
 
 
 def test_retention_values():
-    assert retention.parse_age("90m") == 5400 and retention.parse_age("2w") == 14 * DAY
+    assert retention.parse_age("90m") == 5400
+    assert retention.parse_age("2w") == 14 * DAY
     assert retention.parse_policy("runs:1000") == retention.Policy(keep_runs=1000)
     assert retention.parse_policy("texts:7d") == retention.Policy(older_than=7 * DAY, texts_only=True)
     assert load(retention="12h", retention_interval="6h").retention_interval == 6 * 3600

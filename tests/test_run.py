@@ -96,7 +96,8 @@ def test_run_records_what_python_with_install_records_and_counts_the_calls_of_im
     with enginemod.connection(runs["run_store"]) as conn:
         # Only the first run of that store: the storm run shares it.
         later = conn.execute(sa.select(models.runs.c.run_id).where(models.runs.c.run_id != first_run)).scalars().all()
-        assert later and conn.execute(sa.select(sa.func.count()).where(e.c.run_id == first_run)).scalar_one()
+        assert later
+        assert conn.execute(sa.select(sa.func.count()).where(e.c.run_id == first_run)).scalar_one()
     by_python = compiled(runs["python_store"])
     under_run = [row for row in _compiled_in_run(runs["run_store"], first_run)]
     assert collections.Counter(under_run) == collections.Counter(by_python)
@@ -136,7 +137,8 @@ def _calls_in_run(url: str, run_id: str) -> dict[str, int]:
 
 def test_the_summary_goes_to_stderr_and_says_where_to_look(runs):
     done = runs["run"]
-    assert "cachewatch: run " in done.stderr and " compiles (" in done.stderr
+    assert "cachewatch: run " in done.stderr
+    assert " compiles (" in done.stderr
     assert "grad_step: " in done.stderr
     assert f"cachewatch report --store {runs['run_store']} --run " in done.stderr
     assert "cachewatch" not in done.stdout  # stdout is the program's
@@ -149,10 +151,12 @@ def test_the_summary_names_the_storm_and_max_compiles_fails_the_program_that_suc
     storms = {s["short_name"]: s for s in summary["storms"]}
     assert storms["grad_step"]["dominant_cause"] == "new_shape"
     assert "pad" in storms["grad_step"]["fix"]
-    assert summary["compiles"] > 5 and summary["exit_code"] == 0
+    assert summary["compiles"] > 5
+    assert summary["exit_code"] == 0
     assert summary["limits_broken"] == [f"{summary['compiles']} compiles, more than --max-compiles 5"]
     top = {f["name"]: f for f in summary["functions"]}
-    assert top["grad_step"]["compiles"] == 9 and top["grad_step"]["causes"]["new_shape"] == 8
+    assert top["grad_step"]["compiles"] == 9
+    assert top["grad_step"]["causes"]["new_shape"] == 8
 
 
 def test_compare_names_the_function_its_cause_and_the_extra_seconds_and_fails_past_the_threshold(runs):
@@ -162,19 +166,27 @@ def test_compare_names_the_function_its_cause_and_the_extra_seconds_and_fails_pa
     assert done.returncode == 1, done.stdout + done.stderr
     line = next(line for line in done.stdout.splitlines() if line.strip().startswith("more  grad_step"))
     # The extra seconds in whichever unit suits them (ms on a fast machine, s on a slow one).
-    assert "+8 compiles (new_shape +8)" in line and re.search(r"\+[\d.]+ (s|ms|us) \(1 -> 9\)", line), line
-    assert "FAIL: " in done.stdout and "grad_step: +8 compiles (new_shape +8)" in done.stdout
+    assert "+8 compiles (new_shape +8)" in line, line
+    assert re.search(r"\+[\d.]+ (s|ms|us) \(1 -> 9\)", line), line
+    assert "FAIL: " in done.stdout
+    assert "grad_step: +8 compiles (new_shape +8)" in done.stdout
     within = sh([*CLI, "compare", "--store", store, "--max-extra-compiles", "100", "--format", "json"])
     assert within.returncode == 0, within.stderr
     result = json.loads(within.stdout)
     grad = next(f for f in result["functions"] if f["short_name"] == "grad_step")
-    assert grad["cause"] == "new_shape" and grad["extra_compiles"] == 8 and grad["extra_seconds"] > 0
-    assert grad["baseline"]["compiles"] == 1 and grad["run"]["compiles"] == 9
-    assert result["limits_broken"] == [] and result["run"]["run_name"] == "optax_first.py"
+    assert grad["cause"] == "new_shape"
+    assert grad["extra_compiles"] == 8
+    assert grad["extra_seconds"] > 0
+    assert grad["baseline"]["compiles"] == 1
+    assert grad["run"]["compiles"] == 9
+    assert result["limits_broken"] == []
+    assert result["run"]["run_name"] == "optax_first.py"
     ratio = sh([*CLI, "compare", "--store", store, "--max-compile-time-ratio", "1.0"])
-    assert ratio.returncode == 1 and "compile time " in ratio.stdout
+    assert ratio.returncode == 1
+    assert "compile time " in ratio.stdout
     missing = sh([*CLI, "compare", "--store", store, "no-such-run"])
-    assert missing.returncode == 2 and "no run has the id, run name or job 'no-such-run'" in missing.stderr
+    assert missing.returncode == 2
+    assert "no run has the id, run name or job 'no-such-run'" in missing.stderr
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +238,8 @@ def test_a_program_sees_and_ends_as_under_python(tiny, tmp_path, program):
     assert by_run.stdout == by_python.stdout
     if by_python.stdout:
         shown = program_json(by_run.stdout)
-        assert shown["name"] == "__main__" and shown["path0"] == str(tiny)
+        assert shown["name"] == "__main__"
+        assert shown["path0"] == str(tiny)
     if "fail" in program:
         assert by_run.returncode == 1
         # The traceback is the program's: its frames only, as python prints them.
@@ -250,10 +263,12 @@ def test_the_program_s_arguments_are_its_own(tmp_path):
     assert options == ["--quiet", "--store", "x"]
     assert target == runner.Target("train.py", None, ("--store", "y", "-m", "z"))
     options, target = runner.split_argv(["--max-compiles=3", "-m", "pkg.mod", "--quiet"])
-    assert options == ["--max-compiles=3"] and target == runner.Target(None, "pkg.mod", ("--quiet",))
+    assert options == ["--max-compiles=3"]
+    assert target == runner.Target(None, "pkg.mod", ("--quiet",))
     assert runner.split_argv(["--quiet"]) == (["--quiet"], None)
     done = sh([*CLI, "run", "--quiet"])
-    assert done.returncode == 2 and "name a script to run" in done.stderr
+    assert done.returncode == 2
+    assert "name a script to run" in done.stderr
 
 
 DISTRIBUTED = textwrap.dedent("""
@@ -341,7 +356,8 @@ def test_the_summary_says_what_the_program_left_in_jaxs_caches(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stderr.strip().splitlines()[-1])
     # Nothing cleared a cache: every compile left its executable alive.
-    assert summary["live_executables"] == summary["compiles"] and summary["live_executable_bytes"] > 0
+    assert summary["live_executables"] == summary["compiles"]
+    assert summary["live_executable_bytes"] > 0
     assert summary["never_called_again"] >= 3  # shapes 3 and 4, and the one-call lambda
 
 
@@ -362,7 +378,8 @@ def test_fail_on_storm_fails_a_program_that_succeeded_and_never_one_that_failed(
     assert passed.returncode == 0, passed.stderr[-3000:]
     summary = json.loads(passed.stderr.strip().splitlines()[-1])
     # The same storm, which fails nothing without the flag.
-    assert [s["short_name"] for s in summary["storms"]] == ["grad_step"] and summary["limits_broken"] == []
+    assert [s["short_name"] for s in summary["storms"]] == ["grad_step"]
+    assert summary["limits_broken"] == []
     own = sh([*CLI, "run", "--store", store, "--summary", "json", "--fail-on-storm", *storm, "--exit", "4"])
     assert own.returncode == 4, own.stderr[-3000:]
     summary = json.loads(own.stderr.strip().splitlines()[-1])
@@ -422,6 +439,7 @@ def test_a_program_stopped_by_ctrl_c_ends_as_under_python_with_its_events_writte
         assert done.stderr.startswith("Traceback (most recent call last):\n")
         assert "\nKeyboardInterrupt\n" in done.stderr
     assert _frames(by_run.stderr) == _frames(by_python.stderr) == [(str(tmp_path / "waits.py"), "<module>")]
-    assert "cachewatch: run " in by_run.stderr and "<lambda>: 2 compiles" in by_run.stderr
+    assert "cachewatch: run " in by_run.stderr
+    assert "<lambda>: 2 compiles" in by_run.stderr
     # Python alone recorded nothing; the store holds what the run compiled before Ctrl-C.
     assert sorted(cause for name, cause in compiled(store) if name == "<lambda>") == ["first_call", "new_shape"]

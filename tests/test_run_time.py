@@ -88,7 +88,8 @@ def test_pipelined_loop_samples_exactly_and_within_its_wall_time(sqlite_url, use
     # under the cap of 50 a second, however fast the machine).
     assert (row["calls"], row["sampled_calls"]) == (401, 20)
     mean = row["run_seconds_mean"]
-    assert mean is not None and 0 < mean < math.inf
+    assert mean is not None
+    assert 0 < mean < math.inf
     assert row["run_seconds_est"] == pytest.approx(row["calls"] * mean)
 
 
@@ -114,7 +115,8 @@ def test_blocked_kernel_samples_exactly_and_within_its_stopwatch(sqlite_url, use
     # No timed call outlasts the call around it; the run time is a bucket's centre, within
     # 2 ** (1 / 16) of the times in the bucket.
     mean = row["run_seconds_mean"]
-    assert mean is not None and 0 < mean <= max(stopwatch) * 2 ** (1 / 16)
+    assert mean is not None
+    assert 0 < mean <= max(stopwatch) * 2 ** (1 / 16)
     assert row["run_seconds_est"] == pytest.approx(42 * mean)
 
 
@@ -133,8 +135,10 @@ def test_short_run_has_a_compile_share_in_report_and_api(sqlite_url, use_store, 
     assert cachewatch.flush(30)
     assert cli.main(["report", "--store", sqlite_url, "--format", "json"]) == 0
     (row,) = [r for r in json.loads(capsys.readouterr().out) if r["name"] == "short"]
-    assert row["calls"] == 3 and row["sampled_calls"] == 1  # the first cache hit after the compile
-    assert 0 < row["compile_share"] < 1 and row["run_time_note"] is None
+    assert row["calls"] == 3
+    assert row["sampled_calls"] == 1
+    assert 0 < row["compile_share"] < 1
+    assert row["run_time_note"] is None
     assert row["run_seconds_est"] == pytest.approx(3 * row["run_seconds_mean"])
     # The verdict states the same share.
     assert f"compile share {100 * row['compile_share']:.1f}%" in row["verdict"]["text"]
@@ -144,7 +148,8 @@ def test_short_run_has_a_compile_share_in_report_and_api(sqlite_url, use_store, 
         summary = client.get("/api/v1/summary").json()
     (api_row,) = [r for r in items if r["name"] == "short"]
     assert api_row["compile_share"] == pytest.approx(row["compile_share"])
-    assert summary["compile_share"] is not None and summary["run_time_note"] is None
+    assert summary["compile_share"] is not None
+    assert summary["run_time_note"] is None
 
 
 def test_every_signature_gets_a_run_time(sqlite_url, use_store, hot_path):
@@ -175,7 +180,8 @@ def test_without_a_timed_call_the_report_says_why(sqlite_url, use_store, capsys)
     assert cachewatch.flush(30)
     assert cli.main(["report", "--store", sqlite_url, "--format", "json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["untimed"]["compile_share"] is None and rows["untimed"]["run_time_note"] == "sampling off"
+    assert rows["untimed"]["compile_share"] is None
+    assert rows["untimed"]["run_time_note"] == "sampling off"
     assert rows["<lambda>"]["run_time_note"] == "called only while compiling"
     assert "no run time (sampling off)" in rows["untimed"]["verdict"]["text"]
 
@@ -303,5 +309,8 @@ def test_cost_model_gives_no_exponent_from_too_few_points(sqlite_url):
         _insert_compiles(sqlite_url, "four", [1000.0 + i], eqns=size, seconds=1e-5 * size**2.6, signature_hash=f"f{i}")
     with enginemod.connection(sqlite_url) as conn:
         (row,) = diagnosis.cost_model(conn)
-    assert row.points == 4 and row.exponent is None and not row.superlinear
-    assert row.note is not None and "from 4 compile(s)" in row.note
+    assert row.points == 4
+    assert row.exponent is None
+    assert not row.superlinear
+    assert row.note is not None
+    assert "from 4 compile(s)" in row.note

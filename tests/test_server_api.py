@@ -84,7 +84,8 @@ def test_ingest_then_query(client, store_url, recorded):
     assert row["causes"] == {"first_call": 1, "new_shape": 7}
     assert row["dominant_cause"] == Cause.NEW_SHAPE
     # 4 samples at 0.05 s: the run time per call is their bucket's centre, within 4.5%.
-    assert row["calls"] == 8 and row["run_seconds_est"] == pytest.approx(0.4, rel=0.05)
+    assert row["calls"] == 8
+    assert row["run_seconds_est"] == pytest.approx(0.4, rel=0.05)
     assert by_name["<lambda>"]["dominant_cause"] == Cause.NEW_FUNCTION_OBJECT
     assert by_name["scale"]["causes"] == {"first_call": 1, "new_static_value": 1}
     # Same numbers as the store's own report (the CLI's).
@@ -98,7 +99,8 @@ def test_ingest_then_query(client, store_url, recorded):
                 assert item[key] == expected, key
 
     detail = client.get(f"/api/v1/functions/{step.function_hash}").json()
-    assert detail["qualname"] == step.qualname and detail["compiles"] == 8
+    assert detail["qualname"] == step.qualname
+    assert detail["compiles"] == 8
     assert [s["dominant_cause"] for s in detail["storms"]] == ["new_shape"]
     assert "pad" in detail["storms"][0]["fix"]
 
@@ -106,8 +108,11 @@ def test_ingest_then_query(client, store_url, recorded):
     assert events["next_cursor"] is None
     assert [e["cause"] for e in events["items"]] == ["first_call"] + ["new_shape"] * 7
     second = events["items"][1]
-    assert second["diff"][0]["path"] == "x" and second["diff"][0]["change"] == "shape"
-    assert second["signature"] and second["name"] == "step" and "id" not in second
+    assert second["diff"][0]["path"] == "x"
+    assert second["diff"][0]["change"] == "shape"
+    assert second["signature"]
+    assert second["name"] == "step"
+    assert "id" not in second
     assert {e["event_id"] for e in events["items"]} == {e.event_id for e in recorded.by_name("step")}
 
     runs = client.get("/api/v1/runs").json()["items"]
@@ -115,7 +120,8 @@ def test_ingest_then_query(client, store_url, recorded):
     assert runs[0]["jax_version"] == recorded.run.jax_version
 
     summary = client.get("/api/v1/summary").json()
-    assert summary["functions"] == 3 and summary["runs"] == 1
+    assert summary["functions"] == 3
+    assert summary["runs"] == 1
     assert summary["events"] == len(recorded.events)
     assert summary["compiles"] == sum(e.compiled for e in recorded.events)
     assert summary["recompiles"] == 7 + 2 + 1
@@ -136,8 +142,10 @@ def test_retried_batch_is_stored_once(client, store_url, recorded):
     first = client.post("/api/v1/events", json=body)
     again = client.post("/api/v1/events", json=body)
     assert first.status_code == again.status_code == 200
-    assert again.json()["stored_events"] == 0 and again.json()["duplicate_events"] == len(recorded.events)
-    assert again.json()["stored_stats"] == 0 and again.json()["duplicate_stats"] == 1
+    assert again.json()["stored_events"] == 0
+    assert again.json()["duplicate_events"] == len(recorded.events)
+    assert again.json()["stored_stats"] == 0
+    assert again.json()["duplicate_stats"] == 1
     assert count(store_url, models.compile_events) == len(recorded.events)
     assert count(store_url, models.call_stats) == 1
     # By name: which function compiled longest varies from run to run.
@@ -156,7 +164,8 @@ def test_one_bad_event_stores_nothing(client, store_url, recorded):
     body["events"][3]["cause"] = "cosmic_rays"
     r = client.post("/api/v1/events", json=body)
     assert r.status_code == 422
-    assert "events.3.cause" in r.json()["message"] and "nothing stored" in r.json()["message"]
+    assert "events.3.cause" in r.json()["message"]
+    assert "nothing stored" in r.json()["message"]
     assert r.json()["detail"][0]["loc"] == ["body", "events", 3, "cause"]
 
     body = kit.payload(recorded.run, recorded.events)
@@ -171,7 +180,8 @@ def test_one_bad_event_stores_nothing(client, store_url, recorded):
     body = kit.payload(recorded.run, recorded.events)
     body["events"][-1]["run_id"] = "f" * 32
     r = client.post("/api/v1/events", json=body)
-    assert r.status_code == 422 and f"events.{len(recorded.events) - 1}.run_id" in r.json()["message"]
+    assert r.status_code == 422
+    assert f"events.{len(recorded.events) - 1}.run_id" in r.json()["message"]
 
     for table in (models.compile_events, models.runs, models.functions, models.call_stats):
         assert count(store_url, table) == 0
@@ -188,7 +198,8 @@ def test_store_failure_mid_batch_rolls_back(client, store_url, recorded):
     with pytest.raises(enginemod.StoreError):
         with enginemod.connection(store_url, ensure=False) as conn:
             writes.write_rows(conn, rows)
-    assert count(store_url, models.runs) == 0 and count(store_url, models.compile_events) == 0
+    assert count(store_url, models.runs) == 0
+    assert count(store_url, models.compile_events) == 0
 
 
 def test_text_with_nul_is_stored(client, store_url, recorded):
@@ -205,7 +216,8 @@ def test_limits(store_url, recorded):
     with make_client(store_url, max_body_bytes=4096, max_batch_events=5) as client:
         body = kit.payload(recorded.run, recorded.events)
         r = client.post("/api/v1/events", json=body)
-        assert r.status_code == 413 and "4096 bytes" in r.json()["detail"]
+        assert r.status_code == 413
+        assert "4096 bytes" in r.json()["detail"]
 
         # Without a Content-Length (chunked), the limit holds while reading.
         def chunks():
@@ -218,7 +230,9 @@ def test_limits(store_url, recorded):
 
     with make_client(store_url, max_batch_events=5) as client:
         r = client.post("/api/v1/events", json=kit.payload(recorded.run, recorded.events[:6]))
-        assert r.status_code == 422 and "events" in r.json()["message"] and "at most 5" in r.json()["message"]
+        assert r.status_code == 422
+        assert "events" in r.json()["message"]
+        assert "at most 5" in r.json()["message"]
         assert client.post("/api/v1/events", json=kit.payload(recorded.run, recorded.events[:5])).status_code == 200
 
         assert client.get("/api/v1/functions", params={"limit": 5000}).status_code == 422
@@ -232,7 +246,8 @@ def test_tokens(store_url, recorded):
         body = kit.payload(recorded.run, recorded.events)
         assert client.post("/api/v1/events", json=body).status_code == 401
         r = client.post("/api/v1/events", json=body, headers=auth("wrong-token-0123456789abcdef"))
-        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert r.status_code == 401
+        assert r.headers["www-authenticate"] == "Bearer"
         assert TOKEN not in r.text
         # The write token is checked before the body: no hints about the schema for strangers.
         assert client.post("/api/v1/events", json={"x": 1}).status_code == 401
@@ -250,13 +265,15 @@ def test_unsafe_settings_are_refused(sqlite_url, monkeypatch):
     store_url = sqlite_url
     with pytest.raises(SettingsError) as info:
         load(store=store_url, write_token="short-secret")
-    assert "CACHEWATCH_WRITE_TOKEN" in str(info.value) and "16 characters" in str(info.value)
+    assert "CACHEWATCH_WRITE_TOKEN" in str(info.value)
+    assert "16 characters" in str(info.value)
     assert "short-secret" not in str(info.value)
     monkeypatch.setenv("CACHEWATCH_READ_TOKEN", "has spaces in it, sixteen+")
     monkeypatch.setenv("CACHEWATCH_METRICS_TOP_N", "0")
     with pytest.raises(SettingsError) as info:
         load(store=store_url)
-    assert "CACHEWATCH_READ_TOKEN" in str(info.value) and "CACHEWATCH_METRICS_TOP_N" in str(info.value)
+    assert "CACHEWATCH_READ_TOKEN" in str(info.value)
+    assert "CACHEWATCH_METRICS_TOP_N" in str(info.value)
     monkeypatch.delenv("CACHEWATCH_READ_TOKEN")
     monkeypatch.delenv("CACHEWATCH_METRICS_TOP_N")
     with pytest.raises(SettingsError, match="unsupported store URL"):
@@ -300,7 +317,8 @@ def test_filters_and_cursors(client, recorded):
     assert step_compiles(until=iso) == 8
     assert step_compiles(since=base + 3600, run_id=run_a.run_id) is None
     r = client.get("/api/v1/functions", params={"since": "last tuesday"})
-    assert r.status_code == 422 and "since" in r.json()["message"]
+    assert r.status_code == 422
+    assert "since" in r.json()["message"]
 
     # Function listing: pages of one, in the same order as one page.
     everything = client.get("/api/v1/functions").json()["items"]
@@ -325,22 +343,27 @@ def test_filters_and_cursors(client, recorded):
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    assert len(ids) == len(set(ids)) == 16 and times == sorted(times)
+    assert len(ids) == len(set(ids)) == 16
+    assert times == sorted(times)
     only_b = client.get(f"/api/v1/functions/{step}/events", params={"run_id": run_b.run_id}).json()["items"]
-    assert {e["run_id"] for e in only_b} == {run_b.run_id} and len(only_b) == 8
+    assert {e["run_id"] for e in only_b} == {run_b.run_id}
+    assert len(only_b) == 8
     bad = client.get(f"/api/v1/functions/{step}/events", params={"cursor": "bm90LWEtY3Vyc29y"})
-    assert bad.status_code == 422 and "cursor" in bad.json()["message"]
+    assert bad.status_code == 422
+    assert "cursor" in bad.json()["message"]
     functions_cursor = client.get("/api/v1/functions", params={"limit": 1}).json()["next_cursor"]
     assert client.get(f"/api/v1/functions/{step}/events", params={"cursor": functions_cursor}).status_code == 422
 
     # Runs: newest first, filtered on their start time, paged.
     runs = client.get("/api/v1/runs").json()["items"]
     assert [r["run_id"] for r in runs] == [run_b.run_id, run_a.run_id]
-    assert runs[0]["events"] == 8 and runs[1]["events"] == len(recorded.events)
+    assert runs[0]["events"] == 8
+    assert runs[1]["events"] == len(recorded.events)
     page = client.get("/api/v1/runs", params={"limit": 1}).json()
     assert [r["run_id"] for r in page["items"]] == [run_b.run_id]
     page = client.get("/api/v1/runs", params={"limit": 1, "cursor": page["next_cursor"]}).json()
-    assert [r["run_id"] for r in page["items"]] == [run_a.run_id] and page["next_cursor"] is None
+    assert [r["run_id"] for r in page["items"]] == [run_a.run_id]
+    assert page["next_cursor"] is None
     assert [r["run_id"] for r in client.get("/api/v1/runs", params={"until": base + 1}).json()["items"]] == [
         run_a.run_id
     ]
@@ -398,7 +421,9 @@ def test_function_without_events_in_filter(client, recorded):
     client.post("/api/v1/events", json=kit.payload(recorded.run, recorded.events))
     step = recorded.function("step").function_hash
     row = client.get(f"/api/v1/functions/{step}", params={"since": time.time() + 3600}).json()
-    assert row["compiles"] == 0 and row["storms"] == [] and row["name"] == "step"
+    assert row["compiles"] == 0
+    assert row["storms"] == []
+    assert row["name"] == "step"
 
 
 def test_empty_store_is_migrated_at_startup(store_url):
@@ -417,16 +442,20 @@ def test_outdated_schema_is_refused(store_url):
     with pytest.raises(enginemod.SchemaOutdated) as info:
         with make_client(store_url):
             pass
-    assert "cachewatch db upgrade --store" in str(info.value) and "0000_older" in str(info.value)
+    assert "cachewatch db upgrade --store" in str(info.value)
+    assert "0000_older" in str(info.value)
 
 
 def test_healthz_reports_an_unreachable_store(tmp_path):
     # No lifespan (no `with`): the app is up, its store is not.
     client = TestClient(create_app(ServerSettings(store="postgresql://nobody@127.0.0.1:1/none")))
     r = client.get("/healthz")
-    assert r.status_code == 503 and r.json()["status"] == "error" and "unreachable" in r.json()["store"]
+    assert r.status_code == 503
+    assert r.json()["status"] == "error"
+    assert "unreachable" in r.json()["store"]
     r = client.get("/api/v1/functions")
-    assert r.status_code == 503 and r.headers["retry-after"] == "5"
+    assert r.status_code == 503
+    assert r.headers["retry-after"] == "5"
 
 
 def test_openapi_documents_the_api(client):
@@ -467,7 +496,8 @@ def test_a_run_row_says_what_was_lost_by_reason_and_what_its_jax_lacked(client, 
     assert row["dropped"] == {"queue_full": 3, "spool_full": 1, "unreported": 2}
     assert row["capabilities_off"] == ["trace_context"]
     page = client.get("/runs").text
-    assert "3 queue full" in page and "trace_context" in page
+    assert "3 queue full" in page
+    assert "trace_context" in page
 
 
 def test_the_health_page_lists_every_capability_of_the_jax_seam(client, recorded):
@@ -481,6 +511,7 @@ def test_the_health_page_lists_every_capability_of_the_jax_seam(client, recorded
     page = client.get("/health").text
     for status in jaxcompat.status():
         assert f'data-capability="{status.name}"' in page
-    assert f'data-run-id="{run.run_id}"' in page and "cache_key_log" in page
+    assert f'data-run-id="{run.run_id}"' in page
+    assert "cache_key_log" in page
     metrics = client.get("/metrics").text
     assert 'cachewatch_capability{name="trace_context"} 1.0' in metrics

@@ -47,7 +47,8 @@ def make_client(url: str, **settings) -> TestClient:
 
 def scrape(client: TestClient) -> dict:
     r = client.get("/metrics")
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
     return kit.parse_metrics(r.text)
 
 
@@ -320,9 +321,12 @@ def test_stale_captures_are_events_but_not_compiles(sqlite_url, recorded):
     assert kit.sample(samples, "cachewatch_events_ingested_total") == len(step) + 1
     assert kit.sample(samples, "cachewatch_compile_seconds_count", function="step") == len(step)
     assert kit.sample(samples, "cachewatch_compiles_total", function="step", cause=Cause.STALE_CAPTURE) is None
-    assert summary["stale_captures"] == 1 and "stale_capture" not in summary["causes"]
-    assert summary["events"] == len(step) + 1 and summary["compiles"] == len(step)
-    assert events[-1]["kind"] == Kind.STALE_CAPTURE and events[-1]["captured"] == {"SCALE": "1.0"}
+    assert summary["stale_captures"] == 1
+    assert "stale_capture" not in summary["causes"]
+    assert summary["events"] == len(step) + 1
+    assert summary["compiles"] == len(step)
+    assert events[-1]["kind"] == Kind.STALE_CAPTURE
+    assert events[-1]["captured"] == {"SCALE": "1.0"}
 
 
 def test_jax_op_by_op_compiles_never_take_a_label(sqlite_url, recorded):

@@ -43,7 +43,8 @@ REGENERATE = "python -c 'from cachewatch.core import config; print(config.markdo
 def settings_block(page: str) -> str:
     """What docs/configuration.md holds between its settings table's two markers."""
     start, end = "<!-- settings table:", "<!-- end of settings table -->"
-    assert start in page and end in page, "the settings table's markers are gone"
+    assert start in page, "the settings table's markers are gone"
+    assert end in page, "the settings table's markers are gone"
     return page.split(start, 1)[1].split("-->", 1)[1].split(end, 1)[0].strip()
 
 
@@ -105,7 +106,8 @@ def test_the_causes_are_the_words_the_design_fixes():
     # The design adds a word in prose ("The vocabulary grows by one word, `new_context`")
     # before its table has the row.
     words += re.findall(r"grows by one word, `([a-z_]+)`", section)
-    assert words and set(words) == COMPILE_CAUSES
+    assert words
+    assert set(words) == COMPILE_CAUSES
 
 
 def test_every_page_the_readme_and_the_docs_link_to_exists():

@@ -84,7 +84,8 @@ def test_report_and_events_json(store_url, use_store, capsys):
         assert field in step
     assert (step["traces"], step["compiles"], step["recompiles"], step["calls"]) == (3, 3, 2, 4)
     assert step["causes"] == {Cause.FIRST_CALL: 1, Cause.NEW_SHAPE: 2}
-    assert step["file"] == scenarios.__file__ and step["compile_seconds"] > 0
+    assert step["file"] == scenarios.__file__
+    assert step["compile_seconds"] > 0
     assert rows["repeat_add"]["causes"] == {Cause.FIRST_CALL: 1, Cause.NEW_STATIC_VALUE: 4}
 
     assert cli.main(["events", "--store", store_url, "--function", "train_step", "--format", "json"]) == 0
@@ -95,7 +96,8 @@ def test_report_and_events_json(store_url, use_store, capsys):
 
     assert cli.main(["report", "--store", store_url]) == 0
     table = capsys.readouterr().out
-    assert "train_step" in table and "new_shape=2" in table
+    assert "train_step" in table
+    assert "new_shape=2" in table
 
 
 def test_python_dash_m_is_the_same_program(sqlite_url):
@@ -129,7 +131,8 @@ def test_library_and_cli_share_the_default_store(tmp_path):
         timeout=120,
     ).stdout
     (row,) = [r for r in json.loads(out) if r["module"] != "jax.op_by_op"]
-    assert row["compiles"] == 2 and row["causes"] == {Cause.FIRST_CALL: 1, Cause.NEW_SHAPE: 1}
+    assert row["compiles"] == 2
+    assert row["causes"] == {Cause.FIRST_CALL: 1, Cause.NEW_SHAPE: 1}
     assert (tmp_path / "data" / "cachewatch" / "cachewatch.db").exists()
 
 
@@ -199,9 +202,12 @@ def test_upgrade_fills_the_rollup_from_existing_events(store_url, use_store, rev
     command.downgrade(enginemod.alembic_config(store_url), revision)
     enginemod.dispose_engines()
     enginemod.upgrade(store_url)
-    assert _rollup_rows(store_url) == expected and expected
+    assert _rollup_rows(store_url) == expected
+    assert expected
     assert {row[0] for row in expected} >= set(rollup.TABLES) - {"function_call_totals", "run_time_buckets"}
-    assert rollup.cost_bucket(0.0) == 0 and rollup.cost_bucket(0.005) == 0 and rollup.cost_bucket(1e9) == 15
+    assert rollup.cost_bucket(0.0) == 0
+    assert rollup.cost_bucket(0.005) == 0
+    assert rollup.cost_bucket(1e9) == 15
 
 
 def test_run_time_estimate_only_grows_and_values_early_calls(sqlite_url):
@@ -234,7 +240,8 @@ def test_run_time_estimate_only_grows_and_values_early_calls(sqlite_url):
     second = write(2.0, 10, 2, 0.2)  # mean 0.1 s: these 10 calls and the 100 waiting ones
     # Rows written before run times were kept in buckets: their samples at their mean
     # (within the bucket's 4.5%).
-    assert second.unvalued_calls == 0 and second.run_seconds == pytest.approx(110 * 0.1, rel=0.05)
+    assert second.unvalued_calls == 0
+    assert second.run_seconds == pytest.approx(110 * 0.1, rel=0.05)
     # Eight faster samples: the run time per call (the median of the ten) drops to about
     # 0.01 s, and the estimate still grows.
     third = write(3.0, 10, 8, 0.08)
@@ -253,7 +260,8 @@ def test_event_ids_fit_the_column_and_grow_with_time():
     assert [i for i in ids if not re.fullmatch(r"[0-9a-f]{32}", i)] == []
     # The prefix is the microsecond the id was made at; the rest is random, distinct per id.
     stamps = [int(i[:14], 16) for i in ids]
-    assert before <= stamps[0] and stamps[-1] <= after
+    assert before <= stamps[0]
+    assert stamps[-1] <= after
     assert len({i[14:] for i in ids}) == len(ids)
     # The time prefix never goes back, so the unique index grows at its end.
     prefixes = [i[:14] for i in ids]

@@ -95,11 +95,13 @@ def test_a_library_jit_remade_at_every_step_is_a_storm_at_the_users_line(tmp_pat
     # Every compile of numpyro's body is recorded, as JAX logged it: one per svi.run.
     assert ran.compiles["body_fn"] == ran.logged["body_fn"] == 7
     storm = ran.storm_at(line, "svi_refit.py")
-    assert storm.dominant_cause == Cause.NEW_FUNCTION_OBJECT and storm.compiles == 6
+    assert storm.dominant_cause == Cause.NEW_FUNCTION_OBJECT
+    assert storm.compiles == 6
     assert [f.name for f in storm.functions] == ["body_fn"]
     with enginemod.connection(ran.url) as conn:  # as the function's page asks for it
         (same,) = diagnosis.detect_storms(conn, threshold=5, window=600, function_hashes=[storm.function_hash])
-    assert same.call_site == storm.call_site and same.compiles == storm.compiles
+    assert same.call_site == storm.call_site
+    assert same.compiles == storm.compiles
     assert "numpyro makes afresh each time `SVI.run` runs" in storm.fix
     assert "call `svi.update` in the loop instead of `svi.run`" in storm.fix
     # Warm-up ended with the second svi.run: the summary no longer counts its compiles as set-up.
@@ -126,7 +128,8 @@ def test_a_jax_function_called_at_many_sizes_with_no_jit_of_the_users_is_a_storm
     ran = run_program(tmp_path, "cholesky_sizes")
     assert ran.compiles["cholesky"] == ran.logged["cholesky"] == 8
     storm = ran.storm_at(_line_of("cholesky_sizes.py", "jnp.linalg.cholesky("), "cholesky_sizes.py")
-    assert storm.dominant_cause == Cause.NEW_SHAPE and storm.compiles == 7
+    assert storm.dominant_cause == Cause.NEW_SHAPE
+    assert storm.compiles == 7
     assert "axis 0 of `cholesky`'s a took 8 sizes between 4 and 11" in storm.fix
     assert ran.figures.warmup_compiles < ran.figures.report.compiles // 2
 
@@ -166,7 +169,8 @@ def test_padding_advice_per_varying_axis():
     ]
     fix = diagnosis.suggest_fix("step", Cause.NEW_SHAPE, tokens)
     assert fix.startswith("Argument ids axis 1 took 11 sizes between 10 and 40; pad to powers of two: 3 compile(s)")
-    assert "(buckets 16, 32, 64; or pad to 40 for one)" in fix and "sequence length" in fix
+    assert "(buckets 16, 32, 64; or pad to 40 for one)" in fix
+    assert "sequence length" in fix
     graphs = [
         Recompile(
             "h",
@@ -185,7 +189,8 @@ def test_padding_advice_per_varying_axis():
     fix = diagnosis.suggest_fix("step", Cause.NEW_SHAPE, graphs)
     assert "graph.nodes axis 0: 9 sizes between 6 and 14 (buckets 8, 16)" in fix
     assert "graph.senders/graph.receivers axis 0: 9 sizes between 12 and 31 (buckets 16, 32)" in fix
-    assert "jraph.pad_with_graphs" in fix and "do not pad" not in fix
+    assert "jraph.pad_with_graphs" in fix
+    assert "do not pad" not in fix
 
 
 # ------------------------------------------------------------------ eager code in a callback
@@ -199,7 +204,8 @@ def test_a_boolean_mask_in_a_debug_callback_is_one_finding_per_line_with_numpy_a
     storm = ran.storm_at(masked, "rl_callback.py")
     assert storm.dominant_cause == Cause.NEW_SHAPE
     assert Cause.NEW_DTYPE not in storm.causes  # the dtypes never change
-    assert "a host callback" in storm.fix and "np.asarray" in storm.fix
+    assert "a host callback" in storm.fix
+    assert "np.asarray" in storm.fix
     assert "Move that code inside a jitted function" not in storm.fix
     # The count of compiles of each primitive is JAX's.
     assert ran.compiles["gather"] == ran.logged["gather"]
@@ -277,7 +283,8 @@ def test_a_storm_free_program_reports_no_storm(tmp_path, program):
     with enginemod.connection(ran.url) as conn:
         e = models.compile_events
         causes = set(conn.execute(sa.select(e.c.cause).where(e.c.compiled)).scalars())
-    assert Cause.UNKNOWN not in causes and Cause.CACHE_CLEARED not in causes
+    assert Cause.UNKNOWN not in causes
+    assert Cause.CACHE_CLEARED not in causes
 
 
 # ------------------------------------------------------------------ judged from the store
@@ -352,7 +359,9 @@ def test_the_exit_flush_is_no_sign_that_the_program_went_on(sqlite_url):
     _write(url, _burst("step", 0.0, 6), [_stats("step", 100.0, 7)])
     with enginemod.connection(url) as conn:
         storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600, now=NOW + 200)
-    assert [s.name for s in storms] == ["step"] and storms[0].active and not passes
+    assert [s.name for s in storms] == ["step"]
+    assert storms[0].active
+    assert not passes
 
 
 def test_calls_served_from_the_cache_after_a_burst_make_it_a_first_pass(sqlite_url):
@@ -360,7 +369,8 @@ def test_calls_served_from_the_cache_after_a_burst_make_it_a_first_pass(sqlite_u
     _write(url, _burst("step", 0.0, 6), [_stats("step", 100.0, 50)])
     with enginemod.connection(url) as conn:
         storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600, now=NOW + 200)
-    assert not storms and [p.name for p in passes] == ["step"]
+    assert not storms
+    assert [p.name for p in passes] == ["step"]
 
 
 def test_an_evaluation_pass_served_by_the_next_epoch_is_no_active_storm(sqlite_url):
@@ -370,7 +380,8 @@ def test_an_evaluation_pass_served_by_the_next_epoch_is_no_active_storm(sqlite_u
     _write(url, _burst("evaluate", 0.0, 5), [_stats("evaluate", 5.5, 6), _stats("evaluate", 7.0, 6)])
     with enginemod.connection(url) as conn:
         storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600, now=NOW + 8)
-    assert not storms and [p.name for p in passes] == ["evaluate"]
+    assert not storms
+    assert [p.name for p in passes] == ["evaluate"]
 
 
 def test_waste_counts_only_recompiles_of_one_function(sqlite_url):
@@ -405,7 +416,8 @@ def test_waste_counts_only_recompiles_of_one_function(sqlite_url):
         from cachewatch.store import programs as stored
 
         e3, e2 = stored.event(conn, "e3"), stored.event(conn, "e2")
-        assert e3 is not None and e2 is not None
+        assert e3 is not None
+        assert e2 is not None
         assert programs.default_against(conn, e3) == "e1"
         assert programs.default_against(conn, e2) is None
     assert [(w["function_hash"], w["recompiles"]) for w in wasted] == [("step", 1)]
@@ -413,7 +425,8 @@ def test_waste_counts_only_recompiles_of_one_function(sqlite_url):
     assert "could share one jit" in shared[0]["text"]
     summary = runsummary.for_store(url, "r1")
     assert summary.figures is not None
-    assert summary.figures.identical_recompiles == 1 and summary.figures.shared_program_compiles == 2
+    assert summary.figures.identical_recompiles == 1
+    assert summary.figures.shared_program_compiles == 2
     text = runsummary.text(summary)
     assert "1 recompiles produced a program compiled before" in text
     assert "2 compiles produced the same program as another function's (no waste" in text
@@ -448,7 +461,9 @@ def test_a_jit_traced_only_inside_another_is_no_recompile_and_gets_no_verdict(sq
         verdicts = diagnosis.verdicts(conn, list(report.values()))
     inner, outer = report["verdict_inner"], report["verdict_outer"]
     assert outer["compiles"] == scenarios.jax_compile_count(messages, "verdict_outer") == 7
-    assert inner["traces"] == 7 and inner["compiles"] == 0 and inner["recompiles"] == 0
+    assert inner["traces"] == 7
+    assert inner["compiles"] == 0
+    assert inner["recompiles"] == 0
     assert not [s for s in storms if inner["function_hash"] in s.function_hashes]
     assert inner["function_hash"] not in verdicts  # it never ran on its own: nothing to weigh
 
@@ -485,7 +500,8 @@ def test_an_optimizer_update_over_many_leaves_is_no_unrolled_loop(sqlite_url, us
     )
     top = profile["top_lines"][0]
     # The line repeats its operations once per leaf, as an unrolled loop would ...
-    assert top["line"] == update_line and min(top["primitives"].values()) >= programs.UNROLLED_MIN_REPEATS
+    assert top["line"] == update_line
+    assert min(top["primitives"].values()) >= programs.UNROLLED_MIN_REPEATS
     # ... but leaves of 24 shapes are no loop a scan could take.
     assert not [f for f in profile["fixes"] if f["kind"] == "unrolled_loop"], profile["fixes"]
 
@@ -505,7 +521,8 @@ def test_capture_can_end_warm_up_on_a_library_loop_by_the_same_rule(sqlite_url, 
     current.note_compile("eye", Cause.FIRST_CALL, a, remade_jit=False)
     current.note_compile("chol", Cause.FIRST_CALL, b, remade_jit=False)
     current.note_compile("eye", Cause.NEW_SHAPE, a, remade_jit=False)  # the loop came back
-    assert current.steady() and not current.in_warmup(time.time())
+    assert current.steady()
+    assert not current.in_warmup(time.time())
     use_store(sqlite_url)
     current.note_compile("body_fn", Cause.FIRST_CALL, c, remade_jit=False)
     current.note_compile("body_fn", Cause.NEW_FUNCTION_OBJECT, c, remade_jit=True)

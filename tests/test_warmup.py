@@ -57,9 +57,11 @@ def run_program(store: str, *args: str) -> tuple[dict, list[tuple[str, str]]]:
 
 def test_a_warmed_run_compiles_nothing_on_its_training_thread(sqlite_url):
     first, first_compiles = run_program(sqlite_url)
-    assert len(first_compiles) == SIZES and {thread for thread, _ in first_compiles} == {"MainThread"}
+    assert len(first_compiles) == SIZES
+    assert {thread for thread, _ in first_compiles} == {"MainThread"}
     second, second_compiles = run_program(sqlite_url, "--warmup-from", first["run_id"], "--threads", "2")
-    assert second["compiled"] == SIZES and second["skipped"] == []
+    assert second["compiled"] == SIZES
+    assert second["skipped"] == []
     # Every compile JAX made ran in a warm-up thread: the loop's calls were all cache hits.
     assert len(second_compiles) == SIZES
     assert all(thread.startswith("cachewatch-warmup-") for thread, _ in second_compiles), second_compiles
@@ -70,9 +72,11 @@ def test_a_warmed_run_compiles_nothing_on_its_training_thread(sqlite_url):
         ).all()
         report = {r["name"]: r for r in queries.function_report(conn, Filters(run_id=second["run_id"]))}
     mine = [k for k in kinds if k.call_site and k.call_site.endswith("warm_loop.py:" + str(_warmup_line()))]
-    assert len(mine) == SIZES and all(k.kind == Kind.WARMUP and k.warmup for k in mine)
+    assert len(mine) == SIZES
+    assert all(k.kind == Kind.WARMUP and k.warmup for k in mine)
     # A warm-up's compiles are compiles, never recompiles.
-    assert report["train_step"]["compiles"] == SIZES and report["train_step"]["recompiles"] == 0
+    assert report["train_step"]["compiles"] == SIZES
+    assert report["train_step"]["recompiles"] == 0
 
 
 def _warmup_line() -> int:
@@ -112,8 +116,10 @@ def test_what_cannot_be_rebuilt_is_skipped_with_its_reason(sqlite_url, use_store
     run = current.run_id()
     jax.clear_caches()
     handle = cachewatch.warmup(scaled, from_run=run, background=False)
-    assert handle.compiled == [] and len(handle.skipped) == 1
-    assert "static value knob=" in handle.skipped[0].reason and "cannot be rebuilt" in handle.skipped[0].reason
+    assert handle.compiled == []
+    assert len(handle.skipped) == 1
+    assert "static value knob=" in handle.skipped[0].reason
+    assert "cannot be rebuilt" in handle.skipped[0].reason
     with jax_compile_log() as log:
         handle = cachewatch.warmup(repeated, from_run=run, background=False, threads=2)
         assert sorted(handle.compiled) == ["x: float32[3], times=2", "x: float32[4], times=3"]
@@ -198,7 +204,8 @@ def test_the_warming_table_is_empty_when_done(sqlite_url, use_store):
         return x * 3
 
     handle = cachewatch.warmup(g, signatures=[(jnp.ones(n),) for n in (2, 3, 4)], threads=3)
-    assert handle.wait(60) and len(handle.compiled) == 3
+    assert handle.wait(60)
+    assert len(handle.compiled) == 3
     assert getattr(g, "__cachewatch_state__").warming == {}
     assert not getattr(_tracking._tls, "ahead", None)  # the calling thread is no warm-up
     assert threading.current_thread().name == "MainThread"
@@ -212,7 +219,8 @@ def test_cachewatch_run_warms_every_function_from_a_run(sqlite_url, tmp_path):
     refused = subprocess.run(
         [*runner, "--warmup-from", "nope", str(PROGRAM)], capture_output=True, text=True, timeout=600, env=env
     )
-    assert refused.returncode == 2 and "--warmup-from: no run 'nope' in the store" in refused.stderr
+    assert refused.returncode == 2
+    assert "--warmup-from: no run 'nope' in the store" in refused.stderr
     second = subprocess.run(
         [*runner, "--warmup-from", "loop", str(PROGRAM)], capture_output=True, text=True, timeout=600, env=env
     )
@@ -226,6 +234,7 @@ def test_cachewatch_run_warms_every_function_from_a_run(sqlite_url, tmp_path):
             .where(e.c.run_id == run_id, e.c.compiled, f.c.name == "train_step")
         ).all()
     # Every train_step compile of the second run was its warm-up's, made as it was defined.
-    assert len(rows) == SIZES and {r.kind for r in rows} == {Kind.WARMUP}
+    assert len(rows) == SIZES
+    assert {r.kind for r in rows} == {Kind.WARMUP}
     defined = next(i for i, line in enumerate(PROGRAM.read_text().splitlines(), 1) if "@cachewatch.jit" in line)
     assert {r.call_site for r in rows} == {f"{PROGRAM}:{defined}"}

@@ -116,7 +116,8 @@ def test_each_policy_predicts_jax_compile_count(storm, policy):
     expected = padded_compiles(lambda n: next((b for b in rungs if b >= n), n))
     assert result.price.compiles == expected
     if policy == "pow2":
-        assert rungs == (16, 32) and expected == 2
+        assert rungs == (16, 32)
+        assert expected == 2
     if policy == "ladder:16":  # sizes above the ladder stay as they are
         assert expected == 1 + sum(1 for n in SIZES if n > 16)
 
@@ -125,9 +126,12 @@ def test_auto_is_no_worse_than_pow2_on_the_run_figures(storm):
     url, _ = storm
     auto = price(url, "storm_step", "auto")
     pow2 = price(url, "storm_step", "pow2")
-    assert auto.run_fit is not None and auto.run_fit.points >= whatif.MIN_TIMED_SIZES
-    assert auto.price is not None and pow2.price is not None
-    assert auto.price.total_seconds is not None and pow2.price.total_seconds is not None
+    assert auto.run_fit is not None
+    assert auto.run_fit.points >= whatif.MIN_TIMED_SIZES
+    assert auto.price is not None
+    assert pow2.price is not None
+    assert auto.price.total_seconds is not None
+    assert pow2.price.total_seconds is not None
     assert auto.price.total_seconds <= pow2.price.total_seconds + 1e-12
     # The curve: the cheapest ladder of 1, 2, ... buckets, each ending at the largest size.
     assert [len(p.buckets) for p in auto.curve] == list(range(1, len(auto.curve) + 1))
@@ -137,7 +141,8 @@ def test_auto_is_no_worse_than_pow2_on_the_run_figures(storm):
     assert min(p.total_seconds or 0.0 for p in auto.curve) == auto.price.total_seconds
     # Padding never makes the run cheaper, and the executables kept are the buckets.
     assert all(p.padded_run_seconds is not None and p.padded_run_seconds >= 0 for p in auto.curve)
-    assert pow2.price.executables == 2 and pow2.recorded.executables == len(SIZES)
+    assert pow2.price.executables == 2
+    assert pow2.recorded.executables == len(SIZES)
 
 
 def test_the_priced_fix_sentence(storm):
@@ -153,14 +158,16 @@ def test_the_priced_fix_sentence(storm):
     with enginemod.connection(url) as conn:
         function = reads.find_function(conn, "storm_step")
         priced = whatif.priced_fix(conn, function.function_hash, run_id)
-        assert priced is not None and priced.startswith("pad batch['x'] axis 0 to ")
+        assert priced is not None
+        assert priced.startswith("pad batch['x'] axis 0 to ")
         assert whatif.priced_fix(conn, reads.find_function(conn, "one_shape").function_hash, run_id) is None
 
 
 def test_a_single_shape_has_nothing_to_pad(storm, capsys):
     url, _ = storm
     result = price(url, "one_shape", "pow2")
-    assert result.price is None and result.path is None
+    assert result.price is None
+    assert result.path is None
     assert "nothing to pad" in result.nothing_to_pad
     assert cli.main(["whatif", "one_shape", "--store", url]) == 0
     assert "nothing to pad" in capsys.readouterr().out
@@ -174,7 +181,8 @@ def test_the_command_prints_a_table_and_json(storm, capsys):
     assert "auto: the cheapest ladder of each number of buckets" in out
     assert cli.main(["whatif", "storm_step", "--store", url, "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["price"]["policy"] == "pow2" and data["price"]["compiles"] == 2
+    assert data["price"]["policy"] == "pow2"
+    assert data["price"]["compiles"] == 2
     assert {"compiles", "compile_seconds", "padded_run_seconds", "total_seconds"} <= set(data["price"])
     assert data["fix"].startswith("pad batch['x'] axis 0 to 16, 32: 2 compiles instead of 11")
 
@@ -209,7 +217,8 @@ def test_bad_input_exits_2_and_changes_nothing(storm, capsys, args, message):
     before = _store_state(url)
     assert cli.main(["whatif", *args, "--store", url]) == 2
     err = capsys.readouterr().err
-    assert message in err and err.startswith("cachewatch whatif: ")
+    assert message in err
+    assert err.startswith("cachewatch whatif: ")
     assert _store_state(url) == before
 
 
@@ -222,7 +231,8 @@ def test_the_service_prices_a_policy_and_refuses_bad_input(storm):
         ok = client.get(f"/api/v1/functions/{h}/whatif", params={"policy": "pow2", "run_id": run_id})
         assert ok.status_code == 200, ok.text
         body = ok.json()
-        assert body["price"]["compiles"] == 2 and body["recorded"]["compiles"] == len(SIZES)
+        assert body["price"]["compiles"] == 2
+        assert body["recorded"]["compiles"] == len(SIZES)
         assert body["fix"].startswith("pad batch['x'] axis 0 to 16, 32: 2 compiles instead of 11")
         auto = client.get(f"/api/v1/functions/{h}/whatif", params={"policy": "auto:4"}).json()
         assert [len(p["buckets"]) for p in auto["curve"]] == [1, 2, 3, 4]
@@ -274,9 +284,12 @@ def test_too_few_timed_signatures_refuse_to_price_run_time():
         100,
     )
     result = whatif.analyse(ev, whatif.parse_policy("pow2"))
-    assert result.run_fit is None and "a fit needs 3" in result.run_fit_note
-    assert result.price is not None and result.price.compiles == 2  # 4 and 8
-    assert result.price.padded_run_seconds is None and result.price.total_seconds is None
+    assert result.run_fit is None
+    assert "a fit needs 3" in result.run_fit_note
+    assert result.price is not None
+    assert result.price.compiles == 2
+    assert result.price.padded_run_seconds is None
+    assert result.price.total_seconds is None
     assert result.price.executable_bytes == 1000 * (4 + 8)  # fitted: linear in the size
     assert "padded compute not priced" in (whatif.fix_sentence(result) or "")
     with pytest.raises(whatif.WhatifError, match="auto cannot weigh padding against compiles"):
@@ -294,7 +307,8 @@ def test_other_fixes_are_priced_from_the_run():
     assert "nothing to pad" in result.nothing_to_pad
     fixes = {f.fix: f for f in result.fixes}
     # The weak-type flip's identical program is the weak-type fix's, not hoisting's.
-    assert fixes["hoist_jit"].compiles_after == 2 and fixes["hoist_jit"].seconds_saved == pytest.approx(0.5)
+    assert fixes["hoist_jit"].compiles_after == 2
+    assert fixes["hoist_jit"].seconds_saved == pytest.approx(0.5)
     assert fixes["weak_type"].compiles_after == 2
     assert fixes["persistent_cache"].seconds_saved == pytest.approx(1.2)
     assert "jax_persistent_cache_min_compile_time_secs=0" in fixes["persistent_cache"].text
@@ -308,7 +322,9 @@ def test_a_compile_that_empties_the_cache_happens_under_every_policy():
     )
     result = whatif.analyse(ev, whatif.parse_policy("ladder:8"))
     # 8 compiled, the cache cleared and 8 compiled again; 6 pads into it.
-    assert result.price is not None and result.price.compiles == 2 and result.recorded.compiles == 4
+    assert result.price is not None
+    assert result.price.compiles == 2
+    assert result.recorded.compiles == 4
 
 
 def test_unknown_names_raise_lookup_errors(storm):
@@ -352,7 +368,9 @@ def test_the_function_page_draws_the_ladder_curve(tab, storm):
         auto = client.get(f"/api/v1/functions/{h}/whatif", params={"policy": "auto"}).json()
     tab.open(f"/functions/{h}?run_id={run_id}")
     chart = tab.chart("chart-ladder")
-    assert chart["plotly"] and chart["drawn"] >= 1 and chart["alternative"]
+    assert chart["plotly"]
+    assert chart["drawn"] >= 1
+    assert chart["alternative"]
     lines = {t["name"]: t for t in chart["traces"]}
     assert set(lines) == {"compile seconds", "padded run seconds", "total seconds", "cheapest"}
     assert lines["total seconds"]["x"] == [len(p["buckets"]) for p in auto["curve"]]
@@ -379,7 +397,8 @@ def test_auto_over_many_sizes_chooses_among_a_bounded_set_of_rungs():
     result = whatif.analyse(ev, whatif.parse_policy("auto:5"))
     assert [len(p.buckets) for p in result.curve] == [1, 2, 3, 4, 5]
     assert all(p.buckets[-1] == 600 and p.compiles == len(p.buckets) for p in result.curve)
-    assert result.price is not None and result.price.total_seconds is not None
+    assert result.price is not None
+    assert result.price.total_seconds is not None
 
 
 def test_a_storms_fix_quotes_what_padding_saves_over_the_run(sqlite_url, use_store):
@@ -395,8 +414,10 @@ def test_a_storms_fix_quotes_what_padding_saves_over_the_run(sqlite_url, use_sto
     with enginemod.connection(sqlite_url) as conn:
         storms = diagnosis.detect_storms(conn)
     (storm,) = [s for s in storms if s.name == "grows"]
-    assert storm.priced_fix is not None and storm.priced_fix.startswith("pad x axis 0 to ")
-    assert "compiles instead of 12" in storm.priced_fix and "Priced over this run: pad x" in storm.fix
+    assert storm.priced_fix is not None
+    assert storm.priced_fix.startswith("pad x axis 0 to ")
+    assert "compiles instead of 12" in storm.priced_fix
+    assert "Priced over this run: pad x" in storm.fix
     # Counting storms (the summary, /metrics) leaves the price out and nothing else.
     with enginemod.connection(sqlite_url) as conn:
         unpriced = diagnosis.detect_storms(conn, priced=False)
