@@ -6,7 +6,6 @@ which stores a retried batch's events and call statistics once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import orjson
 from fastapi.exceptions import RequestValidationError
@@ -16,7 +15,7 @@ from pydantic import ValidationError
 from cachewatch.store import writes
 
 from .deps import invalid
-from .schemas import BatchIn, CallStatsIn, EventIn
+from .schemas import BatchIn, CallStatsIn, EventIn, IngestResult
 
 
 class IngestCounters:
@@ -60,7 +59,7 @@ def accept(
     url: str,
     counters: IngestCounters,
     program_store_max_bytes: int = writes.DEFAULT_PROGRAM_STORE_MAX_BYTES,
-) -> dict[str, Any]:
+) -> IngestResult:
     """Parse, check and store one posted batch: whole or not at all."""
     batch = parse(body)
     try:
@@ -106,17 +105,17 @@ def check(batch: BatchIn, max_events: int) -> None:
 
 def store(
     url: str, batch: BatchIn, program_store_max_bytes: int = writes.DEFAULT_PROGRAM_STORE_MAX_BYTES
-) -> dict[str, Any]:
+) -> IngestResult:
     """Write one checked batch in one transaction; returns what was new and what was a repeat.
     Program texts are kept while the store's stay under ``program_store_max_bytes``
     (CACHEWATCH_PROGRAM_STORE_MAX_BYTES), as the library's own writer keeps them."""
     written = writes.write_batch(url, batch, batch.drops(), program_store_max_bytes, ensure_schema=False)
-    return {
-        "batch_id": batch.batch_id,
-        "events": len(batch.events),
-        "stored_events": len(written.events),
-        "duplicate_events": len(batch.events) - len(written.events),
-        "stats": len(batch.stats),
-        "stored_stats": written.stats,
-        "duplicate_stats": len(batch.stats) - written.stats,
-    }
+    return IngestResult(
+        batch_id=batch.batch_id,
+        events=len(batch.events),
+        stored_events=len(written.events),
+        duplicate_events=len(batch.events) - len(written.events),
+        stats=len(batch.stats),
+        stored_stats=written.stats,
+        duplicate_stats=len(batch.stats) - written.stats,
+    )

@@ -14,6 +14,7 @@ import serverkit as kit
 import sqlalchemy as sa
 from cachewatch_server import ingest
 from cachewatch_server.main import create_app
+from cachewatch_server.schemas import IngestResult
 from cachewatch_server.settings import ServerSettings
 from fastapi.testclient import TestClient
 
@@ -150,7 +151,7 @@ def test_writers_racing_with_one_batch_store_it_once(store_url, recorded):
     firsts = list({e.function.function_hash: e for e in reversed(batch.events)}.values())
     SqlSink(store_url).write(Batch(batch.run, firsts, []))
     start = threading.Barrier(8)
-    answers: list[dict] = []
+    answers: list[IngestResult] = []
     failures: list[BaseException] = []
 
     def race(writer: str) -> None:
@@ -170,5 +171,5 @@ def test_writers_racing_with_one_batch_store_it_once(store_url, recorded):
         thread.join(timeout=120)
     assert not failures, failures
     assert_counted_once(stored(store_url), batch)
-    assert sum(a["stored_events"] for a in answers) <= len(batch.events) - len(firsts)
-    assert sum(a["stored_stats"] for a in answers) <= len(batch.stats)
+    assert sum(a.stored_events for a in answers) <= len(batch.events) - len(firsts)
+    assert sum(a.stored_stats for a in answers) <= len(batch.stats)

@@ -31,7 +31,7 @@ _BODY = {"required": True, "content": {"application/json": {"schema": {"$ref": "
         503: {"description": "The store is unavailable; retry later."},
     },
 )
-async def ingest_events(_: WriteAuth, request: Request, settings: Settings) -> dict:
+async def ingest_events(_: WriteAuth, request: Request, settings: Settings) -> IngestResult:
     """Store the batch whole or not at all. Repeating a batch (same event ids) stores nothing twice."""
     body = await request.body()
     return await run_in_threadpool(

@@ -37,11 +37,13 @@ def list_functions(
     q: Annotated[
         str | None, Query(max_length=200, description="Only functions whose name or qualified name contains this text.")
     ] = None,
-) -> dict:
+) -> FunctionPage:
     offset = _offset(page.cursor)
     rows, total = listings.function_page(conn, filters, offset=offset, limit=page.limit, q=q)
     end = offset + page.limit
-    return {"items": rows, "next_cursor": encode_cursor("functions", end) if end < total else None}
+    return FunctionPage.model_validate(
+        {"items": rows, "next_cursor": encode_cursor("functions", end) if end < total else None}
+    )
 
 
 @router.get(
@@ -69,7 +71,7 @@ def get_function(
 )
 def function_events(
     _: ReadAuth, conn: Connection, filters: QueryFilters, page: Page, function_hash: FunctionHash
-) -> dict:
+) -> EventPage:
     if not listings.function_exists(conn, function_hash):
         raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
     after = decode_cursor("events", page.cursor)
@@ -89,7 +91,7 @@ def function_events(
     storequeries.explain_cache_misses(conn, rows)
     for row in rows:
         row.pop("id", None)
-    return {"items": rows, "next_cursor": cursor}
+    return EventPage.model_validate({"items": rows, "next_cursor": cursor})
 
 
 @router.get(
@@ -114,7 +116,7 @@ def function_whatif(
     axis: Annotated[
         str | None, Query(max_length=1000, description="ARG:AXIS to pad (default: the axis that varied).")
     ] = None,
-) -> dict:
+) -> WhatifOut:
     try:
         parsed = whatif.parse_policy(policy)
     except whatif.WhatifError as exc:
@@ -135,4 +137,4 @@ def function_whatif(
         result = whatif.analyse(found, parsed, wanted)
     except whatif.WhatifError as exc:
         raise invalid(("query", "axis" if axis else "policy"), str(exc), axis or policy) from None
-    return {**dataclasses.asdict(result), "fix": whatif.fix_sentence(result)}
+    return WhatifOut.model_validate({**dataclasses.asdict(result), "fix": whatif.fix_sentence(result)})
