@@ -581,7 +581,9 @@ class JobOut(BaseModel):
     job: str
     process_count: int
     ranks: list[RankOut]
-    missing_ranks: list[int] = Field(description="Ranks below process_count with no run in the store.")
+    missing_ranks: list[int] = Field(
+        description="Ranks below process_count with no run in the store (the first 10,000)."
+    )
     divergent_ranks: list[int]
     divergences: list[DivergenceOut]
     divergences_total: int

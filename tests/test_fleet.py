@@ -161,3 +161,28 @@ def test_job_rank_and_cache_key_travel_through_ingest(store_url, tmp_path):
         function_hash = step_events[0].function.function_hash
         items = client.get(f"/api/v1/functions/{function_hash}/events").json()["items"]
         assert all(e["cache_key"] == {"computation": "abc", "jax": "0.10.2"} for e in items)
+
+
+def test_a_run_that_declares_a_huge_process_count_lists_the_first_missing_ranks(sqlite_url):
+    import sqlalchemy as sa
+
+    from cachewatch.analysis import fleet
+    from cachewatch.store import engine as enginemod
+    from cachewatch.store import models
+
+    enginemod.ensure_schema(sqlite_url)
+    with enginemod.connection(sqlite_url) as conn:
+        conn.execute(
+            sa.insert(models.runs),
+            [
+                {"run_id": "a" * 32, "started_at": 1.0, "job": "huge", "process_index": 1, "process_count": 2**31 - 1},
+                {"run_id": "b" * 32, "started_at": 1.0, "job": "huge", "process_index": 3, "process_count": 2**31 - 1},
+            ],
+        )
+        report = fleet.compare_job(conn, "huge")
+        (listed,) = fleet.compare_jobs(conn, ["huge"])
+    assert report is not None
+    assert report.process_count == 2**31 - 1
+    assert len(report.missing_ranks) == fleet.MAX_MISSING_RANKS
+    assert report.missing_ranks[:3] == [0, 2, 4]
+    assert listed.missing_ranks == report.missing_ranks

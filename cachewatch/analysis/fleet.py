@@ -24,6 +24,9 @@ from ..store import fleet as reads
 
 # Signatures shown per divergence listing; the count of the rest is still given.
 MAX_DIVERGENCES = 200
+# Missing ranks listed per job: a run may declare any process count (the ingest API takes
+# up to 2**31 - 1), and listing every rank below it would take the service's memory.
+MAX_MISSING_RANKS = 10_000
 
 
 def _reference(counts: list[int]) -> int:
@@ -144,11 +147,23 @@ def _compared(
             )
             for rank in ranks
         ],
-        missing_ranks=[i for i in range(declared) if i not in ranks] if declared else [],
+        missing_ranks=_missing(declared, ranks),
         divergent_ranks=divergent,
         divergences=_describe(conn, found[:MAX_DIVERGENCES], list(rank_of)) if named else [],
         divergences_total=len(found),
     )
+
+
+def _missing(declared: int, ranks: list[int]) -> list[int]:
+    """The ranks below the declared process count with no run, the first MAX_MISSING_RANKS."""
+    present = set(ranks)
+    missing: list[int] = []
+    for rank in range(declared):
+        if len(missing) == MAX_MISSING_RANKS:
+            break
+        if rank not in present:
+            missing.append(rank)
+    return missing
 
 
 def _divergences(compiles: dict[tuple[str, str], Counter], ranks: list[int]) -> list[_Extra]:
