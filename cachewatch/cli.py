@@ -32,6 +32,7 @@ from .core.events import OP_BY_OP_MODULE, UNATTRIBUTED_MODULE
 from .core.figures import share_text
 
 if TYPE_CHECKING:  # the commands import what they read when run, so `cachewatch --help` stays quick
+    from .analysis.programs import IdenticalRecompiles
     from .analysis.views import FunctionFindings, RunReport
 
 
@@ -513,14 +514,14 @@ def _print_functions(rows: Sequence[Mapping[str, Any]]) -> None:
     _print_table(_REPORT_HEADERS, table)
 
 
-def _print_program_findings(identical: Sequence[Mapping[str, Any]], functions: Sequence[FunctionFindings]) -> None:
+def _print_program_findings(identical: Sequence[IdenticalRecompiles], functions: Sequence[FunctionFindings]) -> None:
     """Wasted recompiles, then what makes each program big."""
     if identical:
-        total = sum(i["seconds"] for i in identical)
-        count = sum(i["recompiles"] for i in identical)
+        total = sum(i.seconds for i in identical)
+        count = sum(i.recompiles for i in identical)
         print(f"\nRecompiles that produced the program compiled before ({count}, {total:.3f} s wasted):")
         for item in identical:
-            print(f"  {_here(item['fix'])}")
+            print(f"  {_here(item.fix)}")
     fixes = [(found.report["qualname"], text) for found in functions for text in found.program_fixes]
     if fixes:
         print(

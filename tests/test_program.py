@@ -548,22 +548,22 @@ def test_report_counts_identical_recompiles_with_their_cost_and_fix(served, caps
     flip(x, jnp.float32(2.0))
     cachewatch.flush(10)
     with enginemod.connection(url) as conn:
-        wasted = {(r["qualname"].rsplit(".", 1)[-1], r["cause"]): r for r in programs.identical_recompiles(conn)}
+        wasted = {(r.qualname.rsplit(".", 1)[-1], r.cause): r for r in programs.identical_recompiles(conn)}
     rejit = wasted[("<lambda>", Cause.NEW_FUNCTION_OBJECT)]
     lambdas = compiled(events, "<lambda>")
-    assert rejit["recompiles"] == 2
-    assert rejit["persistent_cache_would_serve"] == 2
-    assert rejit["seconds"] == pytest.approx(
+    assert rejit.recompiles == 2
+    assert rejit.persistent_cache_would_serve == 2
+    assert rejit.seconds == pytest.approx(
         sum((e.trace_seconds or 0) + (e.lower_seconds or 0) + (e.compile_seconds or 0) for e in lambdas[1:])
     )
-    assert "hoist jax.jit out of the loop" in rejit["fix"]
-    assert "would have served 2" in rejit["fix"]
-    assert "jax_persistent_cache_min_compile_time_secs" in rejit["fix"]  # these compiles take well under 1 s
+    assert "hoist jax.jit out of the loop" in rejit.fix
+    assert "would have served 2" in rejit.fix
+    assert "jax_persistent_cache_min_compile_time_secs" in rejit.fix  # these compiles take well under 1 s
     weak = wasted[("flip", Cause.WEAK_TYPE)]
-    assert weak["recompiles"] == 1
-    assert weak["persistent_cache_would_serve"] == 0
-    assert "typed array" in weak["fix"]
-    assert "persistent" not in weak["fix"]
+    assert weak.recompiles == 1
+    assert weak.persistent_cache_would_serve == 0
+    assert "typed array" in weak.fix
+    assert "persistent" not in weak.fix
     assert cli.main(["report", "--store", url]) == 0
     out = capsys.readouterr().out
     assert "produced the program compiled before (3," in out
@@ -602,26 +602,22 @@ def test_compile_profile_names_the_unrolled_loop_and_the_big_constant(served, ca
         deep_profile = programs.compile_profile(conn, d.function.function_hash)
         rolled_profile = programs.compile_profile(conn, compiled(events, "rolled")[0].function.function_hash)
         lookup_profile = programs.compile_profile(conn, compiled(events, "lookup")[0].function.function_hash)
-    top = deep_profile["top_lines"][0]
+    top = deep_profile.top_lines[0]
     assert top["line"] == line_of("# fifty-steps")
     assert top["eqns"] == 100
-    (fix,) = deep_profile["fixes"]
-    assert fix["kind"] == "unrolled_loop"
-    assert fix["where"].endswith(f":{line_of('# fifty-steps')}")
-    assert "jax.lax.scan" in fix["text"]
-    assert "fori_loop" in fix["text"]
-    assert deep_profile["growth"] == [
-        {
-            "event_id": d.event_id,
-            "run_id": d.run_id,
-            "jaxpr_eqns": d.jaxpr_eqns,
-            "seconds": pytest.approx((d.trace_seconds or 0) + (d.lower_seconds or 0) + (d.compile_seconds or 0)),
-        }
-    ]
-    assert rolled_profile["fixes"] == []
-    assert rolled_profile["top_lines"][0]["loop_body"]
-    assert [f["kind"] for f in lookup_profile["fixes"]] == ["big_constant"]
-    assert "Pass the array as an argument" in lookup_profile["fixes"][0]["text"]
+    (fix,) = deep_profile.fixes
+    assert fix.kind == "unrolled_loop"
+    assert fix.where is not None
+    assert fix.where.endswith(f":{line_of('# fifty-steps')}")
+    assert "jax.lax.scan" in fix.text
+    assert "fori_loop" in fix.text
+    (growth,) = deep_profile.growth
+    assert (growth.event_id, growth.run_id, growth.jaxpr_eqns) == (d.event_id, d.run_id, d.jaxpr_eqns)
+    assert growth.seconds == pytest.approx((d.trace_seconds or 0) + (d.lower_seconds or 0) + (d.compile_seconds or 0))
+    assert rolled_profile.fixes == []
+    assert rolled_profile.top_lines[0]["loop_body"]
+    assert [f.kind for f in lookup_profile.fixes] == ["big_constant"]
+    assert "Pass the array as an argument" in lookup_profile.fixes[0].text
     assert cli.main(["report", "--store", url]) == 0
     out = capsys.readouterr().out
     assert "jax.lax.scan" in out

@@ -118,8 +118,8 @@ def test_a_library_jit_remade_at_every_step_is_a_storm_at_the_users_line(tmp_pat
             .join(earlier, earlier.c.event_id == e.c.identical_to)
             .where(e.c.cause == Cause.FIRST_CALL.value)
         ).scalar_one()
-    assert all(item["cause"] != Cause.FIRST_CALL for item in wasted)
-    assert sum(item["recompiles"] for item in wasted) == ran.figures.identical_recompiles
+    assert all(item.cause != Cause.FIRST_CALL for item in wasted)
+    assert sum(item.recompiles for item in wasted) == ran.figures.identical_recompiles
     if first_wasted:  # a store that links first compiles across functions: never waste
         assert ran.figures.identical_recompiles < sum(ran.compiles.values()) - len(ran.compiles)
 
@@ -420,9 +420,9 @@ def test_waste_counts_only_recompiles_of_one_function(sqlite_url):
         assert e2 is not None
         assert programs.default_against(conn, e3) == "e1"
         assert programs.default_against(conn, e2) is None
-    assert [(w["function_hash"], w["recompiles"]) for w in wasted] == [("step", 1)]
-    assert [(s["function_hash"], s["other_hash"], s["compiles"]) for s in shared] == [("twin", "step", 2)]
-    assert "could share one jit" in shared[0]["text"]
+    assert [(w.function_hash, w.recompiles) for w in wasted] == [("step", 1)]
+    assert [(s.function_hash, s.other_hash, s.compiles) for s in shared] == [("twin", "step", 2)]
+    assert "could share one jit" in shared[0].text
     summary = runsummary.for_store(url, "r1")
     assert summary.figures is not None
     assert summary.figures.identical_recompiles == 1
@@ -498,12 +498,12 @@ def test_an_optimizer_update_over_many_leaves_is_no_unrolled_loop(sqlite_url, us
     update_line = next(
         i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# over-every-leaf" in text
     )
-    top = profile["top_lines"][0]
+    top = profile.top_lines[0]
     # The line repeats its operations once per leaf, as an unrolled loop would ...
     assert top["line"] == update_line
     assert min(top["primitives"].values()) >= programs.UNROLLED_MIN_REPEATS
     # ... but leaves of 24 shapes are no loop a scan could take.
-    assert not [f for f in profile["fixes"] if f["kind"] == "unrolled_loop"], profile["fixes"]
+    assert not [f for f in profile.fixes if f.kind == "unrolled_loop"], profile.fixes
 
 
 def test_capture_can_end_warm_up_on_a_library_loop_by_the_same_rule(sqlite_url, use_store):

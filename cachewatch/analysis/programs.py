@@ -314,20 +314,34 @@ _IDENTICAL_FIXES = {
 }
 
 
+@dataclass(frozen=True)
+class IdenticalRecompiles:
+    """Recompiles of one function and cause that produced the program it compiled before:
+    the store's figures and the sentence with the fix."""
+
+    function_hash: str
+    qualname: str
+    cause: str
+    recompiles: int
+    seconds: float
+    persistent_cache_would_serve: int  # the lowered module was the same too
+    below_min_compile_time: int  # of those, compiled faster than the persistent cache keeps
+    fix: str
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 def identical_recompiles(
     conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None
-) -> list[dict[str, Any]]:
+) -> list[IdenticalRecompiles]:
     """Recompiles that produced the program compiled earlier in the run, per function and
     cause: how many, their seconds, how many a persistent compilation cache would have
     served (the lowered module was the same too: the cache's key is taken before XLA
     optimises), and the fix. Most seconds first."""
     rows = stored.wasted_recompiles(conn, filters, function_hashes, PERSISTENT_CACHE_MIN_SECONDS)
-    out = []
-    for row in rows:
-        item: dict[str, Any] = dataclasses.asdict(row)
-        item["fix"] = identical_fix(row)
-        out.append(item)
-    out.sort(key=lambda r: -r["seconds"])
+    out = [IdenticalRecompiles(**dataclasses.asdict(row), fix=identical_fix(row)) for row in rows]
+    out.sort(key=lambda r: -r.seconds)
     return out
 
 
@@ -339,19 +353,37 @@ def wasted_between(
     return stored.wasted_between(conn, function_hashes, run_id, start, end)
 
 
-def shared_programs(conn: sa.Connection, filters: Filters = Filters()) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class SharedPrograms:
+    """Compiles of one function that produced another function's program, and the sentence."""
+
+    function_hash: str
+    qualname: str
+    other_hash: str
+    other_qualname: str
+    compiles: int
+    seconds: float
+    text: str
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def shared_programs(conn: sa.Connection, filters: Filters = Filters()) -> list[SharedPrograms]:
     """Functions that compiled the same program as another function of the run
     (``same_program_as``): they could share one jit. Never waste, and never counted as
     such: each was a compile its own jit needed. Per pair, most compiles first."""
-    out = []
-    for row in stored.shared_programs(conn, filters):
-        item: dict[str, Any] = dataclasses.asdict(row)
-        item["text"] = (
-            f"{item['qualname']} compiled the same program as {item['other_qualname']} "
-            f"{item['compiles']} time(s): they could share one jit (no waste: each compile was its own)."
+    out = [
+        SharedPrograms(
+            **dataclasses.asdict(row),
+            text=(
+                f"{row.qualname} compiled the same program as {row.other_qualname} "
+                f"{row.compiles} time(s): they could share one jit (no waste: each compile was its own)."
+            ),
         )
-        out.append(item)
-    out.sort(key=lambda r: -r["compiles"])
+        for row in stored.shared_programs(conn, filters)
+    ]
+    out.sort(key=lambda r: -r.compiles)
     return out
 
 
@@ -399,9 +431,40 @@ def _maps_over_a_pytree(file: str, line: int) -> bool:
     return bool(text) and not text.lstrip().startswith("for ") and bool(_PYTREE_MAP.search(text))
 
 
+@dataclass(frozen=True)
+class ProgramFix:
+    """A change that makes a function's program smaller: its kind (``unrolled_loop``,
+    ``big_constant``), where (a source line, when it is one) and the sentence."""
+
+    kind: str
+    where: str | None
+    text: str
+
+
+@dataclass(frozen=True)
+class GrowthPoint:
+    """One compile's program size and its seconds (trace, lowering and XLA compile)."""
+
+    event_id: str
+    run_id: str
+    jaxpr_eqns: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CompileProfile:
+    """Where a function's compile cost comes from (see :func:`compile_profile`)."""
+
+    function_hash: str
+    top_lines: list[dict[str, Any]]  # the largest program's equations by source line, as the event keeps them
+    event_id: str | None  # the compile of that program
+    growth: list[GrowthPoint]  # oldest first
+    fixes: list[ProgramFix]
+
+
 def compile_profile(
     conn: sa.Connection, function_hash: str, filters: Filters = Filters(), limit: int = 200
-) -> dict[str, Any]:
+) -> CompileProfile:
     """Where a function's compile cost comes from: the source lines with most equations in
     its largest recent program, program size against compile seconds over its compiles
     (per run), and the fixes a clear pattern names."""
@@ -412,35 +475,33 @@ def compile_profile(
     big = max(((r.memory or {}).get("constants", 0) for r in rows), default=0)
     if big >= BIG_CONSTANT_BYTES:
         fixes.append(
-            {
-                "kind": "big_constant",
-                "where": None,
-                "text": (
+            ProgramFix(
+                kind="big_constant",
+                where=None,
+                text=(
                     f"{big / 2**20:.1f} MiB of constants are baked into the program (an array the function "
                     "reads from a global or a closure): compiling and hashing them costs every compile. Pass "
                     "the array as an argument instead."
                 ),
-            }
+            )
         )
     growth = [
-        {"event_id": r.event_id, "run_id": r.run_id, "jaxpr_eqns": r.jaxpr_eqns, "seconds": r.seconds}
-        for r in reversed(rows)
-        if r.jaxpr_eqns is not None
+        GrowthPoint(r.event_id, r.run_id, r.jaxpr_eqns, r.seconds) for r in reversed(rows) if r.jaxpr_eqns is not None
     ]
-    return {
-        "function_hash": function_hash,
-        "top_lines": largest.eqns_by_line if largest is not None else [],
-        "event_id": largest.event_id if largest is not None else None,
-        "growth": growth,
-        "fixes": fixes,
-    }
+    return CompileProfile(
+        function_hash=function_hash,
+        top_lines=(largest.eqns_by_line or []) if largest is not None else [],
+        event_id=largest.event_id if largest is not None else None,
+        growth=growth,
+        fixes=fixes,
+    )
 
 
-def _unrolled_loop_fixes(largest: stored.ProfiledCompile) -> list[dict[str, Any]]:
+def _unrolled_loop_fixes(largest: stored.ProfiledCompile) -> list[ProgramFix]:
     """The source lines of the largest program that look like a Python loop unrolled into it."""
     lines = largest.eqns_by_line or []
     total = largest.jaxpr_eqns or sum(line["eqns"] for line in lines)
-    fixes: list[dict[str, Any]] = []
+    fixes: list[ProgramFix] = []
     for line in lines:
         repeats = min(line["primitives"].values()) if line["primitives"] else 0
         if (
@@ -452,15 +513,15 @@ def _unrolled_loop_fixes(largest: stored.ProfiledCompile) -> list[dict[str, Any]
             and not _maps_over_a_pytree(line["file"], line["line"])
         ):
             fixes.append(
-                {
-                    "kind": "unrolled_loop",
-                    "where": f"{line['file']}:{line['line']}",
-                    "text": (
+                ProgramFix(
+                    kind="unrolled_loop",
+                    where=f"{line['file']}:{line['line']}",
+                    text=(
                         f"{line['file']}:{line['line']} ({line['function']}) puts {line['eqns']} of the "
                         f"program's {total} equations in, its operations repeated {repeats}+ times: a Python "
                         "loop (or a helper called in one) unrolled into the program. Write the loop with "
                         "jax.lax.scan or jax.lax.fori_loop, so its body is compiled once."
                     ),
-                }
+                )
             )
     return fixes

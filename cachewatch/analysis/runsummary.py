@@ -145,11 +145,11 @@ def of_summary(found: views.RunSummary, *, top: int = TOP_FUNCTIONS) -> RunFigur
         live_executable_bytes=sum(fn.live_bytes for fn in held.functions),
         never_called_again=sum(len(fn.never_hit) for fn in held.functions),
         warmup_compiles=found.warmup_compiles,
-        identical_recompiles=sum(int(i["recompiles"]) for i in report.identical),
-        identical_seconds=sum(float(i["seconds"]) for i in report.identical),
+        identical_recompiles=sum(i.recompiles for i in report.identical),
+        identical_seconds=sum(i.seconds for i in report.identical),
         first_pass_compiles=sum(p.compiles for p in report.first_passes),
-        shared_program_compiles=sum(int(s["compiles"]) for s in found.shared_programs),
-        shared_programs=tuple(s["text"] for s in found.shared_programs[:3]),
+        shared_program_compiles=sum(s.compiles for s in found.shared_programs),
+        shared_programs=tuple(s.text for s in found.shared_programs[:3]),
     )
 
 

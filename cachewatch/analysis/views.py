@@ -134,22 +134,22 @@ class RunReport:
     rows: list[FunctionReport]
     storms: list[Storm]
     first_passes: list[FirstPass]
-    identical: list[dict[str, Any]]  # wasted recompiles per function and cause, most seconds first
+    identical: list[programs.IdenticalRecompiles]  # per function and cause, most seconds first
     diagnosis: Diagnosis | None
     program_fixes: dict[str, list[str]]  # by function hash
 
     @property
     def functions(self) -> list[FunctionFindings]:
-        wasted: dict[str, list[dict[str, Any]]] = {}
+        wasted: dict[str, list[programs.IdenticalRecompiles]] = {}
         for item in self.identical:
-            wasted.setdefault(item["function_hash"], []).append(item)
+            wasted.setdefault(item.function_hash, []).append(item)
         verdicts = self.diagnosis.verdicts if self.diagnosis is not None else {}
         return [
             FunctionFindings(
                 report=row,
                 verdict=verdicts.get(row["function_hash"]),
-                identical_recompiles=sum(i["recompiles"] for i in wasted.get(row["function_hash"], [])),
-                identical_seconds=sum(i["seconds"] for i in wasted.get(row["function_hash"], [])),
+                identical_recompiles=sum(i.recompiles for i in wasted.get(row["function_hash"], [])),
+                identical_seconds=sum(i.seconds for i in wasted.get(row["function_hash"], [])),
                 program_fixes=self.program_fixes.get(row["function_hash"], []),
             )
             for row in self.rows
@@ -164,9 +164,7 @@ def run_report(conn: sa.Connection, filters: Filters, *, threshold: int, window:
     if not full:
         return RunReport(rows, storms, passes, identical, None, {})
     fixes = {
-        row["function_hash"]: [
-            fix["text"] for fix in programs.compile_profile(conn, row["function_hash"], filters)["fixes"]
-        ]
+        row["function_hash"]: [fix.text for fix in programs.compile_profile(conn, row["function_hash"], filters).fixes]
         for row in rows[:PROFILED_FUNCTIONS]
         if row["compiles"]
     }
@@ -180,7 +178,7 @@ class RunSummary:
 
     report: RunReport
     warmup_compiles: int
-    shared_programs: list[dict[str, Any]]
+    shared_programs: list[programs.SharedPrograms]
     held: cache.CacheReport
 
 

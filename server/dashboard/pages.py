@@ -470,11 +470,11 @@ class ProgramView:
     that produced the same program, a program diff (or why there is none), and the
     latest compiles' size against compile seconds."""
 
-    profile: dict[str, Any]
-    identical: list[dict[str, Any]]
+    profile: programs.CompileProfile
+    identical: list[programs.IdenticalRecompiles]
     diff: programs.ProgramDiff | None
     problem: str | None
-    growth: list[dict[str, Any]]
+    growth: list[programs.GrowthPoint]
     growth_total: int
 
 
@@ -498,8 +498,8 @@ def _program_view(conn: sa.Connection, request: Request, function_hash: str, vie
         identical=identical,
         diff=change,
         problem=problem,
-        growth=profile["growth"][-GROWTH_SHOWN:],
-        growth_total=len(profile["growth"]),
+        growth=profile.growth[-GROWTH_SHOWN:],
+        growth_total=len(profile.growth),
     )
 
 
