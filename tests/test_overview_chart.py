@@ -6,14 +6,13 @@ from __future__ import annotations
 import random
 
 import sqlalchemy as sa
-from cachewatch_server.reads import charts
 from test_recorder import make_event
 
 import cachewatch
 from cachewatch.core.events import Cause
 from cachewatch.record import recorder
+from cachewatch.store import charts, models, rollup
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models, rollup
 from cachewatch.store.columns import Filters
 
 DAY = 86400.0

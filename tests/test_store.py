@@ -271,9 +271,7 @@ def test_event_ids_fit_the_column_and_grow_with_time():
 def test_a_page_of_functions_is_the_same_in_sql_as_from_the_whole_report(store_url, use_store):
     # Over the whole store a listing pages in SQL over the kept totals; with a filter it
     # cuts the full report. Both must show the same functions in the same order.
-    from cachewatch_server.reads import listings
-
-    from cachewatch.store import columns, queries
+    from cachewatch.store import columns, listings, queries
 
     use_store(store_url, sample_every=1)
     for scenario in (
@@ -313,9 +311,7 @@ def test_a_page_of_functions_is_the_same_in_sql_as_from_the_whole_report(store_u
 def test_pages_of_runs_in_sql_make_up_the_whole_listing(store_url):
     # The dashboard pages runs with an offset, the API with a cursor: both in SQL, newest
     # first, ties broken by run id the same way.
-    from cachewatch_server.reads import listings
-
-    from cachewatch.store import columns
+    from cachewatch.store import columns, listings
 
     enginemod.ensure_schema(store_url)
     started = [100.0, 200.0, 200.0, 300.0, 300.0, 300.0, 400.0]

@@ -33,8 +33,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..core.events import OP_BY_OP_MODULE, Cause, Kind
-from ..store import evidence, models
+from ..core.events import OP_BY_OP_MODULE, Cause
+from ..store import evidence
 from ..store.columns import Filters
 from ..store.evidence import Recompile
 
@@ -44,18 +44,8 @@ _REMADE = frozenset({Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED})
 
 def steady_since(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float]:
     """Per run, the time its flagged warm-up is judged over (runs whose flags stand are left out)."""
-    wanted = list(run_ids)
-    if not wanted:
-        return {}
-    e, f = models.compile_events, models.functions
-    q = (
-        sa.select(e.c.run_id, e.c.timestamp, e.c.function_hash, e.c.cause, e.c.call_site, f.c.module)
-        .join(f, f.c.function_hash == e.c.function_hash)
-        .where(e.c.run_id.in_(wanted), e.c.compiled, e.c.warmup, e.c.kind != Kind.WARMUP.value)
-        .order_by(e.c.run_id, e.c.timestamp)
-    )
-    per_run: dict[str, list[Any]] = collections.defaultdict(list)
-    for row in conn.execute(q):
+    per_run: dict[str, list[evidence.WarmupCompile]] = collections.defaultdict(list)
+    for row in evidence.warmup_compiles_of(conn, list(run_ids)):
         per_run[row.run_id].append(row)
     found = {}
     for run_id, rows in per_run.items():
@@ -156,12 +146,7 @@ def recompiles(
 
 def warmup_compiles(conn: sa.Connection, run_id: str) -> int:
     """Compiles of the run that belong to its warm-up, as storms judge it."""
-    e = models.compile_events
-    query = sa.select(sa.func.count()).where(e.c.run_id == run_id, e.c.compiled, e.c.warmup)
-    ended = steady_since(conn, [run_id]).get(run_id)
-    if ended is not None:
-        query = query.where(e.c.timestamp < ended)
-    return int(conn.execute(query).scalar_one())
+    return evidence.count_warmup_compiles(conn, run_id, before=steady_since(conn, [run_id]).get(run_id))
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 """What every read of the store shares: the columns of an event, what an event cost, the
 filters of a view, and the shapes of its rows (``FunctionReport``, ``EventRow``: what the
 API serialises). The reports (queries.py), what analysis reasons over (evidence.py) and
-the service's own reads (cachewatch_server.reads) build on these."""
+the service's listings and charts (listings.py, charts.py) build on these."""
 
 from __future__ import annotations
 

@@ -473,6 +473,45 @@ def dominant_cause_rows(
 
 
 @dataclass(frozen=True, slots=True)
+class WarmupCompile:
+    """A compile a run flagged as warm-up (not one made ahead of time by cachewatch.warmup),
+    as the end of warm-up is judged from: where it came from and why it compiled."""
+
+    run_id: str
+    timestamp: float
+    function_hash: str
+    cause: str
+    call_site: str | None
+    module: str
+
+
+def warmup_compiles_of(conn: sa.Connection, run_ids: list[str]) -> list[WarmupCompile]:
+    """The runs' compiles flagged as warm-up, by run and time."""
+    if not run_ids:
+        return []
+    e, f = models.compile_events, models.functions
+    q = (
+        sa.select(e.c.run_id, e.c.timestamp, e.c.function_hash, e.c.cause, e.c.call_site, f.c.module)
+        .join(f, f.c.function_hash == e.c.function_hash)
+        .where(e.c.run_id.in_(run_ids), e.c.compiled, e.c.warmup, e.c.kind != Kind.WARMUP.value)
+        .order_by(e.c.run_id, e.c.timestamp)
+    )
+    return [
+        WarmupCompile(r.run_id, float(r.timestamp), r.function_hash, r.cause, r.call_site, r.module or "")
+        for r in conn.execute(q)
+    ]
+
+
+def count_warmup_compiles(conn: sa.Connection, run_id: str, *, before: float | None) -> int:
+    """The run's compiles flagged as warm-up (made before ``before``, when given)."""
+    e = models.compile_events
+    query = sa.select(sa.func.count()).where(e.c.run_id == run_id, e.c.compiled, e.c.warmup)
+    if before is not None:
+        query = query.where(e.c.timestamp < before)
+    return int(conn.execute(query).scalar_one())
+
+
+@dataclass(frozen=True, slots=True)
 class Flush:
     """One function's call statistics written at one time in one run: the calls counted
     since its previous statistics (written at ``previous``, None for its first), and

@@ -28,16 +28,16 @@ from cachewatch.analysis.results import Verdict
 from cachewatch.core import jaxcompat
 from cachewatch.core.events import OP_BY_OP_MODULE, Kind
 from cachewatch.store import cache as cache_reads
+from cachewatch.store import charts as chartreads
 from cachewatch.store import engine as enginemod
+from cachewatch.store import listings
 from cachewatch.store import queries as storequeries
 from cachewatch.store import whatif as whatifreads
+from cachewatch.store.charts import TimelinePoint
 from cachewatch.store.columns import EventRow, Filters, FunctionReport
 from cachewatch.store.comparison import RunNotFound
 
 from ..deps import Connection, parse_time
-from ..reads import charts as chartreads
-from ..reads import listings
-from ..reads.charts import TimelinePoint
 from . import auth, render
 
 logger = logging.getLogger("cachewatch.server")

@@ -23,8 +23,7 @@ from cachewatch.analysis.whatif import Price
 from cachewatch.core import events
 from cachewatch.core.events import CAUSES, Cause, short_name
 from cachewatch.core.figures import seconds_cell, share_text
-
-from ..reads.charts import CompilesOverTime, TimelinePoint
+from cachewatch.store.charts import CompilesOverTime, TimelinePoint
 
 # One fixed colour per cause, the same on every page and chart: hues as far apart
 # as they can be, each darkened to keep at least 3:1 contrast against white, as bars and

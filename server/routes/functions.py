@@ -8,12 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from cachewatch.analysis import views, whatif
+from cachewatch.store import listings
 from cachewatch.store import queries as storequeries
 from cachewatch.store import whatif as whatifreads
 from cachewatch.store.comparison import RunNotFound
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
-from ..reads import listings
 from ..schemas import EventPage, FunctionDetail, FunctionPage, WhatifOut
 
 router = APIRouter(prefix="/api/v1", tags=["functions"])

@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query
 
 from cachewatch.analysis import comparison
+from cachewatch.store import listings
 from cachewatch.store.comparison import RunNotFound
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, decode_cursor, encode_cursor, invalid
-from ..reads import listings
 from ..schemas import RunComparisonOut, RunPage
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])

@@ -7,9 +7,9 @@ from typing import TypedDict
 
 import sqlalchemy as sa
 
-from cachewatch.core.events import Cause, Kind
-from cachewatch.store import models, rollup
-from cachewatch.store.columns import EVENT_SELECT, EventRow, Filters, cost_expr, event_rows_of
+from ..core.events import Cause, Kind
+from . import models, rollup
+from .columns import EVENT_SELECT, EventRow, Filters, cost_expr, event_rows_of
 
 
 class TimelinePoint(TypedDict):

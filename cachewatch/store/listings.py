@@ -7,9 +7,9 @@ from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 
-from cachewatch.core.events import Cause, Kind, short_name
-from cachewatch.store import models, queries
-from cachewatch.store.columns import EVENT_SELECT, EventRow, Filters, FunctionReport, event_rows_of
+from ..core.events import Cause, Kind, short_name
+from . import models, queries
+from .columns import EVENT_SELECT, EventRow, Filters, FunctionReport, event_rows_of
 
 
 class RunChoice(TypedDict):
