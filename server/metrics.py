@@ -38,11 +38,11 @@ from prometheus_client.utils import floatToGoString
 from cachewatch.analysis import cache as cache_analysis
 from cachewatch.analysis import diagnosis, fleet
 from cachewatch.core import _guard, jaxcompat
-from cachewatch.core.events import DROP_REASONS, OP_BY_OP_MODULE, UNATTRIBUTED_MODULE, Kind, short_name
+from cachewatch.core.events import DROP_REASONS, OP_BY_OP_MODULE, UNATTRIBUTED_MODULE, short_name
 from cachewatch.core.figures import compile_share
 from cachewatch.store import cache as cache_reads
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models, rollup
+from cachewatch.store import rollup, scrape
 from cachewatch.store.columns import Filters
 
 from .settings import ServerSettings
@@ -87,62 +87,16 @@ class Snapshot:
     client_dropped: dict[str, int] = field(default_factory=dict)  # events the recorders reported lost, by reason
 
 
-@dataclass
-class _Store:
-    """The per-function rows a scrape reads whole (one row per function)."""
-
-    seconds: dict[str, float]  # hash -> trace + lowering + compile seconds (functions with live events)
-    compiles: dict[str, int]
-    calls: dict[str, tuple[int, float, bool]]  # hash -> (calls, run seconds, a call was timed)
-    # hash -> calls times the run time of one call now: the compile share's run side, as
-    # `cachewatch report` computes it (run_seconds, the counter, values each write at the
-    # run time known then, so that it only grows).
-    run_now: dict[str, float]
-    labels: dict[str, str | None]  # hash -> label, or None for `other`
-    events: int
-
-    def present(self) -> set[str]:
-        return set(self.seconds) | set(self.calls)
-
-
-def _read_store(conn: sa.Connection) -> _Store:
-    f, c, m = models.function_compile_totals, models.function_call_totals, models.metric_labels
-    seconds, compiles, events = {}, {}, 0
-    for function_hash, n, live, n_compiles, cost in enginemod.fetch_tuples(
-        conn, sa.select(f.c.function_hash, f.c.events, f.c.live_events, f.c.compiles, f.c.cost_seconds)
-    ):
-        events += int(n)
-        if live:
-            seconds[function_hash] = float(cost or 0.0)
-            compiles[function_hash] = int(n_compiles or 0)
-    calls, run_now = {}, {}
-    for function_hash, n, run_seconds, per_call in enginemod.fetch_tuples(
-        conn, sa.select(c.c.function_hash, c.c.calls, c.c.run_seconds, c.c.run_seconds_per_call)
-    ):
-        calls[function_hash] = (int(n or 0), float(run_seconds or 0.0), per_call is not None)
-        if per_call is not None:
-            run_now[function_hash] = int(n or 0) * float(per_call)
-    labels = dict(enginemod.fetch_tuples(conn, sa.select(m.c.function_hash, m.c.label)))
-    return _Store(seconds, compiles, calls, run_now, labels, events)
-
-
 def _detail(conn: sa.Connection, hashes: list[str]) -> dict[str, Series]:
     """Compiles per cause and cost buckets of these functions."""
-    t, h = models.function_totals, models.function_cost_buckets
-    out = {function_hash: Series() for function_hash in hashes}
-    for start in range(0, len(hashes), 500):
-        chunk = hashes[start : start + 500]
-        for function_hash, cause, n in conn.execute(
-            sa.select(t.c.function_hash, t.c.cause, sa.func.sum(t.c.events))
-            .where(t.c.kind != Kind.STALE_CAPTURE, t.c.compiled, t.c.function_hash.in_(chunk))
-            .group_by(t.c.function_hash, t.c.cause)
-        ):
-            out[function_hash].compiles[cause] += int(n)
-        for function_hash, bucket_index, n in conn.execute(
-            sa.select(h.c.function_hash, h.c.bucket, h.c.events).where(h.c.function_hash.in_(chunk))
-        ):
-            out[function_hash].buckets[int(bucket_index)] += int(n)
-    return out
+    return {h: _series(found) for h, found in scrape.causes_and_buckets(conn, hashes).items()}
+
+
+def _series(found: scrape.CausesAndBuckets) -> Series:
+    """A series holding these compiles per cause and events per cost bucket."""
+    return Series(
+        compiles=collections.Counter(found.compiles), buckets=[found.buckets.get(i, 0) for i in range(_NBUCKETS)]
+    )
 
 
 def _choose_label(info: tuple[str, str, str], function_hash: str, taken: set[str], names: collections.Counter) -> str:
@@ -170,17 +124,11 @@ def decide_labels(url: str, top_n: int, now: float | None = None) -> int:
     the count of labels never passes ``top_n`` and two functions never get one label.
     """
     with enginemod.exclusive(url, enginemod.LABELS_LOCK) as conn:
-        store = _read_store(conn)
+        store = scrape.function_totals(conn)
         undecided = sorted(store.present() - set(store.labels), key=lambda h: (-store.compiles.get(h, 0), h))
         if not undecided:
             return 0
-        fn = models.functions
-        infos = {
-            h: (name, qualname, module or "")
-            for h, name, qualname, module in conn.execute(
-                sa.select(fn.c.function_hash, fn.c.name, fn.c.qualname, fn.c.module)
-            )
-        }
+        infos = scrape.function_names(conn)
         names = collections.Counter(short_name(q) or n or h[:12] for h, (n, q, _m) in infos.items())
         taken = {label for label in store.labels.values() if label is not None}
         decided_at = time.time() if now is None else now
@@ -195,13 +143,13 @@ def decide_labels(url: str, top_n: int, now: float | None = None) -> int:
                 label = _choose_label(info, function_hash, taken, names)
                 taken.add(label)
             rows.append({"function_hash": function_hash, "label": label, "decided_at": decided_at})
-        conn.execute(sa.insert(models.metric_labels), rows)
+        scrape.add_labels(conn, rows)
         return len(rows)
 
 
 def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | None = None) -> Snapshot:
     """One scrape's view of the store (``conn`` should be a consistent snapshot)."""
-    store = _read_store(conn)
+    store = scrape.function_totals(conn)
     present = store.present()
     labeled = sorted(h for h, label in store.labels.items() if label is not None and h in present)
     in_other = sorted(h for h, label in store.labels.items() if label is None and h in present)
@@ -220,30 +168,19 @@ def read_snapshot(conn: sa.Connection, settings: ServerSettings, now: float | No
     if in_other:
         snap.other, snap.other_share = _other_series(conn, store, detail, in_other)
     _program_figures(conn, store, snap)
-    d = models.run_drops
-    snap.client_dropped = {
-        reason: int(n)
-        for reason, n in conn.execute(sa.select(d.c.reason, sa.func.sum(d.c.dropped)).group_by(d.c.reason))
-    }
+    snap.client_dropped = scrape.client_drops(conn)
     _mark_storms(conn, settings, store, snap, now)
     return snap
 
 
 def _other_series(
-    conn: sa.Connection, store: _Store, detail: dict[str, Series], in_other: list[str]
+    conn: sa.Connection, store: scrape.FunctionTotals, detail: dict[str, Series], in_other: list[str]
 ) -> tuple[Series, float | None]:
     """The series of the functions summed into ``other``, and their compile share."""
     # Counts: the store-wide totals less the other functions' (exact integers in one
     # snapshot). Seconds: summed per function with fsum, whose result does not depend
     # on the order, so it never wobbles down.
-    other = Series()
-    c, b = models.cause_totals, models.cost_bucket_totals
-    for cause, n in enginemod.fetch_tuples(
-        conn, sa.select(c.c.cause, c.c.events).where(c.c.kind != Kind.STALE_CAPTURE, c.c.compiled)
-    ):
-        other.compiles[cause] += int(n)
-    for bucket_index, n in enginemod.fetch_tuples(conn, sa.select(b.c.bucket, b.c.events)):
-        other.buckets[int(bucket_index)] += int(n)
+    other = _series(scrape.store_causes_and_buckets(conn))
     for series in detail.values():
         other.compiles.subtract(series.compiles)
         other.buckets = [a - d for a, d in zip(other.buckets, series.buckets, strict=False)]
@@ -261,7 +198,7 @@ def _other_series(
 
 
 def _mark_storms(
-    conn: sa.Connection, settings: ServerSettings, store: _Store, snap: Snapshot, now: float | None
+    conn: sa.Connection, settings: ServerSettings, store: scrape.FunctionTotals, snap: Snapshot, now: float | None
 ) -> None:
     """Mark the series of every function in an active storm (``other`` for one without a label)."""
     for storm in diagnosis.storms(
@@ -280,44 +217,19 @@ def _mark_storms(
             snap.other.storming = True
 
 
-def _program_figures(conn: sa.Connection, store: _Store, snap: Snapshot) -> None:
+def _program_figures(conn: sa.Connection, store: scrape.FunctionTotals, snap: Snapshot) -> None:
     """Per function: the latest compiled program's size, and the seconds spent on
     recompiles that produced the program compiled before (``other`` sums the latter)."""
-    e, kept = models.compile_events, models.function_compile_totals
-    # Kept totals: a prune of old events never takes these seconds back.
-    wasted = conn.execute(
-        sa.select(kept.c.function_hash, kept.c.identical_seconds).where(kept.c.identical_seconds > 0)
-    ).all()
-    # Only the labeled functions show a size: each is found through the function-and-time
-    # index, newest first, instead of grouping every compile of the store.
-    f = models.functions
-    latest = (
-        sa.select(e.c.jaxpr_eqns)
-        .where(
-            e.c.function_hash == f.c.function_hash, e.c.program_fingerprint.is_not(None), e.c.jaxpr_eqns.is_not(None)
-        )
-        .order_by(e.c.timestamp.desc(), e.c.jaxpr_eqns.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-    labeled = sorted(h for h, label in store.labels.items() if label)
-    sizes = [
-        row
-        for start in range(0, len(labeled), 500)
-        for row in conn.execute(
-            sa.select(f.c.function_hash, latest).where(f.c.function_hash.in_(labeled[start : start + 500]))
-        )
-    ]
-    for function_hash, seconds in wasted:
+    for function_hash, seconds in scrape.identical_seconds(conn).items():
         label = store.labels.get(function_hash, "")
         if label:
-            snap.labeled[label].identical_seconds = float(seconds or 0.0)
+            snap.labeled[label].identical_seconds = seconds
         elif label is None and snap.other is not None:
-            snap.other.identical_seconds += float(seconds or 0.0)
-    for function_hash, eqns in sizes:
-        label = store.labels.get(function_hash, "")
-        if label and eqns is not None:
-            snap.labeled[label].program_eqns = int(eqns)
+            snap.other.identical_seconds += seconds
+    # Only the labeled functions show a size.
+    labeled = {h: label for h, label in store.labels.items() if label}
+    for function_hash, eqns in scrape.latest_program_sizes(conn, labeled).items():
+        snap.labeled[labeled[function_hash]].program_eqns = eqns
 
 
 class StoreCollector:
@@ -510,12 +422,8 @@ def executable_families(settings: ServerSettings) -> Iterator[Metric]:
     try:
         with enginemod.connection(settings.store, ensure=False) as conn:
             live, size = _live_executables(conn)
-            labels = dict(
-                enginemod.fetch_tuples(
-                    conn, sa.select(models.metric_labels.c.function_hash, models.metric_labels.c.label)
-                )
-            )
-            entries, entry_bytes = _persistent_entries(conn)
+            labels = scrape.labels(conn)
+            entries, entry_bytes = scrape.persistent_entries(conn)
     except STORE_ERRORS as exc:
         logger.warning("metrics: cannot read the executables: %s", exc)
         return
@@ -562,18 +470,6 @@ def _live_executables(conn: sa.Connection) -> tuple[dict[str, int], dict[str, in
     return {x.function_hash: x.live for x in found}, {x.function_hash: x.memory_bytes for x in found}
 
 
-def _persistent_entries(conn: sa.Connection) -> tuple[int, int]:
-    e = models.compile_events
-    written = (
-        sa.select(e.c.persistent_cache_key, sa.func.max(e.c.persistent_cache_bytes).label("size"))
-        .where(e.c.persistent_cache == "written", e.c.persistent_cache_key.is_not(None))
-        .group_by(e.c.persistent_cache_key)
-        .subquery()
-    )
-    n, size = conn.execute(sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(written.c.size), 0))).one()
-    return int(n or 0), int(size or 0)
-
-
 # Jobs whose ranks /metrics compares: those with the most recently started runs (a
 # bounded label set; an older job's series ends when it falls out).
 RANK_DIVERGENCE_JOBS = 20
@@ -583,9 +479,7 @@ def fleet_and_cache_families(settings: ServerSettings) -> Iterator[Metric]:
     """``cachewatch_persistent_cache_requests_total{result}`` and ``cachewatch_rank_divergence{job}``."""
     try:
         with enginemod.connection(settings.store, ensure=False) as conn:
-            t = models.persistent_cache_totals
-            cache = {result: int(events) for result, events in conn.execute(sa.select(t.c.result, t.c.events))}
-            saved = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(t.c.saved_seconds), 0.0))).scalar_one()
+            cache, saved = scrape.persistent_cache_totals(conn)
             jobs = fleet.compare_jobs(conn, fleet.recent_jobs(conn, RANK_DIVERGENCE_JOBS))
     except STORE_ERRORS as exc:
         logger.warning("metrics: cannot read jobs or cache totals: %s", exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -400,3 +401,24 @@ def test_the_length_check_counts_from_def_to_last_line():
     long = f"def long():\n{body}\n    return x0\n"
     assert long_functions(short) == []
     assert long_functions(long) == [("long", LONGEST_FUNCTION)]
+
+
+# What runs SQL: the store's modules, and nothing else of the library or the service.
+_SQL = re.compile(r"\bsa\.(select|insert|update|delete|text)\(|\bconn\.execute\(|\.execute\(sa\.")
+
+
+def test_only_the_store_runs_sql():
+    root = Path(__file__).resolve().parent.parent
+    found = sorted(
+        str(path.relative_to(root))
+        for folder in ("cachewatch", "server")
+        for path in (root / folder).rglob("*.py")
+        if not path.relative_to(root).as_posix().startswith("cachewatch/store/") and _SQL.search(path.read_text())
+    )
+    assert found == [], "move these reads into cachewatch/store/: " + ", ".join(found)
+
+
+def test_the_sql_check_sees_a_query():
+    assert _SQL.search("rows = conn.execute(q)")
+    assert _SQL.search("q = sa.select(t.c.x)")
+    assert not _SQL.search("found = evidence.flushes_of(conn, runs, hashes)")

@@ -72,6 +72,12 @@ def get_engine(url: str) -> Engine:
         return engine
 
 
+def ping(url: str) -> None:
+    """Ask the store for nothing (``SELECT 1``); raises whatever keeps it from answering."""
+    with get_engine(url).connect() as conn:
+        conn.execute(sa.text("SELECT 1"))
+
+
 def upsert_insert(dialect: str, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
     """The dialect's own INSERT for ``table``, the one that has ON CONFLICT clauses."""
     if dialect == "postgresql":
