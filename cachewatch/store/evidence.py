@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..core.events import FunctionInfo, Kind
+from ..core.events import MAX_SECONDS, FunctionInfo, Kind
 from . import models
 from .columns import Filters, cost_expr
 
@@ -225,6 +225,19 @@ def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list
     ]
 
 
+def _seconds_in_bounds() -> tuple[sa.ColumnElement[bool], ...]:
+    # A compile an older writer stored with seconds out of bounds says nothing of its cost,
+    # and its squares would overflow PostgreSQL's fit (which raises where Python gives inf).
+    e = models.compile_events
+    return (
+        sa.func.coalesce(e.c.lower_seconds, 0.0).between(0.0, MAX_SECONDS),
+        e.c.compile_seconds <= MAX_SECONDS,
+    )
+
+
+_SECONDS_IN_BOUNDS = _seconds_in_bounds()
+
+
 def compile_sizes(conn: sa.Connection, filters: Filters) -> list[CompileSize]:
     """Each compile's program size (HLO operations, else jaxpr equations) and its lowering
     plus XLA compile seconds, for the cost model."""
@@ -236,7 +249,7 @@ def compile_sizes(conn: sa.Connection, filters: Filters) -> list[CompileSize]:
             e.c.function_hash,
             size.label("size"),
             (sa.func.coalesce(e.c.lower_seconds, 0.0) + sa.func.coalesce(e.c.compile_seconds, 0.0)).label("seconds"),
-        ).where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0),
+        ).where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0, *_SECONDS_IN_BOUNDS),
     )
     return [CompileSize(r.function_hash, float(r.size), float(r.seconds)) for r in conn.execute(q)]
 
@@ -277,7 +290,7 @@ def size_fits(conn: sa.Connection, filters: Filters) -> list[SizeFit]:
             sa.func.regr_slope(seconds, size).label("slope"),
             sa.func.regr_slope(sa.func.ln(seconds), sa.func.ln(size)).label("loglog_slope"),
         )
-        .where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0)
+        .where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0, *_SECONDS_IN_BOUNDS)
         .group_by(e.c.function_hash),
     )
     return [
@@ -328,6 +341,7 @@ def _uncached() -> tuple[sa.ColumnElement[bool], ...]:
     return (
         e.c.compiled,
         e.c.compile_seconds.is_not(None),
+        e.c.compile_seconds <= MAX_SECONDS,  # a row an older writer took out of bounds: no figure
         e.c.signature_hash != "",
         e.c.persistent_cache_hit.is_not(True),
     )

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..core import runtimes
-from ..core.events import Cause, Kind
+from ..core.events import Cause, Kind, timestamp_ok
 from . import engine as enginemod
 from . import models
 
@@ -87,11 +87,12 @@ def hour_of(timestamp: float) -> int:
 
 
 def _hour_totals(events: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
-    """Compiles per hour and cause among the events."""
+    """Compiles per hour and cause among the events; a time stamp outside the store's
+    bounds (a row an older writer took) is in no hour."""
     ts_at, cause_at, compiled_at = (columns.index(name) for name in ("timestamp", "cause", "compiled"))
     counts: dict[tuple[int, str], int] = {}
     for e in events:
-        if e[compiled_at]:
+        if e[compiled_at] and timestamp_ok(e[ts_at]):
             key = (hour_of(float(e[ts_at])), e[cause_at])
             counts[key] = counts.get(key, 0) + 1
     return [{"hour": hour, "cause": cause, "compiles": n} for (hour, cause), n in counts.items()]

@@ -16,6 +16,9 @@ branch_labels = None
 depends_on = None
 
 HOUR = 3600
+# The store's bounds on a time stamp (2000 to 2100): a row outside them, which an older
+# writer may have taken, is in no hour.
+MIN_TIMESTAMP, MAX_TIMESTAMP = 946_684_800.0, 4_102_444_800.0
 
 
 def upgrade() -> None:
@@ -32,7 +35,10 @@ def upgrade() -> None:
         hour = sa.cast(events.c.timestamp / HOUR, sa.BigInteger) * HOUR
     else:
         hour = sa.cast(sa.func.floor(events.c.timestamp / sa.literal(float(HOUR), sa.Float)), sa.BigInteger) * HOUR
-    hours = sa.select(hour.label("hour"), events.c.cause, sa.func.count().label("compiles")).where(events.c.compiled)
+    in_bounds = sa.and_(events.c.timestamp >= MIN_TIMESTAMP, events.c.timestamp < MAX_TIMESTAMP)
+    hours = sa.select(hour.label("hour"), events.c.cause, sa.func.count().label("compiles")).where(
+        events.c.compiled, in_bounds
+    )
     op.execute(
         sa.table("compile_hour_totals", sa.column("hour"), sa.column("cause"), sa.column("compiles"))
         .insert()
