@@ -315,17 +315,10 @@ _IDENTICAL_FIXES = {
 
 
 @dataclass(frozen=True)
-class IdenticalRecompiles:
+class IdenticalRecompiles(stored.WastedRecompiles):
     """Recompiles of one function and cause that produced the program it compiled before:
     the store's figures and the sentence with the fix."""
 
-    function_hash: str
-    qualname: str
-    cause: str
-    recompiles: int
-    seconds: float
-    persistent_cache_would_serve: int  # the lowered module was the same too
-    below_min_compile_time: int  # of those, compiled faster than the persistent cache keeps
     fix: str
 
     def as_json(self) -> dict[str, Any]:
@@ -354,15 +347,9 @@ def wasted_between(
 
 
 @dataclass(frozen=True)
-class SharedPrograms:
+class SharedPrograms(stored.SharedProgram):
     """Compiles of one function that produced another function's program, and the sentence."""
 
-    function_hash: str
-    qualname: str
-    other_hash: str
-    other_qualname: str
-    compiles: int
-    seconds: float
     text: str
 
     def as_json(self) -> dict[str, Any]:
