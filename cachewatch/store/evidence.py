@@ -163,21 +163,32 @@ def recompiles_past_first(
         .where(recompiled)
         .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
     )
-    if dense is not None:
-        by_function, by_line = _dense(filters, recompiled, *dense)
-        q = q.where(
-            sa.or_(
-                sa.tuple_(e.c.run_id, e.c.function_hash).in_(by_function),
-                sa.tuple_(e.c.run_id, e.c.call_site).in_(by_line),
-            )
-        )
     if function_hashes is not None:
         sites = sa.select(e.c.call_site).where(
             e.c.function_hash.in_(function_hashes), e.c.compiled, e.c.call_site.is_not(None)
         )
         q = q.where(sa.or_(e.c.function_hash.in_(function_hashes), e.c.call_site.in_(filters.apply(e, sites))))
-    rows = conn.execute(q).all()
+    rows = conn.execute(q).all() if dense is None else _dense_rows(conn, q, filters, recompiled, dense)
     return list(zip(_recompiles(rows), (bool(r.warmup) for r in rows), strict=False))
+
+
+def _dense_rows(
+    conn: sa.Connection, q: sa.Select[Any], filters: Filters, recompiled: sa.TextClause, dense: tuple[int, float]
+) -> list[sa.Row[Any]]:
+    """The rows of ``q`` of the dense pairs (see :func:`_dense`), read run by run. The pairs
+    are fetched first: as subqueries under an OR, PostgreSQL ran them again for every row
+    of a large store."""
+    by_function, by_line = (set(map(tuple, conn.execute(pairs))) for pairs in _dense(filters, recompiled, *dense))
+    runs = sorted({run_id for run_id, _ in by_function | by_line})
+    e = models.compile_events
+    found = [
+        row
+        for start in range(0, len(runs), 500)
+        for row in conn.execute(q.where(e.c.run_id.in_(runs[start : start + 500])))
+        if (row.run_id, row.function_hash) in by_function or (row.run_id, row.call_site) in by_line
+    ]
+    found.sort(key=lambda row: (row.function_hash, row.run_id, row.timestamp))
+    return found
 
 
 def _dense(
