@@ -236,32 +236,32 @@ def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list
     ]
 
 
-def _seconds_in_bounds() -> tuple[sa.ColumnElement[bool], ...]:
-    # A compile an older writer stored with seconds out of bounds says nothing of its cost,
-    # and its squares would overflow PostgreSQL's fit (which raises where Python gives inf).
+def _cost_points() -> tuple[sa.ColumnElement[Any], sa.ColumnElement[Any], tuple[sa.ColumnElement[bool], ...]]:
+    """What a point of the cost model is, for the compiles and their fit alike: the
+    program's size (HLO operations, else jaxpr equations), its lowering plus XLA compile
+    seconds, and which compiles count. A compile an older writer stored with seconds out
+    of bounds says nothing of its cost, and its squares would overflow PostgreSQL's fit
+    (which raises where Python gives inf)."""
     e = models.compile_events
-    return (
+    size = sa.func.coalesce(e.c.hlo_ops, e.c.jaxpr_eqns)
+    seconds = sa.func.coalesce(e.c.lower_seconds, 0.0) + sa.func.coalesce(e.c.compile_seconds, 0.0)
+    counted = (
+        e.c.compiled,
+        size.is_not(None),
+        size > 0,
+        e.c.compile_seconds > 0,
         sa.func.coalesce(e.c.lower_seconds, 0.0).between(0.0, MAX_SECONDS),
         e.c.compile_seconds <= MAX_SECONDS,
     )
-
-
-_SECONDS_IN_BOUNDS = _seconds_in_bounds()
+    return size, seconds, counted
 
 
 def compile_sizes(conn: sa.Connection, filters: Filters) -> list[CompileSize]:
     """Each compile's program size (HLO operations, else jaxpr equations) and its lowering
     plus XLA compile seconds, for the cost model."""
     e = models.compile_events
-    size = sa.func.coalesce(e.c.hlo_ops, e.c.jaxpr_eqns)
-    q = filters.apply(
-        e,
-        sa.select(
-            e.c.function_hash,
-            size.label("size"),
-            (sa.func.coalesce(e.c.lower_seconds, 0.0) + sa.func.coalesce(e.c.compile_seconds, 0.0)).label("seconds"),
-        ).where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0, *_SECONDS_IN_BOUNDS),
-    )
+    size, seconds, counted = _cost_points()
+    q = filters.apply(e, sa.select(e.c.function_hash, size.label("size"), seconds.label("seconds")).where(*counted))
     return [CompileSize(r.function_hash, float(r.size), float(r.seconds)) for r in conn.execute(q)]
 
 
@@ -288,8 +288,8 @@ def size_fits(conn: sa.Connection, filters: Filters) -> list[SizeFit]:
     if conn.dialect.name != "postgresql":
         return size_fits_of(compile_sizes(conn, filters))
     e = models.compile_events
-    size = sa.func.coalesce(e.c.hlo_ops, e.c.jaxpr_eqns).cast(sa.Float)
-    seconds = sa.func.coalesce(e.c.lower_seconds, 0.0) + sa.func.coalesce(e.c.compile_seconds, 0.0)
+    raw_size, seconds, counted = _cost_points()
+    size = raw_size.cast(sa.Float)
     q = filters.apply(
         e,
         sa.select(
@@ -301,7 +301,7 @@ def size_fits(conn: sa.Connection, filters: Filters) -> list[SizeFit]:
             sa.func.regr_slope(seconds, size).label("slope"),
             sa.func.regr_slope(sa.func.ln(seconds), sa.func.ln(size)).label("loglog_slope"),
         )
-        .where(e.c.compiled, size.is_not(None), size > 0, e.c.compile_seconds > 0, *_SECONDS_IN_BOUNDS)
+        .where(*counted)
         .group_by(e.c.function_hash),
     )
     return [
