@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..store.evidence import SlowerCompile
+
 
 @dataclasses.dataclass(frozen=True)
 class BurstFunction:
@@ -145,15 +147,10 @@ class CostModelRow:
 
 
 @dataclasses.dataclass(frozen=True)
-class Regression:
-    """The same function and signature compiling markedly slower in a later run."""
+class Regression(SlowerCompile):
+    """The same function and signature compiling markedly slower in a later run: the
+    store's rise, its ratio, the JAX versions of both runs and the function's name."""
 
-    function_hash: str
-    signature_hash: str
-    run_before: str
-    run_after: str
-    seconds_before: float
-    seconds_after: float
     ratio: float | None
     jax_before: str  # "jax/jaxlib"
     jax_after: str
