@@ -54,6 +54,13 @@ class FunctionRow(Base):
 RECOMPILED = "compiled AND cause <> 'first_call' AND kind <> 'warmup'"
 
 
+def _recompiles_index(name: str, member: str) -> Index:
+    """A partial index of the recompiles by run, then ``member``, then time."""
+    return Index(
+        name, "run_id", member, "timestamp", postgresql_where=sa.text(RECOMPILED), sqlite_where=sa.text(RECOMPILED)
+    )
+
+
 class CompileEventRow(Base):
     __tablename__ = "compile_events"
 
@@ -137,22 +144,8 @@ class CompileEventRow(Base):
         # The recompiles (storms are made of them) per run and function, and per run and
         # line of user code, in time order: where a burst can be is found in this index
         # alone (store/evidence.py's _dense), never in the wide rows.
-        Index(
-            "ix_recompiles_run_function",
-            "run_id",
-            "function_hash",
-            "timestamp",
-            postgresql_where=sa.text(RECOMPILED),
-            sqlite_where=sa.text(RECOMPILED),
-        ),
-        Index(
-            "ix_recompiles_run_site",
-            "run_id",
-            "call_site",
-            "timestamp",
-            postgresql_where=sa.text(RECOMPILED),
-            sqlite_where=sa.text(RECOMPILED),
-        ),
+        _recompiles_index("ix_recompiles_run_function", "function_hash"),
+        _recompiles_index("ix_recompiles_run_site", "call_site"),
     )
 
 
