@@ -37,6 +37,10 @@ def program(conn: sa.Connection, event_id: str, fmt: str = "jaxpr") -> str | byt
         raise ProgramNotFound(f"no event {event_id!r} in the store")
     if not row["program_fingerprint"]:
         raise ProgramNotFound(f"event {event_id} has no program recorded (not a compile, or the program view was off)")
+    if fmt == "stablehlo":  # the event's own lowered module, kept under its fingerprint
+        module = stored.lowered_text(conn, row["lowered_fingerprint"])
+        if module is not None:
+            return module
     kept = stored.texts(conn, row["program_fingerprint"])
     if kept is None:
         raise ProgramNotFound(

@@ -488,7 +488,7 @@ _first_of: dict[tuple[str, str], dict[str, str]] = {}
 _figures_of: dict[str, tuple[float | None, float | None, dict[str, int]]] = {}
 # Fingerprints whose texts were already handed to the writer in this run (a new run may
 # write to another store).
-_texts_sent: set[tuple[str, str]] = set()
+_texts_sent: set[tuple[str, str, str | None]] = set()
 
 
 def event_fields(program: Program | None, event_id: str, run_id: str, function_hash: str = "") -> dict[str, Any]:
@@ -526,9 +526,12 @@ def event_fields(program: Program | None, event_id: str, run_id: str, function_h
             if firsts:
                 fields["same_program_as"] = next(iter(firsts.values()))
             firsts[function_hash] = event_id
-        send_texts = (run_id, fingerprint) not in _texts_sent
+        # A kept StableHLO text is the lowered module's: a module new to the run is sent
+        # even when its optimised program is not (the names JAX's cache keys on differ).
+        sent = (run_id, fingerprint, program.lowered_fingerprint if "stablehlo" in program.texts else None)
+        send_texts = sent not in _texts_sent
         if send_texts:
-            _texts_sent.add((run_id, fingerprint))
+            _texts_sent.add(sent)
             if len(_texts_sent) > _MAX_FINGERPRINTS:
                 _texts_sent.clear()
     if send_texts:

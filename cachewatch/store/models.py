@@ -340,7 +340,8 @@ class ProgramRow(Base):
 
     ``profile`` is the equation profile (rows of file, line, function, primitive, in a
     loop body, equations) from which the pprof export is made; ``left_out`` names the
-    texts over the per-program cap.
+    texts over the per-program cap. A lowered module's StableHLO text has a row of its
+    own, keyed by the module's fingerprint (``lowered_fingerprint``), with no other text.
     """
 
     __tablename__ = "programs"

@@ -57,6 +57,17 @@ def texts(conn: sa.Connection, fingerprint: str | None) -> ProgramTexts | None:
     )
 
 
+def lowered_text(conn: sa.Connection, lowered_fingerprint: str | None) -> str | None:
+    """The StableHLO text of one lowered module, kept under its own fingerprint (the
+    optimised program's row is shared by modules that differ in their names); None when
+    the store kept none."""
+    if not lowered_fingerprint:
+        return None
+    p = models.programs
+    found = conn.execute(sa.select(p.c.stablehlo).where(p.c.fingerprint == lowered_fingerprint)).scalar()
+    return zlib.decompress(found).decode() if found is not None else None
+
+
 class CompileRef(NamedTuple):
     """Where one compile sits: enough to find the compile it is diffed with."""
 

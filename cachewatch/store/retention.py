@@ -190,10 +190,12 @@ def _prune(url: str, policy: Policy, *, dry_run: bool, now: float | None, reclai
         cut, scope = _scope(conn, policy, now)
     events = stats = dropped_runs = skipped = 0
     candidates: set[str] = set()
+    modules: set[str] = set()
     if dry_run or policy.texts_only:
         with enginemod.connection(url, ensure=False) as conn:
             events, stats = _count(conn, [r.run_id for r in scope])
             candidates = _fingerprints(conn, [r.run_id for r in scope])
+            modules = _fingerprints(conn, [r.run_id for r in scope], "lowered_fingerprint")
         dropped_runs = len(scope)
         if policy.texts_only:
             events = stats = 0
@@ -206,8 +208,14 @@ def _prune(url: str, policy: Policy, *, dry_run: bool, now: float | None, reclai
             events += done.events
             stats += done.call_stats
             candidates |= done.fingerprints
+            modules |= done.modules
     # A text stays while any event of a run outside the scope (or skipped) refers to it.
-    texts, text_bytes = _drop_texts(url, sorted(candidates), {r.run_id for r in scope}, cut, dry_run=dry_run)
+    scope_ids = {r.run_id for r in scope}
+    texts, text_bytes = _drop_texts(url, sorted(candidates), scope_ids, cut, dry_run=dry_run)
+    module_texts, module_bytes = _drop_texts(
+        url, _kept(url, sorted(modules)), scope_ids, cut, dry_run=dry_run, column="lowered_fingerprint"
+    )
+    texts, text_bytes = texts + module_texts, text_bytes + module_bytes
     after: int | None = None
     reclaim_error = None
     if not dry_run:
@@ -315,6 +323,7 @@ class _Dropped:
     events: int = 0
     call_stats: int = 0
     fingerprints: set[str] = dataclasses.field(default_factory=set)
+    modules: set[str] = dataclasses.field(default_factory=set)  # lowered modules' fingerprints
     dropped: bool = False  # its row went: the run is gone
     skipped: bool = False  # written to since the cut: left alone
 
@@ -339,13 +348,13 @@ def _drop_run(url: str, run_id: str, cut: float, chunk: int) -> _Dropped:
                 conn.execute(sa.select(e.c.id).where(e.c.run_id == run_id).order_by(e.c.id).limit(chunk)).scalars()
             )
             if ids:
-                done.fingerprints.update(
-                    fp
-                    for fp in conn.execute(
-                        sa.select(e.c.program_fingerprint).where(e.c.id.in_(ids)).distinct()
-                    ).scalars()
-                    if fp
-                )
+                for program, module in conn.execute(
+                    sa.select(e.c.program_fingerprint, e.c.lowered_fingerprint).where(e.c.id.in_(ids)).distinct()
+                ):
+                    if program:
+                        done.fingerprints.add(program)
+                    if module:
+                        done.modules.add(module)
                 done.events += _delete_ids(conn, e, ids)
                 continue
             stat_ids = list(
@@ -424,18 +433,31 @@ def _count(conn: sa.Connection, run_ids: list[str]) -> tuple[int, int]:
     return int(events), int(stats)
 
 
-def _fingerprints(conn: sa.Connection, run_ids: list[str]) -> set[str]:
-    """The programs the events of these runs compiled."""
+def _fingerprints(conn: sa.Connection, run_ids: list[str], column: str = "program_fingerprint") -> set[str]:
+    """The programs the events of these runs compiled (or, by ``column``, their lowered
+    modules: a module's StableHLO text is kept under the module's fingerprint)."""
     e = models.compile_events
     out: set[str] = set()
     for start in range(0, len(run_ids), _IN_CHUNK):
         q = (
-            sa.select(e.c.program_fingerprint)
-            .where(e.c.run_id.in_(run_ids[start : start + _IN_CHUNK]), e.c.program_fingerprint.is_not(None))
+            sa.select(e.c[column])
+            .where(e.c.run_id.in_(run_ids[start : start + _IN_CHUNK]), e.c[column].is_not(None))
             .distinct()
         )
         out.update(conn.execute(q).scalars())
     return out
+
+
+def _kept(url: str, fingerprints: list[str]) -> list[str]:
+    """Those of ``fingerprints`` the store keeps a text under: most stores keep no lowered
+    module's text, and a look-up by key spares them a scan of the events per chunk."""
+    p = models.programs
+    out: list[str] = []
+    with enginemod.connection(url, ensure=False) as conn:
+        for start in range(0, len(fingerprints), _IN_CHUNK):
+            part = fingerprints[start : start + _IN_CHUNK]
+            out += conn.execute(sa.select(p.c.fingerprint).where(p.c.fingerprint.in_(part))).scalars()
+    return sorted(out)
 
 
 @contextlib.contextmanager
@@ -456,18 +478,23 @@ def _texts_transaction(url: str) -> Iterator[sa.Connection]:
 
 
 def _drop_texts(
-    url: str, candidates: list[str], scope: set[str], cut: float | None, *, dry_run: bool
+    url: str,
+    candidates: list[str],
+    scope: set[str],
+    cut: float | None,
+    *,
+    dry_run: bool,
+    column: str = "program_fingerprint",
 ) -> tuple[int, int]:
     """Drop the texts among ``candidates`` that only events of runs in ``scope`` refer
-    to, those runs still idle since ``cut``; returns how many and their compressed bytes."""
+    to (through ``column``), those runs still idle since ``cut``; returns how many and
+    their compressed bytes."""
     e, p = models.compile_events, models.programs
     count = size = 0
     for start in range(0, len(candidates), _IN_CHUNK):
         part = candidates[start : start + _IN_CHUNK]
         with _texts_transaction(url) if not dry_run else enginemod.connection(url, ensure=False) as conn:
-            referring = conn.execute(
-                sa.select(e.c.program_fingerprint, e.c.run_id).where(e.c.program_fingerprint.in_(part)).distinct()
-            ).all()
+            referring = conn.execute(sa.select(e.c[column], e.c.run_id).where(e.c[column].in_(part)).distinct()).all()
             # A run of the scope written to since it was chosen (or skipped by the prune)
             # keeps its texts.
             asked = sorted({run_id for _, run_id in referring if run_id in scope})

@@ -143,12 +143,22 @@ def table_rows(batch: BatchLike) -> TableRows:
     function_rows: list[Row] = [{**info_row, "first_seen": first_seen[key]} for key, info_row in functions.items()]
     # One row per fingerprint, the first event's (the one the store keeps): compressing
     # the texts is the costliest step of a write, so a repeat is dropped before it.
-    texts: dict[object, Any] = {}
+    # The StableHLO text is the lowered module's, so it is kept under the module's
+    # fingerprint (``module_row``) rather than the optimised program's.
+    texts: dict[object, tuple[Any, bool]] = {}
+    modules: dict[str, str] = {}
     for e in batch.events:
         payload = getattr(e, "program_texts", None)
         if payload:
-            texts.setdefault(_payload_get(payload)("fingerprint"), payload)
-    programs = [program_row(payload) for payload in texts.values()]
+            lowered = getattr(e, "lowered_fingerprint", None)
+            stablehlo = (_payload_get(payload)("texts") or {}).get("stablehlo")
+            apart = False
+            if isinstance(lowered, str) and lowered and isinstance(stablehlo, str):
+                modules.setdefault(lowered, stablehlo)
+                apart = True
+            texts.setdefault(_payload_get(payload)("fingerprint"), (payload, apart))
+    programs = [program_row(payload, modules_apart=apart) for payload, apart in texts.values()]
+    programs += [module_row(fingerprint, text) for fingerprint, text in modules.items()]
     return TableRows([run], function_rows, [event_values(e) for e in batch.events], stats, programs)
 
 
@@ -156,11 +166,14 @@ def _payload_get(payload: Any) -> Any:
     return payload.get if isinstance(payload, dict) else lambda name, default=None: getattr(payload, name, default)
 
 
-def program_row(payload: Any) -> Row:
+def program_row(payload: Any, *, modules_apart: bool = False) -> Row:
     """A ``programs`` row from an event's ``program_texts``: each text and the equation
-    profile zlib-compressed (here, on the writer's side, not on the compiling thread)."""
+    profile zlib-compressed (here, on the writer's side, not on the compiling thread).
+    ``modules_apart``: the StableHLO texts have rows of their own (``module_row``)."""
     get = _payload_get(payload)
     texts = get("texts") or {}
+    if modules_apart and "stablehlo" in texts:
+        texts = {fmt: text for fmt, text in texts.items() if fmt != "stablehlo"}
     row: Row = {"fingerprint": get("fingerprint"), "stored_at": time.time(), "left_out": list(get("left_out") or [])}
     size = 0
     for fmt in PROGRAM_TEXT_FORMATS:
@@ -172,6 +185,21 @@ def program_row(payload: Any) -> Row:
     row["profile"] = zlib.compress(json.dumps(profile).encode(), 6) if profile is not None else None
     row["size_bytes"] = size + len(row["profile"] or b"")  # type: ignore[arg-type]
     return row
+
+
+def module_row(lowered_fingerprint: str, stablehlo: str) -> Row:
+    """A ``programs`` row holding one lowered module's StableHLO text under the module's
+    own fingerprint: modules that XLA optimises to one program (one row) may differ in
+    their names, which is what JAX's persistent cache keys on."""
+    packed = zlib.compress(stablehlo.encode(), 6)
+    return {
+        "fingerprint": lowered_fingerprint,
+        "stored_at": time.time(),
+        "left_out": [],
+        **{fmt: packed if fmt == "stablehlo" else None for fmt in PROGRAM_TEXT_FORMATS},
+        "profile": None,
+        "size_bytes": len(packed),
+    }
 
 
 E = TypeVar("E")
