@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from . import tables
 from .figures import seconds_text
+from .lowered import ModuleDiff
 
 
 class Cause(enum.StrEnum):
@@ -504,11 +505,13 @@ def explain_cache_miss(
     earlier_run: str,
     earlier_hit: bool | None,
     programs: tuple[tuple[str | None, str | None], tuple[str | None, str | None]] | None = None,
+    module_diff: ModuleDiff | None = None,
 ) -> dict[str, Any]:
     """Why a compile missed the persistent cache when the same function and signature was
     in it for ``earlier_run``: the parts of the key whose hash changed. ``programs``: the
     two compiles' (optimised program, lowered module) fingerprints, which tell a program
-    that changed from a module that changed only in its names."""
+    that changed from a module that changed only in its names; ``module_diff``: the two
+    lowered modules' texts compared, when the store kept both (it names those names)."""
     changed = [part for part, _ in CACHE_KEY_PARTS if part in before and part in after and before[part] != after[part]]
     phrases = []
     for part, meaning in CACHE_KEY_PARTS:
@@ -517,7 +520,7 @@ def explain_cache_miss(
         values = [(name, before.get(name), after.get(name)) for name in _CACHE_KEY_VALUES.get(part, ())]
         shown = [f"{name} {old!r} -> {new!r}" for name, old, new in values if old != new]
         if part == "computation":
-            shown.append(_computation_change(programs))
+            shown.append(_computation_change(programs, module_diff))
         phrases.append(meaning + (f" ({', '.join(s for s in shown if s)})" if any(shown) else ""))
     was = "hit the cache" if earlier_hit else "was compiled with the cache on"
     if phrases:
@@ -534,12 +537,16 @@ def explain_cache_miss(
     return {"earlier_run_id": earlier_run, "earlier_hit": earlier_hit, "changed": changed, "explanation": text}
 
 
-def _computation_change(programs: tuple[tuple[str | None, str | None], tuple[str | None, str | None]] | None) -> str:
+def _computation_change(
+    programs: tuple[tuple[str | None, str | None], tuple[str | None, str | None]] | None,
+    module_diff: ModuleDiff | None = None,
+) -> str:
     """What changed in the lowered computation, told by the programs' fingerprints: XLA's
     optimised program (names and locations left out) and the lowered module (locations
     left out). The same program from a module that differs means the module differs in
     its names alone: private symbols renumbered by a helper lowered and then dropped
-    (jax#38828), or a pointer baked into a name (custom_partitioning)."""
+    (jax#38828), or a pointer baked into a name (custom_partitioning). With both
+    modules' texts, ``module_diff`` names them."""
     if programs is None:
         return ""
     (program_before, lowered_before), (program_after, lowered_after) = programs
@@ -547,10 +554,19 @@ def _computation_change(programs: tuple[tuple[str | None, str | None], tuple[str
         return ""
     if program_before != program_after:
         return "XLA's optimised program differs: the program itself changed"
-    if lowered_before and lowered_after and lowered_before != lowered_after:
+    if not (lowered_before and lowered_after and lowered_before != lowered_after):
+        return ""
+    said = module_diff.describe() if module_diff is not None else ""
+    if module_diff is not None and module_diff.names_only and said:
         return (
-            "the same optimised program from a lowered module that differs in its names only, such as "
-            "private symbols renumbered by a helper lowered and then dropped, or a pointer baked into a name: "
-            "the cache keys on the module's text"
+            f"the same optimised program from a lowered module that differs in its names only ({said}), "
+            "and the cache keys on the module's text"
         )
-    return ""
+    if said:
+        return f"the same optimised program from a lowered module in which {said}: the cache keys on the module's text"
+    return (
+        "the same optimised program from a lowered module that differs in its names only, such as "
+        "private symbols renumbered by a helper lowered and then dropped, or a pointer baked into a name: "
+        "the cache keys on the module's text (CACHEWATCH_PROGRAM_TEXTS with stablehlo keeps the modules, "
+        "and the names are then named)"
+    )

@@ -16,8 +16,10 @@ import sqlalchemy as sa
 from ..core import runtimes
 from ..core.events import Cause, Kind, explain_cache_miss
 from ..core.figures import compile_share
+from ..core.lowered import ModuleDiff, diff_modules
 from . import engine as enginemod
 from . import models, rollup
+from . import programs as storedprograms
 from .columns import EVENT_SELECT, EventRow, Filters, FunctionReport, cost_expr, event_rows_of
 
 
@@ -395,8 +397,22 @@ def explain_cache_misses(conn: sa.Connection, rows: list[EventRow]) -> list[Even
             earlier_run=earlier.run_id,
             earlier_hit=earlier.persistent_cache_hit,
             programs=programs,
+            module_diff=_module_diff(conn, programs),
         )
     return rows
+
+
+def _module_diff(
+    conn: sa.Connection, programs: tuple[tuple[str | None, str | None], tuple[str | None, str | None]]
+) -> ModuleDiff | None:
+    """The two lowered modules compared, read only for the one case their names explain:
+    the same optimised program from modules that differ, both kept in the store."""
+    (program_before, lowered_before), (program_after, lowered_after) = programs
+    if not program_before or program_before != program_after or not lowered_before or lowered_before == lowered_after:
+        return None
+    before = storedprograms.lowered_text(conn, lowered_before)
+    after = storedprograms.lowered_text(conn, lowered_after) if before is not None else None
+    return diff_modules(before, after) if before is not None and after is not None else None
 
 
 def function_row(conn: sa.Connection, function_hash: str, filters: Filters) -> FunctionReport | None:
