@@ -110,10 +110,6 @@ def test_weak_type_and_changing_keys_storms(store):
     for i in range(6):
         scaled(jnp.ones(3), 0.5 if i % 2 == 0 else jnp.float32(0.5))
         scaled.clear_cache() if i == 1 else None
-    # scaled's calls the cache served are written now, before summed's burst: written
-    # after it, they would read as the program going on after the burst (a first pass)
-    # whenever the writer happened to flush late.
-    assert cachewatch.flush(30)
     keys = ["a", "b", "c", "d", "e", "f", "g"]
     for n in range(1, 8):
         summed({k: jnp.ones(2) for k in keys[:n]})

@@ -336,8 +336,14 @@ def _event(function_hash: str, t: float, cause: str, signature: str, **fields) -
     }
 
 
-def _stats(function_hash: str, t: float, calls: int) -> dict:
-    return {"run_id": "r1", "function_hash": function_hash, "timestamp": NOW + t, "calls": calls}
+def _stats(function_hash: str, t: float, calls: int, released_by: str | None = None) -> dict:
+    return {
+        "run_id": "r1",
+        "function_hash": function_hash,
+        "timestamp": NOW + t,
+        "calls": calls,
+        "released_by": released_by,
+    }
 
 
 def _write(url: str, events: list[dict], stats: list[dict]) -> None:
@@ -366,11 +372,72 @@ def test_the_exit_flush_is_no_sign_that_the_program_went_on(sqlite_url):
 
 def test_calls_served_from_the_cache_after_a_burst_make_it_a_first_pass(sqlite_url):
     url = _store(sqlite_url)
-    _write(url, _burst("step", 0.0, 6), [_stats("step", 100.0, 50)])
+    # The writer collects statistics with the burst's compiles (at 6.5: the seven calls
+    # that compiled); the 43 calls counted at exit came after that collection.
+    _write(url, _burst("step", 0.0, 6), [_stats("step", 6.5, 7), _stats("step", 100.0, 43)])
     with enginemod.connection(url) as conn:
         storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600, now=NOW + 200)
     assert not storms
     assert [p.name for p in passes] == ["step"]
+
+
+def _late_flush_of_calls_made_before_a_burst(collected_after_burst: list[dict]) -> list[dict]:
+    """Another function's served calls, written at exit (100 s) after a burst at 10-16 s,
+    with the run's other statistics ``collected_after_burst``."""
+    return [_stats("evaluate", 100.0, 30), *collected_after_burst]
+
+
+@pytest.mark.parametrize(
+    ("collected", "first_pass"),
+    [
+        # No collection between the burst and the exit: the exit's served calls of
+        # evaluate may all have been made before the burst (a busy writer's late flush).
+        ([], False),
+        # A release of executables is written at its own time, not by a collection.
+        ([_stats("evaluate", 50.0, 0, released_by="jax.clear_caches()")], False),
+        # A collection after the burst read every counter: evaluate's calls counted at
+        # exit came after it, 84 s of the program going on.
+        ([_stats("step", 16.5, 7)], True),
+    ],
+)
+def test_served_calls_count_as_going_on_only_when_made_after_the_burst(sqlite_url, collected, first_pass):
+    url = _store(sqlite_url)
+    events = [_event("evaluate", 0.0, Cause.FIRST_CALL, "e0"), *_burst("step", 10.0, 6)]
+    _write(url, events, _late_flush_of_calls_made_before_a_burst(collected))
+    with enginemod.connection(url) as conn:
+        storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600, now=NOW + 200)
+    assert [p.name for p in passes] == (["step"] if first_pass else [])
+    assert [s.name for s in storms] == ([] if first_pass else ["step"])
+
+
+def test_a_flush_long_after_a_burst_of_calls_made_before_it_leaves_it_a_storm(sqlite_url, use_store):
+    import numpy as np
+
+    import cachewatch
+
+    url = use_store(sqlite_url)
+
+    @cachewatch.jit
+    def served_early(x):
+        return x * 2
+
+    @cachewatch.jit
+    def storming_last(x):
+        return x.sum()
+
+    for _ in range(20):
+        served_early(np.ones(3, np.float32))  # served from the cache, all before the burst
+    began = time.time()
+    for n in range(2, 9):
+        storming_last(np.ones(n, np.float32))  # NumPy inputs: no eager compiles beside it
+    # The program ends with its burst; the exit's statistics come later than the burst
+    # lasted (as a busy writer's would), and count served_early's calls.
+    time.sleep(2 * (time.time() - began) + 0.5)
+    assert cachewatch.flush(30)
+    with enginemod.connection(url) as conn:
+        storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600)
+    assert [s.name for s in storms] == ["storming_last"]
+    assert not passes
 
 
 def test_an_evaluation_pass_served_by_the_next_epoch_is_no_active_storm(sqlite_url):

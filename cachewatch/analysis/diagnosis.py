@@ -133,7 +133,8 @@ def storms_and_first_passes(
         else:
             found = _describe(key, names.get(key), group, now, window)
         compiling = functools.partial(evidence.compile_seconds_between, conn, run_id)
-        if can and _went_on(group, work.last.get(run_id), compiling, _served_after(work, run_id, group, heard_until)):
+        heard = work.last_after(run_id, group[-1].timestamp)
+        if can and _went_on(group, heard, compiling, _served_after(work, run_id, group, heard_until)):
             passes.append(
                 FirstPass(
                     **_burst_fields(found, active=False),

@@ -152,17 +152,24 @@ def warmup_compiles(conn: sa.Connection, run_id: str) -> int:
 @dataclasses.dataclass
 class Work:
     """What a run's events say about it going on: when it was last seen working (the end
-    of its latest compile, or the latest call statistics that report calls served from the
-    cache), and per function the spans of its statistics in which the cache served it
-    (more calls than compiles of that function since its previous statistics), with the
-    calls each statistics row counted (``counted``: per function, its rows' time stamps
-    and calls), from which the calls after a compile are told exactly."""
+    of its latest compile, or its latest call statistics that report calls served from
+    the cache, with the collection after which those calls came: see
+    :class:`evidence.SeenWorking`), and per function the spans of its statistics in which
+    the cache served it (more calls than compiles of that function; each span starts at
+    the run's collection before it, after which its calls were made), with the calls each
+    statistics row counted (``counted``: per function, its rows' time stamps and calls),
+    from which the calls after a compile are told exactly."""
 
-    last: dict[str, float]
+    seen: dict[str, evidence.SeenWorking]
     served: dict[tuple[str, str], list[tuple[float, float]]]
     counted: dict[tuple[str, str], list[tuple[float, int]]] = dataclasses.field(
         default_factory=lambda: collections.defaultdict(list)
     )
+
+    def last_after(self, run_id: str, moment: float) -> float | None:
+        """When the run was last seen working, from evidence of work after ``moment``."""
+        seen = self.seen.get(run_id)
+        return None if seen is None else seen.after(moment)
 
     def calls(self, run_id: str, function_hash: str, until: float | None = None) -> int:
         """The function's calls the run counted (in statistics written by ``until``)."""
@@ -173,12 +180,21 @@ class Work:
         """Keep only what the run had written by ``until`` (a report judged as of then)."""
         if until is None:
             return
-        self.last = {run: min(last, until) for run, last in self.last.items()}
+        self.seen = {run: _heard_until(seen, until) for run, seen in self.seen.items()}
         self.served = {key: [span for span in spans if span[1] <= until] for key, spans in self.served.items()}
 
     def served_after(self, run_id: str, function_hashes: Iterable[str], after: float) -> bool:
         """Whether the cache served one of the functions in statistics covering only time after ``after``."""
         return any(start >= after for h in function_hashes for start, _ in self.served.get((run_id, h), ()))
+
+
+def _heard_until(seen: evidence.SeenWorking, until: float) -> evidence.SeenWorking:
+    """What was seen of a run by ``until``: served calls written later are taken as heard
+    at ``until`` when the collection before them was earlier (some may have come by then)."""
+    compiled = None if seen.compiled is None else min(seen.compiled, until)
+    if seen.served_at is None or (seen.served_since is not None and seen.served_since >= until):
+        return evidence.SeenWorking(compiled, None, None)
+    return evidence.SeenWorking(compiled, min(seen.served_at, until), seen.served_since)
 
 
 def work(conn: sa.Connection, run_ids: Iterable[str], function_hashes: Iterable[str]) -> Work:
@@ -188,11 +204,11 @@ def work(conn: sa.Connection, run_ids: Iterable[str], function_hashes: Iterable[
     found = Work({}, collections.defaultdict(list))
     if not wanted:
         return found
-    found.last.update(evidence.last_seen_working(conn, wanted))
+    found.seen.update(evidence.last_seen_working(conn, wanted))
     for flush in evidence.flushes_of(conn, wanted, list(set(function_hashes))):
         key = (flush.run_id, flush.function_hash)
         found.counted[key].append((flush.timestamp, flush.calls))
         if flush.served:
-            start = float("-inf") if flush.previous is None else flush.previous
+            start = float("-inf") if flush.since is None else flush.since
             found.served[key].append((start, flush.timestamp))
     return found

@@ -98,7 +98,9 @@ class Config:
     queue_size: int = setting(10_000, "events held in memory before new ones are dropped (and counted)")
     batch_size: int = setting(500, "most events the writer sends to the store in one statement")
     flush_interval: float = setting(1.0, "seconds the writer waits to fill a batch")
-    stats_interval: float = setting(10.0, "seconds between writes of per-function call statistics")
+    stats_interval: float = setting(
+        10.0, "seconds between writes of per-function call statistics (written with every batch of compiles too)"
+    )
     exit_timeout: float = setting(5.0, "seconds the process waits at exit for queued events to be written")
     spool_dir: str = computed_setting(
         default_spool_dir,

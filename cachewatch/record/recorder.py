@@ -379,7 +379,11 @@ class Writer:
             _tell_completed(event)
         now = time.monotonic()
         stats: list[CallStats] = []
-        if with_stats or now - self._last_stats >= self.cfg.stats_interval:
+        # Statistics collected with every batch of compiles too: calls counted after it
+        # were made after those compiles, which is how a burst's verdict tells a program
+        # that went on after it (store/evidence.Flush) however late the exit's flush comes.
+        compiled = any(event.compiled for event in batch)
+        if with_stats or compiled or now - self._last_stats >= self.cfg.stats_interval:
             self._last_stats = now
             stats = _collect_call_stats(current.run_id())
         if not batch and not stats:

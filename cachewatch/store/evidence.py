@@ -539,9 +539,13 @@ def count_warmup_compiles(conn: sa.Connection, run_id: str, *, before: float | N
 @dataclass(frozen=True, slots=True)
 class Flush:
     """One function's call statistics written at one time in one run: the calls counted
-    since its previous statistics (written at ``previous``, None for its first), and
-    whether the cache served some of them (``served``: more calls than compiles of the
-    function in that span)."""
+    since its previous statistics (written at ``previous``, None for its first), whether
+    the cache served some of them (``served``: more calls than compiles of the function
+    in that span), and ``since``: the run's previous collection of statistics (any
+    function's; None before the first), after which every one of these calls was made.
+    A collection reads every counter, so a function without a row in it had made no call
+    by then: its next row counts calls made after that collection, not after its own
+    previous row, which may be long before."""
 
     run_id: str
     function_hash: str
@@ -549,37 +553,72 @@ class Flush:
     previous: float | None
     calls: int
     served: bool
+    since: float | None
 
 
-def last_seen_working(conn: sa.Connection, run_ids: list[str]) -> dict[str, float]:
-    """Per run, when it was last seen working: the end of its latest compile, or the latest
-    call statistics that counted calls the cache served (see :class:`Flush`). Statistics
-    written at exit that count only the calls that compiled say the process ended, not that
-    the program went on. Judged in SQL, so a store of a fleet's runs never ships their
-    statistics here."""
+@dataclass(frozen=True, slots=True)
+class SeenWorking:
+    """When a run was last seen working: ``compiled``, the end of its latest compile (None
+    without one), and its latest statistics that counted calls the cache served: written
+    at ``served_at``, of calls made after ``served_since`` (see :class:`Flush`)."""
+
+    compiled: float | None
+    served_at: float | None
+    served_since: float | None
+
+    def after(self, moment: float) -> float | None:
+        """When the run was last seen working, from evidence of work after ``moment``
+        only: a flush of served calls counts when all its calls came after ``moment``
+        (its calls may have been made at any time since the previous collection, so a
+        flush written late, at exit, says nothing of when they were made)."""
+        heard = [self.compiled] if self.compiled is not None else []
+        if self.served_at is not None and self.served_since is not None and self.served_since >= moment:
+            heard.append(self.served_at)
+        return max(heard) if heard else None
+
+
+def last_seen_working(conn: sa.Connection, run_ids: list[str]) -> dict[str, SeenWorking]:
+    """Per run, when it was last seen working (see :class:`SeenWorking`). The latest flush
+    of served calls is the one with the latest ``since`` too (``since`` is the run's
+    collection before it). Statistics written at exit that count only the calls that
+    compiled say the process ended, not that the program went on. Judged in SQL, so a
+    store of a fleet's runs never ships their statistics here."""
     e = models.compile_events
-    found: dict[str, float] = {}
+    compiled: dict[str, float] = {}
     ends = sa.select(e.c.run_id, sa.func.max(e.c.timestamp + cost_expr(e))).where(e.c.run_id.in_(run_ids), e.c.compiled)
     for run_id, last in conn.execute(ends.group_by(e.c.run_id)):
         if last is not None:
-            found[run_id] = float(last)
+            compiled[run_id] = float(last)
     flushes = _flushes(run_ids).subquery()
-    served = sa.select(flushes.c.run_id, sa.func.max(flushes.c.timestamp)).where(flushes.c.served)
-    for run_id, last in conn.execute(served.group_by(flushes.c.run_id)):
-        if last is not None:
-            found[run_id] = max(found.get(run_id, 0.0), float(last))
-    return found
+    latest = sa.func.row_number().over(partition_by=flushes.c.run_id, order_by=flushes.c.timestamp.desc())
+    ranked = sa.select(flushes.c.run_id, flushes.c.timestamp, flushes.c.since, latest.label("rank"))
+    ranked_served = ranked.where(flushes.c.served).subquery()
+    served = {
+        run_id: (float(stamp), None if since is None else float(since))
+        for run_id, stamp, since in conn.execute(
+            sa.select(ranked_served.c.run_id, ranked_served.c.timestamp, ranked_served.c.since).where(
+                ranked_served.c.rank == 1
+            )
+        )
+    }
+    return {
+        run_id: SeenWorking(compiled.get(run_id), *served.get(run_id, (None, None)))
+        for run_id in set(compiled) | set(served)
+    }
 
 
 def _flushes(run_ids: list[str], function_hashes: list[str] | None = None) -> sa.Select[Any]:
     """Per run, function and flush time: the calls the statistics counted (a flush writes
     one row per timed signature; the function's calls are on one of them), when the
-    function's previous statistics were written, and whether the cache served some of the
-    calls. The one place the rule "served" is written, for the run's last-seen time and
-    the per-function spans alike."""
+    function's previous statistics were written, the run's previous collection
+    (``since``), and whether the cache served some of the calls. The one place the rule
+    "served" is written, for the run's last-seen time and the per-function spans alike.
+    Rows that record a release of executables are written when the release happened, not
+    by a collection: they count no calls and bound no span."""
     s, e = models.call_stats, models.compile_events
+    collected = s.c.released_by.is_(None)
     counted = sa.select(s.c.run_id, s.c.function_hash, s.c.timestamp, sa.func.sum(s.c.calls).label("calls")).where(
-        s.c.run_id.in_(run_ids)
+        s.c.run_id.in_(run_ids), collected
     )
     if function_hashes is not None:
         counted = counted.where(s.c.function_hash.in_(function_hashes))
@@ -587,7 +626,21 @@ def _flushes(run_ids: list[str], function_hashes: list[str] | None = None) -> sa
     previous = sa.func.lag(per_flush.c.timestamp).over(
         partition_by=(per_flush.c.run_id, per_flush.c.function_hash), order_by=per_flush.c.timestamp
     )
-    spans = sa.select(per_flush, previous.label("previous")).subquery()
+    # Every collection of the run (one time stamp, whichever functions it wrote).
+    times = sa.select(s.c.run_id, s.c.timestamp).where(s.c.run_id.in_(run_ids), collected).distinct().subquery()
+    collections = sa.select(
+        times.c.run_id,
+        times.c.timestamp,
+        sa.func.lag(times.c.timestamp).over(partition_by=times.c.run_id, order_by=times.c.timestamp).label("since"),
+    ).subquery()
+    spans = (
+        sa.select(per_flush, previous.label("previous"), collections.c.since)
+        .join(
+            collections,
+            sa.and_(collections.c.run_id == per_flush.c.run_id, collections.c.timestamp == per_flush.c.timestamp),
+        )
+        .subquery()
+    )
     compiled_in_span = (
         sa.select(sa.func.count())
         .where(
@@ -616,6 +669,7 @@ def flushes_of(conn: sa.Connection, run_ids: list[str], function_hashes: list[st
             None if r.previous is None else float(r.previous),
             int(r.calls or 0),
             bool(r.served),
+            None if r.since is None else float(r.since),
         )
         for r in conn.execute(q)
     ]
