@@ -208,7 +208,7 @@ def _mark_storms(
         window=settings.storm_window,
         active_only=True,
         now=now,
-        priced=False,  # which functions storm is all a series shows
+        described=False,  # which functions storm is all a series shows
     ):
         label = store.labels.get(storm.function_hash, "")
         if label:

@@ -336,3 +336,21 @@ def test_pages_of_runs_in_sql_make_up_the_whole_listing(store_url):
             after = (page[-1]["started_at"], page[-1]["run_id"])
         assert by_cursor == whole
         assert all(r["events"] == 0 and r["compiles"] == 0 for r in whole)
+
+
+def test_json_an_older_writer_left_in_sqlite_text_is_still_read(sqlite_url):
+    import math
+
+    with enginemod.connection(sqlite_url) as conn:
+        conn.execute(
+            sa.insert(models.runs), [{"run_id": "r1", "started_at": 1.0, "jax_version": "0.10.2", "devices": []}]
+        )
+    # The standard library's encoder wrote NaN and integers of any size; orjson refuses both.
+    with enginemod.connection(sqlite_url) as conn:
+        conn.execute(
+            sa.text("UPDATE runs SET devices = :text"), {"text": '[{"id": NaN, "big": 123456789012345678901234}]'}
+        )
+        (devices,) = conn.execute(sa.select(models.runs.c.devices)).one()
+    assert math.isnan(devices[0]["id"])
+    assert devices[0]["big"] == 123456789012345678901234
+    assert enginemod.json_loads(b'{"a": [1, 2.5, null]}') == {"a": [1, 2.5, None]}

@@ -418,9 +418,17 @@ def test_a_storms_fix_quotes_what_padding_saves_over_the_run(sqlite_url, use_sto
     assert storm.priced_fix.startswith("pad x axis 0 to ")
     assert "compiles instead of 12" in storm.priced_fix
     assert "Priced over this run: pad x" in storm.fix
-    # Counting storms (the summary, /metrics) leaves the price out and nothing else.
+    # Unpriced storms leave the price out and nothing else.
     with enginemod.connection(sqlite_url) as conn:
         unpriced = diagnosis.detect_storms(conn, priced=False)
     assert unpriced == [
         dataclasses.replace(s, priced_fix=None, fix=s.fix.split(" Priced over this run:")[0]) for s in storms
+    ]
+    # Telling which functions storm (the summary's count, /metrics) reads no diff and
+    # describes nothing: the same storms, with no fix, waste or recurrence.
+    with enginemod.connection(sqlite_url) as conn:
+        counted = diagnosis.detect_storms(conn, described=False)
+    assert counted == [
+        dataclasses.replace(s, fix="", priced_fix=None, recurs_in_runs=1, identical_programs=0, identical_seconds=0.0)
+        for s in storms
     ]

@@ -52,6 +52,7 @@ def detect_storms(
     function_hashes: list[str] | None = None,
     heard_until: float | None = None,
     priced: bool = True,
+    described: bool = True,
 ) -> list[Storm]:
     """Every storm in the store, newest first (a function can have several, apart in time).
 
@@ -61,7 +62,8 @@ def detect_storms(
     (set-up, and the first compile of each step) are left out, and so is a first pass
     (see :func:`first_passes`). ``heard_until`` judges the runs as of that time: what was
     written after it does not show that the program went on. Without ``priced``, a
-    storm's padding fix is not priced over its run (what counting storms needs).
+    storm's padding fix is not priced over its run; without ``described`` (what counting
+    storms needs), a storm carries no fix, waste or recurrence, and no diff is read.
     """
     return storms_and_first_passes(
         conn,
@@ -72,6 +74,7 @@ def detect_storms(
         function_hashes=function_hashes,
         heard_until=heard_until,
         priced=priced,
+        described=described,
     )[0]
 
 
@@ -103,6 +106,7 @@ def storms_and_first_passes(
     function_hashes: list[str] | None = None,
     heard_until: float | None = None,
     priced: bool = True,
+    described: bool = True,
 ) -> tuple[list[Storm], list[FirstPass]]:
     """Both, from one reading of the recompiles: what a page showing both needs.
 
@@ -118,7 +122,7 @@ def storms_and_first_passes(
     if not every:
         return [], []
     names = evidence.function_infos(conn, {r.function_hash for r in every})
-    bursts = _bursts_read_whole(conn, every, names, threshold, window, function_hashes)
+    bursts = _bursts_read_whole(conn, every, names, threshold, window, function_hashes, diffs=described)
     # Whether the program went on after a burst is read only for the runs where a burst
     # could be a first pass: a store of a fleet's runs is never read whole for one page.
     possible = [_new_signatures_only(group, rows) for _, _, group, rows in bursts]
@@ -129,9 +133,9 @@ def storms_and_first_passes(
     passes: list[FirstPass] = []
     for (key, run_id, group, _), can in zip(bursts, possible, strict=False):
         if key.startswith("site:"):
-            found = _describe_site(key[5:], names, group, now, window)
+            found = _describe_site(key[5:], names, group, now, window, described)
         else:
-            found = _describe(key, names.get(key), group, now, window)
+            found = _describe(key, names.get(key), group, now, window, described)
         compiling = functools.partial(evidence.compile_seconds_between, conn, run_id)
         heard = work.last_after(run_id, group[-1].timestamp)
         if can and _went_on(group, heard, compiling, _served_after(work, run_id, group, heard_until)):
@@ -146,7 +150,8 @@ def storms_and_first_passes(
             # A storm is a function that keeps compiling: a line whose many primitives
             # each compiled once or twice (one pass of set-up) is none.
             storms.append(Storm(**_burst_fields(found)))
-    storms = _with_recurrence_and_waste(conn, storms, priced=priced)
+    if described:
+        storms = _with_recurrence_and_waste(conn, storms, priced=priced)
     storms.sort(key=lambda s: -s.end)
     passes.sort(key=lambda s: -s.end)
     return storms, passes
@@ -165,10 +170,12 @@ def _bursts_read_whole(
     threshold: int,
     window: float,
     function_hashes: list[str] | None,
+    *,
+    diffs: bool = True,
 ) -> list[tuple[str, str, list[Recompile], list[Recompile]]]:
     """The bursts of recompiles per group (a jit of the user's, or a line of user code) and
-    run, as (group key, run, the burst's recompiles with their diffs, all the group's
-    recompiles in that run); only those involving ``function_hashes`` when given."""
+    run, as (group key, run, the burst's recompiles with their diffs (``diffs``), all the
+    group's recompiles in that run); only those involving ``function_hashes`` when given."""
     by_group: dict[tuple[str, str], list[Recompile]] = collections.defaultdict(list)
     for row in every:
         by_group[(_group_key(row, names.get(row.function_hash)), row.run_id)].append(row)
@@ -179,6 +186,8 @@ def _bursts_read_whole(
         for group in _bursts(sorted(rows, key=lambda r: r.timestamp), threshold, window)
         if wanted is None or wanted & {r.function_hash for r in group}
     ]
+    if not diffs:
+        return bursts
     read = {r.event_id: r for r in evidence.with_diffs(conn, [r for _, _, group, _ in bursts for r in group])}
     return [(key, run_id, [read[r.event_id] for r in group], rows) for key, run_id, group, rows in bursts]
 
@@ -332,7 +341,10 @@ def _bursts(rows: list[Recompile], threshold: int, window: float) -> Iterable[li
         yield rows[start:]
 
 
-def _describe(function_hash: str, info: FunctionInfo | None, rows: list[Recompile], now: float, window: float) -> Burst:
+def _describe(
+    function_hash: str, info: FunctionInfo | None, rows: list[Recompile], now: float, window: float, fixed: bool = True
+) -> Burst:
+    """A burst of a jit of the user's, with its fix (``fixed``; it reads the diffs)."""
     cause_counts = collections.Counter(r.cause for r in rows)
     dominant, _ = cause_counts.most_common(1)[0]
     name = short_name(info.qualname) if info else function_hash
@@ -353,18 +365,21 @@ def _describe(function_hash: str, info: FunctionInfo | None, rows: list[Recompil
         active=now - rows[-1].timestamp <= window,
         run_id=rows[0].run_id,
         run_ids=(rows[0].run_id,),
-        fix=(
-            fix_for(info.name, info.qualname, info.module, dominant, rows, file=info.file)
-            if info is not None
-            else fix_for(function_hash, function_hash, "", dominant, rows)
-        ),
+        fix=_fix_of(function_hash, info, rows, dominant) if fixed else "",
     )
 
 
+def _fix_of(function_hash: str, info: FunctionInfo | None, rows: list[Recompile], dominant: str) -> str:
+    if info is None:
+        return fix_for(function_hash, function_hash, "", dominant, rows)
+    return fix_for(info.name, info.qualname, info.module, dominant, rows, file=info.file)
+
+
 def _describe_site(
-    call_site: str, infos: dict[str, FunctionInfo], rows: list[Recompile], now: float, window: float
+    call_site: str, infos: dict[str, FunctionInfo], rows: list[Recompile], now: float, window: float, fixed: bool = True
 ) -> Burst:
-    """A storm of eager code and library jits reached from one line of user code."""
+    """A storm of eager code and library jits reached from one line of user code, with its
+    fix (``fixed``; it reads the diffs)."""
     per_function = collections.Counter(r.function_hash for r in rows)
     top_hash = per_function.most_common(1)[0][0]
     cause_counts = collections.Counter(r.cause for r in rows)
@@ -390,7 +405,7 @@ def _describe_site(
         active=now - rows[-1].timestamp <= window,
         run_id=rows[0].run_id,
         run_ids=(rows[0].run_id,),
-        fix=site_fix(call_site, infos, rows, dominant),
+        fix=site_fix(call_site, infos, rows, dominant) if fixed else "",
     )
 
 
@@ -1129,9 +1144,11 @@ def storms(
     active_only: bool = False,
     now: float | None = None,
     priced: bool = True,
+    described: bool = True,
 ) -> list[Storm]:
     """Storms, newest first. With ``active_only`` only recent events are read; without
-    ``priced`` their padding fixes are not priced (see :func:`detect_storms`).
+    ``priced`` their padding fixes are not priced, without ``described`` they carry no fix
+    (see :func:`detect_storms`).
 
     A storm is active when its last compile is within ``window`` of now, and the
     ``threshold`` compiles that make it span at most ``window``: so every event of an
@@ -1146,14 +1163,21 @@ def storms(
             since=horizon if filters.since is None else max(filters.since, horizon),
         )
     found = detect_storms(
-        conn, filters, threshold=threshold, window=window, now=now, function_hashes=function_hashes, priced=priced
+        conn,
+        filters,
+        threshold=threshold,
+        window=window,
+        now=now,
+        function_hashes=function_hashes,
+        priced=priced,
+        described=described,
     )
     return [s for s in found if s.active] if active_only else found
 
 
 def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: float) -> Summary:
     """The store's totals (or the filtered part's) and how many storms are active now."""
-    active = storms(conn, filters, threshold=threshold, window=window, active_only=True, priced=False)
+    active = storms(conn, filters, threshold=threshold, window=window, active_only=True, described=False)
     return Summary(
         **queries.totals(conn, filters),
         active_storms=len(active),

@@ -118,20 +118,36 @@ def run_of(conn: sa.Connection, function_hash: str, run: str | None) -> tuple[st
     return latest.run_id, latest.run_name or ""
 
 
-def _leaves(signature: Any) -> tuple[Leaf, ...]:
+def _leaves(signature: Any, made: dict[tuple[Any, ...], Leaf]) -> tuple[Leaf, ...]:
+    """A recorded signature's leaves. ``made``: the leaves made so far for the same reading,
+    by their fields; a run's signatures share most leaves (the weights), and a frozen
+    dataclass costs more to make than to find (a storm of 40,000 compiles reads 400,000)."""
     out = []
-    for entry in signature or []:
+    for entry in signature or ():
         if not isinstance(entry, dict) or "path" not in entry:
             continue
-        if entry.get("static"):
-            out.append(Leaf(str(entry["path"]), True, value=str(entry.get("value", ""))))
-            continue
+        static = bool(entry.get("static"))
         shape = entry.get("shape")
-        dims = tuple(int(d) for d in shape) if isinstance(shape, list) else None
-        out.append(
-            Leaf(str(entry["path"]), False, dims, str(entry.get("dtype", "")), bool(entry.get("weak_type", False)))
+        key = (
+            str(entry["path"]),
+            static,
+            tuple(shape) if isinstance(shape, list) else None,
+            str(entry.get("dtype", "")),
+            bool(entry.get("weak_type", False)),
+            str(entry.get("value", "")) if static else "",
         )
+        leaf = made.get(key)
+        if leaf is None:
+            leaf = made[key] = _leaf(entry, static, shape)
+        out.append(leaf)
     return tuple(out)
+
+
+def _leaf(entry: dict[str, Any], static: bool, shape: Any) -> Leaf:
+    if static:
+        return Leaf(str(entry["path"]), True, value=str(entry.get("value", "")))
+    dims = tuple(int(d) for d in shape) if isinstance(shape, list) else None
+    return Leaf(str(entry["path"]), False, dims, str(entry.get("dtype", "")), bool(entry.get("weak_type", False)))
 
 
 def _memory(memory: Any) -> int | None:
@@ -175,13 +191,14 @@ def _compiles(conn: sa.Connection, function_hash: str, run_id: str) -> tuple[Com
         )
         .order_by(e.c.timestamp, e.c.id)
     )
+    made: dict[tuple[Any, ...], Leaf] = {}
     return tuple(
         CompileRecord(
             r.event_id,
             float(r.timestamp),
             r.cause,
             r.signature_hash or "",
-            _leaves(r.signature),
+            _leaves(r.signature, made),
             float(r.trace_seconds or 0.0) + float(r.lower_seconds or 0.0) + float(r.compile_seconds or 0.0),
             float(r.compile_seconds or 0.0),
             _memory(r.memory),
