@@ -1175,9 +1175,13 @@ def storms(
     return [s for s in found if s.active] if active_only else found
 
 
-def summary(conn: sa.Connection, filters: Filters, *, threshold: int, window: float) -> Summary:
-    """The store's totals (or the filtered part's) and how many storms are active now."""
-    active = storms(conn, filters, threshold=threshold, window=window, active_only=True, described=False)
+def summary(
+    conn: sa.Connection, filters: Filters, *, threshold: int, window: float, active: Sequence[Storm] | None = None
+) -> Summary:
+    """The store's totals (or the filtered part's) and how many storms are active now
+    (``active``: found already, by a page that shows them)."""
+    if active is None:
+        active = storms(conn, filters, threshold=threshold, window=window, active_only=True, described=False)
     return Summary(
         **queries.totals(conn, filters),
         active_storms=len(active),

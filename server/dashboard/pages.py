@@ -276,9 +276,9 @@ def _storm_settings(request: Request) -> dict[str, Any]:
 @router.get("/", response_class=HTMLResponse)
 def overview(request: Request, conn: Connection) -> HTMLResponse:
     view = _open_view(request, conn)
-    summary = diagnosis.summary(conn, view.filters, **_storm_settings(request))
-    report = storequeries.function_report(conn, view.filters)
     storms = diagnosis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
+    summary = diagnosis.summary(conn, view.filters, active=storms, **_storm_settings(request))
+    report = storequeries.function_report(conn, view.filters)
     over_time = chartreads.compiles_over_time(conn, view.filters)
     empty = _empty_state(request, conn, view) if not summary.events else None
     offenders = sorted(
@@ -322,7 +322,8 @@ def functions(request: Request, conn: Connection) -> HTMLResponse:
     pager = _pager(view, number, per_page, total)
     if pager["number"] != number:  # past the last page: show the last
         shown, total = listing(offset=pager["offset"])
-    storms = diagnosis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
+    # Which functions storm is all the listing marks.
+    storms = diagnosis.storms(conn, view.filters, active_only=True, described=False, **_storm_settings(request))
     all_causes = render.cause_order(listings.causes_present(conn, view.filters))
     empty = _empty_state(request, conn, view) if not listings.has_functions(conn, view.filters) else None
     return page(
