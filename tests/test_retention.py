@@ -171,7 +171,7 @@ def state(url: str, built: Built, capsys) -> dict:
         "storms": {r.run_id: storms(url, r.run_id, built.now) for r in built.kept},
         "runs": {r.run_id: listed[r.run_id] for r in built.kept},
         "whole": whole,
-        "totals": {k: totals[k] for k in ("events", "compiles", "recompiles", "causes", "calls")},
+        "totals": {k: getattr(totals, k) for k in ("events", "compiles", "recompiles", "causes", "calls")},
     }
 
 

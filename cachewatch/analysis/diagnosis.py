@@ -1182,8 +1182,9 @@ def summary(
     (``active``: found already, by a page that shows them)."""
     if active is None:
         active = storms(conn, filters, threshold=threshold, window=window, active_only=True, described=False)
+    totals = queries.totals(conn, filters)
     return Summary(
-        **queries.totals(conn, filters),
+        **{field.name: getattr(totals, field.name) for field in dataclasses.fields(totals)},
         active_storms=len(active),
         storm_threshold=threshold,
         storm_window=window,

@@ -16,6 +16,7 @@ import dataclasses
 from typing import Any
 
 from ..store.evidence import SlowerCompile
+from ..store.queries import Totals
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,22 +162,9 @@ class Regression(SlowerCompile):
 
 
 @dataclasses.dataclass(frozen=True)
-class Summary:
+class Summary(Totals):
     """The store's totals (or the filtered part's) and how many storms are active now."""
 
-    functions: int
-    runs: int
-    events: int
-    traces: int
-    compiles: int
-    recompiles: int
-    stale_captures: int
-    causes: dict[str, int]
-    compile_seconds: float
-    calls: int
-    run_seconds_est: float | None
-    compile_share: float | None
-    run_time_note: str | None
     active_storms: int
     storm_threshold: int
     storm_window: float

@@ -32,7 +32,8 @@ class SignatureRunTime(TypedDict):
     weight: int
 
 
-class Totals(TypedDict):
+@dataclass(frozen=True)
+class Totals:
     """The store (or its filtered part) in figures: the summary without its storms."""
 
     functions: int
@@ -512,18 +513,18 @@ def totals(conn: sa.Connection, filters: Filters) -> Totals:
     note = None
     if not measured:
         note = run_time_note(CallTotals("", calls, 0, 0.0, None, unsampled), compiles)
-    return {
-        "functions": len(compile_by_function),
-        "runs": int(runs or 0),
-        "events": events,
-        "traces": traces,
-        "compiles": compiles,
-        "recompiles": recompiles,
-        "stale_captures": stale_captures,
-        "causes": causes,
-        "compile_seconds": compile_seconds,
-        "calls": calls,
-        "run_seconds_est": run_total if measured else None,
-        "compile_share": compile_share(measured_compile, run_total if measured else None),
-        "run_time_note": note,
-    }
+    return Totals(
+        functions=len(compile_by_function),
+        runs=int(runs or 0),
+        events=events,
+        traces=traces,
+        compiles=compiles,
+        recompiles=recompiles,
+        stale_captures=stale_captures,
+        causes=causes,
+        compile_seconds=compile_seconds,
+        calls=calls,
+        run_seconds_est=run_total if measured else None,
+        compile_share=compile_share(measured_compile, run_total if measured else None),
+        run_time_note=note,
+    )
