@@ -9,7 +9,7 @@ into entries (variants), live counts over time and the persistent cache's audit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,7 +166,6 @@ def _read_compiles(
 ) -> list[CompiledRecord]:
     """The compiles of the wanted pairs among these functions and runs, under the filters' time span."""
     e = models.compile_events
-    compiles: list[CompiledRecord] = []
     q = sa.select(
         e.c.event_id,
         e.c.run_id,
@@ -189,32 +188,30 @@ def _read_compiles(
         e.c.persistent_cache_bytes,
     ).where(e.c.function_hash.in_(chunk), e.c.run_id.in_(runs), e.c.compiled, e.c.kind != Kind.STALE_CAPTURE)
     q = Filters(since=filters.since, until=filters.until).apply(e, q)
-    for row in conn.execute(q):
-        if (row.run_id, row.function_hash) in wanted:
-            compiles.append(
-                CompiledRecord(
-                    row.event_id,
-                    row.run_id,
-                    row.function_hash,
-                    float(row.timestamp),
-                    row.kind,
-                    row.cause,
-                    bool(row.warmup),
-                    row.signature_hash or "",
-                    row.device,
-                    float(row.seconds or 0.0),
-                    row.memory if isinstance(row.memory, dict) else None,
-                    row.host_bytes,
-                    row.host_bytes_before,
-                    row.peak_host_bytes,
-                    row.persistent_cache,
-                    row.persistent_cache_reason,
-                    row.persistent_cache_key,
-                    row.cache_time_saved_seconds,
-                    row.persistent_cache_bytes,
-                )
-            )
-    return compiles
+    return [
+        CompiledRecord(
+            row.event_id,
+            row.run_id,
+            row.function_hash,
+            float(row.timestamp),
+            row.kind,
+            row.cause,
+            bool(row.warmup),
+            row.signature_hash or "",
+            row.device,
+            float(row.seconds or 0.0),
+            row.memory if isinstance(row.memory, dict) else None,
+            row.host_bytes,
+            row.host_bytes_before,
+            row.peak_host_bytes,
+            row.persistent_cache,
+            row.persistent_cache_reason,
+            row.persistent_cache_key,
+            row.cache_time_saved_seconds,
+            row.persistent_cache_bytes,
+        )
+        for row in _wanted_rows(conn, q, wanted)
+    ]
 
 
 def _read_stats(
@@ -222,7 +219,6 @@ def _read_stats(
 ) -> list[StatsRecord]:
     """The call statistics of the wanted pairs among these functions and runs."""
     s = models.call_stats
-    stats: list[StatsRecord] = []
     # Statistics after the filter's start count (hits of executables made before it
     # are not shown, their executables being outside the filter).
     sq = sa.select(
@@ -239,23 +235,27 @@ def _read_stats(
     ).where(s.c.function_hash.in_(chunk), s.c.run_id.in_(runs))
     if filters.since is not None:
         sq = sq.where(s.c.timestamp >= filters.since)
-    for row in conn.execute(sq):
-        if (row.run_id, row.function_hash) in wanted:
-            stats.append(
-                StatsRecord(
-                    row.run_id,
-                    row.function_hash,
-                    float(row.timestamp),
-                    int(row.calls or 0),
-                    row.signature_hash or "",
-                    int(row.sampled_calls or 0),
-                    float(row.sampled_seconds or 0.0),
-                    _weight(row.run_buckets),
-                    row.sample_every,
-                    row.released_by,
-                )
-            )
-    return stats
+    return [
+        StatsRecord(
+            row.run_id,
+            row.function_hash,
+            float(row.timestamp),
+            int(row.calls or 0),
+            row.signature_hash or "",
+            int(row.sampled_calls or 0),
+            float(row.sampled_seconds or 0.0),
+            _weight(row.run_buckets),
+            row.sample_every,
+            row.released_by,
+        )
+        for row in _wanted_rows(conn, sq, wanted)
+    ]
+
+
+def _wanted_rows(conn: sa.Connection, query: sa.Select[Any], wanted: set[tuple[str, str]]) -> Iterator[sa.Row[Any]]:
+    """The query's rows of the wanted (run, function) pairs: its IN lists select every run
+    with every function, more than the pairs asked for."""
+    return (row for row in conn.execute(query) if (row.run_id, row.function_hash) in wanted)
 
 
 def _read_names(conn: sa.Connection, function_hashes: list[str]) -> dict[str, FunctionName]:
