@@ -17,7 +17,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import sqlalchemy as sa
 
@@ -42,58 +42,42 @@ from .results import (
 logger = logging.getLogger("cachewatch")
 
 
-def detect_storms(
-    conn: sa.Connection,
-    filters: Filters = Filters(),
-    *,
-    threshold: int = 5,
-    window: float = 600.0,
-    now: float | None = None,
-    function_hashes: list[str] | None = None,
-    heard_until: float | None = None,
-    priced: bool = True,
-    described: bool = True,
-) -> list[Storm]:
+class StormReading(TypedDict, total=False):
+    """Which storms :func:`storms_and_first_passes` reads and how far it tells them."""
+
+    now: float | None
+    function_hashes: list[str] | None
+    heard_until: float | None
+    priced: bool
+    described: bool
+
+
+class StormOptions(StormReading, total=False):
+    """All of :func:`storms_and_first_passes`'s keyword arguments, taken as they are by the
+    functions that give one of its two lists."""
+
+    threshold: int
+    window: float
+
+
+def detect_storms(conn: sa.Connection, filters: Filters = Filters(), **options: Unpack[StormOptions]) -> list[Storm]:
     """Every storm in the store, newest first (a function can have several, apart in time).
 
     Storms are found per run (one process): recompiles of two runs of the same program
     never add up to one storm. A function that storms in several runs has one storm per
     run, each saying in how many runs it recurs. Compiles made during a run's warm-up
     (set-up, and the first compile of each step) are left out, and so is a first pass
-    (see :func:`first_passes`). ``heard_until`` judges the runs as of that time: what was
-    written after it does not show that the program went on. Without ``priced``, a
-    storm's padding fix is not priced over its run; without ``described`` (what counting
-    storms needs), a storm carries no fix, waste or recurrence, and no diff is read.
+    (see :func:`first_passes`). The options are :func:`storms_and_first_passes`'s.
     """
-    return storms_and_first_passes(
-        conn,
-        filters,
-        threshold=threshold,
-        window=window,
-        now=now,
-        function_hashes=function_hashes,
-        heard_until=heard_until,
-        priced=priced,
-        described=described,
-    )[0]
+    return storms_and_first_passes(conn, filters, **options)[0]
 
 
-def first_passes(
-    conn: sa.Connection,
-    filters: Filters = Filters(),
-    *,
-    threshold: int = 5,
-    window: float = 600.0,
-    now: float | None = None,
-    function_hashes: list[str] | None = None,
-) -> list[FirstPass]:
+def first_passes(conn: sa.Connection, filters: Filters = Filters(), **options: Unpack[StormOptions]) -> list[FirstPass]:
     """Bursts of compiles that are no storm: a first pass over a finite set of shapes (one
     evaluation pass, a first epoch, layer-by-layer eager code), each signature compiled
     once, after which the program went on, served from the cache, for longer than the
     burst itself lasted. Each carries its compiles and their cost, newest first."""
-    return storms_and_first_passes(
-        conn, filters, threshold=threshold, window=window, now=now, function_hashes=function_hashes
-    )[1]
+    return storms_and_first_passes(conn, filters, **options)[1]
 
 
 def storms_and_first_passes(
@@ -114,7 +98,10 @@ def storms_and_first_passes(
     library's) are grouped under the line of user code that reached them (the compile's
     call site), with the primitives or library functions inside: one finding per line,
     which is what the user can change. ``function_hashes`` keeps the storms that involve
-    one of those functions."""
+    one of those functions. ``heard_until`` judges the runs as of that time: what was
+    written after it does not show that the program went on. Without ``priced``, a
+    storm's padding fix is not priced over its run; without ``described`` (what counting
+    storms needs), a storm carries no fix, waste or recurrence, and no diff is read."""
     now = time.time() if now is None else now
     # The diffs, the bulk of each row, are read only for the compiles in bursts.
     # Only the functions and lines with enough recompiles close together to make a burst.
@@ -1140,21 +1127,19 @@ def storms(
     *,
     threshold: int,
     window: float,
-    function_hashes: list[str] | None = None,
     active_only: bool = False,
-    now: float | None = None,
-    priced: bool = True,
-    described: bool = True,
+    **options: Unpack[StormReading],
 ) -> list[Storm]:
-    """Storms, newest first. With ``active_only`` only recent events are read; without
-    ``priced`` their padding fixes are not priced, without ``described`` they carry no fix
-    (see :func:`detect_storms`).
+    """Storms, newest first, found with ``threshold`` and ``window`` as the service is set
+    (the other options as :func:`storms_and_first_passes` takes them). With
+    ``active_only`` only recent events are read.
 
     A storm is active when its last compile is within ``window`` of now, and the
     ``threshold`` compiles that make it span at most ``window``: so every event of an
     active storm is younger than ``2 * window`` and older events need not be read.
     """
-    now = time.time() if now is None else now
+    now = options.get("now")
+    now = options["now"] = time.time() if now is None else now
     if active_only:
         horizon = now - 2 * window
         filters = Filters(
@@ -1162,16 +1147,7 @@ def storms(
             until=filters.until,
             since=horizon if filters.since is None else max(filters.since, horizon),
         )
-    found = detect_storms(
-        conn,
-        filters,
-        threshold=threshold,
-        window=window,
-        now=now,
-        function_hashes=function_hashes,
-        priced=priced,
-        described=described,
-    )
+    found = detect_storms(conn, filters, threshold=threshold, window=window, **options)
     return [s for s in found if s.active] if active_only else found
 
 
