@@ -42,11 +42,14 @@ def _store_url(args: argparse.Namespace) -> str:
     return configmod.resolve().store
 
 
-def _add_store(parser: argparse.ArgumentParser) -> None:
+def _store_command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A subcommand that opens a store: ``add_parser``'s arguments, and ``--store``."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, **kwargs)
     parser.add_argument(
         "--store",
         help=f"store URL (default: $CACHEWATCH_STORE, else the shared SQLite file {configmod.default_store_url()})",
     )
+    return parser
 
 
 def _add_filters(parser: argparse.ArgumentParser) -> None:
@@ -63,12 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     db = sub.add_parser("db", help="store maintenance")
     db_sub = db.add_subparsers(dest="db_command", required=True)
-    upgrade = db_sub.add_parser("upgrade", help="migrate the store's schema to this version")
-    _add_store(upgrade)
+    _store_command(db_sub, "upgrade", help="migrate the store's schema to this version")
     _add_prune(db_sub)
 
-    serve = sub.add_parser("serve", help="run the web service: dashboard, query API, ingest, /metrics")
-    _add_store(serve)
+    serve = _store_command(sub, "serve", help="run the web service: dashboard, query API, ingest, /metrics")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
@@ -93,18 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_reports(sub: Any) -> None:
     """The commands that read the store's findings: report, storms and events."""
-    report = sub.add_parser("report", help="per-function compiles, causes and cost")
-    _add_store(report)
+    report = _store_command(sub, "report", help="per-function compiles, causes and cost")
     _add_filters(report)
 
-    storms = sub.add_parser("storms", help="recompilation storms with their cause and fix")
-    _add_store(storms)
+    storms = _store_command(sub, "storms", help="recompilation storms with their cause and fix")
     _add_filters(storms)
     storms.add_argument("--threshold", type=int, help="recompiles that make a storm (default: storm_threshold)")
     storms.add_argument("--window", type=float, help="seconds they must fall within (default: storm_window)")
 
-    events = sub.add_parser("events", help="compile events with cause, explanation and diff")
-    _add_store(events)
+    events = _store_command(sub, "events", help="compile events with cause, explanation and diff")
     _add_filters(events)
     events.add_argument("--function", help="function name, qualified name or hash prefix")
     events.add_argument("--limit", type=int, default=1000, help="most events to show (default 1000)")
@@ -112,14 +110,12 @@ def _add_reports(sub: Any) -> None:
 
 def _add_program_views(sub: Any) -> None:
     """The commands that show what a compile compiled: program, and diff of two compiles."""
-    program = sub.add_parser("program", help="what a compile compiled: its jaxpr, StableHLO, HLO or pprof profile")
-    _add_store(program)
+    program = _store_command(sub, "program", help="what a compile compiled: its jaxpr, StableHLO, HLO or pprof profile")
     program.add_argument("event_id", help="the compile event's id")
     program.add_argument("--format", choices=("jaxpr", "stablehlo", "hlo", "pprof"), default="jaxpr")
     program.add_argument("--output", "-o", help="write to this file (pprof is binary: default stdout)")
 
-    diff = sub.add_parser("diff", help="two compiles of a function: key, equations, jaxpr and XLA figures")
-    _add_store(diff)
+    diff = _store_command(sub, "diff", help="two compiles of a function: key, equations, jaxpr and XLA figures")
     diff.add_argument("event_a", help="a compile event (alone: diffed with the compile before it)")
     diff.add_argument("event_b", nargs="?", help="a later compile event, diffed against EVENT_A")
     diff.add_argument("--format", choices=("text", "json"), default="text")
@@ -145,14 +141,14 @@ def _run_count(text: str) -> int:
 
 
 def _add_prune(db_sub: Any) -> None:
-    prune = db_sub.add_parser(
+    prune = _store_command(
+        db_sub,
         "prune",
         help="drop old runs (or only their program texts) and give the space back",
         description="Drop the runs with nothing recorded for AGE, or all but the N newest runs, and give the "
         "space back. Totals per function and for the whole store keep counting what was dropped, so the "
         "counters of /metrics never go back; a run still being written to is left alone.",
     )
-    _add_store(prune)
     which = prune.add_mutually_exclusive_group(required=True)
     which.add_argument("--older-than", type=_age, metavar="AGE", help="runs idle for this long: 30d, 12h, 90m, 2w")
     which.add_argument("--keep-runs", type=_run_count, metavar="N", help="keep the N newest runs (by start time)")
@@ -209,13 +205,13 @@ def _size(n: int) -> str:
 
 
 def _add_compare(sub: Any) -> None:
-    compare = sub.add_parser(
+    compare = _store_command(
+        sub,
         "compare",
         help="two runs function by function: compiles, causes, compile seconds (a CI gate)",
         description="Compare RUN with BASELINE_RUN (run ids, unique id prefixes or run names). Without RUN, the "
         "newest other run of the baseline's run name (or job); without either, the newest run and the one before it.",
     )
-    _add_store(compare)
     compare.add_argument("baseline", nargs="?", metavar="BASELINE_RUN")
     compare.add_argument("run", nargs="?", metavar="RUN")
     compare.add_argument(
@@ -253,14 +249,14 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _add_whatif(sub: Any) -> None:
-    whatif = sub.add_parser(
+    whatif = _store_command(
+        sub,
         "whatif",
         help="what padding (or another fix) would buy over a run: compiles, compile and run seconds",
         description="Replay FUNCTION's compiles in RUN (default: its latest run) through a padding policy on the "
         "axis that varied and price it with the run's own figures: compiles and their seconds, the extra run "
         "time of padded calls, the executables kept. auto[:N] finds the cheapest ladder of at most N buckets.",
     )
-    _add_store(whatif)
     whatif.add_argument("function", metavar="FUNCTION", help="function name, qualified name or hash prefix")
     whatif.add_argument("--run", dest="run_id", help="run id, id prefix or run name (default: the latest)")
     whatif.add_argument("--pad", default="pow2", help="pow2 | multiple:K | ladder:A,B,C | auto[:N] (default pow2)")
@@ -299,7 +295,8 @@ def _whatif(args: argparse.Namespace) -> int:
 
 
 def _add_cache(sub: Any) -> None:
-    cache = sub.add_parser(
+    cache = _store_command(
+        sub,
         "cache",
         help="JAX's caches: executables per function and variant, their calls and memory, the persistent cache",
         description="Per function and compiled variant of RUN (default: the latest run): when each executable was "
@@ -307,7 +304,6 @@ def _add_cache(sub: Any) -> None:
         "again; what the persistent compilation cache did; and its directory audited (--cache-dir, default "
         "CACHEWATCH_PERSISTENT_CACHE_DIR or JAX_COMPILATION_CACHE_DIR).",
     )
-    _add_store(cache)
     cache.add_argument("--run", dest="run_id", help="run id, id prefix or run name (default: the latest)")
     cache.add_argument("--function", help="function name, qualified name or hash prefix")
     cache.add_argument("--cache-dir", help="the persistent compilation cache directory to audit")
