@@ -332,8 +332,7 @@ def _describe(
     function_hash: str, info: FunctionInfo | None, rows: list[Recompile], now: float, window: float, fixed: bool = True
 ) -> Burst:
     """A burst of a jit of the user's, with its fix (``fixed``; it reads the diffs)."""
-    cause_counts = collections.Counter(r.cause for r in rows)
-    dominant, _ = cause_counts.most_common(1)[0]
+    span = _span(rows, now, window)
     name = short_name(info.qualname) if info else function_hash
     return Burst(
         key=function_hash,
@@ -344,16 +343,24 @@ def _describe(
         name=info.name if info else "",
         qualname=info.qualname if info else function_hash,
         short_name=name,
-        start=rows[0].timestamp,
-        end=rows[-1].timestamp,
-        compiles=len(rows),
-        causes=dict(cause_counts),
-        dominant_cause=dominant,
-        active=now - rows[-1].timestamp <= window,
-        run_id=rows[0].run_id,
-        run_ids=(rows[0].run_id,),
-        fix=_fix_of(function_hash, info, rows, dominant) if fixed else "",
+        **span,
+        fix=_fix_of(function_hash, info, rows, span["dominant_cause"]) if fixed else "",
     )
+
+
+def _span(rows: list[Recompile], now: float, window: float) -> dict[str, Any]:
+    """A burst's fields that its compiles alone give: when, how many, why, which run."""
+    cause_counts = collections.Counter(r.cause for r in rows)
+    return {
+        "start": rows[0].timestamp,
+        "end": rows[-1].timestamp,
+        "compiles": len(rows),
+        "causes": dict(cause_counts),
+        "dominant_cause": cause_counts.most_common(1)[0][0],
+        "active": now - rows[-1].timestamp <= window,
+        "run_id": rows[0].run_id,
+        "run_ids": (rows[0].run_id,),
+    }
 
 
 def _fix_of(function_hash: str, info: FunctionInfo | None, rows: list[Recompile], dominant: str) -> str:
@@ -369,8 +376,7 @@ def _describe_site(
     fix (``fixed``; it reads the diffs)."""
     per_function = collections.Counter(r.function_hash for r in rows)
     top_hash = per_function.most_common(1)[0][0]
-    cause_counts = collections.Counter(r.cause for r in rows)
-    dominant, _ = cause_counts.most_common(1)[0]
+    span = _span(rows, now, window)
     names = {h: _display_name(infos.get(h), h) for h in per_function}
     inside = ", ".join(f"{names[h]} {n}x" for h, n in per_function.most_common(4))
     more = f" and {len(per_function) - 4} more" if len(per_function) > 4 else ""
@@ -384,15 +390,8 @@ def _describe_site(
         name=top.name if top else "",
         qualname=top.qualname if top else top_hash,
         short_name=f"{_short_site(call_site)} ({inside}{more})",
-        start=rows[0].timestamp,
-        end=rows[-1].timestamp,
-        compiles=len(rows),
-        causes=dict(cause_counts),
-        dominant_cause=dominant,
-        active=now - rows[-1].timestamp <= window,
-        run_id=rows[0].run_id,
-        run_ids=(rows[0].run_id,),
-        fix=site_fix(call_site, infos, rows, dominant) if fixed else "",
+        **span,
+        fix=site_fix(call_site, infos, rows, span["dominant_cause"]) if fixed else "",
     )
 
 
