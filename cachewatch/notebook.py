@@ -34,10 +34,20 @@ MAX_ROWS = 50
 class CellReport:
     """The compiles of one cell and the storms they made; renders itself in a notebook."""
 
-    def __init__(self, events: list[CompileEvent], storms: list[Storm], *, always: bool = True):
+    def __init__(
+        self,
+        events: list[CompileEvent],
+        storms: list[Storm],
+        *,
+        always: bool = True,
+        alive: tuple[int, int] | None = None,
+    ):
         self.events = events
         self.storms = storms
         self.always = always  # say "no compiles" rather than show nothing
+        # The executables the cell's compiles made that JAX's caches still hold at its end,
+        # and their bytes as XLA counts them (None: not read, the store is a service's).
+        self.alive = alive
 
     @property
     def compile_seconds(self) -> float:
@@ -52,7 +62,18 @@ class CellReport:
             f"cachewatch: this cell compiled {n} time{'s' if n != 1 else ''} "
             f"({functions} function{'s' if functions != 1 else ''}, {seconds_text(self.compile_seconds)})"
             + (f"; {len(self.storms)} storm{'s' if len(self.storms) != 1 else ''}" if self.storms else "")
+            + self._alive_text()
             + "."
+        )
+
+    def _alive_text(self) -> str:
+        if self.alive is None:
+            return ""
+        count, held = self.alive
+        from .analysis.cache import bytes_text
+
+        return f"; it left {count} executable{'s' if count != 1 else ''} alive in JAX's caches" + (
+            f" ({bytes_text(held)} as XLA counts them)" if held else ""
         )
 
     def _rows(self) -> list[list[str]]:
@@ -186,33 +207,44 @@ class _Watch:
         ended = time.time()
         with self._lock:
             events = list(self._events)
-        return CellReport(events, _storms_since(self._started, ended, events) if events else [], always=always)
+        if not events:
+            return CellReport(events, [], always=always)
+        storms, alive = _cell_findings(self._started, ended, events)
+        return CellReport(events, storms, always=always, alive=alive)
 
 
-def _storms_since(started: float, ended: float, events: list[CompileEvent]) -> list[Storm]:
-    """Storms of this run made of the cell's own compiles (read from the store once written).
-    The program is judged as of the cell's end: what the writer records after it (the call
-    statistics flushed for this report) is no sign that the program went on."""
+def _cell_findings(
+    started: float, ended: float, events: list[CompileEvent]
+) -> tuple[list[Storm], tuple[int, int] | None]:
+    """Storms of this run made of the cell's own compiles, and the executables they made
+    that are still alive with their bytes (read from the store once written). The program
+    is judged as of the cell's end: what the writer records after it (the call statistics
+    flushed for this report) is no sign that the program went on."""
     with _guard.guard("notebook.storms"):
-        from .analysis import diagnosis
+        from .analysis import cache, diagnosis
         from .record import current, recorder
+        from .store import cache as cachereads
         from .store import columns
         from .store import engine as enginemod
 
         cfg = current.config()
         if cfg.store.startswith(("http://", "https://")) or not recorder.flush(cfg.exit_timeout):
-            return []
+            return [], None
         hashes = sorted({e.function.function_hash for e in events})
+        in_cell = columns.Filters(run_id=current.run_id(), since=started)
         with enginemod.connection(cfg.store) as conn:
-            return diagnosis.detect_storms(
+            storms = diagnosis.detect_storms(
                 conn,
-                columns.Filters(run_id=current.run_id(), since=started),
+                in_cell,
                 threshold=cfg.storm_threshold,
                 window=cfg.storm_window,
                 function_hashes=hashes,
                 heard_until=ended,
             )
-    return []
+            held = cache.cache_report(cachereads.read_cache(conn, in_cell))
+        alive = [v for fn in held.functions for v in fn.variants if v.live and v.created_at <= ended]
+        return storms, (len(alive), sum(v.executable_bytes for v in alive))
+    return [], None
 
 
 _watch = _Watch()

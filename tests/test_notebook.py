@@ -28,6 +28,11 @@ CELLS = [
     "step(jnp.ones((64, 3))).shape",
     "%cachewatch off",
     "step(jnp.ones((65, 3))).shape",
+    # NumPy inputs: the jit's own executables and nothing eager beside them.
+    "%%cachewatch\nimport numpy as np\nadd = jax.jit(lambda x: x + 1)\n"
+    "for n in range(1, 4):\n    add(np.ones(n, np.float32))",
+    "add._cache_size()",
+    "%%cachewatch\njax.clear_caches()\nadd(np.ones(1, np.float32)).shape",
 ]
 
 
@@ -141,3 +146,16 @@ def test_the_run_report_renders_itself(use_store, sqlite_url):
     assert 'class="cachewatch-functions"' in html
     assert "new_shape=2" in html
     assert repr(report).startswith(f"cachewatch: run {report.summary['run_id'][:12]}: ")
+
+
+def test_a_cell_says_how_many_executables_it_left_alive(executed):
+    (text,) = outputs(executed.cells[8], "text/plain")
+    # JAX's own count of the jit's executables, read in the notebook.
+    held = [o["data"]["text/plain"] for o in executed.cells[9].outputs if o["output_type"] == "execute_result"]
+    assert held == ["3"]
+    assert "it left 3 executables alive in JAX's caches (" in text
+    assert "as XLA counts them)" in text
+    # After jax.clear_caches(), only what the cell compiled again is alive.
+    (again,) = outputs(executed.cells[10], "text/plain")
+    assert "this cell compiled 1 time" in again
+    assert "it left 1 executable alive" in again
