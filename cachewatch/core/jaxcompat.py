@@ -336,6 +336,11 @@ def _attribute_probe(name: str) -> str | None:
     return None
 
 
+def _attribute_capability(name: str, gives: str, public: str = "") -> None:
+    """A capability that holds where the attribute path ``ATTRIBUTES[name]`` resolves."""
+    _capability(name, gives, public)(lambda: _attribute_probe(name))
+
+
 @_capability("trace_equations", "jaxpr_eqns, the equation count of each trace")
 def _trace_equations() -> str | None:
     from jax._src.interpreters import partial_eval as pe
@@ -345,9 +350,9 @@ def _trace_equations() -> str | None:
     return _attribute_probe("trace_equations")
 
 
-@_capability("primitives", "naming eager (op-by-op) compiles after their primitive", public="jax.extend.core.Primitive")
-def _primitives() -> str | None:
-    return _attribute_probe("primitives")
+_attribute_capability(
+    "primitives", "naming eager (op-by-op) compiles after their primitive", public="jax.extend.core.Primitive"
+)
 
 
 @_capability("jaxpr_debug_info", "the source of a function known only from its jaxpr (foreign lowerings)")
@@ -377,18 +382,16 @@ def _transform_tracers() -> str | None:
     return f"no {', '.join(missing)}" if missing else None
 
 
-@_capability("distributed_state", "the rank of a run under jax.distributed", public="jax.distributed.is_initialized")
-def _distributed_state() -> str | None:
-    return _attribute_probe("distributed_state")
+_attribute_capability(
+    "distributed_state", "the rank of a run under jax.distributed", public="jax.distributed.is_initialized"
+)
 
 
-@_capability(
+_attribute_capability(
     "persistent_cache_reset",
     "turning the persistent cache on after a first compile",
     public="jax.experimental.compilation_cache.compilation_cache.reset_cache",
 )
-def _persistent_cache_reset() -> str | None:
-    return _attribute_probe("persistent_cache_reset")
 
 
 def _attribute_probe_each(name: str) -> str | None:
@@ -412,24 +415,12 @@ def _program_hooks() -> str | None:
     return None
 
 
-@_capability("hlo_print_options", "the fingerprint of the optimised program (identical recompiles)")
-def _hlo_print_options() -> str | None:
-    return _attribute_probe("hlo_print_options")
-
-
-@_capability("traceback_lines", "equations by user source line (the compile-cost profile)")
-def _traceback_lines() -> str | None:
-    return _attribute_probe("traceback_lines")
-
-
-@_capability("mlir_strip_debuginfo", "the lowered program's fingerprint (what a persistent cache would serve)")
-def _mlir_strip_debuginfo() -> str | None:
-    return _attribute_probe("mlir_strip_debuginfo")
-
-
-@_capability("mlir_context", "reading the lowered program off the compile path (its fingerprint, its StableHLO)")
-def _mlir_context() -> str | None:
-    return _attribute_probe("mlir_context")
+_attribute_capability("hlo_print_options", "the fingerprint of the optimised program (identical recompiles)")
+_attribute_capability("traceback_lines", "equations by user source line (the compile-cost profile)")
+_attribute_capability("mlir_strip_debuginfo", "the lowered program's fingerprint (what a persistent cache would serve)")
+_attribute_capability(
+    "mlir_context", "reading the lowered program off the compile path (its fingerprint, its StableHLO)"
+)
 
 
 @_capability("clear_caches_hook", "telling a cache cleared by jax.clear_caches() from a retrace with nothing cleared")
