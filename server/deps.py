@@ -15,7 +15,7 @@ import datetime as dt
 import json
 import math
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import sqlalchemy as sa
 from fastapi import Depends, HTTPException, Query, Request
@@ -128,6 +128,8 @@ def _page(
 
 Page = Annotated[PageParams, Depends(_page)]
 
+_Tie = TypeVar("_Tie")
+
 
 def encode_cursor(kind: str, position: Any) -> str:
     """An opaque cursor: which listing it belongs to and where the next page starts."""
@@ -150,3 +152,24 @@ def decode_cursor(kind: str, cursor: str | None) -> Any:
             cursor,
         )
     return position
+
+
+def decode_offset(kind: str, cursor: str | None) -> int:
+    """Where an offset-paged listing's page starts: 0 without a cursor."""
+    offset = decode_cursor(kind, cursor) or 0
+    if not isinstance(offset, int) or offset < 0:
+        raise invalid(("query", "cursor"), "not a cursor of this listing", cursor)
+    return offset
+
+
+def decode_after(kind: str, cursor: str | None, tie: type[_Tie]) -> tuple[float, _Tie] | None:
+    """Where a keyset-paged listing's page starts: after this (time, ``tie``) pair; None
+    without a cursor. ``tie`` is the type of what orders rows of the same time."""
+    after = decode_cursor(kind, cursor)
+    if after is None:
+        return None
+    if not (
+        isinstance(after, list) and len(after) == 2 and isinstance(after[0], (int, float)) and isinstance(after[1], tie)
+    ):
+        raise invalid(("query", "cursor"), "not a cursor of this listing", cursor)
+    return float(after[0]), after[1]

@@ -10,6 +10,7 @@ import time
 import pytest
 import serverkit as kit
 import sqlalchemy as sa
+from cachewatch_server.deps import encode_cursor
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings, SettingsError, load
 from fastapi.testclient import TestClient
@@ -370,6 +371,23 @@ def test_filters_and_cursors(client, recorded):
 
     summary = client.get("/api/v1/summary", params={"run_id": run_b.run_id}).json()
     assert (summary["events"], summary["functions"], summary["runs"]) == (8, 1, 1)
+
+
+def test_a_cursor_of_the_listing_with_another_position_is_refused(client, recorded):
+    # Each listing's cursor carries one shape of position: an offset, or a (time, tie) pair.
+    _seed_two_runs(client, recorded, 1_800_000_000.0)
+    step = recorded.function("step").function_hash
+    wrong = {
+        "/api/v1/functions": ("functions", -1),
+        "/api/v1/storms": ("storms", "3"),
+        "/api/v1/cache": ("cache", [3]),
+        f"/api/v1/functions/{step}/events": ("events", [1.0, "an id"]),
+        "/api/v1/runs": ("runs", [1.0, 2]),
+    }
+    for path, (kind, position) in wrong.items():
+        r = client.get(path, params={"cursor": encode_cursor(kind, position)})
+        assert r.status_code == 422, path
+        assert "cursor" in r.json()["message"], path
 
 
 def test_storms(client, recorded):

@@ -11,7 +11,7 @@ from cachewatch.analysis import cache as analysis
 from cachewatch.store import cache as reads
 from cachewatch.store import queries
 
-from ..deps import Connection, Page, QueryFilters, ReadAuth, decode_cursor, encode_cursor, invalid
+from ..deps import Connection, Page, QueryFilters, ReadAuth, decode_offset, encode_cursor
 from ..schemas import CachePage
 
 router = APIRouter(prefix="/api/v1", tags=["cache"])
@@ -27,9 +27,7 @@ def list_cache(
         str | None, Query(max_length=512, description="Only this function: name, qualified name or hash prefix.")
     ] = None,
 ) -> CachePage:
-    offset = decode_cursor("cache", page.cursor) or 0
-    if not isinstance(offset, int) or offset < 0:
-        raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
+    offset = decode_offset("cache", page.cursor)
     hashes = queries.find_functions(conn, function) if function else None
     pairs = reads.cache_functions(conn, filters, hashes) if hashes is None or hashes else []
     end = offset + page.limit

@@ -13,19 +13,22 @@ from cachewatch.store import queries as storequeries
 from cachewatch.store import whatif as whatifreads
 from cachewatch.store.comparison import RunNotFound
 
-from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
+from ..deps import (
+    Connection,
+    Page,
+    QueryFilters,
+    ReadAuth,
+    Settings,
+    decode_after,
+    decode_offset,
+    encode_cursor,
+    invalid,
+)
 from ..schemas import EventPage, FunctionDetail, FunctionPage, WhatifOut
 
 router = APIRouter(prefix="/api/v1", tags=["functions"])
 
 FunctionHash = Annotated[str, Path(max_length=40, description="The function's stable hash.")]
-
-
-def _offset(cursor: str | None) -> int:
-    offset = decode_cursor("functions", cursor) or 0
-    if not isinstance(offset, int) or offset < 0:
-        raise invalid(("query", "cursor"), "not a cursor of this listing", cursor)
-    return offset
 
 
 @router.get("/functions", response_model=FunctionPage, summary="Functions, most compile seconds first")
@@ -38,7 +41,7 @@ def list_functions(
         str | None, Query(max_length=200, description="Only functions whose name or qualified name contains this text.")
     ] = None,
 ) -> FunctionPage:
-    offset = _offset(page.cursor)
+    offset = decode_offset("functions", page.cursor)
     rows, total = listings.function_page(conn, filters, offset=offset, limit=page.limit, q=q)
     end = offset + page.limit
     return FunctionPage.model_validate(
@@ -74,16 +77,7 @@ def function_events(
 ) -> EventPage:
     if not listings.function_exists(conn, function_hash):
         raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
-    after = decode_cursor("events", page.cursor)
-    if after is not None:
-        if not (
-            isinstance(after, list)
-            and len(after) == 2
-            and isinstance(after[0], (int, float))
-            and isinstance(after[1], int)
-        ):
-            raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
-        after = (float(after[0]), after[1])
+    after = decode_after("events", page.cursor, int)
     rows = listings.event_rows(conn, function_hash, filters, limit=page.limit + 1, after=after)
     more = len(rows) > page.limit
     rows = rows[: page.limit]

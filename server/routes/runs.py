@@ -10,7 +10,7 @@ from cachewatch.analysis import comparison
 from cachewatch.store import listings
 from cachewatch.store.comparison import RunNotFound
 
-from ..deps import Connection, Page, QueryFilters, ReadAuth, decode_cursor, encode_cursor, invalid
+from ..deps import Connection, Page, QueryFilters, ReadAuth, decode_after, encode_cursor, invalid
 from ..schemas import RunComparisonOut, RunPage
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
@@ -18,16 +18,7 @@ router = APIRouter(prefix="/api/v1", tags=["runs"])
 
 @router.get("/runs", response_model=RunPage, summary="Runs, newest first (since/until apply to the start time)")
 def list_runs(_: ReadAuth, conn: Connection, filters: QueryFilters, page: Page) -> RunPage:
-    after = decode_cursor("runs", page.cursor)
-    if after is not None:
-        if not (
-            isinstance(after, list)
-            and len(after) == 2
-            and isinstance(after[0], (int, float))
-            and isinstance(after[1], str)
-        ):
-            raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
-        after = (float(after[0]), after[1])
+    after = decode_after("runs", page.cursor, str)
     rows = listings.run_rows(conn, filters, limit=page.limit + 1, after=after)
     more = len(rows) > page.limit
     rows = rows[: page.limit]

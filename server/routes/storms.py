@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from cachewatch.analysis import diagnosis
 from cachewatch.analysis.results import FirstPass
 
-from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_cursor, encode_cursor, invalid
+from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_offset, encode_cursor
 from ..schemas import FirstPassOut, StormOut, StormPage
 
 router = APIRouter(prefix="/api/v1", tags=["storms"])
@@ -25,9 +25,7 @@ def list_storms(
     active: Annotated[bool | None, Query(description="Only active (true) or only past (false) storms.")] = None,
     function_hash: Annotated[str | None, Query(max_length=40, description="Only this function.")] = None,
 ) -> StormPage:
-    offset = decode_cursor("storms", page.cursor) or 0
-    if not isinstance(offset, int) or offset < 0:
-        raise invalid(("query", "cursor"), "not a cursor of this listing", page.cursor)
+    offset = decode_offset("storms", page.cursor)
     hashes = [function_hash] if function_hash else None
     passes: list[FirstPass] = []
     if active is True:  # only recent events are read, and first passes are never active
