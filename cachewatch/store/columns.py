@@ -28,23 +28,21 @@ class Filters:
         return not self.run_id and self.since is None and self.until is None
 
     def apply(self, table: sa.Table, query: sa.Select) -> sa.Select:
-        if self.run_id:
-            query = query.where(table.c.run_id == self.run_id)
-        if self.since is not None:
-            query = query.where(table.c.timestamp >= self.since)
-        if self.until is not None:
-            query = query.where(table.c.timestamp < self.until)
-        return query
+        return self._bound(query, table.c.run_id, table.c.timestamp)
 
     def apply_to_runs(self, query: sa.Select) -> sa.Select:
         """The same filters for a query over runs: since/until bound the run's start."""
         r = models.runs
+        return self._bound(query, r.c.run_id, r.c.started_at)
+
+    def _bound(self, query: sa.Select, run_id: sa.ColumnElement[Any], when: sa.ColumnElement[Any]) -> sa.Select:
+        """The query with the run and the time span (``since`` inclusive) on these columns."""
         if self.run_id:
-            query = query.where(r.c.run_id == self.run_id)
+            query = query.where(run_id == self.run_id)
         if self.since is not None:
-            query = query.where(r.c.started_at >= self.since)
+            query = query.where(when >= self.since)
         if self.until is not None:
-            query = query.where(r.c.started_at < self.until)
+            query = query.where(when < self.until)
         return query
 
 
