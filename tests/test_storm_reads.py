@@ -135,3 +135,26 @@ def test_the_dense_pairs_leave_out_sparse_runs(store_url):
 def test_the_recompile_condition_is_the_vocabulary_s():
     assert f"cause <> '{Cause.FIRST_CALL.value}'" in models.RECOMPILED
     assert f"kind <> '{Kind.WARMUP.value}'" in models.RECOMPILED
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_page_of_storms_is_that_page_of_the_whole_listing(store_url, seed):
+    _fill(store_url, seed)
+    now = NOW + 3 * 86400  # some storms active, most not
+    with enginemod.connection(store_url) as conn:
+        whole = diagnosis.detect_storms(conn, threshold=3, window=60.0, now=now)
+        assert len(whole) > 3, "the filled store has pages of storms"
+        assert any(s.recurs_in_runs > 1 for s in whole), "a page shows recurrence counted over every storm"
+        active_first = sorted(whole, key=lambda s: (not s.active, -s.end))
+        for offset, limit in ((0, 2), (1, 3), (len(whole) - 1, 5), (len(whole), 5)):
+            page = diagnosis.find_storms(conn, page=(offset, limit), threshold=3, window=60.0, now=now)
+            assert list(page.storms) == whole[offset : offset + limit]
+            assert page.total == len(whole)
+            assert page.active == sum(1 for s in whole if s.active)
+            first = diagnosis.find_storms(
+                conn, page=(offset, limit), active_first=True, threshold=3, window=60.0, now=now
+            )
+            assert list(first.storms) == active_first[offset : offset + limit]
+        past = diagnosis.find_storms(conn, page=(0, 100), active=False, threshold=3, window=60.0, now=now)
+    assert list(past.storms) == [s for s in whole if not s.active]
+    assert past.total == len(past.storms)

@@ -102,46 +102,127 @@ def storms_and_first_passes(
     written after it does not show that the program went on. Without ``priced``, a
     storm's padding fix is not priced over its run; without ``described`` (what counting
     storms needs), a storm carries no fix, waste or recurrence, and no diff is read."""
+    found = find_storms(
+        conn,
+        filters,
+        threshold=threshold,
+        window=window,
+        now=now,
+        function_hashes=function_hashes,
+        heard_until=heard_until,
+        priced=priced,
+        described=described,
+    )
+    return list(found.storms), list(found.first_passes)
+
+
+@dataclasses.dataclass(frozen=True)
+class StormsFound:
+    """Storms (a page of them, newest first, or active ones first), how many there are in
+    all and how many of those are active, and the first passes."""
+
+    storms: tuple[Storm, ...]
+    total: int
+    active: int
+    first_passes: tuple[FirstPass, ...]
+
+
+def find_storms(
+    conn: sa.Connection,
+    filters: Filters = Filters(),
+    *,
+    page: tuple[int, int] | None = None,
+    active_first: bool = False,
+    active: bool | None = None,
+    **options: Unpack[StormOptions],
+) -> StormsFound:
+    """The storms of :func:`storms_and_first_passes` (its options), and with ``page``
+    (offset, limit) only that page of them described: every burst is judged (storm or
+    first pass) from its compiles alone, and only the storms shown have their diffs read
+    and their fix written, weighed and priced. ``active_first`` orders the active ones
+    first (newest first within each); ``active`` keeps only the active storms (True) or
+    only the past ones (False), counted and paged as such."""
+    threshold, window = options.get("threshold", 5), options.get("window", 600.0)
+    now = options.get("now")
     now = time.time() if now is None else now
-    # The diffs, the bulk of each row, are read only for the compiles in bursts.
+    described = options.get("described", True)
+    function_hashes = options.get("function_hashes")
+    # The diffs, the bulk of each row, are read only for the compiles in bursts shown.
     # Only the functions and lines with enough recompiles close together to make a burst.
     every = steady.recompiles(conn, filters, function_hashes, diffs=False, dense=(threshold, window))
     if not every:
-        return [], []
+        return StormsFound((), 0, 0, ())
     names = evidence.function_infos(conn, {r.function_hash for r in every})
-    bursts = _bursts_read_whole(conn, every, names, threshold, window, function_hashes, diffs=described)
+    bursts = _bursts_read_whole(conn, every, names, threshold, window, function_hashes)
+    storms, passes = _judged(conn, bursts, threshold, options.get("heard_until"))
+    storms.sort(key=lambda b: -b[2][-1].timestamp)
+    passes.sort(key=lambda b: -b[2][-1].timestamp)
+    runs_per_key: dict[str, set[str]] = collections.defaultdict(set)  # recurrence counts every storm
+    for key, run_id, _ in storms:
+        runs_per_key[key].add(run_id)
+    if active is not None:
+        storms = [b for b in storms if (now - b[2][-1].timestamp <= window) == active]
+    active_count = sum(1 for _, _, group in storms if now - group[-1].timestamp <= window)
+    if active_first:
+        storms.sort(key=lambda b: now - b[2][-1].timestamp > window)
+    shown = storms if page is None else storms[page[0] : page[0] + page[1]]
+    if described:
+        shown, passes = _read_diffs(conn, shown), _read_diffs(conn, passes)
+
+    def burst(key: str, group: list[Recompile]) -> Burst:
+        if key.startswith("site:"):
+            return _describe_site(key[5:], names, group, now, window, described)
+        return _describe(key, names.get(key), group, now, window, described)
+
+    found = [Storm(**_burst_fields(burst(key, group))) for key, _, group in shown]
+    if described:
+        found = _with_recurrence_and_waste(conn, found, runs_per_key, priced=options.get("priced", True))
+    first = [
+        FirstPass(
+            **_burst_fields(burst(key, group), active=False),
+            seconds=sum(r.seconds for r in group),
+            signatures=len({(r.function_hash, r.signature_hash) for r in group}),
+        )
+        for key, _, group in passes
+    ]
+    return StormsFound(tuple(found), len(storms), active_count, tuple(first))
+
+
+_Judged = list[tuple[str, str, list[Recompile]]]  # (group key, run, the burst's recompiles)
+
+
+def _judged(
+    conn: sa.Connection,
+    bursts: list[tuple[str, str, list[Recompile], list[Recompile]]],
+    threshold: int,
+    heard_until: float | None,
+) -> tuple[_Judged, _Judged]:
+    """The bursts that are storms and those that are first passes, in the bursts' order,
+    told from their compiles and the runs' statistics (no diff is needed)."""
     # Whether the program went on after a burst is read only for the runs where a burst
     # could be a first pass: a store of a fleet's runs is never read whole for one page.
     possible = [_new_signatures_only(group, rows) for _, _, group, rows in bursts]
     candidates = [(run_id, group) for (_, run_id, group, _), can in zip(bursts, possible, strict=False) if can]
     work = steady.work(conn, {run for run, _ in candidates}, {r.function_hash for _, g in candidates for r in g})
     work.heard_until(heard_until)
-    storms: list[Storm] = []
-    passes: list[FirstPass] = []
+    storms: _Judged = []
+    passes: _Judged = []
     for (key, run_id, group, _), can in zip(bursts, possible, strict=False):
-        if key.startswith("site:"):
-            found = _describe_site(key[5:], names, group, now, window, described)
-        else:
-            found = _describe(key, names.get(key), group, now, window, described)
         compiling = functools.partial(evidence.compile_seconds_between, conn, run_id)
         heard = work.last_after(run_id, group[-1].timestamp)
         if can and _went_on(group, heard, compiling, _served_after(work, run_id, group, heard_until)):
-            passes.append(
-                FirstPass(
-                    **_burst_fields(found, active=False),
-                    seconds=sum(r.seconds for r in group),
-                    signatures=len({(r.function_hash, r.signature_hash) for r in group}),
-                )
-            )
+            passes.append((key, run_id, group))
         elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
             # A storm is a function that keeps compiling: a line whose many primitives
             # each compiled once or twice (one pass of set-up) is none.
-            storms.append(Storm(**_burst_fields(found)))
-    if described:
-        storms = _with_recurrence_and_waste(conn, storms, priced=priced)
-    storms.sort(key=lambda s: -s.end)
-    passes.sort(key=lambda s: -s.end)
+            storms.append((key, run_id, group))
     return storms, passes
+
+
+def _read_diffs(conn: sa.Connection, judged: _Judged) -> _Judged:
+    """The bursts with their recompiles' diffs, read for just these events."""
+    read = {r.event_id: r for r in evidence.with_diffs(conn, [r for _, _, group in judged for r in group])}
+    return [(key, run_id, [read[r.event_id] for r in group]) for key, run_id, group in judged]
 
 
 def _burst_fields(burst: Burst, **changed: Any) -> dict[str, Any]:
@@ -157,12 +238,10 @@ def _bursts_read_whole(
     threshold: int,
     window: float,
     function_hashes: list[str] | None,
-    *,
-    diffs: bool = True,
 ) -> list[tuple[str, str, list[Recompile], list[Recompile]]]:
     """The bursts of recompiles per group (a jit of the user's, or a line of user code) and
-    run, as (group key, run, the burst's recompiles with their diffs (``diffs``), all the
-    group's recompiles in that run); only those involving ``function_hashes`` when given."""
+    run, as (group key, run, the burst's recompiles, all the group's recompiles in that
+    run); only those involving ``function_hashes`` when given."""
     by_group: dict[tuple[str, str], list[Recompile]] = collections.defaultdict(list)
     for row in every:
         by_group[(_group_key(row, names.get(row.function_hash)), row.run_id)].append(row)
@@ -173,19 +252,15 @@ def _bursts_read_whole(
         for group in _bursts(sorted(rows, key=lambda r: r.timestamp), threshold, window)
         if wanted is None or wanted & {r.function_hash for r in group}
     ]
-    if not diffs:
-        return bursts
-    read = {r.event_id: r for r in evidence.with_diffs(conn, [r for _, _, group, _ in bursts for r in group])}
-    return [(key, run_id, [read[r.event_id] for r in group], rows) for key, run_id, group, rows in bursts]
+    return bursts
 
 
-def _with_recurrence_and_waste(conn: sa.Connection, storms: list[Storm], *, priced: bool) -> list[Storm]:
-    """Each storm with the runs its group storms in, the recompiles that made a program
-    already made, and (``priced``) for a new-shape storm of a jit, the padding fix priced
-    over its run."""
-    runs_per_key: dict[str, set[str]] = collections.defaultdict(set)
-    for storm in storms:
-        runs_per_key[storm.key].add(storm.run_id)
+def _with_recurrence_and_waste(
+    conn: sa.Connection, storms: list[Storm], runs_per_key: dict[str, set[str]], *, priced: bool
+) -> list[Storm]:
+    """Each storm with the runs its group storms in (``runs_per_key``: of every storm
+    found, shown or not), the recompiles that made a program already made, and
+    (``priced``) for a new-shape storm of a jit, the padding fix priced over its run."""
     out = []
     for storm in storms:
         # How many of its recompiles produced the program the same function compiled

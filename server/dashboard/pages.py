@@ -534,21 +534,27 @@ def runs_compare(request: Request, conn: Connection) -> HTMLResponse:
 @router.get("/storms", response_class=HTMLResponse)
 def storms_page(request: Request, conn: Connection) -> HTMLResponse:
     view = _open_view(request, conn)
-    found, passes = diagnosis.storms_and_first_passes(conn, view.filters, **_storm_settings(request))
-    empty = _empty_state(request, conn, view) if not found and not passes else None
-    found.sort(key=lambda s: (not s.active, -s.end))
-    pager = _pager(view, _page_number(request), _per_page(request, STORMS_PER_PAGE), len(found))
-    shown = found[pager["offset"] : pager["offset"] + pager["per_page"]]
+    number, per_page = _page_number(request), _per_page(request, STORMS_PER_PAGE)
+    # Every storm is judged and counted; only the page's are described and priced.
+    listing = functools.partial(
+        diagnosis.find_storms, conn, view.filters, active_first=True, **_storm_settings(request)
+    )
+    found = listing(page=((number - 1) * per_page, per_page))
+    pager = _pager(view, number, per_page, found.total)
+    if pager["number"] != number:  # past the last page: show the last
+        found = listing(page=(pager["offset"], per_page))
+    passes = found.first_passes
+    empty = _empty_state(request, conn, view) if not found.total and not passes else None
     run_names = {r["run_id"]: r["run_name"] for r in view.runs}
     return page(
         request,
         "storms.html",
         view=view,
         title="Storms",
-        storms=shown,
+        storms=found.storms,
         pager=pager,
         empty=empty,
-        active_count=sum(1 for s in found if s.active),
+        active_count=found.active,
         run_names=run_names,
         first_passes=[(p, diagnosis.describe_first_pass(p)) for p in passes],
         **_storm_settings(request),

@@ -37,20 +37,28 @@ def list_storms(
             function_hashes=hashes,
             active_only=True,
         )
+        total = len(found)
+        found = found[offset : offset + page.limit]
     else:
-        found, passes = diagnosis.storms_and_first_passes(
-            conn, filters, threshold=settings.storm_threshold, window=settings.storm_window, function_hashes=hashes
+        # Only the page's storms are described and priced; every storm is counted.
+        shown = diagnosis.find_storms(
+            conn,
+            filters,
+            page=(offset, page.limit),
+            active=active,
+            threshold=settings.storm_threshold,
+            window=settings.storm_window,
+            function_hashes=hashes,
         )
-        if active is False:
-            found = [s for s in found if not s.active]
+        found, total, passes = list(shown.storms), shown.total, list(shown.first_passes)
     end = offset + page.limit
     if offset:  # the first passes ride on the first page only
         passes = []
     return StormPage(
         threshold=settings.storm_threshold,
         window=settings.storm_window,
-        items=[StormOut.model_validate(s.as_json()) for s in found[offset:end]],
-        next_cursor=encode_cursor("storms", end) if end < len(found) else None,
+        items=[StormOut.model_validate(s.as_json()) for s in found],
+        next_cursor=encode_cursor("storms", end) if end < total else None,
         first_passes=[
             FirstPassOut.model_validate({**p.as_json(), "text": diagnosis.describe_first_pass(p)}) for p in passes
         ],
