@@ -180,6 +180,11 @@ def _array_leaf(path: str, arg: int, value: Any) -> Leaf:
             aval = jax.typeof(value)
         except TypeError:  # not a JAX type: a static leaf
             return _static_leaf(path, arg, value)
+    return _aval_leaf(path, arg, aval, abstract_sharding(aval))
+
+
+def _aval_leaf(path: str, arg: int, aval: Any, sharding: str | None = None) -> Leaf:
+    """The leaf of an abstract value: its shape, dtype and weak type."""
     shape = tuple(int(d) if isinstance(d, int) else d for d in getattr(aval, "shape", ()))
     dtype = getattr(aval, "dtype", None)
     return Leaf(
@@ -189,7 +194,7 @@ def _array_leaf(path: str, arg: int, value: Any) -> Leaf:
         shape=shape,
         dtype=str(dtype) if dtype is not None else None,
         weak_type=bool(getattr(aval, "weak_type", False)),
-        sharding=abstract_sharding(aval),
+        sharding=sharding,
     )
 
 
@@ -250,18 +255,7 @@ def from_avals(arg_names: Sequence[str], avals: Sequence[Any]) -> Signature:
     for index, aval in enumerate(avals):
         name = arg_names[index] if index < len(arg_names) and arg_names[index] else f"args[{index}]"
         structure.append(ArgStructure(name, "positional", False, "*"))
-        shape = tuple(int(d) if isinstance(d, int) else d for d in getattr(aval, "shape", ()))
-        dtype = getattr(aval, "dtype", None)
-        leaves.append(
-            Leaf(
-                path=name,
-                arg=index,
-                static=False,
-                shape=shape,
-                dtype=str(dtype) if dtype is not None else None,
-                weak_type=bool(getattr(aval, "weak_type", False)),
-            )
-        )
+        leaves.append(_aval_leaf(name, index, aval))
     return Signature(tuple(structure), tuple(leaves), ctxmod.snapshot())
 
 
