@@ -118,6 +118,24 @@ def test_storms_from_the_dense_pairs_are_the_storms_of_every_recompile(store_url
                 )
             assert found == whole
             storms += len(found[0])
+            # One function's storms (its detail): the window runs over its recompiles
+            # and its lines' alone, and finds what reading every recompile finds.
+            for name in FUNCTIONS:
+                mine = diagnosis.storms_and_first_passes(
+                    conn, Filters(), threshold=threshold, window=window, now=NOW, function_hashes=[name], priced=False
+                )
+                with monkeypatch.context() as patched:
+                    patched.setattr(steady, "recompiles", every_recompile)
+                    everyone = diagnosis.storms_and_first_passes(
+                        conn,
+                        Filters(),
+                        threshold=threshold,
+                        window=window,
+                        now=NOW,
+                        function_hashes=[name],
+                        priced=False,
+                    )
+                assert mine == everyone
     assert storms, "the filled store has storms to compare"
 
 
@@ -158,3 +176,26 @@ def test_a_page_of_storms_is_that_page_of_the_whole_listing(store_url, seed):
         past = diagnosis.find_storms(conn, page=(0, 100), active=False, threshold=3, window=60.0, now=now)
     assert list(past.storms) == [s for s in whole if not s.active]
     assert past.total == len(past.storms)
+
+
+def test_one_functions_storms_count_the_whole_line_it_was_reached_from(store_url):
+    enginemod.ensure_schema(store_url)
+    # lib_a and lib_b alternate at one line, a compile every 10 s: three of the line's fit
+    # in 25 s, three of either function's do not. Only the line is dense.
+    events = [_event("r0", name, NOW, Cause.FIRST_CALL, warmup=True) for name in ("lib_a", "lib_b")]
+    for k in range(12):
+        name = ("lib_a", "lib_b")[k % 2]
+        events.append(_event("r0", name, NOW + 100 + 10 * k, Cause.NEW_SHAPE, site=SITES[0], signature=f"s{k}"))
+    with enginemod.connection(store_url) as conn:
+        conn.execute(sa.insert(models.runs), [{"run_id": "r0", "started_at": NOW, "jax_version": "0.10.2"}])
+        conn.execute(
+            sa.insert(models.functions),
+            [
+                {"function_hash": n, "name": n, "qualname": n, "module": m, "file": f, "first_seen": NOW}
+                for n, (m, f) in FUNCTIONS.items()
+            ],
+        )
+        conn.execute(sa.insert(models.compile_events), events)
+        (storm,) = diagnosis.detect_storms(conn, threshold=3, window=25.0, now=NOW + 300, function_hashes=["lib_a"])
+    assert storm.key == f"site:{SITES[0]}"
+    assert storm.compiles == 12

@@ -163,22 +163,34 @@ def recompiles_past_first(
         .where(recompiled)
         .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
     )
+    members = None
     if function_hashes is not None:
-        sites = sa.select(e.c.call_site).where(
-            e.c.function_hash.in_(function_hashes), e.c.compiled, e.c.call_site.is_not(None)
+        sites = filters.apply(
+            e,
+            sa.select(e.c.call_site).where(
+                e.c.function_hash.in_(function_hashes), e.c.compiled, e.c.call_site.is_not(None)
+            ),
         )
-        q = q.where(sa.or_(e.c.function_hash.in_(function_hashes), e.c.call_site.in_(filters.apply(e, sites))))
-    rows = conn.execute(q).all() if dense is None else _dense_rows(conn, q, filters, recompiled, dense)
+        members = (e.c.function_hash.in_(function_hashes), e.c.call_site.in_(sites))
+        q = q.where(sa.or_(*members))
+    rows = conn.execute(q).all() if dense is None else _dense_rows(conn, q, filters, recompiled, dense, members)
     return list(zip(_recompiles(rows), (bool(r.warmup) for r in rows), strict=False))
 
 
 def _dense_rows(
-    conn: sa.Connection, q: sa.Select[Any], filters: Filters, recompiled: sa.TextClause, dense: tuple[int, float]
+    conn: sa.Connection,
+    q: sa.Select[Any],
+    filters: Filters,
+    recompiled: sa.TextClause,
+    dense: tuple[int, float],
+    members: tuple[sa.ColumnElement[bool], sa.ColumnElement[bool]] | None,
 ) -> list[sa.Row[Any]]:
     """The rows of ``q`` of the dense pairs (see :func:`_dense`), read run by run. The pairs
     are fetched first: as subqueries under an OR, PostgreSQL ran them again for every row
-    of a large store."""
-    by_function, by_line = (set(map(tuple, conn.execute(pairs))) for pairs in _dense(filters, recompiled, *dense))
+    of a large store. ``members``: the conditions that keep the functions asked about and
+    the lines that reached them, so the window runs over their recompiles alone."""
+    found_pairs = _dense(filters, recompiled, *dense, members)
+    by_function, by_line = (set(map(tuple, conn.execute(pairs))) for pairs in found_pairs)
     runs = sorted({run_id for run_id, _ in by_function | by_line})
     e = models.compile_events
     found = [
@@ -192,21 +204,29 @@ def _dense_rows(
 
 
 def _dense(
-    filters: Filters, recompiled: sa.TextClause, threshold: int, window: float
+    filters: Filters,
+    recompiled: sa.TextClause,
+    threshold: int,
+    window: float,
+    members: tuple[sa.ColumnElement[bool], sa.ColumnElement[bool]] | None = None,
 ) -> tuple[sa.Select[Any], sa.Select[Any]]:
     """The (run, function) and (run, line of user code) pairs among the recompiles in which
-    ``threshold`` consecutive ones fit in ``window`` seconds: those a burst can come from."""
+    ``threshold`` consecutive ones fit in ``window`` seconds: those a burst can come from.
+    ``members`` (functions, lines) keeps whole partitions only, so the window over those
+    left is the same as over every recompile."""
     e = models.compile_events
     steps_back = max(threshold - 1, 0)
 
-    def pairs(column: sa.ColumnElement[Any]) -> sa.Select[Any]:
+    def pairs(column: sa.ColumnElement[Any], member: sa.ColumnElement[bool] | None) -> sa.Select[Any]:
         earlier = sa.func.lag(e.c.timestamp, steps_back).over(partition_by=(e.c.run_id, column), order_by=e.c.timestamp)
-        spans = filters.apply(
-            e, sa.select(e.c.run_id, column.label("member"), (e.c.timestamp - earlier).label("span")).where(recompiled)
-        ).subquery()
+        inner = sa.select(e.c.run_id, column.label("member"), (e.c.timestamp - earlier).label("span")).where(recompiled)
+        if member is not None:
+            inner = inner.where(member)
+        spans = filters.apply(e, inner).subquery()
         return sa.select(spans.c.run_id, spans.c.member).where(spans.c.span <= window).distinct()
 
-    return pairs(e.c.function_hash), pairs(e.c.call_site)
+    by_function, by_line = members if members is not None else (None, None)
+    return pairs(e.c.function_hash, by_function), pairs(e.c.call_site, by_line)
 
 
 def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list[str]) -> list[SignatureCost]:
