@@ -207,29 +207,21 @@ CLEAR_CACHES = "jax.clear_caches()"
 CLEAR_CACHE = "clear_cache()"
 
 
-class _ReleaseNotice:
-    """Registered with JAX like one of its caches: ``jax.clear_caches()`` calls it."""
+class _ReleaseNotice(jaxcompat.ClearListener):
+    """Notes that ``jax.clear_caches()`` released every executable."""
 
     def cache_clear(self) -> None:
         with _guard.guard("cachestate.clear_caches"):
             released(None, CLEAR_CACHES)
 
-    def cache_info(self) -> Any:
-        return None
 
-    def cache_keys(self) -> list:
-        return []
-
-
-_notice = _ReleaseNotice()
-_registered: bool | None = None
+# Registered at the first compile, not at import.
+_notice = _ReleaseNotice("cachewatch: notes jax.clear_caches()")
 
 
 def compiled(info: FunctionInfo) -> None:
     """Note that ``info`` holds a new executable (it is released by the next clear)."""
-    global _registered
-    if _registered is None:
-        _registered = jaxcompat.register_cache_for_clearing(_notice, "cachewatch: notes jax.clear_caches()")
+    _notice.register()
     if info.function_hash not in _holding and len(_holding) < _MAX_HOLDING:
         with _lock:
             _holding[info.function_hash] = info

@@ -439,6 +439,38 @@ def register_cache_for_clearing(cache: Any, name: str) -> bool:
     return True
 
 
+class ClearListener:
+    """Registered with JAX's cache management like one of its own caches, so that
+    ``jax.clear_caches()`` (which clears every registered cache) calls ``cache_clear``;
+    a subclass says what a clear does.
+
+        class Counter(ClearListener):
+            def cache_clear(self) -> None: ...
+        counter = Counter("cachewatch: counts jax.clear_caches()")
+        counter.register()  # at first use, not at import
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.registered: bool | None = None  # None: not asked yet
+
+    def register(self) -> bool:
+        """Register once; whether JAX will call it (False: this JAX has no registry)."""
+        if self.registered is None:
+            self.registered = register_cache_for_clearing(self, self.name)
+        return self.registered
+
+    def cache_clear(self) -> None:
+        raise NotImplementedError
+
+    # JAX's registry may ask a cache what it holds: nothing, here.
+    def cache_info(self) -> Any:
+        return None
+
+    def cache_keys(self) -> list:
+        return []
+
+
 def _identity(x: Any) -> Any:
     return x
 

@@ -34,7 +34,7 @@ def unreadable_reason() -> str | None:
 
 def snapshot() -> tuple:
     """The current trace context (a tuple of values), ``UNREAD`` when it cannot be read."""
-    _count_clears()
+    _clear_counter.register()
     values = jaxcompat.trace_context()
     return UNREAD if values is None else values
 
@@ -152,39 +152,24 @@ def sentence(name: str, entries: list[dict[str, Any]]) -> str:
 # ------------------------------------------------------------------ cache clears
 
 
-class _ClearCounter:
-    """Registered with JAX's cache management like one of its own caches, so that
-    ``jax.clear_caches()`` (which clears every registered cache) is counted here."""
+class _ClearCounter(jaxcompat.ClearListener):
+    """Counts ``jax.clear_caches()``, which clears every cache registered with JAX."""
 
     def __init__(self) -> None:
+        super().__init__("cachewatch: counts jax.clear_caches()")
         self.clears = 0
 
     def cache_clear(self) -> None:
         self.clears += 1
 
-    def cache_info(self) -> Any:
-        return None
 
-    def cache_keys(self) -> list:
-        return []
-
-
+# Registered at the first trace, not at import: without JAX's registry, a repeat after
+# clear_caches() is left unknown.
 _clear_counter = _ClearCounter()
-
-
-# Whether JAX tells the counter of every jax.clear_caches() (without it, a repeat after
-# clear_caches() is left unknown): asked at the first trace, not at import.
-_registered: bool | None = None
-
-
-def _count_clears() -> None:
-    global _registered
-    if _registered is None:
-        _registered = jaxcompat.register_cache_for_clearing(_clear_counter, "cachewatch: counts jax.clear_caches()")
 
 
 def clears() -> int:
     """How many times ``jax.clear_caches()`` ran in this process since the first trace
     (0 when it cannot be told)."""
-    _count_clears()
+    _clear_counter.register()
     return _clear_counter.clears
