@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
@@ -29,6 +29,11 @@ from ..schemas import EventPage, FunctionDetail, FunctionPage, WhatifOut
 router = APIRouter(prefix="/api/v1", tags=["functions"])
 
 FunctionHash = Annotated[str, Path(max_length=40, description="The function's stable hash.")]
+_NO_FUNCTION: dict[int | str, dict[str, Any]] = {404: {"description": "No function with this hash in the store."}}
+
+
+def _no_function(function_hash: str) -> HTTPException:
+    return HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
 
 
 @router.get("/functions", response_model=FunctionPage, summary="Functions, most compile seconds first")
@@ -53,7 +58,7 @@ def list_functions(
     "/functions/{function_hash}",
     response_model=FunctionDetail,
     summary="One function, with its storms",
-    responses={404: {"description": "No function with this hash in the store."}},
+    responses=_NO_FUNCTION,
 )
 def get_function(
     _: ReadAuth, conn: Connection, settings: Settings, filters: QueryFilters, function_hash: FunctionHash
@@ -62,7 +67,7 @@ def get_function(
         conn, function_hash, filters, threshold=settings.storm_threshold, window=settings.storm_window
     )
     if detail is None:
-        raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
+        raise _no_function(function_hash)
     return FunctionDetail.model_validate(detail.as_json())
 
 
@@ -70,13 +75,13 @@ def get_function(
     "/functions/{function_hash}/events",
     response_model=EventPage,
     summary="A function's compile events with their diffs, oldest first (by event time)",
-    responses={404: {"description": "No function with this hash in the store."}},
+    responses=_NO_FUNCTION,
 )
 def function_events(
     _: ReadAuth, conn: Connection, filters: QueryFilters, page: Page, function_hash: FunctionHash
 ) -> EventPage:
     if not listings.function_exists(conn, function_hash):
-        raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
+        raise _no_function(function_hash)
     after = decode_after("events", page.cursor, int)
     rows = listings.event_rows(conn, function_hash, filters, limit=page.limit + 1, after=after)
     more = len(rows) > page.limit
@@ -120,7 +125,7 @@ def function_whatif(
     except whatif.WhatifError as exc:
         raise invalid(("query", "axis"), str(exc), axis) from None
     if not listings.function_exists(conn, function_hash):
-        raise HTTPException(status_code=404, detail=f"no function {function_hash!r} in the store")
+        raise _no_function(function_hash)
     function = whatifreads.find_function(conn, function_hash)
     try:
         run, run_name = whatifreads.run_of(conn, function.function_hash, run_id)
