@@ -38,13 +38,13 @@ LOGGED = (
 )
 
 
-def run_program(store: str, *args: str) -> tuple[dict, list[tuple[str, str]]]:
+def run_program(store: str, *args: str, **env: str) -> tuple[dict, list[tuple[str, str]]]:
     done = subprocess.run(
         [sys.executable, "-c", LOGGED, str(PROGRAM), *args],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "JAX_PLATFORMS": "cpu", "CACHEWATCH_STORE": store},
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "CACHEWATCH_STORE": store, **env},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     compiles = [
@@ -77,6 +77,29 @@ def test_a_warmed_run_compiles_nothing_on_its_training_thread(sqlite_url):
     # A warm-up's compiles are compiles, never recompiles.
     assert report["train_step"]["compiles"] == SIZES
     assert report["train_step"]["recompiles"] == 0
+
+
+def test_warm_up_fills_the_persistent_cache_that_the_next_warm_up_reads(sqlite_url, tmp_path):
+    first, _ = run_program(sqlite_url)
+    cache = {"CACHEWATCH_PERSISTENT_CACHE_DIR": str(tmp_path / "cache")}
+    filled, _ = run_program(sqlite_url, "--warmup-from", first["run_id"], **cache)
+    # JAX names each entry's file after the jit and its key (the program's eager ops have theirs).
+    entries = [p for p in (tmp_path / "cache").iterdir() if p.name.startswith("jit_train_step-")]
+    assert len(entries) == SIZES
+    read, _ = run_program(sqlite_url, "--warmup-from", first["run_id"], **cache)
+    with engine.connection(sqlite_url) as conn:
+        e = models.compile_events
+        outcomes = {
+            run: [
+                r.persistent_cache
+                for r in conn.execute(
+                    sa.select(e.c.persistent_cache).where(e.c.run_id == run, e.c.compiled, e.c.kind == Kind.WARMUP)
+                )
+            ]
+            for run in (filled["run_id"], read["run_id"])
+        }
+    assert outcomes[filled["run_id"]] == ["written"] * SIZES
+    assert outcomes[read["run_id"]] == ["hit"] * SIZES
 
 
 def _warmup_line() -> int:
