@@ -7,8 +7,10 @@ A training program (a 3-layer MLP, SGD, a mask over padded rows) whose batch siz
 timed). ``whatif`` prices ``auto`` (the ladder it recommends) and ``pow2`` on that run.
 Then the program is run again, each in a fresh process, with its batches padded as each
 policy says, and its compiles (JAX's own log), compile seconds (cachewatch's record of
-the padded run) and the wall time of its training loop are set against the prediction.
-Each repeat records anew; figures are medians over the repeats.
+the padded run) and the wall time of its training loop are set against the prediction:
+the function's priced seconds alone, and the recorded loop with the function's priced
+seconds replaced by the policy's (what is not the function stays as it was). Each repeat
+records anew; figures are medians over the repeats.
 """
 
 from __future__ import annotations
@@ -134,6 +136,12 @@ def repeat(directory: str, index: int, steps: int) -> list[dict]:
                 "predicted_compile_seconds": result.price.compile_seconds,
                 "compile_seconds": _compile_seconds(padded_store),
                 "predicted_total_seconds": result.price.total_seconds,
+                # The loop as recorded, with the function's priced seconds replaced by
+                # the policy's: what is not the function (the loop, the host's work per
+                # step, timing every call) is the same in both programs.
+                "predicted_wall_seconds": base["wall_seconds"]
+                - result.recorded.total_seconds
+                + result.price.total_seconds,
                 "wall_seconds": ran["wall_seconds"],
                 "recorded_compiles": result.recorded.compiles,
                 "recorded_wall_seconds": base["wall_seconds"],
@@ -187,7 +195,8 @@ def main() -> None:
         )
         for name, predicted, actual in (
             ("compile seconds", "predicted_compile_seconds", "compile_seconds"),
-            ("loop wall time", "predicted_total_seconds", "wall_seconds"),
+            ("loop wall time against the function's price", "predicted_total_seconds", "wall_seconds"),
+            ("loop wall time from the recorded loop", "predicted_wall_seconds", "wall_seconds"),
         ):
             ratios = [r[actual] / r[predicted] - 1 for r in rows]
             print(
