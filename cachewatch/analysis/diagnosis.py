@@ -43,7 +43,7 @@ logger = logging.getLogger("cachewatch")
 
 
 class StormReading(TypedDict, total=False):
-    """Which storms :func:`storms_and_first_passes` reads and how far it tells them."""
+    """Which storms :func:`find_storms` reads and how far it tells them."""
 
     now: float | None
     function_hashes: list[str] | None
@@ -53,8 +53,8 @@ class StormReading(TypedDict, total=False):
 
 
 class StormOptions(StormReading, total=False):
-    """All of :func:`storms_and_first_passes`'s keyword arguments, taken as they are by the
-    functions that give one of its two lists."""
+    """:func:`find_storms`'s keyword arguments for all of its storms, taken as they are by
+    the functions that give one of its lists."""
 
     threshold: int
     window: float
@@ -67,9 +67,9 @@ def detect_storms(conn: sa.Connection, filters: Filters = Filters(), **options: 
     never add up to one storm. A function that storms in several runs has one storm per
     run, each saying in how many runs it recurs. Compiles made during a run's warm-up
     (set-up, and the first compile of each step) are left out, and so is a first pass
-    (see :func:`first_passes`). The options are :func:`storms_and_first_passes`'s.
+    (see :func:`first_passes`). The options are :func:`find_storms`'s.
     """
-    return storms_and_first_passes(conn, filters, **options)[0]
+    return list(find_storms(conn, filters, **options).storms)
 
 
 def first_passes(conn: sa.Connection, filters: Filters = Filters(), **options: Unpack[StormOptions]) -> list[FirstPass]:
@@ -77,42 +77,15 @@ def first_passes(conn: sa.Connection, filters: Filters = Filters(), **options: U
     evaluation pass, a first epoch, layer-by-layer eager code), each signature compiled
     once, after which the program went on, served from the cache, for longer than the
     burst itself lasted. Each carries its compiles and their cost, newest first."""
-    return storms_and_first_passes(conn, filters, **options)[1]
+    return list(find_storms(conn, filters, **options).first_passes)
 
 
 def storms_and_first_passes(
-    conn: sa.Connection,
-    filters: Filters = Filters(),
-    *,
-    threshold: int = 5,
-    window: float = 600.0,
-    now: float | None = None,
-    function_hashes: list[str] | None = None,
-    heard_until: float | None = None,
-    priced: bool = True,
-    described: bool = True,
+    conn: sa.Connection, filters: Filters = Filters(), **options: Unpack[StormOptions]
 ) -> tuple[list[Storm], list[FirstPass]]:
-    """Both, from one reading of the recompiles: what a page showing both needs.
-
-    A jit of the user's own storms as itself. Eager code and library jits (JAX's, a
-    library's) are grouped under the line of user code that reached them (the compile's
-    call site), with the primitives or library functions inside: one finding per line,
-    which is what the user can change. ``function_hashes`` keeps the storms that involve
-    one of those functions. ``heard_until`` judges the runs as of that time: what was
-    written after it does not show that the program went on. Without ``priced``, a
-    storm's padding fix is not priced over its run; without ``described`` (what counting
-    storms needs), a storm carries no fix, waste or recurrence, and no diff is read."""
-    found = find_storms(
-        conn,
-        filters,
-        threshold=threshold,
-        window=window,
-        now=now,
-        function_hashes=function_hashes,
-        heard_until=heard_until,
-        priced=priced,
-        described=described,
-    )
+    """Both, from one reading of the recompiles: what a page showing both needs (the
+    options as :func:`find_storms` takes them)."""
+    found = find_storms(conn, filters, **options)
     return list(found.storms), list(found.first_passes)
 
 
@@ -131,22 +104,38 @@ def find_storms(
     conn: sa.Connection,
     filters: Filters = Filters(),
     *,
+    threshold: int = 5,
+    window: float = 600.0,
+    now: float | None = None,
+    function_hashes: list[str] | None = None,
+    heard_until: float | None = None,
+    priced: bool = True,
+    described: bool = True,
     page: tuple[int, int] | None = None,
     active_first: bool = False,
     active: bool | None = None,
-    **options: Unpack[StormOptions],
 ) -> StormsFound:
-    """The storms of :func:`storms_and_first_passes` (its options), and with ``page``
-    (offset, limit) only that page of them described: every burst is judged (storm or
-    first pass) from its compiles alone, and only the storms shown have their diffs read
-    and their fix written, weighed and priced. ``active_first`` orders the active ones
-    first (newest first within each); ``active`` keeps only the active storms (True) or
-    only the past ones (False), counted and paged as such."""
-    threshold, window = options.get("threshold", 5), options.get("window", 600.0)
-    now = options.get("now")
+    """Storms and first passes, from one reading of the recompiles.
+
+    A jit of the user's own storms as itself. Eager code and library jits (JAX's, a
+    library's) are grouped under the line of user code that reached them (the compile's
+    call site), with the primitives or library functions inside: one finding per line,
+    which is what the user can change. ``function_hashes`` keeps the storms that involve
+    one of those functions. ``heard_until`` judges the runs as of that time: what was
+    written after it does not show that the program went on. Without ``priced``, a
+    storm's padding fix is not priced over its run; without ``described`` (what counting
+    storms needs), a storm carries no fix, waste or recurrence, and no diff is read.
+
+    With ``page`` (offset, limit) only that page of the storms is described: every burst
+    is judged (storm or first pass) from its compiles alone, and only the storms shown
+    have their diffs read and their fix written, weighed and priced. ``active_first``
+    orders the active ones first (newest first within each); ``active`` keeps only the
+    active storms (True) or only the past ones (False), counted and paged as such."""
     now = time.time() if now is None else now
-    described = options.get("described", True)
-    function_hashes = options.get("function_hashes")
+
+    def is_active(group: list[Recompile]) -> bool:
+        return now - group[-1].timestamp <= window
+
     # The diffs, the bulk of each row, are read only for the compiles in bursts shown.
     # Only the functions and lines with enough recompiles close together to make a burst.
     every = steady.recompiles(conn, filters, function_hashes, diffs=False, dense=(threshold, window))
@@ -154,41 +143,61 @@ def find_storms(
         return StormsFound((), 0, 0, ())
     names = evidence.function_infos(conn, {r.function_hash for r in every})
     bursts = _bursts_read_whole(conn, every, names, threshold, window, function_hashes)
-    storms, passes = _judged(conn, bursts, threshold, options.get("heard_until"))
+    storms, passes = _judged(conn, bursts, threshold, heard_until)
     storms.sort(key=lambda b: -b[2][-1].timestamp)
     passes.sort(key=lambda b: -b[2][-1].timestamp)
-    runs_per_key: dict[str, set[str]] = collections.defaultdict(set)  # recurrence counts every storm
+    runs_per_key: dict[str, set[str]] = collections.defaultdict(set)
     for key, run_id, _ in storms:
         runs_per_key[key].add(run_id)
     if active is not None:
-        storms = [b for b in storms if (now - b[2][-1].timestamp <= window) == active]
-    active_count = sum(1 for _, _, group in storms if now - group[-1].timestamp <= window)
+        storms = [b for b in storms if is_active(b[2]) == active]
+    active_count = sum(1 for _, _, group in storms if is_active(group))
     if active_first:
-        storms.sort(key=lambda b: now - b[2][-1].timestamp > window)
+        storms.sort(key=lambda b: not is_active(b[2]))
     shown = storms if page is None else storms[page[0] : page[0] + page[1]]
-    if described:
-        shown, passes = _read_diffs(conn, shown), _read_diffs(conn, passes)
-
-    def burst(key: str, group: list[Recompile]) -> Burst:
-        if key.startswith("site:"):
-            return _describe_site(key[5:], names, group, now, window, described)
-        return _describe(key, names.get(key), group, now, window, described)
-
-    found = [Storm(**_burst_fields(burst(key, group))) for key, _, group in shown]
-    if described:
-        found = _with_recurrence_and_waste(conn, found, runs_per_key, priced=options.get("priced", True))
-    first = [
-        FirstPass(
-            **_burst_fields(burst(key, group), active=False),
-            seconds=sum(r.seconds for r in group),
-            signatures=len({(r.function_hash, r.signature_hash) for r in group}),
-        )
-        for key, _, group in passes
-    ]
-    return StormsFound(tuple(found), len(storms), active_count, tuple(first))
+    telling = _Telling(conn, names, now, window, described, priced, runs_per_key)
+    return StormsFound(telling.storms(shown), len(storms), active_count, telling.first_passes(passes))
 
 
 _Judged = list[tuple[str, str, list[Recompile]]]  # (group key, run, the burst's recompiles)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Telling:
+    """How judged bursts become storms and first passes: described (their diffs read, their
+    fixes written; storms weighed and, with ``priced``, priced) or only counted."""
+
+    conn: sa.Connection
+    names: dict[str, FunctionInfo]
+    now: float
+    window: float
+    described: bool
+    priced: bool
+    runs_per_key: dict[str, set[str]]  # recurrence counts every storm, shown or not
+
+    def burst(self, key: str, group: list[Recompile]) -> Burst:
+        if key.startswith("site:"):
+            return _describe_site(key[5:], self.names, group, self.now, self.window, self.described)
+        return _describe(key, self.names.get(key), group, self.now, self.window, self.described)
+
+    def _read(self, judged: _Judged) -> _Judged:
+        return _read_diffs(self.conn, judged) if self.described else judged
+
+    def storms(self, judged: _Judged) -> tuple[Storm, ...]:
+        found = [Storm(**_burst_fields(self.burst(key, group))) for key, _, group in self._read(judged)]
+        if self.described:
+            found = _with_recurrence_and_waste(self.conn, found, self.runs_per_key, priced=self.priced)
+        return tuple(found)
+
+    def first_passes(self, judged: _Judged) -> tuple[FirstPass, ...]:
+        return tuple(
+            FirstPass(
+                **_burst_fields(self.burst(key, group), active=False),
+                seconds=sum(r.seconds for r in group),
+                signatures=len({(r.function_hash, r.signature_hash) for r in group}),
+            )
+            for key, _, group in self._read(judged)
+        )
 
 
 def _judged(
@@ -1205,7 +1214,7 @@ def storms(
     **options: Unpack[StormReading],
 ) -> list[Storm]:
     """Storms, newest first, found with ``threshold`` and ``window`` as the service is set
-    (the other options as :func:`storms_and_first_passes` takes them). With
+    (the other options as :func:`find_storms` takes them). With
     ``active_only`` only recent events are read.
 
     A storm is active when its last compile is within ``window`` of now, and the
