@@ -5,6 +5,7 @@ module's own fingerprint, so both are in the store to compare."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -87,27 +88,23 @@ def test_a_module_that_differs_beyond_its_names_says_where():
 def test_the_explanation_names_what_differs_when_both_modules_are_kept():
     base = {part: "a" for part, _ in CACHE_KEY_PARTS}
     text = lowered_text()
-    found = explain_cache_miss(
+    # The same optimised program from two lowered modules, with or without their texts.
+    explain = functools.partial(
+        explain_cache_miss,
         base,
         {**base, "computation": "b"},
         earlier_run="r" * 32,
         earlier_hit=True,
         programs=(("p1", "m1"), ("p1", "m2")),
-        module_diff=diff_modules(text, text.replace("@clip_1", "@clip_2")),
     )
+    found = explain(module_diff=diff_modules(text, text.replace("@clip_1", "@clip_2")))
     assert found["changed"] == ["computation"]
     assert (
         "the same optimised program from a lowered module that differs in its names only "
         "(private symbols renumbered: @clip_1 -> @clip_2), and the cache keys on the module's text"
     ) in found["explanation"]
     # Without the texts the fingerprints still tell the kind of change, and say how to name it.
-    blind = explain_cache_miss(
-        base,
-        {**base, "computation": "b"},
-        earlier_run="r" * 32,
-        earlier_hit=True,
-        programs=(("p1", "m1"), ("p1", "m2")),
-    )
+    blind = explain()
     assert "differs in its names only, such as" in blind["explanation"]
     assert "CACHEWATCH_PROGRAM_TEXTS" in blind["explanation"]
 
