@@ -302,7 +302,7 @@ def _add_cache(sub: Any) -> None:
         description="Per function and compiled variant of RUN (default: the latest run): when each executable was "
         "made, the calls it served, its memory, when it was released and by what; the variants never called "
         "again; what the persistent compilation cache did; and its directory audited (--cache-dir, default "
-        "CACHEWATCH_PERSISTENT_CACHE_DIR or JAX_COMPILATION_CACHE_DIR).",
+        "CACHEWATCH_PERSISTENT_CACHE_DIR, JAX_COMPILATION_CACHE_DIR, or the directory the run's compiles used).",
     )
     cache.add_argument("--run", dest="run_id", help="run id, id prefix or run name (default: the latest)")
     cache.add_argument("--function", help="function name, qualified name or hash prefix")
@@ -333,7 +333,15 @@ def _cache(args: argparse.Namespace) -> int:
         filters = columns.Filters(run_id=run_id)
         pairs = [(r, f) for r, f, _ in reads.cache_functions(conn, filters, hashes)] if run_id else []
         report = analysis.cache_report(reads.read_cache(conn, filters, pairs))
-        audit = analysis.audit_directory(cache_dir, lambda keys: reads.entry_origins(conn, keys)) if cache_dir else None
+        # Else the directory the run's compiles used, as they recorded it.
+        cache_dir = cache_dir or (reads.run_cache_directory(conn, run_id) if run_id else None)
+        audit = None
+        if cache_dir:
+            audit = analysis.audit_directory(
+                cache_dir,
+                lambda keys: reads.entry_origins(conn, keys),
+                lambda directory: reads.entries_written_to(conn, directory),
+            )
     note = None if cache_dir else "No persistent cache directory to audit (--cache-dir)."
     if args.format == "json":
         print(json.dumps({**report.as_dict(), "directory": audit.as_dict() if audit else None}, indent=2))

@@ -201,6 +201,9 @@ class EventIn(_In):
     persistent_cache_bytes: Annotated[
         int | None, Field(ge=0, le=MAX_COUNT, description="The entry's size as written (compressed bytes).")
     ] = None
+    persistent_cache_dir: Annotated[
+        str | None, _text(1024, "The cache directory the entry was read from or written to.")
+    ] = None
 
 
 class CallStatsIn(_In):
@@ -484,6 +487,7 @@ class EventOut(BaseModel):
     persistent_cache_reason: str | None = None
     persistent_cache_key: str | None = None
     persistent_cache_bytes: int | None = None
+    persistent_cache_dir: str | None = None
     cache_miss: dict[str, Any] | None = Field(
         default=None,
         description="For a persistent-cache miss of a "

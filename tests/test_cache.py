@@ -260,6 +260,86 @@ def test_persistent_cache_per_compile_across_two_runs(tmp_path):
     assert gauges[("cachewatch_persistent_cache_bytes", ())] == sum(sizes)
 
 
+EVICTING_WORKER = textwrap.dedent(
+    """
+    import sys
+    import jax, jax.numpy as jnp
+    import cachewatch
+
+    store, cache_dir, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    cachewatch.configure(store=store, persistent_cache_dir=cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    jax.config.update("jax_compilation_cache_max_size", limit)
+
+    @cachewatch.jit
+    def evicted_step(x):
+        return jnp.sin(x) * 2 + 1
+
+    for n in range(1, 9):
+        evicted_step(jnp.ones(n))
+    assert cachewatch.flush(30)
+    """
+)
+
+
+def test_entries_the_size_limit_evicted_are_named_with_their_function(tmp_path):
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    worker = tmp_path / "worker.py"
+    worker.write_text(EVICTING_WORKER)
+    cache_dir = tmp_path / "cache"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("CACHEWATCH_RAISE_INTERNAL_ERRORS", None)
+    # Room for about three of the eight entries (each is a few KB).
+    proc = subprocess.run(
+        [sys.executable, str(worker), store, str(cache_dir), "12000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    on_disk = {name[: -len("-cache")] for name in os.listdir(cache_dir) if name.endswith("-cache")}
+    with enginemod.connection(store) as conn:
+        records = reads.read_cache(conn, columns.Filters())
+        audit = analysis.audit_directory(
+            str(cache_dir), lambda keys: reads.entry_origins(conn, keys), lambda d: reads.entries_written_to(conn, d)
+        )
+    written = {
+        c.persistent_cache_key or "": c
+        for c in records.compiles
+        if c.persistent_cache == "written" and records.functions[c.function_hash].name == "evicted_step"
+    }
+    assert len(written) == 8
+    # What JAX's size limit removed, as the test sees it on disk: evicted_step's entries no
+    # longer there. The audit names each, and no entry still there.
+    evicted = set(written) - on_disk
+    assert evicted
+    assert len(evicted) < 8
+    gone = {e.key: e for e in audit.gone}
+    assert evicted <= set(gone)
+    assert not set(gone) & on_disk
+    for key in evicted:
+        assert gone[key].function == "evicted_step"
+        assert gone[key].bytes == written[key].persistent_cache_bytes
+        assert gone[key].run_id == written[key].run_id
+    assert {e.key for e in audit.entries} == on_disk
+    # The command finds the directory from the run's compiles when none is named.
+    cmd = [sys.executable, "-m", "cachewatch", "cache", "--store", store, "--format", "json"]
+    env_plain = {
+        k: v for k, v in env.items() if k not in ("CACHEWATCH_PERSISTENT_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")
+    }
+    shown = subprocess.run(cmd, capture_output=True, text=True, env=env_plain, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    directory = json.loads(shown.stdout)["directory"]
+    assert directory["path"] == os.path.realpath(cache_dir)
+    assert directory["gone"] == len(gone)
+    assert {item["key"] for item in directory["gone_items"]} == set(gone)
+    table = subprocess.run(cmd[:-2], capture_output=True, text=True, env=env_plain, timeout=120)
+    assert "evicted by JAX's size limit, or deleted" in table.stdout
+    assert "evicted_step:" in table.stdout
+
+
 PEAK_WORKER = textwrap.dedent(
     """
     import json, os, sys, threading, time
@@ -346,6 +426,7 @@ def _batch(run_id: str) -> Batch:
         persistent_cache="not_written",
         persistent_cache_reason="min_compile_time",
         persistent_cache_key="jit_stored_step-abc",
+        persistent_cache_dir="/srv/jaxcache",
     )
     stats = [
         CallStats(run_id, info, 1.8e9 + 2, 5, 0, 0.0, sample_every=100),
@@ -367,6 +448,8 @@ def test_new_fields_through_both_writers(store_url, writer):
             assert response.status_code == 200, response.text
     with enginemod.connection(store_url) as conn:
         report = analysis.cache_report(reads.read_cache(conn, columns.Filters(run_id=run_id)))
+        directory = reads.run_cache_directory(conn, run_id)
+    assert directory == "/srv/jaxcache"
     (fn,) = report.functions
     (v,) = fn.variants
     assert (v.host_bytes, v.peak_host_bytes) == (-4096, 300_000_000)
@@ -397,6 +480,7 @@ def test_audit_names_foreign_files_and_corrupt_entries_and_changes_nothing(tmp_p
     (tmp_path / "jit_a-00ff-atime").write_bytes(b"1")
     (tmp_path / "jit_b-11ee-cache").write_bytes(b"")
     (tmp_path / "stray.bin").write_bytes(b"??")
+    (tmp_path / ".lockfile").write_bytes(b"")  # JAX's, beside a size limit
     before = sorted(os.listdir(tmp_path))
     audit = analysis.audit_directory(str(tmp_path), lambda keys: {})
     assert sorted(os.listdir(tmp_path)) == before

@@ -44,6 +44,7 @@ BREAK = {
     "traceback_lines": 'jaxcompat.ATTRIBUTES["traceback_lines"] = ("jax._src.lib", "xla_client", "Traceback", "renamed")',
     "mlir_strip_debuginfo": 'jaxcompat.ATTRIBUTES["mlir_strip_debuginfo"] = ("jax._src.lib.mlir", "passmanager", "Renamed")',
     "mlir_context": 'jaxcompat.ATTRIBUTES["mlir_context"] = ("jax._src.interpreters.mlir", "make_ir_context_renamed")',
+    "persistent_cache_directory": 'jaxcompat.ATTRIBUTES["persistent_cache_directory"] = ("jax._src.compilation_cache", "_renamed")',
 }
 
 # A small program that exercises every path: a watched jit at two shapes, a vmap and a

@@ -4,7 +4,9 @@ persistent compilation cache per run, and its directory audited.
 
     report = cache_report(records)             # records: store.cache.read_cache(...)
     for fn in report.functions: fn.live, fn.live_bytes, fn.variants
-    audit = audit_directory(path, lambda keys: store_cache.entry_origins(conn, keys))
+    audit = audit_directory(
+        path, lambda keys: store_cache.entry_origins(conn, keys), lambda d: store_cache.entries_written_to(conn, d)
+    )
 
 A *variant* is one executable: one compile of one function for a signature, placement
 and context. Its ``calls`` are the calls it served from the cache (hits: the call that
@@ -24,11 +26,12 @@ from dataclasses import dataclass, field
 from ..core import tables
 from ..core.events import Kind, PersistentCache
 from ..core.figures import seconds_text
-from ..store.cache import CacheRecords, CompiledRecord, EntryOrigin, StatsRecord
+from ..store.cache import CacheRecords, CompiledRecord, EntryOrigin, StatsRecord, WrittenEntry
 
 # JAX's file names in a persistent cache directory (jax._src.lru_cache).
 CACHE_SUFFIX = "-cache"
 ATIME_SUFFIX = "-atime"
+LOCK_FILE = ".lockfile"  # JAX's, where the directory has a size limit
 # XLA's memory figures that make up an executable's bytes.
 EXECUTABLE_PARTS = ("generated_code", "argument", "output", "temp")
 
@@ -449,6 +452,9 @@ class DirectoryAudit:
     foreign: tuple[str, ...] = ()  # files that are not JAX cache entries
     problems: tuple[str, ...] = ()  # one line each: an unreadable directory, a corrupt entry
     readable: bool = True
+    # Entries recorded as written here and no longer in it: evicted by JAX's size limit
+    # (jax_compilation_cache_max_size), or deleted. ``bytes`` as written, ``modified`` when.
+    gone: tuple[DirectoryEntry, ...] = ()
 
     @property
     def total_bytes(self) -> int:
@@ -469,13 +475,21 @@ class DirectoryAudit:
             "foreign": list(self.foreign),
             "problems": list(self.problems),
             "items": [e.as_dict() for e in self.entries],
+            "gone": len(self.gone),
+            "gone_bytes": sum(e.bytes for e in self.gone),
+            "gone_items": [e.as_dict() for e in self.gone],
         }
 
 
-def audit_directory(path: str, origins: Callable[[Sequence[str]], Mapping[str, EntryOrigin]]) -> DirectoryAudit:
+def audit_directory(
+    path: str,
+    origins: Callable[[Sequence[str]], Mapping[str, EntryOrigin]],
+    written: Callable[[str], Sequence[WrittenEntry]] | None = None,
+) -> DirectoryAudit:
     """The persistent cache directory's entries, each with the function that wrote it (as
-    the store saw) and whether any recorded compile read it. Nothing is changed on disk;
-    what cannot be read is named, one line each."""
+    the store saw) and whether any recorded compile read it, and (given ``written``, the
+    entries the store saw written to a directory) those written here and gone since.
+    Nothing is changed on disk; what cannot be read is named, one line each."""
     path = os.path.expanduser(path)
     try:
         names = sorted(os.listdir(path))
@@ -486,8 +500,8 @@ def audit_directory(path: str, origins: Callable[[Sequence[str]], Mapping[str, E
     found: dict[str, tuple[int, float, str | None]] = {}
     for name in names:
         full = os.path.join(path, name)
-        if name.endswith(ATIME_SUFFIX) and name[: -len(ATIME_SUFFIX)]:
-            continue  # JAX's access-time companion of an entry
+        if (name.endswith(ATIME_SUFFIX) and name[: -len(ATIME_SUFFIX)]) or name == LOCK_FILE:
+            continue  # JAX's access-time companion of an entry, or the lock of its size limit
         if not name.endswith(CACHE_SUFFIX) or not name[: -len(CACHE_SUFFIX)]:
             foreign.append(name)
             continue
@@ -522,7 +536,28 @@ def audit_directory(path: str, origins: Callable[[Sequence[str]], Mapping[str, E
                 problem=problem,
             )
         )
-    return DirectoryAudit(path, tuple(entries), tuple(foreign), tuple(problems))
+    gone = _gone(path, set(found), written) if written is not None else ()
+    return DirectoryAudit(path, tuple(entries), tuple(foreign), tuple(problems), gone=gone)
+
+
+def _gone(path: str, present: set[str], written: Callable[[str], Sequence[WrittenEntry]]) -> tuple[DirectoryEntry, ...]:
+    """The entries recorded as written to ``path`` that it no longer holds. Compiles record
+    their directory as JAX's cache names it (absolute, links resolved), so the audited
+    path is compared the same way."""
+    directory = path if "://" in path else os.path.realpath(path)
+    return tuple(
+        DirectoryEntry(
+            key=w.origin.key,
+            bytes=w.bytes or 0,
+            modified=w.origin.written_at,
+            function=w.origin.name,
+            function_hash=w.origin.function_hash,
+            run_id=w.origin.run_id,
+            hits=w.origin.hits,
+        )
+        for w in written(directory)
+        if w.origin.key not in present
+    )
 
 
 # How JAX's compressed entries begin: zstd's frame magic, or a zlib header (CMF 0x78).
@@ -695,6 +730,17 @@ def _directory_text(audit: DirectoryAudit) -> list[str]:
             f"  {name}: {len(entries)} entries, {bytes_text(sum(e.bytes for e in entries))}, "
             f"{sum(1 for e in entries if e.hits == 0)} never read"
         )
+    if audit.gone:
+        lines.append(
+            f"  gone since cachewatch saw them written (evicted by JAX's size limit, or deleted): "
+            f"{len(audit.gone)} entries, {bytes_text(sum(e.bytes for e in audit.gone))}"
+        )
+        gone_by: dict[str, list[DirectoryEntry]] = {}
+        for e in audit.gone:
+            gone_by.setdefault(e.function or "?", []).append(e)
+        for name, entries in sorted(gone_by.items()):
+            read = sum(1 for e in entries if e.hits)
+            lines.append(f"    {name}: {len(entries)} gone, {read} of them read before they went")
     if audit.foreign:
         lines.append(f"  not cache entries (left alone): {', '.join(audit.foreign[:10])}")
     lines.extend(f"  {p}" for p in audit.problems)

@@ -129,6 +129,7 @@ class Record:
         "persistent_cache_reason",
         "persistent_cache_key",
         "persistent_cache_bytes",
+        "persistent_cache_dir",
         "ahead",
     )
 
@@ -164,6 +165,7 @@ class Record:
         self.persistent_cache_reason: str | None = None
         self.persistent_cache_key: str | None = None
         self.persistent_cache_bytes: int | None = None
+        self.persistent_cache_dir: str | None = None
         self.seq = bump()
 
 
@@ -363,6 +365,7 @@ def on_event(event: str, **kwargs: Any) -> None:
         if record is not None:
             record.cache_requested = True
             record.persistent_cache_key = jaxcompat.persistent_cache_key()
+            record.persistent_cache_dir = jaxcompat.persistent_cache_directory()
 
 
 _installed = False

@@ -18,7 +18,9 @@ that asked and neither hit nor wrote was not written, and the reason is the firs
 JAX's own checks (``compiler._cache_write``) that it failed: process 0 only, then the
 minimum compile time; anything else (a host callback, the minimum entry size, an
 error JAX warned about) is ``error_or_other``. The entry's key, which names the entry's
-file, and its size are read off JAX's frames by the seam (``jaxcompat.persistent_cache_key``).
+file, and its size are read off JAX's frames by the seam (``jaxcompat.persistent_cache_key``);
+the directory it goes to off JAX's cache (``jaxcompat.persistent_cache_directory``), so an
+entry missing from that directory later is one its size limit evicted (or a person deleted).
 
 Releases. ``jax.clear_caches()`` calls every cache registered with JAX; one registered
 here notes the time, and ``clear_cache()`` of a wrapped function notes its function.
@@ -172,6 +174,7 @@ class Readings(NamedTuple):
     persistent_cache_reason: str | None = None
     persistent_cache_key: str | None = None
     persistent_cache_bytes: int | None = None
+    persistent_cache_dir: str | None = None
 
 
 NOT_READ = Readings()
@@ -191,6 +194,7 @@ def readings(record: Any) -> Readings:
         persistent_cache_reason=record.persistent_cache_reason if cache else None,
         persistent_cache_key=record.persistent_cache_key if cache else None,
         persistent_cache_bytes=record.persistent_cache_bytes if cache else None,
+        persistent_cache_dir=record.persistent_cache_dir if cache else None,
     )
 
 

@@ -271,6 +271,9 @@ class CompileEvent:
     persistent_cache_key: str | None = None
     # The entry's size in bytes, as JAX wrote it (compressed): on a compile that wrote it.
     persistent_cache_bytes: int | None = None
+    # The cache directory JAX's persistent cache used (absolute where local): an entry
+    # written there and gone from it later was evicted by its size limit, or deleted.
+    persistent_cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         # Plain strings at the store's boundary: a database driver may write an enum member

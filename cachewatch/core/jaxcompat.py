@@ -104,6 +104,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     # The attribute JAX's dispatch sets on the function it jits for an eager primitive:
     # (module that sets it, attribute), read off the function at trace time.
     "primitive_marker": ("jax._src.dispatch", "_apply_primitive"),
+    # The persistent cache JAX made (None until its first compile asks): where its entries go.
+    "persistent_cache_directory": ("jax._src.compilation_cache", "_cache"),
 }
 TRACER_CLASSES: dict[str, tuple[str, str]] = {
     # class name: (module, what the call is traced under)
@@ -420,6 +422,9 @@ _attribute_capability("traceback_lines", "equations by user source line (the com
 _attribute_capability("mlir_strip_debuginfo", "the lowered program's fingerprint (what a persistent cache would serve)")
 _attribute_capability(
     "mlir_context", "reading the lowered program off the compile path (its fingerprint, its StableHLO)"
+)
+_attribute_capability(
+    "persistent_cache_directory", "which cache directory each entry went to (the entries its size limit evicted)"
 )
 
 
@@ -813,6 +818,22 @@ def persistent_cache_key(depth: int = 12) -> str | None:
     is not within ``depth`` or holds no string key."""
     key = _cache_frame_local(sys._getframe(1), "key", depth)
     return key if isinstance(key, str) else None
+
+
+def persistent_cache_directory() -> str | None:
+    """The directory JAX's persistent cache reads and writes (``compilation_cache._cache``'s
+    ``path``; JAX 0.10-0.12): the one it was made with, which a later change of
+    ``jax_compilation_cache_dir`` does not move until the cache is reset. A local directory
+    is made absolute with its links resolved; None when no cache is made or it has no path."""
+    if not available("persistent_cache_directory"):
+        return None
+    from jax._src import compilation_cache
+
+    path = getattr(compilation_cache._cache, "path", None)
+    if path is None:
+        return None
+    text = str(path)
+    return text if "://" in text else os.path.realpath(text)
 
 
 def persistent_cache_entry_bytes(depth: int = 8) -> int | None:

@@ -10,7 +10,7 @@ into entries (variants), live counts over time and the persistent cache's audit.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -295,6 +295,17 @@ def latest_run(conn: sa.Connection) -> str | None:
     return row.run_id if row is not None else None
 
 
+def run_cache_directory(conn: sa.Connection, run_id: str) -> str | None:
+    """The persistent cache directory the run's latest compile that asked the cache used."""
+    e = models.compile_events
+    return conn.execute(
+        sa.select(e.c.persistent_cache_dir)
+        .where(e.c.run_id == run_id, e.c.persistent_cache_dir.is_not(None))
+        .order_by(e.c.timestamp.desc())
+        .limit(1)
+    ).scalar()
+
+
 def entry_origins(conn: sa.Connection, keys: Sequence[str]) -> dict[str, EntryOrigin]:
     """Per persistent-cache key: the compile that wrote it (the earliest seen writing it,
     else the earliest that asked for it) and how many compiles read it (hits)."""
@@ -325,6 +336,50 @@ def entry_origins(conn: sa.Connection, keys: Sequence[str]) -> dict[str, EntryOr
         key: EntryOrigin(o.key, o.function_hash, o.name, o.run_id, o.written_at, hits.get(key, 0))
         for key, o in out.items()
     }
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenEntry:
+    """An entry the store saw written to a cache directory: who wrote it, its size as
+    written, and how many recorded compiles read it from that directory."""
+
+    origin: EntryOrigin
+    bytes: int | None
+
+
+def entries_written_to(conn: sa.Connection, directory: str) -> list[WrittenEntry]:
+    """Every entry recorded as written to ``directory`` (compiles record the directory of
+    their cache since cachewatch 0018; older ones name none and are not here), each once
+    (its first write) with the reads recorded from that directory."""
+    e, f = models.compile_events, models.functions
+    q = (
+        sa.select(
+            e.c.persistent_cache_key,
+            e.c.persistent_cache,
+            e.c.persistent_cache_bytes,
+            e.c.function_hash,
+            f.c.name,
+            e.c.run_id,
+            e.c.timestamp,
+        )
+        .join(f, f.c.function_hash == e.c.function_hash)
+        .where(
+            e.c.persistent_cache_dir == directory,
+            e.c.persistent_cache_key.is_not(None),
+            e.c.persistent_cache.in_([PersistentCache.WRITTEN.value, PersistentCache.HIT.value]),
+        )
+        .order_by(e.c.timestamp)
+    )
+    written: dict[str, tuple[EntryOrigin, int | None]] = {}
+    hits: dict[str, int] = {}
+    for row in conn.execute(q):
+        key = row.persistent_cache_key
+        if row.persistent_cache == PersistentCache.HIT:
+            hits[key] = hits.get(key, 0) + 1
+        elif key not in written:
+            origin = EntryOrigin(key, row.function_hash, row.name, row.run_id, float(row.timestamp), 0)
+            written[key] = (origin, row.persistent_cache_bytes)
+    return [WrittenEntry(replace(origin, hits=hits.get(key, 0)), size) for key, (origin, size) in written.items()]
 
 
 @dataclass(frozen=True, slots=True)

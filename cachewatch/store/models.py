@@ -136,6 +136,8 @@ class CompileEventRow(Base):
     persistent_cache_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     persistent_cache_key: Mapped[str | None] = mapped_column(String(512), nullable=True)
     persistent_cache_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # The cache directory the entry was read from or written to (absolute where local).
+    persistent_cache_dir: Mapped[str | None] = mapped_column(String(1024), nullable=True)
 
     __table_args__ = (
         Index("ix_compile_events_function_time", "function_hash", "timestamp"),
