@@ -24,6 +24,7 @@ from test_dashboard import SCREENSHOTS, Tab, chromium  # noqa: F401  (chromium: 
 
 import cachewatch
 from cachewatch.analysis import cache as analysis
+from cachewatch.capture import jit as jitmod
 from cachewatch.core.events import Batch, CallStats, CompileEvent, FunctionInfo, RunInfo, new_event_id
 from cachewatch.record import current
 from cachewatch.store import cache as reads
@@ -142,6 +143,38 @@ def test_calls_per_variant_match_the_programs_own_counts(sqlite_url, use_store, 
     assert one.calls_counted == "exact"
     assert variant.calls_exact
     assert variant.calls == 24
+
+
+def test_calls_per_variant_at_the_default_sampling(sqlite_url, use_store, monkeypatch):
+    """At the default settings (a sample in 100 calls, 5 timed a second) a loop faster than
+    the cap still gets per-variant counts within 10%: the calls past the cap are named, and
+    a compile or a collection gives the calls after the last sample to its signature. The
+    loop asks for 42 samples (one in 100 calls): how fast the machine runs it changes only
+    which of them are timed and which named. The time allowed for naming is lifted, so a
+    busy machine that stalls one naming cannot end the naming early."""
+    use_store(sqlite_url)
+    monkeypatch.setattr(jitmod, "NAMING_SECONDS_PER_SECOND", 1.0)
+
+    def default_step(x):
+        return x * 3
+
+    step = cachewatch.jit(default_step)
+    # Each size returns once without a compile (4 after 6, 5 after 4): the stretch is
+    # found by sampling, not by a compile.
+    plan = [(4, 1000), (5, 1500), (6, 1), (4, 1000), (5, 700)]
+    expected_hits = {4: 1999, 5: 2199, 6: 0}
+    for n, calls in plan:
+        for _ in range(calls):
+            step(jnp.ones(n))
+    report = report_of(sqlite_url)
+    (fn,) = [f for f in report.functions if f.name == "default_step"]
+    assert fn.calls_counted == "sampled"
+    got = {v.created_at: v for v in fn.variants}
+    ordered = [got[t] for t in sorted(got)]
+    assert len(ordered) == 3
+    for v, n in zip(ordered, (4, 5, 6), strict=True):
+        assert v.calls is not None, n
+        assert abs(v.calls - expected_hits[n]) <= 0.1 * expected_hits[n], (n, v.calls)
 
 
 def test_cache_command_table_json_and_bad_directory(sqlite_url, use_store, tmp_path):

@@ -81,6 +81,10 @@ class CallCounter(_Counter):
         "signatures",
         "latest_signature",
         "repeating",
+        "counted_upto",
+        "last_signature",
+        "seconds_of",
+        "window_naming",
     )
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
@@ -101,6 +105,13 @@ class CallCounter(_Counter):
         # Since the latest compile, a timed call was of a signature compiled before it: the
         # program had come back to work it had done (see after_compile).
         self.repeating = False
+        # Calls given to a signature so far: each timed call stands for the calls since then,
+        # and a compile or a collection gives the calls after the last timed call to its
+        # signature (the stretch it was in), so per-signature counts lose no stretch's tail.
+        self.counted_upto = 0
+        self.last_signature = ""  # of the last call given its signature (timed or counted)
+        self.seconds_of: dict[str, float] = {}  # the last timed run time per signature
+        self.window_naming = 0.0  # seconds spent naming calls past the timing cap in this second
 
     def configure(self, sample_every: int, max_per_second: float) -> None:
         self.sample_every = sample_every if sample_every > 0 else NEVER_SAMPLE
@@ -121,6 +132,8 @@ class CallCounter(_Counter):
         loop that returns to its usual shape between new ones is seen at once; a first
         pass over a few shapes in order never returns before its last compile."""
         repeating, self.repeating = self.repeating, False
+        self.count_tail(self.calls - 1)  # the compiling call is no hit
+        self.counted_upto = self.calls
         if signature_hash:
             self.signatures.add(signature_hash)
             self.latest_signature = signature_hash
@@ -143,22 +156,45 @@ class CallCounter(_Counter):
         calls in between finished inside that wall time.
         """
         between = self.calls - self.last_timed_calls
-        weight = max(1, between)  # the calls this sample stands for
+        weight = max(1, self.calls - self.counted_upto)  # the calls this sample stands for
         seconds = alone
         if self.last_timed_end and between > 0:
             seconds = min(alone, (end - self.last_timed_end) / between)
-        self.last_timed_calls = self.calls
+        self.last_timed_calls = self.counted_upto = self.calls
         self.last_timed_end = end
+        self.last_signature = signature_hash
+        self.seconds_of[signature_hash] = seconds
         if signature_hash != self.latest_signature and signature_hash in self.signatures:
             self.repeating = True
         with _pending_lock:
             self.sampled_calls += 1
             self.sampled_seconds += seconds
-            found = self.pending.get(signature_hash)
-            if found is None:
-                found = self.pending[signature_hash] = ({}, [0.0])
-            runtimes.add_sample(found[0], seconds, weight)
-            found[1][0] += seconds
+            runtimes.add_sample(self._pending_for(signature_hash)[0], seconds, weight)
+            self._pending_for(signature_hash)[1][0] += seconds
+
+    def add_count(self, signature_hash: str) -> None:
+        """One call past the timing cap whose signature was named but not timed: it stands
+        for the calls since the previous sample, as a timed one would, at its signature's
+        last timed run time."""
+        self.last_signature = signature_hash
+        self.count_tail(self.calls)
+
+    def count_tail(self, upto: int) -> None:
+        """Give the calls after the last sample, up to call number ``upto``, to that
+        sample's signature, at its signature's last timed run time (no timed sample is added)."""
+        tail = upto - self.counted_upto
+        seconds = self.seconds_of.get(self.last_signature)
+        if tail <= 0 or seconds is None:
+            return
+        self.counted_upto = upto
+        with _pending_lock:
+            runtimes.add_weight(self._pending_for(self.last_signature)[0], seconds, tail)
+
+    def _pending_for(self, signature_hash: str) -> tuple[runtimes.Buckets, list[float]]:
+        found = self.pending.get(signature_hash)
+        if found is None:
+            found = self.pending[signature_hash] = ({}, [0.0])
+        return found
 
     def take_samples(self) -> dict[str, tuple[runtimes.Buckets, list[float]]]:
         """The samples since the previous take, per signature hash."""
@@ -204,6 +240,7 @@ def collect_call_stats(run_id: str) -> list[CallStats]:
     now = time.time()
     for stats in all_call_stats():
         calls = stats.calls
+        stats.count_tail(calls)
         samples = stats.take_samples()
         if calls == stats.flushed_calls and not samples:
             continue
@@ -254,7 +291,7 @@ recorder.collect_stats_from(collect_call_stats)
 
 def _after_fork_in_child() -> None:
     for stats in all_call_stats():  # the parent's calls were the parent's to report
-        stats.flushed_calls = stats.calls
+        stats.flushed_calls = stats.counted_upto = stats.calls
         stats.take_samples()
 
 

@@ -408,7 +408,12 @@ def _timed_call(jitted: Any, stats: CallCounter, state: HookState, args: tuple, 
         if now - stats.window_start >= 1.0:
             stats.window_start = now
             stats.window_samples = 0
+            stats.window_naming = 0.0
         if stats.window_samples >= stats.max_per_second:
+            if stats.window_naming < NAMING_SECONDS_PER_SECOND:
+                began = time.perf_counter()
+                _count_call(state, stats, args, kwargs)
+                stats.window_naming += time.perf_counter() - began
             return jitted(*args, **kwargs)
         stats.window_samples += 1
     signature_hash = _sample_signature(state, stats, args, kwargs)
@@ -421,6 +426,21 @@ def _timed_call(jitted: Any, stats: CallCounter, state: HookState, args: tuple, 
     if _tracking.activity == mark:  # a call that compiled would count compile time as run time
         stats.add_sample(signature_hash, end - start, end)
     return out
+
+
+# Past the cap on timed calls, sampled calls are only named (their signature, without
+# waiting for anything), so per-variant counts stay close where a fast loop leaves few timed
+# calls; naming stops for the second once it has taken this much of it (0.5%): a signature
+# of a pytree of a hundred leaves takes about a millisecond.
+NAMING_SECONDS_PER_SECOND = 0.005
+
+
+@_guard.guarded(where="jit.count")
+def _count_call(state: HookState, stats: CallCounter, args: tuple, kwargs: dict) -> None:
+    """Give the calls since the last sample to this call's signature (not timed)."""
+    if len(stats.signatures) <= 1:
+        return  # one signature: every call is its own, and the counts are exact
+    stats.add_count(sigmod.build(state.layout, args, kwargs).stable_hash())
 
 
 @_guard.guarded(where="jit.sample")

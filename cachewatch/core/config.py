@@ -93,7 +93,9 @@ class Config:
         100, "time the first cache hit after each compile, then one cache-hit call in this many (`0`: never)"
     )
     sample_max_per_second: float = setting(
-        5.0, "cap on timed calls per second per function (the first hit after a compile is always timed)"
+        5.0,
+        "cap on timed calls per second per function (the first hit after a compile is always timed); past it, "
+        "sampled calls have their signature named, untimed, for per-variant counts (at most 0.5% of the time)",
     )
     queue_size: int = setting(10_000, "events held in memory before new ones are dropped (and counted)")
     batch_size: int = setting(500, "most events the writer sends to the store in one statement")

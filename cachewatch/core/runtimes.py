@@ -45,6 +45,12 @@ def add_sample(buckets: Buckets, seconds: float, weight: int = 1) -> None:
     found[1] += weight
 
 
+def add_weight(buckets: Buckets, seconds: float, weight: int) -> None:
+    """Calls that ran untimed, counted at the run time of the timed call they followed."""
+    found = buckets.setdefault(bucket_of(seconds), [0, 0])
+    found[1] += weight
+
+
 def merge(into: Buckets, other: Mapping[int, Iterable[int]]) -> None:
     for bucket, (samples, weight) in other.items():
         found = into.setdefault(int(bucket), [0, 0])
