@@ -72,6 +72,7 @@ class CallCounter(_Counter):
         "sampled_seconds",
         "window_start",
         "window_samples",
+        "window_calls",
         "max_per_second",
         "flushed_calls",
         "pending",
@@ -96,6 +97,7 @@ class CallCounter(_Counter):
         self.sampled_seconds = 0.0
         self.window_start = 0.0
         self.window_samples = 0
+        self.window_calls = 0  # calls when the window began
         self.flushed_calls = 0
         self.pending: dict[str, tuple[runtimes.Buckets, list[float]]] = {}
         self.last_timed_calls = 0  # calls counted at the previous timed call
