@@ -10,7 +10,7 @@ cachewatch db prune [--store URL] (--older-than AGE | --keep-runs N) [--texts-on
 cachewatch serve [--store URL] [--host H] [--port P] [--workers N]
 cachewatch run [--store URL] [--run-name N] [--max-compiles N] [--fail-on-storm] (script.py | -m module) ARGS...
 cachewatch compare BASELINE_RUN [RUN] [--max-extra-compiles N] [--max-compile-time-ratio R] [--format table|json]
-cachewatch cache [--store URL] [--run RUN] [--function NAME] [--cache-dir DIR] [--format table|json]
+cachewatch cache [--store URL] [--run RUN | --all-runs] [--function NAME] [--cache-dir DIR] [--format table|json]
 cachewatch whatif FUNCTION [--run RUN] [--pad pow2|multiple:K|ladder:A,B,C|auto[:N]] [--axis ARG:AXIS] [--format table|json]
 """
 
@@ -304,7 +304,11 @@ def _add_cache(sub: Any) -> None:
         "again; what the persistent compilation cache did; and its directory audited (--cache-dir, default "
         "CACHEWATCH_PERSISTENT_CACHE_DIR, JAX_COMPILATION_CACHE_DIR, or the directory the run's compiles used).",
     )
-    cache.add_argument("--run", dest="run_id", help="run id, id prefix or run name (default: the latest)")
+    which_runs = cache.add_mutually_exclusive_group()
+    which_runs.add_argument("--run", dest="run_id", help="run id, id prefix or run name (default: the latest)")
+    which_runs.add_argument(
+        "--all-runs", action="store_true", help="every run, newest first (with --function: the function over its runs)"
+    )
     cache.add_argument("--function", help="function name, qualified name or hash prefix")
     cache.add_argument("--cache-dir", help="the persistent compilation cache directory to audit")
     cache.add_argument("--format", choices=("table", "json"), default="table")
@@ -330,7 +334,7 @@ def _cache(args: argparse.Namespace) -> int:
         if args.function and not hashes:
             print(f"cachewatch cache: no function {args.function!r} in the store", file=sys.stderr)
             return 2
-        filters = columns.Filters(run_id=run_id)
+        filters = columns.Filters() if args.all_runs else columns.Filters(run_id=run_id)
         pairs = [(r, f) for r, f, _ in reads.cache_functions(conn, filters, hashes)] if run_id else []
         report = analysis.cache_report(reads.read_cache(conn, filters, pairs))
         # Else the directory the run's compiles used, as they recorded it.

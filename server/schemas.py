@@ -768,14 +768,25 @@ class CacheFunctionOut(BaseModel):
     releases: list[CacheReleaseOut]
     timeline: list[CacheLivePoint]
     variants: list[CacheVariantOut]
+    persistent: PersistentCacheFiguresOut | None = Field(
+        default=None, description="The persistent cache for this function's compiles in the run (none asked: null)."
+    )
 
 
-class PersistentCacheRunOut(BaseModel):
-    run_id: str
+class PersistentCacheFiguresOut(BaseModel):
+    """What the persistent compilation cache did for a set of compiles."""
+
     results: dict[str, int] = Field(description="hit, written, not_written, off -> compiles.")
     not_written: dict[str, int] = Field(description="Why compiles were not written -> compiles.")
-    saved_seconds: float
+    saved_seconds: float = Field(description="Compile time the hits saved, as JAX reports it.")
+    missed_seconds: float = Field(
+        description="XLA compile seconds of the compiles that asked the cache and compiled: what hits would have saved."
+    )
     hit_rate: float | None
+
+
+class PersistentCacheRunOut(PersistentCacheFiguresOut):
+    run_id: str
 
 
 class CachePage(BaseModel):

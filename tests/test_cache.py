@@ -274,6 +274,34 @@ def test_persistent_cache_per_compile_across_two_runs(tmp_path):
     second_rate = by_run[second].hit_rate
     assert second_rate
     assert second_rate > (by_run[first].hit_rate or 0.0)
+    # Per function and run: kept_step wrote both entries, then read both and compiled one
+    # it did not write; a hit would have saved that compile's XLA seconds (as the event has them).
+    per_run = {fn.run_id: fn.persistent for fn in report.functions if fn.name == "kept_step"}
+    first_fn, second_fn = per_run[first], per_run[second]
+    assert first_fn is not None
+    assert second_fn is not None
+    assert first_fn.results == {"written": 2}
+    assert second_fn.results == {"hit": 2, "not_written": 1}
+    assert second_fn.not_written == {"min_compile_time": 1}
+    missed = [c.xla_seconds or 0.0 for c in kept if c.run_id == second and c.persistent_cache == "not_written"]
+    assert second_fn.missed_seconds == pytest.approx(sum(missed))
+    assert second_fn.missed_seconds > 0
+    assert first_fn.missed_seconds == pytest.approx(sum(c.xla_seconds or 0.0 for c in kept if c.run_id == first))
+    shown = analysis.text(report)
+    assert "  kept_step: 2 hit, 1 not written (not written: min_compile_time 1); hit rate 67%" in shown
+    # The function over its runs, from the command.
+    over_runs = subprocess.run(
+        [sys.executable, "-m", "cachewatch", "cache", "--store", store, "--all-runs", "--function", "kept_step"]
+        + ["--format", "json", "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert over_runs.returncode == 0, over_runs.stderr
+    items = json.loads(over_runs.stdout)["functions"]
+    assert [item["run_id"] for item in items] == [second, first]
+    assert [item["persistent"]["results"] for item in items] == [{"hit": 2, "not_written": 1}, {"written": 2}]
     # The directory: both of kept_step's entries, written by it and read in the second run.
     entries = {e.key: e for e in audit.entries}
     assert audit.problems == ()

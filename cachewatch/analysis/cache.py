@@ -129,6 +129,7 @@ class FunctionCache:
     timeline: tuple[LivePoint, ...]
     releases: tuple[tuple[float, str], ...]
     calls_counted: str  # "exact", "sampled" or "not counted"
+    persistent: PersistentFigures | None = None  # None: no compile asked the persistent cache
 
     @property
     def live(self) -> int:
@@ -163,17 +164,21 @@ class FunctionCache:
             "releases": [{"timestamp": t, "by": by} for t, by in self.releases],
             "timeline": [{"timestamp": p.timestamp, "live": p.live, "bytes": p.bytes} for p in self.timeline],
             "variants": [v.as_dict() for v in self.variants],
+            "persistent": self.persistent.as_dict() if self.persistent else None,
         }
 
 
 @dataclass(frozen=True)
-class PersistentRun:
-    """What the persistent compilation cache did for one run's compiles."""
+class PersistentFigures:
+    """What the persistent compilation cache did for a set of compiles (a run's, or one
+    function's in a run)."""
 
-    run_id: str
     results: dict[str, int]  # hit, written, not_written, off -> compiles
     not_written: dict[str, int]  # reason -> compiles
     saved_seconds: float  # compile time the hits saved, as JAX reports it
+    # XLA compile seconds of the compiles that asked the cache and compiled: what hits
+    # would have saved them (a hit still traces and lowers).
+    missed_seconds: float
 
     @property
     def hit_rate(self) -> float | None:
@@ -182,12 +187,22 @@ class PersistentRun:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "run_id": self.run_id,
             "results": dict(self.results),
             "not_written": dict(self.not_written),
             "saved_seconds": self.saved_seconds,
+            "missed_seconds": self.missed_seconds,
             "hit_rate": self.hit_rate,
         }
+
+
+@dataclass(frozen=True)
+class PersistentRun(PersistentFigures):
+    """What the persistent compilation cache did for one run's compiles."""
+
+    run_id: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {"run_id": self.run_id, **super().as_dict()}
 
 
 @dataclass(frozen=True)
@@ -280,6 +295,7 @@ def _function_cache(
         timeline=_timeline(variants),
         releases=releases,
         calls_counted=mode,
+        persistent=_persistent_figures(made),
     )
 
 
@@ -401,20 +417,33 @@ def _timeline(variants: Sequence[Variant]) -> tuple[LivePoint, ...]:
 
 
 def _persistent_by_run(compiles: Sequence[CompiledRecord]) -> list[PersistentRun]:
-    results: dict[str, dict[str, int]] = {}
-    reasons: dict[str, dict[str, int]] = {}
-    saved: dict[str, float] = {}
+    by_run: dict[str, list[CompiledRecord]] = {}
+    for c in compiles:
+        by_run.setdefault(c.run_id, []).append(c)
+    runs = []
+    for run_id, mine in by_run.items():
+        f = _persistent_figures(mine)
+        if f is not None:
+            runs.append(PersistentRun(f.results, f.not_written, f.saved_seconds, f.missed_seconds, run_id=run_id))
+    return runs
+
+
+def _persistent_figures(compiles: Sequence[CompiledRecord]) -> PersistentFigures | None:
+    """What the cache did for these compiles; None when none of them asked it."""
+    results: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    saved = missed = 0.0
     for c in compiles:
         if c.persistent_cache is None:
             continue
-        by = results.setdefault(c.run_id, {})
-        by[c.persistent_cache] = by.get(c.persistent_cache, 0) + 1
+        results[c.persistent_cache] = results.get(c.persistent_cache, 0) + 1
         if c.persistent_cache == PersistentCache.NOT_WRITTEN and c.persistent_cache_reason:
-            why = reasons.setdefault(c.run_id, {})
-            why[c.persistent_cache_reason] = why.get(c.persistent_cache_reason, 0) + 1
+            reasons[c.persistent_cache_reason] = reasons.get(c.persistent_cache_reason, 0) + 1
         if c.persistent_cache == PersistentCache.HIT and c.cache_time_saved_seconds:
-            saved[c.run_id] = saved.get(c.run_id, 0.0) + c.cache_time_saved_seconds
-    return [PersistentRun(run, by, reasons.get(run, {}), saved.get(run, 0.0)) for run, by in results.items()]
+            saved += c.cache_time_saved_seconds
+        if c.persistent_cache in (PersistentCache.WRITTEN, PersistentCache.NOT_WRITTEN) and c.xla_seconds:
+            missed += c.xla_seconds
+    return PersistentFigures(results, reasons, saved, missed) if results else None
 
 
 # ------------------------------------------------------------------ the directory
@@ -622,7 +651,7 @@ def text(report: CacheReport, audit: DirectoryAudit | None = None, audit_note: s
     lines += _functions_text(report)
     lines += _never_hit_text(report)
     for p in report.persistent:
-        lines += _persistent_text(p)
+        lines += _persistent_text(p, report.functions)
     if audit_note:
         lines.append("")
         lines.append(audit_note)
@@ -700,17 +729,25 @@ def _never_hit_text(report: CacheReport) -> list[str]:
     return lines
 
 
-def _persistent_text(p: PersistentRun) -> list[str]:
-    """What the persistent compilation cache did in one run."""
+def _persistent_text(p: PersistentRun, functions: Sequence[FunctionCache]) -> list[str]:
+    """What the persistent compilation cache did in one run, and for each of its functions."""
+    lines = ["", f"Persistent compilation cache, run {p.run_id[:8]}: {_figures_text(p)}"]
+    for fn in functions:
+        if fn.run_id == p.run_id and fn.persistent is not None:
+            lines.append(f"  {fn.name}: {_figures_text(fn.persistent)}")
+    return lines
+
+
+def _figures_text(p: PersistentFigures) -> str:
     parts = [f"{n} {result.replace('_', ' ')}" for result, n in sorted(p.results.items())]
     why = ", ".join(f"{reason} {n}" for reason, n in sorted(p.not_written.items()))
     rate = "-" if p.hit_rate is None else f"{p.hit_rate:.0%}"
-    return [
-        "",
-        f"Persistent compilation cache, run {p.run_id[:8]}: {', '.join(parts)}"
+    return (
+        ", ".join(parts)
         + (f" (not written: {why})" if why else "")
-        + f"; hit rate {rate}; saved {seconds_text(p.saved_seconds)}",
-    ]
+        + f"; hit rate {rate}; saved {seconds_text(p.saved_seconds)}"
+        + f"; hits would have saved {seconds_text(p.missed_seconds)} more"
+    )
 
 
 def _directory_text(audit: DirectoryAudit) -> list[str]:

@@ -45,6 +45,7 @@ class CompiledRecord:
     persistent_cache_key: str | None
     cache_time_saved_seconds: float | None
     persistent_cache_bytes: int | None
+    xla_seconds: float | None = None  # the XLA compile alone: what a persistent-cache hit replaces
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +187,7 @@ def _read_compiles(
         e.c.persistent_cache_key,
         e.c.cache_time_saved_seconds,
         e.c.persistent_cache_bytes,
+        e.c.compile_seconds,
     ).where(e.c.function_hash.in_(chunk), e.c.run_id.in_(runs), e.c.compiled, e.c.kind != Kind.STALE_CAPTURE)
     q = Filters(since=filters.since, until=filters.until).apply(e, q)
     return [
@@ -209,6 +211,7 @@ def _read_compiles(
             row.persistent_cache_key,
             row.cache_time_saved_seconds,
             row.persistent_cache_bytes,
+            row.compile_seconds,
         )
         for row in _wanted_rows(conn, q, wanted)
     ]
