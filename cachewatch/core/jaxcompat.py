@@ -830,10 +830,12 @@ def persistent_cache_directory() -> str | None:
     from jax._src import compilation_cache
 
     path = getattr(compilation_cache._cache, "path", None)
-    if path is None:
-        return None
-    text = str(path)
-    return text if "://" in text else os.path.realpath(text)
+    return None if path is None else _resolved_directory(str(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _resolved_directory(text: str) -> str:
+    return text if "://" in text else os.path.realpath(text)  # a stat per part: once per directory
 
 
 def persistent_cache_entry_bytes(depth: int = 8) -> int | None:
