@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
-from ..core.events import OP_BY_OP_MODULE, Cause, CompileEvent, FunctionInfo, Kind, new_event_id
+from ..core.events import OP_BY_OP_MODULE, Cause, CompileEvent, DiffEntry, FunctionInfo, Kind, new_event_id
 from ..explain import signature as sigmod
 from ..record import current
 from . import cachestate, devices
@@ -94,7 +94,7 @@ def compile_event(
     function: FunctionInfo,
     cause: str,
     explanation: str,
-    diff: tuple[dict[str, Any], ...],
+    diff: tuple[DiffEntry, ...],
     signature: sigmod.Signature | None,
     *,
     device: str | None,
@@ -149,7 +149,7 @@ def event(
     kind: str,
     cause: str,
     explanation: str,
-    diff: tuple[dict[str, Any], ...],
+    diff: tuple[DiffEntry, ...],
     signature: sigmod.Signature | None,
     *,
     timestamp: float,

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ..core import _guard, jaxcompat
-from ..core.events import UNATTRIBUTED_MODULE, Cause, CompileEvent, FunctionInfo
+from ..core.events import UNATTRIBUTED_MODULE, Cause, CompileEvent, DiffEntry, FunctionInfo
 from ..explain import causes
 from ..explain import context as ctxmod
 from ..explain import signature as sigmod
@@ -398,7 +398,7 @@ _PRIMITIVE_NOTES = {
 }
 
 
-def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], ...]]:
+def _explain_primitive(target: Target) -> tuple[str, str, tuple[DiffEntry, ...]]:
     primitive = target.primitive or ""
     info = target.info
     sig = target.signature
@@ -436,7 +436,7 @@ def _explain_primitive(target: Target) -> tuple[str, str, tuple[dict[str, Any], 
     return verdict.cause, _primitive_changed(f"`{primitive}`{note}", where, operands, verdict), verdict.diff
 
 
-def _primitive_unread(primitive: str, where: str) -> tuple[str, str, tuple[dict[str, Any], ...]]:
+def _primitive_unread(primitive: str, where: str) -> tuple[str, str, tuple[DiffEntry, ...]]:
     """A primitive compiled op by op whose operands JAX did not expose: its first compile,
     or one whose cause is unknown."""
     if opbyop.first_compile(primitive):
@@ -488,7 +488,7 @@ _lowered: dict[tuple[str, str, tuple | None], list[tuple[sigmod.Signature, int, 
 _lowered_lock = threading.Lock()
 
 
-def _explain_lowered(target: Target) -> tuple[str, str, tuple[dict[str, Any], ...]]:
+def _explain_lowered(target: Target) -> tuple[str, str, tuple[DiffEntry, ...]]:
     info, sig = target.info, target.signature
     earlier, clears = _remember_lowered(target)
     moved = _commitment_changed(target)
@@ -572,7 +572,7 @@ def _lowered_inside(target: Target) -> str:
 
 def _lowered_same_types(
     target: Target, sig: sigmod.Signature, inside: str, earlier: list[tuple[sigmod.Signature, int, Any]], clears: int
-) -> tuple[str, str, tuple[dict[str, Any], ...]]:
+) -> tuple[str, str, tuple[DiffEntry, ...]]:
     """A compile without a trace of a program and argument types compiled before: after
     a cache clear, for a jaxpr JAX built afresh, or for a reason unknown."""
     info = target.info
@@ -610,7 +610,7 @@ def _lowered_same_types(
     )
 
 
-def _commitment_changed(target: Target) -> list[dict[str, Any]]:
+def _commitment_changed(target: Target) -> list[DiffEntry]:
     """Diff entries for arguments whose commitment differs from the function's trace at
     this signature (JAX lowers again for it, without tracing)."""
     sig = target.signature

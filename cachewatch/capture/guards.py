@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core import _guard, jaxcompat
-from ..core.events import Cause
+from ..core.events import Cause, DiffEntry
 from ..explain import causes
 from ..record import current
 from . import _tracking, foreign
@@ -46,7 +46,7 @@ class RecompileLimitError(RuntimeError):
         *,
         function: str = "",
         cause: str = "",
-        diff: tuple[dict[str, Any], ...] = (),
+        diff: tuple[DiffEntry, ...] = (),
         causes: dict[str, int] | None = None,
     ):
         super().__init__(message)
@@ -210,7 +210,7 @@ def _decide_lowering(fun_name: Any) -> BaseException | Warning | None:
 # ------------------------------------------------------------------ the decision
 
 
-def _format_diff(diff: tuple[dict[str, Any], ...] | list) -> list[str]:
+def _format_diff(diff: tuple[DiffEntry, ...] | list) -> list[str]:
     lines = []
     for entry in diff:
         change = entry.get("change")

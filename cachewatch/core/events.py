@@ -12,7 +12,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from . import tables
 from .figures import seconds_text
@@ -78,6 +78,20 @@ OP_BY_OP_MODULE = "jax.op_by_op"
 UNATTRIBUTED_MODULE = "<unattributed>"
 # The package's version, kept here so the service can name it without importing capture.
 VERSION = "0.1.0"
+
+
+class DiffEntry(TypedDict):
+    """One difference between a compile's signature (or context) and the closest earlier
+    one: the argument path or option name, what changed, the cause it makes, and the
+    values before and after as text. The event's ``diff`` field and its wire format."""
+
+    path: str
+    change: str  # shape, dtype, weak_type, static, sharding, added, removed, context, ...
+    cause: str
+    before: Any
+    after: Any
+    changes: NotRequired[list[str]]  # every change of a leaf, the telling one first
+    axes: NotRequired[list[int]]  # the axes that changed size (a shape change)
 
 
 # How a diff or a signature names an array: ``float32[8,784]``, `` weak`` when weakly typed.
@@ -199,7 +213,7 @@ class CompileEvent:
     kind: str
     cause: str
     explanation: str
-    diff: tuple[dict[str, Any], ...]
+    diff: tuple[DiffEntry, ...]
     signature: tuple[dict[str, Any], ...]
     signature_hash: str
     compiled: bool
@@ -501,6 +515,16 @@ _CACHE_KEY_VALUES = {
 }
 
 
+class CacheMissExplanation(TypedDict):
+    """Why a compile missed the persistent cache that served its function and signature in
+    an earlier run (an event row's ``cache_miss``)."""
+
+    earlier_run_id: str
+    earlier_hit: bool | None
+    changed: list[str]  # the parts of the cache key whose hash changed
+    explanation: str
+
+
 def explain_cache_miss(
     before: dict[str, str],
     after: dict[str, str],
@@ -509,7 +533,7 @@ def explain_cache_miss(
     earlier_hit: bool | None,
     programs: tuple[tuple[str | None, str | None], tuple[str | None, str | None]] | None = None,
     module_diff: ModuleDiff | None = None,
-) -> dict[str, Any]:
+) -> CacheMissExplanation:
     """Why a compile missed the persistent cache when the same function and signature was
     in it for ``earlier_run``: the parts of the key whose hash changed. ``programs``: the
     two compiles' (optimised program, lowered module) fingerprints, which tell a program

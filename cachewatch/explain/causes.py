@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any
 
 from ..core import process
-from ..core.events import Cause
+from ..core.events import Cause, DiffEntry
 from . import context as ctxmod
 from . import signature as sigmod
 from .signature import Signature
@@ -53,7 +52,7 @@ class FunctionHistory:
 class Verdict:
     cause: Cause
     explanation: str
-    diff: tuple[dict[str, Any], ...]
+    diff: tuple[DiffEntry, ...]
 
 
 _lock = threading.Lock()
@@ -211,7 +210,7 @@ def _first_compile_of_traced(obj: ObjectHistory, history: FunctionHistory, name:
     entries = sigmod.closest(compiled, sig)[1] if compiled else []
     if not entries:
         return Verdict(Cause.FIRST_CALL, note + ": its first compile at this signature.", ())
-    return Verdict(entries[0]["cause"], note + ". " + _sentence(name, entries, history), tuple(entries))
+    return Verdict(Cause(entries[0]["cause"]), note + ". " + _sentence(name, entries, history), tuple(entries))
 
 
 def _recompiled(obj: ObjectHistory, name: str, key: tuple, device: str | None, placement: tuple) -> Verdict:
@@ -242,7 +241,7 @@ def _recompiled(obj: ObjectHistory, name: str, key: tuple, device: str | None, p
     )
 
 
-def _moved_device(name: str, before: str | None, device: str | None, entries: list[dict[str, Any]]) -> Verdict:
+def _moved_device(name: str, before: str | None, device: str | None, entries: list[DiffEntry]) -> Verdict:
     """A recompile because the arguments moved to another device (the first argument
     whose placement changed named too)."""
     moved = f" (argument {entries[0]['path']}: {entries[0]['before']} -> {entries[0]['after']})" if entries else ""
@@ -263,7 +262,7 @@ def _moved_device(name: str, before: str | None, device: str | None, entries: li
     )
 
 
-def _placed_differently(name: str, entries: list[dict[str, Any]]) -> Verdict:
+def _placed_differently(name: str, entries: list[DiffEntry]) -> Verdict:
     """A recompile on the same device because an argument's layout, commitment or
     placement changed; the sentence is about the first such argument."""
     first = entries[0]
@@ -362,7 +361,7 @@ def _classify_trace(
             "is not in what JAX keys its tracing cache on.",
             (),
         )
-    return Verdict(entries[0]["cause"], _sentence(name, entries, history), tuple(entries))
+    return Verdict(Cause(entries[0]["cause"]), _sentence(name, entries, history), tuple(entries))
 
 
 def _closest_across_contexts(candidates: list[Signature], sig: Signature) -> tuple[Signature | None, list]:
@@ -401,7 +400,7 @@ def _repeat(obj: ObjectHistory, name: str) -> Verdict:
     )
 
 
-def _sentence(name: str, entries: list[dict[str, Any]], history: FunctionHistory) -> str:
+def _sentence(name: str, entries: list[DiffEntry], history: FunctionHistory) -> str:
     first = entries[0]
     path, change, before, after = first["path"], first["change"], first["before"], first["after"]
     if change == "shape":

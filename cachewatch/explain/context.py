@@ -15,7 +15,7 @@ import enum
 from typing import Any
 
 from ..core import jaxcompat
-from ..core.events import Cause
+from ..core.events import Cause, DiffEntry
 
 # The value every snapshot takes when JAX does not expose its trace context: all equal,
 # so nothing is ever said about a context that cannot be read.
@@ -89,12 +89,12 @@ def render(value: Any) -> str:
     return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 3] + "..."
 
 
-def diff(before: tuple, after: tuple) -> list[dict[str, Any]]:
+def diff(before: tuple, after: tuple) -> list[DiffEntry]:
     """One diff entry per option whose value differs, named as JAX names it."""
     if before == after or before is UNREAD or after is UNREAD:
         return []
     old, new = _named(before), _named(after)
-    entries = []
+    entries: list[DiffEntry] = []
     for name in list(new) + [n for n in old if n not in new]:
         missing = object()
         was, now = old.get(name, missing), new.get(name, missing)
@@ -128,7 +128,7 @@ def distance(before: tuple, after: tuple) -> int:
 _NO_MESH = {"None", "none", "AbstractMesh((), ())"}
 
 
-def sentence(name: str, entries: list[dict[str, Any]]) -> str:
+def sentence(name: str, entries: list[DiffEntry]) -> str:
     """What changed in the context and what to do about it, for ``name``."""
     shown = "; ".join(f"{e['path']}: {e['before']} -> {e['after']}" for e in entries[:3])
     more = f" (and {len(entries) - 3} more)" if len(entries) > 3 else ""

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 
 from ..core import _guard
-from ..core.events import Cause, describe_array
+from ..core.events import Cause, DiffEntry, describe_array
 from . import context as ctxmod
 
 _MAX_REPR = 200
@@ -270,7 +270,7 @@ _LEAF_CAUSE = {
 }
 
 
-def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
+def diff(before: Signature, after: Signature) -> list[DiffEntry]:
     """Every difference between two signatures: pytree structure first, then the leaves'
     types, each in argument order.
 
@@ -278,7 +278,7 @@ def diff(before: Signature, after: Signature) -> list[dict[str, Any]]:
     passed_as, structure), ``cause``, ``before`` and ``after`` (readable), and ``axes``
     for a shape change of equal rank.
     """
-    entries: list[dict[str, Any]] = []
+    entries: list[DiffEntry] = []
     old_args = {s.name: (i, s) for i, s in enumerate(before.structure)}
     old_leaves = {leaf.path: leaf for leaf in before.leaves}
     new_by_arg = _leaves_by_arg(after)
@@ -311,7 +311,7 @@ def _leaves_by_arg(sig: Signature) -> dict[int, list[Leaf]]:
 
 def _arg_diff(
     old_arg: ArgStructure, arg: ArgStructure, old_arg_leaves: dict[str, Leaf], new_leaves: list[Leaf]
-) -> list[dict[str, Any]]:
+) -> list[DiffEntry]:
     """How one argument present in both signatures changed as a whole: the way it was
     passed, and its pytree when its leaves' paths stayed the same."""
     entries = []
@@ -324,7 +324,7 @@ def _arg_diff(
 
 def _leaf_diffs(
     old_index: int, old_leaves: dict[str, Leaf], old_arg_leaves: dict[str, Leaf], new_leaves: list[Leaf]
-) -> list[dict[str, Any]]:
+) -> list[DiffEntry]:
     """The leaves of one argument added, changed (see ``_leaf_entry``) and removed."""
     entries = []
     for leaf in new_leaves:
@@ -342,7 +342,7 @@ def _leaf_diffs(
     return entries
 
 
-def _leaf_entry(prior: Leaf, leaf: Leaf) -> dict[str, Any] | None:
+def _leaf_entry(prior: Leaf, leaf: Leaf) -> DiffEntry | None:
     """The entry of a leaf that changed, named by its most telling change (all of them
     under ``changes``), with the ``axes`` that changed size; None when it did not change."""
     changes = _leaf_changes(prior, leaf)
@@ -361,7 +361,7 @@ def _leaf_entry(prior: Leaf, leaf: Leaf) -> dict[str, Any] | None:
     return entry
 
 
-def _entry(path: str, change: str, cause: Cause, before: Any, after: Any) -> dict[str, Any]:
+def _entry(path: str, change: str, cause: Cause, before: Any, after: Any) -> DiffEntry:
     return {"path": path, "change": change, "cause": str(cause), "before": before, "after": after}
 
 
@@ -405,7 +405,7 @@ def same_structure(a: Signature, b: Signature) -> bool:
     return a.structure == b.structure and [leaf.path for leaf in a.leaves] == [leaf.path for leaf in b.leaves]
 
 
-def closest(candidates: Iterable[Signature], target: Signature) -> tuple[Signature | None, list[dict[str, Any]]]:
+def closest(candidates: Iterable[Signature], target: Signature) -> tuple[Signature | None, list[DiffEntry]]:
     """The earlier signature closest to ``target``, and the diff against it.
 
     Same pytree structure first, then fewest differing leaves; among those, the one whose
@@ -416,9 +416,9 @@ def closest(candidates: Iterable[Signature], target: Signature) -> tuple[Signatu
     compiled for many shapes has many candidates); the diff is built once, for the winner.
     """
     target_paths = [leaf.path for leaf in target.leaves]
-    best: tuple[tuple[int, int, int, int], Signature, list[dict[str, Any]] | None] | None = None
+    best: tuple[tuple[int, int, int, int], Signature, list[DiffEntry] | None] | None = None
     for candidate in reversed(list(candidates)):
-        entries: list[dict[str, Any]] | None = None
+        entries: list[DiffEntry] | None = None
         if candidate.structure == target.structure and [leaf.path for leaf in candidate.leaves] == target_paths:
             differing = changes = kinds = 0
             for before, after in zip(candidate.leaves, target.leaves, strict=False):
@@ -514,7 +514,7 @@ def placement(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) 
     return tuple(placed)
 
 
-def placement_diff(before: Sequence[Placed], after: Sequence[Placed]) -> list[dict[str, Any]]:
+def placement_diff(before: Sequence[Placed], after: Sequence[Placed]) -> list[DiffEntry]:
     """One entry per array argument whose commitment or placement changed."""
     old = {p.path: p for p in before}
     entries = []

@@ -11,6 +11,7 @@ from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 
+from ..core.events import CacheMissExplanation
 from . import models
 
 # Every column of an event but the store's own row id.
@@ -121,7 +122,7 @@ class EventRow(TypedDict, total=False):
     memory: dict[str, int] | None
     name: str
     qualname: str
-    cache_miss: dict[str, Any] | None  # set by explain_cache_misses
+    cache_miss: CacheMissExplanation | None  # set by explain_cache_misses
 
 
 def event_rows_of(result: Iterable[sa.Row[*tuple[Any, ...]]]) -> list[EventRow]:
