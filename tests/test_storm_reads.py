@@ -173,6 +173,17 @@ def test_a_page_of_storms_is_that_page_of_the_whole_listing(store_url, seed):
                 conn, page=(offset, limit), active_first=True, threshold=3, window=60.0, now=now
             )
             assert list(first.storms) == active_first[offset : offset + limit]
+            # A later page asks for no first passes: the same storms, none of them.
+            bare = diagnosis.find_storms(
+                conn, page=(offset, limit), with_first_passes=False, threshold=3, window=60.0, now=now
+            )
+            assert bare.storms == page.storms
+            assert bare.total == page.total
+            assert bare.active == page.active
+            assert bare.first_passes == ()
+        passes = diagnosis.first_passes(conn, threshold=3, window=60.0, now=now)
+        assert passes, "the filled store has first passes"
+        assert diagnosis.find_storms(conn, page=(0, 2), threshold=3, window=60.0, now=now).first_passes == tuple(passes)
         past = diagnosis.find_storms(conn, page=(0, 100), active=False, threshold=3, window=60.0, now=now)
     assert list(past.storms) == [s for s in whole if not s.active]
     assert past.total == len(past.storms)

@@ -17,13 +17,9 @@ _EVENT_FIELD = "entries of a compile event's stored JSON field, the event's own 
 _PLOTLY = "a Plotly figure, handed as it is to the browser's plotting library"
 _TEMPLATE = "the parts of a signature leaf as the dashboard's templates show them"
 MAPPINGS_BY_NATURE: dict[tuple[str, str], str] = {
-    ("cachewatch/explain/signature.py", "diff"): _EVENT_FIELD,
-    ("cachewatch/explain/signature.py", "placement_diff"): _EVENT_FIELD,
-    ("cachewatch/explain/context.py", "diff"): _EVENT_FIELD,
     ("cachewatch/capture/program.py", "top_lines"): _EVENT_FIELD,
     ("cachewatch/capture/program.py", "event_fields"): "the program view's event fields by name, set on the event",
     ("cachewatch/capture/program.py", "texts_payload"): "the program texts as the writer and the ingest API carry them",
-    ("cachewatch/core/events.py", "explain_cache_miss"): _EVENT_FIELD,
     ("cachewatch/capture/captures.py", "read"): "the values of the names a function read, keyed by the user's names",
     ("cachewatch/core/jaxcompat.py", "primitive_params"): "a JAX primitive's own parameters, keyed by JAX's names",
     ("cachewatch/notebook.py", "summary"): "the documented plain dictionary of cachewatch.report().summary",

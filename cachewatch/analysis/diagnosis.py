@@ -114,13 +114,13 @@ def find_storms(
     page: tuple[int, int] | None = None,
     active_first: bool = False,
     active: bool | None = None,
+    with_first_passes: bool = True,
 ) -> StormsFound:
     """Storms and first passes, from one reading of the recompiles.
 
-    A jit of the user's own storms as itself. Eager code and library jits (JAX's, a
-    library's) are grouped under the line of user code that reached them (the compile's
-    call site), with the primitives or library functions inside: one finding per line,
-    which is what the user can change. ``function_hashes`` keeps the storms that involve
+    A jit of the user's own storms as itself; eager code and library jits are grouped
+    under the line of user code that reached them (the compile's call site): one finding
+    per line, which is what the user can change. ``function_hashes`` keeps the storms that involve
     one of those functions. ``heard_until`` judges the runs as of that time: what was
     written after it does not show that the program went on. Without ``priced``, a
     storm's padding fix is not priced over its run; without ``described`` (what counting
@@ -130,7 +130,8 @@ def find_storms(
     is judged (storm or first pass) from its compiles alone, and only the storms shown
     have their diffs read and their fix written, weighed and priced. ``active_first``
     orders the active ones first (newest first within each); ``active`` keeps only the
-    active storms (True) or only the past ones (False), counted and paged as such."""
+    active storms (True) or only the past ones (False), counted and paged as such.
+    Without ``with_first_passes`` none is described or returned (later pages show none)."""
     now = time.time() if now is None else now
 
     def is_active(group: list[Recompile]) -> bool:
@@ -156,7 +157,8 @@ def find_storms(
         storms.sort(key=lambda b: not is_active(b[2]))
     shown = storms if page is None else storms[page[0] : page[0] + page[1]]
     telling = _Telling(conn, names, now, window, described, priced, runs_per_key)
-    return StormsFound(telling.storms(shown), len(storms), active_count, telling.first_passes(passes))
+    told_passes = telling.first_passes(passes) if with_first_passes else ()
+    return StormsFound(telling.storms(shown), len(storms), active_count, told_passes)
 
 
 _Judged = list[tuple[str, str, list[Recompile]]]  # (group key, run, the burst's recompiles)

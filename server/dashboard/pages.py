@@ -539,10 +539,11 @@ def storms_page(request: Request, conn: Connection) -> HTMLResponse:
     listing = functools.partial(
         diagnosis.find_storms, conn, view.filters, active_first=True, **_storm_settings(request)
     )
-    found = listing(page=((number - 1) * per_page, per_page))
+    # The first passes ride on the first page only, as in the API.
+    found = listing(page=((number - 1) * per_page, per_page), with_first_passes=number == 1)
     pager = _pager(view, number, per_page, found.total)
     if pager["number"] != number:  # past the last page: show the last
-        found = listing(page=(pager["offset"], per_page))
+        found = listing(page=(pager["offset"], per_page), with_first_passes=pager["number"] == 1)
     passes = found.first_passes
     empty = _empty_state(request, conn, view) if not found.total and not passes else None
     run_names = {r["run_id"]: r["run_name"] for r in view.runs}

@@ -49,11 +49,10 @@ def list_storms(
             threshold=settings.storm_threshold,
             window=settings.storm_window,
             function_hashes=hashes,
+            with_first_passes=not offset,  # the first passes ride on the first page only
         )
         found, total, passes = list(shown.storms), shown.total, list(shown.first_passes)
     end = offset + page.limit
-    if offset:  # the first passes ride on the first page only
-        passes = []
     return StormPage(
         threshold=settings.storm_threshold,
         window=settings.storm_window,
