@@ -45,13 +45,28 @@ READINGS = {
 }
 
 
-def timed(spent: list[float], fn: Callable[..., Any]) -> Callable[..., Any]:
+TIMER = "the timer itself, around a no-op (in each row above)"
+
+
+def timed(spent: list[float], fn: Callable[..., Any], timer: list[float]) -> Callable[..., Any]:
     """``spent``: [wall seconds, this thread's CPU seconds]. The wall time also holds the
     waits for the GIL when a reading's system call lets another thread run (the writer
-    reading earlier programs); the CPU time is what the reading itself costs."""
+    reading earlier programs); the CPU time is what the reading itself costs. Each call
+    also times a no-op the same way, just before, into ``timer``: once per compile the
+    timer's own code runs cold too, and its cost is part of every row."""
+
+    def noop() -> None:
+        return None
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start, cpu = time.perf_counter(), time.thread_time()
+        try:
+            noop()
+        finally:
+            timer[0] += time.perf_counter() - start
+            timer[1] += time.thread_time() - cpu
+            timer[2] += 1
         start, cpu = time.perf_counter(), time.thread_time()
         try:
             return fn(*args, **kwargs)
@@ -64,12 +79,12 @@ def timed(spent: list[float], fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def one_repeat(functions: int, first: int) -> tuple[dict[str, tuple[float, float]], float]:
     """(wall, CPU) seconds per compile of each reading, and of the whole compile (call to return)."""
-    spent = {name: [0.0, 0.0] for name in READINGS}
+    spent = {name: [0.0, 0.0, 0.0] for name in [*READINGS, TIMER]}
     originals = []
     for name, (module, attrs) in READINGS.items():
         for attr in attrs:
             originals.append((module, attr, getattr(module, attr)))
-            setattr(module, attr, timed(spent[name], getattr(module, attr)))
+            setattr(module, attr, timed(spent[name], getattr(module, attr), spent[TIMER]))
     try:
 
         def step(x):
@@ -86,7 +101,11 @@ def one_repeat(functions: int, first: int) -> tuple[dict[str, tuple[float, float
     finally:
         for module, attr, original in originals:
             setattr(module, attr, original)
-    return {name: (s[0] / functions, s[1] / functions) for name, s in spent.items()}, per_compile
+    # Per compile; the timer's row per timed call (what each row above carries of it).
+    per = {name: (s[0] / functions, s[1] / functions) for name, s in spent.items()}
+    calls = max(1.0, spent[TIMER][2])
+    per[TIMER] = (spent[TIMER][0] / calls, spent[TIMER][1] / calls)
+    return per, per_compile
 
 
 def main() -> None:
@@ -116,19 +135,25 @@ def main() -> None:
         f"\n{args.functions} compiles per repeat, {args.repeats} repeats; a compile (call to return): "
         f"{compile_seconds * 1e3:.1f} ms; the persistent cache per compile: {results}\n"
     )
-    print(f"    {'reading':44s} {'CPU us':>8s} {'of a compile':>13s} {'wall us':>8s} {'of a compile':>13s}")
+    print(f"    {'reading':56s} {'CPU us':>8s} {'of a compile':>13s} {'wall us':>8s} {'of a compile':>13s}")
     totals = [0.0, 0.0]
     for name in READINGS:
         wall = statistics.median(r[0][name][0] for r in runs)
         cpu = statistics.median(r[0][name][1] for r in runs)
         totals[0] += wall
         totals[1] += cpu
-        print(
-            f"    {name:44s} {cpu * 1e6:8.1f} {cpu / compile_seconds:12.3%} {wall * 1e6:8.1f} {wall / compile_seconds:12.3%}"
-        )
-    wall, cpu = totals
+        _row(name, cpu, wall, compile_seconds)
+    _row("all of them", totals[1], totals[0], compile_seconds)
+    timer_wall = statistics.median(r[0][TIMER][0] for r in runs)
+    timer_cpu = statistics.median(r[0][TIMER][1] for r in runs)
+    _row(TIMER, timer_cpu, timer_wall, compile_seconds)
+    rows = len(READINGS)
+    _row("all of them, less the timer", totals[1] - rows * timer_cpu, totals[0] - rows * timer_wall, compile_seconds)
+
+
+def _row(name: str, cpu: float, wall: float, compile_seconds: float) -> None:
     print(
-        f"    {'all of them':44s} {cpu * 1e6:8.1f} {cpu / compile_seconds:12.3%} {wall * 1e6:8.1f} {wall / compile_seconds:12.3%}"
+        f"    {name:56s} {cpu * 1e6:8.1f} {cpu / compile_seconds:12.3%} {wall * 1e6:8.1f} {wall / compile_seconds:12.3%}"
     )
 
 

@@ -825,17 +825,25 @@ def persistent_cache_directory() -> str | None:
     ``path``; JAX 0.10-0.12): the one it was made with, which a later change of
     ``jax_compilation_cache_dir`` does not move until the cache is reset. A local directory
     is made absolute with its links resolved; None when no cache is made or it has no path."""
-    if not available("persistent_cache_directory"):
+    global _directory_of
+    cache = _compilation_cache_module().__dict__.get("_cache") if available("persistent_cache_directory") else None
+    if cache is None:
         return None
+    if _directory_of[0] is not cache:  # read once per cache JAX makes: a stat per part of the path
+        path = getattr(cache, "path", None)
+        text = None if path is None else str(path)
+        _directory_of = (cache, text if text is None or "://" in text else os.path.realpath(text))
+    return _directory_of[1]
+
+
+_directory_of: tuple[Any, str | None] = (None, None)
+
+
+@functools.cache
+def _compilation_cache_module() -> types.ModuleType:
     from jax._src import compilation_cache
 
-    path = getattr(compilation_cache._cache, "path", None)
-    return None if path is None else _resolved_directory(str(path))
-
-
-@functools.lru_cache(maxsize=8)
-def _resolved_directory(text: str) -> str:
-    return text if "://" in text else os.path.realpath(text)  # a stat per part: once per directory
+    return compilation_cache
 
 
 def persistent_cache_entry_bytes(depth: int = 8) -> int | None:
