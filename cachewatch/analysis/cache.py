@@ -750,6 +750,14 @@ def _figures_text(p: PersistentFigures) -> str:
     )
 
 
+def _by_function(entries: Sequence[DirectoryEntry], unknown: str) -> list[tuple[str, list[DirectoryEntry]]]:
+    """Entries per function that wrote them, by name (``unknown`` where none is known)."""
+    grouped: dict[str, list[DirectoryEntry]] = {}
+    for e in entries:
+        grouped.setdefault(e.function or unknown, []).append(e)
+    return sorted(grouped.items())
+
+
 def _directory_text(audit: DirectoryAudit) -> list[str]:
     """The persistent cache's directory: its entries per function, and what could not be read."""
     if not audit.readable:
@@ -759,10 +767,7 @@ def _directory_text(audit: DirectoryAudit) -> list[str]:
         f"Cache directory {audit.path}: {len(audit.entries)} entries, {bytes_text(audit.total_bytes)}, "
         f"{len(audit.never_read)} never read, {unattributed} written where cachewatch did not see it"
     ]
-    by_function: dict[str, list[DirectoryEntry]] = {}
-    for e in audit.entries:
-        by_function.setdefault(e.function or "(not seen written)", []).append(e)
-    for name, entries in sorted(by_function.items()):
+    for name, entries in _by_function(audit.entries, "(not seen written)"):
         lines.append(
             f"  {name}: {len(entries)} entries, {bytes_text(sum(e.bytes for e in entries))}, "
             f"{sum(1 for e in entries if e.hits == 0)} never read"
@@ -772,10 +777,7 @@ def _directory_text(audit: DirectoryAudit) -> list[str]:
             f"  gone since cachewatch saw them written (evicted by JAX's size limit, or deleted): "
             f"{len(audit.gone)} entries, {bytes_text(sum(e.bytes for e in audit.gone))}"
         )
-        gone_by: dict[str, list[DirectoryEntry]] = {}
-        for e in audit.gone:
-            gone_by.setdefault(e.function or "?", []).append(e)
-        for name, entries in sorted(gone_by.items()):
+        for name, entries in _by_function(audit.gone, "?"):
             read = sum(1 for e in entries if e.hits)
             lines.append(f"    {name}: {len(entries)} gone, {read} of them read before they went")
     if audit.foreign:
