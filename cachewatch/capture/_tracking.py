@@ -155,7 +155,7 @@ class Record:
         self.ahead: str | None = getattr(_tls, "ahead", None)
         self.thread = threading.current_thread().name
         # Host memory and the persistent cache around the backend compile (cachestate.py).
-        self.memory_begun: tuple[int, int | None, int] | None = None
+        self.memory_begun: tuple[int, int | None] | None = None
         self.host_bytes: int | None = None
         self.host_bytes_before: int | None = None
         self.peak_host_bytes: int | None = None

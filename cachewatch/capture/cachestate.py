@@ -3,9 +3,8 @@ cache did with it, and when JAX's caches let its executables go.
 
 Host memory. Before the backend compile (when JAX reports the end of lowering) the
 resident set is read from ``/proc/self/statm`` and the kernel's high-water mark of the
-resident set is reset (``5`` written to ``/proc/self/clear_refs``, by a thread of
-cachewatch's while the compile starts: the write waits for the memory map); when JAX
-reports the end of the backend compile (after that reset is made), ``/proc/self/status`` gives the resident set after it and
+resident set is reset (``5`` written to ``/proc/self/clear_refs``); when JAX reports the
+end of the backend compile, ``/proc/self/status`` gives the resident set after it and
 the high-water mark, which is then the peak *during* the compile. Both files are kept
 open and read with ``pread`` (a few microseconds each). The reset is process-wide: two
 threads compiling at once each see the higher peak of the two, and a tool of the
@@ -96,89 +95,33 @@ def _reset_peak() -> bool:
     return _can_reset
 
 
-class _PeakResets:
-    """Resets of the high-water mark, made on a thread of their own. Writing ``clear_refs``
-    takes the process's memory map for writing, so it waits while other threads fault
-    pages in (a few hundred microseconds beside XLA's threads and the writer's); the
-    compile goes on meanwhile, and its end waits for the reset it asked for (a compile is
-    longer than the wait, save the smallest)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._asked = 0
-        self._done = 0
-        self._thread: threading.Thread | None = None
-
-    def ask(self) -> int:
-        """Ask for a reset; the ticket to :meth:`wait` for."""
-        with self._cond:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="cachewatch-peak-reset", daemon=True)
-                self._thread.start()
-            self._asked += 1
-            self._cond.notify_all()
-            return self._asked
-
-    def wait(self, ticket: int, timeout: float) -> bool:
-        """Whether the reset asked with ``ticket`` (or a later one) was made in time."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._done >= ticket, timeout)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._asked > self._done)
-                target = self._asked
-            with _guard.guard("cachestate.peak_reset"):
-                _reset_peak()
-            with self._cond:
-                self._done = target
-                self._cond.notify_all()
-
-
-_resets = _PeakResets()
-_RESET_WAIT = 1.0  # seconds a compile's end waits for its reset; past it the peak is not known
-
-
-def begin_compile() -> tuple[int, int | None, int] | None:
-    """Readings before a backend compile: (resident bytes, the high-water mark when it
-    cannot be reset, else None, the ticket of the reset asked for, else 0); None without
-    /proc. The first compile resets the mark itself, to learn whether it can."""
+def begin_compile() -> tuple[int, int | None] | None:
+    """Readings before a backend compile: (resident bytes, the high-water mark when it could
+    not be reset, else None); None without /proc."""
     before = resident_bytes()
     if before is None:
         return None
-    if _can_reset:
-        return before, None, _resets.ask()
-    if _can_reset is None and _reset_peak():
-        return before, None, 0
+    if _reset_peak():
+        return before, None
     figures = _status_figures()
-    return before, figures[1] if figures else None, 0
+    return before, figures[1] if figures else None
 
 
-def end_compile(begun: tuple[int, int | None, int] | None) -> tuple[int | None, int | None, int | None]:
+def end_compile(begun: tuple[int, int | None] | None) -> tuple[int | None, int | None, int | None]:
     """(host bytes gained and kept, resident bytes before, peak resident bytes during) of a
     compile begun with :func:`begin_compile`."""
     if begun is None:
         return None, None, None
-    before, old_hwm, ticket = begun
-    reset = not ticket or (_resets.wait(ticket, _RESET_WAIT) and _can_reset is not False)
     figures = _status_figures()
     if figures is None:
-        return None, before, None
+        return None, begun[0], None
     rss, hwm = figures
-    if not reset or (old_hwm is not None and hwm <= old_hwm):
-        peak = None  # the mark was not reset in time, or could not be and did not rise
+    before, old_hwm = begun
+    if old_hwm is not None and hwm <= old_hwm:
+        peak = None  # the mark could not be reset and did not rise: the peak is not known
     else:
         peak = max(hwm, before, rss)
     return rss - before, before, peak
-
-
-def _after_fork_resets() -> None:
-    global _resets
-    _resets = _PeakResets()  # the parent's thread is not in the child, and its lock may be held
-
-
-process.on_fork_in_child(process.Concern.REPORTS, _after_fork_resets)
 
 
 # ------------------------------------------------------------------ persistent cache
