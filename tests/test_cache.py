@@ -401,6 +401,31 @@ def test_entries_the_size_limit_evicted_are_named_with_their_function(tmp_path):
     assert "evicted_step:" in table.stdout
 
 
+def test_proc_files_are_read_as_the_os_module_reads_them(tmp_path):
+    """The host-memory readings' pread and write (the C extension's, which keep the GIL)
+    give what os.pread and os.write give, and fail as they fail."""
+    from cachewatch.capture import _fastcall, cachestate
+
+    assert cachestate._pread is _fastcall.pread
+    path = tmp_path / "figures"
+    path.write_bytes(b"VmHWM:  123 kB\nVmRSS:  100 kB\n")
+    fd = os.open(path, os.O_RDWR)
+    try:
+        assert _fastcall.pread(fd, 8192, 0) == os.pread(fd, 8192, 0)
+        assert _fastcall.pread(fd, 5, 7) == os.pread(fd, 5, 7)
+        assert _fastcall.pread(fd, 10, 1000) == b""
+        assert _fastcall.write(fd, b"5") == 1
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        _fastcall.pread(fd, 10, 0)  # closed
+    with pytest.raises(ValueError, match="65536"):
+        _fastcall.pread(0, 1 << 20, 0)
+    resident = cachestate.resident_bytes()
+    assert resident is not None
+    assert resident > 0
+
+
 PEAK_WORKER = textwrap.dedent(
     """
     import json, os, sys, threading, time

@@ -15,6 +15,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <unistd.h>
 
 /* Bumped by cachewatch.capture._tracking (under its lock, with the GIL held) whenever a trace
  * or compile is recorded; a call that sees it unchanged did neither. */
@@ -251,10 +252,59 @@ fastcall_activity(PyObject *module, PyObject *unused)
     return PyLong_FromUnsignedLongLong(activity);
 }
 
+/* /proc/self files read and written holding the GIL (cachewatch/capture/cachestate.py): the
+ * kernel answers in microseconds, while os.pread and os.write let go of the GIL, and on a
+ * compiling thread that hands it to cachewatch's writer for up to its switch interval. */
+static PyObject *
+fastcall_pread(PyObject *module, PyObject *args)
+{
+    int fd;
+    Py_ssize_t size;
+    long long offset;
+    if (!PyArg_ParseTuple(args, "inL:pread", &fd, &size, &offset)) {
+        return NULL;
+    }
+    if (size < 0 || size > 65536) {
+        PyErr_SetString(PyExc_ValueError, "pread: size must be 0 to 65536 bytes");
+        return NULL;
+    }
+    PyObject *buffer = PyBytes_FromStringAndSize(NULL, size);
+    if (buffer == NULL) {
+        return NULL;
+    }
+    ssize_t got = pread(fd, PyBytes_AS_STRING(buffer), (size_t)size, (off_t)offset);
+    if (got < 0) {
+        Py_DECREF(buffer);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (_PyBytes_Resize(&buffer, got) < 0) {
+        return NULL;
+    }
+    return buffer;
+}
+
+static PyObject *
+fastcall_write(PyObject *module, PyObject *args)
+{
+    int fd;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "iy*:write", &fd, &data)) {
+        return NULL;
+    }
+    ssize_t wrote = write(fd, data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    if (wrote < 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSsize_t(wrote);
+}
+
 static PyMethodDef fastcall_methods[] = {
     {"bump", fastcall_bump, METH_NOARGS,
      "Advance the activity counter and return its new value (call with cachewatch's lock held)."},
     {"activity", fastcall_activity, METH_NOARGS, "The activity counter."},
+    {"pread", fastcall_pread, METH_VARARGS, "os.pread(fd, size, offset), holding the GIL (for /proc files)."},
+    {"write", fastcall_write, METH_VARARGS, "os.write(fd, data), holding the GIL (for /proc files)."},
     {NULL},
 };
 

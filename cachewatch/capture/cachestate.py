@@ -33,14 +33,28 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..core import _guard, jaxcompat, process
 from ..core.events import CallStats, FunctionInfo, NotWrittenReason, PersistentCache
 from ..record import recorder
+from . import counters
 
 # ------------------------------------------------------------------ host memory
 
+
+def _proc_io() -> tuple[Callable[[int, int, int], bytes], Callable[[int, bytes], int]]:
+    """pread and write for the /proc files: the C extension's, which keep the GIL (the
+    kernel answers in microseconds; letting go of the GIL on a compiling thread hands it to
+    cachewatch's writer for up to its switch interval), else the os module's."""
+    native = counters.native()
+    if native is not None and hasattr(native, "pread"):
+        return native.pread, native.write
+    return os.pread, os.write
+
+
+_pread, _write = _proc_io()
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _fds: dict[str, int] = {}
 _fds_pid = 0
@@ -64,7 +78,7 @@ def _fd(name: str, flags: int) -> int:
 def resident_bytes() -> int | None:
     """The process's resident set now (bytes), or None without /proc."""
     try:
-        return int(os.pread(_fd("statm", os.O_RDONLY), 128, 0).split()[1]) * _PAGE
+        return int(_pread(_fd("statm", os.O_RDONLY), 128, 0).split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return None
 
@@ -72,7 +86,7 @@ def resident_bytes() -> int | None:
 def _status_figures() -> tuple[int, int] | None:
     """(resident set, its high-water mark) in bytes, from /proc/self/status."""
     try:
-        text = os.pread(_fd("status", os.O_RDONLY), 8192, 0)
+        text = _pread(_fd("status", os.O_RDONLY), 8192, 0)
         hwm_at = text.index(b"VmHWM:")
         rss_at = text.index(b"VmRSS:", hwm_at)
         hwm = int(text[hwm_at + 6 : text.index(b"kB", hwm_at)])
@@ -88,7 +102,7 @@ def _reset_peak() -> bool:
     if _can_reset is False:
         return False
     try:
-        os.write(_fd("clear_refs", os.O_WRONLY), b"5")
+        _write(_fd("clear_refs", os.O_WRONLY), b"5")
         _can_reset = True
     except OSError:
         _can_reset = False

@@ -33,7 +33,7 @@ class _PyCounter:
         self.next_sample = 0
 
 
-def _native() -> ModuleType | None:
+def native() -> ModuleType | None:
     """The cache-hit path in C (cachewatch/_fastcall.c), built by pip when a C compiler is
     there; without it (or with CACHEWATCH_PURE_PYTHON set), the pure-Python twin in
     jit._python_watched does the same, slower."""
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ._fastcall import Watched as _WatchedType
 
     Watched: type[_WatchedType] | None
-elif (_fastcall := _native()) is not None:
+elif (_fastcall := native()) is not None:
     _Counter, Watched = _fastcall.Counter, _fastcall.Watched
 else:
     _Counter, Watched = _PyCounter, None
