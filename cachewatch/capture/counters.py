@@ -107,9 +107,9 @@ class CallCounter(_Counter):
         # Since the latest compile, a timed call was of a signature compiled before it: the
         # program had come back to work it had done (see after_compile).
         self.repeating = False
-        # Calls given to a signature so far: each timed call stands for the calls since then,
-        # and a compile or a collection gives the calls after the last timed call to its
-        # signature (the stretch it was in), so per-signature counts lose no stretch's tail.
+        # Calls given to a signature so far (under _pending_lock): each sample stands for the
+        # calls since then, and a compile or a collection gives the calls after the last
+        # sample to its signature (the stretch it was in), so no stretch's tail is lost.
         self.counted_upto = 0
         self.last_signature = ""  # of the last call given its signature (timed or counted)
         self.seconds_of: dict[str, float] = {}  # the last timed run time per signature
@@ -134,8 +134,7 @@ class CallCounter(_Counter):
         loop that returns to its usual shape between new ones is seen at once; a first
         pass over a few shapes in order never returns before its last compile."""
         repeating, self.repeating = self.repeating, False
-        self.count_tail(self.calls - 1)  # the compiling call is no hit
-        self.counted_upto = self.calls
+        self.count_tail(self.calls - 1, then=self.calls)  # the compiling call is no hit
         if signature_hash:
             self.signatures.add(signature_hash)
             self.latest_signature = signature_hash
@@ -157,40 +156,46 @@ class CallCounter(_Counter):
         then not what each costs. The previous timed call waited for its outputs, so the
         calls in between finished inside that wall time.
         """
-        between = self.calls - self.last_timed_calls
-        weight = max(1, self.calls - self.counted_upto)  # the calls this sample stands for
+        calls = self.calls
+        between = calls - self.last_timed_calls
         seconds = alone
         if self.last_timed_end and between > 0:
             seconds = min(alone, (end - self.last_timed_end) / between)
-        self.last_timed_calls = self.counted_upto = self.calls
+        self.last_timed_calls = calls
         self.last_timed_end = end
-        self.last_signature = signature_hash
-        self.seconds_of[signature_hash] = seconds
         if signature_hash != self.latest_signature and signature_hash in self.signatures:
             self.repeating = True
-        with _pending_lock:
+        with _pending_lock:  # the writer's collection gives calls to signatures too
+            weight = max(1, calls - self.counted_upto)  # the calls this sample stands for
+            self.counted_upto = calls
+            self.last_signature = signature_hash
+            self.seconds_of[signature_hash] = seconds
             self.sampled_calls += 1
             self.sampled_seconds += seconds
-            runtimes.add_sample(self._pending_for(signature_hash)[0], seconds, weight)
-            self._pending_for(signature_hash)[1][0] += seconds
+            found = self._pending_for(signature_hash)
+            runtimes.add_sample(found[0], seconds, weight)
+            found[1][0] += seconds
 
     def add_count(self, signature_hash: str) -> None:
         """One call past the timing cap whose signature was named but not timed: it stands
         for the calls since the previous sample, as a timed one would, at its signature's
         last timed run time."""
-        self.last_signature = signature_hash
+        with _pending_lock:
+            self.last_signature = signature_hash
         self.count_tail(self.calls)
 
-    def count_tail(self, upto: int) -> None:
+    def count_tail(self, upto: int, then: int | None = None) -> None:
         """Give the calls after the last sample, up to call number ``upto``, to that
-        sample's signature, at its signature's last timed run time (no timed sample is added)."""
-        tail = upto - self.counted_upto
-        seconds = self.seconds_of.get(self.last_signature)
-        if tail <= 0 or seconds is None:
-            return
-        self.counted_upto = upto
-        with _pending_lock:
-            runtimes.add_weight(self._pending_for(self.last_signature)[0], seconds, tail)
+        sample's signature, at its signature's last timed run time (no timed sample is
+        added); then count from call ``then`` on (``upto`` by default)."""
+        with _pending_lock:  # the user's thread and the writer's both give calls
+            tail = upto - self.counted_upto
+            seconds = self.seconds_of.get(self.last_signature)
+            if tail > 0 and seconds is not None:
+                runtimes.add_weight(self._pending_for(self.last_signature)[0], seconds, tail)
+                self.counted_upto = upto
+            if then is not None:
+                self.counted_upto = then
 
     def _pending_for(self, signature_hash: str) -> tuple[runtimes.Buckets, list[float]]:
         found = self.pending.get(signature_hash)
