@@ -96,6 +96,12 @@ def _add_reports(sub: Any) -> None:
     """The commands that read the store's findings: report, storms and events."""
     report = _store_command(sub, "report", help="per-function compiles, causes and cost")
     _add_filters(report)
+    report.add_argument(
+        "--regressions",
+        type=_not_negative,
+        default=100,
+        help="compile-time regressions listed, the steepest first (default 100; the count of all is given)",
+    )
 
     storms = _store_command(sub, "storms", help="recompilation storms with their cause and fix")
     _add_filters(storms)
@@ -128,6 +134,16 @@ def _age(text: str) -> float:
         return retention.parse_age(text)
     except retention.RetentionError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _not_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"it must be 0 or more, not {n}")
+    return n
 
 
 def _run_count(text: str) -> int:
@@ -468,7 +484,11 @@ def _report(args: argparse.Namespace) -> int:
     cfg = configmod.resolve()
     with enginemod.connection(url) as conn:
         report = views.run_report(
-            conn, columns.Filters(run_id=args.run_id), threshold=cfg.storm_threshold, window=cfg.storm_window
+            conn,
+            columns.Filters(run_id=args.run_id),
+            threshold=cfg.storm_threshold,
+            window=cfg.storm_window,
+            regressions_limit=args.regressions,
         )
     functions = report.functions
     if args.format == "json":
@@ -557,6 +577,7 @@ def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) ->
 
     storms, passes = report.storms, report.first_passes
     costs, regressions = (report.diagnosis.cost_model, report.diagnosis.regressions) if report.diagnosis else ([], [])
+    regressions_total = report.diagnosis.regressions_total if report.diagnosis else 0
     if storms:
         print(f"\nStorms ({len(storms)}):")
         for storm in storms:
@@ -584,12 +605,14 @@ def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) ->
                 f"compiles over sizes {c.min_size:.0f}-{c.max_size:.0f}"
             )
     if regressions:
-        print("\nCompile-time regressions across runs:")
+        print("\nCompile-time regressions across runs (the steepest first):")
         for g in regressions:
             print(
                 f"  {g.qualname}: {g.seconds_before:.3f}s -> {g.seconds_after:.3f}s "
                 f"(jax {g.jax_before} -> {g.jax_after})"
             )
+        if regressions_total > len(regressions):
+            print(f"  ... and {regressions_total - len(regressions)} more (--regressions N lists more)")
 
 
 def _storms(args: argparse.Namespace) -> int:

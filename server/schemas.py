@@ -424,7 +424,11 @@ class RegressionOut(BaseModel):
 class DiagnosisOut(BaseModel):
     verdicts: dict[str, VerdictOut] = Field(description="By function hash: is jit worth it.")
     cost_model: list[CostModelOut] = Field(description="Compile seconds against program size, fastest-growing first.")
-    regressions: list[RegressionOut] = Field(description="Same function and signature compiling slower in a later run.")
+    regressions: list[RegressionOut] = Field(
+        description="Same function and signature compiling slower in a later run, the steepest first "
+        "(at most regressions_limit)."
+    )
+    regressions_total: int = Field(description="Every regression found, listed or not.")
 
 
 class EventOut(BaseModel):

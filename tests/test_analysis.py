@@ -452,7 +452,7 @@ def test_compile_regression_across_runs(sqlite_url):
     _insert_compiles(sqlite_url, "steady", [10.0], run_id="a" * 32, seconds=0.2)
     _insert_compiles(sqlite_url, "steady", [20.0], run_id="b" * 32, seconds=0.21)
     with enginemod.connection(sqlite_url) as conn:
-        (found,) = diagnosis.compile_regressions(conn)
+        (found,) = diagnosis.compile_regressions(conn).shown
     assert found.qualname == "step"
     assert found.ratio == pytest.approx(2.5)
     assert found.jax_before.startswith("0.9.0")
@@ -497,7 +497,12 @@ def test_diagnosis_through_the_api(sqlite_url, use_store):
         assert body["verdicts"][layer_hash]["eager_seconds_mean"] > 0
         assert body["verdicts"][layer_hash]["few_calls"] is True
         assert [r["qualname"] for r in body["regressions"]] == ["slow_step"]
+        assert body["regressions_total"] == 1
         assert any(row["function_hash"] == layer_hash for row in body["cost_model"])
+        unlisted = client.get("/api/v1/diagnosis?regressions_limit=0").json()
+        assert unlisted["regressions"] == []
+        assert unlisted["regressions_total"] == 1
+        assert client.get("/api/v1/diagnosis?regressions_limit=-1").status_code == 422
         detail = client.get(f"/api/v1/functions/{layer_hash}").json()
         assert detail["verdict"]["text"] == body["verdicts"][layer_hash]["text"]
 

@@ -69,14 +69,14 @@ def test_regressions_found_in_sql_are_those_of_every_compile(pg_url, seed):
     with enginemod.connection(pg_url) as conn:
         assert conn.dialect.name == "postgresql"
         for factor, least in ((1.5, 0.05), (1.2, 0.0), (3.0, 0.01)):
-            in_sql = sorted(evidence.slower_compiles(conn, factor, least), key=_key)
+            in_sql = sorted(evidence.slower_compiles(conn, factor, least).shown, key=_key)
             in_python = sorted(evidence.slower_compiles_of(evidence.uncached_compiles(conn), factor, least), key=_key)
             assert [_key(s) for s in in_sql] == [_key(s) for s in in_python]
             for a, b in zip(in_sql, in_python, strict=True):
                 assert a.seconds_before == pytest.approx(b.seconds_before)
                 assert a.seconds_after == pytest.approx(b.seconds_after)
-        assert evidence.slower_compiles(conn, 1.2, 0.0), "the filled store has regressions to compare"
-        found = diagnosis.compile_regressions(conn, 1.2, 0.0)
+        assert evidence.slower_compiles(conn, 1.2, 0.0).shown, "the filled store has regressions to compare"
+        found = diagnosis.compile_regressions(conn, 1.2, 0.0).shown
     assert all(r.jax_before.startswith("0.") and r.jax_after.startswith("0.") for r in found)
     assert all(r.ratio is not None and r.ratio >= 1.2 for r in found)
 
@@ -145,3 +145,25 @@ def test_size_fits_in_sql_are_those_of_every_compile(pg_url, seed):
     assert not rows["linear"].superlinear
     assert rows["pair"].exponent is None
     assert rows["pair"].note
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_regressions_are_the_steepest_first_and_a_limit_keeps_the_same_ones(dialect, sqlite_url, request):
+    url = sqlite_url if dialect == "sqlite" else request.getfixturevalue("pg_url")
+    _fill(url, 4)
+    with enginemod.connection(url) as conn:
+        every = evidence.slower_compiles_of(evidence.uncached_compiles(conn), 1.2, 0.0)
+        steepest = sorted(every, key=lambda s: (-(s.seconds_after / s.seconds_before), _key(s)))
+        assert len(every) > 5, "the filled store has enough regressions to cut"
+        for limit in (None, 5, 1, 0):
+            found = evidence.slower_compiles(conn, 1.2, 0.0, limit)
+            assert found.total == len(every)
+            wanted = steepest if limit is None else steepest[:limit]
+            assert [(_key(s), s.seconds_after) for s in found.shown] == [
+                (_key(s), pytest.approx(s.seconds_after)) for s in wanted
+            ]
+        listed = diagnosis.compile_regressions(conn, 1.2, 0.0, limit=3)
+    assert listed.total == len(every)
+    ratios = [r.ratio for r in listed.shown]
+    assert len(ratios) == 3
+    assert ratios == sorted(ratios, reverse=True)

@@ -1178,15 +1178,31 @@ def _cost_row(fit: evidence.SizeFit, qualname: str, min_points: int) -> CostMode
     )
 
 
-def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: float = 0.05) -> list[Regression]:
-    """The same function and signature compiling markedly slower in a later run.
+# Regressions a diagnosis lists, steepest first: a fleet's store holds tens of thousands
+# of rises between noisy runs, and the steepest are the ones to look at.
+REGRESSIONS_SHOWN = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Regressions:
+    """The steepest regressions (at most the limit asked for) and how many there are."""
+
+    shown: list[Regression]
+    total: int
+
+
+def compile_regressions(
+    conn: sa.Connection, factor: float = 1.5, min_seconds: float = 0.05, limit: int | None = None
+) -> Regressions:
+    """The same function and signature compiling markedly slower in a later run,
+    steepest first (``limit`` of them when given; ``total`` counts every one).
 
     Compares the median compile time per (function, signature) between consecutive
     runs that compiled it, and names the JAX versions of both runs.
     """
-    slower = evidence.slower_compiles(conn, factor, min_seconds)
-    versions = evidence.run_versions(conn, {s.run_before for s in slower} | {s.run_after for s in slower})
-    infos = evidence.function_infos(conn, {s.function_hash for s in slower}) if slower else {}
+    slower = evidence.slower_compiles(conn, factor, min_seconds, limit)
+    versions = evidence.run_versions(conn, {s.run_before for s in slower.shown} | {s.run_after for s in slower.shown})
+    infos = evidence.function_infos(conn, {s.function_hash for s in slower.shown}) if slower.shown else {}
     found = [
         Regression(
             function_hash=s.function_hash,
@@ -1200,10 +1216,9 @@ def compile_regressions(conn: sa.Connection, factor: float = 1.5, min_seconds: f
             jax_after="/".join(versions.get(s.run_after, ("", ""))),
             qualname=infos[s.function_hash].qualname if s.function_hash in infos else "",
         )
-        for s in slower
+        for s in slower.shown
     ]
-    found.sort(key=lambda g: -(g.ratio or 0))
-    return found
+    return Regressions(found, slower.total)
 
 
 def storms(

@@ -79,7 +79,8 @@ class Diagnosis:
 
     verdicts: dict[str, Verdict]  # by function hash
     cost_model: list[CostModelRow]
-    regressions: list[Regression]
+    regressions: list[Regression]  # the steepest first, at most the limit asked for
+    regressions_total: int  # every regression found, shown or not
 
     def as_json(self) -> dict[str, Any]:
         """``GET /api/v1/diagnosis``."""
@@ -87,21 +88,32 @@ class Diagnosis:
             "verdicts": {h: v.as_json() for h, v in self.verdicts.items()},
             "cost_model": [row.as_json() for row in self.cost_model],
             "regressions": [g.as_json() for g in self.regressions],
+            "regressions_total": self.regressions_total,
         }
 
 
-def diagnosis_of(conn: sa.Connection, rows: list[FunctionReport], filters: Filters) -> Diagnosis:
-    """The diagnosis of a report's rows (regressions are the whole store's: they span runs)."""
+def diagnosis_of(
+    conn: sa.Connection,
+    rows: list[FunctionReport],
+    filters: Filters,
+    regressions_limit: int | None = diagnosis.REGRESSIONS_SHOWN,
+) -> Diagnosis:
+    """The diagnosis of a report's rows (regressions are the whole store's: they span
+    runs; the ``regressions_limit`` steepest are listed, None for all)."""
+    regressions = diagnosis.compile_regressions(conn, limit=regressions_limit)
     return Diagnosis(
         verdicts=diagnosis.verdicts_or_none(conn, rows, filters),
         cost_model=diagnosis.cost_model(conn, filters),
-        regressions=diagnosis.compile_regressions(conn),
+        regressions=regressions.shown,
+        regressions_total=regressions.total,
     )
 
 
-def diagnosis_view(conn: sa.Connection, filters: Filters) -> Diagnosis:
+def diagnosis_view(
+    conn: sa.Connection, filters: Filters, regressions_limit: int | None = diagnosis.REGRESSIONS_SHOWN
+) -> Diagnosis:
     """``GET /api/v1/diagnosis``: the diagnosis of every function under the filters."""
-    return diagnosis_of(conn, queries.function_report(conn, filters), filters)
+    return diagnosis_of(conn, queries.function_report(conn, filters), filters, regressions_limit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,8 +168,17 @@ class RunReport:
         ]
 
 
-def run_report(conn: sa.Connection, filters: Filters, *, threshold: int, window: float, full: bool = True) -> RunReport:
-    """The report ``cachewatch report`` prints (``full``) and a run's summary is made of (not ``full``)."""
+def run_report(
+    conn: sa.Connection,
+    filters: Filters,
+    *,
+    threshold: int,
+    window: float,
+    full: bool = True,
+    regressions_limit: int | None = diagnosis.REGRESSIONS_SHOWN,
+) -> RunReport:
+    """The report ``cachewatch report`` prints (``full``, with the ``regressions_limit``
+    steepest regressions) and a run's summary is made of (not ``full``)."""
     rows = queries.function_report(conn, filters)
     storms, passes = diagnosis.storms_and_first_passes(conn, filters, threshold=threshold, window=window)
     identical = programs.identical_recompiles(conn, filters)
@@ -168,7 +189,7 @@ def run_report(conn: sa.Connection, filters: Filters, *, threshold: int, window:
         for row in rows[:PROFILED_FUNCTIONS]
         if row["compiles"]
     }
-    return RunReport(rows, storms, passes, identical, diagnosis_of(conn, rows, filters), fixes)
+    return RunReport(rows, storms, passes, identical, diagnosis_of(conn, rows, filters, regressions_limit), fixes)
 
 
 @dataclasses.dataclass(frozen=True)

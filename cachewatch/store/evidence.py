@@ -425,18 +425,37 @@ class SlowerCompile:
     seconds_after: float
 
 
-def slower_compiles(conn: sa.Connection, factor: float, min_seconds: float) -> list[SlowerCompile]:
+@dataclass(frozen=True, slots=True)
+class SlowerCompiles:
+    """The rises found: the steepest first (``shown``, at most the limit asked for) and
+    how many there are in all."""
+
+    shown: list[SlowerCompile]
+    total: int
+
+
+def _steepest_first(found: SlowerCompile) -> tuple[bool, float, str, str, str]:
+    """Largest ratio first (a rise from zero seconds has none and comes last), then by
+    function, signature and later run, so a limit always keeps the same rises."""
+    ratio = found.seconds_after / found.seconds_before if found.seconds_before > 0 else None
+    return (ratio is None, -(ratio or 0.0), found.function_hash, found.signature_hash, found.run_after)
+
+
+def slower_compiles(conn: sa.Connection, factor: float, min_seconds: float, limit: int | None = None) -> SlowerCompiles:
     """Every rise of ``factor`` times and ``min_seconds`` or more between consecutive runs
-    (ties in start broken by run id). On PostgreSQL the medians and the pairs of runs are
-    found in SQL (a fleet's store holds a compile per signature and run: reading them all
-    would ship the whole table); elsewhere from :func:`uncached_compiles`."""
+    (ties in start broken by run id), steepest first; with ``limit``, only that many are
+    returned (``total`` counts them all). On PostgreSQL the medians, the pairs of runs,
+    the order and the limit are found in SQL (a fleet's store holds a compile per
+    signature and run: reading them all would ship the whole table, and a fleet's noise
+    makes tens of thousands of rises); elsewhere from :func:`uncached_compiles`."""
     if conn.dialect.name == "postgresql":
-        return _slower_compiles_in_sql(conn, factor, min_seconds)
-    return slower_compiles_of(uncached_compiles(conn), factor, min_seconds)
+        return _slower_compiles_in_sql(conn, factor, min_seconds, limit)
+    found = sorted(slower_compiles_of(uncached_compiles(conn), factor, min_seconds), key=_steepest_first)
+    return SlowerCompiles(found if limit is None else found[:limit], len(found))
 
 
 def slower_compiles_of(rows: Iterable[UncachedCompile], factor: float, min_seconds: float) -> list[SlowerCompile]:
-    """:func:`slower_compiles` from the compiles themselves."""
+    """:func:`slower_compiles` from the compiles themselves (every rise, in no order)."""
     grouped: dict[tuple[str, str], dict[str, list[float]]] = {}
     started: dict[str, float] = {}
     for row in rows:
@@ -454,7 +473,9 @@ def slower_compiles_of(rows: Iterable[UncachedCompile], factor: float, min_secon
     return found
 
 
-def _slower_compiles_in_sql(conn: sa.Connection, factor: float, min_seconds: float) -> list[SlowerCompile]:
+def _slower_compiles_in_sql(
+    conn: sa.Connection, factor: float, min_seconds: float, limit: int | None
+) -> SlowerCompiles:
     e, r = models.compile_events, models.runs
     median = sa.func.percentile_cont(0.5).within_group(e.c.compile_seconds)
     per_run = (
@@ -471,12 +492,19 @@ def _slower_compiles_in_sql(conn: sa.Connection, factor: float, min_seconds: flo
         sa.func.lag(per_run.c.run_id).over(partition_by=by_signature, order_by=in_order).label("run_before"),
         sa.func.lag(per_run.c.median).over(partition_by=by_signature, order_by=in_order).label("median_before"),
     ).subquery()
-    q = sa.select(paired).where(
-        paired.c.run_before.is_not(None),
-        paired.c.median >= factor * paired.c.median_before,
-        paired.c.median - paired.c.median_before >= min_seconds,
+    ratio = sa.case((paired.c.median_before > 0, paired.c.median / paired.c.median_before))
+    q = (
+        sa.select(paired, sa.func.count().over().label("total"))
+        .where(
+            paired.c.run_before.is_not(None),
+            paired.c.median >= factor * paired.c.median_before,
+            paired.c.median - paired.c.median_before >= min_seconds,
+        )
+        .order_by(ratio.desc().nulls_last(), paired.c.function_hash, paired.c.signature_hash, paired.c.run_id)
+        .limit(limit)
     )
-    return [
+    rows = conn.execute(q).all()
+    shown = [
         SlowerCompile(
             row.function_hash,
             row.signature_hash,
@@ -485,8 +513,13 @@ def _slower_compiles_in_sql(conn: sa.Connection, factor: float, min_seconds: flo
             float(row.median_before),
             float(row.median),
         )
-        for row in conn.execute(q)
+        for row in rows
     ]
+    if rows or limit != 0:
+        return SlowerCompiles(shown, int(rows[0].total) if rows else 0)
+    # A limit of zero returns no row to carry the count.
+    count = sa.select(sa.func.count()).select_from(q.limit(None).order_by(None).subquery())
+    return SlowerCompiles([], int(conn.execute(count).scalar_one()))
 
 
 def run_versions(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, tuple[str, str]]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
+from fastapi import APIRouter, Query
+
+from cachewatch.analysis import diagnosis as found_diagnosis
 from cachewatch.analysis import views
 
 from ..deps import Connection, QueryFilters, ReadAuth
@@ -13,6 +16,14 @@ router = APIRouter(prefix="/api/v1", tags=["diagnosis"])
 
 
 @router.get("/diagnosis", response_model=DiagnosisOut, summary="Verdicts, compile cost model and regressions")
-def diagnosis(_: ReadAuth, conn: Connection, filters: QueryFilters) -> DiagnosisOut:
-    found = views.diagnosis_view(conn, filters)
+def diagnosis(
+    _: ReadAuth,
+    conn: Connection,
+    filters: QueryFilters,
+    regressions_limit: Annotated[
+        int,
+        Query(ge=0, le=10_000, description="Regressions listed, the steepest first (regressions_total counts all)."),
+    ] = found_diagnosis.REGRESSIONS_SHOWN,
+) -> DiagnosisOut:
+    found = views.diagnosis_view(conn, filters, regressions_limit)
     return DiagnosisOut.model_validate(found.as_json())
