@@ -164,6 +164,6 @@ def test_regressions_are_the_steepest_first_and_a_limit_keeps_the_same_ones(dial
             ]
         listed = diagnosis.compile_regressions(conn, 1.2, 0.0, limit=3)
     assert listed.total == len(every)
-    ratios = [r.ratio for r in listed.shown]
+    ratios = [r.ratio or 0.0 for r in listed.shown]
     assert len(ratios) == 3
     assert ratios == sorted(ratios, reverse=True)
