@@ -98,7 +98,7 @@ def _add_reports(sub: Any) -> None:
     _add_filters(report)
     report.add_argument(
         "--regressions",
-        type=_not_negative,
+        type=_regression_count,
         default=100,
         help="compile-time regressions listed, the steepest first (default 100; the count of all is given)",
     )
@@ -136,24 +136,23 @@ def _age(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _not_negative(text: str) -> int:
+def _whole_number(text: str, what: str) -> int:
+    """``text`` as a whole number of 0 or more, else argparse's error naming ``what``."""
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from None
+        raise argparse.ArgumentTypeError(f"a whole number of {what}, not {text!r}") from None
     if n < 0:
-        raise argparse.ArgumentTypeError(f"it must be 0 or more, not {n}")
+        raise argparse.ArgumentTypeError(f"the {what} must be 0 or more, not {n}")
     return n
+
+
+def _regression_count(text: str) -> int:
+    return _whole_number(text, "regressions to list")
 
 
 def _run_count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number of runs to keep, not {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"the runs to keep must be 0 or more, not {n}")
-    return n
+    return _whole_number(text, "runs to keep")
 
 
 def _add_prune(db_sub: Any) -> None:

@@ -459,6 +459,21 @@ def test_compile_regression_across_runs(sqlite_url):
     assert found.jax_after.startswith("0.10.2")
 
 
+def test_report_lists_the_regressions_asked_for_and_counts_the_rest(sqlite_url, capsys):
+    enginemod.ensure_schema(sqlite_url)
+    for i, seconds in enumerate((0.1, 0.3, 0.7)):  # two rises: x3, then x2.3
+        _insert_compiles(sqlite_url, "step", [10.0], run_id=f"{i}" * 32, started_at=float(i), seconds=seconds)
+    assert cli.main(["report", "--store", sqlite_url, "--regressions", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "step: 0.100s -> 0.300s" in out
+    assert "0.300s -> 0.700s" not in out
+    assert "... and 1 more" in out
+    assert cli.main(["report", "--store", sqlite_url]) == 0
+    out = capsys.readouterr().out
+    assert "0.300s -> 0.700s" in out
+    assert "more (--regressions N" not in out
+
+
 def test_every_compile_records_its_program_size(sqlite_url, use_store):
     use_store(sqlite_url)  # the program view's, off the compile (cost_analysis is deprecated)
 
