@@ -52,6 +52,9 @@ class FunctionRow(Base):
 # What makes an event a recompile (compiled, not a first call, not made ahead of time by
 # cachewatch.warmup), as SQL the partial indexes below and the queries they serve share word for word.
 RECOMPILED = "compiled AND cause <> 'first_call' AND kind <> 'warmup'"
+# The compiles that wrote a persistent-cache entry, as the partial index below and the
+# read of /metrics (store/scrape.py's persistent_entries) share it.
+PERSISTENT_WRITTEN = "persistent_cache = 'written' AND persistent_cache_key IS NOT NULL"
 
 
 def _recompiles_index(name: str, member: str) -> Index:
@@ -148,6 +151,15 @@ class CompileEventRow(Base):
         # alone (store/evidence.py's _dense), never in the wide rows.
         _recompiles_index("ix_recompiles_run_function", "function_hash"),
         _recompiles_index("ix_recompiles_run_site", "call_site"),
+        # The entries written to the persistent cache, key and bytes: /metrics counts and
+        # sums them every scrape from this index alone.
+        Index(
+            "ix_persistent_written",
+            "persistent_cache_key",
+            "persistent_cache_bytes",
+            postgresql_where=sa.text(PERSISTENT_WRITTEN),
+            sqlite_where=sa.text(PERSISTENT_WRITTEN),
+        ),
     )
 
 

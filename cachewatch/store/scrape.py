@@ -161,7 +161,7 @@ def persistent_entries(conn: sa.Connection) -> tuple[int, int]:
     e = models.compile_events
     written = (
         sa.select(e.c.persistent_cache_key, sa.func.max(e.c.persistent_cache_bytes).label("size"))
-        .where(e.c.persistent_cache == "written", e.c.persistent_cache_key.is_not(None))
+        .where(sa.text(models.PERSISTENT_WRITTEN))  # word for word the partial index's, so it is used
         .group_by(e.c.persistent_cache_key)
         .subquery()
     )
