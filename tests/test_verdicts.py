@@ -479,6 +479,23 @@ def test_waste_counts_only_recompiles_of_one_function(sqlite_url):
         wasted = programs.identical_recompiles(conn)
         shared = programs.shared_programs(conn)
         assert programs.wasted_between(conn, ["step", "twin"], "r1", NOW, NOW + 10) == (1, pytest.approx(0.01))
+        # Many storms' spans in one read: each as alone (before the waste, another run, no function).
+        spans = [
+            programs.Span(("twin",), "r1", NOW, NOW + 10),
+            programs.Span(("step", "twin"), "r1", NOW, NOW + 10),
+            programs.Span(("step",), "r1", NOW, NOW + 1.9),
+            programs.Span(("step",), "r2", NOW, NOW + 10),
+            programs.Span((), "r1", NOW, NOW + 10),
+            programs.Span(("step",), "r1", NOW + 2.0, NOW + 2.0),
+        ]
+        assert programs.wasted_in_spans(conn, spans) == [
+            (0, 0.0),
+            (1, pytest.approx(0.01)),
+            (0, 0.0),
+            (0, 0.0),
+            (0, 0.0),
+            (1, pytest.approx(0.01)),
+        ]
         # A recompile is diffed with the function's own earlier program, never another function's.
         from cachewatch.store import programs as stored
 

@@ -273,12 +273,10 @@ def _with_recurrence_and_waste(
     found, shown or not), the recompiles that made a program already made, and
     (``priced``) for a new-shape storm of a jit, the padding fix priced over its run."""
     out = []
-    for storm in storms:
-        # How many of its recompiles produced the program the same function compiled
-        # before: pure waste. Another function's program is no waste (same_program_as).
-        identical, seconds = programs.wasted_between(
-            conn, list(storm.function_hashes), storm.run_id, storm.start, storm.end
-        )
+    # How many of each storm's recompiles produced the program the same function compiled
+    # before: pure waste. Another function's program is no waste (same_program_as).
+    spans = [programs.Span(tuple(s.function_hashes), s.run_id, s.start, s.end) for s in storms]
+    for storm, (identical, seconds) in zip(storms, programs.wasted_in_spans(conn, spans), strict=True):
         storm = dataclasses.replace(
             storm,
             recurs_in_runs=len(runs_per_key[storm.key]),

@@ -350,6 +350,14 @@ def wasted_between(
     return stored.wasted_between(conn, function_hashes, run_id, start, end)
 
 
+Span = stored.Span  # a storm's functions, run, start and end
+
+
+def wasted_in_spans(conn: sa.Connection, spans: list[stored.Span]) -> list[tuple[int, float]]:
+    """:func:`wasted_between` for each span (the functions, run, start and end of a storm), in one read."""
+    return stored.wasted_in_spans(conn, spans)
+
+
 @dataclass(frozen=True)
 class SharedPrograms(stored.SharedProgram):
     """Compiles of one function that produced another function's program, and the sentence."""
