@@ -160,7 +160,17 @@ def test_the_priced_fix_sentence(storm):
         priced = whatif.priced_fix(conn, function.function_hash, run_id)
         assert priced is not None
         assert priced.startswith("pad batch['x'] axis 0 to ")
-        assert whatif.priced_fix(conn, reads.find_function(conn, "one_shape").function_hash, run_id) is None
+        one_shape = reads.find_function(conn, "one_shape")
+        assert whatif.priced_fix(conn, one_shape.function_hash, run_id) is None
+        # Many storms priced together: each as alone, in order (a run without it: nothing to pad).
+        together = whatif.priced_fixes(
+            conn, [(one_shape, run_id), (function, run_id), (function, "0" * 32), (function, run_id)]
+        )
+        assert together == [None, priced, None, priced]
+        alone = reads.evidence(conn, function, run_id)
+        (read_together,) = reads.evidence_of_many(conn, [(function, run_id)])
+        assert read_together.compiles == alone.compiles
+        assert (read_together.calls, read_together.timed) == (alone.calls, alone.timed)
 
 
 def test_a_single_shape_has_nothing_to_pad(storm, capsys):

@@ -277,18 +277,25 @@ def _with_recurrence_and_waste(
     # before: pure waste. Another function's program is no waste (same_program_as).
     spans = [programs.Span(tuple(s.function_hashes), s.run_id, s.start, s.end) for s in storms]
     for storm, (identical, seconds) in zip(storms, programs.wasted_in_spans(conn, spans), strict=True):
-        storm = dataclasses.replace(
-            storm,
-            recurs_in_runs=len(runs_per_key[storm.key]),
-            identical_programs=identical,
-            identical_seconds=seconds,
+        out.append(
+            dataclasses.replace(
+                storm,
+                recurs_in_runs=len(runs_per_key[storm.key]),
+                identical_programs=identical,
+                identical_seconds=seconds,
+            )
         )
-        if priced and not storm.key.startswith("site:") and storm.dominant_cause == Cause.NEW_SHAPE:
-            # What padding would save and cost over this run, priced on its own figures.
-            price = whatif.priced_fix(conn, storm.key, storm.run_id)
-            if price:
-                storm = dataclasses.replace(storm, priced_fix=price, fix=f"{storm.fix} Priced over this run: {price}.")
-        out.append(storm)
+    if not priced:
+        return out
+    # What padding would save and cost over its run, priced on the run's own figures, for
+    # a new-shape storm of a jit (a line of user code has no one function to pad).
+    padded = [i for i, s in enumerate(out) if not s.key.startswith("site:") and s.dominant_cause == Cause.NEW_SHAPE]
+    infos = evidence.function_infos(conn, {out[i].key for i in padded})
+    padded = [i for i in padded if out[i].key in infos]
+    prices = whatif.priced_fixes(conn, [(infos[out[i].key], out[i].run_id) for i in padded])
+    for i, price in zip(padded, prices, strict=True):
+        if price:
+            out[i] = dataclasses.replace(out[i], priced_fix=price, fix=f"{out[i].fix} Priced over this run: {price}.")
     return out
 
 

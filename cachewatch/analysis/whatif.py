@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from ..core.events import Cause
+from ..core.events import Cause, FunctionInfo
 from ..core.figures import seconds_text
 from ..store import whatif as reads
 from ..store.whatif import CompileRecord, Leaf, RunEvidence
@@ -703,12 +703,24 @@ def priced_fix(conn: sa.Connection, function_hash: str, run_id: str) -> str | No
     timed enough signatures, else powers of two. None where the run holds nothing to pad."""
     try:
         function = reads.find_function(conn, function_hash)
-        ev = reads.evidence(conn, function, run_id)
+    except LookupError:
+        return None
+    (price,) = priced_fixes(conn, [(function, run_id)])
+    return price
+
+
+def priced_fixes(conn: sa.Connection, pairs: list[tuple[FunctionInfo, str]]) -> list[str | None]:
+    """:func:`priced_fix` for each (function, run), their evidence read together."""
+    return [_price(ev) for ev in reads.evidence_of_many(conn, pairs)]
+
+
+def _price(ev: RunEvidence) -> str | None:
+    try:
         try:
             result = analyse(ev, Policy("auto"))
         except WhatifError:
             result = analyse(ev, Policy("pow2"))
-    except (WhatifError, LookupError):
+    except WhatifError:
         return None
     return fix_sentence(result)
 

@@ -160,16 +160,34 @@ def _memory(memory: Any) -> int | None:
 
 def evidence(conn: sa.Connection, function: FunctionInfo, run_id: str, run_name: str = "") -> RunEvidence:
     """The function's compiles in the run, oldest first, and its calls and timed signatures."""
-    compiles = _compiles(conn, function.function_hash, run_id)
-    calls, timed, sample_every = _calls_and_timed_signatures(conn, function.function_hash, run_id)
-    return RunEvidence(function, run_id, run_name, compiles, calls, timed, sample_every)
+    (found,) = evidence_of_many(conn, [(function, run_id)])
+    return RunEvidence(function, run_id, run_name, found.compiles, found.calls, found.timed, found.sample_every)
 
 
-def _compiles(conn: sa.Connection, function_hash: str, run_id: str) -> tuple[CompileRecord, ...]:
-    """The function's compiles in the run, oldest first (stale captures left out)."""
+def evidence_of_many(conn: sa.Connection, pairs: list[tuple[FunctionInfo, str]]) -> list[RunEvidence]:
+    """:func:`evidence` for each (function, run), in two queries (a page of storms prices
+    fifty: three queries each were three round trips each)."""
+    if not pairs:
+        return []
+    wanted = (
+        sa.values(sa.column("pair", sa.Integer), sa.column("function_hash", sa.String), sa.column("run_id", sa.String))
+        .data([(i, function.function_hash, run_id) for i, (function, run_id) in enumerate(pairs)])
+        .cte("pairs")  # WITH pairs(...) AS (VALUES ...): SQLite names no columns of an aliased VALUES
+    )
+    compiles = _compiles(conn, wanted)
+    stats = _call_stats(conn, wanted)
+    return [
+        RunEvidence(function, run_id, "", compiles.get(i, ()), *_calls_and_timed_signatures(stats.get(i, [])))
+        for i, (function, run_id) in enumerate(pairs)
+    ]
+
+
+def _compiles(conn: sa.Connection, wanted: sa.CTE) -> dict[int, tuple[CompileRecord, ...]]:
+    """Each (function, run) pair's compiles, oldest first (stale captures left out)."""
     e = models.compile_events
     q = (
         sa.select(
+            wanted.c.pair,
             e.c.event_id,
             e.c.timestamp,
             e.c.cause,
@@ -183,44 +201,50 @@ def _compiles(conn: sa.Connection, function_hash: str, run_id: str) -> tuple[Com
             e.c.persistent_cache_hit,
             e.c.device,
         )
-        .where(
-            e.c.function_hash == function_hash,
-            e.c.run_id == run_id,
-            e.c.compiled,
-            e.c.kind != Kind.STALE_CAPTURE,
-        )
-        .order_by(e.c.timestamp, e.c.id)
+        .select_from(wanted)
+        .join(e, sa.and_(e.c.function_hash == wanted.c.function_hash, e.c.run_id == wanted.c.run_id))
+        .where(e.c.compiled, e.c.kind != Kind.STALE_CAPTURE)
+        .order_by(wanted.c.pair, e.c.timestamp, e.c.id)
     )
     made: dict[tuple[Any, ...], Leaf] = {}
-    return tuple(
-        CompileRecord(
-            r.event_id,
-            float(r.timestamp),
-            r.cause,
-            r.signature_hash or "",
-            _leaves(r.signature, made),
-            float(r.trace_seconds or 0.0) + float(r.lower_seconds or 0.0) + float(r.compile_seconds or 0.0),
-            float(r.compile_seconds or 0.0),
-            _memory(r.memory),
-            r.identical_to,
-            r.persistent_cache_hit,
-            r.device or "",
+    found: dict[int, list[CompileRecord]] = {}
+    for r in conn.execute(q):
+        found.setdefault(int(r.pair), []).append(
+            CompileRecord(
+                r.event_id,
+                float(r.timestamp),
+                r.cause,
+                r.signature_hash or "",
+                _leaves(r.signature, made),
+                float(r.trace_seconds or 0.0) + float(r.lower_seconds or 0.0) + float(r.compile_seconds or 0.0),
+                float(r.compile_seconds or 0.0),
+                _memory(r.memory),
+                r.identical_to,
+                r.persistent_cache_hit,
+                r.device or "",
+            )
         )
-        for r in conn.execute(q)
+    return {pair: tuple(records) for pair, records in found.items()}
+
+
+def _call_stats(conn: sa.Connection, wanted: sa.CTE) -> dict[int, list[Any]]:
+    """Each (function, run) pair's call-statistics rows."""
+    s = models.call_stats
+    q = (
+        sa.select(wanted.c.pair, s.c.calls, s.c.signature_hash, s.c.run_buckets, s.c.sample_every)
+        .select_from(wanted)
+        .join(s, sa.and_(s.c.function_hash == wanted.c.function_hash, s.c.run_id == wanted.c.run_id))
+        .order_by(wanted.c.pair, s.c.id)
     )
+    found: dict[int, list[Any]] = {}
+    for row in conn.execute(q):
+        found.setdefault(int(row.pair), []).append(row)
+    return found
 
 
-def _calls_and_timed_signatures(
-    conn: sa.Connection, function_hash: str, run_id: str
-) -> tuple[int, tuple[TimedSignature, ...], int | None]:
+def _calls_and_timed_signatures(stats: list[Any]) -> tuple[int, tuple[TimedSignature, ...], int | None]:
     """The function's calls in the run, its signatures with a median run time, and the
     run's sampling interval (the last one recorded)."""
-    s = models.call_stats
-    stats = conn.execute(
-        sa.select(s.c.calls, s.c.signature_hash, s.c.run_buckets, s.c.sample_every).where(
-            s.c.function_hash == function_hash, s.c.run_id == run_id
-        )
-    ).all()
     calls = sum(int(r.calls or 0) for r in stats)
     buckets: dict[str, runtimes.Buckets] = {}
     sample_every = None
