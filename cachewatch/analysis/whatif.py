@@ -710,8 +710,11 @@ def priced_fix(conn: sa.Connection, function_hash: str, run_id: str) -> str | No
 
 
 def priced_fixes(conn: sa.Connection, pairs: list[tuple[FunctionInfo, str]]) -> list[str | None]:
-    """:func:`priced_fix` for each (function, run), their evidence read together."""
-    return [_price(ev) for ev in reads.evidence_of_many(conn, pairs)]
+    """:func:`priced_fix` for each (function, run), their evidence read together and each
+    (function, run) priced once (a function that stormed twice in a run has one price there)."""
+    distinct = list({(function.function_hash, run_id): (function, run_id) for function, run_id in pairs}.values())
+    prices = {(ev.function.function_hash, ev.run_id): _price(ev) for ev in reads.evidence_of_many(conn, distinct)}
+    return [prices[(function.function_hash, run_id)] for function, run_id in pairs]
 
 
 def _price(ev: RunEvidence) -> str | None:
