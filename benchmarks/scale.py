@@ -239,6 +239,8 @@ def fill(url: str, fleet: Fleet) -> dict[str, Any]:  # noqa: C901  (one loop per
         "compile_seconds",
         "persistent_cache_hit",
         "cache_time_saved_seconds",
+        "signature_hash",
+        "eager_run_seconds",
     )
     cause_names = [c for c, _ in CAUSES]
     cause_weights = [w for _, w in CAUSES]
@@ -368,7 +370,7 @@ def fill(url: str, fleet: Fleet) -> dict[str, Any]:  # noqa: C901  (one loop per
                     "memory": memory,
                 }
                 lines.append("\t".join(text(values.get(name)) for name in e_columns) + "\n")
-                small.append(tuple(values[name] for name in rollup_names))
+                small.append(tuple(values.get(name) for name in rollup_names))
                 events += 1
             for f in sorted(seen_variant):
                 calls = rng.randint(100, 200_000)

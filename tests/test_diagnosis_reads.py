@@ -167,3 +167,41 @@ def test_regressions_are_the_steepest_first_and_a_limit_keeps_the_same_ones(dial
     ratios = [r.ratio or 0.0 for r in listed.shown]
     assert len(ratios) == 3
     assert ratios == sorted(ratios, reverse=True)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_signature_costs_kept_are_those_of_the_events(dialect, sqlite_url, request):
+    from cachewatch.core.events import Kind
+    from cachewatch.store import rollup
+
+    url = sqlite_url if dialect == "sqlite" else request.getfixturevalue("pg_url")
+    _fill(url, 5)
+    rng = random.Random(5)
+    with enginemod.connection(url) as conn:
+        # Eager run times on some events, and stale captures (which count nowhere).
+        ids = [row.id for row in conn.execute(sa.select(models.compile_events.c.id))]
+        for event_id in rng.sample(ids, len(ids) // 3):
+            conn.execute(
+                sa.update(models.compile_events)
+                .where(models.compile_events.c.id == event_id)
+                .values(eager_run_seconds=rng.uniform(0.001, 0.01))
+            )
+        for event_id in rng.sample(ids, len(ids) // 10):
+            conn.execute(
+                sa.update(models.compile_events)
+                .where(models.compile_events.c.id == event_id)
+                .values(kind=Kind.STALE_CAPTURE, eager_run_seconds=5.0)
+            )
+        rollup.rebuild(conn)
+        hashes = [f"f{i}" for i in range(5)]
+        by_key = lambda c: (c.function_hash, c.signature_hash)  # noqa: E731
+        kept = sorted(evidence.signature_costs(conn, Filters(), hashes), key=by_key)
+        counted = sorted(evidence.signature_costs_of_events(conn, Filters(), hashes), key=by_key)
+    assert [(c.function_hash, c.signature_hash, c.compiles) for c in kept] == [
+        (c.function_hash, c.signature_hash, c.compiles) for c in counted
+    ]
+    assert any(c.eager_seconds is not None for c in kept)
+    for a, b in zip(kept, counted, strict=True):
+        assert a.seconds == pytest.approx(b.seconds)
+        assert (a.eager_seconds is None) == (b.eager_seconds is None)
+        assert a.eager_seconds == pytest.approx(b.eager_seconds)

@@ -230,7 +230,32 @@ def _dense(
 
 
 def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list[str]) -> list[SignatureCost]:
-    """Per function and signature: compiles, their cost in seconds, and the mean eager run time."""
+    """Per function and signature: compiles, their cost in seconds, and the mean eager run
+    time; over the whole store from the kept totals (rollup.py), else from the events."""
+    if filters.is_empty():
+        t = models.signature_totals
+        kept = sa.select(
+            t.c.function_hash,
+            t.c.signature_hash,
+            t.c.compiles,
+            t.c.cost_seconds,
+            sa.case((t.c.eager_runs > 0, t.c.eager_seconds / t.c.eager_runs)).label("eager"),
+        ).where(t.c.function_hash.in_(function_hashes))
+        return [
+            SignatureCost(
+                r.function_hash,
+                r.signature_hash or "",
+                int(r.compiles or 0),
+                float(r.cost_seconds or 0.0),
+                float(r.eager) if r.eager is not None else None,
+            )
+            for r in conn.execute(kept)
+        ]
+    return signature_costs_of_events(conn, filters, function_hashes)
+
+
+def signature_costs_of_events(conn: sa.Connection, filters: Filters, function_hashes: list[str]) -> list[SignatureCost]:
+    """:func:`signature_costs` grouped from the events (under any filters)."""
     e = models.compile_events
     q = filters.apply(
         e,

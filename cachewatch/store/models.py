@@ -230,6 +230,21 @@ class FunctionCompileTotalsRow(Base):
     identical_seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+class SignatureTotalsRow(Base):
+    """Per function and signature (stale captures left out): compiles, the seconds of its
+    traces and compiles, and its eager run times summed with their count. A verdict's
+    break-even per signature reads these rows instead of grouping the function's events."""
+
+    __tablename__ = "signature_totals"
+
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"), primary_key=True)
+    signature_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    compiles: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    eager_seconds: Mapped[float] = mapped_column(Float, default=0.0)  # summed over the events that measured one
+    eager_runs: Mapped[int] = mapped_column(BigInteger, default=0)  # how many did
+
+
 class CauseTotalsRow(Base):
     """``function_totals`` summed over functions: a few rows for the whole store."""
 
@@ -388,6 +403,7 @@ function_compile_totals = _table(FunctionCompileTotalsRow)
 cause_totals = _table(CauseTotalsRow)
 cost_bucket_totals = _table(CostBucketTotalsRow)
 compile_hour_totals = _table(CompileHourTotalsRow)
+signature_totals = _table(SignatureTotalsRow)
 function_call_totals = _table(FunctionCallTotalsRow)
 run_time_buckets = _table(RunTimeBucketRow)
 run_drops = _table(RunDropsRow)

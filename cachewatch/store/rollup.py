@@ -2,7 +2,8 @@
 
 Every write of compile events adds what it inserted (only that: a retried batch adds
 nothing) to small tables: per function, kind, cause and compiled flag; per function
-and cost bucket (the histogram of ``/metrics``); per run; per function alone; and for
+and cost bucket (the histogram of ``/metrics``); per run; per function alone; per
+function and signature (the verdicts' break-even per signature); and for
 the whole store, per cause, per cost bucket and per hour and cause (the overview's chart). The report, the service's summary,
 runs page and ``/metrics`` read these few thousand rows instead of millions of
 events; queries bounded in time or to one run read the events through their indexes.
@@ -75,6 +76,7 @@ def deltas(
         models.cause_totals: list(causes.values()),
         models.cost_bucket_totals: list(store_buckets.values()),
         models.compile_hour_totals: _hour_totals(events, columns),
+        models.signature_totals: _signature_totals(events, columns),
     }
 
 
@@ -96,6 +98,48 @@ def _hour_totals(events: Iterable[Sequence[Any]], columns: Sequence[str]) -> lis
             key = (hour_of(float(e[ts_at])), e[cause_at])
             counts[key] = counts.get(key, 0) + 1
     return [{"hour": hour, "cause": cause, "compiles": n} for (hour, cause), n in counts.items()]
+
+
+def _signature_totals(events: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
+    """Compiles, cost seconds and eager run times per function and signature among the
+    events (stale captures left out); none from a store read before these columns were
+    kept (a migration's rebuild of older totals)."""
+    if "eager_run_seconds" not in columns:
+        return []
+    hash_at, sig_at, kind_at, compiled_at, eager_at, trace_at, lower_at, compile_at = (
+        columns.index(name)
+        for name in (
+            "function_hash",
+            "signature_hash",
+            "kind",
+            "compiled",
+            "eager_run_seconds",
+            "trace_seconds",
+            "lower_seconds",
+            "compile_seconds",
+        )
+    )
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in events:
+        if e[kind_at] == STALE_KIND:
+            continue
+        key = (e[hash_at], e[sig_at] or "")
+        row = found.get(key)
+        if row is None:
+            row = found[key] = {
+                "function_hash": key[0],
+                "signature_hash": key[1],
+                "compiles": 0,
+                "cost_seconds": 0.0,
+                "eager_seconds": 0.0,
+                "eager_runs": 0,
+            }
+        row["compiles"] += bool(e[compiled_at])
+        row["cost_seconds"] += float(e[trace_at] or 0.0) + float(e[lower_at] or 0.0) + float(e[compile_at] or 0.0)
+        if e[eager_at] is not None:
+            row["eager_seconds"] += float(e[eager_at])
+            row["eager_runs"] += 1
+    return list(found.values())
 
 
 _EVENT_FIELDS = (
@@ -282,6 +326,7 @@ TABLES = (
     "cost_bucket_totals",
     "run_time_buckets",
     "compile_hour_totals",
+    "signature_totals",
 )
 
 
@@ -413,6 +458,8 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
     ]
     if any(c["name"] == "identical_to" for c in sa.inspect(conn).get_columns("compile_events")):
         columns.append(e.c.identical_to)  # a store at a revision that has it
+    if "signature_totals" in tables:
+        columns += [e.c.signature_hash, e.c.eager_run_seconds]
     names = [c.name for c in columns]
     last_id = 0
     while True:
