@@ -205,3 +205,47 @@ def test_signature_costs_kept_are_those_of_the_events(dialect, sqlite_url, reque
         assert a.seconds == pytest.approx(b.seconds)
         assert (a.eager_seconds is None) == (b.eager_seconds is None)
         assert a.eager_seconds == pytest.approx(b.eager_seconds)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_run_time_medians_found_in_sql_are_those_of_the_kept_buckets(dialect, sqlite_url, request):
+    from cachewatch.core import runtimes
+    from cachewatch.store import queries
+
+    url = sqlite_url if dialect == "sqlite" else request.getfixturevalue("pg_url")
+    _fill(url, 6)
+    rng = random.Random(6)
+    rows = []
+    for function in (f"f{i}" for i in range(5)):
+        for signature in ("a", "b", "c", "d"):
+            # Weights of zero (a sample standing for itself), ties at the half, lone buckets,
+            # and a signature whose buckets hold no sample at all.
+            for bucket in rng.sample(range(40), rng.choice((1, 2, 5, 9))):
+                samples = 0 if signature == "d" else rng.choice((0, 1, 2, 5))
+                rows.append(
+                    {
+                        "function_hash": function,
+                        "signature_hash": signature,
+                        "bucket": bucket,
+                        "samples": samples,
+                        "weight": rng.choice((0, samples, 2 * samples, 7)),
+                    }
+                )
+    with enginemod.connection(url) as conn:
+        conn.execute(sa.insert(models.run_time_buckets), rows)
+        found = queries.signature_run_times(conn, Filters(), ["f0", "f1", "f2", "f3"])
+    expected: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["function_hash"] == "f4":
+            continue
+        buckets = expected.setdefault(row["function_hash"], {}).setdefault(row["signature_hash"], {})
+        buckets[row["bucket"]] = [row["samples"], row["weight"]]
+    assert set(found) == set(expected)
+    for function, signatures in expected.items():
+        assert set(found[function]) == set(signatures)
+        for signature, buckets in signatures.items():
+            got = found[function][signature]
+            assert got["run_seconds"] == runtimes.median_seconds(buckets), (function, signature, buckets)
+            assert got["samples"] == sum(v[0] for v in buckets.values())
+            assert got["weight"] == sum(v[1] for v in buckets.values())
+    assert any(t["run_seconds"] is None for sigs in found.values() for t in sigs.values())

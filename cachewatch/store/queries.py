@@ -245,25 +245,16 @@ def signature_run_times(
 ) -> dict[str, dict[str, SignatureRunTime]]:
     """Per function and signature hash: the run time of one call (median), its samples,
     and the calls they stand for."""
-    per_signature: dict[str, dict[str, runtimes.Buckets]] = {}
     if filters.is_empty():
-        b = models.run_time_buckets
-        q = sa.select(b.c.function_hash, b.c.signature_hash, b.c.bucket, b.c.samples, b.c.weight)
-        if function_hashes is not None:
-            q = q.where(b.c.function_hash.in_(function_hashes))
-        for function_hash, signature_hash, bucket, samples, weight in conn.execute(q):
-            per_signature.setdefault(function_hash, {}).setdefault(signature_hash, {})[int(bucket)] = [
-                int(samples),
-                int(weight),
-            ]
-    else:
-        for row in _stat_rows(conn, filters, function_hashes):
-            buckets = rollup.row_buckets(row)
-            if buckets:
-                runtimes.merge(
-                    per_signature.setdefault(row["function_hash"], {}).setdefault(row["signature_hash"] or "", {}),
-                    buckets,
-                )
+        return _kept_signature_run_times(conn, function_hashes)
+    per_signature: dict[str, dict[str, runtimes.Buckets]] = {}
+    for row in _stat_rows(conn, filters, function_hashes):
+        buckets = rollup.row_buckets(row)
+        if buckets:
+            runtimes.merge(
+                per_signature.setdefault(row["function_hash"], {}).setdefault(row["signature_hash"] or "", {}),
+                buckets,
+            )
     return {
         h: {
             sig: SignatureRunTime(
@@ -275,6 +266,46 @@ def signature_run_times(
         }
         for h, sigs in per_signature.items()
     }
+
+
+def _kept_signature_run_times(
+    conn: sa.Connection, function_hashes: list[str] | None
+) -> dict[str, dict[str, SignatureRunTime]]:
+    """:func:`signature_run_times` over the whole store, from the kept buckets, each
+    signature's median bucket found in SQL (runtimes.median_seconds's rule: the first
+    bucket by which half the weight is reached, a sample standing for at least itself):
+    one row a signature comes back rather than one a bucket."""
+    b = models.run_time_buckets
+    weight = sa.case((b.c.weight > 0, b.c.weight), else_=b.c.samples)
+    signature = (b.c.function_hash, b.c.signature_hash)
+    inner = sa.select(
+        b.c.function_hash,
+        b.c.signature_hash,
+        b.c.bucket,
+        b.c.samples,
+        b.c.weight,
+        sa.func.sum(weight).over(partition_by=signature, order_by=b.c.bucket).label("reached"),
+        sa.func.sum(weight).over(partition_by=signature).label("whole"),
+    )
+    if function_hashes is not None:
+        inner = inner.where(b.c.function_hash.in_(function_hashes))
+    found = inner.subquery()
+    q = sa.select(
+        found.c.function_hash,
+        found.c.signature_hash,
+        sa.func.min(sa.case((2 * found.c.reached >= found.c.whole, found.c.bucket))).label("median"),
+        sa.func.sum(found.c.samples).label("samples"),
+        sa.func.sum(found.c.weight).label("weight"),
+    ).group_by(found.c.function_hash, found.c.signature_hash)
+    out: dict[str, dict[str, SignatureRunTime]] = {}
+    for row in conn.execute(q):
+        samples = int(row.samples or 0)
+        out.setdefault(row.function_hash, {})[row.signature_hash] = SignatureRunTime(
+            run_seconds=runtimes.bucket_seconds(int(row.median)) if samples > 0 and row.median is not None else None,
+            samples=samples,
+            weight=int(row.weight or 0),
+        )
+    return out
 
 
 def run_time_note(stat: CallTotals | None, compiles: int) -> str | None:
