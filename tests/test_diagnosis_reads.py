@@ -215,7 +215,7 @@ def test_run_time_medians_found_in_sql_are_those_of_the_kept_buckets(dialect, sq
     url = sqlite_url if dialect == "sqlite" else request.getfixturevalue("pg_url")
     _fill(url, 6)
     rng = random.Random(6)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for function in (f"f{i}" for i in range(5)):
         for signature in ("a", "b", "c", "d"):
             # Weights of zero (a sample standing for itself), ties at the half, lone buckets,
