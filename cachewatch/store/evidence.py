@@ -238,19 +238,10 @@ def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list
             t.c.function_hash,
             t.c.signature_hash,
             t.c.compiles,
-            t.c.cost_seconds,
+            t.c.cost_seconds.label("seconds"),
             sa.case((t.c.eager_runs > 0, t.c.eager_seconds / t.c.eager_runs)).label("eager"),
         ).where(t.c.function_hash.in_(function_hashes))
-        return [
-            SignatureCost(
-                r.function_hash,
-                r.signature_hash or "",
-                int(r.compiles or 0),
-                float(r.cost_seconds or 0.0),
-                float(r.eager) if r.eager is not None else None,
-            )
-            for r in conn.execute(kept)
-        ]
+        return _signature_costs(conn.execute(kept))
     return signature_costs_of_events(conn, filters, function_hashes)
 
 
@@ -269,6 +260,11 @@ def signature_costs_of_events(conn: sa.Connection, filters: Filters, function_ha
         .where(e.c.function_hash.in_(function_hashes), e.c.kind != Kind.STALE_CAPTURE)
         .group_by(e.c.function_hash, e.c.signature_hash),
     )
+    return _signature_costs(conn.execute(q))
+
+
+def _signature_costs(rows: Iterable[Any]) -> list[SignatureCost]:
+    """Rows of (function_hash, signature_hash, compiles, seconds, eager) as signature costs."""
     return [
         SignatureCost(
             r.function_hash,
@@ -277,7 +273,7 @@ def signature_costs_of_events(conn: sa.Connection, filters: Filters, function_ha
             float(r.seconds or 0.0),
             float(r.eager) if r.eager is not None else None,
         )
-        for r in conn.execute(q)
+        for r in rows
     ]
 
 
