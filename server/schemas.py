@@ -390,7 +390,8 @@ class VerdictOut(BaseModel):
 
 
 class FunctionDetail(FunctionOut):
-    storms: list[StormOut]
+    storms: list[StormOut] = Field(description="The newest storms, at most storms_limit (active ones come first).")
+    storms_total: int = Field(description="Every storm of the function, listed or not.")
     verdict: VerdictOut | None = Field(None, description="Is jit worth it for this function.")
 
 

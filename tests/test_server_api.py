@@ -16,6 +16,7 @@ from cachewatch_server.settings import ServerSettings, SettingsError, load
 from fastapi.testclient import TestClient
 from serverkit import READ_TOKEN, TOKEN, auth
 
+from cachewatch.analysis import views
 from cachewatch.core.events import Cause
 from cachewatch.record import current
 from cachewatch.store import engine as enginemod
@@ -533,3 +534,47 @@ def test_the_health_page_lists_every_capability_of_the_jax_seam(client, recorded
     assert "cache_key_log" in page
     metrics = client.get("/metrics").text
     assert 'cachewatch_capability{name="trace_context"} 1.0' in metrics
+
+
+def test_a_functions_detail_lists_its_newest_storms_and_counts_them_all(client, recorded, monkeypatch):
+    # step storms in three runs a day apart: seven recompiles in seven seconds each time.
+    now = time.time()
+    step_events = recorded.by_name("step")
+    step_hash = step_events[0].function.function_hash
+    for days in (3, 2, 1):
+        started = now - days * 86_400
+        run = kit.new_run(recorded.run, started_at=started)
+        events = [kit.copy_event(e, run, started + i) for i, e in enumerate(step_events)]
+        assert client.post("/api/v1/events", json=kit.payload(run, events)).status_code == 200
+    path = f"/api/v1/functions/{step_hash}"
+    every = client.get(path).json()
+    assert every["storms_total"] == 3
+    assert len(every["storms"]) == 3
+    starts = [s["start"] for s in every["storms"]]
+    assert starts == sorted(starts, reverse=True), "newest first"
+    two = client.get(path, params={"storms_limit": 2}).json()
+    assert two["storms"] == every["storms"][:2]
+    assert two["storms_total"] == 3
+    none = client.get(path, params={"storms_limit": 0}).json()
+    assert none["storms"] == []
+    assert none["storms_total"] == 3
+    for bad in (-1, 10_001, "many"):
+        assert client.get(path, params={"storms_limit": bad}).status_code == 422, bad
+    # The page shows the newest few and links to every one of them on the storms page.
+    monkeypatch.setattr(views, "STORMS_SHOWN", 2)
+    page = client.get(f"/functions/{step_hash}").text
+    assert 'id="storms-more"' in page
+    assert f"/storms?function_hash={step_hash}" in page
+    assert (
+        client.get(f"/functions/{step_hash}", params={"run_id": every["storms"][0]["run_ids"][0]}).text.count(
+            'id="storms-more"'
+        )
+        == 0
+    ), "one run's single storm needs no link"
+    narrowed = client.get("/storms", params={"function_hash": step_hash}).text
+    assert 'id="storms-function"' in narrowed
+    assert narrowed.count('class="storm-name"') == 3
+    unknown = client.get("/storms", params={"function_hash": "0" * 40})
+    assert unknown.status_code == 200
+    assert "not in the store" in unknown.text
+    assert 'class="storm-name"' not in unknown.text

@@ -30,6 +30,9 @@ from .results import CostModelRow, FirstPass, Regression, Storm, Verdict
 
 # Functions of a report whose compile-cost profile is read (most compile seconds first).
 PROFILED_FUNCTIONS = 50
+# Storms a function's detail describes and prices (newest first); the rest are counted.
+# A function that stormed in hundreds of runs would otherwise price every one of them.
+STORMS_SHOWN = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,27 +40,45 @@ class FunctionDetail:
     """One function as its page and ``GET /api/v1/functions/{hash}`` show it."""
 
     report: FunctionReport
-    storms: list[Storm]  # newest first
+    storms: list[Storm]  # newest first (so the active ones first), at most the limit asked for
     verdict: Verdict | None  # is jit worth it; None when there is nothing to weigh
+    storms_total: int  # every storm of the function, shown or not
 
     def as_json(self) -> dict[str, Any]:
         return {
             **self.report,
             "storms": [s.as_json() for s in self.storms],
+            "storms_total": self.storms_total,
             "verdict": self.verdict.as_json() if self.verdict is not None else None,
         }
 
 
 def function_detail(
-    conn: sa.Connection, function_hash: str, filters: Filters, *, threshold: int, window: float
+    conn: sa.Connection,
+    function_hash: str,
+    filters: Filters,
+    *,
+    threshold: int,
+    window: float,
+    storms_limit: int | None = STORMS_SHOWN,
 ) -> FunctionDetail | None:
-    """The function's report row, its storms and its verdict; None when the store has no such function."""
+    """The function's report row, its newest ``storms_limit`` storms (None: all; every
+    storm is judged and counted, only those shown are described and priced) and its
+    verdict; None when the store has no such function."""
     row = queries.function_row(conn, function_hash, filters)
     if row is None:
         return None
-    storms = diagnosis.storms(conn, filters, threshold=threshold, window=window, function_hashes=[function_hash])
+    found = diagnosis.find_storms(
+        conn,
+        filters,
+        threshold=threshold,
+        window=window,
+        function_hashes=[function_hash],
+        page=None if storms_limit is None else (0, storms_limit),
+        with_first_passes=False,
+    )
     verdict = diagnosis.verdicts_or_none(conn, [row], filters).get(function_hash)
-    return FunctionDetail(row, storms, verdict)
+    return FunctionDetail(row, list(found.storms), verdict, found.total)
 
 
 def suggested_fix(conn: sa.Connection, detail: FunctionDetail, filters: Filters, label: str) -> str | None:

@@ -26,11 +26,11 @@ from cachewatch.analysis import cache as cache_analysis
 from cachewatch.analysis import comparison, diagnosis, fleet, programs, views, whatif
 from cachewatch.analysis.results import Verdict
 from cachewatch.core import jaxcompat
-from cachewatch.core.events import OP_BY_OP_MODULE, Kind
+from cachewatch.core.events import OP_BY_OP_MODULE, FunctionInfo, Kind
 from cachewatch.store import cache as cache_reads
 from cachewatch.store import charts as chartreads
 from cachewatch.store import engine as enginemod
-from cachewatch.store import listings
+from cachewatch.store import evidence, listings
 from cachewatch.store import queries as storequeries
 from cachewatch.store import whatif as whatifreads
 from cachewatch.store.charts import TimelinePoint
@@ -357,7 +357,9 @@ def _verdict_text(row: FunctionReport, verdict: Verdict | None) -> str:
 def function_detail(request: Request, conn: Connection, function_hash: str) -> HTMLResponse:
     view = _open_view(request, conn)
     detail = (
-        views.function_detail(conn, function_hash, view.filters, **_storm_settings(request))
+        views.function_detail(
+            conn, function_hash, view.filters, storms_limit=views.STORMS_SHOWN, **_storm_settings(request)
+        )
         if len(function_hash) <= 40
         else None
     )
@@ -388,6 +390,7 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
         title=render.label(row),
         row=row,
         storms=storms,
+        storms_total=detail.storms_total,
         verdict=verdict,
         verdict_text=_verdict_text(row, verdict),
         fix=fix,
@@ -535,9 +538,15 @@ def runs_compare(request: Request, conn: Connection) -> HTMLResponse:
 def storms_page(request: Request, conn: Connection) -> HTMLResponse:
     view = _open_view(request, conn)
     number, per_page = _page_number(request), _per_page(request, STORMS_PER_PAGE)
+    function = _storms_function(request, conn)
     # Every storm is judged and counted; only the page's are described and priced.
     listing = functools.partial(
-        diagnosis.find_storms, conn, view.filters, active_first=True, **_storm_settings(request)
+        diagnosis.find_storms,
+        conn,
+        view.filters,
+        active_first=True,
+        function_hashes=None if function is None else [function[0]],
+        **_storm_settings(request),
     )
     # The first passes ride on the first page only, as in the API.
     found = listing(page=((number - 1) * per_page, per_page), with_first_passes=number == 1)
@@ -551,7 +560,8 @@ def storms_page(request: Request, conn: Connection) -> HTMLResponse:
         request,
         "storms.html",
         view=view,
-        title="Storms",
+        title="Storms" if function is None else f"Storms of {function[1].qualname if function[1] else function[0]}",
+        function=function,
         storms=found.storms,
         pager=pager,
         empty=empty,
@@ -560,6 +570,15 @@ def storms_page(request: Request, conn: Connection) -> HTMLResponse:
         first_passes=[(p, diagnosis.describe_first_pass(p)) for p in passes],
         **_storm_settings(request),
     )
+
+
+def _storms_function(request: Request, conn: Connection) -> tuple[str, FunctionInfo | None] | None:
+    """The function the storms page is narrowed to (``function_hash`` in the URL, as the
+    API takes it) with what the store knows of it (None: no such function, so no storms)."""
+    wanted = request.query_params.get("function_hash", "")
+    if not wanted:
+        return None
+    return wanted, evidence.function_infos(conn, [wanted]).get(wanted) if len(wanted) <= 40 else None
 
 
 CACHE_FUNCTIONS = 200  # (run, function) pairs the cache page reads, newest runs first

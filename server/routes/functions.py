@@ -61,10 +61,27 @@ def list_functions(
     responses=_NO_FUNCTION,
 )
 def get_function(
-    _: ReadAuth, conn: Connection, settings: Settings, filters: QueryFilters, function_hash: FunctionHash
+    _: ReadAuth,
+    conn: Connection,
+    settings: Settings,
+    filters: QueryFilters,
+    function_hash: FunctionHash,
+    storms_limit: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=10_000,
+            description="Storms listed, newest first (storms_total counts all; /api/v1/storms pages through them).",
+        ),
+    ] = views.STORMS_SHOWN,
 ) -> FunctionDetail:
     detail = views.function_detail(
-        conn, function_hash, filters, threshold=settings.storm_threshold, window=settings.storm_window
+        conn,
+        function_hash,
+        filters,
+        threshold=settings.storm_threshold,
+        window=settings.storm_window,
+        storms_limit=storms_limit,
     )
     if detail is None:
         raise _no_function(function_hash)
