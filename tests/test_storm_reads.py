@@ -4,6 +4,7 @@ the database. What is found must be what reading every recompile finds."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -106,17 +107,20 @@ def test_storms_from_the_dense_pairs_are_the_storms_of_every_recompile(store_url
         return reading_all(*args, **kwargs)
 
     storms = 0
+    # Under filters too: a run, or a span that cuts runs in two (a burst half outside it
+    # is no longer one).
+    views = (Filters(), Filters(run_id="r3"), Filters(since=NOW + 3 * 86400 + 500), Filters(until=NOW + 86400 + 400))
     with enginemod.connection(store_url) as conn:
-        for threshold, window in ((5, 60.0), (3, 10.0), (8, 600.0)):
+        for (threshold, window), view in itertools.product(((5, 60.0), (3, 10.0), (8, 600.0)), views):
             found = diagnosis.storms_and_first_passes(
-                conn, Filters(), threshold=threshold, window=window, now=NOW, priced=False
+                conn, view, threshold=threshold, window=window, now=NOW, priced=False
             )
             with monkeypatch.context() as patched:
                 patched.setattr(steady, "recompiles", every_recompile)
                 whole = diagnosis.storms_and_first_passes(
-                    conn, Filters(), threshold=threshold, window=window, now=NOW, priced=False
+                    conn, view, threshold=threshold, window=window, now=NOW, priced=False
                 )
-            assert found == whole
+            assert found == whole, (threshold, window, view)
             storms += len(found[0])
             # One function's storms (its detail): the window runs over its recompiles
             # and its lines' alone, and finds what reading every recompile finds.
