@@ -145,6 +145,9 @@ class CompileEventRow(Base):
     __table_args__ = (
         Index("ix_compile_events_function_time", "function_hash", "timestamp"),
         Index("ix_compile_events_run_time", "run_id", "timestamp"),
+        # A run's compiles per function and signature, read from the index alone: the
+        # ranks of a job compared (the jobs pages, /metrics' rank divergence).
+        Index("ix_compile_events_run_signature", "run_id", "function_hash", "signature_hash", "compiled"),
         Index("ix_compile_events_time", "timestamp"),
         # The recompiles (storms are made of them) per run and function, and per run and
         # line of user code, in time order: where a burst can be is found in this index
