@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from cachewatch.analysis import diagnosis
 from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
-from cachewatch.store import evidence, models
+from cachewatch.store import evidence, models, regressions, retention, rollup, writes
 from cachewatch.store.columns import Filters
 
 
@@ -172,7 +172,6 @@ def test_regressions_are_the_steepest_first_and_a_limit_keeps_the_same_ones(dial
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
 def test_signature_costs_kept_are_those_of_the_events(dialect, sqlite_url, request):
     from cachewatch.core.events import Kind
-    from cachewatch.store import rollup
 
     url = sqlite_url if dialect == "sqlite" else request.getfixturevalue("pg_url")
     _fill(url, 5)
@@ -249,3 +248,110 @@ def test_run_time_medians_found_in_sql_are_those_of_the_kept_buckets(dialect, sq
             assert got["samples"] == sum(v[0] for v in buckets.values())
             assert got["weight"] == sum(v[1] for v in buckets.values())
     assert any(t["run_seconds"] is None for sigs in found.values() for t in sigs.values())
+
+
+def _as_listed(found: evidence.SlowerCompiles) -> list[tuple[Any, ...]]:
+    return [(*_key(s), round(s.seconds_before, 9), round(s.seconds_after, 9)) for s in found.shown]
+
+
+def _kept_and_counted(conn: sa.Connection, limit: int | None = None) -> tuple[list, int, list, int]:
+    kept = regressions.slower_compiles(conn, limit=limit)
+    counted = evidence.slower_compiles(conn, regressions.FACTOR, regressions.MIN_SECONDS, limit)
+    return _as_listed(kept), kept.total, _as_listed(counted), counted.total
+
+
+def _stored_events(conn: sa.Connection, run_id: str) -> list[dict[str, Any]]:
+    e = models.compile_events
+    return [
+        dict(r._mapping)
+        for r in conn.execute(sa.select(*[c for c in e.c if c.name != "id"]).where(e.c.run_id == run_id))
+    ]
+
+
+def _stale(conn: sa.Connection) -> int:
+    return conn.execute(sa.select(sa.func.count()).select_from(models.stale_regressions)).scalar_one()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_kept_regressions_are_those_counted_from_the_compiles_as_the_store_changes(dialect, sqlite_url, request):
+    url = sqlite_url if dialect == "sqlite" else request.getfixturevalue("pg_url")
+    _fill(url, 7)
+    with enginemod.connection(url) as conn:
+        rollup.rebuild(conn)  # a bulk load: every signature stale
+        assert _stale(conn) > 0
+        for limit in (None, 7, 1, 0):
+            kept, kept_total, counted, counted_total = _kept_and_counted(conn, limit)
+            assert kept == counted, limit
+            assert kept_total == counted_total > 5
+        assert _stale(conn) == 0, "found once, the signatures are no longer stale"
+    # A later run through the write path, compiling f1's signatures three times slower and
+    # f2's a little faster: those signatures are marked, found again, and rise.
+    with enginemod.connection(url) as conn:
+        events = _stored_events(conn, f"{11:032d}")
+        later = {"run_id": "later" + "0" * 27, "started_at": 100.0, "jax_version": "0.9", "devices": []}
+        moved = []
+        for i, event in enumerate(events):
+            factor = {"f1": 3.0, "f2": 0.8}.get(event["function_hash"], 1.0)
+            seconds = event["compile_seconds"] * factor if event["compile_seconds"] is not None else None
+            moved.append({**event, "event_id": f"later{i}", "run_id": later["run_id"], "compile_seconds": seconds})
+        stored = writes.write_rows(conn, writes.TableRows([later], [], [writes.event_row(e) for e in moved], []))
+        assert len(stored) == len(moved)
+        assert 0 < _stale(conn) <= 15
+        kept, kept_total, counted, counted_total = _kept_and_counted(conn)
+        assert kept == counted
+        assert kept_total == counted_total
+        assert any(key[0] == "f1" and key[3] == later["run_id"] for key in kept), "the later run's rises are listed"
+    # A prune of the oldest runs (each idle since just after its start): what the
+    # remaining runs' compiles make is what is kept.
+    with enginemod.connection(url) as conn:
+        e, r = models.compile_events, models.runs
+        start = sa.select(r.c.started_at).where(r.c.run_id == e.c.run_id).scalar_subquery()
+        conn.execute(sa.update(e).values(timestamp=start + 0.5))
+        rollup.rebuild(conn, tables=("run_totals",))
+        regressions.slower_compiles(conn)
+        assert _stale(conn) == 0
+    assert retention.prune(url, retention.Policy(keep_runs=6), now=1e9).runs == 6
+    with enginemod.connection(url) as conn:
+        assert _stale(conn) > 0
+        kept, kept_total, counted, counted_total = _kept_and_counted(conn)
+        assert kept == counted
+        assert kept_total == counted_total
+        runs = set(conn.execute(sa.select(models.runs.c.run_id)).scalars())
+        assert {key[2] for key in kept} | {key[3] for key in kept} <= runs
+
+
+def _slower_run(events: list[dict[str, Any]], name: str, started_at: float) -> writes.TableRows:
+    """The events again, as a later run's, compiling four times slower."""
+    run = {"run_id": name.ljust(32, "0"), "started_at": started_at, "jax_version": "0.9", "devices": []}
+    slower = [
+        {**e, "event_id": f"{name}{i}", "run_id": run["run_id"], "compile_seconds": (e["compile_seconds"] or 0.1) * 4}
+        for i, e in enumerate(events)
+    ]
+    return writes.TableRows([run], [], [writes.event_row(e) for e in slower], [])
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_a_reader_whose_snapshot_missed_a_write_leaves_its_marks_standing(dialect, sqlite_url, request):
+    url = sqlite_url if dialect == "sqlite" else request.getfixturevalue("pg_url")
+    _fill(url, 8)
+    with enginemod.connection(url) as conn:
+        rollup.rebuild(conn)
+        regressions.slower_compiles(conn)
+        events = _stored_events(conn, f"{11:032d}")
+        writes.write_rows(conn, _slower_run(events, "first", 100.0))
+        assert _stale(conn) > 0
+    with enginemod.snapshot(url) as reader:
+        seen = evidence.slower_compiles(reader, regressions.FACTOR, regressions.MIN_SECONDS)
+        # A writer marks the same signatures again after the reader's snapshot began: the
+        # reader cannot find them again (its marks are out of date), changes nothing,
+        # and counts what its snapshot shows.
+        with enginemod.connection(url) as writer:
+            writes.write_rows(writer, _slower_run(events, "second", 200.0))
+        assert regressions.settle(reader) is False
+        assert _as_listed(regressions.slower_compiles(reader)) == _as_listed(seen)
+    with enginemod.connection(url) as conn:
+        assert _stale(conn) > 0, "the marks stand"
+        kept, kept_total, counted, counted_total = _kept_and_counted(conn)
+        assert kept == counted
+        assert kept_total == counted_total
+        assert "first".ljust(32, "0") in {key[3] for key in kept}, "the rise the reader could not keep is kept now"

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described, short_name
 from ..core.figures import compile_share, seconds_text, share_text
-from ..store import evidence, queries
+from ..store import evidence, queries, regressions
 from ..store.columns import Filters, FunctionReport
 from ..store.evidence import Recompile, SignatureCost
 from . import programs, steady, whatif
@@ -1197,7 +1197,10 @@ class Regressions:
 
 
 def compile_regressions(
-    conn: sa.Connection, factor: float = 1.5, min_seconds: float = 0.05, limit: int | None = None
+    conn: sa.Connection,
+    factor: float = regressions.FACTOR,
+    min_seconds: float = regressions.MIN_SECONDS,
+    limit: int | None = None,
 ) -> Regressions:
     """The same function and signature compiling markedly slower in a later run,
     steepest first (``limit`` of them when given; ``total`` counts every one).
@@ -1205,7 +1208,7 @@ def compile_regressions(
     Compares the median compile time per (function, signature) between consecutive
     runs that compiled it, and names the JAX versions of both runs.
     """
-    slower = evidence.slower_compiles(conn, factor, min_seconds, limit)
+    slower = regressions.slower_compiles(conn, factor, min_seconds, limit)
     versions = evidence.run_versions(conn, {s.run_before for s in slower.shown} | {s.run_after for s in slower.shown})
     infos = evidence.function_infos(conn, {s.function_hash for s in slower.shown}) if slower.shown else {}
     found = [

@@ -389,6 +389,9 @@ def _slope(xs: list[float], ys: list[float]) -> float | None:
 
 
 def _uncached() -> tuple[sa.ColumnElement[bool], ...]:
+    """The compiles whose XLA seconds count for regressions: compiled, timed within bounds,
+    of a signature, and not served by the persistent cache (rollup.stale_regressions
+    marks the same ones)."""
     e = models.compile_events
     return (
         e.c.compiled,
@@ -399,12 +402,15 @@ def _uncached() -> tuple[sa.ColumnElement[bool], ...]:
     )
 
 
-_UNCACHED = _uncached()
+UNCACHED = _uncached()
 
 
-def uncached_compiles(conn: sa.Connection) -> list[UncachedCompile]:
+def uncached_compiles(
+    conn: sa.Connection, signatures: Iterable[tuple[str, str]] | None = None
+) -> list[UncachedCompile]:
     """XLA compile seconds of every compile that did not hit the persistent cache, with its
-    run's start and JAX versions, for comparing runs."""
+    run's start and JAX versions, for comparing runs; with ``signatures`` ((function,
+    signature) pairs), only theirs."""
     e, r = models.compile_events, models.runs
     q = (
         sa.select(
@@ -417,8 +423,18 @@ def uncached_compiles(conn: sa.Connection) -> list[UncachedCompile]:
             r.c.jaxlib_version,
         )
         .join(r, r.c.run_id == e.c.run_id)
-        .where(*_UNCACHED)
+        .where(*UNCACHED)
     )
+    if signatures is None:
+        rows = conn.execute(q).all()
+    else:
+        wanted = sorted(set(signatures))
+        pair = sa.tuple_(e.c.function_hash, e.c.signature_hash)
+        rows = [
+            row
+            for start in range(0, len(wanted), 500)
+            for row in conn.execute(q.where(pair.in_(wanted[start : start + 500])))
+        ]
     return [
         UncachedCompile(
             r.function_hash,
@@ -429,7 +445,7 @@ def uncached_compiles(conn: sa.Connection) -> list[UncachedCompile]:
             r.jax_version or "",
             r.jaxlib_version or "",
         )
-        for r in conn.execute(q)
+        for r in rows
     ]
 
 
@@ -497,30 +513,10 @@ def slower_compiles_of(rows: Iterable[UncachedCompile], factor: float, min_secon
 def _slower_compiles_in_sql(
     conn: sa.Connection, factor: float, min_seconds: float, limit: int | None
 ) -> SlowerCompiles:
-    e, r = models.compile_events, models.runs
-    median = sa.func.percentile_cont(0.5).within_group(e.c.compile_seconds)
-    per_run = (
-        sa.select(e.c.function_hash, e.c.signature_hash, e.c.run_id, r.c.started_at, median.label("median"))
-        .join(r, r.c.run_id == e.c.run_id)
-        .where(*_UNCACHED)
-        .group_by(e.c.function_hash, e.c.signature_hash, e.c.run_id, r.c.started_at)
-        .subquery()
-    )
-    by_signature = (per_run.c.function_hash, per_run.c.signature_hash)
-    in_order = (per_run.c.started_at, per_run.c.run_id)
-    paired = sa.select(
-        per_run,
-        sa.func.lag(per_run.c.run_id).over(partition_by=by_signature, order_by=in_order).label("run_before"),
-        sa.func.lag(per_run.c.median).over(partition_by=by_signature, order_by=in_order).label("median_before"),
-    ).subquery()
+    paired = regression_pairs(factor, min_seconds).subquery()
     ratio = sa.case((paired.c.median_before > 0, paired.c.median / paired.c.median_before))
     q = (
         sa.select(paired, sa.func.count().over().label("total"))
-        .where(
-            paired.c.run_before.is_not(None),
-            paired.c.median >= factor * paired.c.median_before,
-            paired.c.median - paired.c.median_before >= min_seconds,
-        )
         .order_by(ratio.desc().nulls_last(), paired.c.function_hash, paired.c.signature_hash, paired.c.run_id)
         .limit(limit)
     )
@@ -541,6 +537,45 @@ def _slower_compiles_in_sql(
     # A limit of zero returns no row to carry the count.
     count = sa.select(sa.func.count()).select_from(q.limit(None).order_by(None).subquery())
     return SlowerCompiles([], int(conn.execute(count).scalar_one()))
+
+
+def regression_pairs(factor: float, min_seconds: float, signatures: sa.FromClause | None = None) -> sa.Select[Any]:
+    """PostgreSQL's query of :func:`slower_compiles`' rises, in no order: function_hash,
+    signature_hash, run_before, run_id (the later run), median_before and median; with
+    ``signatures`` (a table of function_hash and signature_hash), only theirs."""
+    e, r = models.compile_events, models.runs
+    median = sa.func.percentile_cont(0.5).within_group(e.c.compile_seconds)
+    per_run = (
+        sa.select(e.c.function_hash, e.c.signature_hash, e.c.run_id, r.c.started_at, median.label("median"))
+        .join(r, r.c.run_id == e.c.run_id)
+        .where(*UNCACHED)
+        .group_by(e.c.function_hash, e.c.signature_hash, e.c.run_id, r.c.started_at)
+    )
+    if signatures is not None:
+        per_run = per_run.join(
+            signatures,
+            sa.and_(signatures.c.function_hash == e.c.function_hash, signatures.c.signature_hash == e.c.signature_hash),
+        )
+    ranked = per_run.subquery()
+    by_signature = (ranked.c.function_hash, ranked.c.signature_hash)
+    in_order = (ranked.c.started_at, ranked.c.run_id)
+    paired = sa.select(
+        ranked,
+        sa.func.lag(ranked.c.run_id).over(partition_by=by_signature, order_by=in_order).label("run_before"),
+        sa.func.lag(ranked.c.median).over(partition_by=by_signature, order_by=in_order).label("median_before"),
+    ).subquery()
+    return sa.select(
+        paired.c.function_hash,
+        paired.c.signature_hash,
+        paired.c.run_before,
+        paired.c.run_id,
+        paired.c.median_before,
+        paired.c.median,
+    ).where(
+        paired.c.run_before.is_not(None),
+        paired.c.median >= factor * paired.c.median_before,
+        paired.c.median - paired.c.median_before >= min_seconds,
+    )
 
 
 def run_versions(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, tuple[str, str]]:

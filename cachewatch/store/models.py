@@ -248,6 +248,40 @@ class SignatureTotalsRow(Base):
     eager_runs: Mapped[int] = mapped_column(BigInteger, default=0)  # how many did
 
 
+class RegressionRow(Base):
+    """A compile-time regression kept (store/regressions.py): a function and signature
+    whose median uncached XLA compile seconds rose by ``regressions.FACTOR`` times and
+    ``regressions.MIN_SECONDS`` or more from one run that compiled it to the next (by the
+    runs' start). ``steepest_first`` orders them, ascending: the ratio negated, or 1 for a
+    rise from zero seconds (no ratio: those come last). Found again per signature once
+    it is stale."""
+
+    __tablename__ = "compile_regressions"
+    __table_args__ = (
+        Index("ix_compile_regressions_steepest", "steepest_first", "function_hash", "signature_hash", "run_after"),
+    )
+
+    function_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    signature_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    run_after: Mapped[str] = mapped_column(String(32), primary_key=True)
+    run_before: Mapped[str] = mapped_column(String(32))
+    seconds_before: Mapped[float] = mapped_column(Float)
+    seconds_after: Mapped[float] = mapped_column(Float)
+    steepest_first: Mapped[float] = mapped_column(Float)
+
+
+class StaleRegressionsRow(Base):
+    """The signatures whose kept regressions are out of date: an uncached compile of theirs
+    was stored or pruned since they were last found. ``marks`` counts those changes, so a
+    finder deletes only the marks it read (a writer meanwhile leaves its mark standing)."""
+
+    __tablename__ = "stale_regressions"
+
+    function_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    signature_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    marks: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class CauseTotalsRow(Base):
     """``function_totals`` summed over functions: a few rows for the whole store."""
 
@@ -407,6 +441,8 @@ cause_totals = _table(CauseTotalsRow)
 cost_bucket_totals = _table(CostBucketTotalsRow)
 compile_hour_totals = _table(CompileHourTotalsRow)
 signature_totals = _table(SignatureTotalsRow)
+compile_regressions = _table(RegressionRow)
+stale_regressions = _table(StaleRegressionsRow)
 function_call_totals = _table(FunctionCallTotalsRow)
 run_time_buckets = _table(RunTimeBucketRow)
 run_drops = _table(RunDropsRow)

@@ -3,7 +3,8 @@
     result = prune(url, Policy(older_than=30 * 86400))              # runs idle for 30 days
     result = prune(url, Policy(keep_runs=1000, texts_only=True), dry_run=True)
 
-A pruned run loses its events, call statistics, per-run totals and its ``runs`` row; a
+A pruned run loses its events, call statistics, per-run totals and its ``runs`` row (the
+signatures it compiled have their kept regressions found again without it); a
 program text goes once no remaining event refers to it. The totals per function and for
 the whole store (rollup.py) are kept as they are: they count every event the store ever
 took, so the counters of ``/metrics`` never go back and the unfiltered report keeps its
@@ -355,6 +356,7 @@ def _drop_run(url: str, run_id: str, cut: float, chunk: int) -> _Dropped:
                         done.fingerprints.add(program)
                     if module:
                         done.modules.add(module)
+                _mark_regressions_stale(conn, ids)
                 done.events += _delete_ids(conn, e, ids)
                 continue
             stat_ids = list(
@@ -368,6 +370,17 @@ def _drop_run(url: str, run_id: str, cut: float, chunk: int) -> _Dropped:
             conn.execute(sa.delete(models.runs).where(models.runs.c.run_id == run_id))
             done.dropped = True
             return done
+
+
+def _mark_regressions_stale(conn: sa.Connection, ids: list[int]) -> None:
+    """The signatures of these events' uncached compiles marked stale, as a writer marks
+    them: their kept regressions are found again without these compiles."""
+    e = models.compile_events
+    names = rollup.UNCACHED_FIELDS
+    for start in range(0, len(ids), _IN_CHUNK):
+        part = ids[start : start + _IN_CHUNK]
+        rows = conn.execute(sa.select(*(e.c[name] for name in names)).where(e.c.id.in_(part))).all()
+        rollup.mark_regressions_stale(conn, rows, names)
 
 
 def _delete_ids(conn: sa.Connection, table: sa.Table, ids: list[int]) -> int:

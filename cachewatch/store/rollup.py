@@ -19,9 +19,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..core import runtimes
-from ..core.events import Cause, Kind, timestamp_ok
+from ..core.events import MAX_SECONDS, Cause, Kind, timestamp_ok
 from . import engine as enginemod
-from . import models
+from . import evidence, models
 
 # Upper bounds (seconds) of trace + lowering + compile per event: from a cached retrace
 # of a tiny function to a large model's XLA compile. The last bucket is unbounded.
@@ -77,6 +77,7 @@ def deltas(
         models.cost_bucket_totals: list(store_buckets.values()),
         models.compile_hour_totals: _hour_totals(events, columns),
         models.signature_totals: _signature_totals(events, columns),
+        models.stale_regressions: _stale_regressions(events, columns),
     }
 
 
@@ -140,6 +141,45 @@ def _signature_totals(events: Iterable[Sequence[Any]], columns: Sequence[str]) -
             row["eager_seconds"] += float(e[eager_at])
             row["eager_runs"] += 1
     return list(found.values())
+
+
+UNCACHED_FIELDS = ("function_hash", "signature_hash", "compiled", "compile_seconds", "persistent_cache_hit")
+
+
+def _stale_regressions(events: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
+    """A mark per function and signature for each of its uncached compiles among the
+    events (as store/evidence.py counts them): their kept regressions are out of date.
+    None from a read that lacks these columns (a rebuild marks every signature itself)."""
+    if not set(UNCACHED_FIELDS) <= set(columns):
+        return []
+    hash_at, sig_at, compiled_at, seconds_at, hit_at = (columns.index(name) for name in UNCACHED_FIELDS)
+    marks: dict[tuple[str, str], int] = {}
+    for e in events:
+        seconds = e[seconds_at]
+        if e[compiled_at] and e[sig_at] and seconds is not None and seconds <= MAX_SECONDS and e[hit_at] is not True:
+            key = (e[hash_at], e[sig_at])
+            marks[key] = marks.get(key, 0) + 1
+    return [{"function_hash": f, "signature_hash": s, "marks": n} for (f, s), n in marks.items()]
+
+
+def mark_regressions_stale(conn: sa.Connection, events: Iterable[Sequence[Any]], columns: Sequence[str]) -> None:
+    """Mark the signatures of these events' uncached compiles stale (events pruned: their
+    kept regressions are found again without them)."""
+    add(conn, {models.stale_regressions: _stale_regressions(events, columns)})
+
+
+def mark_every_signature_stale(conn: sa.Connection) -> None:
+    """Every signature with an uncached compile marked stale, and no regression kept: the
+    next diagnosis finds them all again (after a bulk load, or a rebuild)."""
+    e, stale = models.compile_events, models.stale_regressions
+    conn.execute(sa.delete(models.compile_regressions))
+    conn.execute(sa.delete(stale))
+    counted = (
+        sa.select(e.c.function_hash, e.c.signature_hash, sa.func.count())
+        .where(*evidence.UNCACHED)
+        .group_by(e.c.function_hash, e.c.signature_hash)
+    )
+    conn.execute(sa.insert(stale).from_select(["function_hash", "signature_hash", "marks"], counted))
 
 
 _EVENT_FIELDS = (
@@ -468,6 +508,8 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
             break
         add(conn, {table: found for table, found in deltas(rows, names).items() if table.name in tables})
         last_id = rows[-1][0]
+    if tables == TABLES:  # the whole store recounted: its regressions are found again too
+        mark_every_signature_stale(conn)
     if "function_call_totals" not in tables:
         return
     s = models.call_stats
