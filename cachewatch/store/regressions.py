@@ -70,11 +70,15 @@ def settle(conn: sa.Connection) -> bool:
     try:
         with conn.begin_nested():
             if conn.dialect.name == "postgresql":
+                # Held to the end of the caller's transaction, so the next finder sees
+                # this one's work committed (finders of a busy store take turns).
                 conn.execute(sa.select(sa.func.pg_advisory_xact_lock(REGRESSIONS_LOCK)))
                 _settle_in_sql(conn)
             else:
                 _settle(conn)
-    except (sa.exc.OperationalError, sa.exc.InternalError) as exc:
+    # Locked (SQLite's snapshot out of date), a serialization failure or a key another
+    # finder wrote after this snapshot began (PostgreSQL's repeatable read), read-only.
+    except (sa.exc.OperationalError, sa.exc.InternalError, sa.exc.IntegrityError) as exc:
         logger.info("kept regressions not brought up to date here (%s); counted from the compiles", exc.orig)
         return False
     return True
