@@ -115,6 +115,37 @@ def _fill_sizes(url: str, seed: int) -> None:
             [{"function_hash": f, "name": f, "qualname": f, "first_seen": 0.0} for f in growth],
         )
         conn.execute(sa.insert(models.compile_events), events)
+        rollup.rebuild(conn)  # written behind the writers' back: count the kept totals
+
+
+def _assert_same_fits(found: dict[str, evidence.SizeFit], wanted: dict[str, evidence.SizeFit]) -> None:
+    assert set(found) == set(wanted)
+    for name, fit in found.items():
+        other = wanted[name]
+        assert (fit.compiles, fit.distinct_sizes, fit.min_size, fit.max_size) == (
+            other.compiles,
+            other.distinct_sizes,
+            other.min_size,
+            other.max_size,
+        ), name
+        for mine, theirs in ((fit.slope, other.slope), (fit.loglog_slope, other.loglog_slope)):
+            assert (mine is None) == (theirs is None), name
+            if mine is not None:
+                assert mine == pytest.approx(theirs, rel=1e-9, abs=1e-12), name
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_size_fits_kept_per_size_are_those_of_every_compile(store_url, seed):
+    _fill_sizes(store_url, seed)
+    with enginemod.connection(store_url) as conn:
+        kept = {f.function_hash: f for f in evidence.size_fits(conn, Filters())}
+        counted = {f.function_hash: f for f in evidence.size_fits_of(evidence.compile_sizes(conn, Filters()))}
+        # Under a filter the fit is made from the compiles (in SQL on PostgreSQL).
+        filtered = {f.function_hash: f for f in evidence.size_fits(conn, Filters(since=-1.0))}
+    assert set(kept) == {"linear", "square", "flat", "single", "pair"}
+    _assert_same_fits(kept, counted)
+    _assert_same_fits(filtered, counted)
+    assert kept["square"].loglog_slope == pytest.approx(2.0, abs=0.3)
 
 
 @pytest.mark.postgres
@@ -122,7 +153,7 @@ def _fill_sizes(url: str, seed: int) -> None:
 def test_size_fits_in_sql_are_those_of_every_compile(pg_url, seed):
     _fill_sizes(pg_url, seed)
     with enginemod.connection(pg_url) as conn:
-        in_sql = {f.function_hash: f for f in evidence.size_fits(conn, Filters())}
+        in_sql = {f.function_hash: f for f in evidence.size_fits(conn, Filters(since=-1.0))}
         in_python = {f.function_hash: f for f in evidence.size_fits_of(evidence.compile_sizes(conn, Filters()))}
         rows = {r.qualname: r for r in diagnosis.cost_model(conn)}
     assert set(in_sql) == set(in_python) == {"linear", "square", "flat", "single", "pair"}

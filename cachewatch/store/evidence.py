@@ -323,9 +323,14 @@ class SizeFit:
 
 
 def size_fits(conn: sa.Connection, filters: Filters) -> list[SizeFit]:
-    """Per function, the fit of :func:`compile_sizes`: aggregated in SQL on PostgreSQL
+    """Per function, the fit of :func:`compile_sizes`: over the whole store from the kept
+    totals per size (rollup.py); under filters aggregated in SQL on PostgreSQL
     (``regr_slope``; a fleet's store would ship every compile otherwise), elsewhere from
     the compiles."""
+    if filters.is_empty():
+        t = models.compile_size_totals
+        kept = sa.select(t.c.function_hash, t.c.size, t.c.compiles, t.c.seconds, t.c.log_seconds)
+        return size_fits_of_totals(conn.execute(kept.order_by(t.c.function_hash, t.c.size)))
     if conn.dialect.name != "postgresql":
         return size_fits_of(compile_sizes(conn, filters))
     e = models.compile_events
@@ -376,6 +381,45 @@ def size_fits_of(compiles: Iterable[CompileSize]) -> list[SizeFit]:
         )
         for function_hash, pts in points.items()
     ]
+
+
+def size_fits_of_totals(rows: Iterable[Any]) -> list[SizeFit]:
+    """:func:`size_fits` from kept rows of (function_hash, size, compiles, seconds,
+    log_seconds), grouped by function: the same least-squares slopes, from sums centred
+    on each function's mean size (as stable as over the compiles themselves)."""
+    by_function: dict[str, list[tuple[float, int, float, float]]] = {}
+    for r in rows:
+        by_function.setdefault(r.function_hash, []).append(
+            (float(r.size), int(r.compiles), float(r.seconds), float(r.log_seconds))
+        )
+    fits = []
+    for function_hash, sizes in by_function.items():
+        fits.append(
+            SizeFit(
+                function_hash,
+                sum(n for _, n, _, _ in sizes),
+                len(sizes),
+                min(x for x, _, _, _ in sizes),
+                max(x for x, _, _, _ in sizes),
+                _slope_of_sums([(x, n, y) for x, n, y, _ in sizes]),
+                _slope_of_sums([(math.log(x), n, log_y) for x, n, _, log_y in sizes]),
+            )
+        )
+    return fits
+
+
+def _slope_of_sums(points: list[tuple[float, int, float]]) -> float | None:
+    """The least-squares slope of y on x from (x, how many points at x, their y summed),
+    or None when x does not vary (one x: its mean, rounded, would make a variance of noise)."""
+    if len(points) < 2:
+        return None
+    n = sum(count for _, count, _ in points)
+    mean_x = sum(x * count for x, count, _ in points) / n
+    mean_y = sum(y for _, _, y in points) / n
+    var = sum(count * (x - mean_x) ** 2 for x, count, _ in points)
+    if var == 0:
+        return None
+    return sum((x - mean_x) * (y - count * mean_y) for x, count, y in points) / var
 
 
 def _slope(xs: list[float], ys: list[float]) -> float | None:

@@ -248,6 +248,22 @@ class SignatureTotalsRow(Base):
     eager_runs: Mapped[int] = mapped_column(BigInteger, default=0)  # how many did
 
 
+class SizeTotalsRow(Base):
+    """Per function and program size (HLO operations, else jaxpr equations): the compiles
+    the cost model counts (evidence._cost_points), their lowering plus XLA compile seconds
+    and the sum of those seconds' logarithms. A function's fit of compile seconds against
+    size, straight and on log-log axes, is made from its few rows (a program's size seldom
+    varies), not from every compile of the store."""
+
+    __tablename__ = "compile_size_totals"
+
+    function_hash: Mapped[str] = mapped_column(String(40), ForeignKey("functions.function_hash"), primary_key=True)
+    size: Mapped[float] = mapped_column(Float, primary_key=True)
+    compiles: Mapped[int] = mapped_column(BigInteger, default=0)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    log_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+
 class RegressionRow(Base):
     """A compile-time regression kept (store/regressions.py): a function and signature
     whose median uncached XLA compile seconds rose by ``regressions.FACTOR`` times and
@@ -442,6 +458,7 @@ cost_bucket_totals = _table(CostBucketTotalsRow)
 compile_hour_totals = _table(CompileHourTotalsRow)
 signature_totals = _table(SignatureTotalsRow)
 compile_regressions = _table(RegressionRow)
+compile_size_totals = _table(SizeTotalsRow)
 stale_regressions = _table(StaleRegressionsRow)
 function_call_totals = _table(FunctionCallTotalsRow)
 run_time_buckets = _table(RunTimeBucketRow)

@@ -3,7 +3,8 @@
 Every write of compile events adds what it inserted (only that: a retried batch adds
 nothing) to small tables: per function, kind, cause and compiled flag; per function
 and cost bucket (the histogram of ``/metrics``); per run; per function alone; per
-function and signature (the verdicts' break-even per signature); and for
+function and signature (the verdicts' break-even per signature); per function and
+program size (the cost model's fits); and for
 the whole store, per cause, per cost bucket and per hour and cause (the overview's chart). The report, the service's summary,
 runs page and ``/metrics`` read these few thousand rows instead of millions of
 events; queries bounded in time or to one run read the events through their indexes.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -78,6 +80,7 @@ def deltas(
         models.compile_hour_totals: _hour_totals(events, columns),
         models.signature_totals: _signature_totals(events, columns),
         models.stale_regressions: _stale_regressions(events, columns),
+        models.compile_size_totals: _size_totals(events, columns),
     }
 
 
@@ -140,6 +143,41 @@ def _signature_totals(events: Iterable[Sequence[Any]], columns: Sequence[str]) -
         if e[eager_at] is not None:
             row["eager_seconds"] += float(e[eager_at])
             row["eager_runs"] += 1
+    return list(found.values())
+
+
+_SIZE_FIELDS = ("function_hash", "compiled", "hlo_ops", "jaxpr_eqns", "lower_seconds", "compile_seconds")
+
+
+def _size_totals(events: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
+    """Per function and program size, the compiles the cost model counts (as
+    evidence._cost_points does: a size above zero, HLO operations else jaxpr equations,
+    seconds within bounds), their seconds and the sum of the seconds' logarithms."""
+    if not set(_SIZE_FIELDS) <= set(columns):
+        return []
+    hash_at, compiled_at, hlo_at, eqns_at, lower_at, compile_at = (columns.index(name) for name in _SIZE_FIELDS)
+    found: dict[tuple[str, float], dict[str, Any]] = {}
+    for e in events:
+        size = e[hlo_at] if e[hlo_at] is not None else e[eqns_at]
+        lower, compile_seconds = e[lower_at] or 0.0, e[compile_at]
+        if not e[compiled_at] or size is None or size <= 0 or compile_seconds is None:
+            continue
+        if not (0.0 < compile_seconds <= MAX_SECONDS and 0.0 <= lower <= MAX_SECONDS):
+            continue
+        seconds = lower + compile_seconds
+        key = (e[hash_at], float(size))
+        row = found.get(key)
+        if row is None:
+            row = found[key] = {
+                "function_hash": key[0],
+                "size": key[1],
+                "compiles": 0,
+                "seconds": 0.0,
+                "log_seconds": 0.0,
+            }
+        row["compiles"] += 1
+        row["seconds"] += seconds
+        row["log_seconds"] += math.log(seconds)
     return list(found.values())
 
 
@@ -367,6 +405,7 @@ TABLES = (
     "run_time_buckets",
     "compile_hour_totals",
     "signature_totals",
+    "compile_size_totals",
 )
 
 
@@ -500,6 +539,8 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
         columns.append(e.c.identical_to)  # a store at a revision that has it
     if "signature_totals" in tables:
         columns += [e.c.signature_hash, e.c.eager_run_seconds]
+    if "compile_size_totals" in tables:
+        columns += [e.c.hlo_ops, e.c.jaxpr_eqns]
     names = [c.name for c in columns]
     last_id = 0
     while True:
