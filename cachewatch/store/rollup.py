@@ -517,12 +517,10 @@ def row_buckets(row: Mapping[str, Any] | sa.RowMapping) -> runtimes.Buckets:
     return {runtimes.bucket_of(float(row["sampled_seconds"]) / sampled): [sampled, max(int(row["calls"]), sampled)]}
 
 
-def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = TABLES) -> None:
-    """Recompute the totals from the events (after a bulk load or an upgrade); ``tables``:
-    only these (a migration fills those that exist at its revision)."""
+def _rebuild_columns(conn: sa.Connection, tables: tuple[str, ...]) -> list[sa.Column[Any]]:
+    """The event columns a rebuild of ``tables`` reads (the id first): those the store at
+    the caller's revision has."""
     e = models.compile_events
-    for name in tables:
-        conn.execute(sa.delete(models.Base.metadata.tables[name]))
     columns = [
         e.c.id,
         e.c.function_hash,
@@ -536,11 +534,21 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
         e.c.compile_seconds,
     ]
     if any(c["name"] == "identical_to" for c in sa.inspect(conn).get_columns("compile_events")):
-        columns.append(e.c.identical_to)  # a store at a revision that has it
+        columns.append(e.c.identical_to)
     if "signature_totals" in tables:
         columns += [e.c.signature_hash, e.c.eager_run_seconds]
     if "compile_size_totals" in tables:
         columns += [e.c.hlo_ops, e.c.jaxpr_eqns]
+    return columns
+
+
+def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = TABLES) -> None:
+    """Recompute the totals from the events (after a bulk load or an upgrade); ``tables``:
+    only these (a migration fills those that exist at its revision)."""
+    e = models.compile_events
+    for name in tables:
+        conn.execute(sa.delete(models.Base.metadata.tables[name]))
+    columns = _rebuild_columns(conn, tables)
     names = [c.name for c in columns]
     last_id = 0
     while True:
