@@ -156,19 +156,8 @@ def test_size_fits_in_sql_are_those_of_every_compile(pg_url, seed):
         in_sql = {f.function_hash: f for f in evidence.size_fits(conn, Filters(since=-1.0))}
         in_python = {f.function_hash: f for f in evidence.size_fits_of(evidence.compile_sizes(conn, Filters()))}
         rows = {r.qualname: r for r in diagnosis.cost_model(conn)}
-    assert set(in_sql) == set(in_python) == {"linear", "square", "flat", "single", "pair"}
-    for name, fit in in_sql.items():
-        other = in_python[name]
-        assert (fit.compiles, fit.distinct_sizes, fit.min_size, fit.max_size) == (
-            other.compiles,
-            other.distinct_sizes,
-            other.min_size,
-            other.max_size,
-        )
-        for mine, theirs in ((fit.slope, other.slope), (fit.loglog_slope, other.loglog_slope)):
-            assert (mine is None) == (theirs is None)
-            if mine is not None:
-                assert mine == pytest.approx(theirs, rel=1e-9, abs=1e-12)
+    assert set(in_sql) == {"linear", "square", "flat", "single", "pair"}
+    _assert_same_fits(in_sql, in_python)
     assert in_sql["single"].slope is None
     assert in_sql["single"].loglog_slope is None
     assert rows["square"].superlinear
