@@ -5,6 +5,7 @@ comparing every compile in Python finds."""
 from __future__ import annotations
 
 import random
+import uuid
 from typing import Any
 
 import pytest
@@ -375,3 +376,40 @@ def test_a_reader_whose_snapshot_missed_a_write_leaves_its_marks_standing(dialec
         assert kept == counted
         assert kept_total == counted_total
         assert "first".ljust(32, "0") in {key[3] for key in kept}, "the rise the reader could not keep is kept now"
+
+
+@pytest.mark.postgres
+def test_a_role_that_may_only_read_gets_the_regressions_counted_and_changes_nothing(pg_url):
+    _fill(pg_url, 9)
+    with enginemod.connection(pg_url) as conn:
+        rollup.rebuild(conn)  # every signature stale
+        stale = _stale(conn)
+        counted = evidence.slower_compiles(conn, regressions.FACTOR, regressions.MIN_SECONDS)
+    role = f"cw_reader_{uuid.uuid4().hex[:8]}"
+    with enginemod.connection(pg_url) as conn:
+        conn.execute(sa.text(f"CREATE ROLE {role} LOGIN"))
+        conn.execute(sa.text(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"))
+    reader_url = pg_url.replace("postgres@", f"{role}@", 1)
+    try:
+        with enginemod.connection(reader_url, ensure=False) as reader:
+            found = diagnosis.compile_regressions(reader)
+        listed = [
+            (
+                r.function_hash,
+                r.signature_hash,
+                r.run_before,
+                r.run_after,
+                round(r.seconds_before, 9),
+                round(r.seconds_after, 9),
+            )
+            for r in found.shown
+        ]
+        assert listed == _as_listed(counted)
+        assert found.total == counted.total > 0
+        with enginemod.connection(pg_url) as conn:
+            assert _stale(conn) == stale, "a reader changes nothing"
+    finally:
+        enginemod.dispose_engines()
+        with enginemod.connection(pg_url) as conn:
+            conn.execute(sa.text(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}"))
+            conn.execute(sa.text(f"DROP ROLE {role}"))
