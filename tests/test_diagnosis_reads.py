@@ -229,7 +229,6 @@ def test_signature_costs_kept_are_those_of_the_events(dialect, sqlite_url, reque
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
 def test_run_time_medians_found_in_sql_are_those_of_the_kept_buckets(dialect, sqlite_url, request):
-    from cachewatch.core import runtimes
     from cachewatch.store import queries
 
     url = sqlite_url if dialect == "sqlite" else request.getfixturevalue("pg_url")
@@ -253,7 +252,40 @@ def test_run_time_medians_found_in_sql_are_those_of_the_kept_buckets(dialect, sq
                 )
     with enginemod.connection(url) as conn:
         conn.execute(sa.insert(models.run_time_buckets), rows)
+        rollup.mark_every_signature_stale(conn)  # written behind the writers' back: a bulk load
         found = queries.signature_run_times(conn, Filters(), ["f0", "f1", "f2", "f3"])
+    _assert_medians_of(found, rows)
+    # Statistics through the write path add to some buckets and make new signatures: those
+    # are marked, their medians found again, and the rest read as kept.
+    stats = [
+        {
+            "run_id": f"{0:032d}",
+            "function_hash": function,
+            "signature_hash": signature,
+            "timestamp": 10.0 + i,
+            "calls": 50,
+            "sampled_calls": samples,
+            "sampled_seconds": samples * rng.choice((1e-5, 3e-4, 0.02)),
+            "sample_every": 1,
+        }
+        for i, (function, signature, samples) in enumerate(
+            [("f0", "a", 9), ("f1", "c", 40), ("f2", "new", 3), ("f3", "d", 5), ("f0", "a", 2)]
+        )
+    ]
+    with enginemod.connection(url) as conn:
+        rollup.add_call_stats(conn, stats)
+        assert conn.execute(sa.select(sa.func.count()).select_from(models.stale_run_times)).scalar_one() == 4
+        found = queries.signature_run_times(conn, Filters(), ["f0", "f1", "f2", "f3"])
+        assert conn.execute(sa.select(sa.func.count()).select_from(models.stale_run_times)).scalar_one() == 0
+        stored = [dict(r._mapping) for r in conn.execute(sa.select(models.run_time_buckets))]
+    assert found["f2"]["new"]["samples"] == 3
+    _assert_medians_of(found, stored)
+
+
+def _assert_medians_of(found: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """``found`` holds, for f0-f3, each signature's median by runtimes.median_seconds over ``rows``."""
+    from cachewatch.core import runtimes
+
     expected: dict[str, dict[str, Any]] = {}
     for row in rows:
         if row["function_hash"] == "f4":

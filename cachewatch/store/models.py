@@ -380,6 +380,30 @@ class RunTimeBucketRow(Base):
     weight: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class RunTimeMedianRow(Base):
+    """Each signature's median run-time bucket over the kept buckets (runtimes.median_seconds's
+    rule; None: no sample), with its samples and the calls they stand for: kept, and
+    found again for a signature once new buckets mark it stale (``stale_run_times``)."""
+
+    __tablename__ = "run_time_medians"
+
+    function_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    signature_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    median_bucket: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    samples: Mapped[int] = mapped_column(BigInteger, default=0)
+    weight: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class StaleRunTimesRow(Base):
+    """The signatures whose kept median run time is out of date (settling.py)."""
+
+    __tablename__ = "stale_run_times"
+
+    function_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    signature_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    marks: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class RunDropsRow(Base):
     """Events a run's recorder lost before they reached the store, by reason
     (cachewatch.core.events.DropReason: queue full, store refused, spool full, ...)."""
@@ -462,6 +486,8 @@ compile_size_totals = _table(SizeTotalsRow)
 stale_regressions = _table(StaleRegressionsRow)
 function_call_totals = _table(FunctionCallTotalsRow)
 run_time_buckets = _table(RunTimeBucketRow)
+run_time_medians = _table(RunTimeMedianRow)
+stale_run_times = _table(StaleRunTimesRow)
 run_drops = _table(RunDropsRow)
 metric_labels = _table(MetricLabelRow)
 persistent_cache_totals = _table(PersistentCacheTotalsRow)

@@ -7,7 +7,7 @@ Field names follow DESIGN.md: a report row carries ``name``, ``qualname``, ``mod
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -18,7 +18,7 @@ from ..core.events import Cause, Kind, explain_cache_miss
 from ..core.figures import compile_share
 from ..core.lowered import ModuleDiff, diff_modules
 from . import engine as enginemod
-from . import models, rollup
+from . import models, rollup, settling
 from . import programs as storedprograms
 from .columns import EVENT_SELECT, EventRow, Filters, FunctionReport, cost_expr, event_rows_of
 
@@ -268,13 +268,40 @@ def signature_run_times(
     }
 
 
+# PostgreSQL advisory lock held while stale signatures' median run times are found again
+# (beside engine.py's, retention.py's and regressions.py's).
+RUN_TIMES_LOCK = 0x6361636865_05
+
+
 def _kept_signature_run_times(
     conn: sa.Connection, function_hashes: list[str] | None
 ) -> dict[str, dict[str, SignatureRunTime]]:
-    """:func:`signature_run_times` over the whole store, from the kept buckets, each
-    signature's median bucket found in SQL (runtimes.median_seconds's rule: the first
-    bucket by which half the weight is reached, a sample standing for at least itself):
-    one row a signature comes back rather than one a bucket."""
+    """:func:`signature_run_times` over the whole store: each signature's median kept
+    (``run_time_medians``), found again for the signatures whose buckets grew since
+    (settling.py); a reader that cannot write them finds every one from the buckets."""
+    if not settling.settle(conn, models.stale_run_times, RUN_TIMES_LOCK, _find_medians_again):
+        return _run_times_of(conn.execute(_medians_of_buckets(function_hashes=function_hashes)))
+    m = models.run_time_medians
+    q = sa.select(m.c.function_hash, m.c.signature_hash, m.c.median_bucket, m.c.samples, m.c.weight)
+    if function_hashes is not None:
+        q = q.where(m.c.function_hash.in_(function_hashes))
+    return _run_times_of(conn.execute(q))
+
+
+def _find_medians_again(conn: sa.Connection, stale: sa.Table) -> None:
+    m = models.run_time_medians
+    conn.execute(sa.delete(m).where(settling.of_signatures(m, stale)))
+    columns = ["function_hash", "signature_hash", "median_bucket", "samples", "weight"]
+    conn.execute(sa.insert(m).from_select(columns, _medians_of_buckets(signatures=stale)))
+
+
+def _medians_of_buckets(
+    *, signatures: sa.Table | None = None, function_hashes: list[str] | None = None
+) -> sa.Select[Any]:
+    """Each signature's median bucket found in SQL from the kept buckets
+    (runtimes.median_seconds's rule: the first bucket by which half the weight is
+    reached, a sample standing for at least itself), with its samples and weight; only
+    those of ``signatures`` (a table of them) or of ``function_hashes`` when given."""
     b = models.run_time_buckets
     weight = sa.case((b.c.weight > 0, b.c.weight), else_=b.c.samples)
     signature = (b.c.function_hash, b.c.signature_hash)
@@ -287,21 +314,28 @@ def _kept_signature_run_times(
         sa.func.sum(weight).over(partition_by=signature, order_by=b.c.bucket).label("reached"),
         sa.func.sum(weight).over(partition_by=signature).label("whole"),
     )
+    if signatures is not None:
+        inner = inner.where(settling.of_signatures(b, signatures))
     if function_hashes is not None:
         inner = inner.where(b.c.function_hash.in_(function_hashes))
     found = inner.subquery()
-    q = sa.select(
+    return sa.select(
         found.c.function_hash,
         found.c.signature_hash,
-        sa.func.min(sa.case((2 * found.c.reached >= found.c.whole, found.c.bucket))).label("median"),
+        sa.func.min(sa.case((2 * found.c.reached >= found.c.whole, found.c.bucket))).label("median_bucket"),
         sa.func.sum(found.c.samples).label("samples"),
         sa.func.sum(found.c.weight).label("weight"),
     ).group_by(found.c.function_hash, found.c.signature_hash)
+
+
+def _run_times_of(rows: Iterable[Any]) -> dict[str, dict[str, SignatureRunTime]]:
+    """Rows of (function_hash, signature_hash, median_bucket, samples, weight) by function and signature."""
     out: dict[str, dict[str, SignatureRunTime]] = {}
-    for row in conn.execute(q):
+    for row in rows:
         samples = int(row.samples or 0)
+        median = row.median_bucket
         out.setdefault(row.function_hash, {})[row.signature_hash] = SignatureRunTime(
-            run_seconds=runtimes.bucket_seconds(int(row.median)) if samples > 0 and row.median is not None else None,
+            run_seconds=runtimes.bucket_seconds(int(median)) if samples > 0 and median is not None else None,
             samples=samples,
             weight=int(row.weight or 0),
         )

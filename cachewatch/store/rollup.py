@@ -207,17 +207,30 @@ def mark_regressions_stale(conn: sa.Connection, events: Iterable[Sequence[Any]],
 
 
 def mark_every_signature_stale(conn: sa.Connection) -> None:
-    """Every signature with an uncached compile marked stale, and no regression kept: the
-    next diagnosis finds them all again (after a bulk load, or a rebuild)."""
-    e, stale = models.compile_events, models.stale_regressions
-    conn.execute(sa.delete(models.compile_regressions))
-    conn.execute(sa.delete(stale))
-    counted = (
-        sa.select(e.c.function_hash, e.c.signature_hash, sa.func.count())
-        .where(*evidence.UNCACHED)
-        .group_by(e.c.function_hash, e.c.signature_hash)
-    )
-    conn.execute(sa.insert(stale).from_select(["function_hash", "signature_hash", "marks"], counted))
+    """Every signature with an uncached compile, and every one with run-time buckets,
+    marked stale, and nothing kept of them: the next reader finds their regressions and
+    median run times all again (after a bulk load, or a rebuild)."""
+    e, b = models.compile_events, models.run_time_buckets
+    columns = ["function_hash", "signature_hash", "marks"]
+    for kept, stale, counted in (
+        (
+            models.compile_regressions,
+            models.stale_regressions,
+            sa.select(e.c.function_hash, e.c.signature_hash, sa.func.count())
+            .where(*evidence.UNCACHED)
+            .group_by(e.c.function_hash, e.c.signature_hash),
+        ),
+        (
+            models.run_time_medians,
+            models.stale_run_times,
+            sa.select(b.c.function_hash, b.c.signature_hash, sa.func.count()).group_by(
+                b.c.function_hash, b.c.signature_hash
+            ),
+        ),
+    ):
+        conn.execute(sa.delete(kept))
+        conn.execute(sa.delete(stale))
+        conn.execute(sa.insert(stale).from_select(columns, counted))
 
 
 _EVENT_FIELDS = (
@@ -409,8 +422,10 @@ TABLES = (
 )
 
 
-def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
-    """Fold new call-statistics rows into ``function_call_totals`` and ``run_time_buckets``.
+def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]], *, mark_stale: bool = True) -> None:
+    """Fold new call-statistics rows into ``function_call_totals`` and ``run_time_buckets``,
+    and (``mark_stale``; a rebuild marks them all at once) mark the signatures whose
+    buckets grew stale for their kept median (settling.py).
 
     Each row is valued at the run time per call known once it is counted (the stored
     buckets plus this batch's, in time order), and the estimate is only ever added to: a
@@ -455,6 +470,12 @@ def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]]) -> None:
             delta["run_seconds"] += (stored_waiting + delta["unvalued_calls"]) * per_call
             delta["unvalued_calls"] = -stored_waiting
     add(conn, {t: list(deltas.values()), b: list(new_buckets.values())})
+    if mark_stale and new_buckets:
+        marks: dict[tuple[str, str], int] = {}
+        for function_hash, signature_hash, _ in new_buckets:
+            marks[(function_hash, signature_hash)] = marks.get((function_hash, signature_hash), 0) + 1
+        stale = [{"function_hash": f, "signature_hash": g, "marks": n} for (f, g), n in marks.items()]
+        add(conn, {models.stale_run_times: stale})
 
 
 def _stored_run_time_buckets(conn: sa.Connection, hashes: list[str]) -> dict[str, dict[str, runtimes.Buckets]]:
@@ -557,10 +578,15 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
             break
         add(conn, {table: found for table, found in deltas(rows, names).items() if table.name in tables})
         last_id = rows[-1][0]
-    if tables == TABLES:  # the whole store recounted: its regressions are found again too
+    if "function_call_totals" in tables:
+        _rebuild_call_totals(conn, chunk, tables)
+    if tables == TABLES:  # the whole store recounted: its kept results are found again too
         mark_every_signature_stale(conn)
-    if "function_call_totals" not in tables:
-        return
+
+
+def _rebuild_call_totals(conn: sa.Connection, chunk: int, tables: tuple[str, ...]) -> None:
+    """The call totals (and, where the store has them, the run-time buckets) from the
+    statistics rows."""
     s = models.call_stats
     # The columns a store at the caller's revision has: sampled buckets came with run_time_buckets.
     stat_columns = [
@@ -583,7 +609,7 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
         )
         if not stat_rows:
             return
-        add_call_stats(conn, [dict(r) for r in stat_rows])
+        add_call_stats(conn, [dict(r) for r in stat_rows], mark_stale=False)
         last_id = stat_rows[-1]["id"]
 
 
