@@ -44,7 +44,7 @@ import sqlalchemy as sa
 from cachewatch.core import runtimes
 from cachewatch.core.events import Batch, CallStats, CompileEvent, FunctionInfo, RunInfo
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models, regressions, rollup
+from cachewatch.store import models, queries, regressions, rollup
 
 TARGET_MS = 100.0
 DAY = 86400.0
@@ -693,13 +693,19 @@ def main() -> int:
         with enginemod.connection(url) as conn:
             n_events = conn.execute(sa.select(sa.func.count()).select_from(models.compile_events)).scalar_one()
             stale = conn.execute(sa.select(sa.func.count()).select_from(models.stale_regressions)).scalar_one()
-        if stale:
+            stale_run_times = conn.execute(sa.select(sa.func.count()).select_from(models.stale_run_times)).scalar_one()
+        if stale or stale_run_times:
             # What the first diagnosis after the load would do: find the stale signatures'
-            # regressions (all of them after a fill or an upgrade), timed on its own.
+            # regressions and median run times (all of them after a fill or an upgrade),
+            # timed on its own.
             started = time.perf_counter()
             with enginemod.connection(url) as conn:
                 regressions.settle(conn)
-            print(f"kept regressions found for {stale:,} stale signatures in {time.perf_counter() - started:.1f} s")
+                queries.signature_run_times(conn)
+            print(
+                f"kept regressions and median run times found for {stale:,} and {stale_run_times:,} stale "
+                f"signatures in {time.perf_counter() - started:.1f} s"
+            )
         total, tables = store_size(url)
         per_million = total / (n_events / 1e6)
         print(f"store: {total / 2**20:,.0f} MiB for {n_events:,} events, {per_million / 2**20:,.0f} MiB per million")
