@@ -434,8 +434,8 @@ def _slope(xs: list[float], ys: list[float]) -> float | None:
 
 def _uncached() -> tuple[sa.ColumnElement[bool], ...]:
     """The compiles whose XLA seconds count for regressions: compiled, timed within bounds,
-    of a signature, and not served by the persistent cache (rollup.stale_regressions
-    marks the same ones)."""
+    of a signature, and not served by the persistent cache (the write path marks the
+    same ones' signatures stale: rollup.py)."""
     e = models.compile_events
     return (
         e.c.compiled,
