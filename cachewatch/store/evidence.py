@@ -8,7 +8,7 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -364,29 +364,33 @@ def size_fits(conn: sa.Connection, filters: Filters) -> list[SizeFit]:
     ]
 
 
+class SizeTotal(NamedTuple):
+    """A function's compiles at one program size: how many, their seconds and the sum of
+    the seconds' logarithms (a row of ``compile_size_totals``)."""
+
+    function_hash: str
+    size: float
+    compiles: int
+    seconds: float
+    log_seconds: float
+
+
 def size_fits_of(compiles: Iterable[CompileSize]) -> list[SizeFit]:
-    """:func:`size_fits` from the compiles themselves."""
-    points: dict[str, list[tuple[float, float]]] = {}
+    """:func:`size_fits` from the compiles themselves, summed per function and size as
+    the kept rows are."""
+    totals: dict[tuple[str, float], list[float]] = {}
     for c in compiles:
-        points.setdefault(c.function_hash, []).append((c.size, c.seconds))
-    return [
-        SizeFit(
-            function_hash,
-            len(pts),
-            len({x for x, _ in pts}),
-            min(x for x, _ in pts),
-            max(x for x, _ in pts),
-            _slope([x for x, _ in pts], [y for _, y in pts]),
-            _slope([math.log(x) for x, _ in pts], [math.log(y) for _, y in pts]),
-        )
-        for function_hash, pts in points.items()
-    ]
+        total = totals.setdefault((c.function_hash, c.size), [0, 0.0, 0.0])
+        total[0] += 1
+        total[1] += c.seconds
+        total[2] += math.log(c.seconds)
+    return size_fits_of_totals(SizeTotal(h, size, int(n), y, log_y) for (h, size), (n, y, log_y) in totals.items())
 
 
 def size_fits_of_totals(rows: Iterable[Any]) -> list[SizeFit]:
-    """:func:`size_fits` from kept rows of (function_hash, size, compiles, seconds,
-    log_seconds), grouped by function: the same least-squares slopes, from sums centred
-    on each function's mean size (as stable as over the compiles themselves)."""
+    """:func:`size_fits` from rows of :class:`SizeTotal`'s fields, grouped by function:
+    the least-squares slopes, from sums centred on each function's mean size (as stable
+    as over the compiles themselves)."""
     by_function: dict[str, list[tuple[float, int, float, float]]] = {}
     for r in rows:
         by_function.setdefault(r.function_hash, []).append(
@@ -420,16 +424,6 @@ def _slope_of_sums(points: list[tuple[float, int, float]]) -> float | None:
     if var == 0:
         return None
     return sum((x - mean_x) * (y - count * mean_y) for x, count, y in points) / var
-
-
-def _slope(xs: list[float], ys: list[float]) -> float | None:
-    """The least-squares slope of ys on xs, or None when xs do not vary."""
-    n = len(xs)
-    mean_x, mean_y = sum(xs) / n, sum(ys) / n
-    var = sum((x - mean_x) ** 2 for x in xs)
-    if var == 0:
-        return None
-    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var
 
 
 def _uncached() -> tuple[sa.ColumnElement[bool], ...]:
