@@ -291,8 +291,7 @@ def _kept_signature_run_times(
 def _find_medians_again(conn: sa.Connection, stale: sa.Table) -> None:
     m = models.run_time_medians
     conn.execute(sa.delete(m).where(settling.of_signatures(m, stale)))
-    columns = ["function_hash", "signature_hash", "median_bucket", "samples", "weight"]
-    conn.execute(sa.insert(m).from_select(columns, _medians_of_buckets(signatures=stale)))
+    conn.execute(sa.insert(m).from_select([c.name for c in m.c], _medians_of_buckets(signatures=stale)))
 
 
 def _medians_of_buckets(

@@ -92,18 +92,9 @@ def _find_again_in_sql(conn: sa.Connection, stale: sa.Table) -> None:
     conn.execute(sa.delete(r).where(settling.of_signatures(r, stale)))
     rises = evidence.regression_pairs(FACTOR, MIN_SECONDS, stale).subquery()
     steepest_first = sa.case((rises.c.median_before > 0, -rises.c.median / rises.c.median_before), else_=_NO_RATIO)
-    columns = [
-        "function_hash",
-        "signature_hash",
-        "run_after",
-        "run_before",
-        "seconds_before",
-        "seconds_after",
-        "steepest_first",
-    ]
     conn.execute(
         sa.insert(r).from_select(
-            columns,
+            [c.name for c in r.c],  # in the table's order, as selected below
             sa.select(
                 rises.c.function_hash,
                 rises.c.signature_hash,

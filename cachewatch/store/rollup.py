@@ -13,6 +13,7 @@ events; queries bounded in time or to one run read the events through their inde
 from __future__ import annotations
 
 import bisect
+import collections
 import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -191,13 +192,21 @@ def _stale_regressions(events: Iterable[Sequence[Any]], columns: Sequence[str]) 
     if not set(UNCACHED_FIELDS) <= set(columns):
         return []
     hash_at, sig_at, compiled_at, seconds_at, hit_at = (columns.index(name) for name in UNCACHED_FIELDS)
-    marks: dict[tuple[str, str], int] = {}
-    for e in events:
-        seconds = e[seconds_at]
-        if e[compiled_at] and e[sig_at] and seconds is not None and seconds <= MAX_SECONDS and e[hit_at] is not True:
-            key = (e[hash_at], e[sig_at])
-            marks[key] = marks.get(key, 0) + 1
-    return [{"function_hash": f, "signature_hash": s, "marks": n} for (f, s), n in marks.items()]
+    return _marks(
+        (e[hash_at], e[sig_at])
+        for e in events
+        if e[compiled_at]
+        and e[sig_at]
+        and e[seconds_at] is not None
+        and e[seconds_at] <= MAX_SECONDS
+        and e[hit_at] is not True
+    )
+
+
+def _marks(signatures: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Rows of a stale table (settling.py): a mark per time each (function, signature) came."""
+    counted = collections.Counter(signatures)
+    return [{"function_hash": f, "signature_hash": s, "marks": n} for (f, s), n in counted.items()]
 
 
 def mark_regressions_stale(conn: sa.Connection, events: Iterable[Sequence[Any]], columns: Sequence[str]) -> None:
@@ -471,11 +480,7 @@ def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]], *, mark_sta
             delta["unvalued_calls"] = -stored_waiting
     add(conn, {t: list(deltas.values()), b: list(new_buckets.values())})
     if mark_stale and new_buckets:
-        marks: dict[tuple[str, str], int] = {}
-        for function_hash, signature_hash, _ in new_buckets:
-            marks[(function_hash, signature_hash)] = marks.get((function_hash, signature_hash), 0) + 1
-        stale = [{"function_hash": f, "signature_hash": g, "marks": n} for (f, g), n in marks.items()]
-        add(conn, {models.stale_run_times: stale})
+        add(conn, {models.stale_run_times: _marks((f, g) for f, g, _ in new_buckets)})
 
 
 def _stored_run_time_buckets(conn: sa.Connection, hashes: list[str]) -> dict[str, dict[str, runtimes.Buckets]]:
