@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+# The CPU unless JAX_PLATFORMS names another (JAX_PLATFORMS=cuda on a GPU machine).
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import sqlalchemy as sa
@@ -48,7 +49,7 @@ _JAX_COMPILED = re.compile(r"Finished XLA compilation of jit\((.*?)\) in")
 
 def measure(program: str, tmp: str) -> dict[str, object]:
     url = f"sqlite:///{tmp}/{program}.db"
-    env = {**os.environ, "CACHEWATCH_STORE": url, "JAX_LOG_COMPILES": "1", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "CACHEWATCH_STORE": url, "JAX_LOG_COMPILES": "1"}
     done = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "programs" / f"{program}.py")],
         env=env,

@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+# The CPU unless JAX_PLATFORMS names another (JAX_PLATFORMS=cuda on a GPU machine).
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 PROGRAM = Path(__file__).resolve().parent.parent / "tests" / "programs" / "warm_loop.py"
 LOGGED = (
     "import logging, runpy, sys; "
@@ -37,7 +39,7 @@ def run(store: str, *args: str) -> dict:
         capture_output=True,
         text=True,
         timeout=900,
-        env={**os.environ, "JAX_PLATFORMS": "cpu", "CACHEWATCH_STORE": store},
+        env={**os.environ, "CACHEWATCH_STORE": store},
     )
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])

@@ -215,6 +215,23 @@ def test_fingerprint_leaves_names_out():
     assert programmod.hlo_counts(a) == (1, 0)
 
 
+def test_fingerprint_leaves_out_the_gpu_compilers_stamp_of_the_name():
+    # The header XLA's GPU compiler printed for `double` (H100, JAX 0.11.2): the stamp is a
+    # hash of the module before scheduling, name included, so `twice` got another one.
+    header = (
+        "HloModule jit_{name}, is_scheduled=true, entry_computation_layout={{(f32[4]{{0}})->f32[4]{{0}}}}, "
+        'frontend_attributes={{fingerprint_before_lhs="{stamp}"}}\n\n'
+    )
+    body = "ENTRY %main.1 (x.1: f32[4]) -> f32[4] {\n  ROOT tmp_0 = f32[4]{0} parameter(0)\n}\n"
+    double = header.format(name="double", stamp="3e195d8da7a75473b12fd2f58bea4f00") + body
+    twice = header.format(name="twice", stamp="fcc8d088c3e22797e15dbbd8615d503e") + body
+    other = twice.replace("f32[4]{0} parameter", "f32[8]{0} parameter")
+    assert programmod.fingerprint_of(double) == programmod.fingerprint_of(twice) != programmod.fingerprint_of(other)
+    # Other frontend attributes of the module still count.
+    marked = twice.replace('{fingerprint_before_lhs="', '{xla.sdy="1", fingerprint_before_lhs="')
+    assert programmod.fingerprint_of(marked) != programmod.fingerprint_of(twice)
+
+
 # ------------------------------------------------------------------ the store
 
 

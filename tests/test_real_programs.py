@@ -47,7 +47,8 @@ def run_python(
     env = {
         **os.environ,
         "CACHEWATCH_STORE": store,
-        "JAX_PLATFORMS": "cpu",
+        # The CPU unless the suite was started with JAX_PLATFORMS naming another.
+        "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
         "JAX_LOG_COMPILES": "1",
         "CACHEWATCH_RAISE_INTERNAL_ERRORS": "1",
         **(extra_env or {}),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -282,14 +283,20 @@ def top_lines(rows: list[list[Any]], limit: int = TOP_LINES) -> list[dict[str, A
     ]
 
 
+# XLA's GPU compiler stamps the module with a hash of it before scheduling, which covers
+# the module's name: two functions' identical programs would differ by it alone.
+_NAMED_STAMPS = re.compile(r'fingerprint_before_lhs="[^"]*",?')
+
+
 def fingerprint_of(hlo_text: str) -> str:
     """A hash of the optimised HLO with the module's name and the parameters' names left
     out: a computation's header keeps only its result type (its parameters' names come
     from the program's argument names and numbering; their types are in the parameter
-    instructions of its body)."""
+    instructions of its body), and the module's header drops the stamps made from its
+    name."""
     lines = hlo_text.split("\n")
     if lines and lines[0].startswith("HloModule "):
-        lines[0] = lines[0].partition(",")[2]
+        lines[0] = _NAMED_STAMPS.sub("", lines[0].partition(",")[2])
     for i, line in enumerate(lines):
         if line[-1:] == "{" and line[:1] not in (" ", "}", ""):
             cut = line.rfind(") -> ")
