@@ -41,6 +41,7 @@ import orjson
 import psycopg
 import sqlalchemy as sa
 
+from cachewatch.analysis import diagnosis
 from cachewatch.core import runtimes
 from cachewatch.core.events import Batch, CallStats, CompileEvent, FunctionInfo, RunInfo
 from cachewatch.store import engine as enginemod
@@ -694,6 +695,7 @@ def main() -> int:
             n_events = conn.execute(sa.select(sa.func.count()).select_from(models.compile_events)).scalar_one()
             stale = conn.execute(sa.select(sa.func.count()).select_from(models.stale_regressions)).scalar_one()
             stale_run_times = conn.execute(sa.select(sa.func.count()).select_from(models.stale_run_times)).scalar_one()
+            stale_runs = conn.execute(sa.select(sa.func.count()).select_from(models.stale_storms)).scalar_one()
         if stale or stale_run_times:
             # What the first diagnosis after the load would do: find the stale signatures'
             # regressions and median run times (all of them after a fill or an upgrade),
@@ -706,6 +708,12 @@ def main() -> int:
                 f"kept regressions and median run times found for {stale:,} and {stale_run_times:,} stale "
                 f"signatures in {time.perf_counter() - started:.1f} s"
             )
+        if stale_runs:
+            # And the first storms listing's: every run's bursts (all runs are stale after a fill).
+            started = time.perf_counter()
+            with enginemod.connection(url) as conn:
+                diagnosis.settle_storms(conn)
+            print(f"kept bursts found for {stale_runs:,} stale runs in {time.perf_counter() - started:.1f} s")
         total, tables = store_size(url)
         per_million = total / (n_events / 1e6)
         print(f"store: {total / 2**20:,.0f} MiB for {n_events:,} events, {per_million / 2**20:,.0f} MiB per million")

@@ -40,7 +40,7 @@ from cachewatch.core.events import Cause, Kind
 from cachewatch.explain import causes
 from cachewatch.record import current, recorder
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models
+from cachewatch.store import models, rollup
 from cachewatch.store import queries as storequeries
 from cachewatch.store.columns import Filters
 from cachewatch.store.engine import redact_url
@@ -141,6 +141,7 @@ def copy_store(source: str, target: str) -> None:
             rows = [dict(r._mapping) for r in src.execute(sa.select(*columns).order_by(order))]
             if rows:
                 dst.execute(table.insert(), rows)
+        rollup.mark_all_kept_stale(dst)  # a bulk copy: what the store keeps is found again
 
 
 @pytest.fixture(scope="module")

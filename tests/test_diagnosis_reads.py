@@ -252,7 +252,7 @@ def test_run_time_medians_found_in_sql_are_those_of_the_kept_buckets(dialect, sq
                 )
     with enginemod.connection(url) as conn:
         conn.execute(sa.insert(models.run_time_buckets), rows)
-        rollup.mark_every_signature_stale(conn)  # written behind the writers' back: a bulk load
+        rollup.mark_all_kept_stale(conn)  # written behind the writers' back: a bulk load
         found = queries.signature_run_times(conn, Filters(), ["f0", "f1", "f2", "f3"])
     _assert_medians_of(found, rows)
     # Statistics through the write path add to some buckets and make new signatures: those

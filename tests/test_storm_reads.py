@@ -4,8 +4,10 @@ the database. What is found must be what reading every recompile finds."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -13,7 +15,7 @@ import sqlalchemy as sa
 from cachewatch.analysis import diagnosis, steady
 from cachewatch.core.events import Cause, Kind
 from cachewatch.store import engine as enginemod
-from cachewatch.store import evidence, models
+from cachewatch.store import evidence, models, retention, rollup, writes
 from cachewatch.store.columns import Filters
 
 NOW = 1_750_000_000.0
@@ -214,3 +216,95 @@ def test_one_functions_storms_count_the_whole_line_it_was_reached_from(store_url
         (storm,) = diagnosis.detect_storms(conn, threshold=3, window=25.0, now=NOW + 300, function_hashes=["lib_a"])
     assert storm.key == f"site:{SITES[0]}"
     assert storm.compiles == 12
+
+
+def _kept_and_found(
+    conn: sa.Connection, now: float, **options: Any
+) -> tuple[diagnosis.StormsFound, diagnosis.StormsFound]:
+    """The storms as the kept bursts give them (the finder's defaults, the whole store or
+    one run) and as finding them from every run's recompiles does (a time bound that
+    keeps every event: the kept bursts do not serve bounded views)."""
+    view = options.pop("filters", Filters())
+    kept = diagnosis.find_storms(conn, view, now=now, priced=False, **options)
+    found = diagnosis.find_storms(conn, dataclasses.replace(view, since=0.0), now=now, priced=False, **options)
+    return kept, found
+
+
+def _stale_runs(conn: sa.Connection) -> int:
+    return conn.execute(sa.select(sa.func.count()).select_from(models.stale_storms)).scalar_one()
+
+
+def _assert_kept_storms_are_found_storms(conn: sa.Connection, now: float) -> int:
+    whole = None
+    views: tuple[dict[str, Any], ...] = (
+        {},
+        {"page": (1, 2)},
+        {"page": (0, 3), "active_first": True, "with_first_passes": False},
+        {"active": False},
+        {"filters": Filters(run_id="r3")},
+        *({"function_hashes": [name]} for name in FUNCTIONS),
+    )
+    for options in views:
+        kept, found = _kept_and_found(conn, now, **options)
+        assert kept == found, options
+        whole = whole or kept
+    assert whole is not None
+    return whole.total
+
+
+def test_kept_storms_are_those_found_from_the_recompiles_as_the_store_changes(store_url):
+    _fill(store_url, 4)
+    now = NOW + 3 * 86400
+    with enginemod.connection(store_url) as conn:
+        rollup.rebuild(conn)  # a bulk load: every run stale
+        assert _stale_runs(conn) == 6
+        total = _assert_kept_storms_are_found_storms(conn, now)
+        assert total > 1, "the filled store has storms"
+        assert _stale_runs(conn) == 0, "found once, the runs are no longer stale"
+        kept_runs = set(conn.execute(sa.select(models.kept_bursts.c.run_id)).scalars())
+        assert kept_runs, "the runs with bursts keep them"
+        assert kept_runs <= {"r1", "r3", "r5"}, "only runs with bursts keep any"
+    # A later run through the write path, storming in `step`: only it is marked, found,
+    # and listed first.
+    with enginemod.connection(store_url) as conn:
+        start = NOW + 30 * 86400
+        run = {"run_id": "later", "started_at": start, "jax_version": "0.10.2", "devices": []}
+        stored = dict(conn.execute(sa.select(*models.compile_events.c).limit(1)).one()._mapping)
+        del stored["id"]
+        rows = [_event("later", "step", start, Cause.FIRST_CALL, warmup=True)]
+        rows += [
+            _event("later", "step", start + 100 + 5 * k, Cause.NEW_SHAPE, site=SITES[0], signature=f"n{k}")
+            for k in range(8)
+        ]
+        events = [writes.event_row({**stored, **row}) for row in rows]  # every column a writer fills
+        assert len(writes.write_rows(conn, writes.TableRows([run], [], events, []))) == 9
+        assert _stale_runs(conn) == 1
+        assert _assert_kept_storms_are_found_storms(conn, start + 200) == total + 1
+        (newest,) = diagnosis.find_storms(conn, now=start + 200, page=(0, 1), priced=False).storms
+        assert (newest.run_id, newest.key, newest.compiles) == ("later", "step", 8)
+        # Call statistics of the run (served calls after the burst can make it a first
+        # pass): the run is marked again, and what is kept follows.
+        stats = [
+            {
+                "run_id": "later",
+                "function_hash": "step",
+                "timestamp": start + 5000 + i,
+                "calls": 400,
+                "compiles": 0,
+                "sampled_calls": 0,
+                "sampled_seconds": 0.0,
+                "signature_hash": "",
+            }
+            for i in range(3)
+        ]
+        writes.write_rows(conn, writes.TableRows([], [], [], stats))
+        assert conn.execute(sa.select(sa.func.count()).select_from(models.call_stats)).scalar_one() == 3
+        assert _stale_runs(conn) == 1
+        _assert_kept_storms_are_found_storms(conn, start + 6000)
+    # A prune of all but the newest run (the others all ended before it began): the
+    # pruned runs' bursts go, the newest run's stay as found.
+    assert retention.prune(store_url, retention.Policy(keep_runs=1), now=1e10).runs == 6
+    with enginemod.connection(store_url) as conn:
+        assert _stale_runs(conn) == 6
+        assert _assert_kept_storms_are_found_storms(conn, start + 6000) >= 0
+        assert set(conn.execute(sa.select(models.kept_bursts.c.run_id)).scalars()) == {"later"}

@@ -22,7 +22,7 @@ from cachewatch.analysis import diagnosis, programs, runsummary, steady
 from cachewatch.analysis.results import Storm
 from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
-from cachewatch.store import models
+from cachewatch.store import models, rollup
 from cachewatch.store.evidence import Recompile
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
@@ -351,6 +351,8 @@ def _write(url: str, events: list[dict], stats: list[dict]) -> None:
         conn.execute(sa.insert(models.compile_events), events)
         if stats:
             conn.execute(sa.insert(models.call_stats), stats)
+        # Written behind the write path's back: its runs marked as it marks them.
+        rollup.mark_runs_stale(conn, {row["run_id"] for row in (*events, *stats)})
 
 
 def _burst(function_hash: str, start: float, n: int) -> list[dict]:

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described, short_name
 from ..core.figures import compile_share, seconds_text, share_text
-from ..store import evidence, queries, regressions
+from ..store import evidence, kept_bursts, queries, regressions
 from ..store.columns import Filters, FunctionReport
 from ..store.evidence import Recompile, SignatureCost
 from . import programs, steady, whatif
@@ -100,12 +100,16 @@ class StormsFound:
     first_passes: tuple[FirstPass, ...]
 
 
+STORM_THRESHOLD = 5  # recompiles ...
+STORM_WINDOW = 600.0  # ... within this many seconds of each other make a burst
+
+
 def find_storms(
     conn: sa.Connection,
     filters: Filters = Filters(),
     *,
-    threshold: int = 5,
-    window: float = 600.0,
+    threshold: int = STORM_THRESHOLD,
+    window: float = STORM_WINDOW,
     now: float | None = None,
     function_hashes: list[str] | None = None,
     heard_until: float | None = None,
@@ -131,34 +135,82 @@ def find_storms(
     have their diffs read and their fix written, weighed and priced. ``active_first``
     orders the active ones first (newest first within each); ``active`` keeps only the
     active storms (True) or only the past ones (False), counted and paged as such.
-    Without ``with_first_passes`` none is described or returned (later pages show none)."""
+    Without ``with_first_passes`` none is described or returned (later pages show none).
+    The bursts are the store's kept ones where they serve (see :func:`_bursts_of`)."""
     now = time.time() if now is None else now
 
-    def is_active(group: list[Recompile]) -> bool:
-        return now - group[-1].timestamp <= window
+    def is_active(burst: kept_bursts.Judged) -> bool:
+        return now - burst.ended <= window
 
-    # The diffs, the bulk of each row, are read only for the compiles in bursts shown.
-    # Only the functions and lines with enough recompiles close together to make a burst.
+    found = _bursts_of(conn, filters, threshold, window, function_hashes, heard_until)
+    found.sort(key=lambda b: (-b.ended, b.run_id, b.key, b.started))
+    storms = [b for b in found if b.storm]
+    passes = [b for b in found if not b.storm]
+    runs_per_key: dict[str, set[str]] = collections.defaultdict(set)
+    for burst in storms:
+        runs_per_key[burst.key].add(burst.run_id)
+    if active is not None:
+        storms = [b for b in storms if is_active(b) == active]
+    active_count = sum(1 for b in storms if is_active(b))
+    if active_first:
+        storms.sort(key=lambda b: not is_active(b))
+    shown = storms if page is None else storms[page[0] : page[0] + page[1]]
+    told = kept_bursts.with_groups(conn, shown + (passes if with_first_passes else []))
+    groups = [(b.key, b.run_id, b.group or []) for b in told]
+    names = evidence.function_infos(conn, {r.function_hash for _, _, group in groups for r in group})
+    telling = _Telling(conn, names, now, window, described, priced, runs_per_key)
+    told_passes = telling.first_passes(groups[len(shown) :]) if with_first_passes else ()
+    return StormsFound(telling.storms(groups[: len(shown)]), len(storms), active_count, told_passes)
+
+
+def _bursts_of(
+    conn: sa.Connection,
+    filters: Filters,
+    threshold: int,
+    window: float,
+    function_hashes: list[str] | None,
+    heard_until: float | None,
+) -> list[kept_bursts.Judged]:
+    """The bursts of the recompiles the filters keep, judged: the kept ones
+    (store/kept_bursts.py, found again only for the runs that changed) under the default
+    threshold and window, judged as of now, over the whole store or one run; else found
+    from the recompiles now."""
+    defaults = (threshold, window, heard_until) == (STORM_THRESHOLD, STORM_WINDOW, None)
+    unbounded = filters.since is None and filters.until is None and filters.run_ids is None
+    if defaults and unbounded and settle_storms(conn):
+        return kept_bursts.read(conn, function_hashes, filters.run_id)
+    return _judged_bursts(conn, filters, threshold, window, function_hashes, heard_until)
+
+
+def settle_storms(conn: sa.Connection) -> bool:
+    """Find the stale runs' bursts again and keep them (kept_bursts.settle); False when
+    this connection cannot write them."""
+    return kept_bursts.settle(conn, _judged_bursts)
+
+
+def _judged_bursts(
+    conn: sa.Connection,
+    filters: Filters,
+    threshold: int = STORM_THRESHOLD,
+    window: float = STORM_WINDOW,
+    function_hashes: list[str] | None = None,
+    heard_until: float | None = None,
+) -> list[kept_bursts.Judged]:
+    """Every burst of the recompiles the filters keep, judged a storm or a first pass,
+    with its recompiles (without their diffs)."""
+    # Only the functions and lines with enough recompiles close together to make a burst;
+    # the diffs, the bulk of each row, are read later for the bursts told.
     every = steady.recompiles(conn, filters, function_hashes, diffs=False, dense=(threshold, window))
     if not every:
-        return StormsFound((), 0, 0, ())
+        return []
     names = evidence.function_infos(conn, {r.function_hash for r in every})
     bursts = _bursts_read_whole(conn, every, names, threshold, window, function_hashes)
     storms, passes = _judged(conn, bursts, threshold, heard_until)
-    storms.sort(key=lambda b: -b[2][-1].timestamp)
-    passes.sort(key=lambda b: -b[2][-1].timestamp)
-    runs_per_key: dict[str, set[str]] = collections.defaultdict(set)
-    for key, run_id, _ in storms:
-        runs_per_key[key].add(run_id)
-    if active is not None:
-        storms = [b for b in storms if is_active(b[2]) == active]
-    active_count = sum(1 for _, _, group in storms if is_active(group))
-    if active_first:
-        storms.sort(key=lambda b: not is_active(b[2]))
-    shown = storms if page is None else storms[page[0] : page[0] + page[1]]
-    telling = _Telling(conn, names, now, window, described, priced, runs_per_key)
-    told_passes = telling.first_passes(passes) if with_first_passes else ()
-    return StormsFound(telling.storms(shown), len(storms), active_count, told_passes)
+    return [
+        kept_bursts.Judged(key, run_id, storm, group[0].timestamp, group[-1].timestamp, group)
+        for judged, storm in ((storms, True), (passes, False))
+        for key, run_id, group in judged
+    ]
 
 
 _Judged = list[tuple[str, str, list[Recompile]]]  # (group key, run, the burst's recompiles)
@@ -260,7 +312,7 @@ def _bursts_read_whole(
     bursts = [
         (key, run_id, group, rows)
         for (key, run_id), rows in by_group.items()
-        for group in _bursts(sorted(rows, key=lambda r: r.timestamp), threshold, window)
+        for group in _bursts(evidence.in_time_order(rows), threshold, window)
         if wanted is None or wanted & {r.function_hash for r in group}
     ]
     return bursts

@@ -23,10 +23,11 @@ class Filters:
     run_id: str | None = None
     since: float | None = None
     until: float | None = None
+    run_ids: tuple[str, ...] | None = None  # these runs only (what the store finds again per run)
 
     def is_empty(self) -> bool:
         """No run and no time bound: the whole store, which the kept totals answer."""
-        return not self.run_id and self.since is None and self.until is None
+        return not self.run_id and self.since is None and self.until is None and self.run_ids is None
 
     def apply(self, table: sa.Table, query: sa.Select) -> sa.Select:
         return self._bound(query, table.c.run_id, table.c.timestamp)
@@ -40,6 +41,8 @@ class Filters:
         """The query with the run and the time span (``since`` inclusive) on these columns."""
         if self.run_id:
             query = query.where(run_id == self.run_id)
+        if self.run_ids is not None:
+            query = query.where(run_id.in_(self.run_ids))
         if self.since is not None:
             query = query.where(when >= self.since)
         if self.until is not None:

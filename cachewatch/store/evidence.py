@@ -118,6 +118,22 @@ def with_diffs(conn: sa.Connection, rows: list[Recompile]) -> list[Recompile]:
     return [replace(r, diff=diffs.get(r.event_id, r.diff)) if r.event_id else r for r in rows]
 
 
+def recompiles_by_id(conn: sa.Connection, event_ids: list[str]) -> list[Recompile]:
+    """These events as recompiles, without their diffs (each carries its event id for
+    :func:`with_diffs`), in no order."""
+    e = models.compile_events
+    found: list[Recompile] = []
+    for start in range(0, len(event_ids), 500):
+        q = sa.select(*_recompile_columns(e, diffs=False)).where(e.c.event_id.in_(event_ids[start : start + 500]))
+        found.extend(_recompiles(conn.execute(q)))
+    return found
+
+
+def in_time_order(rows: Iterable[Recompile]) -> list[Recompile]:
+    """Recompiles by time, ties by function and event: one order however they were read."""
+    return sorted(rows, key=lambda r: (r.timestamp, r.function_hash, r.event_id))
+
+
 def compile_seconds_between(conn: sa.Connection, run_id: str, start: float, end: float) -> float:
     """Seconds one run spent tracing, lowering and compiling (every function) in the events
     stamped from ``start`` to ``end``."""

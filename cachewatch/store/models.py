@@ -404,6 +404,46 @@ class StaleRunTimesRow(Base):
     marks: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class KeptBurstRow(Base):
+    """A burst of recompiles the storm finder found in a run (kept_bursts.py): a storm, or
+    a first pass (``storm`` false), of one group (a jit of the user's: its function hash;
+    a line of user code: ``site:`` and the line), from its first recompile to its last.
+    Found again per run once the run is stale (``stale_storms``); its recompiles are in
+    ``kept_burst_events``."""
+
+    __tablename__ = "kept_bursts"
+    __table_args__ = (Index("ix_kept_bursts_newest", "storm", "ended"), Index("ix_kept_bursts_run", "run_id"))
+
+    burst_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(32))
+    group_key: Mapped[str] = mapped_column(String(1029))  # a function hash, or "site:" and a call site
+    storm: Mapped[bool] = mapped_column(Boolean)
+    started: Mapped[float] = mapped_column(Float)
+    ended: Mapped[float] = mapped_column(Float)
+
+
+class KeptBurstEventRow(Base):
+    """A recompile of a kept burst, by event id, with its function (what a function's
+    storms are found by)."""
+
+    __tablename__ = "kept_burst_events"
+    __table_args__ = (Index("ix_kept_burst_events_function", "function_hash"),)
+
+    burst_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    event_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    function_hash: Mapped[str] = mapped_column(String(40))
+
+
+class StaleStormsRow(Base):
+    """The runs whose kept bursts are out of date: an event or call statistics of theirs was
+    stored or pruned since their bursts were last found (settling.py)."""
+
+    __tablename__ = "stale_storms"
+
+    run_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    marks: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class RunDropsRow(Base):
     """Events a run's recorder lost before they reached the store, by reason
     (cachewatch.core.events.DropReason: queue full, store refused, spool full, ...)."""
@@ -488,6 +528,9 @@ function_call_totals = _table(FunctionCallTotalsRow)
 run_time_buckets = _table(RunTimeBucketRow)
 run_time_medians = _table(RunTimeMedianRow)
 stale_run_times = _table(StaleRunTimesRow)
+kept_bursts = _table(KeptBurstRow)
+kept_burst_events = _table(KeptBurstEventRow)
+stale_storms = _table(StaleStormsRow)
 run_drops = _table(RunDropsRow)
 metric_labels = _table(MetricLabelRow)
 persistent_cache_totals = _table(PersistentCacheTotalsRow)

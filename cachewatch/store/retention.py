@@ -357,12 +357,14 @@ def _drop_run(url: str, run_id: str, cut: float, chunk: int) -> _Dropped:
                     if module:
                         done.modules.add(module)
                 _mark_regressions_stale(conn, ids)
+                rollup.mark_runs_stale(conn, [run_id])  # its kept bursts go at the next read
                 done.events += _delete_ids(conn, e, ids)
                 continue
             stat_ids = list(
                 conn.execute(sa.select(s.c.id).where(s.c.run_id == run_id).order_by(s.c.id).limit(chunk)).scalars()
             )
             if stat_ids:
+                rollup.mark_runs_stale(conn, [run_id])
                 done.call_stats += _delete_ids(conn, s, stat_ids)
                 continue
             _fold_drops(conn, run_id)

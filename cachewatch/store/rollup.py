@@ -81,6 +81,7 @@ def deltas(
         models.compile_hour_totals: _hour_totals(events, columns),
         models.signature_totals: _signature_totals(events, columns),
         models.stale_regressions: _stale_regressions(events, columns),
+        models.stale_storms: _stale_runs(events, columns),
         models.compile_size_totals: _size_totals(events, columns),
     }
 
@@ -203,6 +204,24 @@ def _stale_regressions(events: Iterable[Sequence[Any]], columns: Sequence[str]) 
     )
 
 
+def _stale_runs(events: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
+    """A mark per run for each of its events: its kept bursts are out of date (store
+    reads that lack the run leave it to a rebuild, which marks every run itself)."""
+    if "run_id" not in columns:
+        return []
+    run_at = columns.index("run_id")
+    return _run_marks(e[run_at] for e in events)
+
+
+def _run_marks(run_ids: Iterable[str]) -> list[dict[str, Any]]:
+    return [{"run_id": run_id, "marks": n} for run_id, n in collections.Counter(run_ids).items()]
+
+
+def mark_runs_stale(conn: sa.Connection, run_ids: Iterable[str]) -> None:
+    """Mark these runs' kept bursts stale (their events pruned)."""
+    add(conn, {models.stale_storms: _run_marks(run_ids)})
+
+
 def _marks(signatures: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
     """Rows of a stale table (settling.py): a mark per time each (function, signature) came."""
     counted = collections.Counter(signatures)
@@ -215,10 +234,10 @@ def mark_regressions_stale(conn: sa.Connection, events: Iterable[Sequence[Any]],
     add(conn, {models.stale_regressions: _stale_regressions(events, columns)})
 
 
-def mark_every_signature_stale(conn: sa.Connection) -> None:
-    """Every signature with an uncached compile, and every one with run-time buckets,
-    marked stale, and nothing kept of them: the next reader finds their regressions and
-    median run times all again (after a bulk load, or a rebuild)."""
+def mark_all_kept_stale(conn: sa.Connection) -> None:
+    """Every signature with an uncached compile, every one with run-time buckets and
+    every run marked stale, and nothing kept of them: the next reader finds their
+    regressions, median run times and bursts all again (after a bulk load, or a rebuild)."""
     e, b = models.compile_events, models.run_time_buckets
     columns = ["function_hash", "signature_hash", "marks"]
     for kept, stale, counted in (
@@ -240,6 +259,10 @@ def mark_every_signature_stale(conn: sa.Connection) -> None:
         conn.execute(sa.delete(kept))
         conn.execute(sa.delete(stale))
         conn.execute(sa.insert(stale).from_select(columns, counted))
+    for kept in (models.kept_burst_events, models.kept_bursts, models.stale_storms):
+        conn.execute(sa.delete(kept))
+    r = models.runs
+    conn.execute(sa.insert(models.stale_storms).from_select(["run_id", "marks"], sa.select(r.c.run_id, sa.literal(1))))
 
 
 _EVENT_FIELDS = (
@@ -481,6 +504,8 @@ def add_call_stats(conn: sa.Connection, stats: list[dict[str, Any]], *, mark_sta
     add(conn, {t: list(deltas.values()), b: list(new_buckets.values())})
     if mark_stale and new_buckets:
         add(conn, {models.stale_run_times: _marks((f, g) for f, g, _ in new_buckets)})
+    if mark_stale:  # a run's statistics tell whether it went on after a burst
+        add(conn, {models.stale_storms: _run_marks(row["run_id"] for row in stats if row.get("run_id"))})
 
 
 def _stored_run_time_buckets(conn: sa.Connection, hashes: list[str]) -> dict[str, dict[str, runtimes.Buckets]]:
@@ -586,7 +611,7 @@ def rebuild(conn: sa.Connection, chunk: int = 50_000, tables: tuple[str, ...] = 
     if "function_call_totals" in tables:
         _rebuild_call_totals(conn, chunk, tables)
     if tables == TABLES:  # the whole store recounted: its kept results are found again too
-        mark_every_signature_stale(conn)
+        mark_all_kept_stale(conn)
 
 
 def _rebuild_call_totals(conn: sa.Connection, chunk: int, tables: tuple[str, ...]) -> None:

@@ -1,10 +1,10 @@
 """Kept results found again only where the store changed.
 
-Some answers are too costly to work out from the whole store on every read (the
-compile-time regressions, each signature's median run time), so they are kept per
-function and signature. Whatever changes what they are made of marks the signature
-stale (a table of ``function_hash``, ``signature_hash`` and a count of ``marks``); a
-reader first finds the stale signatures' results again, then reads the kept ones:
+Some answers are too costly to work out from the whole store on every read, so they
+are kept: the compile-time regressions and each signature's median run time per
+function and signature, each run's bursts of recompiles per run. Whatever changes what
+they are made of marks the signature (or run) stale (a table of its keys and a count of
+``marks``); a reader first finds the stale ones' results again, then reads the kept ones:
 
     if settling.settle(conn, models.stale_regressions, LOCK, find_again):
         ...read the kept rows...
@@ -60,16 +60,14 @@ def _settle(conn: sa.Connection, stale: sa.Table, find_again: Callable[[sa.Conne
     copied = sa.Table(
         "settling_" + stale.name,
         sa.MetaData(),
-        sa.Column("function_hash", sa.String(40)),
-        sa.Column("signature_hash", sa.String(40)),
-        sa.Column("marks", sa.BigInteger),
+        *(sa.Column(c.name, c.type) for c in stale.c),  # the keys (signatures, or runs) and their marks
         prefixes=["TEMPORARY"],
     )
     copied.create(conn)  # gone with the savepoint if a step fails
-    names = ["function_hash", "signature_hash", "marks"]
+    names = [c.name for c in stale.c]
     conn.execute(sa.insert(copied).from_select(names, sa.select(*(stale.c[n] for n in names))))
     find_again(conn, copied)
-    marked = sa.tuple_(stale.c.function_hash, stale.c.signature_hash, stale.c.marks)
+    marked = sa.tuple_(*(stale.c[n] for n in names))
     conn.execute(sa.delete(stale).where(marked.in_(sa.select(*(copied.c[n] for n in names)))))
     copied.drop(conn)
 

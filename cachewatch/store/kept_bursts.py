@@ -1,0 +1,142 @@
+"""Each run's bursts of recompiles kept, found again per run only once the run changed.
+
+The storm finder (diagnosis.find_storms) reads every run's recompiles, judges each burst
+a storm or a first pass, and describes a page of them: at a fleet's year, seconds per
+listing for the reading and judging alone. What it finds in a run depends on that run
+alone (its recompiles, its warm-up, its call statistics), so the bursts are kept per run
+(``kept_bursts``, with their recompiles' event ids in ``kept_burst_events``). Every write
+of a run's events or call statistics, and every prune of its events, marks the run stale
+(``stale_storms``; rollup.py, retention.py); a reader first finds the stale runs'
+bursts again, by settling.py's rule, with the finder it is given (the storm finder's
+judging, which lives in analysis/), then reads the kept ones:
+
+    if kept_bursts.settle(conn, find):   # find(conn, Filters(run_ids=...)) -> [Judged]
+        bursts = kept_bursts.read(conn, function_hashes)
+
+Only the storm finder's defaults are kept (its threshold and window, judged as of now);
+a listing under other options, or filtered by time, finds its bursts from the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Iterable
+
+import sqlalchemy as sa
+
+from . import evidence, models, settling
+from .columns import Filters
+from .evidence import Recompile
+
+# PostgreSQL advisory lock held while stale runs are found again (beside
+# regressions.REGRESSIONS_LOCK and queries' RUN_TIMES_LOCK).
+STORMS_LOCK = 0x6361636865_06
+RUNS_PER_READ = 1_000  # stale runs whose recompiles are read at once
+
+
+@dataclasses.dataclass(frozen=True)
+class Judged:
+    """A burst as the finder judged it: its group (a function hash, or ``site:`` and a
+    line), its run, whether it is a storm (else a first pass) and its recompiles in time
+    order (a kept one's are read only when it is told: ``group`` None, ``burst_id`` set)."""
+
+    key: str
+    run_id: str
+    storm: bool
+    started: float
+    ended: float
+    group: list[Recompile] | None = None
+    burst_id: str = ""
+
+
+Finder = Callable[[sa.Connection, Filters], list[Judged]]
+
+
+def settle(conn: sa.Connection, find: Finder) -> bool:
+    """Find the stale runs' bursts again with ``find`` (settling.settle); False when this
+    connection cannot write them: the caller then finds them from the store."""
+
+    def find_again(conn: sa.Connection, stale: sa.Table) -> None:
+        _find_again(conn, stale, find)
+
+    return settling.settle(conn, models.stale_storms, STORMS_LOCK, find_again)
+
+
+def _find_again(conn: sa.Connection, stale: sa.Table, find: Finder) -> None:
+    b, be = models.kept_bursts, models.kept_burst_events
+    runs = sorted(run_id for (run_id,) in conn.execute(sa.select(stale.c.run_id)))
+    of_stale_runs = b.c.run_id.in_(sa.select(stale.c.run_id))
+    conn.execute(sa.delete(be).where(be.c.burst_id.in_(sa.select(b.c.burst_id).where(of_stale_runs))))
+    conn.execute(sa.delete(b).where(of_stale_runs))
+    for start in range(0, len(runs), RUNS_PER_READ):
+        found = find(conn, Filters(run_ids=tuple(runs[start : start + RUNS_PER_READ])))
+        bursts, events = _kept_rows(found)
+        if bursts:
+            conn.execute(sa.insert(b), bursts)
+            conn.execute(sa.insert(be), events)
+
+
+def _kept_rows(found: Iterable[Judged]) -> tuple[list[dict], list[dict]]:
+    bursts: list[dict] = []
+    events: list[dict] = []
+    for burst in found:
+        assert burst.group is not None  # the finder's own, read whole
+        burst_id = _burst_id(burst)
+        bursts.append(
+            {
+                "burst_id": burst_id,
+                "run_id": burst.run_id,
+                "group_key": burst.key,
+                "storm": burst.storm,
+                "started": burst.started,
+                "ended": burst.ended,
+            }
+        )
+        events.extend(
+            {"burst_id": burst_id, "event_id": r.event_id, "function_hash": r.function_hash} for r in burst.group
+        )
+    return bursts, events
+
+
+def _burst_id(burst: Judged) -> str:
+    # A group's bursts in one run never share their first recompile's time stamp.
+    named = f"{burst.run_id}\0{burst.key}\0{burst.started!r}"
+    return hashlib.sha256(named.encode()).hexdigest()[:32]
+
+
+def read(conn: sa.Connection, function_hashes: list[str] | None = None, run_id: str | None = None) -> list[Judged]:
+    """The kept bursts (of one run, and with a recompile of one of ``function_hashes``,
+    when given), without their recompiles (:func:`with_groups` reads them)."""
+    b, be = models.kept_bursts, models.kept_burst_events
+    q = sa.select(b.c.burst_id, b.c.group_key, b.c.run_id, b.c.storm, b.c.started, b.c.ended)
+    if run_id:
+        q = q.where(b.c.run_id == run_id)
+    if function_hashes is not None:
+        q = q.where(b.c.burst_id.in_(sa.select(be.c.burst_id).where(be.c.function_hash.in_(function_hashes))))
+    return [
+        Judged(row.group_key, row.run_id, bool(row.storm), float(row.started), float(row.ended), burst_id=row.burst_id)
+        for row in conn.execute(q)
+    ]
+
+
+def with_groups(conn: sa.Connection, bursts: list[Judged]) -> list[Judged]:
+    """The bursts with their recompiles (without their diffs), read for the kept ones."""
+    wanted = [burst.burst_id for burst in bursts if burst.group is None]
+    if not wanted:
+        return bursts
+    be = models.kept_burst_events
+    members: dict[str, list[str]] = {}
+    for start in range(0, len(wanted), 500):
+        q = sa.select(be.c.burst_id, be.c.event_id).where(be.c.burst_id.in_(wanted[start : start + 500]))
+        for burst_id, event_id in conn.execute(q):
+            members.setdefault(burst_id, []).append(event_id)
+    read = {r.event_id: r for r in evidence.recompiles_by_id(conn, [i for ids in members.values() for i in ids])}
+    return [
+        burst
+        if burst.group is not None
+        else dataclasses.replace(
+            burst, group=evidence.in_time_order(read[i] for i in members.get(burst.burst_id, ()) if i in read)
+        )
+        for burst in bursts
+    ]
