@@ -155,12 +155,12 @@ def find_storms(
     if active_first:
         storms.sort(key=lambda b: not is_active(b))
     shown = storms if page is None else storms[page[0] : page[0] + page[1]]
-    told = kept_bursts.with_groups(conn, shown + (passes if with_first_passes else []))
-    groups = [(b.key, b.run_id, b.group or []) for b in told]
-    names = evidence.function_infos(conn, {r.function_hash for _, _, group in groups for r in group})
+    shown_groups = kept_bursts.with_groups(conn, shown)
+    pass_groups = kept_bursts.with_groups(conn, passes) if with_first_passes else []
+    names = evidence.function_infos(conn, {r.function_hash for _, _, g in shown_groups + pass_groups for r in g})
     telling = _Telling(conn, names, now, window, described, priced, runs_per_key)
-    told_passes = telling.first_passes(groups[len(shown) :]) if with_first_passes else ()
-    return StormsFound(telling.storms(groups[: len(shown)]), len(storms), active_count, told_passes)
+    told_passes = telling.first_passes(pass_groups) if with_first_passes else ()
+    return StormsFound(telling.storms(shown_groups), len(storms), active_count, told_passes)
 
 
 def _bursts_of(

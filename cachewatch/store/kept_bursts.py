@@ -120,23 +120,24 @@ def read(conn: sa.Connection, function_hashes: list[str] | None = None, run_id: 
     ]
 
 
-def with_groups(conn: sa.Connection, bursts: list[Judged]) -> list[Judged]:
-    """The bursts with their recompiles (without their diffs), read for the kept ones."""
+def with_groups(conn: sa.Connection, bursts: list[Judged]) -> list[tuple[str, str, list[Recompile]]]:
+    """Each burst as (group key, run, its recompiles in time order, without their
+    diffs), read for the kept ones; a kept burst whose recompiles a prune took since
+    it was read is left out."""
     wanted = [burst.burst_id for burst in bursts if burst.group is None]
-    if not wanted:
-        return bursts
     be = models.kept_burst_events
     members: dict[str, list[str]] = {}
     for start in range(0, len(wanted), 500):
         q = sa.select(be.c.burst_id, be.c.event_id).where(be.c.burst_id.in_(wanted[start : start + 500]))
         for burst_id, event_id in conn.execute(q):
             members.setdefault(burst_id, []).append(event_id)
-    read = {r.event_id: r for r in evidence.recompiles_by_id(conn, [i for ids in members.values() for i in ids])}
-    return [
-        burst
-        if burst.group is not None
-        else dataclasses.replace(
-            burst, group=evidence.in_time_order(read[i] for i in members.get(burst.burst_id, ()) if i in read)
-        )
-        for burst in bursts
-    ]
+    ids = [event_id for found in members.values() for event_id in found]
+    read = {r.event_id: r for r in evidence.recompiles_by_id(conn, ids)} if ids else {}
+    told = []
+    for burst in bursts:
+        group = burst.group
+        if group is None:
+            group = evidence.in_time_order(read[i] for i in members.get(burst.burst_id, ()) if i in read)
+        if group:
+            told.append((burst.key, burst.run_id, group))
+    return told
