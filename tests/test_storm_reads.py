@@ -280,6 +280,7 @@ def test_kept_storms_are_those_found_from_the_recompiles_as_the_store_changes(st
         assert len(writes.write_rows(conn, writes.TableRows([run], [], events, []))) == 9
         assert _stale_runs(conn) == 1
         assert _assert_kept_storms_are_found_storms(conn, start + 200) == total + 1
+        assert _stale_runs(conn) == 0, "the listing found the marked run's bursts again and kept them"
         (newest,) = diagnosis.find_storms(conn, now=start + 200, page=(0, 1), priced=False).storms
         assert (newest.run_id, newest.key, newest.compiles) == ("later", "step", 8)
         # Call statistics of the run (served calls after the burst can make it a first
@@ -301,6 +302,7 @@ def test_kept_storms_are_those_found_from_the_recompiles_as_the_store_changes(st
         assert conn.execute(sa.select(sa.func.count()).select_from(models.call_stats)).scalar_one() == 3
         assert _stale_runs(conn) == 1
         _assert_kept_storms_are_found_storms(conn, start + 6000)
+        assert _stale_runs(conn) == 0
     # A prune of all but the newest run (the others all ended before it began): the
     # pruned runs' bursts go, the newest run's stay as found.
     assert retention.prune(store_url, retention.Policy(keep_runs=1), now=1e10).runs == 6
