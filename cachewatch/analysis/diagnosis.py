@@ -155,8 +155,9 @@ def find_storms(
     if active_first:
         storms.sort(key=lambda b: not is_active(b))
     shown = storms if page is None else storms[page[0] : page[0] + page[1]]
-    shown_groups = kept_bursts.with_groups(conn, shown)
-    pass_groups = kept_bursts.with_groups(conn, passes) if with_first_passes else []
+    # A kept burst's recompiles are read with their diffs when they are to be described.
+    shown_groups = kept_bursts.with_groups(conn, shown, described)
+    pass_groups = kept_bursts.with_groups(conn, passes, described) if with_first_passes else []
     names = evidence.function_infos(conn, {r.function_hash for _, _, g in shown_groups + pass_groups for r in g})
     telling = _Telling(conn, names, now, window, described, priced, runs_per_key)
     told_passes = telling.first_passes(pass_groups) if with_first_passes else ()

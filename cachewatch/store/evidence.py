@@ -80,12 +80,12 @@ _RECOMPILE_COLUMNS = (
 )
 
 
-def _recompile_columns(e: sa.Table, diffs: bool = True) -> list[Any]:
-    """The columns of a Recompile; without the diffs (the bulk of a row), the event id to read them by."""
-    if diffs:
-        return [*(e.c[name] for name in _RECOMPILE_COLUMNS), cost_expr(e).label("seconds")]
-    named = [e.c[name] if name != "diff" else sa.null().label("diff") for name in _RECOMPILE_COLUMNS]
-    return [*named, cost_expr(e).label("seconds"), e.c.event_id]
+def _recompile_columns(e: sa.Table, diffs: bool = True, event_id: bool | None = None) -> list[Any]:
+    """The columns of a Recompile, and (``event_id``; by default without the diffs, the
+    bulk of a row) the event id to read them by."""
+    named = [e.c[name] if diffs or name != "diff" else sa.null().label("diff") for name in _RECOMPILE_COLUMNS]
+    with_id = not diffs if event_id is None else event_id
+    return [*named, cost_expr(e).label("seconds"), *([e.c.event_id] if with_id else [])]
 
 
 def _recompiles(result: Iterable[sa.Row[*tuple[Any, ...]]]) -> list[Recompile]:
@@ -110,7 +110,7 @@ def _recompiles(result: Iterable[sa.Row[*tuple[Any, ...]]]) -> list[Recompile]:
 def with_diffs(conn: sa.Connection, rows: list[Recompile]) -> list[Recompile]:
     """The recompiles with their diffs, read for just these events (by event id)."""
     e = models.compile_events
-    ids = list({r.event_id for r in rows if r.event_id})
+    ids = list({r.event_id for r in rows if r.event_id and r.diff is None})  # the rest carry theirs
     diffs: dict[str, Any] = {}
     for start in range(0, len(ids), 500):
         q = sa.select(e.c.event_id, e.c.diff).where(e.c.event_id.in_(ids[start : start + 500]))
@@ -118,13 +118,14 @@ def with_diffs(conn: sa.Connection, rows: list[Recompile]) -> list[Recompile]:
     return [replace(r, diff=diffs.get(r.event_id, r.diff)) if r.event_id else r for r in rows]
 
 
-def recompiles_by_id(conn: sa.Connection, event_ids: list[str]) -> list[Recompile]:
-    """These events as recompiles, without their diffs (each carries its event id for
-    :func:`with_diffs`), in no order."""
+def recompiles_by_id(conn: sa.Connection, event_ids: list[str], diffs: bool = False) -> list[Recompile]:
+    """These events as recompiles, each with its event id, and with its diff when
+    ``diffs`` (else :func:`with_diffs` reads them later), in no order."""
     e = models.compile_events
+    columns = _recompile_columns(e, diffs, event_id=True)
     found: list[Recompile] = []
     for start in range(0, len(event_ids), 500):
-        q = sa.select(*_recompile_columns(e, diffs=False)).where(e.c.event_id.in_(event_ids[start : start + 500]))
+        q = sa.select(*columns).where(e.c.event_id.in_(event_ids[start : start + 500]))
         found.extend(_recompiles(conn.execute(q)))
     return found
 

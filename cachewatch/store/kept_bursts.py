@@ -120,10 +120,12 @@ def read(conn: sa.Connection, function_hashes: list[str] | None = None, run_id: 
     ]
 
 
-def with_groups(conn: sa.Connection, bursts: list[Judged]) -> list[tuple[str, str, list[Recompile]]]:
-    """Each burst as (group key, run, its recompiles in time order, without their
-    diffs), read for the kept ones; a kept burst whose recompiles a prune took since
-    it was read is left out."""
+def with_groups(
+    conn: sa.Connection, bursts: list[Judged], diffs: bool = False
+) -> list[tuple[str, str, list[Recompile]]]:
+    """Each burst as (group key, run, its recompiles in time order), read for the kept
+    ones (with their diffs when ``diffs``, in the same read); a kept burst whose
+    recompiles a prune took since it was read is left out."""
     wanted = [burst.burst_id for burst in bursts if burst.group is None]
     be = models.kept_burst_events
     members: dict[str, list[str]] = {}
@@ -132,7 +134,7 @@ def with_groups(conn: sa.Connection, bursts: list[Judged]) -> list[tuple[str, st
         for burst_id, event_id in conn.execute(q):
             members.setdefault(burst_id, []).append(event_id)
     ids = [event_id for found in members.values() for event_id in found]
-    read = {r.event_id: r for r in evidence.recompiles_by_id(conn, ids)} if ids else {}
+    read = {r.event_id: r for r in evidence.recompiles_by_id(conn, ids, diffs)} if ids else {}
     told = []
     for burst in bursts:
         group = burst.group
