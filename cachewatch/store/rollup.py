@@ -214,7 +214,7 @@ def _stale_runs(events: Iterable[Sequence[Any]], columns: Sequence[str]) -> list
 
 
 def _run_marks(run_ids: Iterable[str]) -> list[dict[str, Any]]:
-    return [{"run_id": run_id, "marks": n} for run_id, n in collections.Counter(run_ids).items()]
+    return _marks(((run_id,) for run_id in run_ids), ("run_id",))
 
 
 def mark_runs_stale(conn: sa.Connection, run_ids: Iterable[str]) -> None:
@@ -222,10 +222,13 @@ def mark_runs_stale(conn: sa.Connection, run_ids: Iterable[str]) -> None:
     add(conn, {models.stale_storms: _run_marks(run_ids)})
 
 
-def _marks(signatures: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Rows of a stale table (settling.py): a mark per time each (function, signature) came."""
-    counted = collections.Counter(signatures)
-    return [{"function_hash": f, "signature_hash": s, "marks": n} for (f, s), n in counted.items()]
+def _marks(
+    keys: Iterable[tuple[str, ...]], columns: tuple[str, ...] = ("function_hash", "signature_hash")
+) -> list[dict[str, Any]]:
+    """Rows of a stale table (settling.py): a mark per time each key (a function and
+    signature, or a run) came."""
+    counted = collections.Counter(keys)
+    return [{**dict(zip(columns, key, strict=True)), "marks": n} for key, n in counted.items()]
 
 
 def mark_regressions_stale(conn: sa.Connection, events: Iterable[Sequence[Any]], columns: Sequence[str]) -> None:
