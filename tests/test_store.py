@@ -354,3 +354,23 @@ def test_json_an_older_writer_left_in_sqlite_text_is_still_read(sqlite_url):
     assert math.isnan(devices[0]["id"])
     assert devices[0]["big"] == 123456789012345678901234
     assert enginemod.json_loads(b'{"a": [1, 2.5, null]}') == {"a": [1, 2.5, None]}
+
+
+def test_reads_by_id_cross_the_in_list_limit_without_losing_a_row(store_url):
+    # Reads by a list of ids split it into IN (...) lists of columns.IN_CHUNK values:
+    # a list one past two chunks comes back whole, each row once.
+    from cachewatch.store import columns, evidence
+
+    assert [len(c) for c in columns.in_chunks(list(range(2 * columns.IN_CHUNK + 1)))] == [500, 500, 1]
+    assert list(columns.in_chunks([])) == []
+    enginemod.ensure_schema(store_url)
+    count = 2 * columns.IN_CHUNK + 1
+    runs = [
+        {"run_id": f"{i:032x}", "started_at": float(i), "devices": [], "jax_version": f"0.{i}", "jaxlib_version": "x"}
+        for i in range(count)
+    ]
+    with enginemod.connection(store_url) as conn:
+        conn.execute(sa.insert(models.runs), runs)
+        found = evidence.run_versions(conn, [r["run_id"] for r in runs] + [runs[0]["run_id"]])
+    assert len(found) == count
+    assert found == {r["run_id"]: (r["jax_version"], "x") for r in runs}

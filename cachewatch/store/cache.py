@@ -17,9 +17,7 @@ import sqlalchemy as sa
 
 from ..core.events import Kind, PersistentCache
 from . import models
-from .columns import Filters, cost_expr
-
-_CHUNK = 500  # values in one IN (...): well under SQLite's and PostgreSQL's limits
+from .columns import Filters, cost_expr, in_chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +151,7 @@ def read_cache(conn: sa.Connection, filters: Filters, pairs: Iterable[tuple[str,
     fns_wanted = sorted({fn for _, fn in wanted})
     compiles: list[CompiledRecord] = []
     stats: list[StatsRecord] = []
-    for start in range(0, len(fns_wanted), _CHUNK):
-        chunk = fns_wanted[start : start + _CHUNK]
+    for chunk in in_chunks(fns_wanted):
         compiles += _read_compiles(conn, filters, chunk, runs_wanted, wanted)
         stats += _read_stats(conn, filters, chunk, runs_wanted, wanted)
     compiles.sort(key=lambda c: (c.timestamp, c.event_id))
@@ -266,11 +263,9 @@ def _read_names(conn: sa.Connection, function_hashes: list[str]) -> dict[str, Fu
     f = models.functions
     return {
         row.function_hash: FunctionName(row.function_hash, row.name, row.qualname, row.module or "")
-        for start in range(0, len(function_hashes), _CHUNK)
+        for chunk in in_chunks(function_hashes)
         for row in conn.execute(
-            sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module).where(
-                f.c.function_hash.in_(function_hashes[start : start + _CHUNK])
-            )
+            sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module).where(f.c.function_hash.in_(chunk))
         )
     }
 
@@ -316,8 +311,7 @@ def entry_origins(conn: sa.Connection, keys: Sequence[str]) -> dict[str, EntryOr
     out: dict[str, EntryOrigin] = {}
     hits: dict[str, int] = {}
     keys = sorted(set(keys))
-    for start in range(0, len(keys), _CHUNK):
-        chunk = keys[start : start + _CHUNK]
+    for chunk in in_chunks(keys):
         q = (
             sa.select(
                 e.c.persistent_cache_key, e.c.persistent_cache, e.c.function_hash, f.c.name, e.c.run_id, e.c.timestamp

@@ -5,9 +5,9 @@ the service's listings and charts (listings.py, charts.py) build on these."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 import sqlalchemy as sa
 
@@ -16,6 +16,18 @@ from . import models
 
 # Every column of an event but the store's own row id.
 EVENT_SELECT = [c for c in models.compile_events.c if c.name != "id"]
+
+# Values in one IN (...) list: well under SQLite's bound-parameter limit (999 before 3.32)
+# and small enough that PostgreSQL plans each list as quickly as a join.
+IN_CHUNK = 500
+
+_T = TypeVar("_T")
+
+
+def in_chunks(values: Sequence[_T], size: int = IN_CHUNK) -> Iterator[list[_T]]:
+    """``values`` in consecutive slices of ``size``, each one IN (...) list of a read."""
+    for start in range(0, len(values), size):
+        yield list(values[start : start + size])
 
 
 @dataclass(frozen=True)

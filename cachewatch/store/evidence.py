@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from ..core.events import MAX_SECONDS, FunctionInfo, Kind
 from . import models
-from .columns import Filters, cost_expr
+from .columns import Filters, cost_expr, in_chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +112,8 @@ def with_diffs(conn: sa.Connection, rows: list[Recompile]) -> list[Recompile]:
     e = models.compile_events
     ids = list({r.event_id for r in rows if r.event_id and r.diff is None})  # the rest carry theirs
     diffs: dict[str, Any] = {}
-    for start in range(0, len(ids), 500):
-        q = sa.select(e.c.event_id, e.c.diff).where(e.c.event_id.in_(ids[start : start + 500]))
+    for chunk in in_chunks(ids):
+        q = sa.select(e.c.event_id, e.c.diff).where(e.c.event_id.in_(chunk))
         diffs.update((event_id, diff) for event_id, diff in conn.execute(q))
     return [replace(r, diff=diffs.get(r.event_id, r.diff)) if r.event_id else r for r in rows]
 
@@ -124,8 +124,8 @@ def recompiles_by_id(conn: sa.Connection, event_ids: list[str], diffs: bool = Fa
     e = models.compile_events
     columns = _recompile_columns(e, diffs, event_id=True)
     found: list[Recompile] = []
-    for start in range(0, len(event_ids), 500):
-        q = sa.select(*columns).where(e.c.event_id.in_(event_ids[start : start + 500]))
+    for chunk in in_chunks(event_ids):
+        q = sa.select(*columns).where(e.c.event_id.in_(chunk))
         found.extend(_recompiles(conn.execute(q)))
     return found
 
@@ -212,8 +212,8 @@ def _dense_rows(
     e = models.compile_events
     found = [
         row
-        for start in range(0, len(runs), 500)
-        for row in conn.execute(q.where(e.c.run_id.in_(runs[start : start + 500])))
+        for chunk in in_chunks(runs)
+        for row in conn.execute(q.where(e.c.run_id.in_(chunk)))
         if (row.run_id, row.function_hash) in by_function or (row.run_id, row.call_site) in by_line
     ]
     found.sort(key=lambda row: (row.function_hash, row.run_id, row.timestamp))
@@ -485,11 +485,7 @@ def uncached_compiles(
     else:
         wanted = sorted(set(signatures))
         pair = sa.tuple_(e.c.function_hash, e.c.signature_hash)
-        rows = [
-            row
-            for start in range(0, len(wanted), 500)
-            for row in conn.execute(q.where(pair.in_(wanted[start : start + 500])))
-        ]
+        rows = [row for chunk in in_chunks(wanted) for row in conn.execute(q.where(pair.in_(chunk)))]
     return [
         UncachedCompile(
             r.function_hash,
@@ -638,10 +634,8 @@ def run_versions(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, tuple
     r = models.runs
     wanted = sorted(set(run_ids))
     found: dict[str, tuple[str, str]] = {}
-    for start in range(0, len(wanted), 500):
-        q = sa.select(r.c.run_id, r.c.jax_version, r.c.jaxlib_version).where(
-            r.c.run_id.in_(wanted[start : start + 500])
-        )
+    for chunk in in_chunks(wanted):
+        q = sa.select(r.c.run_id, r.c.jax_version, r.c.jaxlib_version).where(r.c.run_id.in_(chunk))
         found.update((row.run_id, (row.jax_version or "", row.jaxlib_version or "")) for row in conn.execute(q))
     return found
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 import sqlalchemy as sa
 
 from . import evidence, models, settling
-from .columns import Filters
+from .columns import Filters, in_chunks
 from .evidence import Recompile
 
 # PostgreSQL advisory lock held while stale runs are found again (beside
@@ -69,8 +69,8 @@ def _find_again(conn: sa.Connection, stale: sa.Table, find: Finder) -> None:
     of_stale_runs = b.c.run_id.in_(sa.select(stale.c.run_id))
     conn.execute(sa.delete(be).where(be.c.burst_id.in_(sa.select(b.c.burst_id).where(of_stale_runs))))
     conn.execute(sa.delete(b).where(of_stale_runs))
-    for start in range(0, len(runs), RUNS_PER_READ):
-        found = find(conn, Filters(run_ids=tuple(runs[start : start + RUNS_PER_READ])))
+    for chunk in in_chunks(runs, RUNS_PER_READ):
+        found = find(conn, Filters(run_ids=tuple(chunk)))
         bursts, events = _kept_rows(found)
         if bursts:
             conn.execute(sa.insert(b), bursts)
@@ -129,8 +129,8 @@ def with_groups(
     wanted = [burst.burst_id for burst in bursts if burst.group is None]
     be = models.kept_burst_events
     members: dict[str, list[str]] = {}
-    for start in range(0, len(wanted), 500):
-        q = sa.select(be.c.burst_id, be.c.event_id).where(be.c.burst_id.in_(wanted[start : start + 500]))
+    for chunk in in_chunks(wanted):
+        q = sa.select(be.c.burst_id, be.c.event_id).where(be.c.burst_id.in_(chunk))
         for burst_id, event_id in conn.execute(q):
             members.setdefault(burst_id, []).append(event_id)
     ids = [event_id for found in members.values() for event_id in found]

@@ -35,6 +35,7 @@ import sqlalchemy as sa
 
 from . import engine as enginemod
 from . import models, rollup
+from .columns import in_chunks
 
 # A recorder's lost-event counts outlive the runs they came from here (run_drops has
 # one row per run and reason; the counter on /metrics sums them all).
@@ -47,7 +48,6 @@ RETENTION_LOCK = 0x6361636865_03
 # Rows deleted per transaction: short enough that a writer waiting behind one (SQLite
 # has one writer at a time) is not held up long.
 DEFAULT_CHUNK = 2000
-_IN_CHUNK = 500  # values per IN (...) list, below SQLite's bound-parameter limit
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -379,16 +379,15 @@ def _mark_regressions_stale(conn: sa.Connection, ids: list[int]) -> None:
     them: their kept regressions are found again without these compiles."""
     e = models.compile_events
     names = rollup.UNCACHED_FIELDS
-    for start in range(0, len(ids), _IN_CHUNK):
-        part = ids[start : start + _IN_CHUNK]
+    for part in in_chunks(ids):
         rows = conn.execute(sa.select(*(e.c[name] for name in names)).where(e.c.id.in_(part))).all()
         rollup.mark_regressions_stale(conn, rows, names)
 
 
 def _delete_ids(conn: sa.Connection, table: sa.Table, ids: list[int]) -> int:
     deleted = 0
-    for start in range(0, len(ids), _IN_CHUNK):
-        deleted += conn.execute(sa.delete(table).where(table.c.id.in_(ids[start : start + _IN_CHUNK]))).rowcount
+    for part in in_chunks(ids):
+        deleted += conn.execute(sa.delete(table).where(table.c.id.in_(part))).rowcount
     return deleted
 
 
@@ -441,8 +440,7 @@ def _count(conn: sa.Connection, run_ids: list[str]) -> tuple[int, int]:
     """Events and statistics rows of these runs."""
     e, s = models.compile_events, models.call_stats
     events = stats = 0
-    for start in range(0, len(run_ids), _IN_CHUNK):
-        part = run_ids[start : start + _IN_CHUNK]
+    for part in in_chunks(run_ids):
         events += conn.execute(sa.select(sa.func.count()).where(e.c.run_id.in_(part))).scalar_one()
         stats += conn.execute(sa.select(sa.func.count()).where(s.c.run_id.in_(part))).scalar_one()
     return int(events), int(stats)
@@ -453,12 +451,8 @@ def _fingerprints(conn: sa.Connection, run_ids: list[str], column: str = "progra
     modules: a module's StableHLO text is kept under the module's fingerprint)."""
     e = models.compile_events
     out: set[str] = set()
-    for start in range(0, len(run_ids), _IN_CHUNK):
-        q = (
-            sa.select(e.c[column])
-            .where(e.c.run_id.in_(run_ids[start : start + _IN_CHUNK]), e.c[column].is_not(None))
-            .distinct()
-        )
+    for part in in_chunks(run_ids):
+        q = sa.select(e.c[column]).where(e.c.run_id.in_(part), e.c[column].is_not(None)).distinct()
         out.update(conn.execute(q).scalars())
     return out
 
@@ -469,8 +463,7 @@ def _kept(url: str, fingerprints: list[str]) -> list[str]:
     p = models.programs
     out: list[str] = []
     with enginemod.connection(url, ensure=False) as conn:
-        for start in range(0, len(fingerprints), _IN_CHUNK):
-            part = fingerprints[start : start + _IN_CHUNK]
+        for part in in_chunks(fingerprints):
             out += conn.execute(sa.select(p.c.fingerprint).where(p.c.fingerprint.in_(part))).scalars()
     return sorted(out)
 
@@ -506,18 +499,15 @@ def _drop_texts(
     their compressed bytes."""
     e, p = models.compile_events, models.programs
     count = size = 0
-    for start in range(0, len(candidates), _IN_CHUNK):
-        part = candidates[start : start + _IN_CHUNK]
+    for part in in_chunks(candidates):
         with _texts_transaction(url) if not dry_run else enginemod.connection(url, ensure=False) as conn:
             referring = conn.execute(sa.select(e.c[column], e.c.run_id).where(e.c[column].in_(part)).distinct()).all()
             # A run of the scope written to since it was chosen (or skipped by the prune)
             # keeps its texts.
             asked = sorted({run_id for _, run_id in referring if run_id in scope})
             idle: set[str] = set()
-            for at in range(0, len(asked), _IN_CHUNK):
-                idle.update(
-                    r.run_id for r in _runs(conn, asked[at : at + _IN_CHUNK]) if cut is not None and r.last < cut
-                )
+            for runs in in_chunks(asked):
+                idle.update(r.run_id for r in _runs(conn, runs) if cut is not None and r.last < cut)
             used = {fp for fp, run_id in referring if run_id not in idle}
             unused = [fp for fp in part if fp not in used]
             if not unused:

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from ..core.events import Kind
 from . import engine as enginemod
 from . import models
+from .columns import in_chunks
 
 
 @dataclass
@@ -87,8 +88,7 @@ def causes_and_buckets(conn: sa.Connection, function_hashes: list[str]) -> dict[
     """:class:`CausesAndBuckets` of these functions (each present, empty where none)."""
     t, h = models.function_totals, models.function_cost_buckets
     out = {function_hash: CausesAndBuckets({}, {}) for function_hash in function_hashes}
-    for start in range(0, len(function_hashes), 500):
-        chunk = function_hashes[start : start + 500]
+    for chunk in in_chunks(function_hashes):
         for function_hash, cause, n in conn.execute(
             sa.select(t.c.function_hash, t.c.cause, sa.func.sum(t.c.events))
             .where(t.c.kind != Kind.STALE_CAPTURE, t.c.compiled, t.c.function_hash.in_(chunk))
@@ -150,8 +150,8 @@ def latest_program_sizes(conn: sa.Connection, function_hashes: Iterable[str]) ->
     )
     wanted = sorted(set(function_hashes))
     found: dict[str, int] = {}
-    for start in range(0, len(wanted), 500):
-        q = sa.select(f.c.function_hash, latest).where(f.c.function_hash.in_(wanted[start : start + 500]))
+    for chunk in in_chunks(wanted):
+        q = sa.select(f.c.function_hash, latest).where(f.c.function_hash.in_(chunk))
         found.update((function_hash, int(eqns)) for function_hash, eqns in conn.execute(q) if eqns is not None)
     return found
 

@@ -36,6 +36,7 @@ from ..core.events import (
 )
 from . import engine as enginemod
 from . import models, rollup
+from .columns import in_chunks
 
 Row = dict[str, object]
 # A compile event as stored: the values of models.EVENT_COLUMNS, in that order.
@@ -364,12 +365,12 @@ def _stored_stats_keys(conn: sa.Connection, keys: list[_StatsKey]) -> set[_Stats
     stamps = sorted({k[2] for k in keys})
     half = _CHUNK // 2
     existing: set[_StatsKey] = set()
-    for start in range(0, len(hashes), half):
+    for chunk in in_chunks(hashes, half):
         existing.update(
             _stats_key(r._mapping)
             for r in conn.execute(
                 sa.select(*columns).where(
-                    s.c.function_hash.in_(hashes[start : start + half]),
+                    s.c.function_hash.in_(chunk),
                     s.c.timestamp.in_(stamps[:half]),
                     s.c.run_id.in_(run_ids),
                 )
@@ -431,10 +432,8 @@ def _insert_events(conn: sa.Connection, events: list[EventValues]) -> set[str]:
     # event ids (the recording process makes them) but for two writes of one run's batch
     # (a retry beside its first post), which the run's lock keeps apart (_store_rows).
     existing: set[str] = set()
-    for start in range(0, len(wanted), _CHUNK):
-        existing.update(
-            conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(wanted[start : start + _CHUNK]))).scalars()
-        )
+    for chunk in in_chunks(wanted, _CHUNK):
+        existing.update(conn.execute(sa.select(e.c.event_id).where(e.c.event_id.in_(chunk))).scalars())
     stmt = enginemod.upsert_insert(conn.dialect.name, e).on_conflict_do_nothing(index_elements=["event_id"])
     conn.execute(stmt, [dict(zip(models.EVENT_COLUMNS, row, strict=False)) for row in events])
     return set(wanted) - existing
