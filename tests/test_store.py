@@ -365,7 +365,7 @@ def test_reads_by_id_cross_the_in_list_limit_without_losing_a_row(store_url):
     assert list(columns.in_chunks([])) == []
     enginemod.ensure_schema(store_url)
     count = 2 * columns.IN_CHUNK + 1
-    runs = [
+    runs: list[dict[str, Any]] = [
         {"run_id": f"{i:032x}", "started_at": float(i), "devices": [], "jax_version": f"0.{i}", "jaxlib_version": "x"}
         for i in range(count)
     ]

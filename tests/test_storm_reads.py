@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from cachewatch.analysis import diagnosis, steady
 from cachewatch.core.events import Cause, Kind
 from cachewatch.store import engine as enginemod
-from cachewatch.store import evidence, models, retention, rollup, writes
+from cachewatch.store import evidence, kept_bursts, models, retention, rollup, writes
 from cachewatch.store.columns import Filters
 
 NOW = 1_750_000_000.0
@@ -225,8 +225,9 @@ def _kept_and_found(
     one run) and as finding them from every run's recompiles does (a time bound that
     keeps every event: the kept bursts do not serve bounded views)."""
     view = options.pop("filters", Filters())
-    kept = diagnosis.find_storms(conn, view, now=now, priced=False, **options)
-    found = diagnosis.find_storms(conn, dataclasses.replace(view, since=0.0), now=now, priced=False, **options)
+    options.setdefault("priced", False)
+    kept = diagnosis.find_storms(conn, view, now=now, **options)
+    found = diagnosis.find_storms(conn, dataclasses.replace(view, since=0.0), now=now, **options)
     return kept, found
 
 
@@ -234,7 +235,7 @@ def _stale_runs(conn: sa.Connection) -> int:
     return conn.execute(sa.select(sa.func.count()).select_from(models.stale_storms)).scalar_one()
 
 
-def _assert_kept_storms_are_found_storms(conn: sa.Connection, now: float) -> int:
+def _assert_kept_storms_are_found_storms(conn: sa.Connection, now: float, priced: bool = False) -> int:
     whole = None
     views: tuple[dict[str, Any], ...] = (
         {},
@@ -245,7 +246,7 @@ def _assert_kept_storms_are_found_storms(conn: sa.Connection, now: float) -> int
         *({"function_hashes": [name]} for name in FUNCTIONS),
     )
     for options in views:
-        kept, found = _kept_and_found(conn, now, **options)
+        kept, found = _kept_and_found(conn, now, priced=priced, **options)
         assert kept == found, options
         whole = whole or kept
     assert whole is not None
@@ -310,3 +311,62 @@ def test_kept_storms_are_those_found_from_the_recompiles_as_the_store_changes(st
         assert _stale_runs(conn) == 6
         assert _assert_kept_storms_are_found_storms(conn, start + 6000) >= 0
         assert set(conn.execute(sa.select(models.kept_bursts.c.run_id)).scalars()) == {"later"}
+
+
+def _described(conn: sa.Connection) -> dict[str, dict]:
+    b = models.kept_bursts
+    return dict(conn.execute(sa.select(b.c.burst_id, b.c.description).where(b.c.description.is_not(None))).all())
+
+
+def test_a_listing_keeps_what_it_told_and_the_next_reads_it_until_the_run_changes(store_url, monkeypatch):
+    _fill(store_url, 4)
+    now = NOW + 3 * 86400
+    told_bursts: list[int] = []
+    with_groups = kept_bursts.with_groups
+
+    def counting(conn, bursts, diffs=False):
+        told_bursts.append(len(bursts))
+        return with_groups(conn, bursts, diffs)
+
+    monkeypatch.setattr(kept_bursts, "with_groups", counting)
+    with enginemod.connection(store_url) as conn:
+        rollup.rebuild(conn)
+        whole = diagnosis.find_storms(conn, now=now)
+        assert whole.total > 1, "the filled store has storms"
+        assert told_bursts[-1] == whole.total + len(whole.first_passes), "the first listing tells every burst"
+        described = _described(conn)
+        assert len(described) == told_bursts[-1], "and keeps what it told"
+        assert all("active" not in d and "recurs_in_runs" not in d for d in described.values())
+        # Every view read from what was kept is the view found and told from the recompiles,
+        # as of the time of the fill and long after it (no storm active any more).
+        _assert_kept_storms_are_found_storms(conn, now, priced=True)
+        _assert_kept_storms_are_found_storms(conn, now + 30 * 86400, priced=True)
+        again = diagnosis.find_storms(conn, now=now)
+        assert told_bursts[-1] == 0, "the next listing tells none"
+        assert again == whole
+        # Unpriced, a listing tells its bursts itself (what is kept is priced).
+        diagnosis.find_storms(conn, now=now, priced=False)
+        assert told_bursts[-1] == whole.total + len(whole.first_passes)
+    # A recompile written to a storming run: its bursts are found again under new ids and
+    # told anew; what was told of the old ones cannot land on the new.
+    stormy = whole.storms[0]
+    with enginemod.connection(store_url) as conn:
+        stored = dict(conn.execute(sa.select(*models.compile_events.c).limit(1)).one()._mapping)
+        del stored["id"]
+        row = _event(stormy.run_id, stormy.function_hash, stormy.end + 1.0, Cause.NEW_SHAPE, signature="late")
+        row["call_site"] = stormy.call_site
+        writes.write_rows(conn, writes.TableRows([], [], [writes.event_row({**stored, **row})], []))
+        old_ids = {b for b in described if b in set(conn.execute(sa.select(models.kept_bursts.c.burst_id)).scalars())}
+        later = diagnosis.find_storms(conn, now=now)
+        run_bursts = set(
+            conn.execute(
+                sa.select(models.kept_bursts.c.burst_id).where(models.kept_bursts.c.run_id == stormy.run_id)
+            ).scalars()
+        )
+        assert run_bursts, "the run still has bursts"
+        assert not run_bursts & old_ids, "found again under new ids"
+        (grown,) = [s for s in later.storms if (s.run_id, s.key, s.start) == (stormy.run_id, stormy.key, stormy.start)]
+        assert grown.compiles == stormy.compiles + 1, "told anew from the recompiles"
+        assert kept_bursts.keep_descriptions(conn, {b: {"fix": "stale"} for b in old_ids | {"gone"}})
+        assert all(d.get("fix") != "stale" for d in _described(conn).values())
+        assert _assert_kept_storms_are_found_storms(conn, now, priced=True) == later.total

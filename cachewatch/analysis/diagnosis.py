@@ -155,13 +155,9 @@ def find_storms(
     if active_first:
         storms.sort(key=lambda b: not is_active(b))
     shown = storms if page is None else storms[page[0] : page[0] + page[1]]
-    # A kept burst's recompiles are read with their diffs when they are to be described.
-    shown_groups = kept_bursts.with_groups(conn, shown, described)
-    pass_groups = kept_bursts.with_groups(conn, passes, described) if with_first_passes else []
-    names = evidence.function_infos(conn, {r.function_hash for _, _, g in shown_groups + pass_groups for r in g})
-    telling = _Telling(conn, names, now, window, described, priced, runs_per_key)
-    told_passes = telling.first_passes(pass_groups) if with_first_passes else ()
-    return StormsFound(telling.storms(shown_groups), len(storms), active_count, told_passes)
+    telling = _Telling(conn, {}, now, window, described, priced, runs_per_key)
+    told_storms, told_passes = telling.kept_or_told(shown, passes if with_first_passes else [])
+    return StormsFound(told_storms, len(storms), active_count, told_passes)
 
 
 def _bursts_of(
@@ -238,6 +234,44 @@ class _Telling:
     def _read(self, judged: _Judged) -> _Judged:
         return _read_diffs(self.conn, judged) if self.described else judged
 
+    def kept_or_told(
+        self, storms: list[kept_bursts.Judged], passes: list[kept_bursts.Judged]
+    ) -> tuple[tuple[Storm, ...], tuple[FirstPass, ...]]:
+        """The storms and first passes of these bursts, in their order: a kept burst that
+        a listing described before is read as it was told (whether it is active and the
+        runs its group storms in read anew); the others are told now (their recompiles
+        read, with their diffs when described) and, described and priced as a listing
+        describes them, kept with their bursts (kept_bursts.keep_descriptions)."""
+        keep = self.described and self.priced  # what a kept description holds
+        groups = kept_bursts.with_groups(
+            self.conn, [b for b in storms + passes if not (keep and b.description)], self.described
+        )
+        telling = dataclasses.replace(
+            self, names=evidence.function_infos(self.conn, {r.function_hash for _, group in groups for r in group})
+        )
+        told: dict[int, Storm | FirstPass] = {}  # by id() of the burst
+        for is_storm, tell in ((True, telling.storms), (False, telling.first_passes)):
+            mine = [(b, group) for b, group in groups if b.storm == is_storm]
+            told.update(zip([id(b) for b, _ in mine], tell([(b.key, b.run_id, g) for b, g in mine]), strict=True))
+        if keep:
+            kept_bursts.keep_descriptions(
+                self.conn, {b.burst_id: _description(told[id(b)]) for b, _ in groups if b.burst_id}
+            )
+        for b in storms + passes:
+            if id(b) not in told and b.description:
+                told[id(b)] = self._as_told(b, b.description)
+        # A kept burst whose recompiles a prune took since it was read has nothing told.
+        return (
+            tuple(s for b in storms if isinstance(s := told.get(id(b)), Storm)),
+            tuple(p for b in passes if isinstance(p := told.get(id(b)), FirstPass)),
+        )
+
+    def _as_told(self, burst: kept_bursts.Judged, description: dict[str, Any]) -> Storm | FirstPass:
+        if not burst.storm:
+            return FirstPass.from_json(description, active=False)
+        recurs = len(self.runs_per_key[burst.key])
+        return Storm.from_json(description, active=self.now - burst.ended <= self.window, recurs_in_runs=recurs)
+
     def storms(self, judged: _Judged) -> tuple[Storm, ...]:
         found = [Storm(**_burst_fields(self.burst(key, group))) for key, _, group in self._read(judged)]
         if self.described:
@@ -281,6 +315,15 @@ def _judged(
             # each compiled once or twice (one pass of set-up) is none.
             storms.append((key, run_id, group))
     return storms, passes
+
+
+# What a kept description leaves out: each listing reads them anew.
+_READ_ANEW = ("active", "recurs_in_runs")
+
+
+def _description(told: Storm | FirstPass) -> dict[str, Any]:
+    """A told burst as kept with it (kept_bursts.keep_descriptions)."""
+    return {name: value for name, value in told.as_json().items() if name not in _READ_ANEW}
 
 
 def _read_diffs(conn: sa.Connection, judged: _Judged) -> _Judged:

@@ -58,6 +58,19 @@ class Burst:
         out["run_ids"] = list(self.run_ids)
         return out
 
+    @classmethod
+    def _json_fields(cls, data: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:
+        """The fields of ``_burst_json``'s output (and the subclass's), as the dataclass
+        holds them, with ``changed`` over them."""
+        fields = {
+            **data,
+            "function_hashes": tuple(data["function_hashes"]),
+            "functions": tuple(BurstFunction(**f) for f in data["functions"]),
+            "run_ids": tuple(data["run_ids"]),
+            "causes": dict(data["causes"]),
+        }
+        return {**fields, **changed}
+
 
 @dataclasses.dataclass(frozen=True)
 class Storm(Burst):
@@ -76,6 +89,11 @@ class Storm(Burst):
             del out["priced_fix"]
         return out
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any], **changed: Any) -> Storm:
+        """The storm :meth:`as_json` gave (less any of its fields ``changed`` names)."""
+        return cls(**cls._json_fields(data, changed))
+
 
 @dataclasses.dataclass(frozen=True)
 class FirstPass(Burst):
@@ -86,6 +104,11 @@ class FirstPass(Burst):
 
     def as_json(self) -> dict[str, Any]:
         return self._burst_json()
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], **changed: Any) -> FirstPass:
+        """The first pass :meth:`as_json` gave (less any of its fields ``changed`` names)."""
+        return cls(**cls._json_fields(data, changed))
 
 
 @dataclasses.dataclass(frozen=True)

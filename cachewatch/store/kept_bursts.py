@@ -15,13 +15,20 @@ judging, which lives in analysis/), then reads the kept ones:
 
 Only the storm finder's defaults are kept (its threshold and window, judged as of now);
 a listing under other options, or filtered by time, finds its bursts from the store.
+
+A listing that tells a kept burst (reads its recompiles and diffs, writes its fix,
+weighs and prices it) keeps what it told (``description``, :func:`keep_descriptions`),
+and the next listing reads that instead. A burst found again gets a new id, so a
+description told of the burst before can never be written onto it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import secrets
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -39,7 +46,8 @@ RUNS_PER_READ = 1_000  # stale runs whose recompiles are read at once
 class Judged:
     """A burst as the finder judged it: its group (a function hash, or ``site:`` and a
     line), its run, whether it is a storm (else a first pass) and its recompiles in time
-    order (a kept one's are read only when it is told: ``group`` None, ``burst_id`` set)."""
+    order (a kept one's are read only when it is told: ``group`` None, ``burst_id`` set),
+    and a kept one's description when a listing told it before."""
 
     key: str
     run_id: str
@@ -48,6 +56,7 @@ class Judged:
     ended: float
     group: list[Recompile] | None = None
     burst_id: str = ""
+    description: dict[str, Any] | None = None
 
 
 Finder = Callable[[sa.Connection, Filters], list[Judged]]
@@ -69,20 +78,21 @@ def _find_again(conn: sa.Connection, stale: sa.Table, find: Finder) -> None:
     of_stale_runs = b.c.run_id.in_(sa.select(stale.c.run_id))
     conn.execute(sa.delete(be).where(be.c.burst_id.in_(sa.select(b.c.burst_id).where(of_stale_runs))))
     conn.execute(sa.delete(b).where(of_stale_runs))
+    finding = secrets.token_hex(8)
     for chunk in in_chunks(runs, RUNS_PER_READ):
         found = find(conn, Filters(run_ids=tuple(chunk)))
-        bursts, events = _kept_rows(found)
+        bursts, events = _kept_rows(found, finding)
         if bursts:
             conn.execute(sa.insert(b), bursts)
             conn.execute(sa.insert(be), events)
 
 
-def _kept_rows(found: Iterable[Judged]) -> tuple[list[dict], list[dict]]:
+def _kept_rows(found: Iterable[Judged], finding: str) -> tuple[list[dict], list[dict]]:
     bursts: list[dict] = []
     events: list[dict] = []
     for burst in found:
         assert burst.group is not None  # the finder's own, read whole
-        burst_id = _burst_id(burst)
+        burst_id = _burst_id(burst, finding)
         bursts.append(
             {
                 "burst_id": burst_id,
@@ -99,33 +109,58 @@ def _kept_rows(found: Iterable[Judged]) -> tuple[list[dict], list[dict]]:
     return bursts, events
 
 
-def _burst_id(burst: Judged) -> str:
-    # A group's bursts in one run never share their first recompile's time stamp.
-    named = f"{burst.run_id}\0{burst.key}\0{burst.started!r}"
+def _burst_id(burst: Judged, finding: str) -> str:
+    # A group's bursts in one run never share their first recompile's time stamp; each
+    # finding of a run's bursts gives them new ids.
+    named = f"{burst.run_id}\0{burst.key}\0{burst.started!r}\0{finding}"
     return hashlib.sha256(named.encode()).hexdigest()[:32]
 
 
 def read(conn: sa.Connection, function_hashes: list[str] | None = None, run_id: str | None = None) -> list[Judged]:
     """The kept bursts (of one run, and with a recompile of one of ``function_hashes``,
-    when given), without their recompiles (:func:`with_groups` reads them)."""
+    when given), with their descriptions and without their recompiles (:func:`with_groups`
+    reads them)."""
     b, be = models.kept_bursts, models.kept_burst_events
-    q = sa.select(b.c.burst_id, b.c.group_key, b.c.run_id, b.c.storm, b.c.started, b.c.ended)
+    q = sa.select(b.c.burst_id, b.c.group_key, b.c.run_id, b.c.storm, b.c.started, b.c.ended, b.c.description)
     if run_id:
         q = q.where(b.c.run_id == run_id)
     if function_hashes is not None:
         q = q.where(b.c.burst_id.in_(sa.select(be.c.burst_id).where(be.c.function_hash.in_(function_hashes))))
     return [
-        Judged(row.group_key, row.run_id, bool(row.storm), float(row.started), float(row.ended), burst_id=row.burst_id)
+        Judged(
+            row.group_key,
+            row.run_id,
+            bool(row.storm),
+            float(row.started),
+            float(row.ended),
+            burst_id=row.burst_id,
+            description=row.description if isinstance(row.description, dict) else None,
+        )
         for row in conn.execute(q)
     ]
 
 
-def with_groups(
-    conn: sa.Connection, bursts: list[Judged], diffs: bool = False
-) -> list[tuple[str, str, list[Recompile]]]:
-    """Each burst as (group key, run, its recompiles in time order), read for the kept
-    ones (with their diffs when ``diffs``, in the same read); a kept burst whose
-    recompiles a prune took since it was read is left out."""
+def keep_descriptions(conn: sa.Connection, told: dict[str, dict[str, Any]]) -> bool:
+    """Keep what a listing told of these kept bursts (burst id: its description) for the
+    next listing; a burst found again since it was read (a new id) or told by another
+    listing meanwhile is left as it is. False where this connection cannot write: the
+    next listing tells them again."""
+    if not told:
+        return True
+    b = models.kept_bursts
+    stmt = (
+        sa.update(b)
+        .where(b.c.burst_id == sa.bindparam("told_id"), b.c.description.is_(None))
+        .values(description=sa.bindparam("told"))
+    )
+    rows = [{"told_id": burst_id, "told": description} for burst_id, description in told.items()]
+    return settling.write_if_able(conn, "burst descriptions", lambda: conn.execute(stmt, rows))
+
+
+def with_groups(conn: sa.Connection, bursts: list[Judged], diffs: bool = False) -> list[tuple[Judged, list[Recompile]]]:
+    """Each burst with its recompiles in time order, read for the kept ones (with their
+    diffs when ``diffs``, in the same read); a kept burst whose recompiles a prune took
+    since it was read is left out."""
     wanted = [burst.burst_id for burst in bursts if burst.group is None]
     be = models.kept_burst_events
     members: dict[str, list[str]] = {}
@@ -135,11 +170,11 @@ def with_groups(
             members.setdefault(burst_id, []).append(event_id)
     ids = [event_id for found in members.values() for event_id in found]
     read = {r.event_id: r for r in evidence.recompiles_by_id(conn, ids, diffs)} if ids else {}
-    told = []
+    grouped = []
     for burst in bursts:
         group = burst.group
         if group is None:
             group = evidence.in_time_order(read[i] for i in members.get(burst.burst_id, ()) if i in read)
         if group:
-            told.append((burst.key, burst.run_id, group))
-    return told
+            grouped.append((burst, group))
+    return grouped

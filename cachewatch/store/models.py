@@ -420,6 +420,10 @@ class KeptBurstRow(Base):
     storm: Mapped[bool] = mapped_column(Boolean)
     started: Mapped[float] = mapped_column(Float)
     ended: Mapped[float] = mapped_column(Float)
+    # What a listing told of the burst (a storm's or first pass's JSON, less what each
+    # listing reads anew: whether it is active, the runs its group storms in); None until
+    # a listing told it. A burst found again is a new row (a new id) without one.
+    description: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)
 
 
 class KeptBurstEventRow(Base):

@@ -38,20 +38,31 @@ def settle(
     them out from the store."""
     if conn.execute(sa.select(stale.c.marks).limit(1)).first() is None:
         return True  # nothing changed since they were last found
+
+    def settle_locked() -> None:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock)))
+        _settle(conn, stale, find_again)
+
+    return write_if_able(conn, stale.name, settle_locked)
+
+
+def write_if_able(conn: sa.Connection, kept: str, write: Callable[[], object]) -> bool:
+    """Run ``write`` in a savepoint of ``conn``'s transaction; False, with nothing changed,
+    when this connection cannot write the ``kept`` rows now: the caller works them out
+    from the store (or leaves them for the next reader)."""
     try:
         with conn.begin_nested():
-            if conn.dialect.name == "postgresql":
-                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock)))
-            _settle(conn, stale, find_again)
+            write()
     # Locked (SQLite's snapshot out of date), a serialization failure or a key another
     # reader wrote after this snapshot began (PostgreSQL's repeatable read), read-only.
     except (sa.exc.OperationalError, sa.exc.InternalError, sa.exc.IntegrityError) as exc:
-        logger.info("kept %s not brought up to date here (%s); worked out from the store", stale.name, exc.orig)
+        logger.info("kept %s not brought up to date here (%s); worked out from the store", kept, exc.orig)
         return False
     except sa.exc.ProgrammingError as exc:
         if getattr(exc.orig, "sqlstate", None) != _INSUFFICIENT_PRIVILEGE:
             raise
-        logger.info("kept %s not brought up to date by a role that may only read", stale.name)
+        logger.info("kept %s not brought up to date by a role that may only read", kept)
         return False
     return True
 
