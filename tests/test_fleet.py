@@ -186,3 +186,100 @@ def test_a_run_that_declares_a_huge_process_count_lists_the_first_missing_ranks(
     assert len(report.missing_ranks) == fleet.MAX_MISSING_RANKS
     assert report.missing_ranks[:3] == [0, 2, 4]
     assert listed.missing_ranks == report.missing_ranks
+
+
+def _reference_divergences(runs: list[dict], events: list[dict]) -> dict[str, dict]:
+    """Each job's rank totals and divergences, worked out the plain way from every compile."""
+    from collections import Counter, defaultdict
+
+    rank_of = {r["run_id"]: (r["job"], -1 if r["process_index"] is None else r["process_index"]) for r in runs}
+    ranks: dict[str, set[int]] = defaultdict(set)
+    for job, rank in rank_of.values():
+        ranks[job].add(rank)
+    per_signature: dict[tuple, Counter] = defaultdict(Counter)
+    totals: Counter = Counter()
+    for e in events:
+        if e["compiled"]:
+            job, rank = rank_of[e["run_id"]]
+            per_signature[(job, e["function_hash"], e["signature_hash"])][rank] += 1
+            totals[(job, rank)] += 1
+    out: dict[str, dict] = {
+        job: {"totals": {k: totals[(job, k)] for k in ks}, "extra": set()} for job, ks in ranks.items()
+    }
+    for (job, function_hash, signature_hash), by_rank in per_signature.items():
+        counts = [by_rank[k] for k in sorted(ranks[job])]
+        tally = Counter(counts)
+        reference = min(n for n, times in tally.items() if times == max(tally.values()))
+        for k in ranks[job]:
+            if len(ranks[job]) > 1 and by_rank[k] > reference:
+                out[job]["extra"].add((k, function_hash, signature_hash, by_rank[k]))
+    return out
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_ranks_compared_in_the_store_are_the_ranks_compared_from_every_compile(store_url, seed):
+    # Jobs of one to four ranks (restarted ranks, a rank without a process index, a rank
+    # that compiled nothing), most signatures compiled alike on every rank, some not.
+    import random
+
+    import sqlalchemy as sa
+
+    from cachewatch.analysis import fleet
+    from cachewatch.store import engine as enginemod
+    from cachewatch.store import models
+
+    rng = random.Random(seed)
+    runs: list[dict] = []
+    events: list[dict] = []
+    for j in range(12):
+        job = f"job-{j}"
+        ranks = list(range(rng.randint(1, 4) if j % 3 else 3))
+        agreeing = j % 3 == 0  # every rank runs once and compiles the same
+        slots: list[tuple[int | None, int]] = [
+            (k, r) for k in ranks for r in range(1 if agreeing else rng.choice((1, 1, 2)))
+        ]
+        if not agreeing and rng.random() < 0.3:
+            slots.append((None, 0))
+        for k, restart in slots:
+            run_id = f"{j:02d}{k if k is not None else 9}{restart}".ljust(32, "0")
+            runs.append({"run_id": run_id, "started_at": float(j), "job": job, "process_index": k, "process_count": 4})
+            if k == 2 and j % 5 == 1:
+                continue  # a rank that compiled nothing
+            for f in range(6):
+                for s in range(1 + f % 3 if agreeing else rng.randint(1, 3)):
+                    n = 1 if agreeing or rng.random() < 0.85 or k is None else rng.randint(0, 3)
+                    for i in range(n):
+                        events.append(
+                            {
+                                "event_id": f"{len(events):032x}",
+                                "function_hash": f"f{f}",
+                                "run_id": run_id,
+                                "timestamp": float(i),
+                                "kind": "trace",
+                                "cause": "first_call",
+                                "compiled": agreeing or rng.random() < 0.95,
+                                "signature_hash": f"s{s}",
+                            }
+                        )
+    enginemod.ensure_schema(store_url)
+    with enginemod.connection(store_url) as conn:
+        conn.execute(sa.insert(models.runs), runs)
+        conn.execute(
+            sa.insert(models.functions),
+            [{"function_hash": f"f{f}", "name": f"f{f}", "qualname": f"f{f}", "first_seen": 0.0} for f in range(6)],
+        )
+        conn.execute(sa.insert(models.compile_events), events)
+        listed = {r.job: r for r in fleet.compare_jobs(conn, sorted({r["job"] for r in runs}))}
+        alone = {job: fleet.compare_job(conn, job) for job in listed}
+    expected = _reference_divergences(runs, events)
+    assert set(listed) == set(expected)
+    assert any(e["extra"] for e in expected.values()), "some ranks diverge"
+    assert any(not e["extra"] and len(e["totals"]) > 1 for e in expected.values()), "some jobs agree"
+    for job, report in listed.items():
+        assert {r.process_index: r.compiles for r in report.ranks} == expected[job]["totals"], job
+        assert report.divergences_total == len(expected[job]["extra"]), job
+        assert report.divergent_ranks == sorted({k for k, *_ in expected[job]["extra"]}), job
+        named = alone[job]
+        assert named is not None
+        found = {(d.process_index, d.function_hash, d.signature_hash, d.compiles) for d in named.divergences}
+        assert found == expected[job]["extra"], job

@@ -100,36 +100,28 @@ def compare_job(conn: sa.Connection, job: str) -> JobReport | None:
     runs = job_runs(conn, job)
     if not runs:
         return None
-    return _compared(conn, job, runs, reads.signature_compiles(conn, [run.run_id for run in runs]), named=True)
+    return _compared(conn, job, runs, reads.rank_compiles(conn, [job]), named=True)
 
 
 def compare_jobs(conn: sa.Connection, jobs: list[str]) -> list[JobReport]:
-    """Several jobs compared as :func:`compare_job` does, in their order, in two queries
+    """Several jobs compared as :func:`compare_job` does, in their order, in three queries
     for all of them; their divergences are counted and their ranks told, not named
     (``divergences`` empty): what a listing of jobs and the divergence metric show."""
     runs_of = reads.runs_of_jobs(conn, jobs)
-    counted: dict[str, list[reads.SignatureCompiles]] = defaultdict(list)
-    for row in reads.signature_compiles(conn, [run.run_id for runs in runs_of.values() for run in runs]):
-        counted[row.run_id].append(row)
-    return [
-        _compared(conn, job, runs_of[job], [row for run in runs_of[job] for row in counted[run.run_id]], named=False)
-        for job in jobs
-        if job in runs_of
-    ]
+    counted = reads.rank_compiles(conn, list(runs_of))
+    return [_compared(conn, job, runs_of[job], counted, named=False) for job in jobs if job in runs_of]
 
 
 def _compared(
-    conn: sa.Connection, job: str, runs: list[reads.JobRun], counts: list[reads.SignatureCompiles], *, named: bool
+    conn: sa.Connection, job: str, runs: list[reads.JobRun], counted: reads.RankTotals, *, named: bool
 ) -> JobReport:
-    """The report of a job from its runs and their compiles per signature."""
+    """The report of a job from its runs and what its ranks compiled."""
     rank_of = {run.run_id: run.process_index if run.process_index is not None else -1 for run in runs}
-    # (function, signature) -> rank -> compiles; a rank restarted in the same job adds up.
+    # (function, signature) -> rank -> compiles, of the signatures the ranks disagree on.
     compiles: dict[tuple[str, str], Counter] = defaultdict(Counter)
-    per_rank: Counter = Counter()
-    for counted in counts:
-        rank = rank_of[counted.run_id]
-        compiles[(counted.function_hash, counted.signature_hash)][rank] += counted.compiles
-        per_rank[rank] += counted.compiles
+    for row in counted.disagreeing:
+        if row.job == job:
+            compiles[(row.function_hash, row.signature_hash)][row.rank] += row.compiles
     ranks = sorted(set(rank_of.values()))
     declared = max((run.process_count or 0 for run in runs), default=0)
     found = _divergences(compiles, ranks)
@@ -142,7 +134,7 @@ def _compared(
                 process_index=rank,
                 run_ids=[run.run_id for run in runs if rank_of[run.run_id] == rank],
                 hosts=sorted({run.host for run in runs if rank_of[run.run_id] == rank}),
-                compiles=per_rank.get(rank, 0),
+                compiles=counted.compiles.get((job, rank), 0),
                 divergent=rank in divergent,
             )
             for rank in ranks

@@ -26,13 +26,24 @@ class JobRun:
 
 
 @dataclass(frozen=True, slots=True)
-class SignatureCompiles:
-    """How often one run compiled one signature of one function."""
+class RankSignatureCompiles:
+    """How often one rank of a job compiled one signature of one function (a rank's
+    restarts added up; rank -1: runs of the job that carry no process index)."""
 
-    run_id: str
+    job: str
+    rank: int
     function_hash: str
     signature_hash: str
     compiles: int
+
+
+@dataclass(frozen=True, slots=True)
+class RankTotals:
+    """What the jobs' ranks compiled: per (job, rank) all their compiles, and the
+    compiles per signature of only the signatures whose ranks disagree."""
+
+    compiles: dict[tuple[str, int], int]
+    disagreeing: list[RankSignatureCompiles]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,15 +76,47 @@ def runs_of_jobs(conn: sa.Connection, jobs: list[str]) -> dict[str, list[JobRun]
     return found
 
 
-def signature_compiles(conn: sa.Connection, run_ids: list[str]) -> list[SignatureCompiles]:
-    """Compiles per run, function and signature of the given runs."""
-    e = models.compile_events
-    grouped = conn.execute(
-        sa.select(e.c.run_id, e.c.function_hash, e.c.signature_hash, sa.func.count())
-        .where(e.c.run_id.in_(run_ids), e.c.compiled.is_(True))
-        .group_by(e.c.run_id, e.c.function_hash, e.c.signature_hash)
+def rank_compiles(conn: sa.Connection, jobs: list[str]) -> RankTotals:
+    """:class:`RankTotals` of these jobs. A signature that every rank of its job compiled
+    equally often (most of them, in a healthy job) diverges nowhere: its rows stay in the
+    database (a hundred jobs' ranks are tens of thousands of such rows)."""
+    if not jobs:
+        return RankTotals({}, [])
+    r, e = models.runs, models.compile_events
+    rank = sa.func.coalesce(r.c.process_index, -1)
+    per = (
+        sa.select(r.c.job, rank.label("rank"), e.c.function_hash, e.c.signature_hash, sa.func.count().label("compiles"))
+        .select_from(e.join(r, r.c.run_id == e.c.run_id))
+        .where(r.c.job.in_(jobs), e.c.compiled.is_(True))
+        .group_by(r.c.job, rank, e.c.function_hash, e.c.signature_hash)
+        .subquery("per")
     )
-    return [SignatureCompiles(run_id, fh, sh, int(n)) for run_id, fh, sh, n in grouped]
+    each_signature = (per.c.job, per.c.function_hash, per.c.signature_hash)
+    spread = sa.select(
+        per,
+        sa.func.count().over(partition_by=each_signature).label("ranks_in"),
+        sa.func.min(per.c.compiles).over(partition_by=each_signature).label("fewest"),
+        sa.func.max(per.c.compiles).over(partition_by=each_signature).label("most"),
+    ).subquery("spread")
+    ranks_of = (
+        sa.select(r.c.job, sa.func.count(sa.distinct(rank)).label("ranks"))
+        .where(r.c.job.in_(jobs))
+        .group_by(r.c.job)
+        .subquery("ranks_of")
+    )
+    disagreeing = conn.execute(
+        sa.select(spread.c.job, spread.c.rank, spread.c.function_hash, spread.c.signature_hash, spread.c.compiles)
+        .join(ranks_of, ranks_of.c.job == spread.c.job)
+        .where(sa.or_(spread.c.ranks_in < ranks_of.c.ranks, spread.c.fewest != spread.c.most))
+    )
+    found = [RankSignatureCompiles(job, int(k), fh, sh, int(n)) for job, k, fh, sh, n in disagreeing]
+    totals = conn.execute(
+        sa.select(r.c.job, rank, sa.func.count())
+        .select_from(e.join(r, r.c.run_id == e.c.run_id))
+        .where(r.c.job.in_(jobs), e.c.compiled.is_(True))
+        .group_by(r.c.job, rank)
+    )
+    return RankTotals({(job, int(k)): int(n) for job, k, n in totals}, found)
 
 
 def qualnames(conn: sa.Connection, function_hashes: Iterable[str]) -> dict[str, str]:
