@@ -344,6 +344,13 @@ def test_a_listing_keeps_what_it_told_and_the_next_reads_it_until_the_run_change
         again = diagnosis.find_storms(conn, now=now)
         assert told_bursts[-1] == 0, "the next listing tells none"
         assert again == whole
+        # A description in a shape this version does not read (another version wrote it):
+        # that burst alone is told again.
+        b = models.kept_bursts
+        odd = next(iter(described))
+        conn.execute(sa.update(b).where(b.c.burst_id == odd).values(description={**described[odd], "new_field": 1}))
+        assert diagnosis.find_storms(conn, now=now) == whole
+        assert told_bursts[-1] == 1
         # Unpriced, a listing tells its bursts itself (what is kept is priced).
         diagnosis.find_storms(conn, now=now, priced=False)
         assert told_bursts[-1] == whole.total + len(whole.first_passes)

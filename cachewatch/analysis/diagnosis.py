@@ -243,13 +243,13 @@ class _Telling:
         read, with their diffs when described) and, described and priced as a listing
         describes them, kept with their bursts (kept_bursts.keep_descriptions)."""
         keep = self.described and self.priced  # what a kept description holds
-        groups = kept_bursts.with_groups(
-            self.conn, [b for b in storms + passes if not (keep and b.description)], self.described
-        )
+        told: dict[int, Storm | FirstPass] = {}  # by id() of the burst
+        if keep:
+            told.update((id(b), found) for b in storms + passes if (found := self._as_told(b)) is not None)
+        groups = kept_bursts.with_groups(self.conn, [b for b in storms + passes if id(b) not in told], self.described)
         telling = dataclasses.replace(
             self, names=evidence.function_infos(self.conn, {r.function_hash for _, group in groups for r in group})
         )
-        told: dict[int, Storm | FirstPass] = {}  # by id() of the burst
         for is_storm, tell in ((True, telling.storms), (False, telling.first_passes)):
             mine = [(b, group) for b, group in groups if b.storm == is_storm]
             told.update(zip([id(b) for b, _ in mine], tell([(b.key, b.run_id, g) for b, g in mine]), strict=True))
@@ -257,20 +257,25 @@ class _Telling:
             kept_bursts.keep_descriptions(
                 self.conn, {b.burst_id: _description(told[id(b)]) for b, _ in groups if b.burst_id}
             )
-        for b in storms + passes:
-            if id(b) not in told and b.description:
-                told[id(b)] = self._as_told(b, b.description)
         # A kept burst whose recompiles a prune took since it was read has nothing told.
         return (
             tuple(s for b in storms if isinstance(s := told.get(id(b)), Storm)),
             tuple(p for b in passes if isinstance(p := told.get(id(b)), FirstPass)),
         )
 
-    def _as_told(self, burst: kept_bursts.Judged, description: dict[str, Any]) -> Storm | FirstPass:
-        if not burst.storm:
-            return FirstPass.from_json(description, active=False)
-        recurs = len(self.runs_per_key[burst.key])
-        return Storm.from_json(description, active=self.now - burst.ended <= self.window, recurs_in_runs=recurs)
+    def _as_told(self, burst: kept_bursts.Judged) -> Storm | FirstPass | None:
+        """The burst as its kept description tells it; None without one, or with one
+        another version of cachewatch wrote in another shape (the burst is told again)."""
+        if not burst.description:
+            return None
+        try:
+            if not burst.storm:
+                return FirstPass.from_json(burst.description, active=False)
+            recurs = len(self.runs_per_key[burst.key])
+            active = self.now - burst.ended <= self.window
+            return Storm.from_json(burst.description, active=active, recurs_in_runs=recurs)
+        except (KeyError, TypeError, ValueError):
+            return None
 
     def storms(self, judged: _Judged) -> tuple[Storm, ...]:
         found = [Storm(**_burst_fields(self.burst(key, group))) for key, _, group in self._read(judged)]
