@@ -55,6 +55,20 @@ RECOMPILED = "compiled AND cause <> 'first_call' AND kind <> 'warmup'"
 # The compiles that wrote a persistent-cache entry, as the partial index below and the
 # read of /metrics (store/scrape.py's persistent_entries) share it.
 PERSISTENT_WRITTEN = "persistent_cache = 'written' AND persistent_cache_key IS NOT NULL"
+# Recompiles that produced a program the function compiled before (store/programs.py's
+# wasted reads), and what a function's page reads of each event beside its function and
+# time (store/charts.py): the partial index and the covering index below.
+WASTED = "identical_to IS NOT NULL"
+FUNCTION_PAGE_COLUMNS = [
+    "id",
+    "kind",
+    "cause",
+    "compiled",
+    "call_site",
+    "trace_seconds",
+    "lower_seconds",
+    "compile_seconds",
+]
 
 
 def _recompiles_index(name: str, member: str) -> Index:
@@ -143,7 +157,22 @@ class CompileEventRow(Base):
     persistent_cache_dir: Mapped[str | None] = mapped_column(String(1024), nullable=True)
 
     __table_args__ = (
-        Index("ix_compile_events_function_time", "function_hash", "timestamp"),
+        # A function's events by time, carrying (on PostgreSQL) what its page counts and
+        # charts: the page reads this index alone, not the function's wide rows.
+        Index(
+            "ix_compile_events_function_time",
+            "function_hash",
+            "timestamp",
+            postgresql_include=FUNCTION_PAGE_COLUMNS,
+        ),
+        # The recompiles that produced a program compiled before: a function's wasted
+        # recompiles are found without reading its other events.
+        Index(
+            "ix_compile_events_wasted",
+            "function_hash",
+            postgresql_where=sa.text(WASTED),
+            sqlite_where=sa.text(WASTED),
+        ),
         Index("ix_compile_events_run_time", "run_id", "timestamp"),
         # A run's compiles per function and signature, read from the index alone: the
         # ranks of a job compared (the jobs pages, /metrics' rank divergence).
