@@ -80,12 +80,11 @@ _RECOMPILE_COLUMNS = (
 )
 
 
-def _recompile_columns(e: sa.Table, diffs: bool = True, event_id: bool | None = None) -> list[Any]:
-    """The columns of a Recompile, and (``event_id``; by default without the diffs, the
-    bulk of a row) the event id to read them by."""
+def _recompile_columns(e: sa.Table, diffs: bool = True, event_id: bool = False) -> list[Any]:
+    """The columns of a Recompile (without ``diffs``, the bulk of a row, a null diff), and
+    with ``event_id`` the event id to read its diff or find it by."""
     named = [e.c[name] if diffs or name != "diff" else sa.null().label("diff") for name in _RECOMPILE_COLUMNS]
-    with_id = not diffs if event_id is None else event_id
-    return [*named, cost_expr(e).label("seconds"), *([e.c.event_id] if with_id else [])]
+    return [*named, cost_expr(e).label("seconds"), *([e.c.event_id] if event_id else [])]
 
 
 def _recompiles(result: Iterable[sa.Row[*tuple[Any, ...]]]) -> list[Recompile]:
@@ -176,7 +175,7 @@ def recompiles_past_first(
     recompiled = sa.text(models.RECOMPILED)  # word for word the partial indexes' condition, so they serve
     q = filters.apply(
         e,
-        sa.select(*_recompile_columns(e, diffs), e.c.warmup)
+        sa.select(*_recompile_columns(e, diffs, event_id=not diffs), e.c.warmup)
         .where(recompiled)
         .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
     )
