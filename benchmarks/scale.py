@@ -45,6 +45,7 @@ from cachewatch.analysis import diagnosis
 from cachewatch.core import runtimes
 from cachewatch.core.events import Batch, CallStats, CompileEvent, FunctionInfo, RunInfo
 from cachewatch.store import engine as enginemod
+from cachewatch.store import fleet as fleetreads
 from cachewatch.store import models, queries, regressions, rollup
 
 TARGET_MS = 100.0
@@ -716,6 +717,14 @@ def main() -> int:
             with enginemod.connection(url) as conn:
                 diagnosis.settle_storms(conn)
             print(f"kept bursts found for {stale_runs:,} stale runs in {time.perf_counter() - started:.1f} s")
+        with enginemod.connection(url) as conn:
+            stale_jobs = conn.execute(sa.select(sa.func.count()).select_from(models.stale_jobs)).scalar_one()
+        if stale_jobs:
+            # And the first jobs listing's: every job's ranks compared (all jobs are stale after a fill).
+            started = time.perf_counter()
+            with enginemod.connection(url) as conn:
+                fleetreads.settle(conn)
+            print(f"kept rank comparisons found for {stale_jobs:,} stale jobs in {time.perf_counter() - started:.1f} s")
         total, tables = store_size(url)
         per_million = total / (n_events / 1e6)
         print(f"store: {total / 2**20:,.0f} MiB for {n_events:,} events, {per_million / 2**20:,.0f} MiB per million")

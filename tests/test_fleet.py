@@ -226,7 +226,7 @@ def test_ranks_compared_in_the_store_are_the_ranks_compared_from_every_compile(s
 
     from cachewatch.analysis import fleet
     from cachewatch.store import engine as enginemod
-    from cachewatch.store import models
+    from cachewatch.store import models, rollup
 
     rng = random.Random(seed)
     runs: list[dict] = []
@@ -269,8 +269,11 @@ def test_ranks_compared_in_the_store_are_the_ranks_compared_from_every_compile(s
             [{"function_hash": f"f{f}", "name": f"f{f}", "qualname": f"f{f}", "first_seen": 0.0} for f in range(6)],
         )
         conn.execute(sa.insert(models.compile_events), events)
+        rollup.mark_all_kept_stale(conn)  # as after a bulk load: every job's comparison is found again
         listed = {r.job: r for r in fleet.compare_jobs(conn, sorted({r["job"] for r in runs}))}
         alone = {job: fleet.compare_job(conn, job) for job in listed}
+        assert conn.execute(sa.select(sa.func.count()).select_from(models.stale_jobs)).scalar_one() == 0
+        assert _kept_is_compared(conn, sorted(listed)), "what was kept is what the store compares"
     expected = _reference_divergences(runs, events)
     assert set(listed) == set(expected)
     assert any(e["extra"] for e in expected.values()), "some ranks diverge"
@@ -283,3 +286,103 @@ def test_ranks_compared_in_the_store_are_the_ranks_compared_from_every_compile(s
         assert named is not None
         found = {(d.process_index, d.function_hash, d.signature_hash, d.compiles) for d in named.divergences}
         assert found == expected[job]["extra"], job
+
+
+def _kept_is_compared(conn, jobs: list[str]) -> bool:
+    """The kept comparison of these jobs (read after the stale ones were found again)
+    equals the comparison worked out from their compiles."""
+    from cachewatch.store import fleet as reads
+
+    assert reads.settle(conn)
+    kept, counted = reads.rank_compiles(conn, jobs), reads.compare_ranks(conn, jobs)
+    return kept.compiles == counted.compiles and sorted(map(dataclasses.astuple, kept.disagreeing)) == sorted(
+        map(dataclasses.astuple, counted.disagreeing)
+    )
+
+
+def _job_events(run_id: str, signatures: list[str], start: float) -> list[tuple]:
+    from cachewatch.store import writes
+
+    return [
+        writes.event_row(
+            {
+                "event_id": f"{run_id}-{signature}-{start}",
+                "function_hash": "step",
+                "run_id": run_id,
+                "timestamp": start + i,
+                "kind": "trace",
+                "cause": "first_call" if i == 0 else "new_shape",
+                "compiled": True,
+                "nested": False,
+                "warmup": False,
+                "signature_hash": signature,
+                "signature": [],
+                "explanation": "",
+                "diff": [],
+                "trace_seconds": 0.01,
+            }
+        )
+        for i, signature in enumerate(signatures)
+    ]
+
+
+def test_a_jobs_kept_comparison_follows_its_writes_and_prunes(store_url):
+    # Through the write path and the prune, as a service sees them: each marks the job,
+    # and the next listing finds its comparison again.
+    import sqlalchemy as sa
+
+    from cachewatch.analysis import fleet
+    from cachewatch.store import engine as enginemod
+    from cachewatch.store import models, retention, writes
+
+    def run(rank: int | None, started: float, job: str = "j") -> dict:
+        name = f"{job}-{rank}-{started:.0f}"
+        return {"run_id": name, "started_at": started, "job": job, "process_index": rank, "process_count": 2}
+
+    def stale(conn) -> set[str]:
+        return set(conn.execute(sa.select(models.stale_jobs.c.job)).scalars())
+
+    def listed(conn) -> fleet.JobReport:
+        (report,) = fleet.compare_jobs(conn, ["j"])
+        assert _kept_is_compared(conn, ["j"])
+        assert not stale(conn), "the read found the marked job again"
+        return report
+
+    step = {"function_hash": "step", "name": "step", "qualname": "step", "first_seen": 0.0}
+    enginemod.ensure_schema(store_url)
+    with enginemod.connection(store_url) as conn:
+        ranks = [run(1, 100.0), run(0, 200.0)]
+        for r in ranks:
+            events = _job_events(r["run_id"], ["s0", "s1"], r["started_at"] + 10)
+            writes.write_rows(conn, writes.TableRows([r], [step], events, []))
+        assert stale(conn) == {"j"}
+        report = listed(conn)
+        assert [(k.process_index, k.compiles) for k in report.ranks] == [(0, 2), (1, 2)]
+        assert report.divergences_total == 0
+
+        # A compile on rank 1 alone: the job is marked, and rank 1 diverges.
+        writes.write_rows(conn, writes.TableRows([], [], _job_events(ranks[0]["run_id"], ["s2"], 150.0), []))
+        assert stale(conn) == {"j"}
+        report = listed(conn)
+        assert report.divergent_ranks == [1]
+        assert report.divergences_total == 1
+
+        # A run that is in no job marks nothing.
+        alone = {**run(None, 500.0, job=""), "process_count": None}
+        writes.write_rows(conn, writes.TableRows([alone], [], _job_events(alone["run_id"], ["s9"], 500.0), []))
+        assert not stale(conn)
+
+        # A third rank starts (its run, no compiles yet): three ranks, rank 2 with none.
+        writes.write_rows(conn, writes.TableRows([run(2, 600.0)], [], [], []))
+        assert stale(conn) == {"j"}
+        report = listed(conn)
+        assert [(k.process_index, k.compiles) for k in report.ranks] == [(0, 2), (1, 3), (2, 0)]
+    # Rank 1's run (the oldest, ended before the others began) pruned: the job compares the ranks left.
+    assert retention.prune(store_url, retention.Policy(keep_runs=3), now=1e10).runs == 1
+    with enginemod.connection(store_url) as conn:
+        assert stale(conn) == {"j"}
+        report = listed(conn)
+        assert [(k.process_index, k.compiles) for k in report.ranks] == [(0, 2), (2, 0)]
+        assert report.missing_ranks == [1]
+        # Two ranks, one of which compiled nothing yet: a tie, held to the fewer compiles.
+        assert (report.divergent_ranks, report.divergences_total) == ([0], 2)

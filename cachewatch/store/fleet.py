@@ -1,15 +1,24 @@
 """What a job's ranks compiled, read for cachewatch.analysis.fleet: the job's runs, their
-compiles per function and signature, and the names and signatures a divergence shows."""
+compiles per function and signature, and the names and signatures a divergence shows.
+
+A job's rank comparison (each rank's compiles, and the signatures its ranks disagree on)
+is kept per job (``kept_rank_totals``, ``kept_rank_disagreements``): a listing of a
+hundred jobs would otherwise group tens of thousands of compiles on every read. Every
+write of a run of the job or of its events, and every prune of them, marks the job
+stale (``stale_jobs``; writes.py, retention.py); a reader first finds the stale jobs'
+comparisons again, by settling.py's rule, then reads the kept ones."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
-from . import models
+from . import models, settling
+from .columns import in_chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +85,67 @@ def runs_of_jobs(conn: sa.Connection, jobs: list[str]) -> dict[str, list[JobRun]
     return found
 
 
+# PostgreSQL advisory lock held while stale jobs' rank comparisons are found again
+# (beside kept_bursts.STORMS_LOCK and the others).
+JOBS_LOCK = 0x6361636865_07
+
+
 def rank_compiles(conn: sa.Connection, jobs: list[str]) -> RankTotals:
-    """:class:`RankTotals` of these jobs. A signature that every rank of its job compiled
-    equally often (most of them, in a healthy job) diverges nowhere: its rows stay in the
-    database (a hundred jobs' ranks are tens of thousands of such rows)."""
+    """:class:`RankTotals` of these jobs: kept per job, found again for the jobs written
+    to since (settling.py's rule); worked out from the store for the unnamed job (never
+    kept: every run without a job is in it) or where this connection cannot write."""
+    named = [job for job in jobs if job]
+    if named and settle(conn):
+        found = _kept(conn, named)
+        if len(named) < len(jobs):
+            unnamed = compare_ranks(conn, [""])
+            found = RankTotals({**found.compiles, **unnamed.compiles}, found.disagreeing + unnamed.disagreeing)
+        return found
+    return compare_ranks(conn, jobs)
+
+
+def settle(conn: sa.Connection) -> bool:
+    """Find the stale jobs' rank comparisons again (settling.settle); False when this
+    connection cannot write them: the caller then compares the ranks from the store."""
+    return settling.settle(conn, models.stale_jobs, JOBS_LOCK, _find_again)
+
+
+def _find_again(conn: sa.Connection, stale: sa.Table) -> None:
+    t, d = models.kept_rank_totals, models.kept_rank_disagreements
+    jobs = sorted(job for (job,) in conn.execute(sa.select(stale.c.job)) if job)
+    for kept in (t, d):
+        conn.execute(sa.delete(kept).where(kept.c.job.in_(sa.select(stale.c.job))))
+    for chunk in in_chunks(jobs):
+        found = compare_ranks(conn, chunk)
+        if found.compiles:
+            conn.execute(
+                sa.insert(t), [{"job": job, "rank": rank, "compiles": n} for (job, rank), n in found.compiles.items()]
+            )
+        if found.disagreeing:
+            conn.execute(sa.insert(d), [dataclasses.asdict(row) for row in found.disagreeing])
+
+
+def _kept(conn: sa.Connection, jobs: list[str]) -> RankTotals:
+    t, d = models.kept_rank_totals, models.kept_rank_disagreements
+    compiles: dict[tuple[str, int], int] = {}
+    disagreeing: list[RankSignatureCompiles] = []
+    for chunk in in_chunks(jobs):
+        totals = sa.select(t.c.job, t.c.rank, t.c.compiles).where(t.c.job.in_(chunk))
+        compiles.update({(job, int(rank)): int(n) for job, rank, n in conn.execute(totals)})
+        rows = sa.select(d.c.job, d.c.rank, d.c.function_hash, d.c.signature_hash, d.c.compiles).where(
+            d.c.job.in_(chunk)
+        )
+        disagreeing.extend(
+            RankSignatureCompiles(job, int(k), fh, sh, int(n)) for job, k, fh, sh, n in conn.execute(rows)
+        )
+    return RankTotals(compiles, disagreeing)
+
+
+def compare_ranks(conn: sa.Connection, jobs: list[str]) -> RankTotals:
+    """:class:`RankTotals` of these jobs worked out from their compiles. A signature that
+    every rank of its job compiled equally often (most of them, in a healthy job)
+    diverges nowhere: its rows stay in the database (a hundred jobs' ranks are tens of
+    thousands of such rows)."""
     if not jobs:
         return RankTotals({}, [])
     r, e = models.runs, models.compile_events

@@ -477,6 +477,42 @@ class StaleStormsRow(Base):
     marks: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class KeptRankTotalsRow(Base):
+    """Every compile of one rank of a job (its restarts added up; rank -1: the job's runs
+    that carry no process index), kept (store/fleet.py). Found again per job once the
+    job is stale (``stale_jobs``); jobs with no name are never kept."""
+
+    __tablename__ = "kept_rank_totals"
+
+    job: Mapped[str] = mapped_column(String(200), primary_key=True)
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    compiles: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class KeptRankDisagreementRow(Base):
+    """The compiles of one rank of a job for a signature its ranks disagree on (not every
+    rank compiled it, or not equally often), kept with ``kept_rank_totals``; the
+    signatures every rank compiled alike are not kept."""
+
+    __tablename__ = "kept_rank_disagreements"
+
+    job: Mapped[str] = mapped_column(String(200), primary_key=True)
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    function_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    signature_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    compiles: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class StaleJobsRow(Base):
+    """The jobs whose kept rank comparison is out of date: a run of theirs was stored or
+    pruned, or stored or lost events, since it was last found (settling.py)."""
+
+    __tablename__ = "stale_jobs"
+
+    job: Mapped[str] = mapped_column(String(200), primary_key=True)
+    marks: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class RunDropsRow(Base):
     """Events a run's recorder lost before they reached the store, by reason
     (cachewatch.core.events.DropReason: queue full, store refused, spool full, ...)."""
@@ -564,6 +600,9 @@ stale_run_times = _table(StaleRunTimesRow)
 kept_bursts = _table(KeptBurstRow)
 kept_burst_events = _table(KeptBurstEventRow)
 stale_storms = _table(StaleStormsRow)
+kept_rank_totals = _table(KeptRankTotalsRow)
+kept_rank_disagreements = _table(KeptRankDisagreementRow)
+stale_jobs = _table(StaleJobsRow)
 run_drops = _table(RunDropsRow)
 metric_labels = _table(MetricLabelRow)
 persistent_cache_totals = _table(PersistentCacheTotalsRow)

@@ -368,6 +368,7 @@ def _drop_run(url: str, run_id: str, cut: float, chunk: int) -> _Dropped:
                 done.call_stats += _delete_ids(conn, s, stat_ids)
                 continue
             _fold_drops(conn, run_id)
+            rollup.mark_jobs_stale(conn, [run_id])  # one rank fewer
             conn.execute(sa.delete(models.run_totals).where(models.run_totals.c.run_id == run_id))
             conn.execute(sa.delete(models.runs).where(models.runs.c.run_id == run_id))
             done.dropped = True

@@ -25,6 +25,7 @@ from ..core import runtimes
 from ..core.events import MAX_SECONDS, Cause, Kind, timestamp_ok
 from . import engine as enginemod
 from . import evidence, models
+from .columns import in_chunks
 
 # Upper bounds (seconds) of trace + lowering + compile per event: from a cached retrace
 # of a tiny function to a large model's XLA compile. The last bucket is unbounded.
@@ -218,8 +219,22 @@ def _run_marks(run_ids: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def mark_runs_stale(conn: sa.Connection, run_ids: Iterable[str]) -> None:
-    """Mark these runs' kept bursts stale (their events pruned)."""
+    """Mark these runs' kept bursts stale, and their jobs' rank comparisons (their events
+    pruned, or the runs themselves)."""
+    run_ids = list(run_ids)
     add(conn, {models.stale_storms: _run_marks(run_ids)})
+    mark_jobs_stale(conn, run_ids)
+
+
+def mark_jobs_stale(conn: sa.Connection, run_ids: Iterable[str]) -> None:
+    """Mark the jobs of these runs stale: their kept rank comparisons are found again at
+    the next read (store/fleet.py). Runs without a job are never kept, so never marked."""
+    r = models.runs
+    jobs: list[str] = []
+    for chunk in in_chunks(sorted(set(run_ids))):
+        q = sa.select(r.c.job).where(r.c.run_id.in_(chunk), r.c.job != "").distinct()
+        jobs.extend(conn.execute(q).scalars())
+    add(conn, {models.stale_jobs: _marks(((job,) for job in set(jobs)), ("job",))})
 
 
 def _marks(
@@ -238,9 +253,10 @@ def mark_regressions_stale(conn: sa.Connection, events: Iterable[Sequence[Any]],
 
 
 def mark_all_kept_stale(conn: sa.Connection) -> None:
-    """Every signature with an uncached compile, every one with run-time buckets and
-    every run marked stale, and nothing kept of them: the next reader finds their
-    regressions, median run times and bursts all again (after a bulk load, or a rebuild)."""
+    """Every signature with an uncached compile, every one with run-time buckets, every
+    run and every job marked stale, and nothing kept of them: the next reader finds their
+    regressions, median run times, bursts and rank comparisons all again (after a bulk
+    load, or a rebuild)."""
     e, b = models.compile_events, models.run_time_buckets
     columns = ["function_hash", "signature_hash", "marks"]
     for kept, stale, counted in (
@@ -262,10 +278,19 @@ def mark_all_kept_stale(conn: sa.Connection) -> None:
         conn.execute(sa.delete(kept))
         conn.execute(sa.delete(stale))
         conn.execute(sa.insert(stale).from_select(columns, counted))
-    for kept in (models.kept_burst_events, models.kept_bursts, models.stale_storms):
+    for kept in (
+        models.kept_burst_events,
+        models.kept_bursts,
+        models.stale_storms,
+        models.kept_rank_disagreements,
+        models.kept_rank_totals,
+        models.stale_jobs,
+    ):
         conn.execute(sa.delete(kept))
     r = models.runs
     conn.execute(sa.insert(models.stale_storms).from_select(["run_id", "marks"], sa.select(r.c.run_id, sa.literal(1))))
+    jobs = sa.select(r.c.job, sa.literal(1)).where(r.c.job != "").distinct()
+    conn.execute(sa.insert(models.stale_jobs).from_select(["job", "marks"], jobs))
 
 
 _EVENT_FIELDS = (

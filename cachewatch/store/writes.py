@@ -104,6 +104,7 @@ event_values = operator.attrgetter(
     *("function.function_hash" if name == "function_hash" else name for name in models.EVENT_COLUMNS)
 )
 _EVENT_ID = models.EVENT_COLUMNS.index("event_id")
+_EVENT_RUN = models.EVENT_COLUMNS.index("run_id")
 _JSON_AT = tuple(
     i for i, name in enumerate(models.EVENT_COLUMNS) if isinstance(models.compile_events.c[name].type, sa.JSON)
 )
@@ -321,6 +322,12 @@ def _store_rows(
     if inserted:
         rollup.add(conn, rollup.deltas(row for row in events if row[_EVENT_ID] in inserted))
         rollup.add(conn, rollup.cache_deltas(row for row in events if row[_EVENT_ID] in inserted))
+    # A job's ranks compare anew when one of its runs arrives or compiles.
+    changed_runs = {str(row["run_id"]) for row in runs} | {
+        row[_EVENT_RUN] for row in events if row[_EVENT_ID] in inserted
+    }
+    if changed_runs:
+        rollup.mark_jobs_stale(conn, changed_runs)
     if stats:
         conn.execute(sa.insert(models.call_stats), stats)
         rollup.add_call_stats(conn, stats)
