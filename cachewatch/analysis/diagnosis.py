@@ -1153,6 +1153,10 @@ def _against_eager(
     return _AgainstEager()
 
 
+# The most functions whose verdicts read their signatures by name; more read every function's.
+VERDICTS_NAME_FUNCTIONS = 100
+
+
 def verdicts(
     conn: sa.Connection, report_rows: Sequence[FunctionReport], filters: Filters = Filters(), few_calls: int = 5
 ) -> dict[str, Verdict]:
@@ -1161,10 +1165,13 @@ def verdicts(
     hashes = [row["function_hash"] for row in report_rows if row.get("module") != OP_BY_OP_MODULE]
     if not hashes:
         return {}
+    # A verdict of most of the store's functions reads every function's signatures: a
+    # list of hundreds of hashes costs more to send and plan than the few rows it saves.
+    asked = hashes if len(hashes) <= VERDICTS_NAME_FUNCTIONS else None
     per_signature: dict[str, list[SignatureCost]] = collections.defaultdict(list)
-    for r in evidence.signature_costs(conn, filters, hashes):
+    for r in evidence.signature_costs(conn, filters, asked):
         per_signature[r.function_hash].append(r)
-    run_times = queries.signature_run_times(conn, filters, hashes)
+    run_times = queries.signature_run_times(conn, filters, asked)
     out = {}
     for row in report_rows:
         if row.get("module") == OP_BY_OP_MODULE or not row["calls"] or not row["compiles"]:

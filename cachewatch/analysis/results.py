@@ -19,6 +19,12 @@ from ..store.evidence import SlowerCompile
 from ..store.queries import Totals
 
 
+def _fields(found: Any) -> dict[str, Any]:
+    """A dataclass's fields, one level deep: what ``dataclasses.asdict`` gives for fields
+    of plain values, without its deep copy (a diagnosis holds thousands of these)."""
+    return {field.name: getattr(found, field.name) for field in dataclasses.fields(found)}
+
+
 @dataclasses.dataclass(frozen=True)
 class BurstFunction:
     """One function of a burst and how many of its compiles the burst holds."""
@@ -145,8 +151,8 @@ class Verdict:
     worth_it: bool | None
 
     def as_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["signatures"] = [dataclasses.asdict(s) for s in self.signatures]
+        out = _fields(self)
+        out["signatures"] = [_fields(s) for s in self.signatures]
         return out
 
 
@@ -167,7 +173,7 @@ class CostModelRow:
     note: str | None  # why there is no exponent
 
     def as_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return _fields(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +187,7 @@ class Regression(SlowerCompile):
     qualname: str
 
     def as_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return _fields(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -245,9 +245,10 @@ def _dense(
     return pairs(e.c.function_hash, by_function), pairs(e.c.call_site, by_line)
 
 
-def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list[str]) -> list[SignatureCost]:
-    """Per function and signature: compiles, their cost in seconds, and the mean eager run
-    time; over the whole store from the kept totals (rollup.py), else from the events."""
+def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list[str] | None) -> list[SignatureCost]:
+    """Per function and signature (of ``function_hashes``; None: of every function):
+    compiles, their cost in seconds, and the mean eager run time; over the whole store
+    from the kept totals (rollup.py), else from the events."""
     if filters.is_empty():
         t = models.signature_totals
         kept = sa.select(
@@ -256,40 +257,42 @@ def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list
             t.c.compiles,
             t.c.cost_seconds.label("seconds"),
             sa.case((t.c.eager_runs > 0, t.c.eager_seconds / t.c.eager_runs)).label("eager"),
-        ).where(t.c.function_hash.in_(function_hashes))
-        return _signature_costs(conn.execute(kept))
+        )
+        if function_hashes is not None:
+            kept = kept.where(t.c.function_hash.in_(function_hashes))
+        return _signature_costs(conn.execute(kept).all())
     return signature_costs_of_events(conn, filters, function_hashes)
 
 
-def signature_costs_of_events(conn: sa.Connection, filters: Filters, function_hashes: list[str]) -> list[SignatureCost]:
+def signature_costs_of_events(
+    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None
+) -> list[SignatureCost]:
     """:func:`signature_costs` grouped from the events (under any filters)."""
     e = models.compile_events
-    q = filters.apply(
-        e,
-        sa.select(
-            e.c.function_hash,
-            e.c.signature_hash,
-            sa.func.sum(sa.case((e.c.compiled, 1), else_=0)).label("compiles"),
-            sa.func.sum(cost_expr(e)).label("seconds"),
-            sa.func.avg(e.c.eager_run_seconds).label("eager"),
-        )
-        .where(e.c.function_hash.in_(function_hashes), e.c.kind != Kind.STALE_CAPTURE)
-        .group_by(e.c.function_hash, e.c.signature_hash),
-    )
-    return _signature_costs(conn.execute(q))
+    q = sa.select(
+        e.c.function_hash,
+        e.c.signature_hash,
+        sa.func.sum(sa.case((e.c.compiled, 1), else_=0)).label("compiles"),
+        sa.func.sum(cost_expr(e)).label("seconds"),
+        sa.func.avg(e.c.eager_run_seconds).label("eager"),
+    ).where(e.c.kind != Kind.STALE_CAPTURE)
+    if function_hashes is not None:
+        q = q.where(e.c.function_hash.in_(function_hashes))
+    q = filters.apply(e, q.group_by(e.c.function_hash, e.c.signature_hash))
+    return _signature_costs(conn.execute(q).all())
 
 
 def _signature_costs(rows: Iterable[Any]) -> list[SignatureCost]:
     """Rows of (function_hash, signature_hash, compiles, seconds, eager) as signature costs."""
     return [
         SignatureCost(
-            r.function_hash,
-            r.signature_hash or "",
-            int(r.compiles or 0),
-            float(r.seconds or 0.0),
-            float(r.eager) if r.eager is not None else None,
+            function_hash,
+            signature_hash or "",
+            int(compiles or 0),
+            float(seconds or 0.0),
+            float(eager) if eager is not None else None,
         )
-        for r in rows
+        for function_hash, signature_hash, compiles, seconds, eager in rows
     ]
 
 

@@ -280,12 +280,12 @@ def _kept_signature_run_times(
     (``run_time_medians``), found again for the signatures whose buckets grew since
     (settling.py); a reader that cannot write them finds every one from the buckets."""
     if not settling.settle(conn, models.stale_run_times, RUN_TIMES_LOCK, _find_medians_again):
-        return _run_times_of(conn.execute(_medians_of_buckets(function_hashes=function_hashes)))
+        return _run_times_of(conn.execute(_medians_of_buckets(function_hashes=function_hashes)).all())
     m = models.run_time_medians
     q = sa.select(m.c.function_hash, m.c.signature_hash, m.c.median_bucket, m.c.samples, m.c.weight)
     if function_hashes is not None:
         q = q.where(m.c.function_hash.in_(function_hashes))
-    return _run_times_of(conn.execute(q))
+    return _run_times_of(conn.execute(q).all())
 
 
 def _find_medians_again(conn: sa.Connection, stale: sa.Table) -> None:
@@ -330,13 +330,12 @@ def _medians_of_buckets(
 def _run_times_of(rows: Iterable[Any]) -> dict[str, dict[str, SignatureRunTime]]:
     """Rows of (function_hash, signature_hash, median_bucket, samples, weight) by function and signature."""
     out: dict[str, dict[str, SignatureRunTime]] = {}
-    for row in rows:
-        samples = int(row.samples or 0)
-        median = row.median_bucket
-        out.setdefault(row.function_hash, {})[row.signature_hash] = SignatureRunTime(
+    for function_hash, signature_hash, median, samples, weight in rows:
+        samples = int(samples or 0)
+        out.setdefault(function_hash, {})[signature_hash] = SignatureRunTime(
             run_seconds=runtimes.bucket_seconds(int(median)) if samples > 0 and median is not None else None,
             samples=samples,
-            weight=int(row.weight or 0),
+            weight=int(weight or 0),
         )
     return out
 

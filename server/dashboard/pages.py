@@ -372,7 +372,8 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
     points = chartreads.timeline(conn, function_hash, view.filters)
     sites = chartreads.call_sites(conn, function_hash, view.filters)
     over_time = chartreads.compiles_over_time(conn, view.filters, recompiles_only=False, function_hash=function_hash)
-    pager, events = _compile_events_page(request, conn, function_hash, view)
+    # The call sites hold every trace and compile of the view once: their sum is the pager's count.
+    pager, events = _compile_events_page(request, conn, function_hash, view, sum(site["events"] for site in sites))
     program = _program_view(conn, request, function_hash, view)
     ladder = _ladder_view(conn, function_hash, view)
     stale_total = row["stale_captures"]
@@ -411,12 +412,11 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
 
 
 def _compile_events_page(
-    request: Request, conn: Connection, function_hash: str, view: View
+    request: Request, conn: Connection, function_hash: str, view: View, total: int
 ) -> tuple[dict[str, Any], list[EventRow]]:
-    """The pager and the page of the function's compiles this request asks for, each
-    cache miss explained."""
+    """The pager and the page of the function's ``total`` traces and compiles this
+    request asks for, each cache miss explained."""
     number = _page_number(request)
-    total = chartreads.count_events(conn, function_hash, view.filters, kind="compiles")
     pager = _pager(view, number, _per_page(request, EVENTS_PER_PAGE), total)
     events = chartreads.events_page(
         conn, function_hash, view.filters, limit=pager["per_page"], offset=pager["offset"], kind="compiles"

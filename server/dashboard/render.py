@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any
 
 import jinja2
+import orjson
 
 from cachewatch.analysis.cache import bytes_text
 from cachewatch.analysis.whatif import Price
@@ -114,11 +115,18 @@ def iso_time(value: float | None) -> str:
     return "" if when is None else when.strftime("%Y-%m-%dT%H:%M:%S") + "Z"
 
 
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
 def plot_time(value: float) -> str:
     # plotly.js reads "YYYY-MM-DD HH:MM:SS.fff" as a wall-clock date and shows it
     # as given: UTC in, UTC on the axis. A time no calendar holds is left off the axis.
-    when = utc(value)
-    return "" if when is None else when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    # The epoch plus the seconds, not fromtimestamp and strftime: a function's timeline
+    # formats thousands of these per page, and this is a third of the cost.
+    try:
+        return (_EPOCH + dt.timedelta(seconds=value)).isoformat(" ", "milliseconds")
+    except (OverflowError, ValueError, TypeError):
+        return ""
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -445,6 +453,10 @@ def _asset_version(name: str) -> str:
     return hashlib.sha256(data).hexdigest()[:12]
 
 
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
+
+
 def make_environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("cachewatch_server.dashboard", "templates"),
@@ -452,6 +464,10 @@ def make_environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    # The charts' specs are thousands of numbers on a busy function's page: orjson
+    # writes them several times faster than json (jinja still escapes the result for HTML).
+    env.policies["json.dumps_function"] = _json_text
+    env.policies["json.dumps_kwargs"] = {}
     env.filters.update(
         seconds=fmt_seconds,
         count=fmt_count,
