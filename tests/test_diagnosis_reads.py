@@ -198,9 +198,16 @@ def test_signature_costs_kept_are_those_of_the_events(dialect, sqlite_url, reque
     _fill(url, 5)
     rng = random.Random(5)
     with enginemod.connection(url) as conn:
-        # Eager run times on some events, and stale captures (which count nowhere).
+        # Eager run times on some events (of all but one function, which has no baseline),
+        # and stale captures (which count nowhere).
         ids = [row.id for row in conn.execute(sa.select(models.compile_events.c.id))]
-        for event_id in rng.sample(ids, len(ids) // 3):
+        timed = [
+            row.id
+            for row in conn.execute(
+                sa.select(models.compile_events.c.id).where(models.compile_events.c.function_hash != "f4")
+            )
+        ]
+        for event_id in rng.sample(timed, len(timed) // 3):
             conn.execute(
                 sa.update(models.compile_events)
                 .where(models.compile_events.c.id == event_id)
@@ -217,10 +224,19 @@ def test_signature_costs_kept_are_those_of_the_events(dialect, sqlite_url, reque
         by_key = lambda c: (c.function_hash, c.signature_hash)  # noqa: E731
         kept = sorted(evidence.signature_costs(conn, Filters(), hashes), key=by_key)
         counted = sorted(evidence.signature_costs_of_events(conn, Filters(), hashes), key=by_key)
+        # Of every function (no list of hashes), and only those with an eager baseline:
+        # the verdicts' reads.
+        everyone = sorted(evidence.signature_costs(conn, Filters(), None), key=by_key)
+        eager_kept = sorted(evidence.signature_costs(conn, Filters(), hashes, eager_only=True), key=by_key)
+        eager_counted = sorted(evidence.signature_costs_of_events(conn, Filters(), hashes, eager_only=True), key=by_key)
     assert [(c.function_hash, c.signature_hash, c.compiles) for c in kept] == [
         (c.function_hash, c.signature_hash, c.compiles) for c in counted
     ]
+    assert [c for c in everyone if c.function_hash in hashes] == kept
     assert any(c.eager_seconds is not None for c in kept)
+    assert any(c.eager_seconds is None for c in kept), "some signatures have no eager baseline"
+    assert eager_kept == [c for c in kept if c.eager_seconds is not None]
+    assert [by_key(c) for c in eager_counted] == [by_key(c) for c in eager_kept]
     for a, b in zip(kept, counted, strict=True):
         assert a.seconds == pytest.approx(b.seconds)
         assert (a.eager_seconds is None) == (b.eager_seconds is None)

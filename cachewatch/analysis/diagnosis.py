@@ -1168,10 +1168,11 @@ def verdicts(
     # A verdict of most of the store's functions reads every function's signatures: a
     # list of hundreds of hashes costs more to send and plan than the few rows it saves.
     asked = hashes if len(hashes) <= VERDICTS_NAME_FUNCTIONS else None
+    # Only a signature with an eager baseline has a break-even (and needs its run time).
     per_signature: dict[str, list[SignatureCost]] = collections.defaultdict(list)
-    for r in evidence.signature_costs(conn, filters, asked):
+    for r in evidence.signature_costs(conn, filters, asked, eager_only=True):
         per_signature[r.function_hash].append(r)
-    run_times = queries.signature_run_times(conn, filters, asked)
+    run_times = queries.signature_run_times(conn, filters, asked) if per_signature else {}
     out = {}
     for row in report_rows:
         if row.get("module") == OP_BY_OP_MODULE or not row["calls"] or not row["compiles"]:

@@ -245,10 +245,13 @@ def _dense(
     return pairs(e.c.function_hash, by_function), pairs(e.c.call_site, by_line)
 
 
-def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list[str] | None) -> list[SignatureCost]:
+def signature_costs(
+    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None, *, eager_only: bool = False
+) -> list[SignatureCost]:
     """Per function and signature (of ``function_hashes``; None: of every function):
-    compiles, their cost in seconds, and the mean eager run time; over the whole store
-    from the kept totals (rollup.py), else from the events."""
+    compiles, their cost in seconds, and the mean eager run time (with ``eager_only``,
+    only the signatures that have one); over the whole store from the kept totals
+    (rollup.py), else from the events."""
     if filters.is_empty():
         t = models.signature_totals
         kept = sa.select(
@@ -260,12 +263,14 @@ def signature_costs(conn: sa.Connection, filters: Filters, function_hashes: list
         )
         if function_hashes is not None:
             kept = kept.where(t.c.function_hash.in_(function_hashes))
+        if eager_only:
+            kept = kept.where(t.c.eager_runs > 0)
         return _signature_costs(conn.execute(kept).all())
-    return signature_costs_of_events(conn, filters, function_hashes)
+    return signature_costs_of_events(conn, filters, function_hashes, eager_only=eager_only)
 
 
 def signature_costs_of_events(
-    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None
+    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None, *, eager_only: bool = False
 ) -> list[SignatureCost]:
     """:func:`signature_costs` grouped from the events (under any filters)."""
     e = models.compile_events
@@ -278,7 +283,10 @@ def signature_costs_of_events(
     ).where(e.c.kind != Kind.STALE_CAPTURE)
     if function_hashes is not None:
         q = q.where(e.c.function_hash.in_(function_hashes))
-    q = filters.apply(e, q.group_by(e.c.function_hash, e.c.signature_hash))
+    q = q.group_by(e.c.function_hash, e.c.signature_hash)
+    if eager_only:
+        q = q.having(sa.func.count(e.c.eager_run_seconds) > 0)
+    q = filters.apply(e, q)
     return _signature_costs(conn.execute(q).all())
 
 
