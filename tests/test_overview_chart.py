@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import sqlalchemy as sa
 from test_recorder import make_event
 
 import cachewatch
-from cachewatch.core.events import Cause
+from cachewatch.core.events import Cause, Kind
 from cachewatch.record import recorder
 from cachewatch.store import charts, models, rollup
 from cachewatch.store import engine as enginemod
@@ -80,3 +81,55 @@ def test_a_short_store_is_counted_in_buckets_finer_than_an_hour(store_url, use_s
         chart = charts.compiles_over_time(conn, Filters())
         assert chart["width"] < rollup.HOUR
         assert chart["rows"] == charts.compiles_by_event(conn, Filters(), chart["width"])
+
+
+def test_a_functions_charts_read_in_one_pass_are_its_call_sites_and_compiles_counted(store_url, use_store):
+    # Traces and compiles from three lines (and none), stale captures among them, over
+    # two days: the call sites and compiles over time the function page reads together
+    # are those counted from the events one by one.
+    use_store(store_url)
+    rng = random.Random(11)
+    sites = ("train.py:10", "train.py:42", "eval.py:7", None)
+    for _ in range(300):
+        kind = rng.choice(("trace", "trace", "trace", Kind.STALE_CAPTURE))
+        recorder.record_event(
+            make_event(
+                timestamp=START + rng.uniform(0, 2 * DAY),
+                cause=rng.choice(CAUSES),
+                compiled=rng.random() < 0.7,
+                kind=kind,
+                call_site=rng.choice(sites),
+                trace_seconds=rng.uniform(0, 0.1),
+            )
+        )
+    assert cachewatch.flush(30)
+    with enginemod.connection(store_url) as conn:
+        function_hash = conn.execute(sa.select(models.functions.c.function_hash)).scalar_one()
+        listed, over_time = charts.function_charts(conn, function_hash, Filters())
+        e = models.compile_events
+        columns = (e.c.timestamp, e.c.cause, e.c.call_site, e.c.compiled, e.c.kind, charts.cost_expr(e))
+        events = conn.execute(sa.select(*columns).where(e.c.function_hash == function_hash)).all()
+    width = over_time["width"]
+    assert width == charts.bucket_width((min(r[0] for r in events), max(r[0] for r in events)))
+    counted: dict[tuple[float, str], int] = {}
+    by_site: dict[str | None, list] = {}
+    for stamp, cause, site, compiled, kind, seconds in events:
+        if compiled:
+            key = (float(int(stamp // width) * width), cause)
+            counted[key] = counted.get(key, 0) + 1
+        if kind == Kind.STALE_CAPTURE:
+            continue
+        found = by_site.setdefault(site, [0, 0, 0.0, stamp])
+        found[0] += 1
+        found[1] += bool(compiled and cause != Cause.FIRST_CALL)
+        found[2] += seconds
+        found[3] = max(found[3], stamp)
+    assert over_time["rows"] == [(start, cause, n) for (start, cause), n in sorted(counted.items())]
+    assert {s["call_site"]: [s["events"], s["recompiles"]] for s in listed} == {
+        site: found[:2] for site, found in by_site.items()
+    }
+    for s in listed:
+        assert s["seconds"] == pytest.approx(by_site[s["call_site"]][2])
+        assert s["last"] == pytest.approx(by_site[s["call_site"]][3])
+    assert [s["events"] for s in listed] == sorted((s["events"] for s in listed), reverse=True)
+    assert len(listed) == len(sites), "every line, and the events without one"

@@ -1,5 +1,5 @@
-"""The dashboard's charts and event pages: compiles over time, a function's timeline and
-call sites, and its events page by page."""
+"""The dashboard's charts and event pages: compiles over time, a function's timeline,
+call sites and compiles over time, and its events page by page."""
 
 from __future__ import annotations
 
@@ -83,21 +83,18 @@ def _bucket(conn: sa.Connection, column: sa.ColumnElement, width: int) -> sa.Col
     return sa.func.floor(column / sa.literal(float(width), sa.Float)) * width
 
 
-def compiles_over_time(
-    conn: sa.Connection, filters: Filters, *, recompiles_only: bool = True, function_hash: str | None = None
-) -> CompilesOverTime:
+def compiles_over_time(conn: sa.Connection, filters: Filters, *, recompiles_only: bool = True) -> CompilesOverTime:
     """Compiles per time bucket and cause, in buckets as wide as the span shown asks. The
     whole store's chart in buckets of an hour or more is summed from the kept hourly
-    totals (a year is a few thousand rows); a chart of one function, one run or a time
-    range, or of a span short enough for finer buckets, counts its compiles."""
-    whole_store = function_hash is None and filters.is_empty()
-    span = hour_span(conn) if whole_store else None
+    totals (a year is a few thousand rows); a chart of one run or a time range, or of a
+    span short enough for finer buckets, counts its compiles (a function's chart:
+    :func:`function_charts`)."""
+    span = hour_span(conn) if filters.is_empty() else None
     if span is not None and bucket_width(span) >= rollup.HOUR:
         width = bucket_width(span)
         return {"width": width, "rows": compiles_by_hour(conn, width, recompiles_only=recompiles_only)}
-    width = bucket_width(time_span(conn, filters, function_hash))
-    rows = compiles_by_event(conn, filters, width, recompiles_only=recompiles_only, function_hash=function_hash)
-    return {"width": width, "rows": rows}
+    width = bucket_width(time_span(conn, filters))
+    return {"width": width, "rows": compiles_by_event(conn, filters, width, recompiles_only=recompiles_only)}
 
 
 def hour_span(conn: sa.Connection) -> tuple[float, float] | None:
@@ -119,12 +116,7 @@ def compiles_by_hour(conn: sa.Connection, width: int, *, recompiles_only: bool) 
 
 
 def compiles_by_event(
-    conn: sa.Connection,
-    filters: Filters,
-    width: int,
-    *,
-    recompiles_only: bool = True,
-    function_hash: str | None = None,
+    conn: sa.Connection, filters: Filters, width: int, *, recompiles_only: bool = True
 ) -> list[tuple[float, str, int]]:
     """Compiles per bucket of ``width`` seconds and cause, counted from the events."""
     e = models.compile_events
@@ -132,8 +124,6 @@ def compiles_by_event(
     q = filters.apply(e, sa.select(bucket, e.c.cause, sa.func.count().label("n")).where(e.c.compiled))
     if recompiles_only:
         q = q.where(e.c.cause != Cause.FIRST_CALL)
-    if function_hash is not None:
-        q = q.where(e.c.function_hash == function_hash)
     rows = conn.execute(q.group_by(bucket, e.c.cause).order_by(bucket, e.c.cause)).all()
     return [(float(r.bucket), r.cause, int(r.n)) for r in rows]
 
@@ -164,34 +154,53 @@ def timeline(conn: sa.Connection, function_hash: str, filters: Filters, limit: i
     return rows
 
 
-def call_sites(conn: sa.Connection, function_hash: str, filters: Filters) -> list[CallSite]:
-    """Where the function was called when it traced or compiled, busiest first."""
+def function_charts(
+    conn: sa.Connection, function_hash: str, filters: Filters
+) -> tuple[list[CallSite], CompilesOverTime]:
+    """Where the function was called when it traced or compiled (busiest first), and its
+    compiles per time bucket and cause: one pass over its events, grouped by both at
+    once (a busy function has some hundred thousand; on PostgreSQL they are read from
+    the index of its events by time, which carries every column this needs)."""
     e = models.compile_events
-    recompiles = sa.func.sum(sa.case((sa.and_(e.c.compiled, e.c.cause != Cause.FIRST_CALL), 1), else_=0))
+    width = bucket_width(time_span(conn, filters, function_hash))
+    bucket = _bucket(conn, e.c.timestamp, width).label("bucket")
+    stale = (e.c.kind == Kind.STALE_CAPTURE).label("stale")
     q = filters.apply(
         e,
         sa.select(
+            bucket,
+            e.c.cause,
             e.c.call_site,
-            sa.func.count().label("events"),
-            recompiles.label("recompiles"),
+            e.c.compiled,
+            stale,
+            sa.func.count().label("n"),
             sa.func.sum(cost_expr(e)).label("seconds"),
             sa.func.max(e.c.timestamp).label("last"),
         )
-        .where(e.c.function_hash == function_hash, e.c.kind != Kind.STALE_CAPTURE)
-        .group_by(e.c.call_site),
+        .where(e.c.function_hash == function_hash)
+        .group_by(bucket, e.c.cause, e.c.call_site, e.c.compiled, stale),
     )
-    rows = [
-        CallSite(
-            call_site=r.call_site,
-            events=int(r.events),
-            recompiles=int(r.recompiles or 0),
-            seconds=float(r.seconds or 0.0),
-            last=float(r.last),
-        )
-        for r in conn.execute(q)
-    ]
-    rows.sort(key=lambda r: (-r["events"], r["call_site"] or ""))
-    return rows
+    sites: dict[str | None, CallSite] = {}
+    compiles: dict[tuple[float, str], int] = {}
+    for start, cause, call_site, compiled, is_stale, n, seconds, last in conn.execute(q).all():
+        n = int(n)
+        if compiled:
+            key = (float(start), cause)
+            compiles[key] = compiles.get(key, 0) + n
+        if is_stale:
+            continue  # a stale capture is no trace or compile of the function's own
+        site = sites.get(call_site)
+        if site is None:
+            site = sites[call_site] = CallSite(
+                call_site=call_site, events=0, recompiles=0, seconds=0.0, last=float(last)
+            )
+        site["events"] += n
+        if compiled and cause != Cause.FIRST_CALL:
+            site["recompiles"] += n
+        site["seconds"] += float(seconds or 0.0)
+        site["last"] = max(site["last"], float(last))
+    listed = sorted(sites.values(), key=lambda r: (-r["events"], r["call_site"] or ""))
+    return listed, {"width": width, "rows": [(start, cause, n) for (start, cause), n in sorted(compiles.items())]}
 
 
 def _event_kind(e: sa.Table, kind: str | None) -> list[sa.ColumnElement]:

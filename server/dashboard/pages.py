@@ -370,8 +370,7 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
     row, storms, verdict = detail.report, detail.storms, detail.verdict
     fix = views.suggested_fix(conn, detail, view.filters, render.label(row))
     points = chartreads.timeline(conn, function_hash, view.filters)
-    sites = chartreads.call_sites(conn, function_hash, view.filters)
-    over_time = chartreads.compiles_over_time(conn, view.filters, recompiles_only=False, function_hash=function_hash)
+    sites, over_time = chartreads.function_charts(conn, function_hash, view.filters)
     # The call sites hold every trace and compile of the view once: their sum is the pager's count.
     pager, events = _compile_events_page(request, conn, function_hash, view, sum(site["events"] for site in sites))
     program = _program_view(conn, request, function_hash, view)
