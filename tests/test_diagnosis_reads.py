@@ -326,6 +326,10 @@ def _as_listed(found: evidence.SlowerCompiles) -> list[tuple[Any, ...]]:
 def _kept_and_counted(conn: sa.Connection, limit: int | None = None) -> tuple[list, int, list, int]:
     kept = regressions.slower_compiles(conn, limit=limit)
     counted = evidence.slower_compiles(conn, regressions.FACTOR, regressions.MIN_SECONDS, limit)
+    if regressions.settle(conn):  # found again: the count kept beside them is theirs
+        rows = conn.execute(sa.select(sa.func.count()).select_from(models.compile_regressions)).scalar_one()
+        assert regressions.kept_total(conn) == rows == counted.total
+        assert regressions.kept(conn, limit=1).total == rows
     return _as_listed(kept), kept.total, _as_listed(counted), counted.total
 
 

@@ -386,3 +386,38 @@ def test_a_jobs_kept_comparison_follows_its_writes_and_prunes(store_url):
         assert report.missing_ranks == [1]
         # Two ranks, one of which compiled nothing yet: a tie, held to the fewer compiles.
         assert (report.divergent_ranks, report.divergences_total) == ([0], 2)
+
+
+@pytest.mark.parametrize("busy_job_runs", [0, 400])
+def test_the_most_recent_jobs_are_those_of_the_newest_runs(store_url, busy_job_runs):
+    # Jobs of one to a few ranks, runs in no job between them, and (the second time) one
+    # job whose ranks restarted hundreds of times at the end, so that the newest runs
+    # hold too few jobs and every run's job is grouped instead.
+    import random
+
+    import sqlalchemy as sa
+
+    from cachewatch.store import engine as enginemod
+    from cachewatch.store import fleet as reads
+    from cachewatch.store import models
+
+    rng = random.Random(busy_job_runs)
+    starts = rng.sample(range(1, 100_000), 700 + busy_job_runs)
+    runs = []
+    for i, start in enumerate(starts[:700]):
+        job = "" if rng.random() < 0.3 else f"job-{rng.randint(0, 60)}"
+        runs.append({"run_id": f"r{i}", "started_at": float(start), "job": job})
+    for i in range(busy_job_runs):
+        runs.append({"run_id": f"busy{i}", "started_at": 200_000.0 + i, "job": "busy"})
+    enginemod.ensure_schema(store_url)
+    with enginemod.connection(store_url) as conn:
+        conn.execute(sa.insert(models.runs), runs)
+        found = {limit: reads.recent_jobs(conn, limit) for limit in (1, 5, 20, 100)}
+    latest: dict[str, float] = {}
+    for run in runs:
+        if run["job"]:
+            latest[run["job"]] = max(latest.get(run["job"], 0.0), run["started_at"])
+    ranked = sorted(latest, key=lambda job: -latest[job])
+    for limit, jobs in found.items():
+        assert jobs == ranked[:limit], limit
+    assert ("busy" in found[1]) == bool(busy_job_runs)

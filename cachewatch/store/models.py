@@ -315,6 +315,17 @@ class RegressionRow(Base):
     steepest_first: Mapped[float] = mapped_column(Float)
 
 
+class KeptCountRow(Base):
+    """How many rows a kept table holds (``name``: the table), kept beside it by whatever
+    changes it, so a listing's total is one row read, not a count of hundreds of
+    thousands (``compile_regressions``' total on every diagnosis)."""
+
+    __tablename__ = "kept_counts"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    rows: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class StaleRegressionsRow(Base):
     """The signatures whose kept regressions are out of date: an uncached compile of theirs
     was stored or pruned since they were last found. ``marks`` counts those changes, so a
@@ -593,6 +604,7 @@ signature_totals = _table(SignatureTotalsRow)
 compile_regressions = _table(RegressionRow)
 compile_size_totals = _table(SizeTotalsRow)
 stale_regressions = _table(StaleRegressionsRow)
+kept_counts = _table(KeptCountRow)
 function_call_totals = _table(FunctionCallTotalsRow)
 run_time_buckets = _table(RunTimeBucketRow)
 run_time_medians = _table(RunTimeMedianRow)

@@ -52,8 +52,28 @@ def kept(conn: sa.Connection, limit: int | None = None) -> evidence.SlowerCompil
         .limit(limit)
     )
     shown = [evidence.SlowerCompile(*row) for row in conn.execute(q)]
-    total = len(shown) if limit is None else conn.execute(sa.select(sa.func.count()).select_from(r)).scalar_one()
+    total = len(shown) if limit is None else kept_total(conn)
     return evidence.SlowerCompiles(shown, int(total))
+
+
+def kept_total(conn: sa.Connection) -> int:
+    """How many regressions are kept: the count kept beside them (``kept_counts``),
+    else (a store that has none yet) counted."""
+    c, r = models.kept_counts, models.compile_regressions
+    kept = conn.execute(sa.select(c.c.rows).where(c.c.name == r.name)).scalar()
+    if kept is None:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(r)).scalar_one())
+    return int(kept)
+
+
+def _recount(conn: sa.Connection, removed: int, added: int) -> None:
+    """The kept count of regressions moved by what a finding removed and added (its
+    finder holds the lock, or SQLite's one writer: no two move it at once)."""
+    c, r = models.kept_counts, models.compile_regressions
+    moved = conn.execute(sa.update(c).where(c.c.name == r.name).values(rows=c.c.rows - removed + added))
+    if not moved.rowcount:
+        total = conn.execute(sa.select(sa.func.count()).select_from(r)).scalar_one()
+        conn.execute(sa.insert(c).values(name=r.name, rows=total))
 
 
 def settle(conn: sa.Connection) -> bool:
@@ -68,9 +88,10 @@ def _find_again(conn: sa.Connection, stale: sa.Table) -> None:
     r = models.compile_regressions
     keys = [(row.function_hash, row.signature_hash) for row in conn.execute(sa.select(stale))]
     found = evidence.slower_compiles_of(evidence.uncached_compiles(conn, keys), FACTOR, MIN_SECONDS)
-    conn.execute(sa.delete(r).where(settling.of_signatures(r, stale)))
+    removed = conn.execute(sa.delete(r).where(settling.of_signatures(r, stale))).rowcount
     if found:
         conn.execute(sa.insert(r), [_kept_row(f) for f in found])
+    _recount(conn, removed, len(found))
 
 
 def _kept_row(found: evidence.SlowerCompile) -> dict[str, Any]:
@@ -89,7 +110,7 @@ def _kept_row(found: evidence.SlowerCompile) -> dict[str, Any]:
 def _find_again_in_sql(conn: sa.Connection, stale: sa.Table) -> None:
     """:func:`_find_again` on PostgreSQL, in SQL (the medians and their pairs)."""
     r = models.compile_regressions
-    conn.execute(sa.delete(r).where(settling.of_signatures(r, stale)))
+    removed = conn.execute(sa.delete(r).where(settling.of_signatures(r, stale))).rowcount
     rises = evidence.regression_pairs(FACTOR, MIN_SECONDS, stale).subquery()
     steepest_first = sa.case((rises.c.median_before > 0, -rises.c.median / rises.c.median_before), else_=_NO_RATIO)
     conn.execute(
@@ -106,3 +127,6 @@ def _find_again_in_sql(conn: sa.Connection, stale: sa.Table) -> None:
             ),
         )
     )
+    # Counted, not the insert's rowcount (which an INSERT ... SELECT need not report).
+    added = conn.execute(sa.select(sa.func.count()).select_from(r).where(settling.of_signatures(r, stale)))
+    _recount(conn, removed, added.scalar_one())

@@ -278,6 +278,7 @@ def mark_all_kept_stale(conn: sa.Connection) -> None:
         conn.execute(sa.delete(kept))
         conn.execute(sa.delete(stale))
         conn.execute(sa.insert(stale).from_select(columns, counted))
+    conn.execute(sa.delete(models.kept_counts))  # none kept: each is counted again when found
     for kept in (
         models.kept_burst_events,
         models.kept_bursts,
