@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cachewatch_server.main import create_app
@@ -403,7 +404,7 @@ def test_the_most_recent_jobs_are_those_of_the_newest_runs(store_url, busy_job_r
 
     rng = random.Random(busy_job_runs)
     starts = rng.sample(range(1, 100_000), 700 + busy_job_runs)
-    runs = []
+    runs: list[dict[str, Any]] = []
     for i, start in enumerate(starts[:700]):
         job = "" if rng.random() < 0.3 else f"job-{rng.randint(0, 60)}"
         runs.append({"run_id": f"r{i}", "started_at": float(start), "job": job})
