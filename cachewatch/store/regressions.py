@@ -7,7 +7,8 @@ every run: at a fleet's year, seconds for each diagnosis. So they are kept
 (``compile_regressions``), and every write that stores an uncached compile, and every
 prune that drops one, marks its signature stale (``stale_regressions``, rollup.py).
 A diagnosis first finds the stale signatures' regressions again (:func:`settle`, by
-settling.py's rule), then reads the steepest from an index:
+settling.py's rule), then reads the steepest from an index, and their total from the
+count kept beside them (``kept_counts``, moved by each finding):
 
     found = regressions.slower_compiles(conn, limit=100)   # evidence.SlowerCompiles
 
