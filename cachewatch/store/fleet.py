@@ -113,6 +113,7 @@ def settle(conn: sa.Connection) -> bool:
 
 
 def _find_again(conn: sa.Connection, stale: sa.Table) -> None:
+    """Replace the kept comparisons of the jobs in ``stale`` with their ranks compared anew."""
     t, d = models.kept_rank_totals, models.kept_rank_disagreements
     jobs = sorted(job for (job,) in conn.execute(sa.select(stale.c.job)) if job)
     for kept in (t, d):
@@ -128,6 +129,7 @@ def _find_again(conn: sa.Connection, stale: sa.Table) -> None:
 
 
 def _kept(conn: sa.Connection, jobs: list[str]) -> RankTotals:
+    """The kept comparisons of these jobs (a job that compiled nothing has none)."""
     t, d = models.kept_rank_totals, models.kept_rank_disagreements
     compiles: dict[tuple[str, int], int] = {}
     disagreeing: list[RankSignatureCompiles] = []
