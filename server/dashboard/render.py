@@ -17,7 +17,6 @@ from importlib import resources
 from typing import Any
 
 import jinja2
-import orjson
 
 from cachewatch.analysis.cache import bytes_text
 from cachewatch.analysis.whatif import Price
@@ -453,10 +452,6 @@ def _asset_version(name: str) -> str:
     return hashlib.sha256(data).hexdigest()[:12]
 
 
-def _json_text(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
-
-
 def make_environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("cachewatch_server.dashboard", "templates"),
@@ -464,10 +459,6 @@ def make_environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    # The charts' specs are thousands of numbers on a busy function's page: orjson
-    # writes them several times faster than json (jinja still escapes the result for HTML).
-    env.policies["json.dumps_function"] = _json_text
-    env.policies["json.dumps_kwargs"] = {}
     env.filters.update(
         seconds=fmt_seconds,
         count=fmt_count,
