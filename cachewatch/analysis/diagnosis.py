@@ -1376,8 +1376,8 @@ def summary(
     if active is None:
         active = storms(conn, filters, threshold=threshold, window=window, active_only=True, described=False)
     totals = queries.totals(conn, filters)
-    return Summary(
-        **{field.name: getattr(totals, field.name) for field in dataclasses.fields(totals)},
+    return Summary.of(
+        totals,
         active_storms=len(active),
         storm_threshold=threshold,
         storm_window=window,

@@ -198,5 +198,14 @@ class Summary(Totals):
     storm_threshold: int
     storm_window: float
 
+    @classmethod
+    def of(cls, totals: Totals, *, active_storms: int, storm_threshold: int, storm_window: float) -> Summary:
+        return cls(
+            **_fields(totals),
+            active_storms=active_storms,
+            storm_threshold=storm_threshold,
+            storm_window=storm_window,
+        )
+
     def as_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
