@@ -1,6 +1,7 @@
 """What recording a compile, with the whole program view, costs the compile path.
 
     .venv/bin/python benchmarks/program_view.py [--rounds 7] [--small-rounds 41] [--layers 12] [--unrolled 200]
+                                                [--only transformer]
 
 Three programs: a small function, a transformer-like training step (``--layers`` blocks
 of attention and MLP, its gradient and an Adam update: over 13,000 jaxpr equations) and
@@ -232,7 +233,9 @@ PARTS = {
 }
 
 
-def compare(fn, fn_args, rounds: int, drain: bool) -> tuple[list[float], list[float], list[float], list[float]]:
+def compare(
+    fn, fn_args, rounds: int, drain: bool, progress: bool = False
+) -> tuple[list[float], list[float], list[float], list[float]]:
     """Per round: the cachewatch.jit / jax.jit ratio, jax.jit's compile path, the
     compiling thread's share spent on the program, and the writer's CPU per compile."""
     ratios, plain_times, on_path, writer_cpu = [], [], [], []
@@ -250,6 +253,8 @@ def compare(fn, fn_args, rounds: int, drain: bool) -> tuple[list[float], list[fl
                     writer_cpu.append(recorder.program_work().writer_cpu_seconds - cpu_before)
         ratios.append(times[cachewatch.jit] / times[jax.jit])
         plain_times.append(times[jax.jit])
+        if progress:  # slow compiles (a GPU's): each round's figures as they come
+            print(f"  round {r + 1}: jax.jit {times[jax.jit]:.2f} s, ratio {ratios[-1]:.4f}", flush=True)
     if not drain:
         cachewatch.flush(timeout=600)
     return ratios, plain_times, on_path, writer_cpu
@@ -262,6 +267,10 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--unrolled", type=int, default=200)
     parser.add_argument("--hit-calls", type=int, default=2000)
+    parser.add_argument("--progress", action="store_true", help="print each round's figures as it ends")
+    parser.add_argument(
+        "--only", default="", help="time only the programs whose name contains this (small, transformer, loop)"
+    )
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="cachewatch-bench-program-")
     cachewatch.configure(store=f"sqlite:///{scratch}/store.db", sample_every=0)
@@ -273,12 +282,17 @@ def main() -> None:
         f"python loop, {args.unrolled} layers": (make_unrolled(args.unrolled), args.rounds),
     }
     for name, ((fn, fn_args), rounds) in programs.items():
+        if args.only not in name:
+            continue
         eqns = eqns_of(fn, fn_args)
+        warm = time.perf_counter()
         compile_path(jax.jit, fn, fn_args)  # warm JAX's own caches of library jits
         compile_path(cachewatch.jit, fn, fn_args)
         cachewatch.flush(timeout=600)
-        ratios, plain_times, on_path, writer_cpu = compare(fn, fn_args, rounds, drain=True)
-        back_to_back, _, _, _ = compare(fn, fn_args, rounds, drain=False)
+        if args.progress:
+            print(f"{name}: {eqns} equations, warmed in {time.perf_counter() - warm:.1f} s", flush=True)
+        ratios, plain_times, on_path, writer_cpu = compare(fn, fn_args, rounds, drain=True, progress=args.progress)
+        back_to_back, _, _, _ = compare(fn, fn_args, rounds, drain=False, progress=args.progress)
         base = statistics.median(plain_times)
         print(
             f"\n{name}: {eqns} jaxpr equations, compile path {base:.3f} s with jax.jit\n"
