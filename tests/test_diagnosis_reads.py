@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from cachewatch.analysis import diagnosis
+from cachewatch.core import runtimes
 from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
 from cachewatch.store import evidence, models, regressions, retention, rollup, writes
@@ -465,3 +466,98 @@ def test_a_role_that_may_only_read_gets_the_regressions_counted_and_changes_noth
         with enginemod.connection(pg_url) as conn:
             conn.execute(sa.text(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}"))
             conn.execute(sa.text(f"DROP ROLE {role}"))
+
+
+def _stats_rows(seed: int) -> list[dict[str, Any]]:
+    """Call statistics of _fill's runs: buckets kept, rows written before buckets were
+    (their samples at the mean), rows with no sample, and rows made while sampling was off."""
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    for _ in range(120):
+        calls = rng.choice((1, 40, 900))
+        sampled = rng.choice((0, 1, 3, 8)) if calls > 1 else 0
+        seconds = sampled * rng.choice((2e-5, 4e-4, 0.03))
+        buckets: runtimes.Buckets = {}
+        if sampled and rng.random() < 0.7:  # else a row from before buckets were kept
+            for _ in range(rng.choice((1, 1, 3))):
+                runtimes.add_sample(buckets, seconds / sampled * rng.uniform(0.5, 2.0), rng.choice((1, calls)))
+        rows.append(
+            {
+                "run_id": f"{rng.randrange(12):032d}",
+                "function_hash": f"f{rng.randrange(5)}",
+                "signature_hash": rng.choice(("a", "b", "c", "")),
+                "timestamp": float(rng.randrange(700)),
+                "calls": calls,
+                "sampled_calls": sampled,
+                "sampled_seconds": seconds,
+                "run_buckets": runtimes.to_json(buckets) if buckets else None,
+                "sample_every": 0 if rng.random() < 0.2 else 10,
+            }
+        )
+    return rows
+
+
+def _within(f: Filters, row: dict[str, Any]) -> bool:
+    return (
+        (not f.run_id or row["run_id"] == f.run_id)
+        and (f.run_ids is None or row["run_id"] in f.run_ids)
+        and (f.since is None or row["timestamp"] >= f.since)
+        and (f.until is None or row["timestamp"] < f.until)
+    )
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_totals_over_a_span_or_a_run_are_those_counted_from_the_rows(dialect, sqlite_url, request):
+    """The summary and the function listing over a time span or a run read the events and
+    statistics under it in one pass each, and count the runs from their kept first and
+    last event: the same figures as counting every stored row by hand."""
+    from cachewatch.store import queries
+
+    url = sqlite_url if dialect == "sqlite" else request.getfixturevalue("pg_url")
+    _fill(url, 8)
+    stats = _stats_rows(8)
+    with enginemod.connection(url) as conn:
+        conn.execute(sa.insert(models.call_stats), stats)
+        rollup.rebuild(conn)
+        events = [dict(r._mapping) for r in conn.execute(sa.select(models.compile_events))]
+    spans = [
+        Filters(since=250.0),
+        Filters(until=300.0),
+        Filters(since=120.0, until=410.5),
+        Filters(since=1e9),
+        Filters(run_id=f"{3:032d}", since=100.0),
+        Filters(run_ids=(f"{1:032d}", f"{7:032d}"), until=500.0),
+    ]
+    for f in spans:
+        mine = [e for e in events if _within(f, e)]
+        with enginemod.connection(url) as conn:
+            found = queries.totals(conn, f)
+            per_function = {c.function_hash: c for c in queries.call_totals(conn, f)}
+            medians = queries.signature_run_times(conn, f)
+        assert found.runs == len({e["run_id"] for e in mine}), f
+        assert found.events == len(mine), f
+        assert found.functions == len({e["function_hash"] for e in mine}), f
+        assert found.compiles == sum(1 for e in mine if e["compiled"]), f
+        assert found.compile_seconds == pytest.approx(sum(e["compile_seconds"] or 0.0 for e in mine)), f
+        # The statistics by hand, with the store's own rule for each row's buckets.
+        wanted: dict[str, dict[str, runtimes.Buckets]] = {}
+        calls: dict[str, list[int]] = {}
+        for row in (r for r in stats if _within(f, r)):
+            totals = calls.setdefault(row["function_hash"], [0, 0, 0])
+            totals[0] += row["calls"]
+            totals[1] += row["sampled_calls"]
+            totals[2] += row["calls"] if row["sample_every"] == 0 else 0
+            buckets = rollup.row_buckets(row)
+            if buckets:
+                runtimes.merge(
+                    wanted.setdefault(row["function_hash"], {}).setdefault(row["signature_hash"], {}), buckets
+                )
+        assert set(per_function) == set(calls), f
+        for h, (n, sampled, unsampled) in calls.items():
+            assert (per_function[h].calls, per_function[h].sampled_calls) == (n, sampled), f
+            assert per_function[h].unsampled_calls == unsampled, f
+            assert per_function[h].run_seconds_per_call == pytest.approx(runtimes.per_call_seconds(wanted.get(h, {})))
+        assert found.calls == sum(n for n, _, _ in calls.values()), f
+        assert {h: {s: m["run_seconds"] for s, m in sigs.items()} for h, sigs in medians.items()} == {
+            h: {s: runtimes.median_seconds(b) for s, b in sigs.items()} for h, sigs in wanted.items()
+        }, f

@@ -65,6 +65,9 @@ def median_seconds(buckets: Mapping[int, Iterable[int]]) -> float | None:
     Weighting by calls keeps an interval in which the machine stalled (few calls, each
     slow) from counting as much as one in which the loop ran freely.
     """
+    if len(buckets) == 1:  # most signatures over a short span: that bucket, if it has a sample
+        ((bucket, (samples, _)),) = buckets.items()
+        return bucket_seconds(int(bucket)) if int(samples) > 0 else None
     ordered = sorted((int(b), *map(int, v)) for b, v in buckets.items())
     if sum(n for _, n, _ in ordered) <= 0:
         return None
@@ -88,7 +91,7 @@ def per_call_seconds(signatures: Mapping[str, Mapping[int, Iterable[int]]]) -> f
         median = median_seconds(buckets)
         if median is None:
             continue
-        weight = sum(int(list(v)[1]) for v in buckets.values())
+        weight = sum(int(w) for _, w in buckets.values())
         medians.append(median)
         total_weight += weight
         weighted += weight * median

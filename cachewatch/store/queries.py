@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+import orjson
 import sqlalchemy as sa
 
 from ..core import runtimes
@@ -18,7 +19,7 @@ from ..core.events import Cause, Kind, explain_cache_miss
 from ..core.figures import compile_share
 from ..core.lowered import ModuleDiff, diff_modules
 from . import engine as enginemod
-from . import models, rollup, settling
+from . import models, settling
 from . import programs as storedprograms
 from .columns import EVENT_SELECT, EventRow, Filters, FunctionReport, cost_expr, event_rows_of
 
@@ -202,26 +203,24 @@ def call_totals(
             )
             for h, calls, sampled, seconds, per_call, unsampled in enginemod.fetch_tuples(conn, q)
         ]
-    found: dict[str, list] = {}
-    per_signature: dict[str, dict[str, runtimes.Buckets]] = {}
-    for row in _stat_rows(conn, filters, function_hashes):
-        totals = found.setdefault(row["function_hash"], [0, 0, 0.0, 0])
-        totals[0] += int(row["calls"] or 0)
-        totals[1] += int(row["sampled_calls"] or 0)
-        totals[2] += float(row["sampled_seconds"] or 0.0)
-        totals[3] += int(row["calls"] or 0) if row["sample_every"] == 0 else 0
-        buckets = rollup.row_buckets(row)
-        if buckets:
-            runtimes.merge(
-                per_signature.setdefault(row["function_hash"], {}).setdefault(row["signature_hash"] or "", {}), buckets
-            )
+    found, per_signature = _stat_sums(conn, filters, function_hashes)
     return [
         CallTotals(h, calls, sampled, seconds, runtimes.per_call_seconds(per_signature.get(h, {})), unsampled)
         for h, (calls, sampled, seconds, unsampled) in found.items()
     ]
 
 
-def _stat_rows(conn: sa.Connection, filters: Filters, function_hashes: list[str] | None) -> Sequence[sa.RowMapping]:
+def _stat_sums(
+    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None
+) -> tuple[dict[str, list[Any]], dict[str, dict[str, runtimes.Buckets]]]:
+    """The statistics rows under the filters, summed: per function its calls, sampled
+    calls, sampled seconds and calls made while sampling was off; per function and
+    signature the run-time buckets merged (a row written before buckets were kept holds
+    its samples at their mean, standing for the row's calls: rollup.row_buckets's rule).
+
+    A week of a fleet is tens of thousands of rows: plain tuples, the buckets' JSON text
+    parsed here and merged in place (a Row mapping and a dict per row cost more than the
+    query itself)."""
     s = models.call_stats
     q = filters.apply(
         s,
@@ -231,13 +230,45 @@ def _stat_rows(conn: sa.Connection, filters: Filters, function_hashes: list[str]
             s.c.calls,
             s.c.sampled_calls,
             s.c.sampled_seconds,
-            s.c.run_buckets,
+            sa.cast(s.c.run_buckets, sa.Text),
             s.c.sample_every,
         ),
     )
     if function_hashes is not None:
         q = q.where(s.c.function_hash.in_(function_hashes))
-    return conn.execute(q).mappings().all()
+    found: dict[str, list[Any]] = {}
+    per_signature: dict[str, dict[str, runtimes.Buckets]] = {}
+    loads = orjson.loads
+    for function_hash, signature_hash, calls, sampled, seconds, text, every in enginemod.fetch_tuples(conn, q):
+        calls, sampled, seconds = int(calls or 0), int(sampled or 0), float(seconds or 0.0)
+        totals = found.get(function_hash)
+        if totals is None:
+            totals = found[function_hash] = [0, 0, 0.0, 0]
+        totals[0] += calls
+        totals[1] += sampled
+        totals[2] += seconds
+        if every == 0:
+            totals[3] += calls
+        data = loads(text) if text else None
+        if not data:
+            if not sampled:
+                continue
+            data = {runtimes.bucket_of(seconds / sampled): (sampled, max(calls, sampled))}
+        signatures = per_signature.get(function_hash)
+        if signatures is None:
+            signatures = per_signature[function_hash] = {}
+        into = signatures.get(signature_hash or "")
+        if into is None:
+            into = signatures[signature_hash or ""] = {}
+        for bucket, (n, weight) in data.items():
+            b = int(bucket)
+            have = into.get(b)
+            if have is None:
+                into[b] = [int(n), int(weight)]
+            else:
+                have[0] += int(n)
+                have[1] += int(weight)
+    return found, per_signature
 
 
 def signature_run_times(
@@ -247,14 +278,7 @@ def signature_run_times(
     and the calls they stand for."""
     if filters.is_empty():
         return _kept_signature_run_times(conn, function_hashes)
-    per_signature: dict[str, dict[str, runtimes.Buckets]] = {}
-    for row in _stat_rows(conn, filters, function_hashes):
-        buckets = rollup.row_buckets(row)
-        if buckets:
-            runtimes.merge(
-                per_signature.setdefault(row["function_hash"], {}).setdefault(row["signature_hash"] or "", {}),
-                buckets,
-            )
+    _, per_signature = _stat_sums(conn, filters, function_hashes)
     return {
         h: {
             sig: SignatureRunTime(
@@ -513,53 +537,52 @@ def grouped(conn: sa.Connection, filters: Filters, *columns: str) -> list[tuple]
 
 
 def _runs_with_events(conn: sa.Connection, filters: Filters) -> int:
-    """How many runs have an event under the filters."""
-    if filters.since is None and filters.until is None:
-        per_run = models.run_totals
-        runs_q = sa.select(sa.func.count()).select_from(per_run).where(per_run.c.events > 0)
-        if filters.run_id:
-            runs_q = runs_q.where(per_run.c.run_id == filters.run_id)
-    else:
-        # One index probe per run ((run_id, timestamp) is indexed) instead of a DISTINCT
-        # over every event.
+    """How many runs have an event under the filters.
+
+    From each run's kept totals, whose first and last event times are exact (retention
+    counts a pruned run's again): a run has an event since a time when its last one is
+    not older, and before a time when its first one is older. Only with both bounds is
+    each run that spans them looked up in its events ((run_id, timestamp) is indexed)."""
+    t = models.run_totals
+    runs_q = sa.select(sa.func.count()).select_from(t).where(t.c.events > 0)
+    if filters.run_id:
+        runs_q = runs_q.where(t.c.run_id == filters.run_id)
+    if filters.run_ids is not None:
+        runs_q = runs_q.where(t.c.run_id.in_(filters.run_ids))
+    if filters.since is not None:
+        runs_q = runs_q.where(t.c.last_ts >= filters.since)
+    if filters.until is not None:
+        runs_q = runs_q.where(t.c.first_ts < filters.until)
+    if filters.since is not None and filters.until is not None:
         e = models.compile_events
-        r = models.runs
-        has_events = filters.apply(e, sa.select(e.c.id).where(e.c.run_id == r.c.run_id)).exists()
-        runs_q = sa.select(sa.func.count()).select_from(r).where(has_events)
-        if filters.run_id:
-            runs_q = runs_q.where(r.c.run_id == filters.run_id)
+        runs_q = runs_q.where(filters.apply(e, sa.select(e.c.id).where(e.c.run_id == t.c.run_id)).exists())
     return conn.execute(runs_q).scalar_one()
-
-
-def _event_counts(conn: sa.Connection, filters: Filters) -> tuple[int, int, int, int, int, dict[str, int]]:
-    """Events, traces, compiles, recompiles and stale captures under the filters, and the
-    events per cause (stale captures left out)."""
-    causes: dict[str, int] = {}
-    events = traces = compiles = recompiles = stale_captures = 0
-    for kind, cause, compiled, n, _ in grouped(conn, filters, "kind", "cause", "compiled"):
-        n = int(n)
-        if kind == Kind.STALE_CAPTURE:
-            # Not a compile: the report keeps these out of the causes too.
-            stale_captures += n
-        else:
-            causes[cause] = causes.get(cause, 0) + n
-        events += n
-        traces += n if kind == Kind.TRACE else 0
-        if compiled:
-            compiles += n
-            if cause != Cause.FIRST_CALL and kind != Kind.WARMUP:
-                recompiles += n
-    return events, traces, compiles, recompiles, stale_captures, causes
 
 
 def totals(conn: sa.Connection, filters: Filters) -> Totals:
     """Totals over the store (or the filtered part of it): events, compiles by cause, cost,
     calls and run time (the summary without its storms)."""
     runs = _runs_with_events(conn, filters)
-    events, traces, compiles, recompiles, stale_captures, causes = _event_counts(conn, filters)
-    compile_by_function = {
-        function_hash: float(cost or 0.0) for function_hash, _, cost in grouped(conn, filters, "function_hash")
-    }
+    causes: dict[str, int] = {}
+    events = traces = compiles = recompiles = stale_captures = 0
+    compile_by_function: dict[str, float] = {}
+    # One pass over the same groups the report reads (per function, kind, cause, compiled).
+    for function_hash, kind, cause, compiled, n, cost, _, _ in _event_groups(conn, filters):
+        n = int(n)
+        events += n
+        if kind == Kind.STALE_CAPTURE:
+            # Not a compile and no cost: the report keeps these out of the causes too.
+            stale_captures += n
+            compile_by_function.setdefault(function_hash, 0.0)
+            continue
+        causes[cause] = causes.get(cause, 0) + n
+        compile_by_function[function_hash] = compile_by_function.get(function_hash, 0.0) + float(cost or 0.0)
+        if kind == Kind.TRACE:
+            traces += n
+        if compiled:
+            compiles += n
+            if cause != Cause.FIRST_CALL and kind != Kind.WARMUP:
+                recompiles += n
     calls = 0
     run_total = 0.0
     measured_compile = 0.0
