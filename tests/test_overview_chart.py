@@ -133,3 +133,21 @@ def test_a_functions_charts_read_in_one_pass_are_its_call_sites_and_compiles_cou
         assert s["last"] == pytest.approx(by_site[s["call_site"]][3])
     assert [s["events"] for s in listed] == sorted((s["events"] for s in listed), reverse=True)
     assert len(listed) == len(sites), "every line, and the events without one"
+
+
+def test_the_room_a_functions_charts_take_to_group_ends_with_their_read(pg_url):
+    # The charts raise PostgreSQL's work memory for their own transaction only: a pooled
+    # connection's next transaction is back at the server's setting.
+    def work_mem(conn: sa.Connection) -> str:
+        return conn.exec_driver_sql("SHOW work_mem").scalar_one()
+
+    enginemod.ensure_schema(pg_url)
+    with enginemod.connection(pg_url) as conn:
+        before = work_mem(conn)
+    for _ in range(3):  # enough turns of the pool to meet the same connection again
+        with enginemod.connection(pg_url) as conn:
+            charts.function_charts(conn, "0" * 40, Filters())
+            charts.compiles_by_event(conn, Filters(since=0.0), 60)
+            assert work_mem(conn) == enginemod.GROUPING_WORK_MEM
+        with enginemod.connection(pg_url) as conn:
+            assert work_mem(conn) == before

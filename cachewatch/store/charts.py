@@ -8,6 +8,7 @@ from typing import TypedDict
 import sqlalchemy as sa
 
 from ..core.events import Cause, Kind
+from . import engine as enginemod
 from . import models, rollup
 from .columns import EVENT_SELECT, EventRow, Filters, cost_expr, event_rows_of
 
@@ -124,6 +125,7 @@ def compiles_by_event(
     q = filters.apply(e, sa.select(bucket, e.c.cause, sa.func.count().label("n")).where(e.c.compiled))
     if recompiles_only:
         q = q.where(e.c.cause != Cause.FIRST_CALL)
+    enginemod.room_to_group(conn)
     rows = conn.execute(q.group_by(bucket, e.c.cause).order_by(bucket, e.c.cause)).all()
     return [(float(r.bucket), r.cause, int(r.n)) for r in rows]
 
@@ -182,6 +184,7 @@ def function_charts(
     )
     sites: dict[str | None, CallSite] = {}
     compiles: dict[tuple[float, str], int] = {}
+    enginemod.room_to_group(conn)
     for start, cause, call_site, compiled, is_stale, n, seconds, last in conn.execute(q).all():
         n = int(n)
         if compiled:
