@@ -52,6 +52,8 @@ SORT_KEYS = (
     "compile_share",
     "last_compile",
 )
+# The sort keys that need the functions' call statistics (the rest are read off the events).
+CALL_KEYS = ("calls", "compile_share")
 
 
 def function_page(
@@ -78,9 +80,15 @@ def function_page(
         raise ValueError(f"cannot sort functions by {sort!r}")
     descending = sort.startswith("-")
     if not filters.is_empty() or key in ("name", "dominant_cause"):
-        rows = _matching(queries.function_report(conn, filters), q, cause)
+        # Sorted by what the events say, the page is chosen before the calls are read:
+        # then only its functions' statistics are summed (a week of a fleet's is tens of
+        # thousands of rows).
+        by_calls = key in CALL_KEYS
+        rows = _matching(queries.function_report(conn, filters, with_calls=by_calls), q, cause)
         rows = _sorted_rows(rows, key, descending)
-        return rows[offset : offset + limit], len(rows)
+        total = len(rows)
+        cut = rows[offset : offset + limit]
+        return (cut if by_calls else queries.with_calls(conn, filters, cut)), total
     listing = _listing(q, cause, key)
     value = listing.selected_columns[key]
     qualname = listing.selected_columns.qualname

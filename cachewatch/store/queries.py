@@ -53,9 +53,14 @@ class Totals:
 
 
 def function_report(
-    conn: sa.Connection, filters: Filters = Filters(), function_hashes: list[str] | None = None
+    conn: sa.Connection,
+    filters: Filters = Filters(),
+    function_hashes: list[str] | None = None,
+    *,
+    with_calls: bool = True,
 ) -> list[FunctionReport]:
-    """One row per function, most compile seconds first.
+    """One row per function, most compile seconds first (``with_calls=False``: without
+    reading the call statistics, every row as if its function had no call recorded).
 
     ``compile_seconds`` is the whole cost of (re)compiling: trace + lowering + XLA
     compile. ``run_seconds_mean`` is the run time of one call (cachewatch.core.runtimes: the
@@ -92,7 +97,7 @@ def function_report(
         per[cause] = per.get(cause, 0) + n
     if not rows:
         return []
-    stats = {r.function_hash: r for r in call_totals(conn, filters, function_hashes)}
+    stats = {r.function_hash: r for r in call_totals(conn, filters, function_hashes)} if with_calls else {}
     f = models.functions
     meta_q = sa.select(f)
     if function_hashes is not None or not filters.is_empty():
@@ -116,10 +121,7 @@ def _report_row(
     stat: CallTotals | None,
 ) -> FunctionReport:
     """A function's report row from its event totals and its call totals."""
-    calls = stat.calls if stat else 0
-    per_call = stat.run_seconds_per_call if stat else None
     compile_seconds = float(totals["compile_seconds"] or 0.0)
-    run_est = per_call * calls if per_call is not None else None
     compiles = int(totals["compiles"] or 0)
     return {
         "name": info.name if info else "",
@@ -135,15 +137,46 @@ def _report_row(
         "dominant_cause": _dominant(causes),
         "stale_captures": int(totals["stale_captures"] or 0),
         "compile_seconds": compile_seconds,
+        **_call_fields(stat, compile_seconds, compiles),
+        "first_compile": totals["first_compile"],
+        "last_compile": totals["last_compile"],
+    }
+
+
+class _CallFields(TypedDict):
+    calls: int
+    sampled_calls: int
+    run_seconds_mean: float | None
+    run_seconds_est: float | None
+    compile_share: float | None
+    run_time_note: str | None
+
+
+def _call_fields(stat: CallTotals | None, compile_seconds: float, compiles: int) -> _CallFields:
+    """The fields of a report row that come from the function's call statistics."""
+    calls = stat.calls if stat else 0
+    per_call = stat.run_seconds_per_call if stat else None
+    run_est = per_call * calls if per_call is not None else None
+    return {
         "calls": calls,
         "sampled_calls": stat.sampled_calls if stat else 0,
         "run_seconds_mean": per_call,
         "run_seconds_est": run_est,
         "compile_share": compile_share(compile_seconds, run_est),
         "run_time_note": run_time_note(stat, compiles),
-        "first_compile": totals["first_compile"],
-        "last_compile": totals["last_compile"],
     }
+
+
+def with_calls(conn: sa.Connection, filters: Filters, rows: list[FunctionReport]) -> list[FunctionReport]:
+    """Rows of :func:`function_report` read ``with_calls=False``, with their functions'
+    call statistics under the same filters (only these functions' are read)."""
+    if not rows:
+        return rows
+    stats = {r.function_hash: r for r in call_totals(conn, filters, [r["function_hash"] for r in rows])}
+    return [
+        {**row, **_call_fields(stats.get(row["function_hash"]), row["compile_seconds"], row["compiles"])}
+        for row in rows
+    ]
 
 
 _NO_EVENTS = {
