@@ -598,18 +598,26 @@ def totals(conn: sa.Connection, filters: Filters) -> Totals:
     runs = _runs_with_events(conn, filters)
     causes: dict[str, int] = {}
     events = traces = compiles = recompiles = stale_captures = 0
-    compile_by_function: dict[str, float] = {}
-    # One pass over the same groups the report reads (per function, kind, cause, compiled).
-    for function_hash, kind, cause, compiled, n, cost, _, _ in _event_groups(conn, filters):
+    groups: Iterable[tuple[Any, ...]]
+    if filters.is_empty():
+        # The kept totals summed in SQL: a few dozen rows, and a cost per function.
+        groups = ((None, *row) for row in grouped(conn, filters, "kind", "cause", "compiled"))
+        compile_by_function = {h: float(cost or 0.0) for h, _, cost in grouped(conn, filters, "function_hash")}
+    else:  # one pass over the groups the report reads (per function, kind, cause, compiled)
+        groups = (row[:6] for row in _event_groups(conn, filters))
+        compile_by_function = {}
+    for function_hash, kind, cause, compiled, n, cost in groups:
         n = int(n)
         events += n
         if kind == Kind.STALE_CAPTURE:
             # Not a compile and no cost: the report keeps these out of the causes too.
             stale_captures += n
-            compile_by_function.setdefault(function_hash, 0.0)
+            if function_hash is not None:
+                compile_by_function.setdefault(function_hash, 0.0)
             continue
         causes[cause] = causes.get(cause, 0) + n
-        compile_by_function[function_hash] = compile_by_function.get(function_hash, 0.0) + float(cost or 0.0)
+        if function_hash is not None:
+            compile_by_function[function_hash] = compile_by_function.get(function_hash, 0.0) + float(cost or 0.0)
         if kind == Kind.TRACE:
             traces += n
         if compiled:
