@@ -559,10 +559,12 @@ def ingest_bodies(fleet: Fleet, batches: int, size: int) -> list[bytes]:
         devices=("cuda:0",),
         python_version="3.11.7",
     )
-    sig_json, sig_hash, fingerprint = fleet.signature(3, 1)
-    diff, sentence = diff_of("new_shape", 1)
     bodies = []
     for b in range(batches):
+        # A storm of new shapes: each recompile a signature (and a program) of its own.
+        shapes = [
+            (*fleet.signature(3, 1000 + b * size + i), *diff_of("new_shape", 1000 + b * size + i)) for i in range(size)
+        ]
         events = [
             CompileEvent(
                 event_id=f"{int((now + b) * 1e6) + i:014x}{'e' * 18}",
@@ -586,7 +588,7 @@ def ingest_bodies(fleet: Fleet, batches: int, size: int) -> list[bytes]:
                 jaxpr_eqns=120,
                 program_fingerprint=fingerprint,
             )
-            for i in range(size)
+            for i, (sig_json, sig_hash, fingerprint, diff, sentence) in enumerate(shapes)
         ]
         stats = [
             CallStats(

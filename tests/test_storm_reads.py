@@ -377,3 +377,42 @@ def test_a_listing_keeps_what_it_told_and_the_next_reads_it_until_the_run_change
         assert kept_bursts.keep_descriptions(conn, {b: {"fix": "stale"} for b in old_ids | {"gone"}})
         assert all(d.get("fix") != "stale" for d in _described(conn).values())
         assert _assert_kept_storms_are_found_storms(conn, now, priced=True) == later.total
+
+
+def test_active_storms_are_the_kept_ones_still_going_and_a_poll_tells_none_again(store_url, monkeypatch):
+    _fill(store_url, 4)
+    told_bursts: list[int] = []
+    with_groups = kept_bursts.with_groups
+
+    def counting(conn, bursts, diffs=False):
+        told_bursts.append(len(bursts))
+        return with_groups(conn, bursts, diffs)
+
+    monkeypatch.setattr(kept_bursts, "with_groups", counting)
+    window = diagnosis.STORM_WINDOW
+    options: dict[str, Any] = {"threshold": diagnosis.STORM_THRESHOLD, "window": window, "active_only": True}
+    with enginemod.connection(store_url) as conn:
+        rollup.rebuild(conn)
+        every = diagnosis.find_storms(conn, now=NOW + 30 * 86400)
+        latest = max(every.storms, key=lambda s: s.end)
+        now = latest.end + window / 3  # that storm (and any that ended with it) still going
+        listed = diagnosis.find_storms(conn, now=now)
+        wanted = [s for s in listed.storms if s.active]
+        assert latest.key in {s.key for s in wanted}
+        assert diagnosis.storms(conn, Filters(), now=now, **options) == wanted
+        assert told_bursts[-1] == 0, "told by the listing before, and kept: a poll tells none again"
+        # A span open at its end that starts before the last 2 * window sees them all.
+        assert diagnosis.storms(conn, Filters(since=now - 3 * window), now=now, **options) == wanted
+        # Counting reads what was kept, less what only a description says.
+        counted = diagnosis.storms(conn, Filters(), now=now, described=False, **options)
+        assert told_bursts[-1] == 0
+        assert counted == [
+            dataclasses.replace(
+                s, fix="", priced_fix=None, recurs_in_runs=1, identical_programs=0, identical_seconds=0.0
+            )
+            for s in wanted
+        ]
+        # A span that starts inside the active window reads its own events, as before.
+        inside = diagnosis.storms(conn, Filters(since=latest.end - window / 2), now=now, described=False, **options)
+        assert {s.key for s in inside} <= {s.key for s in wanted}
+        assert all(s.start >= latest.end - window / 2 for s in inside)

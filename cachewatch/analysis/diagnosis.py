@@ -172,11 +172,16 @@ def _bursts_of(
     (store/kept_bursts.py, found again only for the runs that changed) under the default
     threshold and window, judged as of now, over the whole store or one run; else found
     from the recompiles now."""
-    defaults = (threshold, window, heard_until) == (STORM_THRESHOLD, STORM_WINDOW, None)
-    unbounded = filters.since is None and filters.until is None and filters.run_ids is None
-    if defaults and unbounded and settle_storms(conn):
+    if _kept_serve(filters, threshold, window, heard_until) and settle_storms(conn):
         return kept_bursts.read(conn, function_hashes, filters.run_id)
     return _judged_bursts(conn, filters, threshold, window, function_hashes, heard_until)
+
+
+def _kept_serve(filters: Filters, threshold: int, window: float, heard_until: float | None) -> bool:
+    """Whether the kept bursts answer a reading: the default threshold and window, judged
+    as of now, over the whole store or one run."""
+    defaults = (threshold, window, heard_until) == (STORM_THRESHOLD, STORM_WINDOW, None)
+    return defaults and filters.since is None and filters.until is None and filters.run_ids is None
 
 
 def settle_storms(conn: sa.Connection) -> bool:
@@ -244,7 +249,7 @@ class _Telling:
         describes them, kept with their bursts (kept_bursts.keep_descriptions)."""
         keep = self.described and self.priced  # what a kept description holds
         told: dict[int, Storm | FirstPass] = {}  # by id() of the burst
-        if keep:
+        if keep or not self.described:  # counting needs less than a kept description says
             told.update((id(b), found) for b in storms + passes if (found := self._as_told(b)) is not None)
         groups = kept_bursts.with_groups(self.conn, [b for b in storms + passes if id(b) not in told], self.described)
         telling = dataclasses.replace(
@@ -264,16 +269,27 @@ class _Telling:
         )
 
     def _as_told(self, burst: kept_bursts.Judged) -> Storm | FirstPass | None:
-        """The burst as its kept description tells it; None without one, or with one
-        another version of cachewatch wrote in another shape (the burst is told again)."""
+        """The burst as its kept description tells it (only what counting gives, when not
+        ``described``); None without one, or with one another version of cachewatch wrote
+        in another shape (the burst is told again)."""
         if not burst.description:
             return None
         try:
             if not burst.storm:
-                return FirstPass.from_json(burst.description, active=False)
-            recurs = len(self.runs_per_key[burst.key])
+                found = FirstPass.from_json(burst.description, active=False)
+                return found if self.described else dataclasses.replace(found, fix="")
             active = self.now - burst.ended <= self.window
-            return Storm.from_json(burst.description, active=active, recurs_in_runs=recurs)
+            if not self.described:  # no fix, waste or recurrence: what telling it uncounted gives
+                return Storm.from_json(
+                    burst.description,
+                    active=active,
+                    fix="",
+                    priced_fix=None,
+                    recurs_in_runs=1,
+                    identical_programs=0,
+                    identical_seconds=0.0,
+                )
+            return Storm.from_json(burst.description, active=active, recurs_in_runs=len(self.runs_per_key[burst.key]))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -1348,17 +1364,29 @@ def storms(
     **options: Unpack[StormReading],
 ) -> list[Storm]:
     """Storms, newest first, found with ``threshold`` and ``window`` as the service is set
-    (the other options as :func:`find_storms` takes them). With
-    ``active_only`` only recent events are read.
+    (the other options as :func:`find_storms` takes them); with ``active_only``, the
+    active ones: those whose last compile is within ``window`` of now.
 
-    A storm is active when its last compile is within ``window`` of now, and the
-    ``threshold`` compiles that make it span at most ``window``: so every event of an
-    active storm is younger than ``2 * window`` and older events need not be read.
+    Active storms are read from the kept bursts where those serve (the defaults, the whole
+    store or one run, or a span open at its end that starts before the last
+    ``2 * window``: such a span sees every active storm, and one that began before the
+    span is counted whole). Otherwise only the events of the last ``2 * window`` are read:
+    the ``threshold`` compiles that make a storm span at most ``window``, and an active
+    storm's last is within ``window`` of now.
     """
     now = options.get("now")
     now = options["now"] = time.time() if now is None else now
+    horizon = now - 2 * window
+    whole = Filters(run_id=filters.run_id, run_ids=filters.run_ids)
+    sees_all = filters.until is None and (filters.since is None or filters.since <= horizon)
+    if active_only and sees_all and _kept_serve(whole, threshold, window, options.get("heard_until")):
+        # The kept bursts still going: found again only for the runs written since, and
+        # told once (a storm's description is kept), not judged and told on every poll.
+        active = find_storms(
+            conn, whole, threshold=threshold, window=window, active=True, with_first_passes=False, **options
+        )
+        return list(active.storms)
     if active_only:
-        horizon = now - 2 * window
         filters = Filters(
             run_id=filters.run_id,
             until=filters.until,

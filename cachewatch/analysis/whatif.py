@@ -18,6 +18,7 @@ cache does), the seconds are as good as the fits the result reports.
 
 from __future__ import annotations
 
+import collections
 import math
 import re
 import statistics
@@ -584,15 +585,23 @@ def analyse(ev: RunEvidence, policy: Policy, axis: tuple[str, int] | None = None
 
 
 def _size_rows(ev: RunEvidence, sigs: dict[str, _Signature], model: _Model, seen: list[int]) -> list[SizeRow]:
-    """Per size the padded axis took: its compiles, calls and median run time per call."""
+    """Per size the padded axis took: its compiles, calls and median run time per call.
+
+    The signatures and compiles are grouped once: a storm of new shapes has as many sizes
+    as compiles (tens of thousands), and a pass over all of them per size was quadratic."""
+    by_size: dict[int, list[str]] = {}
+    for h, s in sigs.items():
+        if s.size is not None:
+            by_size.setdefault(s.size, []).append(h)
+    compiles_of = collections.Counter(c.signature_hash for c in ev.compiles)
     per_size = []
     for size in seen:
-        hashes = [h for h, s in sigs.items() if s.size == size]
+        hashes = by_size.get(size, [])
         timed = [model.timed[h].median_seconds for h in hashes if h in model.timed]
         per_size.append(
             SizeRow(
                 size,
-                sum(1 for c in ev.compiles if c.signature_hash in hashes),
+                sum(compiles_of[h] for h in hashes),
                 sum(model.calls[h] for h in hashes),
                 statistics.median(timed) if timed else None,
             )

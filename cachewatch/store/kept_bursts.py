@@ -84,7 +84,24 @@ def _find_again(conn: sa.Connection, stale: sa.Table, find: Finder) -> None:
         bursts, events = _kept_rows(found, finding)
         if bursts:
             conn.execute(sa.insert(b), bursts)
-            conn.execute(sa.insert(be), events)
+            _insert_members(conn, events)
+
+
+def _insert_members(conn: sa.Connection, events: list[dict]) -> None:
+    """The bursts' recompiles into ``kept_burst_events``. On PostgreSQL as one statement
+    over three arrays: a storm that is still growing is found again after every batch
+    its run writes, with tens of thousands of recompiles, and an executemany sends a
+    statement per row."""
+    be = models.kept_burst_events
+    if conn.dialect.name != "postgresql":
+        conn.execute(sa.insert(be), events)
+        return
+    columns = ("burst_id", "event_id", "function_hash")
+    arrays = ", ".join(f"CAST(:{c} AS text[])" for c in columns)
+    conn.execute(
+        sa.text(f"INSERT INTO {be.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"),
+        {c: [row[c] for row in events] for c in columns},
+    )
 
 
 def _kept_rows(found: Iterable[Judged], finding: str) -> tuple[list[dict], list[dict]]:
