@@ -85,12 +85,17 @@ def storm(tmp_path_factory):
     return url, run_id
 
 
-def price(url: str, name: str, policy: str, axis: str | None = None) -> whatif.Whatif:
+def price(url: str, name: str, policy: str, axis: str | None = None, fallback: str | None = None) -> whatif.Whatif:
     with enginemod.connection(url) as conn:
         function = reads.find_function(conn, name)
         run_id, run_name = reads.run_of(conn, function.function_hash, None)
         found = reads.evidence(conn, function, run_id, run_name)
-    return whatif.analyse(found, whatif.parse_policy(policy), whatif.parse_axis(axis) if axis else None)
+    return whatif.analyse(
+        found,
+        whatif.parse_policy(policy),
+        whatif.parse_axis(axis) if axis else None,
+        fallback=whatif.parse_policy(fallback) if fallback else None,
+    )
 
 
 def padded_compiles(bucket_of) -> int:
@@ -138,6 +143,7 @@ def test_auto_is_no_worse_than_pow2_on_the_run_figures(storm):
     assert len(auto.curve) >= 2
     assert all(p.buckets[-1] == max(SIZES) and p.compiles == len(p.buckets) for p in auto.curve)
     assert auto.price in auto.curve
+    assert price(url, "storm_step", "auto", fallback="pow2") == auto, "a run time to weigh: no fallback"
     assert min(p.total_seconds or 0.0 for p in auto.curve) == auto.price.total_seconds
     # Padding never makes the run cheaper, and the executables kept are the buckets.
     assert all(p.padded_run_seconds is not None and p.padded_run_seconds >= 0 for p in auto.curve)
@@ -304,6 +310,8 @@ def test_too_few_timed_signatures_refuse_to_price_run_time():
     assert "padded compute not priced" in (whatif.fix_sentence(result) or "")
     with pytest.raises(whatif.WhatifError, match="auto cannot weigh padding against compiles"):
         whatif.analyse(ev, whatif.parse_policy("auto"))
+    # With a fallback, the same reading of the run prices it instead (a storm's price).
+    assert whatif.analyse(ev, whatif.parse_policy("auto"), fallback=whatif.parse_policy("pow2")) == result
 
 
 def test_other_fixes_are_priced_from_the_run():

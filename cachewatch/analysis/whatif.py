@@ -537,8 +537,13 @@ def _auto(model: _Model, sizes: list[int], most: int) -> list[tuple[int, ...]]:
 # ------------------------------------------------------------------ the analysis
 
 
-def analyse(ev: RunEvidence, policy: Policy, axis: tuple[str, int] | None = None) -> Whatif:
-    """Price ``policy`` on the run (raises WhatifError for an axis that cannot be padded)."""
+def analyse(
+    ev: RunEvidence, policy: Policy, axis: tuple[str, int] | None = None, *, fallback: Policy | None = None
+) -> Whatif:
+    """Price ``policy`` on the run (raises WhatifError for an axis that cannot be padded).
+    With ``fallback``, an ``auto`` policy that cannot weigh padding (no run time to fit)
+    prices ``fallback`` instead, from the same reading of the run's signatures (a storm of
+    new shapes has tens of thousands: reading them twice was half the price's time)."""
     if not ev.compiles:
         raise WhatifError(f"{ev.function.qualname} did not compile in run {ev.run_id}")
     sizes = _varying(ev.compiles)
@@ -559,7 +564,12 @@ def analyse(ev: RunEvidence, policy: Policy, axis: tuple[str, int] | None = None
     elif policy.kind == "none":
         price = recorded
     elif policy.kind == "auto":
-        price, curve = _auto_price(model, policy, seen)
+        try:
+            price, curve = _auto_price(model, policy, seen)
+        except WhatifError:
+            if fallback is None:
+                raise
+            price = model.price(fallback.text, {s: fallback.bucket(s) for s in seen})
     else:
         price = model.price(policy.text, {s: policy.bucket(s) for s in seen})
     return Whatif(
@@ -728,10 +738,7 @@ def priced_fixes(conn: sa.Connection, pairs: list[tuple[FunctionInfo, str]]) -> 
 
 def _price(ev: RunEvidence) -> str | None:
     try:
-        try:
-            result = analyse(ev, Policy("auto"))
-        except WhatifError:
-            result = analyse(ev, Policy("pow2"))
+        result = analyse(ev, Policy("auto"), fallback=Policy("pow2"))
     except WhatifError:
         return None
     return fix_sentence(result)

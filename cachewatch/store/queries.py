@@ -19,7 +19,7 @@ from ..core.events import Cause, Kind, explain_cache_miss
 from ..core.figures import compile_share
 from ..core.lowered import ModuleDiff, diff_modules
 from . import engine as enginemod
-from . import models, settling
+from . import models, rollup, settling
 from . import programs as storedprograms
 from .columns import EVENT_SELECT, EventRow, Filters, FunctionReport, cost_expr, event_rows_of
 
@@ -144,6 +144,8 @@ def _report_row(
 
 
 class _CallFields(TypedDict):
+    """The fields of a report row that its function's call statistics give."""
+
     calls: int
     sampled_calls: int
     run_seconds_mean: float | None
@@ -248,8 +250,8 @@ def _stat_sums(
 ) -> tuple[dict[str, list[Any]], dict[str, dict[str, runtimes.Buckets]]]:
     """The statistics rows under the filters, summed: per function its calls, sampled
     calls, sampled seconds and calls made while sampling was off; per function and
-    signature the run-time buckets merged (a row written before buckets were kept holds
-    its samples at their mean, standing for the row's calls: rollup.row_buckets's rule).
+    signature the run-time buckets merged (rollup.row_buckets's rule for a row written
+    before buckets were kept).
 
     A week of a fleet is tens of thousands of rows: plain tuples, the buckets' JSON text
     parsed here and merged in place (a Row mapping and a dict per row cost more than the
@@ -283,10 +285,10 @@ def _stat_sums(
         if every == 0:
             totals[3] += calls
         data = loads(text) if text else None
-        if not data:
-            if not sampled:
+        if not data:  # a row from before buckets were kept (rare): the rule's own spelling
+            data = rollup.row_buckets({"sampled_calls": sampled, "sampled_seconds": seconds, "calls": calls})
+            if not data:
                 continue
-            data = {runtimes.bucket_of(seconds / sampled): (sampled, max(calls, sampled))}
         signatures = per_signature.get(function_hash)
         if signatures is None:
             signatures = per_signature[function_hash] = {}

@@ -456,12 +456,12 @@ def _ladder_view(conn: sa.Connection, function_hash: str, view: View) -> LadderV
         function = whatifreads.find_function(conn, function_hash)
         run_id, run_name = whatifreads.run_of(conn, function_hash, view.filters.run_id)
         found = whatifreads.evidence(conn, function, run_id, run_name)
-        result = whatif.analyse(found, whatif.Policy("pow2"))
+        # Without a run time to weigh padding against, powers of two are priced instead.
+        result = whatif.analyse(found, whatif.Policy("auto"), fallback=whatif.Policy("pow2"))
         if result.nothing_to_pad:
             return LadderView(None, None, "")
         if result.run_fit is None:
             return LadderView(result, whatif.fix_sentence(result), result.run_fit_note)
-        result = whatif.analyse(found, whatif.Policy("auto"))
     except (LookupError, whatif.WhatifError) as exc:
         return LadderView(None, None, str(exc.args[0]) if exc.args else "")
     return LadderView(result, whatif.fix_sentence(result), "")
