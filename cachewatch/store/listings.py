@@ -73,7 +73,8 @@ def function_page(
     leading ``-``, unknown values last either way, ties in order of qualified name (then hash). Over the whole
     store the page is chosen in SQL from the kept totals and only its functions get a
     full report row; a run or time filter, or a sort by name or dominant cause, builds the
-    report of every function that matches and cuts it.
+    report of every function that matches and cuts it (reading the call statistics of the
+    page's functions alone, unless the sort is by calls or compile share).
     """
     key = sort.lstrip("-")
     if key not in SORT_KEYS:
