@@ -508,9 +508,9 @@ def _within(f: Filters, row: dict[str, Any]) -> bool:
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
 def test_totals_over_the_store_a_span_or_a_run_are_those_counted_from_the_rows(dialect, sqlite_url, request):
-    """The summary and the function listing over a time span or a run read the events and
-    statistics under it in one pass each, and count the runs from their kept first and
-    last event: the same figures as counting every stored row by hand."""
+    """The summary and the function listing over the store, a time span or a run read the
+    events and statistics under it in one pass each, and count the runs from their kept
+    first and last event: the same figures as counting every stored row by hand."""
     from cachewatch.store import queries
 
     url = sqlite_url if dialect == "sqlite" else request.getfixturevalue("pg_url")
