@@ -8,7 +8,7 @@ Field names follow DESIGN.md: a report row carries ``name``, ``qualname``, ``mod
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import orjson
@@ -594,38 +594,58 @@ def _runs_with_events(conn: sa.Connection, filters: Filters) -> int:
     return conn.execute(runs_q).scalar_one()
 
 
-def totals(conn: sa.Connection, filters: Filters) -> Totals:
-    """Totals over the store (or the filtered part of it): events, compiles by cause, cost,
-    calls and run time (the summary without its storms)."""
-    runs = _runs_with_events(conn, filters)
-    causes: dict[str, int] = {}
-    events = traces = compiles = recompiles = stale_captures = 0
+@dataclass
+class _EventTally:
+    """What the events under a view count: events, traces, compiles, recompiles and stale
+    captures, events per cause, and compile seconds per function."""
+
+    events: int = 0
+    traces: int = 0
+    compiles: int = 0
+    recompiles: int = 0
+    stale_captures: int = 0
+    causes: dict[str, int] = field(default_factory=dict)
+    compile_by_function: dict[str, float] = field(default_factory=dict)
+
+
+def _event_tally(conn: sa.Connection, filters: Filters) -> _EventTally:
+    """The events under the filters, counted: from the kept totals over the whole store."""
+    tally = _EventTally()
     groups: Iterable[tuple[Any, ...]]
     if filters.is_empty():
         # The kept totals summed in SQL: a few dozen rows, and a cost per function.
         groups = ((None, *row) for row in grouped(conn, filters, "kind", "cause", "compiled"))
-        compile_by_function = {h: float(cost or 0.0) for h, _, cost in grouped(conn, filters, "function_hash")}
+        tally.compile_by_function = {h: float(c or 0.0) for h, _, c in grouped(conn, filters, "function_hash")}
     else:  # one pass over the groups the report reads (per function, kind, cause, compiled)
         groups = (row[:6] for row in _event_groups(conn, filters))
-        compile_by_function = {}
+    costs, causes = tally.compile_by_function, tally.causes
     for function_hash, kind, cause, compiled, n, cost in groups:
         n = int(n)
-        events += n
+        tally.events += n
         if kind == Kind.STALE_CAPTURE:
             # Not a compile and no cost: the report keeps these out of the causes too.
-            stale_captures += n
+            tally.stale_captures += n
             if function_hash is not None:
-                compile_by_function.setdefault(function_hash, 0.0)
+                costs.setdefault(function_hash, 0.0)
             continue
         causes[cause] = causes.get(cause, 0) + n
         if function_hash is not None:
-            compile_by_function[function_hash] = compile_by_function.get(function_hash, 0.0) + float(cost or 0.0)
+            costs[function_hash] = costs.get(function_hash, 0.0) + float(cost or 0.0)
         if kind == Kind.TRACE:
-            traces += n
+            tally.traces += n
         if compiled:
-            compiles += n
+            tally.compiles += n
             if cause != Cause.FIRST_CALL and kind != Kind.WARMUP:
-                recompiles += n
+                tally.recompiles += n
+    return tally
+
+
+def totals(conn: sa.Connection, filters: Filters) -> Totals:
+    """Totals over the store (or the filtered part of it): events, compiles by cause, cost,
+    calls and run time (the summary without its storms)."""
+    runs = _runs_with_events(conn, filters)
+    tally = _event_tally(conn, filters)
+    compile_by_function = tally.compile_by_function
     calls = 0
     run_total = 0.0
     measured_compile = 0.0
@@ -641,16 +661,16 @@ def totals(conn: sa.Connection, filters: Filters) -> Totals:
     compile_seconds = sum(compile_by_function.values())
     note = None
     if not measured:
-        note = run_time_note(CallTotals("", calls, 0, 0.0, None, unsampled), compiles)
+        note = run_time_note(CallTotals("", calls, 0, 0.0, None, unsampled), tally.compiles)
     return Totals(
         functions=len(compile_by_function),
         runs=int(runs or 0),
-        events=events,
-        traces=traces,
-        compiles=compiles,
-        recompiles=recompiles,
-        stale_captures=stale_captures,
-        causes=causes,
+        events=tally.events,
+        traces=tally.traces,
+        compiles=tally.compiles,
+        recompiles=tally.recompiles,
+        stale_captures=tally.stale_captures,
+        causes=tally.causes,
         compile_seconds=compile_seconds,
         calls=calls,
         run_seconds_est=run_total if measured else None,
