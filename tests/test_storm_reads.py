@@ -318,9 +318,8 @@ def _described(conn: sa.Connection) -> dict[str, dict]:
     return dict(conn.execute(sa.select(b.c.burst_id, b.c.description).where(b.c.description.is_not(None))).all())
 
 
-def test_a_listing_keeps_what_it_told_and_the_next_reads_it_until_the_run_changes(store_url, monkeypatch):
-    _fill(store_url, 4)
-    now = NOW + 3 * 86400
+def _counting_tellings(monkeypatch) -> list[int]:
+    """How many bursts each telling reads the recompiles of (kept_bursts.with_groups), in order."""
     told_bursts: list[int] = []
     with_groups = kept_bursts.with_groups
 
@@ -329,6 +328,13 @@ def test_a_listing_keeps_what_it_told_and_the_next_reads_it_until_the_run_change
         return with_groups(conn, bursts, diffs)
 
     monkeypatch.setattr(kept_bursts, "with_groups", counting)
+    return told_bursts
+
+
+def test_a_listing_keeps_what_it_told_and_the_next_reads_it_until_the_run_changes(store_url, monkeypatch):
+    _fill(store_url, 4)
+    now = NOW + 3 * 86400
+    told_bursts = _counting_tellings(monkeypatch)
     with enginemod.connection(store_url) as conn:
         rollup.rebuild(conn)
         whole = diagnosis.find_storms(conn, now=now)
@@ -381,14 +387,7 @@ def test_a_listing_keeps_what_it_told_and_the_next_reads_it_until_the_run_change
 
 def test_active_storms_are_the_kept_ones_still_going_and_a_poll_tells_none_again(store_url, monkeypatch):
     _fill(store_url, 4)
-    told_bursts: list[int] = []
-    with_groups = kept_bursts.with_groups
-
-    def counting(conn, bursts, diffs=False):
-        told_bursts.append(len(bursts))
-        return with_groups(conn, bursts, diffs)
-
-    monkeypatch.setattr(kept_bursts, "with_groups", counting)
+    told_bursts = _counting_tellings(monkeypatch)
     window = diagnosis.STORM_WINDOW
     options: dict[str, Any] = {"threshold": diagnosis.STORM_THRESHOLD, "window": window, "active_only": True}
     with enginemod.connection(store_url) as conn:
