@@ -254,8 +254,8 @@ def _stat_sums(
     before buckets were kept).
 
     A week of a fleet is tens of thousands of rows: plain tuples, the buckets' JSON text
-    parsed here and merged in place (a Row mapping and a dict per row cost more than the
-    query itself)."""
+    parsed here and merged straight into the signature's buckets (a Row mapping and a
+    copy of the buckets per row cost more than the query itself)."""
     s = models.call_stats
     q = filters.apply(
         s,
@@ -289,20 +289,7 @@ def _stat_sums(
             data = rollup.row_buckets({"sampled_calls": sampled, "sampled_seconds": seconds, "calls": calls})
             if not data:
                 continue
-        signatures = per_signature.get(function_hash)
-        if signatures is None:
-            signatures = per_signature[function_hash] = {}
-        into = signatures.get(signature_hash or "")
-        if into is None:
-            into = signatures[signature_hash or ""] = {}
-        for bucket, (n, weight) in data.items():
-            b = int(bucket)
-            have = into.get(b)
-            if have is None:
-                into[b] = [int(n), int(weight)]
-            else:
-                have[0] += int(n)
-                have[1] += int(weight)
+        runtimes.merge(per_signature.setdefault(function_hash, {}).setdefault(signature_hash or "", {}), data)
     return found, per_signature
 
 
