@@ -1376,24 +1376,24 @@ def storms(
     """
     now = options.get("now")
     now = options["now"] = time.time() if now is None else now
+    if not active_only:
+        return detect_storms(conn, filters, threshold=threshold, window=window, **options)
     horizon = now - 2 * window
     whole = Filters(run_id=filters.run_id, run_ids=filters.run_ids)
     sees_all = filters.until is None and (filters.since is None or filters.since <= horizon)
-    if active_only and sees_all and _kept_serve(whole, threshold, window, options.get("heard_until")):
+    if sees_all and _kept_serve(whole, threshold, window, options.get("heard_until")):
         # The kept bursts still going: found again only for the runs written since, and
         # told once (a storm's description is kept), not judged and told on every poll.
         active = find_storms(
             conn, whole, threshold=threshold, window=window, active=True, with_first_passes=False, **options
         )
         return list(active.storms)
-    if active_only:
-        filters = Filters(
-            run_id=filters.run_id,
-            until=filters.until,
-            since=horizon if filters.since is None else max(filters.since, horizon),
-        )
-    found = detect_storms(conn, filters, threshold=threshold, window=window, **options)
-    return [s for s in found if s.active] if active_only else found
+    recent = Filters(
+        run_id=filters.run_id,
+        until=filters.until,
+        since=horizon if filters.since is None else max(filters.since, horizon),
+    )
+    return [s for s in detect_storms(conn, recent, threshold=threshold, window=window, **options) if s.active]
 
 
 def summary(
