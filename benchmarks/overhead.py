@@ -1,6 +1,6 @@
 """What cachewatch costs the program it watches.
 
-    .venv/bin/python benchmarks/overhead.py [--repeats 7] [--rounds 41] [--shapes 50]
+    .venv/bin/python benchmarks/overhead.py [--repeats 7] [--rounds 41] [--shapes 50] [--hits-only]
 
 (a) a cache-hit call of a tiny function: cachewatch.jit against jax.jit;
 (b) a function compiled for many distinct shapes: time per compile with
@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 import cachewatch
+from cachewatch.capture.counters import Watched
 
 
 def make_tiny():
@@ -197,11 +198,29 @@ def interleaved(variants: dict, repeats: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def print_machine() -> None:
+    hit_path = "C (_fastcall)" if Watched is not None else "the pure-Python twin (no C extension)"
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"jax {jax.__version__}, backend {jax.default_backend()}; cachewatch's cache-hit path: {hit_path}"
+    )
+    print()
+
+
+def print_hits(hits: dict[str, tuple[float, float]], rounds: int) -> None:
+    print(f"(a) cache-hit call of a tiny function ({rounds} interleaved rounds of 2000 calls)")
+    print(f"    {'variant':34} {'us/call':>9} {'ratio':>7}")
+    for name, (per_call, ratio) in hits.items():
+        print(f"    {name:34} {per_call * 1e6:9.2f} {ratio:7.3f}")
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--rounds", type=int, default=41, help="rounds for (a), ratios paired per round")
     parser.add_argument("--shapes", type=int, default=50)
+    parser.add_argument("--hits-only", action="store_true", help="measure (a) alone (long runs of many rounds)")
     args = parser.parse_args()
 
     # JAX's explanations go to the "jax" logger at WARNING; keep them off the terminal
@@ -222,6 +241,10 @@ def main() -> None:
         calls=2_000,
         rounds=args.rounds,
     )
+    if args.hits_only:
+        print_machine()
+        print_hits(hits, args.rounds)
+        return
     compiles = interleaved(
         {
             "jax.jit": lambda: time_compiles(jax.jit, args.shapes, explain=False),
@@ -247,16 +270,8 @@ def main() -> None:
     )
     cachewatch.flush(30)
 
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"jax {jax.__version__}, backend {jax.default_backend()}"
-    )
-    print()
-    print(f"(a) cache-hit call of a tiny function ({args.rounds} interleaved rounds of 2000 calls)")
-    print(f"    {'variant':34} {'us/call':>9} {'ratio':>7}")
-    for name, (per_call, ratio) in hits.items():
-        print(f"    {name:34} {per_call * 1e6:9.2f} {ratio:7.3f}")
-    print()
+    print_machine()
+    print_hits(hits, args.rounds)
     print(
         f"(b) one function compiled for {args.shapes} distinct shapes (medians of {args.repeats} interleaved repeats)"
     )

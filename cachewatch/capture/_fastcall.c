@@ -59,6 +59,10 @@ typedef struct {
     PyObject *dict;
     PyObject *weakreflist;
     vectorcallfunc vectorcall;
+    /* JAX's jitted function's own vectorcall, read once: calling it directly skips the
+     * thread-state lookup and result check of PyObject_Vectorcall on every call (NULL
+     * when the callable has none). */
+    vectorcallfunc jitted_call;
 } Watched;
 
 static int
@@ -105,7 +109,8 @@ watched_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject 
     if (++counter->calls >= counter->next_sample) {
         return PyObject_Vectorcall(self->sampled, args, nargsf, kwnames);
     }
-    PyObject *out = PyObject_Vectorcall(self->jitted, args, nargsf, kwnames);
+    PyObject *out = self->jitted_call != NULL ? self->jitted_call(self->jitted, args, nargsf, kwnames)
+                                              : PyObject_Vectorcall(self->jitted, args, nargsf, kwnames);
     if (activity == mark) {
         return out;
     }
@@ -155,6 +160,7 @@ watched_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->sampled = Py_NewRef(sampled);
     self->finish = Py_NewRef(finish);
     self->vectorcall = watched_vectorcall;
+    self->jitted_call = PyVectorcall_Function(jitted);
     return (PyObject *)self;
 }
 
