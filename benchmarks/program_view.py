@@ -1,7 +1,7 @@
 """What recording a compile, with the whole program view, costs the compile path.
 
     .venv/bin/python benchmarks/program_view.py [--rounds 7] [--small-rounds 41] [--layers 12] [--unrolled 200]
-                                                [--only transformer]
+                                                [--only transformer] [--control]
 
 Three programs: a small function, a transformer-like training step (``--layers`` blocks
 of attention and MLP, its gradient and an Adam update: over 13,000 jaxpr equations) and
@@ -24,10 +24,10 @@ keeps for it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 
@@ -233,31 +233,46 @@ PARTS = {
 }
 
 
-def compare(
-    fn, fn_args, rounds: int, drain: bool, progress: bool = False
-) -> tuple[list[float], list[float], list[float], list[float]]:
-    """Per round: the cachewatch.jit / jax.jit ratio, jax.jit's compile path, the
+@dataclasses.dataclass
+class Rounds:
+    """Per round: the cachewatch.jit / jax.jit ratio, the control's jax.jit / jax.jit ratio
+    (the method's own spread; empty without ``--control``), jax.jit's compile path, the
     compiling thread's share spent on the program, and the writer's CPU per compile."""
-    ratios, plain_times, on_path, writer_cpu = [], [], [], []
+
+    ratios: list[float] = dataclasses.field(default_factory=list)
+    control: list[float] = dataclasses.field(default_factory=list)
+    plain_times: list[float] = dataclasses.field(default_factory=list)
+    on_path: list[float] = dataclasses.field(default_factory=list)
+    writer_cpu: list[float] = dataclasses.field(default_factory=list)
+
+
+def compare(fn, fn_args, rounds: int, drain: bool, progress: bool = False, control: bool = False) -> Rounds:
+    variants = {"jax.jit": jax.jit, "cachewatch.jit": cachewatch.jit}
+    if control:  # a second jax.jit in the rotation: what the ratio reads when nothing differs
+        variants["jax.jit again"] = jax.jit
+    names = list(variants)
+    out = Rounds()
     for r in range(rounds):
-        order = [jax.jit, cachewatch.jit] if r % 2 == 0 else [cachewatch.jit, jax.jit]
+        order = names[r % len(names) :] + names[: r % len(names)]
         times = {}
-        for jit in order:
+        for name in order:
             on_path_before = programmod.spent["on_compile_path"]
             cpu_before = recorder.program_work().writer_cpu_seconds
-            times[jit] = compile_path(jit, fn, fn_args)
-            if jit is cachewatch.jit:
-                on_path.append((programmod.spent["on_compile_path"] - on_path_before) / times[jit])
+            times[name] = compile_path(variants[name], fn, fn_args)
+            if name == "cachewatch.jit":
+                out.on_path.append((programmod.spent["on_compile_path"] - on_path_before) / times[name])
                 if drain:
                     cachewatch.flush(timeout=600)
-                    writer_cpu.append(recorder.program_work().writer_cpu_seconds - cpu_before)
-        ratios.append(times[cachewatch.jit] / times[jax.jit])
-        plain_times.append(times[jax.jit])
+                    out.writer_cpu.append(recorder.program_work().writer_cpu_seconds - cpu_before)
+        out.ratios.append(times["cachewatch.jit"] / times["jax.jit"])
+        if control:
+            out.control.append(times["jax.jit again"] / times["jax.jit"])
+        out.plain_times.append(times["jax.jit"])
         if progress:  # slow compiles (a GPU's): each round's figures as they come
-            print(f"  round {r + 1}: jax.jit {times[jax.jit]:.2f} s, ratio {ratios[-1]:.4f}", flush=True)
+            print(f"  round {r + 1}: jax.jit {times['jax.jit']:.2f} s, ratio {out.ratios[-1]:.4f}", flush=True)
     if not drain:
         cachewatch.flush(timeout=600)
-    return ratios, plain_times, on_path, writer_cpu
+    return out
 
 
 def main() -> None:
@@ -270,6 +285,11 @@ def main() -> None:
     parser.add_argument("--progress", action="store_true", help="print each round's figures as it ends")
     parser.add_argument(
         "--only", default="", help="time only the programs whose name contains this (small, transformer, loop)"
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="rotate a second jax.jit into the rounds: its ratio to the first is the method's own spread",
     )
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="cachewatch-bench-program-")
@@ -291,18 +311,23 @@ def main() -> None:
         cachewatch.flush(timeout=600)
         if args.progress:
             print(f"{name}: {eqns} equations, warmed in {time.perf_counter() - warm:.1f} s", flush=True)
-        ratios, plain_times, on_path, writer_cpu = compare(fn, fn_args, rounds, drain=True, progress=args.progress)
-        back_to_back, _, _, _ = compare(fn, fn_args, rounds, drain=False, progress=args.progress)
-        base = statistics.median(plain_times)
+        drained = compare(fn, fn_args, rounds, drain=True, progress=args.progress, control=args.control)
+        back_to_back = compare(fn, fn_args, rounds, drain=False, progress=args.progress)
+        base = statistics.median(drained.plain_times)
+        writer_cpu = statistics.median(drained.writer_cpu)
         print(
             f"\n{name}: {eqns} jaxpr equations, compile path {base:.3f} s with jax.jit\n"
-            f"  cachewatch.jit / jax.jit = {statistics.median(ratios):.4f} (median of {rounds} paired rounds; "
-            f"the writer's work between compiles)\n"
-            f"  program view on the compiling thread: {100 * statistics.median(on_path):.3f}% of the compile path\n"
-            f"  writer's CPU per compile: {statistics.median(writer_cpu) * 1e3:.1f} ms "
-            f"({100 * statistics.median(writer_cpu) / base:.2f}% of the compile path)\n"
+            f"  cachewatch.jit / jax.jit = {statistics.median(drained.ratios):.4f} (median of {rounds} paired "
+            f"rounds; the writer's work between compiles)"
+        )
+        if drained.control:
+            print(f"  jax.jit / jax.jit (control, same rounds) = {statistics.median(drained.control):.4f}")
+        print(
+            f"  program view on the compiling thread: {100 * statistics.median(drained.on_path):.3f}% "
+            f"of the compile path\n"
+            f"  writer's CPU per compile: {writer_cpu * 1e3:.1f} ms ({100 * writer_cpu / base:.2f}% of the compile path)\n"
             f"  back to back (the writer reading the previous program during this compile): "
-            f"{statistics.median(back_to_back):.4f}"
+            f"{statistics.median(back_to_back.ratios):.4f}"
         )
         measured = parts(fn, fn_args)
         xla = measured["compile"]
@@ -359,4 +384,4 @@ def kept_in_store(url: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
