@@ -321,6 +321,19 @@ def _signatures(
         padded.setdefault(path, set()).add(axis)
     out: dict[str, _Signature] = {}
     same_leaves: dict[tuple[object, ...], list[str]] = {}
+    blank = {p: frozenset(a) for p, a in padded.items()}
+    # Each leaf's key, by the leaf's id (the store reads one object per distinct leaf, so
+    # a storm's tens of thousands of signatures share their unchanged leaves): padded
+    # axes blanked, and as recorded. The leaves live in ``compiles`` throughout.
+    blanked: dict[int, tuple[object, ...]] = {}
+    recorded: dict[int, tuple[object, ...]] = {}
+
+    def key(leaf: Leaf, keys: dict[int, tuple[object, ...]], axes: dict[str, frozenset[int]]) -> tuple[object, ...]:
+        found = keys.get(id(leaf))
+        if found is None:
+            found = keys[id(leaf)] = _leaf_key(leaf, axes.get(leaf.path, frozenset()))
+        return found
+
     for c in compiles:
         if c.signature_hash in out:
             continue
@@ -329,11 +342,11 @@ def _signatures(
             leaf = next((x for x in c.signature if x.path == main[0] and not x.static), None)
             if leaf is not None and leaf.shape is not None and main[1] < len(leaf.shape):
                 size = leaf.shape[main[1]]
-        blank = {p: frozenset(a) for p, a in padded.items()} if size is not None else {}
-        rest = tuple(_leaf_key(x, blank.get(x.path, frozenset())) for x in c.signature)
+        as_recorded = tuple(key(x, recorded, {}) for x in c.signature)
+        rest = tuple(key(x, blanked, blank) for x in c.signature) if size is not None else as_recorded
         # Two signatures with the same leaves differ in what the leaves leave out
         # (placement, context): they stay two compiles.
-        twins = same_leaves.setdefault(tuple(_leaf_key(x, frozenset()) for x in c.signature), [])
+        twins = same_leaves.setdefault(as_recorded, [])
         twins.append(c.signature_hash)
         out[c.signature_hash] = _Signature(c.signature_hash, size, (*rest, len(twins) - 1))
     return out
