@@ -450,3 +450,44 @@ def test_a_storms_fix_quotes_what_padding_saves_over_the_run(sqlite_url, use_sto
         dataclasses.replace(s, fix="", priced_fix=None, recurs_in_runs=1, identical_programs=0, identical_seconds=0.0)
         for s in storms
     ]
+
+
+def test_a_runs_price_is_kept_until_the_run_changes(store_url, use_store):
+    use_store(store_url)
+
+    @cachewatch.jit
+    def grows(x):
+        return jnp.tanh(x @ x.T).sum()
+
+    def priced() -> whatif.Whatif:
+        with enginemod.connection(store_url) as conn:
+            (found,) = whatif.auto_prices(conn, [(function, run_id)])
+            fresh = whatif.analyse(
+                reads.evidence(conn, function, run_id), whatif.Policy("auto"), fallback=whatif.Policy("pow2")
+            )
+        assert isinstance(found, whatif.Whatif)
+        assert found == fresh  # what the store says now
+        return found
+
+    for size in range(9, 21):
+        grows(jnp.ones((size, 4)))
+    assert cachewatch.flush(30)
+    with enginemod.connection(store_url) as conn:
+        function = reads.find_function(conn, "grows")
+        run_id, _ = reads.run_of(conn, function.function_hash, None)
+    first = priced()
+    assert first.recorded.compiles == 12
+    assert priced() is first  # nothing new in the run: neither read nor analysed again
+    # New compiles in the run: priced again.
+    grows(jnp.ones((21, 4)))
+    grows(jnp.ones((22, 4)))
+    assert cachewatch.flush(30)
+    grown = priced()
+    assert grown.recorded.compiles == 14
+    # Only calls at cache hits (call statistics): priced again too.
+    for _ in range(300):
+        grows(jnp.ones((22, 4)))
+    assert cachewatch.flush(30)
+    called = priced()
+    assert called is not grown
+    assert called.calls > grown.calls

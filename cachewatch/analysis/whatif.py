@@ -22,8 +22,11 @@ import collections
 import math
 import re
 import statistics
+import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -744,17 +747,52 @@ def priced_fix(conn: sa.Connection, function_hash: str, run_id: str) -> str | No
 def priced_fixes(conn: sa.Connection, pairs: list[tuple[FunctionInfo, str]]) -> list[str | None]:
     """:func:`priced_fix` for each (function, run), their evidence read together and each
     (function, run) priced once (a function that stormed twice in a run has one price there)."""
+    return [fix_sentence(found) if isinstance(found, Whatif) else None for found in auto_prices(conn, pairs)]
+
+
+# ------------------------------------------------------------------ prices kept
+
+# auto's price of each (function, run) already worked out, per store, by what the run's
+# evidence was read at (store.whatif.evidence_stamps): a storm's priced fix and the
+# function page's ladder over the same run are one analysis, and a run that got nothing
+# new is not read again. Bounded in entries and in the sizes the kept results hold (a
+# storm of new shapes prices tens of thousands of sizes).
+PRICES_KEPT = 64
+PRICE_SIZES_KEPT = 200_000
+_Kept = collections.OrderedDict[tuple[Any, ...], Whatif | WhatifError]
+_kept_prices: weakref.WeakKeyDictionary[sa.Engine, _Kept] = weakref.WeakKeyDictionary()
+_kept_lock = threading.Lock()
+
+
+def auto_prices(conn: sa.Connection, pairs: list[tuple[FunctionInfo, str]]) -> list[Whatif | WhatifError]:
+    """``auto`` priced on each (function, run), ``pow2`` where auto has no run time to weigh
+    padding against; the error that says why where the run cannot be priced. A pair whose
+    run changed in nothing since it was last priced is not read or analysed again."""
     distinct = list({(function.function_hash, run_id): (function, run_id) for function, run_id in pairs}.values())
-    prices = {(ev.function.function_hash, ev.run_id): _price(ev) for ev in reads.evidence_of_many(conn, distinct)}
-    return [prices[(function.function_hash, run_id)] for function, run_id in pairs]
+    stamps = reads.evidence_stamps(conn, [(function.function_hash, run_id) for function, run_id in distinct])
+    keys = [(f.function_hash, run_id, stamp) for (f, run_id), stamp in zip(distinct, stamps, strict=True)]
+    with _kept_lock:
+        kept = _kept_prices.setdefault(conn.engine, collections.OrderedDict())
+        found = {key: kept[key] for key in keys if key in kept}
+    missing = [(pair, key) for pair, key in zip(distinct, keys, strict=True) if key not in found]
+    read = reads.evidence_of_many(conn, [pair for pair, _ in missing])
+    for ev, (_, key) in zip(read, missing, strict=True):
+        try:
+            found[key] = analyse(ev, Policy("auto"), fallback=Policy("pow2"))
+        except WhatifError as exc:
+            found[key] = exc
+    with _kept_lock:
+        for key in keys:
+            kept[key] = found[key]
+            kept.move_to_end(key)
+        while len(kept) > PRICES_KEPT or sum(_sizes_held(v) for v in kept.values()) > PRICE_SIZES_KEPT:
+            kept.popitem(last=False)
+    by_pair = {(key[0], key[1]): found[key] for key in keys}
+    return [by_pair[(function.function_hash, run_id)] for function, run_id in pairs]
 
 
-def _price(ev: RunEvidence) -> str | None:
-    try:
-        result = analyse(ev, Policy("auto"), fallback=Policy("pow2"))
-    except WhatifError:
-        return None
-    return fix_sentence(result)
+def _sizes_held(found: Whatif | WhatifError) -> int:
+    return len(found.sizes) if isinstance(found, Whatif) else 0
 
 
 def text(result: Whatif) -> str:

@@ -169,17 +169,57 @@ def evidence_of_many(conn: sa.Connection, pairs: list[tuple[FunctionInfo, str]])
     fifty: three queries each were three round trips each)."""
     if not pairs:
         return []
-    wanted = (
-        sa.values(sa.column("pair", sa.Integer), sa.column("function_hash", sa.String), sa.column("run_id", sa.String))
-        .data([(i, function.function_hash, run_id) for i, (function, run_id) in enumerate(pairs)])
-        .cte("pairs")  # WITH pairs(...) AS (VALUES ...): SQLite names no columns of an aliased VALUES
-    )
+    wanted = _pairs([(function.function_hash, run_id) for function, run_id in pairs])
     compiles = _compiles(conn, wanted)
     stats = _call_stats(conn, wanted)
     return [
         RunEvidence(function, run_id, "", compiles.get(i, ()), *_calls_and_timed_signatures(stats.get(i, [])))
         for i, (function, run_id) in enumerate(pairs)
     ]
+
+
+def evidence_stamps(conn: sa.Connection, pairs: list[tuple[str, str]]) -> list[tuple[Any, ...]]:
+    """Per (function hash, run id): what changes whenever :func:`evidence_of_many` would
+    read the pair differently. Events and call statistics are only ever added or pruned,
+    never changed, so their counts, newest ids and spans say it; in two grouped queries."""
+    if not pairs:
+        return []
+    wanted = _pairs(pairs)
+    e, s = models.compile_events, models.call_stats
+    events = {
+        int(r.pair): tuple(r[1:])
+        for r in conn.execute(
+            sa.select(
+                wanted.c.pair,
+                sa.func.count(),
+                sa.func.max(e.c.id),
+                sa.func.min(e.c.timestamp),
+                sa.func.max(e.c.timestamp),
+            )
+            .select_from(wanted)
+            .join(e, sa.and_(e.c.function_hash == wanted.c.function_hash, e.c.run_id == wanted.c.run_id))
+            .group_by(wanted.c.pair)
+        )
+    }
+    stats = {
+        int(r.pair): tuple(r[1:])
+        for r in conn.execute(
+            sa.select(wanted.c.pair, sa.func.count(), sa.func.max(s.c.id), sa.func.sum(s.c.calls))
+            .select_from(wanted)
+            .join(s, sa.and_(s.c.function_hash == wanted.c.function_hash, s.c.run_id == wanted.c.run_id))
+            .group_by(wanted.c.pair)
+        )
+    }
+    return [(events.get(i), stats.get(i)) for i in range(len(pairs))]
+
+
+def _pairs(pairs: list[tuple[str, str]]) -> sa.CTE:
+    """The (function hash, run id) pairs as a numbered table to join on."""
+    return (
+        sa.values(sa.column("pair", sa.Integer), sa.column("function_hash", sa.String), sa.column("run_id", sa.String))
+        .data([(i, function_hash, run_id) for i, (function_hash, run_id) in enumerate(pairs)])
+        .cte("pairs")  # WITH pairs(...) AS (VALUES ...): SQLite names no columns of an aliased VALUES
+    )
 
 
 def _compiles(conn: sa.Connection, wanted: sa.CTE) -> dict[int, tuple[CompileRecord, ...]]:

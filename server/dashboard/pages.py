@@ -455,16 +455,17 @@ def _ladder_view(conn: sa.Connection, function_hash: str, view: View) -> LadderV
     try:
         function = whatifreads.find_function(conn, function_hash)
         run_id, run_name = whatifreads.run_of(conn, function_hash, view.filters.run_id)
-        found = whatifreads.evidence(conn, function, run_id, run_name)
-        # Without a run time to weigh padding against, powers of two are priced instead.
-        result = whatif.analyse(found, whatif.Policy("auto"), fallback=whatif.Policy("pow2"))
-        if result.nothing_to_pad:
-            return LadderView(None, None, "")
-        if result.run_fit is None:
-            return LadderView(result, whatif.fix_sentence(result), result.run_fit_note)
-    except (LookupError, whatif.WhatifError) as exc:
+    except LookupError as exc:
         return LadderView(None, None, str(exc.args[0]) if exc.args else "")
-    return LadderView(result, whatif.fix_sentence(result), "")
+    # Without a run time to weigh padding against, powers of two are priced instead (the
+    # price a storm of this run quotes, kept until the run changes).
+    (found,) = whatif.auto_prices(conn, [(function, run_id)])
+    if isinstance(found, whatif.WhatifError):
+        return LadderView(None, None, str(found.args[0]) if found.args else "")
+    result = dataclasses.replace(found, run_name=run_name)
+    if result.nothing_to_pad:
+        return LadderView(None, None, "")
+    return LadderView(result, whatif.fix_sentence(result), result.run_fit_note if result.run_fit is None else "")
 
 
 @dataclasses.dataclass(frozen=True)
