@@ -758,7 +758,7 @@ def priced_fixes(conn: sa.Connection, pairs: list[tuple[FunctionInfo, str]]) -> 
 # new is not read again. Bounded in entries and in the sizes the kept results hold (a
 # storm of new shapes prices tens of thousands of sizes).
 PRICES_KEPT = 64
-PRICE_SIZES_KEPT = 200_000
+PRICE_SIZES_KEPT = 100_000
 _Kept = collections.OrderedDict[tuple[Any, ...], Whatif | WhatifError]
 _kept_prices: weakref.WeakKeyDictionary[sa.Engine, _Kept] = weakref.WeakKeyDictionary()
 _kept_lock = threading.Lock()
