@@ -187,7 +187,7 @@ def test_rollup_counts_each_event_once_and_matches_a_recount(store_url, use_stor
     assert _rollup_rows(store_url) == grown
 
 
-@pytest.mark.parametrize("revision", ["0002", "0003"])
+@pytest.mark.parametrize("revision", ["0002", "0003", "0030"])
 def test_upgrade_fills_the_rollup_from_existing_events(store_url, use_store, revision):
     use_store(store_url)
     scenarios.dtype_change()
@@ -198,7 +198,8 @@ def test_upgrade_fills_the_rollup_from_existing_events(store_url, use_store, rev
     from alembic import command
 
     # From before any totals (0002: rebuilt from the events), and from before the
-    # store-wide ones (0003: summed from the per-function totals).
+    # store-wide ones (0003: summed from the per-function totals), and from before the
+    # hourly totals counted recompiles (0030: refilled from the events).
     command.downgrade(enginemod.alembic_config(store_url), revision)
     enginemod.dispose_engines()
     enginemod.upgrade(store_url)

@@ -23,7 +23,7 @@ from scenarios import jax_compile_count, jax_compile_log
 import cachewatch
 from cachewatch.capture import _tracking
 from cachewatch.core.events import Kind
-from cachewatch.store import engine, models, queries
+from cachewatch.store import charts, engine, models, queries
 from cachewatch.store.columns import Filters
 
 PROGRAM = Path(__file__).parent / "programs" / "warm_loop.py"
@@ -77,6 +77,20 @@ def test_a_warmed_run_compiles_nothing_on_its_training_thread(sqlite_url):
     # A warm-up's compiles are compiles, never recompiles.
     assert report["train_step"]["compiles"] == SIZES
     assert report["train_step"]["recompiles"] == 0
+    # Nor in the charts: the run's and the function's call sites, and the whole store's
+    # hourly totals (the overview's chart over a long span) count the same recompiles as
+    # the reports (the first run's ten count; the warmed run's eleven do not).
+    with engine.connection(sqlite_url) as conn:
+        whole = queries.function_report(conn, Filters())
+        run_chart = charts.compiles_over_time(conn, Filters(run_id=second["run_id"]))
+        sites, _ = charts.function_charts(conn, report["train_step"]["function_hash"], Filters(run_id=second["run_id"]))
+        hourly = charts.compiles_by_hour(conn, 3600, recompiles_only=True)
+        hourly_compiles = charts.compiles_by_hour(conn, 3600, recompiles_only=False)
+    assert sum(n for _, _, n in run_chart["rows"]) == sum(r["recompiles"] for r in report.values())
+    assert [site["recompiles"] for site in sites] == [0] * len(sites)
+    assert sum(site["events"] for site in sites) >= SIZES
+    assert sum(n for _, _, n in hourly) == sum(r["recompiles"] for r in whole) >= SIZES - 1
+    assert sum(n for _, _, n in hourly_compiles) == sum(r["compiles"] for r in whole)
 
 
 def test_warm_up_fills_the_persistent_cache_that_the_next_warm_up_reads(sqlite_url, tmp_path):

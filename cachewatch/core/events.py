@@ -55,6 +55,15 @@ class Kind(enum.StrEnum):
 
 
 CAUSES: tuple[str, ...] = tuple(cause.value for cause in Cause)
+
+
+def is_recompile(kind: str, cause: str, compiled: bool) -> bool:
+    """A compile that is no function's first and none that cachewatch.warmup made ahead of
+    the hot path (the fix, not the storm): what recompile counts, storms and waste are
+    made of. The same rule in SQL: store.columns.recompiled, store.models.RECOMPILED."""
+    return bool(compiled) and cause != Cause.FIRST_CALL and kind != Kind.WARMUP
+
+
 KINDS: tuple[str, ...] = tuple(kind.value for kind in Kind)
 
 

@@ -7,10 +7,10 @@ from typing import TypedDict
 
 import sqlalchemy as sa
 
-from ..core.events import Cause, Kind
+from ..core.events import Kind
 from . import engine as enginemod
 from . import models, rollup
-from .columns import EVENT_SELECT, EventRow, Filters, cost_expr, event_rows_of
+from .columns import EVENT_SELECT, EventRow, Filters, cost_expr, event_rows_of, recompiled
 
 
 class TimelinePoint(TypedDict):
@@ -109,9 +109,7 @@ def compiles_by_hour(conn: sa.Connection, width: int, *, recompiles_only: bool) 
     """The whole store's compiles per bucket of ``width`` (a whole number of hours) and cause, from the kept totals."""
     h = models.compile_hour_totals
     bucket = _bucket(conn, h.c.hour, width).label("bucket")
-    q = sa.select(bucket, h.c.cause, sa.func.sum(h.c.compiles).label("n"))
-    if recompiles_only:
-        q = q.where(h.c.cause != Cause.FIRST_CALL)
+    q = sa.select(bucket, h.c.cause, sa.func.sum(h.c.recompiles if recompiles_only else h.c.compiles).label("n"))
     rows = conn.execute(q.group_by(bucket, h.c.cause).order_by(bucket, h.c.cause)).all()
     return [(float(r.bucket), r.cause, int(r.n)) for r in rows if r.n]
 
@@ -124,7 +122,7 @@ def compiles_by_event(
     bucket = _bucket(conn, e.c.timestamp, width).label("bucket")
     q = filters.apply(e, sa.select(bucket, e.c.cause, sa.func.count().label("n")).where(e.c.compiled))
     if recompiles_only:
-        q = q.where(e.c.cause != Cause.FIRST_CALL)
+        q = q.where(recompiled(e))
     enginemod.room_to_group(conn)
     rows = conn.execute(q.group_by(bucket, e.c.cause).order_by(bucket, e.c.cause)).all()
     return [(float(r.bucket), r.cause, int(r.n)) for r in rows]
@@ -167,6 +165,7 @@ def function_charts(
     width = bucket_width(time_span(conn, filters, function_hash))
     bucket = _bucket(conn, e.c.timestamp, width).label("bucket")
     stale = (e.c.kind == Kind.STALE_CAPTURE).label("stale")
+    recompile = recompiled(e).label("recompile")
     q = filters.apply(
         e,
         sa.select(
@@ -175,17 +174,18 @@ def function_charts(
             e.c.call_site,
             e.c.compiled,
             stale,
+            recompile,
             sa.func.count().label("n"),
             sa.func.sum(cost_expr(e)).label("seconds"),
             sa.func.max(e.c.timestamp).label("last"),
         )
         .where(e.c.function_hash == function_hash)
-        .group_by(bucket, e.c.cause, e.c.call_site, e.c.compiled, stale),
+        .group_by(bucket, e.c.cause, e.c.call_site, e.c.compiled, stale, recompile),
     )
     sites: dict[str | None, CallSite] = {}
     compiles: dict[tuple[float, str], int] = {}
     enginemod.room_to_group(conn)
-    for start, cause, call_site, compiled, is_stale, n, seconds, last in conn.execute(q).all():
+    for start, cause, call_site, compiled, is_stale, is_recompile, n, seconds, last in conn.execute(q).all():
         n = int(n)
         if compiled:
             key = (float(start), cause)
@@ -198,7 +198,7 @@ def function_charts(
                 call_site=call_site, events=0, recompiles=0, seconds=0.0, last=float(last)
             )
         site["events"] += n
-        if compiled and cause != Cause.FIRST_CALL:
+        if is_recompile:
             site["recompiles"] += n
         site["seconds"] += float(seconds or 0.0)
         site["last"] = max(site["last"], float(last))

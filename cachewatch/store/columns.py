@@ -11,7 +11,7 @@ from typing import Any, TypedDict, TypeVar, cast
 
 import sqlalchemy as sa
 
-from ..core.events import CacheMissExplanation
+from ..core.events import CacheMissExplanation, Cause, Kind
 from . import models
 
 # Every column of an event but the store's own row id.
@@ -142,6 +142,12 @@ class EventRow(TypedDict, total=False):
 
 def event_rows_of(result: Iterable[sa.Row[*tuple[Any, ...]]]) -> list[EventRow]:
     return [cast(EventRow, dict(r._mapping)) for r in result]
+
+
+def recompiled(t: sa.Table | sa.FromClause) -> sa.ColumnElement[bool]:
+    """core.events.is_recompile over a table with the events' kind, cause and compiled
+    columns (the events, or their kept totals)."""
+    return sa.and_(t.c.compiled, t.c.cause != Cause.FIRST_CALL.value, t.c.kind != Kind.WARMUP.value)
 
 
 def cost_expr(e: sa.Table) -> sa.ColumnElement:

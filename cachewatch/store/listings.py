@@ -7,9 +7,9 @@ from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 
-from ..core.events import Cause, Kind, short_name
+from ..core.events import Kind, short_name
 from . import models, queries
-from .columns import EVENT_SELECT, EventRow, Filters, FunctionReport, event_rows_of
+from .columns import EVENT_SELECT, EventRow, Filters, FunctionReport, event_rows_of, recompiled
 
 
 class RunChoice(TypedDict):
@@ -119,9 +119,7 @@ def _listing(q: str | None, cause: str | None, key: str) -> sa.Select[Any]:
     measures: dict[str, sa.ColumnElement[Any]] = {
         "compile_seconds": sa.func.sum(sa.case((t.c.kind != Kind.STALE_CAPTURE, t.c.cost_seconds), else_=0.0)),
         "compiles": sa.func.sum(compiled_events),
-        "recompiles": sa.func.sum(
-            sa.case((sa.and_(t.c.cause != Cause.FIRST_CALL, t.c.kind != Kind.WARMUP), compiled_events), else_=0)
-        ),
+        "recompiles": sa.func.sum(sa.case((recompiled(t), t.c.events), else_=0)),
         "last_compile": sa.func.max(t.c.last_ts),
     }
     aggregated = ["compile_seconds"] if key == "compile_share" else [k for k in (key,) if k in measures]

@@ -11,6 +11,8 @@ import sqlalchemy as sa
 from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from ..core.events import Cause, Kind
+
 
 class Base(DeclarativeBase):
     pass
@@ -49,9 +51,10 @@ class FunctionRow(Base):
     first_seen: Mapped[float] = mapped_column(Float)
 
 
-# What makes an event a recompile (compiled, not a first call, not made ahead of time by
-# cachewatch.warmup), as SQL the partial indexes below and the queries they serve share word for word.
-RECOMPILED = "compiled AND cause <> 'first_call' AND kind <> 'warmup'"
+# What makes an event a recompile (core.events.is_recompile: compiled, not a first call,
+# not made ahead of time by cachewatch.warmup), as SQL the partial indexes below and the
+# queries they serve share word for word.
+RECOMPILED = f"compiled AND cause <> '{Cause.FIRST_CALL.value}' AND kind <> '{Kind.WARMUP.value}'"
 # The compiles that wrote a persistent-cache entry, as the partial index below and the
 # read of /metrics (store/scrape.py's persistent_entries) share it.
 PERSISTENT_WRITTEN = "persistent_cache = 'written' AND persistent_cache_key IS NOT NULL"
@@ -358,13 +361,15 @@ class CauseTotalsRow(Base):
 class CompileHourTotalsRow(Base):
     """Compiles per hour and cause for the whole store: the overview's chart of compiles
     over time reads these rows (a year is at most 8,760 hours a cause) instead of every
-    compile. ``hour``: the hour's start, in epoch seconds."""
+    compile. ``hour``: the hour's start, in epoch seconds. ``recompiles``: those of the
+    compiles that are recompiles (core.events.is_recompile: no warm-up's)."""
 
     __tablename__ = "compile_hour_totals"
 
     hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     cause: Mapped[str] = mapped_column(String(32), primary_key=True)
     compiles: Mapped[int] = mapped_column(BigInteger, default=0)
+    recompiles: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class CostBucketTotalsRow(Base):

@@ -11,9 +11,9 @@ from typing import Any, NamedTuple, cast
 
 import sqlalchemy as sa
 
-from ..core.events import PROGRAM_TEXT_FORMATS, Cause
+from ..core.events import PROGRAM_TEXT_FORMATS
 from . import models
-from .columns import EVENT_SELECT, EventRow, Filters, cost_expr
+from .columns import EVENT_SELECT, EventRow, Filters, cost_expr, recompiled
 
 
 def event(conn: sa.Connection, event_id: str) -> EventRow | None:
@@ -193,7 +193,7 @@ def _wasted(e: sa.FromClause, earlier: sa.FromClause) -> list[Any]:
     return [
         e.c.identical_to.is_not(None),
         earlier.c.function_hash == e.c.function_hash,
-        e.c.cause != Cause.FIRST_CALL.value,
+        recompiled(e),
     ]
 
 

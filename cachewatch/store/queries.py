@@ -15,7 +15,7 @@ import orjson
 import sqlalchemy as sa
 
 from ..core import runtimes
-from ..core.events import Cause, Kind, explain_cache_miss
+from ..core.events import Cause, Kind, explain_cache_miss, is_recompile
 from ..core.figures import compile_share
 from ..core.lowered import ModuleDiff, diff_modules
 from . import engine as enginemod
@@ -91,8 +91,8 @@ def function_report(
         row["compile_seconds"] += float(cost or 0.0)
         if compiled:
             row["compiles"] += n
-            if cause != Cause.FIRST_CALL and kind != Kind.WARMUP:  # a warm-up's compiles are no recompiles
-                row["recompiles"] += n
+        if is_recompile(kind, cause, compiled):
+            row["recompiles"] += n
         per = causes[function_hash]
         per[cause] = per.get(cause, 0) + n
     if not rows:
@@ -622,8 +622,8 @@ def _event_tally(conn: sa.Connection, filters: Filters) -> _EventTally:
             tally.traces += n
         if compiled:
             tally.compiles += n
-            if cause != Cause.FIRST_CALL and kind != Kind.WARMUP:
-                tally.recompiles += n
+        if is_recompile(kind, cause, compiled):
+            tally.recompiles += n
     return tally
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..core import runtimes
-from ..core.events import MAX_SECONDS, Cause, Kind, timestamp_ok
+from ..core.events import MAX_SECONDS, Cause, Kind, is_recompile, timestamp_ok
 from . import engine as enginemod
 from . import evidence, models
 from .columns import in_chunks
@@ -98,13 +98,15 @@ def hour_of(timestamp: float) -> int:
 def _hour_totals(events: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
     """Compiles per hour and cause among the events; a time stamp outside the store's
     bounds (a row an older writer took) is in no hour."""
-    ts_at, cause_at, compiled_at = (columns.index(name) for name in ("timestamp", "cause", "compiled"))
-    counts: dict[tuple[int, str], int] = {}
+    ts_at, kind_at, cause_at, compiled_at = (columns.index(name) for name in ("timestamp", "kind", "cause", "compiled"))
+    counts: dict[tuple[int, str], list[int]] = {}
     for e in events:
         if e[compiled_at] and timestamp_ok(e[ts_at]):
             key = (hour_of(float(e[ts_at])), e[cause_at])
-            counts[key] = counts.get(key, 0) + 1
-    return [{"hour": hour, "cause": cause, "compiles": n} for (hour, cause), n in counts.items()]
+            found = counts.setdefault(key, [0, 0])
+            found[0] += 1
+            found[1] += is_recompile(e[kind_at], e[cause_at], True)
+    return [{"hour": hour, "cause": cause, "compiles": n, "recompiles": r} for (hour, cause), (n, r) in counts.items()]
 
 
 def _signature_totals(events: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
