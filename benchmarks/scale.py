@@ -632,7 +632,13 @@ def ingest_under_load(app: Any, fleet: Fleet, paths: list[tuple[str, str]], batc
         elapsed = time.perf_counter() - start
         stop.set()
         thread.join()
+    # The storming function's page once the storm is in: the first view tells the grown
+    # storm and prices its run; the second finds nothing new.
+    with TestClient(app) as viewing:
+        storming = f"/functions/{fleet.functions[3]['function_hash']}"
+        page_views = [timed(viewing, storming), timed(viewing, storming)]
     return {
+        "page_views": page_views,
         "alone_events_per_second": quiet,
         "events_per_second": batches * size / elapsed,
         "reads": len(read_times),
@@ -749,7 +755,8 @@ def main() -> int:
             print(
                 f"\ningest alone: {loaded['alone_events_per_second']:,.0f} events/s; "
                 f"while reading: {loaded['events_per_second']:,.0f} events/s (batches of 500); "
-                f"{loaded['reads']} reads meanwhile, p50 {loaded['read_p50']:.1f} ms, p95 {loaded['read_p95']:.1f} ms"
+                f"{loaded['reads']} reads meanwhile, p50 {loaded['read_p50']:.1f} ms, p95 {loaded['read_p95']:.1f} ms; "
+                f"the storming function's page then {loaded['page_views'][0]:.0f} ms, again {loaded['page_views'][1]:.0f} ms"
             )
         if not args.no_prune:
             with enginemod.connection(url) as conn:
