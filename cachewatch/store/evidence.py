@@ -775,6 +775,10 @@ def last_seen_working(conn: sa.Connection, run_ids: list[str]) -> dict[str, Seen
     }
 
 
+# Earlier than any event's time stamp: the lower bound of a function's first flush span.
+_BEFORE_ANY_TIME = sa.literal(-1e300, sa.Float)
+
+
 def _flushes(run_ids: list[str], function_hashes: list[str] | None = None) -> sa.Select[Any]:
     """Per run, function and flush time: the calls the statistics counted (a flush writes
     one row per timed signature; the function's calls are on one of them), when the
@@ -816,7 +820,9 @@ def _flushes(run_ids: list[str], function_hashes: list[str] | None = None) -> sa
             e.c.run_id == spans.c.run_id,
             e.c.compiled,
             e.c.timestamp <= spans.c.timestamp,
-            sa.or_(spans.c.previous.is_(None), e.c.timestamp > spans.c.previous),
+            # Both bounds on the time, so the span is one range of the index of the run's
+            # events by function and time (an OR would scan the function's events up to it).
+            e.c.timestamp > sa.func.coalesce(spans.c.previous, _BEFORE_ANY_TIME),
         )
         .scalar_subquery()
     )
