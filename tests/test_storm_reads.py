@@ -331,6 +331,19 @@ def _counting_tellings(monkeypatch) -> list[int]:
     return told_bursts
 
 
+def _reads_by_id(monkeypatch) -> list[str]:
+    """The recompiles the reads of kept bursts' recompiles by id ask for."""
+    asked: list[str] = []
+    by_id = evidence.recompiles_by_id
+
+    def counting(conn, event_ids, diffs=False):
+        asked.extend(event_ids)
+        return by_id(conn, event_ids, diffs)
+
+    monkeypatch.setattr(evidence, "recompiles_by_id", counting)
+    return asked
+
+
 def test_a_listing_keeps_what_it_told_and_the_next_reads_it_until_the_run_changes(store_url, monkeypatch):
     _fill(store_url, 4)
     now = NOW + 3 * 86400
@@ -370,7 +383,12 @@ def test_a_listing_keeps_what_it_told_and_the_next_reads_it_until_the_run_change
         row["call_site"] = stormy.call_site
         writes.write_rows(conn, writes.TableRows([], [], [writes.event_row({**stored, **row})], []))
         old_ids = {b for b in described if b in set(conn.execute(sa.select(models.kept_bursts.c.burst_id)).scalars())}
+        read_back = _reads_by_id(monkeypatch)
         later = diagnosis.find_storms(conn, now=now)
+        e = models.compile_events
+        runs_read_back = set(conn.execute(sa.select(e.c.run_id).where(e.c.event_id.in_(read_back))).scalars())
+        # (The burst whose description is in another shape is told, and read, every time.)
+        assert stormy.run_id not in runs_read_back, "the bursts just found again are told from the finding"
         run_bursts = set(
             conn.execute(
                 sa.select(models.kept_bursts.c.burst_id).where(models.kept_bursts.c.run_id == stormy.run_id)
