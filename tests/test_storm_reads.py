@@ -435,3 +435,18 @@ def test_active_storms_are_the_kept_ones_still_going_and_a_poll_tells_none_again
         inside = diagnosis.storms(conn, Filters(since=latest.end - window / 2), now=now, described=False, **options)
         assert {s.key for s in inside} <= {s.key for s in wanted}
         assert all(s.start >= latest.end - window / 2 for s in inside)
+
+
+def test_diffs_read_for_a_runs_span_are_those_read_by_id(store_url, monkeypatch):
+    _fill(store_url, 4)
+    with enginemod.connection(store_url) as conn:
+        every = [r for r, _ in evidence.recompiles_past_first(conn, Filters(), diffs=False)]
+        # Every other one: a span's read meets recompiles that were not asked for.
+        asked = every[::2]
+        monkeypatch.setattr(evidence, "DIFFS_BY_RANGE", 10**9)
+        by_id = evidence.with_diffs(conn, asked)
+        monkeypatch.setattr(evidence, "DIFFS_BY_RANGE", 1)
+        by_span = evidence.with_diffs(conn, asked)
+    assert len({r.run_id for r in asked}) > 1
+    assert sum(r.diff is not None for r in by_id) > len(asked) // 2
+    assert by_span == by_id

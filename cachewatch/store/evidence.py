@@ -4,6 +4,7 @@ dataclasses, so the reasoning in cachewatch.analysis never touches SQL."""
 
 from __future__ import annotations
 
+import collections
 import math
 import statistics
 from collections.abc import Iterable
@@ -106,12 +107,34 @@ def _recompiles(result: Iterable[sa.Row[*tuple[Any, ...]]]) -> list[Recompile]:
     ]
 
 
+# A run's recompiles whose diffs are read as one range of its events by time (their
+# functions' events from the first to the last) rather than by id, from this many on: a
+# storm's tens of thousands are then one read, not a lookup each.
+DIFFS_BY_RANGE = 1_000
+
+
 def with_diffs(conn: sa.Connection, rows: list[Recompile]) -> list[Recompile]:
-    """The recompiles with their diffs, read for just these events (by event id)."""
+    """The recompiles with their diffs, read for just these events (by event id, or for
+    many of one run, by the span they cover)."""
     e = models.compile_events
-    ids = list({r.event_id for r in rows if r.event_id and r.diff is None})  # the rest carry theirs
+    wanted = [r for r in rows if r.event_id and r.diff is None]  # the rest carry theirs
+    per_run: dict[str, list[Recompile]] = collections.defaultdict(list)
+    for r in wanted:
+        per_run[r.run_id].append(r)
     diffs: dict[str, Any] = {}
-    for chunk in in_chunks(ids):
+    by_id: list[str] = []
+    for run_id, found in per_run.items():
+        if len(found) < DIFFS_BY_RANGE:
+            by_id.extend(r.event_id for r in found)
+            continue
+        ids = {r.event_id for r in found}
+        q = sa.select(e.c.event_id, e.c.diff).where(
+            e.c.run_id == run_id,
+            e.c.timestamp.between(min(r.timestamp for r in found), max(r.timestamp for r in found)),
+            e.c.function_hash.in_({r.function_hash for r in found}),
+        )
+        diffs.update((event_id, diff) for event_id, diff in conn.execute(q) if event_id in ids)
+    for chunk in in_chunks(list(set(by_id))):
         q = sa.select(e.c.event_id, e.c.diff).where(e.c.event_id.in_(chunk))
         diffs.update((event_id, diff) for event_id, diff in conn.execute(q))
     return [replace(r, diff=diffs.get(r.event_id, r.diff)) if r.event_id else r for r in rows]
