@@ -55,6 +55,7 @@ class Kind(enum.StrEnum):
 
 
 CAUSES: tuple[str, ...] = tuple(cause.value for cause in Cause)
+KINDS: tuple[str, ...] = tuple(kind.value for kind in Kind)
 
 
 def is_recompile(kind: str, cause: str, compiled: bool) -> bool:
@@ -62,9 +63,6 @@ def is_recompile(kind: str, cause: str, compiled: bool) -> bool:
     the hot path (the fix, not the storm): what recompile counts, storms and waste are
     made of. The same rule in SQL: store.columns.recompiled, store.models.RECOMPILED."""
     return bool(compiled) and cause != Cause.FIRST_CALL and kind != Kind.WARMUP
-
-
-KINDS: tuple[str, ...] = tuple(kind.value for kind in Kind)
 
 
 class DropReason(enum.StrEnum):
