@@ -453,7 +453,12 @@ def samples(url: str) -> dict[str, Any]:
         ).all()
         event = conn.execute(
             sa.select(e.c.event_id)
-            .where(e.c.function_hash == busiest.function_hash, e.c.cause == "new_shape")
+            .where(
+                e.c.function_hash == busiest.function_hash,
+                e.c.cause == "new_shape",
+                # one whose program the store kept (an earlier ingest's storm posted none)
+                e.c.program_fingerprint.in_(sa.select(models.programs.c.fingerprint)),
+            )
             .order_by(e.c.timestamp.desc())
             .limit(2)
         ).all()
