@@ -276,6 +276,9 @@ class _Telling:
         told: dict[int, Storm | FirstPass] = {}  # by id() of the burst
         if keep or not self.described:  # counting needs less than a kept description says
             told.update((id(b), found) for b in storms + passes if (found := self._as_told(b)) is not None)
+        # Kept descriptions this version cannot read (another version wrote them): told
+        # now, and what is told replaces them.
+        unreadable = {b.burst_id for b in storms + passes if b.description and id(b) not in told}
         groups = kept_bursts.with_groups(self.conn, [b for b in storms + passes if id(b) not in told], self.described)
         telling = dataclasses.replace(
             self, names=evidence.function_infos(self.conn, {r.function_hash for _, group in groups for r in group})
@@ -285,7 +288,7 @@ class _Telling:
             told.update(zip([id(b) for b, _ in mine], tell([(b.key, b.run_id, g) for b, g in mine]), strict=True))
         if keep:
             kept_bursts.keep_descriptions(
-                self.conn, {b.burst_id: _description(told[id(b)]) for b, _ in groups if b.burst_id}
+                self.conn, {b.burst_id: _description(told[id(b)]) for b, _ in groups if b.burst_id}, unreadable
             )
         # A kept burst whose recompiles a prune took since it was read has nothing told.
         return (

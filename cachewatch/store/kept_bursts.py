@@ -157,20 +157,28 @@ def read(conn: sa.Connection, function_hashes: list[str] | None = None, run_id: 
     ]
 
 
-def keep_descriptions(conn: sa.Connection, told: dict[str, dict[str, Any]]) -> bool:
+def keep_descriptions(conn: sa.Connection, told: dict[str, dict[str, Any]], replacing: Iterable[str] = ()) -> bool:
     """Keep what a listing told of these kept bursts (burst id: its description) for the
     next listing; a burst found again since it was read (a new id) or told by another
-    listing meanwhile is left as it is. False where this connection cannot write: the
-    next listing tells them again."""
+    listing meanwhile is left as it is, unless its id is in ``replacing`` (a description
+    in a shape this version does not read). False where this connection cannot write:
+    the next listing tells them again."""
     if not told:
         return True
     b = models.kept_bursts
     stmt = (
         sa.update(b)
-        .where(b.c.burst_id == sa.bindparam("told_id"), b.c.description.is_(None))
+        .where(
+            b.c.burst_id == sa.bindparam("told_id"),
+            sa.or_(b.c.description.is_(None), sa.bindparam("replacing", type_=sa.Boolean)),
+        )
         .values(description=sa.bindparam("told"))
     )
-    rows = [{"told_id": burst_id, "told": description} for burst_id, description in told.items()]
+    replaced = set(replacing)
+    rows = [
+        {"told_id": burst_id, "told": description, "replacing": burst_id in replaced}
+        for burst_id, description in told.items()
+    ]
     return settling.write_if_able(conn, "burst descriptions", lambda: conn.execute(stmt, rows))
 
 
