@@ -173,8 +173,6 @@ def _bursts_of(
     (store/kept_bursts.py, found again only for the runs that changed) under the default
     threshold and window, judged as of now, over the whole store or one run; else found
     from the recompiles now."""
-    if not _kept_serve(filters, threshold, window, heard_until):
-        return _judged_bursts(conn, filters, threshold, window, function_hashes, heard_until)
     # The recompiles of the bursts this reading finds again (a run written since), by
     # burst: told from here, not read back from the store (at a storm's first reading
     # after a write, tens of thousands of rows read twice). Up to FOUND_HELD of them: a
@@ -191,15 +189,15 @@ def _bursts_of(
                 held += len(b.group)
         return judged
 
-    if not kept_bursts.settle(conn, finding):
-        return _judged_bursts(conn, filters, threshold, window, function_hashes, heard_until)
-    kept = kept_bursts.read(conn, function_hashes, filters.run_id)
-    return [
-        dataclasses.replace(b, group=evidence.in_time_order(group))
-        if (group := found.get((b.run_id, b.key, b.started)))
-        else b
-        for b in kept
-    ]
+    if _kept_serve(filters, threshold, window, heard_until) and kept_bursts.settle(conn, finding):
+        kept = kept_bursts.read(conn, function_hashes, filters.run_id)
+        return [
+            dataclasses.replace(b, group=evidence.in_time_order(group))
+            if (group := found.get((b.run_id, b.key, b.started)))
+            else b
+            for b in kept
+        ]
+    return _judged_bursts(conn, filters, threshold, window, function_hashes, heard_until)
 
 
 def _kept_serve(filters: Filters, threshold: int, window: float, heard_until: float | None) -> bool:
