@@ -27,10 +27,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import sqlalchemy as sa
 
-from cachewatch.analysis import diagnosis
 from cachewatch.core.events import UNATTRIBUTED_MODULE, Cause
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
+from cachewatch.storms import diagnosis
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = [

@@ -41,12 +41,13 @@ import orjson
 import psycopg
 import sqlalchemy as sa
 
-from cachewatch.analysis import diagnosis
 from cachewatch.core import runtimes
 from cachewatch.core.events import Batch, CallStats, CompileEvent, FunctionInfo, RunInfo
+from cachewatch.fleet import fleet_reads
+from cachewatch.payoff import regressions
 from cachewatch.store import engine as enginemod
-from cachewatch.store import fleet as fleetreads
-from cachewatch.store import models, queries, regressions, rollup
+from cachewatch.store import models, queries, rollup
+from cachewatch.storms import diagnosis
 
 TARGET_MS = 100.0
 DAY = 86400.0
@@ -736,7 +737,7 @@ def main() -> int:
             # And the first jobs listing's: every job's ranks compared (all jobs are stale after a fill).
             started = time.perf_counter()
             with enginemod.connection(url) as conn:
-                fleetreads.settle(conn)
+                fleet_reads.settle(conn)
             print(f"kept rank comparisons found for {stale_jobs:,} stale jobs in {time.perf_counter() - started:.1f} s")
         total, tables = store_size(url)
         per_million = total / (n_events / 1e6)

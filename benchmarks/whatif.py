@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from cachewatch.whatif import policies
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 SIZES = (24, 40, 56, 72, 88, 104, 136, 168, 200, 232, 264, 300)
@@ -101,15 +103,14 @@ def _child(args: list[str]) -> dict:
 
 
 def _price(store: str, policy: str):
-    from cachewatch.analysis import whatif
     from cachewatch.store import engine as enginemod
-    from cachewatch.store import whatif as reads
+    from cachewatch.whatif import prices, whatif_reads
 
     with enginemod.connection(store) as conn:
-        function = reads.find_function(conn, "train_step")
-        run_id, run_name = reads.run_of(conn, function.function_hash, None)
-        found = reads.evidence(conn, function, run_id, run_name)
-    return whatif.analyse(found, whatif.parse_policy(policy)), found
+        function = whatif_reads.find_function(conn, "train_step")
+        run_id, run_name = whatif_reads.run_of(conn, function.function_hash, None)
+        found = whatif_reads.evidence(conn, function, run_id, run_name)
+    return prices.analyse(found, policies.parse_policy(policy)), found
 
 
 def _compile_seconds(store: str) -> float:

@@ -18,8 +18,7 @@ from typing import Any
 
 import jax
 
-from .capture import devices
-from .capture import warmup as engine
+from .capture import compile_ahead, devices
 from .capture.identity import call_site
 from .capture.jit import is_watched, on_watched
 from .explain import signature as sigmod
@@ -41,7 +40,7 @@ def warmup(
     example_kwargs: dict[str, Any] | None = None,
     store: str | None = None,
     _site: str | None = None,
-) -> engine.WarmupHandle:
+) -> compile_ahead.WarmupHandle:
     """Compile ahead of time, in ``threads`` worker threads, every variant ``from_run``
     compiled for ``fn`` (a ``cachewatch.jit`` function), or each of ``signatures``
     (``args`` tuples or ``(args, kwargs)`` pairs of arrays, ``jax.ShapeDtypeStruct`` and
@@ -56,11 +55,11 @@ def warmup(
     state = fn.__cachewatch_state__
     if signatures is not None:
         variants = [_given(state.layout, item) for item in signatures]
-        skipped: list[engine.Skipped] = []
+        skipped: list[compile_ahead.Skipped] = []
     else:
         assert from_run is not None
         variants, skipped = _recorded(state, from_run, store or current.config().store)
-    return engine.start(
+    return compile_ahead.start(
         fn,
         variants,
         tuple(example_args) if example_args is not None else None,
@@ -72,27 +71,28 @@ def warmup(
     )
 
 
-def _given(layout: sigmod.ParamLayout, item: Any) -> engine.Variant:
+def _given(layout: sigmod.ParamLayout, item: Any) -> compile_ahead.Variant:
     if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], dict) and isinstance(item[0], tuple):
         args, kwargs = item
     else:
         args, kwargs = tuple(item), {}
     signature = sigmod.build(layout, args, kwargs)
-    return engine.Variant(signature.as_json(), signature.stable_hash())
+    return compile_ahead.Variant(signature.as_json(), signature.stable_hash())
 
 
-def _recorded(state: Any, run: str, store: str) -> tuple[list[engine.Variant], list[engine.Skipped]]:
-    from .store import engine as store_engine
-    from .store import variants as reads
+def _recorded(state: Any, run: str, store: str) -> tuple[list[compile_ahead.Variant], list[compile_ahead.Skipped]]:
+    from .cache import variant_reads
+    from .store import engine as enginemod
+    from .store import runs
 
     info = state.info
     try:
-        with store_engine.connection(store, ensure=False) as conn:
-            found = reads.recorded_function(conn, run, info.function_hash, info.qualname, info.module)
-    except reads.UnknownRun as exc:
+        with enginemod.connection(store, ensure=False) as conn:
+            found = variant_reads.recorded_function(conn, run, info.function_hash, info.qualname, info.module)
+    except runs.RunNotFound as exc:
         raise WarmupError(str(exc)) from None
     except Exception as exc:  # the store is missing or unreadable: say which
-        raise WarmupError(f"cannot read the store {store_engine.redact_url(store)}: {exc}") from None
+        raise WarmupError(f"cannot read the store {enginemod.redact_url(store)}: {exc}") from None
     if found.run.jax_version and found.run.jax_version != jax.__version__:
         raise WarmupError(
             f"run {found.run.run_id[:12]} was recorded with JAX {found.run.jax_version}; this is JAX "
@@ -105,13 +105,13 @@ def _recorded(state: Any, run: str, store: str) -> tuple[list[engine.Variant], l
         )
     if found.changed_since:
         return [], [
-            engine.Skipped(
+            compile_ahead.Skipped(
                 "*",
                 f"`{info.qualname}` changed since run {found.run.run_id[:12]} (its source hash differs): "
                 "its old signatures may not be what it compiles now",
             )
         ]
-    variants = [engine.Variant(v.signature, v.signature_hash, v.device) for v in found.variants]
+    variants = [compile_ahead.Variant(v.signature, v.signature_hash, v.device) for v in found.variants]
     return variants, []
 
 

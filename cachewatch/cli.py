@@ -27,13 +27,15 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import runner
+from .cache import cache_directory
 from .core import config as configmod
 from .core.events import OP_BY_OP_MODULE, UNATTRIBUTED_MODULE
 from .core.figures import share_text
+from .whatif import policies, price_text
 
 if TYPE_CHECKING:  # the commands import what they read when run, so `cachewatch --help` stays quick
-    from .analysis.programs import IdenticalRecompiles
-    from .analysis.views import FunctionFindings, RunReport
+    from .programs.program_texts import IdenticalRecompiles
+    from .views.compose import FunctionFindings, RunReport
 
 
 def _store_url(args: argparse.Namespace) -> str:
@@ -241,30 +243,30 @@ def _add_compare(sub: Any) -> None:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .analysis import comparison
-    from .store import comparison as comparison_reads
+    from .comparison import side_by_side
     from .store import engine as enginemod
+    from .store.runs import RunNotFound
 
     with enginemod.connection(_store_url(args)) as conn:
         try:
-            result = comparison.compare(conn, args.baseline, args.run)
-        except comparison_reads.RunNotFound as exc:
+            result = side_by_side.compare(conn, args.baseline, args.run)
+        except RunNotFound as exc:
             print(f"cachewatch: {exc.args[0]}", file=sys.stderr)
             return 2
-    broken = comparison.gate(
+    broken = side_by_side.gate(
         result, max_extra_compiles=args.max_extra_compiles, max_compile_time_ratio=args.max_compile_time_ratio
     )
     if args.format == "json":
         print(json.dumps({**result.as_json(), "limits_broken": broken}, indent=2, default=str))
     else:
-        print(comparison.text(result))
+        print(side_by_side.text(result))
         for reason in broken:
             print(f"FAIL: {reason}")
     return 1 if broken else 0
 
 
 def _add_whatif(sub: Any) -> None:
-    whatif = _store_command(
+    prices = _store_command(
         sub,
         "whatif",
         help="what padding (or another fix) would buy over a run: compiles, compile and run seconds",
@@ -272,40 +274,39 @@ def _add_whatif(sub: Any) -> None:
         "axis that varied and price it with the run's own figures: compiles and their seconds, the extra run "
         "time of padded calls, the executables kept. auto[:N] finds the cheapest ladder of at most N buckets.",
     )
-    whatif.add_argument("function", metavar="FUNCTION", help="function name, qualified name or hash prefix")
-    whatif.add_argument("--run", dest="run_id", help="run id, id prefix or run name (default: the latest)")
-    whatif.add_argument("--pad", default="pow2", help="pow2 | multiple:K | ladder:A,B,C | auto[:N] (default pow2)")
-    whatif.add_argument("--axis", help="ARG:AXIS to pad, as the signature names it (default: the axis that varied)")
-    whatif.add_argument("--format", choices=("table", "json"), default="table")
+    prices.add_argument("function", metavar="FUNCTION", help="function name, qualified name or hash prefix")
+    prices.add_argument("--run", dest="run_id", help="run id, id prefix or run name (default: the latest)")
+    prices.add_argument("--pad", default="pow2", help="pow2 | multiple:K | ladder:A,B,C | auto[:N] (default pow2)")
+    prices.add_argument("--axis", help="ARG:AXIS to pad, as the signature names it (default: the axis that varied)")
+    prices.add_argument("--format", choices=("table", "json"), default="table")
 
 
 def _whatif(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from .analysis import whatif
     from .store import engine as enginemod
-    from .store import whatif as reads
-    from .store.comparison import RunNotFound
+    from .store.runs import RunNotFound
+    from .whatif import prices, whatif_reads
 
     try:  # bad arguments are refused before the store is opened
-        policy = whatif.parse_policy(args.pad)
-        axis = whatif.parse_axis(args.axis) if args.axis else None
-    except whatif.WhatifError as exc:
+        policy = policies.parse_policy(args.pad)
+        axis = policies.parse_axis(args.axis) if args.axis else None
+    except policies.WhatifError as exc:
         print(f"cachewatch whatif: {exc}", file=sys.stderr)
         return 2
     with enginemod.connection(_store_url(args)) as conn:
         try:
-            function = reads.find_function(conn, args.function)
-            run_id, run_name = reads.run_of(conn, function.function_hash, args.run_id)
-            found = reads.evidence(conn, function, run_id, run_name)
-            result = whatif.analyse(found, policy, axis)
-        except (reads.FunctionNotFound, RunNotFound, whatif.WhatifError) as exc:
+            function = whatif_reads.find_function(conn, args.function)
+            run_id, run_name = whatif_reads.run_of(conn, function.function_hash, args.run_id)
+            found = whatif_reads.evidence(conn, function, run_id, run_name)
+            result = prices.analyse(found, policy, axis)
+        except (whatif_reads.FunctionNotFound, RunNotFound, policies.WhatifError) as exc:
             print(f"cachewatch whatif: {exc.args[0]}", file=sys.stderr)
             return 2
     if args.format == "json":
-        print(json.dumps({**dataclasses.asdict(result), "fix": whatif.fix_sentence(result)}, indent=2))
+        print(json.dumps({**dataclasses.asdict(result), "fix": prices.fix_sentence(result)}, indent=2))
     else:
-        print(_here(whatif.text(result)))
+        print(_here(price_text.text(result)))
     return 0
 
 
@@ -330,19 +331,18 @@ def _add_cache(sub: Any) -> None:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from .analysis import cache as analysis
-    from .store import cache as reads
+    from .cache import cache_reads, cache_view
     from .store import columns, queries
     from .store import engine as enginemod
-    from .store.variants import UnknownRun, find_run
+    from .store.runs import RunNotFound, find_run
 
     cache_dir = (
         args.cache_dir or configmod.resolve().persistent_cache_dir or os.environ.get("JAX_COMPILATION_CACHE_DIR")
     )
     with enginemod.connection(_store_url(args)) as conn:
         try:
-            run_id = find_run(conn, args.run_id).run_id if args.run_id else reads.latest_run(conn)
-        except UnknownRun as exc:
+            run_id = find_run(conn, args.run_id).run_id if args.run_id else cache_reads.latest_run(conn)
+        except RunNotFound as exc:
             print(f"cachewatch cache: {exc.args[0]}", file=sys.stderr)
             return 2
         hashes = queries.find_functions(conn, args.function) if args.function else None
@@ -350,22 +350,22 @@ def _cache(args: argparse.Namespace) -> int:
             print(f"cachewatch cache: no function {args.function!r} in the store", file=sys.stderr)
             return 2
         filters = columns.Filters() if args.all_runs else columns.Filters(run_id=run_id)
-        pairs = [(r, f) for r, f, _ in reads.cache_functions(conn, filters, hashes)] if run_id else []
-        report = analysis.cache_report(reads.read_cache(conn, filters, pairs))
+        pairs = [(r, f) for r, f, _ in cache_reads.cache_functions(conn, filters, hashes)] if run_id else []
+        report = cache_view.cache_report(cache_reads.read_cache(conn, filters, pairs))
         # Else the directory the run's compiles used, as they recorded it.
-        cache_dir = cache_dir or (reads.run_cache_directory(conn, run_id) if run_id else None)
+        cache_dir = cache_dir or (cache_reads.run_cache_directory(conn, run_id) if run_id else None)
         audit = None
         if cache_dir:
-            audit = analysis.audit_directory(
+            audit = cache_directory.audit_directory(
                 cache_dir,
-                lambda keys: reads.entry_origins(conn, keys),
-                lambda directory: reads.entries_written_to(conn, directory),
+                lambda keys: cache_reads.entry_origins(conn, keys),
+                lambda directory: cache_reads.entries_written_to(conn, directory),
             )
     note = None if cache_dir else "No persistent cache directory to audit (--cache-dir)."
     if args.format == "json":
         print(json.dumps({**report.as_dict(), "directory": audit.as_dict() if audit else None}, indent=2))
     else:
-        print(_here(analysis.text(report, audit, note)))
+        print(_here(cache_view.text(report, audit, note)))
     if audit is not None and not audit.readable:
         print(f"cachewatch cache: {audit.problems[0]}", file=sys.stderr)
     return 0
@@ -475,14 +475,14 @@ def _service() -> Any:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .analysis import views
     from .store import columns
     from .store import engine as enginemod
+    from .views import compose
 
     url = _store_url(args)
     cfg = configmod.resolve()
     with enginemod.connection(url) as conn:
-        report = views.run_report(
+        report = compose.run_report(
             conn,
             columns.Filters(run_id=args.run_id),
             threshold=cfg.storm_threshold,
@@ -572,7 +572,7 @@ def _coverage_line(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) -> None:
-    from .analysis import diagnosis
+    from .storms import diagnosis
 
     storms, passes = report.storms, report.first_passes
     costs, regressions = (report.diagnosis.cost_model, report.diagnosis.regressions) if report.diagnosis else ([], [])
@@ -615,9 +615,9 @@ def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) ->
 
 
 def _storms(args: argparse.Namespace) -> int:
-    from .analysis import diagnosis
     from .store import columns
     from .store import engine as enginemod
+    from .storms import diagnosis
 
     url = _store_url(args)
     cfg = configmod.resolve()
@@ -643,6 +643,7 @@ def _storms(args: argparse.Namespace) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
+    from .cache import cache_reads
     from .store import columns, queries
     from .store import engine as enginemod
 
@@ -655,7 +656,7 @@ def _events(args: argparse.Namespace) -> int:
                 print(f"cachewatch: no function named {args.function!r} in the store", file=sys.stderr)
                 return 1
         rows = queries.list_events(conn, columns.Filters(run_id=args.run_id), hashes, limit=args.limit)
-        queries.explain_cache_misses(conn, rows)
+        cache_reads.explain_cache_misses(conn, rows)
     for row in rows:
         row.pop("id", None)
     if args.format == "json":
@@ -679,13 +680,13 @@ def _events(args: argparse.Namespace) -> int:
 
 
 def _program(args: argparse.Namespace) -> int:
-    from .analysis import programs
+    from .programs import program_texts
     from .store import engine as enginemod
 
     try:
         with enginemod.connection(_store_url(args)) as conn:
-            found = programs.program(conn, args.event_id, args.format)
-    except programs.ProgramNotFound as exc:
+            found = program_texts.program(conn, args.event_id, args.format)
+    except program_texts.ProgramNotFound as exc:
         print(f"cachewatch: {exc}", file=sys.stderr)
         return 1
     data = found if isinstance(found, bytes) else found.encode()
@@ -700,17 +701,21 @@ def _program(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .analysis import programs
+    from .programs import program_texts
     from .store import engine as enginemod
 
     after, against = (args.event_b, args.event_a) if args.event_b else (args.event_a, None)
     try:
         with enginemod.connection(_store_url(args)) as conn:
-            change = programs.diff(conn, after, against)
-    except programs.ProgramNotFound as exc:
+            change = program_texts.diff(conn, after, against)
+    except program_texts.ProgramNotFound as exc:
         print(f"cachewatch: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(change.as_json(), indent=2, default=str) if args.format == "json" else programs.diff_text(change))
+    print(
+        json.dumps(change.as_json(), indent=2, default=str)
+        if args.format == "json"
+        else program_texts.diff_text(change)
+    )
     return 0
 
 

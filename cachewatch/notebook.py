@@ -24,8 +24,8 @@ from .core.events import EVENT_COLUMNS, CompileEvent
 from .core.figures import seconds_text
 
 if TYPE_CHECKING:  # the analysis is imported when a report is made: loading the extension stays light
-    from .analysis.results import Storm
-    from .analysis.runsummary import RunSummaryView
+    from .storms.results import Storm
+    from .views.runsummary import RunSummaryView
 
 # Rows shown under a cell; a loop that compiled thousands of times is summed up after these.
 MAX_ROWS = 50
@@ -70,7 +70,7 @@ class CellReport:
         if self.alive is None:
             return ""
         count, held = self.alive
-        from .analysis.cache import bytes_text
+        from .core.figures import bytes_text
 
         return f"; it left {count} executable{'s' if count != 1 else ''} alive in JAX's caches" + (
             f" ({bytes_text(held)} as XLA counts them)" if held else ""
@@ -130,7 +130,7 @@ class RunReport:
         return self.view.as_json()
 
     def _repr_html_(self) -> str:
-        from .analysis import runsummary
+        from .views import runsummary
 
         head = html.escape(runsummary.text(self.view).splitlines()[0])
         parts = [f"<p><strong>{head}</strong></p>"]
@@ -164,7 +164,7 @@ class RunReport:
         return '<div class="cachewatch-run">' + "".join(parts) + "</div>"
 
     def __repr__(self) -> str:
-        from .analysis import runsummary
+        from .views import runsummary
 
         return runsummary.text(self.view)
 
@@ -174,8 +174,8 @@ class RunReport:
 
 def run_report(run_id: str | None = None) -> RunReport:
     """This process's run (or ``run_id``), written out and read back from the store."""
-    from .analysis import runsummary
     from .record import current, recorder
+    from .views import runsummary
 
     cfg = current.config()
     flushed = recorder.flush(cfg.exit_timeout)
@@ -221,11 +221,11 @@ def _cell_findings(
     is judged as of the cell's end: what the writer records after it (the call statistics
     flushed for this report) is no sign that the program went on."""
     with _guard.guard("notebook.storms"):
-        from .analysis import cache, diagnosis
+        from .cache import cache_reads, cache_view
         from .record import current, recorder
-        from .store import cache as cachereads
         from .store import columns
         from .store import engine as enginemod
+        from .storms import diagnosis
 
         cfg = current.config()
         if cfg.store.startswith(("http://", "https://")) or not recorder.flush(cfg.exit_timeout):
@@ -241,7 +241,7 @@ def _cell_findings(
                 function_hashes=hashes,
                 heard_until=ended,
             )
-            held = cache.cache_report(cachereads.read_cache(conn, in_cell))
+            held = cache_view.cache_report(cache_reads.read_cache(conn, in_cell))
         alive = [v for fn in held.functions for v in fn.variants if v.live and v.created_at <= ended]
         return storms, (len(alive), sum(v.executable_bytes for v in alive))
     return [], None

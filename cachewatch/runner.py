@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from .core import config as configmod
 
 if TYPE_CHECKING:  # the analysis is imported once the program has run, not before it starts
-    from .analysis.runsummary import RunSummaryView
+    from .views.runsummary import RunSummaryView
 
 # The exit code of a program that succeeded but broke a limit of --max-compiles or
 # --fail-on-storm: apart from 1 (an uncaught exception) and 2 (a usage error), which
@@ -157,16 +157,17 @@ def main(argv: Sequence[str], parser: argparse.ArgumentParser) -> int:
 def _unknown_run(run: str) -> str | None:
     """Why ``run`` cannot be warmed from (None: the store has it)."""
     from .record import current
-    from .store import engine, variants
+    from .store import engine as enginemod
+    from .store import runs
 
     store = current.config().store
     try:
-        with engine.connection(store, ensure=False) as conn:
-            variants.find_run(conn, run)
-    except variants.UnknownRun as exc:
-        return f"{exc} ({engine.redact_url(store)})"
+        with enginemod.connection(store, ensure=False) as conn:
+            runs.find_run(conn, run)
+    except runs.RunNotFound as exc:
+        return f"{exc} ({enginemod.redact_url(store)})"
     except Exception as exc:  # a store that is missing or unreadable
-        return f"cannot read the store {engine.redact_url(store)}: {exc}"
+        return f"cannot read the store {enginemod.redact_url(store)}: {exc}"
     return None
 
 
@@ -322,8 +323,8 @@ def _summarize(run_id: str) -> RunSummaryView:
     """Write what the run recorded and read it back as the run's summary."""
     import cachewatch
 
-    from .analysis import runsummary
     from .record import current
+    from .views import runsummary
 
     cfg = current.config()
     flushed = cachewatch.flush(cfg.exit_timeout)
@@ -346,7 +347,7 @@ def _limits_broken(summary: RunSummaryView | None, args: argparse.Namespace) -> 
 
 
 def _print_summary(summary: RunSummaryView, broken: list[str], style: str, code: int) -> None:
-    from .analysis import runsummary
+    from .views import runsummary
 
     if style == "json":
         print(

@@ -35,15 +35,15 @@ import sqlalchemy as sa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from cachewatch.analysis import cache as cache_analysis
-from cachewatch.analysis import diagnosis, fleet
+from cachewatch.cache import cache_reads, cache_view
 from cachewatch.core import _guard, jaxcompat
 from cachewatch.core.events import DROP_REASONS, OP_BY_OP_MODULE, UNATTRIBUTED_MODULE, short_name
 from cachewatch.core.figures import compile_share
-from cachewatch.store import cache as cache_reads
+from cachewatch.fleet import divergence
 from cachewatch.store import engine as enginemod
 from cachewatch.store import rollup, scrape
 from cachewatch.store.columns import Filters
+from cachewatch.storms import diagnosis
 
 from .settings import ServerSettings
 
@@ -466,7 +466,7 @@ def executable_families(settings: ServerSettings) -> Iterator[Metric]:
 
 
 def _live_executables(conn: sa.Connection) -> tuple[dict[str, int], dict[str, int]]:
-    found = cache_reads.live_executables(conn, EXECUTABLE_RUNS, cache_analysis.EXECUTABLE_PARTS)
+    found = cache_reads.live_executables(conn, EXECUTABLE_RUNS, cache_view.EXECUTABLE_PARTS)
     return {x.function_hash: x.live for x in found}, {x.function_hash: x.memory_bytes for x in found}
 
 
@@ -480,7 +480,7 @@ def fleet_and_cache_families(settings: ServerSettings) -> Iterator[Metric]:
     try:
         with enginemod.connection(settings.store, ensure=False) as conn:
             cache, saved = scrape.persistent_cache_totals(conn)
-            jobs = fleet.compare_jobs(conn, fleet.recent_jobs(conn, RANK_DIVERGENCE_JOBS))
+            jobs = divergence.compare_jobs(conn, divergence.recent_jobs(conn, RANK_DIVERGENCE_JOBS))
     except STORE_ERRORS as exc:
         logger.warning("metrics: cannot read jobs or cache totals: %s", exc)
         return
@@ -498,12 +498,12 @@ def fleet_and_cache_families(settings: ServerSettings) -> Iterator[Metric]:
     )
     saved_family.add_metric([], float(saved or 0.0))
     yield saved_family
-    divergence = GaugeMetricFamily(
+    divergent = GaugeMetricFamily(
         "cachewatch_rank_divergence",
         "Ranks of the job that compiled a signature "
         "the other ranks did not, or compiled it more often (0: the ranks agree).",
         labels=["job"],
     )
     for report in jobs:
-        divergence.add_metric([report.job], float(len(report.divergent_ranks)))
-    yield divergence
+        divergent.add_metric([report.job], float(len(report.divergent_ranks)))
+    yield divergent

@@ -369,7 +369,7 @@ class SignatureVerdictOut(BaseModel):
 
 
 class VerdictOut(BaseModel):
-    """Whether compiling paid for itself (cachewatch.analysis.diagnosis.jit_verdict)."""
+    """Whether compiling paid for itself (cachewatch.storms.verdicts.jit_verdict)."""
 
     compiles: int
     calls: int

@@ -18,7 +18,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cachewatch.core import config as configmod
-from cachewatch.store import retention as retentionmod
+from cachewatch.store.retention import Policy, RetentionError, parse_age, parse_policy
 
 MIN_TOKEN_LENGTH = 16
 
@@ -90,8 +90,8 @@ class ServerSettings(BaseSettings):
         if value in ("", None):
             return None
         try:
-            retentionmod.parse_policy(value)
-        except retentionmod.RetentionError as exc:
+            parse_policy(value)
+        except RetentionError as exc:
             raise ValueError(str(exc)) from None
         return str(value).strip()
 
@@ -100,8 +100,8 @@ class ServerSettings(BaseSettings):
     def _interval(cls, value):
         if isinstance(value, str) and value.strip() and value.strip()[-1:].isalpha():
             try:
-                return retentionmod.parse_age(value)
-            except retentionmod.RetentionError as exc:
+                return parse_age(value)
+            except RetentionError as exc:
                 raise ValueError(str(exc)) from None
         return value
 
@@ -137,8 +137,8 @@ class ServerSettings(BaseSettings):
             raise ValueError(str(exc)) from None
         return value
 
-    def retention_policy(self) -> retentionmod.Policy | None:
-        return retentionmod.parse_policy(self.retention) if self.retention else None
+    def retention_policy(self) -> Policy | None:
+        return parse_policy(self.retention) if self.retention else None
 
     def write_secret(self) -> str | None:
         return self.write_token.get_secret_value() if self.write_token else None

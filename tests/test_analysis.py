@@ -15,11 +15,12 @@ import sqlalchemy as sa
 
 import cachewatch
 from cachewatch import cli
-from cachewatch.analysis import diagnosis
-from cachewatch.analysis.results import Storm
 from cachewatch.core.events import Cause, FunctionInfo, Kind
-from cachewatch.store import columns, evidence, models, queries, rollup
+from cachewatch.payoff import cost_reads, costmodel, regressions, verdicts
+from cachewatch.store import columns, models, queries, rollup
 from cachewatch.store import engine as enginemod
+from cachewatch.storms import diagnosis, fixes, storm_reads
+from cachewatch.storms.results import Storm
 
 
 def storms_for(url: str, qualname_part: str, **kwargs) -> list[Storm]:
@@ -121,13 +122,13 @@ def test_weak_type_and_changing_keys_storms(store):
     weak = [e for e in events_of(store, "scaled") if e["cause"] == Cause.WEAK_TYPE]
     assert weak
     assert all(e["diff"][0]["path"] == "scale" for e in weak)
-    fix = diagnosis.suggest_fix("scaled", Cause.WEAK_TYPE, [_recompile(e) for e in weak])
+    fix = fixes.suggest_fix("scaled", Cause.WEAK_TYPE, [_recompile(e) for e in weak])
     assert fix.startswith("Argument scale of `scaled` flips between a Python scalar and a typed array")
 
 
-def _recompile(event: columns.EventRow) -> evidence.Recompile:
+def _recompile(event: columns.EventRow) -> storm_reads.Recompile:
     """The stored event as the advice reads it."""
-    return evidence.Recompile(
+    return storm_reads.Recompile(
         function_hash=event["function_hash"],
         run_id=event["run_id"],
         timestamp=event["timestamp"],
@@ -210,7 +211,7 @@ def _insert_compiles(url: str, name: str, timestamps: list[float], run_id: str =
 
 
 def test_the_read_module_hands_analysis_typed_rows(store_url, use_store):
-    """What analysis reasons over comes typed from store/evidence.py, on both backends."""
+    """What the errands reason over comes typed from their reads, on both backends."""
     use_store(store_url, eager_baseline=True)
 
     @cachewatch.jit
@@ -223,35 +224,35 @@ def test_the_read_module_hands_analysis_typed_rows(store_url, use_store):
     assert cachewatch.flush(30)
     with enginemod.connection(store_url) as conn:
         (function_hash,) = queries.find_functions(conn, "resized")
-        infos = evidence.function_infos(conn, [function_hash])
+        infos = queries.function_infos(conn, [function_hash])
         # The function's own (the read adds those of the lines that called it: eager code there).
-        found = evidence.recompiles_past_first(conn, columns.Filters(), [function_hash])
+        found = storm_reads.recompiles_past_first(conn, columns.Filters(), [function_hash])
         recompiles = [r for r, _ in found if r.function_hash == function_hash]
-        costs = evidence.signature_costs(conn, columns.Filters(), [function_hash])
-        sizes = [s for s in evidence.compile_sizes(conn, columns.Filters()) if s.function_hash == function_hash]
-        uncached = [u for u in evidence.uncached_compiles(conn) if u.function_hash == function_hash]
-        latest = evidence.dominant_cause_rows(conn, function_hash, columns.Filters(), Cause.NEW_SHAPE)
+        costs = cost_reads.signature_costs(conn, columns.Filters(), [function_hash])
+        sizes = [s for s in cost_reads.compile_sizes(conn, columns.Filters()) if s.function_hash == function_hash]
+        uncached = [u for u in cost_reads.uncached_compiles(conn) if u.function_hash == function_hash]
+        latest = storm_reads.dominant_cause_rows(conn, function_hash, columns.Filters(), Cause.NEW_SHAPE)
 
     info = infos[function_hash]
     assert isinstance(info, FunctionInfo)
     assert info.name == "resized"
     assert info.line == line
     assert recompiles
-    assert all(isinstance(r, evidence.Recompile) for r in recompiles)
+    assert all(isinstance(r, storm_reads.Recompile) for r in recompiles)
     assert {r.cause for r in recompiles} == {Cause.NEW_SHAPE}
     assert all(isinstance(r.timestamp, float) and r.diff and r.diff[0]["change"] == "shape" for r in recompiles)
     assert [r.timestamp for r in recompiles] == sorted(r.timestamp for r in recompiles)
     assert len(costs) == 6
-    assert all(isinstance(c, evidence.SignatureCost) for c in costs)
+    assert all(isinstance(c, cost_reads.SignatureCost) for c in costs)
     assert all(c.compiles == 1 and isinstance(c.seconds, float) and c.seconds > 0 for c in costs)
     assert all(c.eager_seconds is not None and c.eager_seconds > 0 for c in costs)
     assert len(sizes) == 6
-    assert all(isinstance(s, evidence.CompileSize) and s.size > 0 for s in sizes)
+    assert all(isinstance(s, cost_reads.CompileSize) and s.size > 0 for s in sizes)
     assert len(uncached) == 6
     assert {u.jax_version for u in uncached} == {jax.__version__}
     assert all(isinstance(u.run_started_at, float) and u.compile_seconds > 0 for u in uncached)
     assert len(latest) == 5
-    assert all(isinstance(r, evidence.Recompile) for r in latest)
+    assert all(isinstance(r, storm_reads.Recompile) for r in latest)
     assert [r.timestamp for r in latest] == sorted((r.timestamp for r in latest), reverse=True)
 
 
@@ -333,7 +334,7 @@ def test_pure_training_loop_has_no_stale_capture(sqlite_url, use_store):
 
 def test_break_even_arithmetic():
     # 12 compiles costing 3.0 s in all, 41 calls; compiled run 0.01 s, eager 0.02 s.
-    verdict = diagnosis.jit_verdict(compile_seconds=3.0, compiles=12, calls=41, run_mean=0.01, eager_mean=0.02)
+    verdict = verdicts.jit_verdict(compile_seconds=3.0, compiles=12, calls=41, run_mean=0.01, eager_mean=0.02)
     assert verdict.few_calls
     assert verdict.break_even_calls == 25  # one compile, 0.25 s, over 0.01 s saved per call
     assert verdict.break_even_calls_total == 300  # all twelve
@@ -347,7 +348,7 @@ def test_break_even_arithmetic():
         "(10 ms saved per call against eager); this run did not repay its compiles: jit "
         "costs 2.59 s more than running eagerly (it would pay off after 300 calls)"
     )
-    paid = diagnosis.jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
+    paid = verdicts.jit_verdict(compile_seconds=0.5, compiles=1, calls=1000, run_mean=0.001, eager_mean=0.004)
     assert paid.worth_it
     assert paid.break_even_calls == 167
     assert not paid.few_calls
@@ -356,14 +357,14 @@ def test_break_even_arithmetic():
         "one compile is repaid after 167 calls (3 ms saved per call against eager); this run "
         "repaid its compiles: jit saves 2.5 s over running eagerly"
     )
-    slower = diagnosis.jit_verdict(compile_seconds=0.5, compiles=1, calls=10, run_mean=0.004, eager_mean=0.001)
+    slower = verdicts.jit_verdict(compile_seconds=0.5, compiles=1, calls=10, run_mean=0.004, eager_mean=0.001)
     assert slower.break_even_calls is None
     assert "eager is as fast per call" in slower.text
 
 
 def test_verdict_agrees_with_the_compile_share():
     # A run whose compile share is 95.8% says compiling costs more, whatever the baseline.
-    share = diagnosis.jit_verdict(compile_seconds=2.3, compiles=1, calls=1000, run_mean=0.0001, eager_mean=None)
+    share = verdicts.jit_verdict(compile_seconds=2.3, compiles=1, calls=1000, run_mean=0.0001, eager_mean=None)
     assert share.compile_share == pytest.approx(0.958, abs=5e-4)
     assert share.text == (
         "compiling costs more than running: compile share 95.8% (2.3 s compiling, 0.1 s "
@@ -371,14 +372,14 @@ def test_verdict_agrees_with_the_compile_share():
     )
     assert share.break_even_calls is None
     assert share.worth_it is None
-    untimed = diagnosis.jit_verdict(
+    untimed = verdicts.jit_verdict(
         compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=None, run_note="called only while compiling"
     )
     assert untimed.text == (
         "compiled 3 time(s) for 3 call(s); no run time (called only while compiling), so no compile share"
     )
     # With an eager baseline, a run whose calls could not have saved the compile time says so.
-    eager = diagnosis.jit_verdict(
+    eager = verdicts.jit_verdict(
         compile_seconds=1.0, compiles=3, calls=3, run_mean=None, eager_mean=0.01, run_note="called only while compiling"
     )
     assert eager.repaid is False
@@ -433,7 +434,7 @@ def test_cost_model_flags_superlinear_growth(sqlite_url):
         )
         _insert_compiles(sqlite_url, "linear", [1000.0 + i], eqns=size, seconds=1e-3 * size, signature_hash=f"l{i}")
     with enginemod.connection(sqlite_url) as conn:
-        rows = {r.qualname: r for r in diagnosis.cost_model(conn)}
+        rows = {r.qualname: r for r in costmodel.cost_model(conn)}
     assert rows["quadratic"].exponent == pytest.approx(2.0)
     assert rows["quadratic"].superlinear
     assert rows["linear"].exponent == pytest.approx(1.0)
@@ -452,7 +453,7 @@ def test_compile_regression_across_runs(sqlite_url):
     _insert_compiles(sqlite_url, "steady", [10.0], run_id="a" * 32, seconds=0.2)
     _insert_compiles(sqlite_url, "steady", [20.0], run_id="b" * 32, seconds=0.21)
     with enginemod.connection(sqlite_url) as conn:
-        (found,) = diagnosis.compile_regressions(conn).shown
+        (found,) = regressions.compile_regressions(conn).shown
     assert found.qualname == "step"
     assert found.ratio == pytest.approx(2.5)
     assert found.jax_before.startswith("0.9.0")
@@ -544,7 +545,7 @@ def test_a_storm_of_a_librarys_jit_advises_on_the_calls_not_on_its_options():
     """jax.random.normal's inner jit, wrapped because install() came before JAX's import,
     recompiles per shape: the user cannot unmark its static argument, only pass fewer shapes."""
     rows = [
-        evidence.Recompile(
+        storm_reads.Recompile(
             "h",
             "run",
             float(i),
@@ -554,9 +555,9 @@ def test_a_storm_of_a_librarys_jit_advises_on_the_calls_not_on_its_options():
         )
         for i in range(6)
     ]
-    fix = diagnosis.fix_for("_normal", "_normal", "jax._src.random", Cause.NEW_STATIC_VALUE, rows)
+    fix = fixes.fix_for("_normal", "_normal", "jax._src.random", Cause.NEW_STATIC_VALUE, rows)
     assert "static argument shape took 7 different values" in fix
     assert "train.py:65" in fix
     assert "drop it from static_argnums" not in fix  # not the user's to change
-    mine = diagnosis.fix_for("smooth", "smooth", "train", Cause.NEW_STATIC_VALUE, rows, file="/home/me/train.py")
+    mine = fixes.fix_for("smooth", "smooth", "train", Cause.NEW_STATIC_VALUE, rows, file="/home/me/train.py")
     assert "drop it from static_argnums" in mine

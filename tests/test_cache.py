@@ -23,24 +23,23 @@ from fastapi.testclient import TestClient
 from test_dashboard import SCREENSHOTS, Tab, chromium  # noqa: F401  (chromium: the browser fixture)
 
 import cachewatch
-from cachewatch.analysis import cache as analysis
+from cachewatch.cache import cache_directory, cache_reads, cache_view
 from cachewatch.capture import jit as jitmod
 from cachewatch.core.events import Batch, CallStats, CompileEvent, FunctionInfo, RunInfo, new_event_id
 from cachewatch.record import current
-from cachewatch.store import cache as reads
 from cachewatch.store import columns
 from cachewatch.store import engine as enginemod
 from cachewatch.store.sinks import SqlSink
 
 
-def report_of(url: str, function: str | None = None) -> analysis.CacheReport:
+def report_of(url: str, function: str | None = None) -> cache_view.CacheReport:
     cachewatch.flush(30)
     with enginemod.connection(url) as conn:
         filters = columns.Filters(run_id=current.run_id())
-        pairs = [(r, f) for r, f, _ in reads.cache_functions(conn, filters)]
-        report = analysis.cache_report(reads.read_cache(conn, filters, pairs))
+        pairs = [(r, f) for r, f, _ in cache_reads.cache_functions(conn, filters)]
+        report = cache_view.cache_report(cache_reads.read_cache(conn, filters, pairs))
     if function is not None:
-        return analysis.CacheReport(tuple(fn for fn in report.functions if fn.name == function), report.persistent)
+        return cache_view.CacheReport(tuple(fn for fn in report.functions if fn.name == function), report.persistent)
     return report
 
 
@@ -70,7 +69,7 @@ def test_storm_leaves_live_executables_whose_memory_grows_until_clear_caches(sql
     assert fn.peak_live == 40
     assert {v.released_by for v in fn.variants} == {"jax.clear_caches()"}
     assert fn.timeline[-1].live == 0
-    assert "jax.clear_caches()" in analysis.text(report_of(sqlite_url))
+    assert "jax.clear_caches()" in cache_view.text(report_of(sqlite_url))
 
 
 def test_a_variant_compiled_for_one_call_is_named(sqlite_url, use_store):
@@ -94,7 +93,7 @@ def test_a_variant_compiled_for_one_call_is_named(sqlite_url, use_store):
     kept = [v for v in fn.variants if v is not never]
     assert kept[0].calls
     assert kept[0].calls > 15
-    text = analysis.text(report)
+    text = cache_view.text(report)
     assert "never called again (1" in text
     assert "once_step  signature " + never.signature_hash[:12] in text
 
@@ -255,10 +254,12 @@ def test_persistent_cache_per_compile_across_two_runs(tmp_path):
         )
         assert proc.returncode == 0, proc.stderr
     with enginemod.connection(store) as conn:
-        runs = [r for r, _, _ in reads.cache_functions(conn, columns.Filters())]
-        records = reads.read_cache(conn, columns.Filters())
-        report = analysis.cache_report(records)
-        audit = analysis.audit_directory(str(tmp_path / "cache"), lambda keys: reads.entry_origins(conn, keys))
+        runs = [r for r, _, _ in cache_reads.cache_functions(conn, columns.Filters())]
+        records = cache_reads.read_cache(conn, columns.Filters())
+        report = cache_view.cache_report(records)
+        audit = cache_directory.audit_directory(
+            str(tmp_path / "cache"), lambda keys: cache_reads.entry_origins(conn, keys)
+        )
     second, first = runs[0], runs[-1]
     kept = [c for c in records.compiles if records.functions[c.function_hash].name == "kept_step"]
     first_run = [(c.persistent_cache, c.persistent_cache_reason) for c in kept if c.run_id == first]
@@ -287,7 +288,7 @@ def test_persistent_cache_per_compile_across_two_runs(tmp_path):
     assert second_fn.missed_seconds == pytest.approx(sum(missed))
     assert second_fn.missed_seconds > 0
     assert first_fn.missed_seconds == pytest.approx(sum(c.xla_seconds or 0.0 for c in kept if c.run_id == first))
-    shown = analysis.text(report)
+    shown = cache_view.text(report)
     assert "  kept_step: 2 hit, 1 not written (not written: min_compile_time 1); hit rate 67%" in shown
     # The function over its runs, from the command.
     over_runs = subprocess.run(
@@ -362,9 +363,11 @@ def test_entries_the_size_limit_evicted_are_named_with_their_function(tmp_path):
     assert proc.returncode == 0, proc.stderr
     on_disk = {name[: -len("-cache")] for name in os.listdir(cache_dir) if name.endswith("-cache")}
     with enginemod.connection(store) as conn:
-        records = reads.read_cache(conn, columns.Filters())
-        audit = analysis.audit_directory(
-            str(cache_dir), lambda keys: reads.entry_origins(conn, keys), lambda d: reads.entries_written_to(conn, d)
+        records = cache_reads.read_cache(conn, columns.Filters())
+        audit = cache_directory.audit_directory(
+            str(cache_dir),
+            lambda keys: cache_reads.entry_origins(conn, keys),
+            lambda d: cache_reads.entries_written_to(conn, d),
         )
     written = {
         c.persistent_cache_key or "": c
@@ -477,7 +480,7 @@ def test_peak_host_memory_of_a_compile_against_an_independent_sampler(tmp_path):
     assert proc.returncode == 0, proc.stderr
     sampled = json.loads(proc.stdout.strip().splitlines()[-1])
     with enginemod.connection(store) as conn:
-        records = reads.read_cache(conn, columns.Filters())
+        records = cache_reads.read_cache(conn, columns.Filters())
     (compile_,) = [c for c in records.compiles if records.functions[c.function_hash].name == "heavy_compile"]
     assert compile_.peak_host_bytes is not None
     assert compile_.host_bytes_before is not None
@@ -533,8 +536,8 @@ def test_new_fields_through_both_writers(store_url, writer):
             response = client.post("/api/v1/events", json=batch.to_wire())
             assert response.status_code == 200, response.text
     with enginemod.connection(store_url) as conn:
-        report = analysis.cache_report(reads.read_cache(conn, columns.Filters(run_id=run_id)))
-        directory = reads.run_cache_directory(conn, run_id)
+        report = cache_view.cache_report(cache_reads.read_cache(conn, columns.Filters(run_id=run_id)))
+        directory = cache_reads.run_cache_directory(conn, run_id)
     assert directory == "/srv/jaxcache"
     (fn,) = report.functions
     (v,) = fn.variants
@@ -568,7 +571,7 @@ def test_audit_names_foreign_files_and_corrupt_entries_and_changes_nothing(tmp_p
     (tmp_path / "stray.bin").write_bytes(b"??")
     (tmp_path / ".lockfile").write_bytes(b"")  # JAX's, beside a size limit
     before = sorted(os.listdir(tmp_path))
-    audit = analysis.audit_directory(str(tmp_path), lambda keys: {})
+    audit = cache_directory.audit_directory(str(tmp_path), lambda keys: {})
     assert sorted(os.listdir(tmp_path)) == before
     assert {e.key for e in audit.entries} == {"jit_a-00ff", "jit_b-11ee", "jit_c-22dd"}
     assert audit.foreign == ("stray.bin",)
@@ -576,7 +579,7 @@ def test_audit_names_foreign_files_and_corrupt_entries_and_changes_nothing(tmp_p
     assert any("corrupt entry jit_b-11ee-cache: empty" in line for line in audit.problems)
     assert any("corrupt entry jit_c-22dd-cache: not compressed" in line for line in audit.problems)
     assert [e.key for e in audit.entries if e.problem is None] == ["jit_a-00ff"]
-    unreadable = analysis.audit_directory(str(tmp_path / "nope"), lambda keys: {})
+    unreadable = cache_directory.audit_directory(str(tmp_path / "nope"), lambda keys: {})
     assert not unreadable.readable
     assert "cannot read the cache directory" in unreadable.problems[0]
 
@@ -714,7 +717,7 @@ def test_metrics_live_counts_agree_with_the_report(store_url, use_store):
     report = report_of(store_url, "agree_step")
     (fn,) = report.functions
     with enginemod.connection(store_url) as conn:
-        found = {x.function_hash: x for x in reads.live_executables(conn, 20, analysis.EXECUTABLE_PARTS)}
+        found = {x.function_hash: x for x in cache_reads.live_executables(conn, 20, cache_view.EXECUTABLE_PARTS)}
     assert fn.live == 3
     assert fn.peak_live == 7
     assert (found[fn.function_hash].live, found[fn.function_hash].memory_bytes) == (fn.live, fn.live_bytes)

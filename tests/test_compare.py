@@ -13,9 +13,9 @@ from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
 from fastapi.testclient import TestClient
 
-from cachewatch.analysis import comparison
-from cachewatch.store import comparison as reads
+from cachewatch.comparison import side_by_side
 from cachewatch.store import engine as enginemod
+from cachewatch.store import runs
 from cachewatch.store.sinks import SqlSink
 
 
@@ -49,12 +49,12 @@ def test_the_comparison_names_what_compiled_more_and_what_is_gone(two_runs):
     url, base, later, dropped = two_runs
     with enginemod.connection(url) as conn:
         # The baseline by id prefix; the run: its newest sibling of the same name, not "other".
-        result = comparison.compare(conn, base.run_id[:10], None)
+        result = side_by_side.compare(conn, base.run_id[:10], None)
         assert result.run.run_id == later.run_id
-        by_name = comparison.compare(conn, "train", None)  # the two newest runs of that name
+        by_name = side_by_side.compare(conn, "train", None)  # the two newest runs of that name
         assert (by_name.baseline.run_id, by_name.run.run_id) == (base.run_id, later.run_id)
-        with pytest.raises(reads.RunNotFound, match="no run has the id, run name or job 'nope'"):
-            comparison.compare(conn, "nope", None)
+        with pytest.raises(runs.RunNotFound, match="no run has the id, run name or job 'nope'"):
+            side_by_side.compare(conn, "nope", None)
     step = next(f for f in result.functions if f.name == "step")
     assert step.status == "changed"
     assert step.extra_compiles == 7
@@ -68,10 +68,10 @@ def test_the_comparison_names_what_compiled_more_and_what_is_gone(two_runs):
     assert result.new == []
     # 7 more of step, 2 fewer now that scale is gone.
     assert result.extra_compiles == 5
-    assert comparison.gate(result, max_extra_compiles=5) == []
-    (reason,) = comparison.gate(result, max_extra_compiles=4)
+    assert side_by_side.gate(result, max_extra_compiles=5) == []
+    (reason,) = side_by_side.gate(result, max_extra_compiles=4)
     assert reason.startswith("5 more compiles than the baseline (at most 4 allowed): step: +7 compiles (new_shape +7)")
-    assert "step: +7 compiles (new_shape +7)" in comparison.text(result)
+    assert "step: +7 compiles (new_shape +7)" in side_by_side.text(result)
 
 
 def test_the_api_and_the_dashboard_compare_two_runs(two_runs):

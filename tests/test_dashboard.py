@@ -34,10 +34,10 @@ from cachewatch_server.settings import ServerSettings
 from conftest import create_pg_database, drop_pg_database
 
 import cachewatch
-from cachewatch.analysis import diagnosis
 from cachewatch.core import _guard
 from cachewatch.core.events import Cause, Kind
 from cachewatch.explain import causes
+from cachewatch.payoff import verdicts
 from cachewatch.record import current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
@@ -628,7 +628,7 @@ def test_function_events_page_with_filters(tab, api, store):
     # The verdict is the analysis' own: 20 compiles for 20 calls do not pay off.
     with enginemod.connection(store[1]) as conn:
         row = storequeries.function_report(conn, Filters(run_id=run_id), function_hashes=[lam["function_hash"]])[0]
-        verdict = diagnosis.verdicts(conn, [row], Filters(run_id=run_id))[lam["function_hash"]]
+        verdict = verdicts.verdicts(conn, [row], Filters(run_id=run_id))[lam["function_hash"]]
     assert verdict.few_calls
     assert verdict.text.startswith("compiled 20 time(s) for 20 call(s)")
     assert tab.text("#verdict") == verdict.text[0].upper() + verdict.text[1:] + "."

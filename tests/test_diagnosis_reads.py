@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from cachewatch.analysis import diagnosis
 from cachewatch.core import runtimes
 from cachewatch.core.events import Cause
+from cachewatch.payoff import cost_reads, costmodel, regressions
 from cachewatch.store import engine as enginemod
-from cachewatch.store import evidence, models, regressions, retention, rollup, writes
+from cachewatch.store import models, retention, rollup, writes
 from cachewatch.store.columns import Filters
 
 
@@ -60,7 +60,7 @@ def _fill(url: str, seed: int) -> None:
         conn.execute(sa.insert(models.compile_events), events)
 
 
-def _key(found: evidence.SlowerCompile) -> tuple[str, str, str, str]:
+def _key(found: cost_reads.SlowerCompile) -> tuple[str, str, str, str]:
     return (found.function_hash, found.signature_hash, found.run_before, found.run_after)
 
 
@@ -71,14 +71,16 @@ def test_regressions_found_in_sql_are_those_of_every_compile(pg_url, seed):
     with enginemod.connection(pg_url) as conn:
         assert conn.dialect.name == "postgresql"
         for factor, least in ((1.5, 0.05), (1.2, 0.0), (3.0, 0.01)):
-            in_sql = sorted(evidence.slower_compiles(conn, factor, least).shown, key=_key)
-            in_python = sorted(evidence.slower_compiles_of(evidence.uncached_compiles(conn), factor, least), key=_key)
+            in_sql = sorted(cost_reads.slower_compiles(conn, factor, least).shown, key=_key)
+            in_python = sorted(
+                cost_reads.slower_compiles_of(cost_reads.uncached_compiles(conn), factor, least), key=_key
+            )
             assert [_key(s) for s in in_sql] == [_key(s) for s in in_python]
             for a, b in zip(in_sql, in_python, strict=True):
                 assert a.seconds_before == pytest.approx(b.seconds_before)
                 assert a.seconds_after == pytest.approx(b.seconds_after)
-        assert evidence.slower_compiles(conn, 1.2, 0.0).shown, "the filled store has regressions to compare"
-        found = diagnosis.compile_regressions(conn, 1.2, 0.0).shown
+        assert cost_reads.slower_compiles(conn, 1.2, 0.0).shown, "the filled store has regressions to compare"
+        found = regressions.compile_regressions(conn, 1.2, 0.0).shown
     assert all(r.jax_before.startswith("0.") and r.jax_after.startswith("0.") for r in found)
     assert all(r.ratio is not None and r.ratio >= 1.2 for r in found)
 
@@ -120,7 +122,7 @@ def _fill_sizes(url: str, seed: int) -> None:
         rollup.rebuild(conn)  # written behind the writers' back: count the kept totals
 
 
-def _assert_same_fits(found: dict[str, evidence.SizeFit], wanted: dict[str, evidence.SizeFit]) -> None:
+def _assert_same_fits(found: dict[str, cost_reads.SizeFit], wanted: dict[str, cost_reads.SizeFit]) -> None:
     assert set(found) == set(wanted)
     for name, fit in found.items():
         other = wanted[name]
@@ -140,10 +142,10 @@ def _assert_same_fits(found: dict[str, evidence.SizeFit], wanted: dict[str, evid
 def test_size_fits_kept_per_size_are_those_of_every_compile(store_url, seed):
     _fill_sizes(store_url, seed)
     with enginemod.connection(store_url) as conn:
-        kept = {f.function_hash: f for f in evidence.size_fits(conn, Filters())}
-        counted = {f.function_hash: f for f in evidence.size_fits_of(evidence.compile_sizes(conn, Filters()))}
+        kept = {f.function_hash: f for f in cost_reads.size_fits(conn, Filters())}
+        counted = {f.function_hash: f for f in cost_reads.size_fits_of(cost_reads.compile_sizes(conn, Filters()))}
         # Under a filter the fit is made from the compiles (in SQL on PostgreSQL).
-        filtered = {f.function_hash: f for f in evidence.size_fits(conn, Filters(since=-1.0))}
+        filtered = {f.function_hash: f for f in cost_reads.size_fits(conn, Filters(since=-1.0))}
     assert set(kept) == {"linear", "square", "flat", "single", "pair"}
     _assert_same_fits(kept, counted)
     _assert_same_fits(filtered, counted)
@@ -155,9 +157,9 @@ def test_size_fits_kept_per_size_are_those_of_every_compile(store_url, seed):
 def test_size_fits_in_sql_are_those_of_every_compile(pg_url, seed):
     _fill_sizes(pg_url, seed)
     with enginemod.connection(pg_url) as conn:
-        in_sql = {f.function_hash: f for f in evidence.size_fits(conn, Filters(since=-1.0))}
-        in_python = {f.function_hash: f for f in evidence.size_fits_of(evidence.compile_sizes(conn, Filters()))}
-        rows = {r.qualname: r for r in diagnosis.cost_model(conn)}
+        in_sql = {f.function_hash: f for f in cost_reads.size_fits(conn, Filters(since=-1.0))}
+        in_python = {f.function_hash: f for f in cost_reads.size_fits_of(cost_reads.compile_sizes(conn, Filters()))}
+        rows = {r.qualname: r for r in costmodel.cost_model(conn)}
     assert set(in_sql) == {"linear", "square", "flat", "single", "pair"}
     _assert_same_fits(in_sql, in_python)
     assert in_sql["single"].slope is None
@@ -174,17 +176,17 @@ def test_regressions_are_the_steepest_first_and_a_limit_keeps_the_same_ones(dial
     url = sqlite_url if dialect == "sqlite" else request.getfixturevalue("pg_url")
     _fill(url, 4)
     with enginemod.connection(url) as conn:
-        every = evidence.slower_compiles_of(evidence.uncached_compiles(conn), 1.2, 0.0)
+        every = cost_reads.slower_compiles_of(cost_reads.uncached_compiles(conn), 1.2, 0.0)
         steepest = sorted(every, key=lambda s: (-(s.seconds_after / s.seconds_before), _key(s)))
         assert len(every) > 5, "the filled store has enough regressions to cut"
         for limit in (None, 5, 1, 0):
-            found = evidence.slower_compiles(conn, 1.2, 0.0, limit)
+            found = cost_reads.slower_compiles(conn, 1.2, 0.0, limit)
             assert found.total == len(every)
             wanted = steepest if limit is None else steepest[:limit]
             assert [(_key(s), s.seconds_after) for s in found.shown] == [
                 (_key(s), pytest.approx(s.seconds_after)) for s in wanted
             ]
-        listed = diagnosis.compile_regressions(conn, 1.2, 0.0, limit=3)
+        listed = regressions.compile_regressions(conn, 1.2, 0.0, limit=3)
     assert listed.total == len(every)
     ratios = [r.ratio or 0.0 for r in listed.shown]
     assert len(ratios) == 3
@@ -223,13 +225,15 @@ def test_signature_costs_kept_are_those_of_the_events(dialect, sqlite_url, reque
         rollup.rebuild(conn)
         hashes = [f"f{i}" for i in range(5)]
         by_key = lambda c: (c.function_hash, c.signature_hash)  # noqa: E731
-        kept = sorted(evidence.signature_costs(conn, Filters(), hashes), key=by_key)
-        counted = sorted(evidence.signature_costs_of_events(conn, Filters(), hashes), key=by_key)
+        kept = sorted(cost_reads.signature_costs(conn, Filters(), hashes), key=by_key)
+        counted = sorted(cost_reads.signature_costs_of_events(conn, Filters(), hashes), key=by_key)
         # Of every function (no list of hashes), and only those with an eager baseline:
         # the verdicts' reads.
-        everyone = sorted(evidence.signature_costs(conn, Filters(), None), key=by_key)
-        eager_kept = sorted(evidence.signature_costs(conn, Filters(), hashes, eager_only=True), key=by_key)
-        eager_counted = sorted(evidence.signature_costs_of_events(conn, Filters(), hashes, eager_only=True), key=by_key)
+        everyone = sorted(cost_reads.signature_costs(conn, Filters(), None), key=by_key)
+        eager_kept = sorted(cost_reads.signature_costs(conn, Filters(), hashes, eager_only=True), key=by_key)
+        eager_counted = sorted(
+            cost_reads.signature_costs_of_events(conn, Filters(), hashes, eager_only=True), key=by_key
+        )
     assert [(c.function_hash, c.signature_hash, c.compiles) for c in kept] == [
         (c.function_hash, c.signature_hash, c.compiles) for c in counted
     ]
@@ -320,13 +324,13 @@ def _assert_medians_of(found: dict[str, dict[str, Any]], rows: list[dict[str, An
     assert any(t["run_seconds"] is None for sigs in found.values() for t in sigs.values())
 
 
-def _as_listed(found: evidence.SlowerCompiles) -> list[tuple[Any, ...]]:
+def _as_listed(found: cost_reads.SlowerCompiles) -> list[tuple[Any, ...]]:
     return [(*_key(s), round(s.seconds_before, 9), round(s.seconds_after, 9)) for s in found.shown]
 
 
 def _kept_and_counted(conn: sa.Connection, limit: int | None = None) -> tuple[list, int, list, int]:
     kept = regressions.slower_compiles(conn, limit=limit)
-    counted = evidence.slower_compiles(conn, regressions.FACTOR, regressions.MIN_SECONDS, limit)
+    counted = cost_reads.slower_compiles(conn, regressions.FACTOR, regressions.MIN_SECONDS, limit)
     if regressions.settle(conn):  # found again: the count kept beside them is theirs
         rows = conn.execute(sa.select(sa.func.count()).select_from(models.compile_regressions)).scalar_one()
         assert regressions.kept_total(conn) == rows == counted.total
@@ -415,7 +419,7 @@ def test_a_reader_whose_snapshot_missed_a_write_leaves_its_marks_standing(dialec
         writes.write_rows(conn, _slower_run(events, "first", 100.0))
         assert _stale(conn) > 0
     with enginemod.snapshot(url) as reader:
-        seen = evidence.slower_compiles(reader, regressions.FACTOR, regressions.MIN_SECONDS)
+        seen = cost_reads.slower_compiles(reader, regressions.FACTOR, regressions.MIN_SECONDS)
         # A writer marks the same signatures again after the reader's snapshot began: the
         # reader cannot find them again (its marks are out of date), changes nothing,
         # and counts what its snapshot shows.
@@ -437,7 +441,7 @@ def test_a_role_that_may_only_read_gets_the_regressions_counted_and_changes_noth
     with enginemod.connection(pg_url) as conn:
         rollup.rebuild(conn)  # every signature stale
         stale = _stale(conn)
-        counted = evidence.slower_compiles(conn, regressions.FACTOR, regressions.MIN_SECONDS)
+        counted = cost_reads.slower_compiles(conn, regressions.FACTOR, regressions.MIN_SECONDS)
     role = f"cw_reader_{uuid.uuid4().hex[:8]}"
     with enginemod.connection(pg_url) as conn:
         conn.execute(sa.text(f"CREATE ROLE {role} LOGIN"))
@@ -445,7 +449,7 @@ def test_a_role_that_may_only_read_gets_the_regressions_counted_and_changes_noth
     reader_url = pg_url.replace("postgres@", f"{role}@", 1)
     try:
         with enginemod.connection(reader_url, ensure=False) as reader:
-            found = diagnosis.compile_regressions(reader)
+            found = regressions.compile_regressions(reader)
         listed = [
             (
                 r.function_hash,

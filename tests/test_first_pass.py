@@ -11,12 +11,12 @@ import scenarios
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch.analysis import diagnosis
-from cachewatch.analysis.results import FirstPass, Storm
 from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, queries
-from cachewatch.store.evidence import Recompile
+from cachewatch.storms import diagnosis, fixes
+from cachewatch.storms.results import FirstPass, Storm
+from cachewatch.storms.storm_reads import Recompile
 
 
 def _layers(key, sizes):
@@ -150,7 +150,7 @@ def test_layer_shapes_that_change_together_are_not_advised_to_be_padded():
             ]
         )
     ]
-    fix = diagnosis.suggest_fix("dot", Cause.NEW_SHAPE, rows)
+    fix = fixes.suggest_fix("dot", Cause.NEW_SHAPE, rows)
     assert "pad to powers of two" not in fix
     assert "do not pad unrelated shapes to one size" in fix
 
@@ -181,7 +181,7 @@ def test_a_layer_of_equal_width_is_no_batch_axis():
             ]
         )
     ]
-    fix = diagnosis.suggest_fix("dot", Cause.NEW_SHAPE, rows)
+    fix = fixes.suggest_fix("dot", Cause.NEW_SHAPE, rows)
     assert "pad to powers of two" not in fix, fix
     assert "do not pad unrelated shapes to one size" in fix
     # The same two arguments changing on one axis together, as a batch does, still are one.
@@ -197,7 +197,7 @@ def test_a_layer_of_equal_width_is_no_batch_axis():
             for n in range(9, 15)
         )
     ]
-    assert "Argument x axis 0 took 7 sizes between 9 and 15; pad to powers of two" in diagnosis.suggest_fix(
+    assert "Argument x axis 0 took 7 sizes between 9 and 15; pad to powers of two" in fixes.suggest_fix(
         "step", Cause.NEW_SHAPE, batch
     )
 

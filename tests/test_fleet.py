@@ -106,12 +106,12 @@ def test_jobs_listing_metric_and_pages(client):
 
 
 def test_jobs_compared_together_are_each_job_compared_alone_without_the_names(fleet_store):
-    from cachewatch.analysis import fleet
+    from cachewatch.fleet import divergence
     from cachewatch.store import engine as enginemod
 
     with enginemod.connection(fleet_store) as conn:
-        together = fleet.compare_jobs(conn, ["agreeing", "nope", "diverging"])
-        alone = [fleet.compare_job(conn, job) for job in ("agreeing", "diverging")]
+        together = divergence.compare_jobs(conn, ["agreeing", "nope", "diverging"])
+        alone = [divergence.compare_job(conn, job) for job in ("agreeing", "diverging")]
     assert [r.job for r in together] == ["agreeing", "diverging"]  # in the order asked, the unknown left out
     for listed, full in zip(together, alone, strict=True):
         assert full is not None
@@ -167,7 +167,7 @@ def test_job_rank_and_cache_key_travel_through_ingest(store_url, tmp_path):
 def test_a_run_that_declares_a_huge_process_count_lists_the_first_missing_ranks(sqlite_url):
     import sqlalchemy as sa
 
-    from cachewatch.analysis import fleet
+    from cachewatch.fleet import divergence
     from cachewatch.store import engine as enginemod
     from cachewatch.store import models
 
@@ -180,11 +180,11 @@ def test_a_run_that_declares_a_huge_process_count_lists_the_first_missing_ranks(
                 {"run_id": "b" * 32, "started_at": 1.0, "job": "huge", "process_index": 3, "process_count": 2**31 - 1},
             ],
         )
-        report = fleet.compare_job(conn, "huge")
-        (listed,) = fleet.compare_jobs(conn, ["huge"])
+        report = divergence.compare_job(conn, "huge")
+        (listed,) = divergence.compare_jobs(conn, ["huge"])
     assert report is not None
     assert report.process_count == 2**31 - 1
-    assert len(report.missing_ranks) == fleet.MAX_MISSING_RANKS
+    assert len(report.missing_ranks) == divergence.MAX_MISSING_RANKS
     assert report.missing_ranks[:3] == [0, 2, 4]
     assert listed.missing_ranks == report.missing_ranks
 
@@ -225,7 +225,7 @@ def test_ranks_compared_in_the_store_are_the_ranks_compared_from_every_compile(s
 
     import sqlalchemy as sa
 
-    from cachewatch.analysis import fleet
+    from cachewatch.fleet import divergence
     from cachewatch.store import engine as enginemod
     from cachewatch.store import models, rollup
 
@@ -271,8 +271,8 @@ def test_ranks_compared_in_the_store_are_the_ranks_compared_from_every_compile(s
         )
         conn.execute(sa.insert(models.compile_events), events)
         rollup.mark_all_kept_stale(conn)  # as after a bulk load: every job's comparison is found again
-        listed = {r.job: r for r in fleet.compare_jobs(conn, sorted({r["job"] for r in runs}))}
-        alone = {job: fleet.compare_job(conn, job) for job in listed}
+        listed = {r.job: r for r in divergence.compare_jobs(conn, sorted({r["job"] for r in runs}))}
+        alone = {job: divergence.compare_job(conn, job) for job in listed}
         assert conn.execute(sa.select(sa.func.count()).select_from(models.stale_jobs)).scalar_one() == 0
         assert _kept_is_compared(conn, sorted(listed)), "what was kept is what the store compares"
     expected = _reference_divergences(runs, events)
@@ -292,10 +292,10 @@ def test_ranks_compared_in_the_store_are_the_ranks_compared_from_every_compile(s
 def _kept_is_compared(conn, jobs: list[str]) -> bool:
     """The kept comparison of these jobs (read after the stale ones were found again)
     equals the comparison worked out from their compiles."""
-    from cachewatch.store import fleet as reads
+    from cachewatch.fleet import fleet_reads
 
-    assert reads.settle(conn)
-    kept, counted = reads.rank_compiles(conn, jobs), reads.compare_ranks(conn, jobs)
+    assert fleet_reads.settle(conn)
+    kept, counted = fleet_reads.rank_compiles(conn, jobs), fleet_reads.compare_ranks(conn, jobs)
     return kept.compiles == counted.compiles and sorted(map(dataclasses.astuple, kept.disagreeing)) == sorted(
         map(dataclasses.astuple, counted.disagreeing)
     )
@@ -332,7 +332,7 @@ def test_a_jobs_kept_comparison_follows_its_writes_and_prunes(store_url):
     # and the next listing finds its comparison again.
     import sqlalchemy as sa
 
-    from cachewatch.analysis import fleet
+    from cachewatch.fleet import divergence
     from cachewatch.store import engine as enginemod
     from cachewatch.store import models, retention, writes
 
@@ -343,8 +343,8 @@ def test_a_jobs_kept_comparison_follows_its_writes_and_prunes(store_url):
     def stale(conn) -> set[str]:
         return set(conn.execute(sa.select(models.stale_jobs.c.job)).scalars())
 
-    def listed(conn) -> fleet.JobReport:
-        (report,) = fleet.compare_jobs(conn, ["j"])
+    def listed(conn) -> divergence.JobReport:
+        (report,) = divergence.compare_jobs(conn, ["j"])
         assert _kept_is_compared(conn, ["j"])
         assert not stale(conn), "the read found the marked job again"
         return report
@@ -398,8 +398,8 @@ def test_the_most_recent_jobs_are_those_of_the_newest_runs(store_url, busy_job_r
 
     import sqlalchemy as sa
 
+    from cachewatch.fleet import fleet_reads
     from cachewatch.store import engine as enginemod
-    from cachewatch.store import fleet as reads
     from cachewatch.store import models
 
     rng = random.Random(busy_job_runs)
@@ -413,7 +413,7 @@ def test_the_most_recent_jobs_are_those_of_the_newest_runs(store_url, busy_job_r
     enginemod.ensure_schema(store_url)
     with enginemod.connection(store_url) as conn:
         conn.execute(sa.insert(models.runs), runs)
-        found = {limit: reads.recent_jobs(conn, limit) for limit in (1, 5, 20, 100)}
+        found = {limit: fleet_reads.recent_jobs(conn, limit) for limit in (1, 5, 20, 100)}
     latest: dict[str, float] = {}
     for run in runs:
         if run["job"]:

@@ -22,12 +22,13 @@ from jax._src.lib import _jax  # jaxlib's pprof codec, what jaxpr_util writes it
 
 import cachewatch
 from cachewatch import cli
-from cachewatch.analysis import diagnosis, programs
 from cachewatch.capture import program as programmod
 from cachewatch.core.events import Batch, Cause, CompileEvent
+from cachewatch.programs import program_texts
 from cachewatch.record import current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, writes
+from cachewatch.storms import diagnosis
 
 # The line numbers below are found by their text, so editing the file keeps them right.
 SOURCE = Path(__file__).read_text().splitlines()
@@ -565,7 +566,7 @@ def test_report_counts_identical_recompiles_with_their_cost_and_fix(served, caps
     flip(x, jnp.float32(2.0))
     cachewatch.flush(10)
     with enginemod.connection(url) as conn:
-        wasted = {(r.qualname.rsplit(".", 1)[-1], r.cause): r for r in programs.identical_recompiles(conn)}
+        wasted = {(r.qualname.rsplit(".", 1)[-1], r.cause): r for r in program_texts.identical_recompiles(conn)}
     rejit = wasted[("<lambda>", Cause.NEW_FUNCTION_OBJECT)]
     lambdas = compiled(events, "<lambda>")
     assert rejit.recompiles == 2
@@ -616,9 +617,9 @@ def test_compile_profile_names_the_unrolled_loop_and_the_big_constant(served, ca
     cachewatch.flush(10)
     (d,) = compiled(events, "deep")
     with enginemod.connection(url) as conn:
-        deep_profile = programs.compile_profile(conn, d.function.function_hash)
-        rolled_profile = programs.compile_profile(conn, compiled(events, "rolled")[0].function.function_hash)
-        lookup_profile = programs.compile_profile(conn, compiled(events, "lookup")[0].function.function_hash)
+        deep_profile = program_texts.compile_profile(conn, d.function.function_hash)
+        rolled_profile = program_texts.compile_profile(conn, compiled(events, "rolled")[0].function.function_hash)
+        lookup_profile = program_texts.compile_profile(conn, compiled(events, "lookup")[0].function.function_hash)
     top = deep_profile.top_lines[0]
     assert top["line"] == line_of("# fifty-steps")
     assert top["eqns"] == 100

@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import pytest
 import sqlalchemy as sa
 from scenarios import jax_compile_log
 
@@ -207,8 +208,9 @@ def test_a_failure_reading_the_program_keeps_the_event(sqlite_url, use_store, mo
 
 
 def test_xla_figures_are_the_compiles_own_and_nothing_is_lowered_again(sqlite_url, use_store, monkeypatch):
-    """XLA's figures are read off the executable JAX compiled for the call; the deprecated
-    cost_analysis setting lowers nothing a second time (docs/program.md)."""
+    """XLA's figures are read off the executable JAX compiled for the call; the removed
+    cost_analysis setting is still accepted, with a warning, and lowers nothing a second
+    time (docs/program.md)."""
     built: list[tuple[Any, program.Program]] = []
     build = program.build
 
@@ -227,7 +229,8 @@ def test_xla_figures_are_the_compiles_own_and_nothing_is_lowered_again(sqlite_ur
 
     monkeypatch.setattr(jax.stages.Traced, "lower", lower_again)
 
-    use_store(sqlite_url, cost_analysis=True)
+    with pytest.warns(DeprecationWarning, match="'cost_analysis' has no effect"):
+        use_store(sqlite_url, cost_analysis=True)
 
     @cachewatch.jit
     def dense(x):
@@ -250,7 +253,8 @@ def test_xla_figures_are_the_compiles_own_and_nothing_is_lowered_again(sqlite_ur
     assert row["hlo_ops"] >= 3
 
     # The program view off: no figures, and still no second lowering for them.
-    use_store(sqlite_url, cost_analysis=True, program_view=False)
+    with pytest.warns(DeprecationWarning, match="'cost_analysis' has no effect"):
+        use_store(sqlite_url, cost_analysis=True, program_view=False)
 
     @cachewatch.jit
     def sparse(x):

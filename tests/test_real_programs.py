@@ -21,12 +21,12 @@ import scenarios
 import sqlalchemy as sa
 
 import cachewatch
-from cachewatch.analysis import diagnosis
 from cachewatch.capture import counters
 from cachewatch.core.events import Cause, Kind
 from cachewatch.record import recorder
 from cachewatch.store import columns, models, queries, rollup
 from cachewatch.store import engine as enginemod
+from cachewatch.storms import diagnosis
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 # The user's own jitted steps in each program.

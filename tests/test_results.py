@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from cachewatch.analysis import diagnosis, runsummary
-from cachewatch.analysis.results import Burst, BurstFunction, FirstPass, SignatureVerdict, Storm
+from cachewatch.payoff import verdicts
+from cachewatch.payoff.results import SignatureVerdict
+from cachewatch.storms import diagnosis
+from cachewatch.storms.results import Burst, BurstFunction, FirstPass, Storm
+from cachewatch.views import runsummary
 
 BURST_FIELDS = [
     "key",
@@ -80,7 +83,7 @@ def test_a_first_pass_as_json_ends_with_its_cost():
 
 def test_a_verdict_as_json_keeps_its_fields_and_their_order():
     sig = SignatureVerdict("s1", 1, 0.25, 0.01, 0.02, 25)
-    verdict = diagnosis.jit_verdict(3.0, 12, 41, 0.01, 0.02, signatures=[sig])
+    verdict = verdicts.jit_verdict(3.0, 12, 41, 0.01, 0.02, signatures=[sig])
     found = verdict.as_json()
     assert list(found) == [
         "compiles",

@@ -25,13 +25,13 @@ from cachewatch_server.settings import ServerSettings, SettingsError, load
 from fastapi.testclient import TestClient
 
 from cachewatch import cli
-from cachewatch.analysis import diagnosis
-from cachewatch.analysis.results import Storm
 from cachewatch.core.events import CompileEvent, RunInfo
 from cachewatch.record import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, queries, retention, writes
 from cachewatch.store.columns import Filters
+from cachewatch.storms import diagnosis
+from cachewatch.storms.results import Storm
 
 DAY = 86400.0
 # Wide enough that the newest kept run's storm is active for as long as a test runs.

@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 
 import cachewatch
 from cachewatch import cli
-from cachewatch.analysis import diagnosis
 from cachewatch.capture.counters import _stats
 from cachewatch.core import runtimes
+from cachewatch.payoff import costmodel
 from cachewatch.record import current
 from cachewatch.store import columns, models, rollup
 from cachewatch.store import engine as enginemod
@@ -308,7 +308,7 @@ def test_cost_model_gives_no_exponent_from_too_few_points(sqlite_url):
     for i, size in enumerate([10, 20, 40, 80]):
         _insert_compiles(sqlite_url, "four", [1000.0 + i], eqns=size, seconds=1e-5 * size**2.6, signature_hash=f"f{i}")
     with enginemod.connection(sqlite_url) as conn:
-        (row,) = diagnosis.cost_model(conn)
+        (row,) = costmodel.cost_model(conn)
     assert row.points == 4
     assert row.exponent is None
     assert not row.superlinear

@@ -16,12 +16,12 @@ from cachewatch_server.settings import ServerSettings, SettingsError, load
 from fastapi.testclient import TestClient
 from serverkit import READ_TOKEN, TOKEN, auth
 
-from cachewatch.analysis import views
 from cachewatch.core.events import Cause
 from cachewatch.record import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, writes
 from cachewatch.store import queries as storequeries
+from cachewatch.views import compose
 
 
 @pytest.fixture(scope="module")
@@ -561,7 +561,7 @@ def test_a_functions_detail_lists_its_newest_storms_and_counts_them_all(client, 
     for bad in (-1, 10_001, "many"):
         assert client.get(path, params={"storms_limit": bad}).status_code == 422, bad
     # The page shows the newest few and links to every one of them on the storms page.
-    monkeypatch.setattr(views, "STORMS_SHOWN", 2)
+    monkeypatch.setattr(compose, "STORMS_SHOWN", 2)
     page = client.get(f"/functions/{step_hash}").text
     assert 'id="storms-more"' in page
     assert f"/storms?function_hash={step_hash}" in page

@@ -19,6 +19,7 @@ from alembic.runtime.migration import MigrationContext
 import cachewatch
 from cachewatch import cli
 from cachewatch.core.events import Cause, new_event_id
+from cachewatch.payoff import cost_reads
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
 
@@ -362,7 +363,7 @@ def test_json_an_older_writer_left_in_sqlite_text_is_still_read(sqlite_url):
 def test_reads_by_id_cross_the_in_list_limit_without_losing_a_row(store_url):
     # Reads by a list of ids split it into IN (...) lists of columns.IN_CHUNK values:
     # a list one past two chunks comes back whole, each row once.
-    from cachewatch.store import columns, evidence
+    from cachewatch.store import columns
 
     assert [len(c) for c in columns.in_chunks(list(range(2 * columns.IN_CHUNK + 1)))] == [500, 500, 1]
     assert list(columns.in_chunks([])) == []
@@ -374,6 +375,6 @@ def test_reads_by_id_cross_the_in_list_limit_without_losing_a_row(store_url):
     ]
     with enginemod.connection(store_url) as conn:
         conn.execute(sa.insert(models.runs), runs)
-        found = evidence.run_versions(conn, [r["run_id"] for r in runs] + [runs[0]["run_id"]])
+        found = cost_reads.run_versions(conn, [r["run_id"] for r in runs] + [runs[0]["run_id"]])
     assert len(found) == count
     assert found == {r["run_id"]: (r["jax_version"], "x") for r in runs}

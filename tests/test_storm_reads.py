@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from cachewatch.analysis import diagnosis, steady
 from cachewatch.core.events import Cause, Kind
 from cachewatch.store import engine as enginemod
-from cachewatch.store import evidence, kept_bursts, models, retention, rollup, writes
+from cachewatch.store import models, retention, rollup, writes
 from cachewatch.store.columns import Filters
+from cachewatch.storms import diagnosis, kept_bursts, steady, storm_reads
 
 NOW = 1_750_000_000.0
 # Two jits of the user's, and two library functions reached from the same lines.
@@ -59,7 +59,7 @@ def _fill(url: str, seed: int) -> None:
                         rng.choice(CAUSES),
                         site=site,
                         warmup=n < 3,
-                        kind=Kind.WARMUP if rng.random() < 0.05 else "trace",
+                        kind=Kind.AHEAD if rng.random() < 0.05 else "trace",
                         signature=f"s{n % 9}",
                     )
                 )
@@ -148,8 +148,8 @@ def test_storms_from_the_dense_pairs_are_the_storms_of_every_recompile(store_url
 def test_the_dense_pairs_leave_out_sparse_runs(store_url):
     _fill(store_url, 3)
     with enginemod.connection(store_url) as conn:
-        dense = evidence.recompiles_past_first(conn, Filters(), diffs=False, dense=(5, 60.0))
-        every = evidence.recompiles_past_first(conn, Filters(), diffs=False)
+        dense = storm_reads.recompiles_past_first(conn, Filters(), diffs=False, dense=(5, 60.0))
+        every = storm_reads.recompiles_past_first(conn, Filters(), diffs=False)
     assert {r.run_id for r, _ in dense} < {r.run_id for r, _ in every}  # the sparse runs stay in the store
     assert {r.run_id for r, _ in dense} <= {"r1", "r3", "r5"}
     kept = {r.event_id for r, _ in dense}
@@ -158,7 +158,7 @@ def test_the_dense_pairs_leave_out_sparse_runs(store_url):
 
 def test_the_recompile_condition_is_the_vocabulary_s():
     assert f"cause <> '{Cause.FIRST_CALL.value}'" in models.RECOMPILED
-    assert f"kind <> '{Kind.WARMUP.value}'" in models.RECOMPILED
+    assert f"kind <> '{Kind.AHEAD.value}'" in models.RECOMPILED
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -334,13 +334,13 @@ def _counting_tellings(monkeypatch) -> list[int]:
 def _reads_by_id(monkeypatch) -> list[str]:
     """The recompiles the reads of kept bursts' recompiles by id ask for."""
     asked: list[str] = []
-    by_id = evidence.recompiles_by_id
+    by_id = storm_reads.recompiles_by_id
 
     def counting(conn, event_ids, diffs=False):
         asked.extend(event_ids)
         return by_id(conn, event_ids, diffs)
 
-    monkeypatch.setattr(evidence, "recompiles_by_id", counting)
+    monkeypatch.setattr(storm_reads, "recompiles_by_id", counting)
     return asked
 
 
@@ -440,13 +440,13 @@ def test_active_storms_are_the_kept_ones_still_going_and_a_poll_tells_none_again
 def test_diffs_read_for_a_runs_span_are_those_read_by_id(store_url, monkeypatch):
     _fill(store_url, 4)
     with enginemod.connection(store_url) as conn:
-        every = [r for r, _ in evidence.recompiles_past_first(conn, Filters(), diffs=False)]
+        every = [r for r, _ in storm_reads.recompiles_past_first(conn, Filters(), diffs=False)]
         # Every other one: a span's read meets recompiles that were not asked for.
         asked = every[::2]
-        monkeypatch.setattr(evidence, "DIFFS_BY_RANGE", 10**9)
-        by_id = evidence.with_diffs(conn, asked)
-        monkeypatch.setattr(evidence, "DIFFS_BY_RANGE", 1)
-        by_span = evidence.with_diffs(conn, asked)
+        monkeypatch.setattr(storm_reads, "DIFFS_BY_RANGE", 10**9)
+        by_id = storm_reads.with_diffs(conn, asked)
+        monkeypatch.setattr(storm_reads, "DIFFS_BY_RANGE", 1)
+        by_span = storm_reads.with_diffs(conn, asked)
     assert len({r.run_id for r in asked}) > 1
     assert sum(r.diff is not None for r in by_id) > len(asked) // 2
     assert by_span == by_id

@@ -18,12 +18,15 @@ import pytest
 import scenarios
 import sqlalchemy as sa
 
-from cachewatch.analysis import diagnosis, programs, runsummary, steady
-from cachewatch.analysis.results import Storm
 from cachewatch.core.events import Cause
+from cachewatch.payoff import verdicts
+from cachewatch.programs import program_texts
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
-from cachewatch.store.evidence import Recompile
+from cachewatch.storms import diagnosis, fixes, steady
+from cachewatch.storms.results import Storm
+from cachewatch.storms.storm_reads import Recompile
+from cachewatch.views import runsummary
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 _JAX_COMPILED = re.compile(r"Finished XLA compilation of jit\((.*?)\) in")
@@ -110,7 +113,7 @@ def test_a_library_jit_remade_at_every_step_is_a_storm_at_the_users_line(tmp_pat
     # Waste is only a recompile of body_fn that produced body_fn's program again.
     assert storm.identical_programs <= storm.compiles
     with enginemod.connection(ran.url) as conn:
-        wasted = programs.identical_recompiles(conn)
+        wasted = program_texts.identical_recompiles(conn)
         e, earlier = models.compile_events, models.compile_events.alias("earlier")
         first_wasted = conn.execute(
             sa.select(sa.func.count())
@@ -167,7 +170,7 @@ def test_padding_advice_per_varying_axis():
         Recompile("h", "r", float(i), Cause.NEW_SHAPE, [_shape("ids", f"int32[8,{n}]", f"int32[8,{n + 3}]", [1])], None)
         for i, n in enumerate(range(10, 40, 3))
     ]
-    fix = diagnosis.suggest_fix("step", Cause.NEW_SHAPE, tokens)
+    fix = fixes.suggest_fix("step", Cause.NEW_SHAPE, tokens)
     assert fix.startswith("Argument ids axis 1 took 11 sizes between 10 and 40; pad to powers of two: 3 compile(s)")
     assert "(buckets 16, 32, 64; or pad to 40 for one)" in fix
     assert "sequence length" in fix
@@ -186,7 +189,7 @@ def test_padding_advice_per_varying_axis():
         )
         for i, n in enumerate(range(6, 14))
     ]
-    fix = diagnosis.suggest_fix("step", Cause.NEW_SHAPE, graphs)
+    fix = fixes.suggest_fix("step", Cause.NEW_SHAPE, graphs)
     assert "graph.nodes axis 0: 9 sizes between 6 and 14 (buckets 8, 16)" in fix
     assert "graph.senders/graph.receivers axis 0: 9 sizes between 12 and 31 (buckets 16, 32)" in fix
     assert "jraph.pad_with_graphs" in fix
@@ -478,19 +481,19 @@ def test_waste_counts_only_recompiles_of_one_function(sqlite_url):
         from cachewatch.store import rollup
 
         rollup.rebuild(conn)
-        wasted = programs.identical_recompiles(conn)
-        shared = programs.shared_programs(conn)
-        assert programs.wasted_between(conn, ["step", "twin"], "r1", NOW, NOW + 10) == (1, pytest.approx(0.01))
+        wasted = program_texts.identical_recompiles(conn)
+        shared = program_texts.shared_programs(conn)
+        assert program_texts.wasted_between(conn, ["step", "twin"], "r1", NOW, NOW + 10) == (1, pytest.approx(0.01))
         # Many storms' spans in one read: each as alone (before the waste, another run, no function).
         spans = [
-            programs.Span(("twin",), "r1", NOW, NOW + 10),
-            programs.Span(("step", "twin"), "r1", NOW, NOW + 10),
-            programs.Span(("step",), "r1", NOW, NOW + 1.9),
-            programs.Span(("step",), "r2", NOW, NOW + 10),
-            programs.Span((), "r1", NOW, NOW + 10),
-            programs.Span(("step",), "r1", NOW + 2.0, NOW + 2.0),
+            program_texts.Span(("twin",), "r1", NOW, NOW + 10),
+            program_texts.Span(("step", "twin"), "r1", NOW, NOW + 10),
+            program_texts.Span(("step",), "r1", NOW, NOW + 1.9),
+            program_texts.Span(("step",), "r2", NOW, NOW + 10),
+            program_texts.Span((), "r1", NOW, NOW + 10),
+            program_texts.Span(("step",), "r1", NOW + 2.0, NOW + 2.0),
         ]
-        assert programs.wasted_in_spans(conn, spans) == [
+        assert program_texts.wasted_in_spans(conn, spans) == [
             (0, 0.0),
             (1, pytest.approx(0.01)),
             (0, 0.0),
@@ -499,13 +502,13 @@ def test_waste_counts_only_recompiles_of_one_function(sqlite_url):
             (1, pytest.approx(0.01)),
         ]
         # A recompile is diffed with the function's own earlier program, never another function's.
-        from cachewatch.store import programs as stored
+        from cachewatch.programs import program_reads
 
-        e3, e2 = stored.event(conn, "e3"), stored.event(conn, "e2")
+        e3, e2 = program_reads.event(conn, "e3"), program_reads.event(conn, "e2")
         assert e3 is not None
         assert e2 is not None
-        assert programs.default_against(conn, e3) == "e1"
-        assert programs.default_against(conn, e2) is None
+        assert program_texts.default_against(conn, e3) == "e1"
+        assert program_texts.default_against(conn, e2) is None
     assert [(w.function_hash, w.recompiles) for w in wasted] == [("step", 1)]
     assert [(s.function_hash, s.other_hash, s.compiles) for s in shared] == [("twin", "step", 2)]
     assert "could share one jit" in shared[0].text
@@ -544,14 +547,14 @@ def test_a_jit_traced_only_inside_another_is_no_recompile_and_gets_no_verdict(sq
     with enginemod.connection(url) as conn:
         report = {r["name"]: r for r in queries.function_report(conn)}
         storms = diagnosis.detect_storms(conn, threshold=5, window=600)
-        verdicts = diagnosis.verdicts(conn, list(report.values()))
+        weighed = verdicts.verdicts(conn, list(report.values()))
     inner, outer = report["verdict_inner"], report["verdict_outer"]
     assert outer["compiles"] == scenarios.jax_compile_count(messages, "verdict_outer") == 7
     assert inner["traces"] == 7
     assert inner["compiles"] == 0
     assert inner["recompiles"] == 0
     assert not [s for s in storms if inner["function_hash"] in s.function_hashes]
-    assert inner["function_hash"] not in verdicts  # it never ran on its own: nothing to weigh
+    assert inner["function_hash"] not in weighed  # it never ran on its own: nothing to weigh
 
 
 def test_an_optimizer_update_over_many_leaves_is_no_unrolled_loop(sqlite_url, use_store):
@@ -580,14 +583,14 @@ def test_an_optimizer_update_over_many_leaves_is_no_unrolled_loop(sqlite_url, us
     recorder.remove_listener(seen.append)
     (event,) = [e for e in seen if e.function.name == "optimizer_step" and e.compiled]
     with enginemod.connection(url) as conn:
-        profile = programs.compile_profile(conn, event.function.function_hash)
+        profile = program_texts.compile_profile(conn, event.function.function_hash)
     update_line = next(
         i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# over-every-leaf" in text
     )
     top = profile.top_lines[0]
     # The line repeats its operations once per leaf, as an unrolled loop would ...
     assert top["line"] == update_line
-    assert min(top["primitives"].values()) >= programs.UNROLLED_MIN_REPEATS
+    assert min(top["primitives"].values()) >= program_texts.UNROLLED_MIN_REPEATS
     # ... but leaves of 24 shapes are no loop a scan could take.
     assert not [f for f in profile.fixes if f.kind == "unrolled_loop"], profile.fixes
 
@@ -598,18 +601,18 @@ def test_capture_can_end_warm_up_on_a_library_loop_by_the_same_rule(sqlite_url, 
     a, b, c = _site("# site-a"), _site("# site-b"), _site("# site-c")
     use_store(sqlite_url)
     for _ in range(3):  # set-up from one line: many shapes of one library jit
-        current.note_compile("normal", Cause.NEW_SHAPE, a, remade_jit=False)
-    current.note_compile("exp", Cause.NEW_SHAPE, c, remade_jit=False)  # a model called back ...
-    current.note_compile("normal", Cause.NEW_SHAPE, a, remade_jit=False)
-    current.note_compile("exp", Cause.NEW_SHAPE, c, remade_jit=False)  # ... twice from one line
+        current.note_compile("normal", Cause.NEW_SHAPE, a, module="jax.random")
+    current.note_compile("exp", Cause.NEW_SHAPE, c, module="jax.random")  # a model called back ...
+    current.note_compile("normal", Cause.NEW_SHAPE, a, module="jax.random")
+    current.note_compile("exp", Cause.NEW_SHAPE, c, module="jax.random")  # ... twice from one line
     assert not current.steady()
     use_store(sqlite_url)
-    current.note_compile("eye", Cause.FIRST_CALL, a, remade_jit=False)
-    current.note_compile("chol", Cause.FIRST_CALL, b, remade_jit=False)
-    current.note_compile("eye", Cause.NEW_SHAPE, a, remade_jit=False)  # the loop came back
+    current.note_compile("eye", Cause.FIRST_CALL, a, module="jax.random")
+    current.note_compile("chol", Cause.FIRST_CALL, b, module="jax.random")
+    current.note_compile("eye", Cause.NEW_SHAPE, a, module="jax.random")  # the loop came back
     assert current.steady()
     assert not current.in_warmup(time.time())
     use_store(sqlite_url)
-    current.note_compile("body_fn", Cause.FIRST_CALL, c, remade_jit=False)
-    current.note_compile("body_fn", Cause.NEW_FUNCTION_OBJECT, c, remade_jit=True)
+    current.note_compile("body_fn", Cause.FIRST_CALL, c, module="jax.random")
+    current.note_compile("body_fn", Cause.NEW_FUNCTION_OBJECT, c, module="numpyro.infer.svi")
     assert current.steady()

@@ -73,7 +73,7 @@ def test_a_warmed_run_compiles_nothing_on_its_training_thread(sqlite_url):
         report = {r["name"]: r for r in queries.function_report(conn, Filters(run_id=second["run_id"]))}
     mine = [k for k in kinds if k.call_site and k.call_site.endswith("warm_loop.py:" + str(_warmup_line()))]
     assert len(mine) == SIZES
-    assert all(k.kind == Kind.WARMUP and k.warmup for k in mine)
+    assert all(k.kind == Kind.AHEAD and k.warmup for k in mine)
     # A warm-up's compiles are compiles, never recompiles.
     assert report["train_step"]["compiles"] == SIZES
     assert report["train_step"]["recompiles"] == 0
@@ -107,7 +107,7 @@ def test_warm_up_fills_the_persistent_cache_that_the_next_warm_up_reads(sqlite_u
             run: [
                 r.persistent_cache
                 for r in conn.execute(
-                    sa.select(e.c.persistent_cache).where(e.c.run_id == run, e.c.compiled, e.c.kind == Kind.WARMUP)
+                    sa.select(e.c.persistent_cache).where(e.c.run_id == run, e.c.compiled, e.c.kind == Kind.AHEAD)
                 )
             ]
             for run in (filled["run_id"], read["run_id"])
@@ -272,6 +272,6 @@ def test_cachewatch_run_warms_every_function_from_a_run(sqlite_url, tmp_path):
         ).all()
     # Every train_step compile of the second run was its warm-up's, made as it was defined.
     assert len(rows) == SIZES
-    assert {r.kind for r in rows} == {Kind.WARMUP}
+    assert {r.kind for r in rows} == {Kind.AHEAD}
     defined = next(i for i, line in enumerate(PROGRAM.read_text().splitlines(), 1) if "@cachewatch.jit" in line)
     assert {r.call_site for r in rows} == {f"{PROGRAM}:{defined}"}

@@ -26,13 +26,13 @@ from test_dashboard import SCREENSHOTS, Tab, chromium  # noqa: F401 - chromium i
 
 import cachewatch
 from cachewatch import cli
-from cachewatch.analysis import diagnosis, whatif
 from cachewatch.core.events import FunctionInfo
 from cachewatch.record import current
 from cachewatch.store import engine as enginemod
-from cachewatch.store import whatif as reads
-from cachewatch.store.comparison import RunNotFound
-from cachewatch.store.whatif import CompileRecord, Leaf, RunEvidence, TimedSignature
+from cachewatch.store.runs import RunNotFound
+from cachewatch.storms import diagnosis
+from cachewatch.whatif import policies, prices, whatif_reads
+from cachewatch.whatif.whatif_reads import CompileRecord, Leaf, RunEvidence, TimedSignature
 
 SIZES = (9, 10, 12, 14, 17, 20, 23, 26, 28, 30, 32)
 STEPS = 264
@@ -85,16 +85,16 @@ def storm(tmp_path_factory):
     return url, run_id
 
 
-def price(url: str, name: str, policy: str, axis: str | None = None, fallback: str | None = None) -> whatif.Whatif:
+def price(url: str, name: str, policy: str, axis: str | None = None, fallback: str | None = None) -> policies.Whatif:
     with enginemod.connection(url) as conn:
-        function = reads.find_function(conn, name)
-        run_id, run_name = reads.run_of(conn, function.function_hash, None)
-        found = reads.evidence(conn, function, run_id, run_name)
-    return whatif.analyse(
+        function = whatif_reads.find_function(conn, name)
+        run_id, run_name = whatif_reads.run_of(conn, function.function_hash, None)
+        found = whatif_reads.evidence(conn, function, run_id, run_name)
+    return prices.analyse(
         found,
-        whatif.parse_policy(policy),
-        whatif.parse_axis(axis) if axis else None,
-        fallback=whatif.parse_policy(fallback) if fallback else None,
+        policies.parse_policy(policy),
+        policies.parse_axis(axis) if axis else None,
+        fallback=policies.parse_policy(fallback) if fallback else None,
     )
 
 
@@ -132,7 +132,7 @@ def test_auto_is_no_worse_than_pow2_on_the_run_figures(storm):
     auto = price(url, "storm_step", "auto")
     pow2 = price(url, "storm_step", "pow2")
     assert auto.run_fit is not None
-    assert auto.run_fit.points >= whatif.MIN_TIMED_SIZES
+    assert auto.run_fit.points >= prices.MIN_TIMED_SIZES
     assert auto.price is not None
     assert pow2.price is not None
     assert auto.price.total_seconds is not None
@@ -154,7 +154,7 @@ def test_auto_is_no_worse_than_pow2_on_the_run_figures(storm):
 def test_the_priced_fix_sentence(storm):
     url, run_id = storm
     pow2 = price(url, "storm_step", "pow2")
-    sentence = whatif.fix_sentence(pow2)
+    sentence = prices.fix_sentence(pow2)
     assert sentence is not None
     assert re.fullmatch(
         r"pad batch\['x'\] axis 0 to 16, 32: 2 compiles instead of 11, saves \S+ \S+ of \S+ \S+ compiling, "
@@ -162,19 +162,19 @@ def test_the_priced_fix_sentence(storm):
         sentence,
     ), sentence
     with enginemod.connection(url) as conn:
-        function = reads.find_function(conn, "storm_step")
-        priced = whatif.priced_fix(conn, function.function_hash, run_id)
+        function = whatif_reads.find_function(conn, "storm_step")
+        priced = prices.priced_fix(conn, function.function_hash, run_id)
         assert priced is not None
         assert priced.startswith("pad batch['x'] axis 0 to ")
-        one_shape = reads.find_function(conn, "one_shape")
-        assert whatif.priced_fix(conn, one_shape.function_hash, run_id) is None
+        one_shape = whatif_reads.find_function(conn, "one_shape")
+        assert prices.priced_fix(conn, one_shape.function_hash, run_id) is None
         # Many storms priced together: each as alone, in order (a run without it: nothing to pad).
-        together = whatif.priced_fixes(
+        together = prices.priced_fixes(
             conn, [(one_shape, run_id), (function, run_id), (function, "0" * 32), (function, run_id)]
         )
         assert together == [None, priced, None, priced]
-        alone = reads.evidence(conn, function, run_id)
-        (read_together,) = reads.evidence_of_many(conn, [(function, run_id)])
+        alone = whatif_reads.evidence(conn, function, run_id)
+        (read_together,) = whatif_reads.evidence_of_many(conn, [(function, run_id)])
         assert read_together.compiles == alone.compiles
         assert (read_together.calls, read_together.timed) == (alone.calls, alone.timed)
 
@@ -241,7 +241,7 @@ def test_bad_input_exits_2_and_changes_nothing(storm, capsys, args, message):
 def test_the_service_prices_a_policy_and_refuses_bad_input(storm):
     url, run_id = storm
     with enginemod.connection(url) as conn:
-        h = reads.find_function(conn, "storm_step").function_hash
+        h = whatif_reads.find_function(conn, "storm_step").function_hash
     before = _store_state(url)
     with TestClient(create_app(ServerSettings(store=url))) as client:
         ok = client.get(f"/api/v1/functions/{h}/whatif", params={"policy": "pow2", "run_id": run_id})
@@ -299,7 +299,7 @@ def test_too_few_timed_signatures_refuse_to_price_run_time():
         (TimedSignature("s3", 10, 100, 0.001), TimedSignature("s5", 10, 100, 0.002)),
         100,
     )
-    result = whatif.analyse(ev, whatif.parse_policy("pow2"))
+    result = prices.analyse(ev, policies.parse_policy("pow2"))
     assert result.run_fit is None
     assert "a fit needs 3" in result.run_fit_note
     assert result.price is not None
@@ -307,11 +307,11 @@ def test_too_few_timed_signatures_refuse_to_price_run_time():
     assert result.price.padded_run_seconds is None
     assert result.price.total_seconds is None
     assert result.price.executable_bytes == 1000 * (4 + 8)  # fitted: linear in the size
-    assert "padded compute not priced" in (whatif.fix_sentence(result) or "")
-    with pytest.raises(whatif.WhatifError, match="auto cannot weigh padding against compiles"):
-        whatif.analyse(ev, whatif.parse_policy("auto"))
+    assert "padded compute not priced" in (prices.fix_sentence(result) or "")
+    with pytest.raises(policies.WhatifError, match="auto cannot weigh padding against compiles"):
+        prices.analyse(ev, policies.parse_policy("auto"))
     # With a fallback, the same reading of the run prices it instead (a storm's price).
-    assert whatif.analyse(ev, whatif.parse_policy("auto"), fallback=whatif.parse_policy("pow2")) == result
+    assert prices.analyse(ev, policies.parse_policy("auto"), fallback=policies.parse_policy("pow2")) == result
 
 
 def test_other_fixes_are_priced_from_the_run():
@@ -321,7 +321,7 @@ def test_other_fixes_are_priced_from_the_run():
         _compile(2, 4, "weak_type", sig="w4", weak=True, identical="e0"),
     )
     ev = RunEvidence(FN, "r1", "", compiles, 3, (), 100)
-    result = whatif.analyse(ev, whatif.parse_policy("pow2"))
+    result = prices.analyse(ev, policies.parse_policy("pow2"))
     assert "nothing to pad" in result.nothing_to_pad
     fixes = {f.fix: f for f in result.fixes}
     # The weak-type flip's identical program is the weak-type fix's, not hoisting's.
@@ -338,7 +338,7 @@ def test_a_compile_that_empties_the_cache_happens_under_every_policy():
     ev = RunEvidence(
         FN, "r1", "", tuple(_compile(i, n, c) for i, (n, c) in enumerate(zip(sizes, causes, strict=False))), 4, (), 1
     )
-    result = whatif.analyse(ev, whatif.parse_policy("ladder:8"))
+    result = prices.analyse(ev, policies.parse_policy("ladder:8"))
     # 8 compiled, the cache cleared and 8 compiled again; 6 pads into it.
     assert result.price is not None
     assert result.price.compiles == 2
@@ -348,11 +348,11 @@ def test_a_compile_that_empties_the_cache_happens_under_every_policy():
 def test_unknown_names_raise_lookup_errors(storm):
     url, _ = storm
     with enginemod.connection(url) as conn:
-        with pytest.raises(reads.FunctionNotFound):
-            reads.find_function(conn, "nope")
-        h = reads.find_function(conn, "storm_step").function_hash
+        with pytest.raises(whatif_reads.FunctionNotFound):
+            whatif_reads.find_function(conn, "nope")
+        h = whatif_reads.find_function(conn, "storm_step").function_hash
         with pytest.raises(RunNotFound):
-            reads.run_of(conn, h, "feedbeef")
+            whatif_reads.run_of(conn, h, "feedbeef")
 
 
 # ------------------------------------------------------------------ the dashboard, in Chromium
@@ -380,8 +380,8 @@ def tab(chromium, live):  # noqa: F811 - the fixture imported above
 def test_the_function_page_draws_the_ladder_curve(tab, storm):
     url, run_id = storm
     with enginemod.connection(url) as conn:
-        h = reads.find_function(conn, "storm_step").function_hash
-        one = reads.find_function(conn, "one_shape").function_hash
+        h = whatif_reads.find_function(conn, "storm_step").function_hash
+        one = whatif_reads.find_function(conn, "one_shape").function_hash
     with TestClient(create_app(ServerSettings(store=url))) as client:
         auto = client.get(f"/api/v1/functions/{h}/whatif", params={"policy": "auto"}).json()
     tab.open(f"/functions/{h}?run_id={run_id}")
@@ -412,7 +412,7 @@ def test_auto_over_many_sizes_chooses_among_a_bounded_set_of_rungs():
     compiles = tuple(_compile(i, n, "first_call" if i == 0 else "new_shape") for i, n in enumerate(sizes))
     timed = tuple(TimedSignature(f"s{n}", 1, 10, 1e-4 + 1e-6 * n) for n in sizes)
     ev = RunEvidence(FN, "r1", "", compiles, 10 * len(sizes), timed, 1)
-    result = whatif.analyse(ev, whatif.parse_policy("auto:5"))
+    result = prices.analyse(ev, policies.parse_policy("auto:5"))
     assert [len(p.buckets) for p in result.curve] == [1, 2, 3, 4, 5]
     assert all(p.buckets[-1] == 600 and p.compiles == len(p.buckets) for p in result.curve)
     assert result.price is not None
@@ -459,13 +459,13 @@ def test_a_runs_price_is_kept_until_the_run_changes(store_url, use_store):
     def grows(x):
         return jnp.tanh(x @ x.T).sum()
 
-    def priced() -> whatif.Whatif:
+    def priced() -> policies.Whatif:
         with enginemod.connection(store_url) as conn:
-            (found,) = whatif.auto_prices(conn, [(function, run_id)])
-            fresh = whatif.analyse(
-                reads.evidence(conn, function, run_id), whatif.Policy("auto"), fallback=whatif.Policy("pow2")
+            (found,) = prices.auto_prices(conn, [(function, run_id)])
+            fresh = prices.analyse(
+                whatif_reads.evidence(conn, function, run_id), policies.Policy("auto"), fallback=policies.Policy("pow2")
             )
-        assert isinstance(found, whatif.Whatif)
+        assert isinstance(found, policies.Whatif)
         assert found == fresh  # what the store says now
         return found
 
@@ -473,8 +473,8 @@ def test_a_runs_price_is_kept_until_the_run_changes(store_url, use_store):
         grows(jnp.ones((size, 4)))
     assert cachewatch.flush(30)
     with enginemod.connection(store_url) as conn:
-        function = reads.find_function(conn, "grows")
-        run_id, _ = reads.run_of(conn, function.function_hash, None)
+        function = whatif_reads.find_function(conn, "grows")
+        run_id, _ = whatif_reads.run_of(conn, function.function_hash, None)
     first = priced()
     assert first.recorded.compiles == 12
     assert priced() is first  # nothing new in the run: neither read nor analysed again

@@ -4,4 +4,4 @@ the persistent cache, captured globals, call counters, the user's guards, the pr
 behind each compile (``program``), a function's identity (``identity``), compiling ahead
 of time what a run compiled (``warmup``) and ``jax.pmap``'s calls under ``install()``
 (``pmapped``).
-Imports ``core``, ``explain`` and ``record``; never the store or analysis."""
+Imports ``core``, ``explain`` and ``record``; never the store or an errand's reasoning."""

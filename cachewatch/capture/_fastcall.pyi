@@ -1,4 +1,4 @@
-# Types of the C extension cachewatch/_fastcall.c (the cache-hit path of cachewatch.jit).
+# Types of the C extension cachewatch/capture/_fastcall.c (the cache-hit path of cachewatch.jit).
 from collections.abc import Callable
 from typing import Any
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
-from ..core.events import OP_BY_OP_MODULE, Cause, CompileEvent, DiffEntry, FunctionInfo, Kind, new_event_id
+from ..core.events import CompileEvent, DiffEntry, FunctionInfo, Kind, new_event_id
 from ..explain import signature as sigmod
 from ..record import current
 from . import cachestate, devices
-from . import program as program_mod
+from .program import Pending
 
 
 class CompileRecord(Protocol):
@@ -53,7 +53,7 @@ class CompileRecord(Protocol):
     @property
     def jaxpr_eqns(self) -> int | None: ...
     @property
-    def program(self) -> program_mod.Pending | None: ...
+    def program(self) -> Pending | None: ...
 
 
 class Measured(NamedTuple):
@@ -79,16 +79,6 @@ def _no_cache_key(seq: int) -> tuple[bool | None, dict[str, str] | None]:
 cache_key_of: Callable[[int], tuple[bool | None, dict[str, str] | None]] = _no_cache_key
 
 
-def note_compile(info: FunctionInfo, cause: str, call_site: str | None) -> None:
-    """Tell the run of a compile before its warm-up flag is read (``current.note_compile``):
-    a jit of the user's or a library's made afresh or cleared ends warm-up when its line
-    compiled it before; not a primitive, nor one of JAX's own jits, which JAX lowers
-    afresh under an eager transformation within one call."""
-    own = info.module == OP_BY_OP_MODULE or info.module.split(".", 1)[0] in ("jax", "jaxlib")
-    remade = cause in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED) and not own
-    current.note_compile(info.function_hash, cause, call_site, remade)
-
-
 def compile_event(
     record: CompileRecord,
     function: FunctionInfo,
@@ -109,13 +99,14 @@ def compile_event(
     eager baseline)."""
     compiled = record.compiles > 0
     if compiled and ahead is None:
-        note_compile(function, cause, call_site)
+        # Tell the run before its warm-up flag is read: this compile may end warm-up.
+        current.note_compile(function.function_hash, cause, call_site, function.module)
     if compiled:
         cachestate.compiled(function)
     cache_hit, cache_key = cache_key_of(record.seq)
     return event(
         function,
-        Kind.WARMUP if ahead is not None and compiled else record.kind,
+        Kind.AHEAD if ahead is not None and compiled else record.kind,
         cause,
         explanation,
         diff,

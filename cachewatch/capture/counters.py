@@ -9,7 +9,6 @@ statistics.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from types import ModuleType
@@ -34,10 +33,10 @@ class _PyCounter:
 
 
 def native() -> ModuleType | None:
-    """The cache-hit path in C (cachewatch/_fastcall.c), built by pip when a C compiler is
+    """The cache-hit path in C (cachewatch/capture/_fastcall.c), built by pip when a C compiler is
     there; without it (or with CACHEWATCH_PURE_PYTHON set), the pure-Python twin in
     jit._python_watched does the same, slower."""
-    if os.environ.get("CACHEWATCH_PURE_PYTHON", "") not in ("", "0"):
+    if configmod.from_environment("pure_python"):
         return None
     try:
         from . import _fastcall

@@ -32,7 +32,7 @@ from ..core.events import Cause, CompileEvent, FunctionInfo, Kind
 from ..explain import causes
 from ..explain import signature as sigmod
 from ..record import current, recorder
-from . import _tracking, building, cachekey, cachestate, captures, counters, devices, guards, warmup
+from . import _tracking, building, cachekey, cachestate, captures, compile_ahead, counters, devices, guards
 from .counters import CallCounter
 from .counters import Watched as _Watched
 from .identity import call_site, describe_function, is_library_file, unwrap_callable, user_function_in
@@ -76,9 +76,9 @@ class HookState:
         # The eager baseline calls the function again; a bound method's instance is held
         # weakly, like the hook holds it.
         self.fun = weakref.WeakMethod(fun) if isinstance(fun, types.MethodType) else (lambda: fun)
-        # The variants of a running warm-up by signature hash (capture/warmup.py): a call
+        # The variants of a running warm-up by signature hash (capture/compile_ahead.py): a call
         # of one being compiled waits instead of compiling it a second time.
-        self.warming: dict[str, warmup.Slot] = {}
+        self.warming: dict[str, compile_ahead.Slot] = {}
         _tracking.watch_names(self.trace_name, self.module_name, self.info)
 
 
@@ -370,8 +370,8 @@ def _dress(
 
 @_guard.guarded(where="jit.await_warmup")
 def _await_warmup(state: HookState, args: tuple, kwargs: dict) -> None:
-    """Wait for a warm-up compiling this call's signature, or take it over (warmup.claim)."""
-    warmup.claim(state.warming, sigmod.build(state.layout, args, kwargs).stable_hash())
+    """Wait for a warm-up compiling this call's signature, or take it over (compile_ahead.claim)."""
+    compile_ahead.claim(state.warming, sigmod.build(state.layout, args, kwargs).stable_hash())
 
 
 # Called with every function cachewatch.jit makes (the interfaces register here: a
@@ -481,8 +481,7 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
     if compiled and not state.in_library_file:
         current.note_user_compile(state.info.function_hash)
     if compiled and exc is None:
-        # XLA's figures come with the program the compile itself made (program.py); the
-        # cost_analysis setting, which lowered the call again for them, is deprecated.
+        # XLA's figures come with the program the compile itself made (program.py).
         measured = _sample_next_call(state, args, kwargs, compiled[0])
         baseline = _eager_baseline(state, jitted, compiled[0], args, kwargs) if state.eager_baseline else None
         if baseline is not None:

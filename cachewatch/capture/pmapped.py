@@ -51,7 +51,7 @@ def counting(original: Callable[..., Any]) -> Callable[..., Any]:
             cfg = current.config()
             info = describe_function(user_function(fun))
             counter = counters.counter_for(info, cfg.sample_every, cfg.sample_max_per_second)
-        except Exception:  # noqa: BLE001  # an object cachewatch cannot name: leave the pmap as JAX made it
+        except Exception:  # an object cachewatch cannot name: leave the pmap as JAX made it
             return pmapped
         return CountedPmap(pmapped, counter)
 

@@ -314,7 +314,7 @@ def hlo_counts(hlo_text: str) -> tuple[int, int]:
 def _cost_figures(executable: Any, program: Program) -> None:
     try:
         cost = executable.cost_analysis()
-    except Exception as exc:  # noqa: BLE001  # a backend without a cost model raises its own error
+    except Exception as exc:  # a backend without a cost model raises its own error
         reason = f"XLA's cost analysis failed on this backend ({type(exc).__name__}: {exc})"
         program.missing.update(flops=reason, bytes_accessed=reason)
         return
@@ -335,7 +335,7 @@ _NO_COST = "XLA's cost analysis gave nothing on this backend"
 def _memory_figures(executable: Any, program: Program) -> None:
     try:
         stats = executable.get_compiled_memory_stats()
-    except Exception as exc:  # noqa: BLE001  # not every backend serialises its buffer assignment
+    except Exception as exc:  # not every backend serialises its buffer assignment
         program.missing["memory"] = f"the executable gave no compiled memory ({type(exc).__name__}: {exc})"
         return
     program.memory = (program.memory or {}) | {

@@ -16,6 +16,7 @@ import dataclasses
 import os
 import re
 import typing
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -121,10 +122,6 @@ class Config:
         "instead of until the user's jitted code runs a second time",
     )
     eager_baseline: bool = setting(False, "once per signature, time a run op by op beside the compiled run")
-    cost_analysis: bool = setting(
-        False,
-        "deprecated, no effect: XLA's figures come from each compile's own executable with `program_view`",
-    )
     stale_capture_check: bool = setting(True, "on sampled calls, check that globals read at trace time still hold")
     max_recompiles: int = setting(0, "recompiles allowed per watched function before `on_limit` acts (`0`: no limit)")
     on_limit: str = setting(
@@ -186,6 +183,11 @@ class Config:
     raise_internal_errors: bool = setting(
         False, "re-raise cachewatch's own errors instead of logging them once (for cachewatch's own tests)"
     )
+    pure_python: bool = setting(
+        False,
+        "`1` makes `cachewatch.jit` use the pure-Python cache-hit path even where the C one is built "
+        "(for debugging); read once, from the environment, when cachewatch is imported",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,11 +237,19 @@ def _shown(default: Any) -> str:
 SETTINGS: tuple[Setting, ...] = settings_of(Config)
 
 _BY_NAME = {s.name: s for s in SETTINGS}
+# Settings that did something once and are accepted, with a warning, so a script that
+# still passes one keeps working; the environment's are no longer read.
+_REMOVED = {
+    "cost_analysis": "XLA's figures come from each compile's own executable (program_view); nothing is lowered again",
+}
 
 
 def resolve(overrides: dict[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Config:
     """Build a Config from explicit overrides, then the environment, then defaults."""
     overrides = dict(overrides or {})
+    for name in sorted(set(overrides) & set(_REMOVED)):
+        warnings.warn(f"cachewatch setting {name!r} has no effect: {_REMOVED[name]}", DeprecationWarning, stacklevel=3)
+        del overrides[name]
     env: Mapping[str, str] = os.environ if environ is None else environ
     unknown = set(overrides) - set(_BY_NAME)
     if unknown:
@@ -257,6 +267,19 @@ def resolve(overrides: dict[str, Any] | None = None, environ: Mapping[str, str] 
         values[declared.name] = value
     _check(values)
     return Config(**values)
+
+
+def from_environment(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """One setting as the environment gives it (its default when unset or unreadable):
+    for the few read once, at import, before anything is configured."""
+    declared = _BY_NAME[name]
+    raw = (os.environ if environ is None else environ).get(declared.env_var)
+    if raw is None:
+        return declared.default_value()
+    try:
+        return _parse(declared, raw, source=declared.env_var)
+    except ConfigError:
+        return declared.default_value()
 
 
 def _parse(declared: Setting, raw: str, source: str) -> Any:

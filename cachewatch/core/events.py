@@ -50,8 +50,11 @@ class Kind(enum.StrEnum):
     TRACE = "trace"
     COMPILE = "compile"
     STALE_CAPTURE = "stale_capture"
-    # Traced and compiled ahead of time by cachewatch.warmup (never a recompile or storm).
-    WARMUP = "warmup"
+    # Traced and compiled ahead, before a call needed it, by cachewatch.warmup or
+    # `run --warmup-from` (never a recompile or storm). Not the run's warm-up, its set-up
+    # phase (the events' ``warmup`` flag, core/warmup.py). The stored word stays "warmup":
+    # it is what every store and the API's consumers already hold.
+    AHEAD = "warmup"
 
 
 CAUSES: tuple[str, ...] = tuple(cause.value for cause in Cause)
@@ -62,7 +65,7 @@ def is_recompile(kind: str, cause: str, compiled: bool) -> bool:
     """A compile that is no function's first and none that cachewatch.warmup made ahead of
     the hot path (the fix, not the storm): what recompile counts, storms and waste are
     made of. The same rule in SQL: store.columns.recompiled, store.models.RECOMPILED."""
-    return bool(compiled) and cause != Cause.FIRST_CALL and kind != Kind.WARMUP
+    return bool(compiled) and cause != Cause.FIRST_CALL and kind != Kind.AHEAD
 
 
 class DropReason(enum.StrEnum):

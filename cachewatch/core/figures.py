@@ -47,3 +47,17 @@ def seconds_cell(value: float | None, missing: str = "-") -> str:
     if abs(value) < 1000:
         return f"{value:.1f} s"
     return f"{value:,.0f} s"
+
+
+def bytes_text(n: int | None) -> str:
+    """Bytes for a reader, in binary units (``-`` when unknown)."""
+    if n is None:
+        return "-"
+    sign, value = ("-" if n < 0 else ""), float(abs(n))
+    if value < 1024:
+        return f"{sign}{value:.0f} B"
+    for unit in ("KB", "MB"):
+        value /= 1024
+        if value < 1024:
+            return f"{sign}{value:.1f} {unit}"
+    return f"{sign}{value / 1024:.1f} GB"

@@ -401,10 +401,6 @@ def _kind_changed(before: Leaf, after: Leaf, found: list[str]) -> int:
     return 0
 
 
-def same_structure(a: Signature, b: Signature) -> bool:
-    return a.structure == b.structure and [leaf.path for leaf in a.leaves] == [leaf.path for leaf in b.leaves]
-
-
 def closest(candidates: Iterable[Signature], target: Signature) -> tuple[Signature | None, list[DiffEntry]]:
     """The earlier signature closest to ``target``, and the diff against it.
 

@@ -8,10 +8,7 @@ which storms leave out.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
-import linecache
 import os
 import platform
 import socket
@@ -24,6 +21,7 @@ from typing import Any
 from ..core import _guard, jaxcompat, process
 from ..core import config as configmod
 from ..core.events import RunInfo
+from ..core.warmup import WarmupWatch
 
 _lock = threading.RLock()
 _config: configmod.Config | None = None
@@ -93,7 +91,7 @@ class _Run:
     name or job. When warm-up ended stays a module global (``_steady_since``): jit's
     sampled calls read it through steady(), and a global is the cheaper read there."""
 
-    __slots__ = ("id", "info", "started", "seen_rank", "compiled_functions", "compiled_at", "visits")
+    __slots__ = ("id", "info", "started", "seen_rank", "compiled_functions", "warmup_watch")
 
     def __init__(self) -> None:
         self.id: str | None = None  # made on first use
@@ -103,10 +101,7 @@ class _Run:
         # jax.distributed.shutdown() (its events written at exit) still carries it.
         self.seen_rank: tuple[int, int] | None = None
         self.compiled_functions: set[str] = set()  # the user's functions compiled once in warm-up
-        # Where each function was compiled from in warm-up: (call site, function) -> the
-        # visit (a run of compiles from one line of user code) it was last compiled in.
-        self.compiled_at: dict[tuple[str, str], int] = {}
-        self.visits: list[str] = []  # the call site of each visit
+        self.warmup_watch = WarmupWatch()  # what warm-up has compiled from where
 
     def begin(self, run_id: str | None) -> None:
         """Start a new run now (``run_id`` None: made on first use); the rank seen stays."""
@@ -114,8 +109,7 @@ class _Run:
         self.info = None
         self.started = time.time()
         self.compiled_functions.clear()
-        self.compiled_at.clear()
-        self.visits.clear()
+        self.warmup_watch = WarmupWatch()
 
 
 _run = _Run()
@@ -162,62 +156,17 @@ def note_user_compile(function_hash: str) -> None:
             _run.compiled_functions.add(function_hash)
 
 
-def note_compile(function_hash: str, cause: str, call_site: str | None, remade_jit: bool) -> None:
+def note_compile(function_hash: str, cause: str, call_site: str | None, module: str) -> None:
     """Any compile (a library's jit, JAX's own, a primitive run op by op), before its
     warm-up flag is read: warm-up also ends when the program is seen repeating its work
-    with no jit of the user's to show it. ``remade_jit``: a jit of the user's or of a
-    library (not a primitive, nor one of JAX's own jits, which JAX lowers afresh under an
-    eager transformation within one call) compiled again because it was made afresh or
-    its cache cleared. That ends warm-up when the jit was compiled from the same line
-    before (the code that makes it ran again), and so does a function compiled again from
-    a line that compiled it before, with only lines of the same function compiling in
-    between (a loop's body came back to it; a model a library calls back comes back with
-    the caller's line in between). The store's readers judge warm-up by the same rule
-    (cachewatch.analysis.steady), for events recorded before capture calls this."""
-    if _steady_since is not None or not call_site:
+    with no jit of the user's to show it (``core.warmup.WarmupWatch``: the one rule, which
+    the store's readers ask again for events recorded before it saw them)."""
+    if _steady_since is not None:
         return
     with _lock:
-        visits = _run.visits
-        if not visits or call_site != visits[-1]:
-            visits.append(call_site)
-        visit = len(visits) - 1
-        key = (call_site, function_hash)
-        before = _run.compiled_at.get(key)
-        _run.compiled_at[key] = visit
-        between = visits[before + 1 : visit] if before is not None else []
-    if before is None:
-        return
-    if remade_jit or (before < visit and _loop_body(call_site, between)):
+        ended = _run.warmup_watch.sees_work_again(call_site, function_hash, cause, module)
+    if ended:
         mark_steady()
-
-
-def _loop_body(site: str, between: list[str]) -> bool:
-    home = _enclosing_function(site)
-    return home is not None and all(_enclosing_function(other) == home for other in between)
-
-
-@functools.lru_cache(maxsize=256)
-def _enclosing_function(call_site: str) -> tuple[str, int] | None:
-    """The innermost function around a ``file:line`` (file, first line); None when the
-    source cannot be read. Read once per line, and only while warm-up lasts."""
-    file, _, line = call_site.rpartition(":")
-    if not file or not line.isdigit():
-        return None
-    source = linecache.getlines(file)
-    if not source:
-        return None
-    try:
-        tree = ast.parse("".join(source))
-    except (SyntaxError, ValueError):
-        return None
-    number = int(line)
-    starts = [
-        node.lineno
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.lineno <= number <= (node.end_lineno or node.lineno)
-    ]
-    return (file, max(starts, default=0))
 
 
 def steady() -> bool:

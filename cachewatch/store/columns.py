@@ -1,7 +1,8 @@
 """What every read of the store shares: the columns of an event, what an event cost, the
 filters of a view, and the shapes of its rows (``FunctionReport``, ``EventRow``: what the
-API serialises). The reports (queries.py), what analysis reasons over (evidence.py) and
-the service's listings and charts (listings.py, charts.py) build on these."""
+API serialises). The reports (queries.py), every errand's reads (storms/storm_reads.py,
+payoff/cost_reads.py, ...) and the service's listings and charts (listings.py, charts.py)
+build on these."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, TypedDict, TypeVar, cast
 
 import sqlalchemy as sa
 
-from ..core.events import CacheMissExplanation, Cause, Kind
+from ..core.events import MAX_SECONDS, CacheMissExplanation, Cause, Kind
 from . import models
 
 # Every column of an event but the store's own row id.
@@ -147,7 +148,7 @@ def event_rows_of(result: Iterable[sa.Row[*tuple[Any, ...]]]) -> list[EventRow]:
 def recompiled(t: sa.Table | sa.FromClause) -> sa.ColumnElement[bool]:
     """core.events.is_recompile over a table with the events' kind, cause and compiled
     columns (the events, or their kept totals)."""
-    return sa.and_(t.c.compiled, t.c.cause != Cause.FIRST_CALL.value, t.c.kind != Kind.WARMUP.value)
+    return sa.and_(t.c.compiled, t.c.cause != Cause.FIRST_CALL.value, t.c.kind != Kind.AHEAD.value)
 
 
 def cost_expr(e: sa.Table) -> sa.ColumnElement:
@@ -157,3 +158,20 @@ def cost_expr(e: sa.Table) -> sa.ColumnElement:
         + sa.func.coalesce(e.c.lower_seconds, 0.0)
         + sa.func.coalesce(e.c.compile_seconds, 0.0)
     )
+
+
+def _uncached() -> tuple[sa.ColumnElement[bool], ...]:
+    """The compiles whose XLA seconds count for regressions: compiled, timed within bounds,
+    of a signature, and not served by the persistent cache (the write path marks the
+    same ones' signatures stale: rollup.py)."""
+    e = models.compile_events
+    return (
+        e.c.compiled,
+        e.c.compile_seconds.is_not(None),
+        e.c.compile_seconds <= MAX_SECONDS,  # a row an older writer took out of bounds: no figure
+        e.c.signature_hash != "",
+        e.c.persistent_cache_hit.is_not(True),
+    )
+
+
+UNCACHED = _uncached()

@@ -54,11 +54,11 @@ class FunctionRow(Base):
 # What makes an event a recompile (core.events.is_recompile: compiled, not a first call,
 # not made ahead of time by cachewatch.warmup), as SQL the partial indexes below and the
 # queries they serve share word for word.
-RECOMPILED = f"compiled AND cause <> '{Cause.FIRST_CALL.value}' AND kind <> '{Kind.WARMUP.value}'"
+RECOMPILED = f"compiled AND cause <> '{Cause.FIRST_CALL.value}' AND kind <> '{Kind.AHEAD.value}'"
 # The compiles that wrote a persistent-cache entry, as the partial index below and the
 # read of /metrics (store/scrape.py's persistent_entries) share it.
 PERSISTENT_WRITTEN = "persistent_cache = 'written' AND persistent_cache_key IS NOT NULL"
-# Recompiles that produced a program the function compiled before (store/programs.py's
+# Recompiles that produced a program the function compiled before (programs/program_reads.py's
 # wasted reads), and what a function's page reads of each event beside its function and
 # time (store/charts.py): the partial index and the covering index below.
 WASTED = "identical_to IS NOT NULL"
@@ -188,7 +188,7 @@ class CompileEventRow(Base):
         Index("ix_compile_events_time", "timestamp", postgresql_include=SPAN_COLUMNS),
         # The recompiles (storms are made of them) per run and function, and per run and
         # line of user code, in time order: where a burst can be is found in this index
-        # alone (store/evidence.py's _dense), never in the wide rows.
+        # alone (storms/storm_reads.py's _dense), never in the wide rows.
         _recompiles_index("ix_recompiles_run_function", "function_hash"),
         _recompiles_index("ix_recompiles_run_site", "call_site"),
         # The entries written to the persistent cache, key and bytes: /metrics counts and
@@ -302,7 +302,7 @@ class SizeTotalsRow(Base):
 
 
 class RegressionRow(Base):
-    """A compile-time regression kept (store/regressions.py): a function and signature
+    """A compile-time regression kept (payoff/regressions.py): a function and signature
     whose median uncached XLA compile seconds rose by ``regressions.FACTOR`` times and
     ``regressions.MIN_SECONDS`` or more from one run that compiled it to the next (by the
     runs' start). ``steepest_first`` orders them, ascending: the ratio negated, or 1 for a
@@ -500,7 +500,7 @@ class StaleStormsRow(Base):
 
 class KeptRankTotalsRow(Base):
     """Every compile of one rank of a job (its restarts added up; rank -1: the job's runs
-    that carry no process index), kept (store/fleet.py). Found again per job once the
+    that carry no process index), kept (fleet/fleet_reads.py). Found again per job once the
     job is stale (``stale_jobs``); jobs with no name are never kept."""
 
     __tablename__ = "kept_rank_totals"

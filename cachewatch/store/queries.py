@@ -15,12 +15,10 @@ import orjson
 import sqlalchemy as sa
 
 from ..core import runtimes
-from ..core.events import Cause, Kind, explain_cache_miss, is_recompile
+from ..core.events import Cause, FunctionInfo, Kind, is_recompile
 from ..core.figures import compile_share
-from ..core.lowered import ModuleDiff, diff_modules
 from . import engine as enginemod
 from . import models, rollup, settling
-from . import programs as storedprograms
 from .columns import EVENT_SELECT, EventRow, Filters, FunctionReport, cost_expr, event_rows_of
 
 
@@ -471,60 +469,6 @@ def list_events(
     return event_rows_of(conn.execute(q))
 
 
-def explain_cache_misses(conn: sa.Connection, rows: list[EventRow]) -> list[EventRow]:
-    """Set ``cache_miss`` on event rows that missed the persistent cache: against the
-    latest earlier event of the same function and signature in another run that asked
-    the cache, the parts of the key that changed (None where there is none to compare)."""
-    e = models.compile_events
-    for row in rows:
-        row["cache_miss"] = None
-        key = row.get("cache_key")
-        if row.get("persistent_cache_hit") is not False or not key or not row.get("signature_hash"):
-            continue
-        earlier = conn.execute(
-            sa.select(
-                e.c.run_id, e.c.persistent_cache_hit, e.c.cache_key, e.c.program_fingerprint, e.c.lowered_fingerprint
-            )
-            .where(
-                e.c.function_hash == row["function_hash"],
-                e.c.timestamp < row["timestamp"],
-                e.c.signature_hash == row["signature_hash"],
-                e.c.run_id != row["run_id"],
-                e.c.persistent_cache_hit.is_not(None),
-            )
-            .order_by(e.c.timestamp.desc())
-            .limit(1)
-        ).first()
-        if earlier is None or not earlier.cache_key:
-            continue
-        programs = (
-            (earlier.program_fingerprint, earlier.lowered_fingerprint),
-            (row.get("program_fingerprint"), row.get("lowered_fingerprint")),
-        )
-        row["cache_miss"] = explain_cache_miss(
-            earlier.cache_key,
-            key,
-            earlier_run=earlier.run_id,
-            earlier_hit=earlier.persistent_cache_hit,
-            programs=programs,
-            module_diff=_module_diff(conn, programs),
-        )
-    return rows
-
-
-def _module_diff(
-    conn: sa.Connection, programs: tuple[tuple[str | None, str | None], tuple[str | None, str | None]]
-) -> ModuleDiff | None:
-    """The two lowered modules compared, read only for the one case their names explain:
-    the same optimised program from modules that differ, both kept in the store."""
-    (program_before, lowered_before), (program_after, lowered_after) = programs
-    if not program_before or program_before != program_after or not lowered_before or lowered_before == lowered_after:
-        return None
-    before = storedprograms.lowered_text(conn, lowered_before)
-    after = storedprograms.lowered_text(conn, lowered_after) if before is not None else None
-    return diff_modules(before, after) if before is not None and after is not None else None
-
-
 def function_row(conn: sa.Connection, function_hash: str, filters: Filters) -> FunctionReport | None:
     """One function's report row (zeros when it has no events in the filters); None if unknown."""
     f = models.functions
@@ -664,3 +608,16 @@ def totals(conn: sa.Connection, filters: Filters) -> Totals:
         compile_share=compile_share(measured_compile, run_total if measured else None),
         run_time_note=note,
     )
+
+
+def function_infos(conn: sa.Connection, function_hashes: Iterable[str]) -> dict[str, FunctionInfo]:
+    """Name, qualified name, module, file and line of each function, by hash."""
+    f = models.functions
+    wanted = list(function_hashes)
+    if not wanted:
+        return {}
+    q = sa.select(f.c.function_hash, f.c.name, f.c.qualname, f.c.module, f.c.file, f.c.line)
+    return {
+        r.function_hash: FunctionInfo(r.function_hash, r.name, r.qualname, r.module, r.file, int(r.line or 0))
+        for r in conn.execute(q.where(f.c.function_hash.in_(wanted)))
+    }

@@ -24,8 +24,8 @@ import sqlalchemy as sa
 from ..core import runtimes
 from ..core.events import MAX_SECONDS, Cause, Kind, is_recompile, timestamp_ok
 from . import engine as enginemod
-from . import evidence, models
-from .columns import in_chunks
+from . import models
+from .columns import UNCACHED, in_chunks
 
 # Upper bounds (seconds) of trace + lowering + compile per event: from a cached retrace
 # of a tiny function to a large model's XLA compile. The last bucket is unbounded.
@@ -191,7 +191,7 @@ UNCACHED_FIELDS = ("function_hash", "signature_hash", "compiled", "compile_secon
 
 def _stale_regressions(events: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
     """A mark per function and signature for each of its uncached compiles among the
-    events (as store/evidence.py counts them): their kept regressions are out of date.
+    events (as payoff/cost_reads.py counts them): their kept regressions are out of date.
     None from a read that lacks these columns (a rebuild marks every signature itself)."""
     if not set(UNCACHED_FIELDS) <= set(columns):
         return []
@@ -230,7 +230,7 @@ def mark_runs_stale(conn: sa.Connection, run_ids: Iterable[str]) -> None:
 
 def mark_jobs_stale(conn: sa.Connection, run_ids: Iterable[str]) -> None:
     """Mark the jobs of these runs stale: their kept rank comparisons are found again at
-    the next read (store/fleet.py). Runs without a job are never kept, so never marked."""
+    the next read (fleet/fleet_reads.py). Runs without a job are never kept, so never marked."""
     r = models.runs
     jobs: list[str] = []
     for chunk in in_chunks(sorted(set(run_ids))):
@@ -266,7 +266,7 @@ def mark_all_kept_stale(conn: sa.Connection) -> None:
             models.compile_regressions,
             models.stale_regressions,
             sa.select(e.c.function_hash, e.c.signature_hash, sa.func.count())
-            .where(*evidence.UNCACHED)
+            .where(*UNCACHED)
             .group_by(e.c.function_hash, e.c.signature_hash),
         ),
         (

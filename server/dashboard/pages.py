@@ -22,20 +22,22 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
-from cachewatch.analysis import cache as cache_analysis
-from cachewatch.analysis import comparison, diagnosis, fleet, programs, views, whatif
-from cachewatch.analysis.results import Verdict
+from cachewatch.cache import cache_reads, cache_view
+from cachewatch.comparison import side_by_side
 from cachewatch.core import jaxcompat
 from cachewatch.core.events import OP_BY_OP_MODULE, FunctionInfo, Kind
-from cachewatch.store import cache as cache_reads
+from cachewatch.fleet import divergence
+from cachewatch.payoff.results import Verdict
+from cachewatch.programs import program_texts
 from cachewatch.store import charts as chartreads
 from cachewatch.store import engine as enginemod
-from cachewatch.store import evidence, listings
-from cachewatch.store import queries as storequeries
-from cachewatch.store import whatif as whatifreads
+from cachewatch.store import listings, queries
 from cachewatch.store.charts import TimelinePoint
 from cachewatch.store.columns import EventRow, Filters, FunctionReport
-from cachewatch.store.comparison import RunNotFound
+from cachewatch.store.runs import RunNotFound
+from cachewatch.storms import diagnosis
+from cachewatch.views import compose
+from cachewatch.whatif import policies, prices, whatif_reads
 
 from ..deps import Connection, parse_time
 from . import auth, render
@@ -277,8 +279,8 @@ def _storm_settings(request: Request) -> dict[str, Any]:
 def overview(request: Request, conn: Connection) -> HTMLResponse:
     view = _open_view(request, conn)
     storms = diagnosis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
-    summary = diagnosis.summary(conn, view.filters, active=storms, **_storm_settings(request))
-    report = storequeries.function_report(conn, view.filters)
+    summary = compose.summary(conn, view.filters, active=storms, **_storm_settings(request))
+    report = queries.function_report(conn, view.filters)
     over_time = chartreads.compiles_over_time(conn, view.filters)
     empty = _empty_state(request, conn, view) if not summary.events else None
     offenders = sorted(
@@ -357,8 +359,8 @@ def _verdict_text(row: FunctionReport, verdict: Verdict | None) -> str:
 def function_detail(request: Request, conn: Connection, function_hash: str) -> HTMLResponse:
     view = _open_view(request, conn)
     detail = (
-        views.function_detail(
-            conn, function_hash, view.filters, storms_limit=views.STORMS_SHOWN, **_storm_settings(request)
+        compose.function_detail(
+            conn, function_hash, view.filters, storms_limit=compose.STORMS_SHOWN, **_storm_settings(request)
         )
         if len(function_hash) <= 40
         else None
@@ -368,7 +370,7 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
             request, "not_found.html", status=404, view=view, title="No such function", function_hash=function_hash
         )
     row, storms, verdict = detail.report, detail.storms, detail.verdict
-    fix = views.suggested_fix(conn, detail, view.filters, render.label(row))
+    fix = compose.suggested_fix(conn, detail, view.filters, render.label(row))
     points = chartreads.timeline(conn, function_hash, view.filters)
     sites, over_time = chartreads.function_charts(conn, function_hash, view.filters)
     # The call sites hold every trace and compile of the view once: their sum is the pager's count.
@@ -420,7 +422,7 @@ def _compile_events_page(
     events = chartreads.events_page(
         conn, function_hash, view.filters, limit=pager["per_page"], offset=pager["offset"], kind="compiles"
     )
-    storequeries.explain_cache_misses(conn, events)
+    cache_reads.explain_cache_misses(conn, events)
     return pager, events
 
 
@@ -444,7 +446,7 @@ def _function_charts(
 class LadderView:
     """The function page's padding prices: auto's curve over the view's run, or why there is none."""
 
-    result: whatif.Whatif | None
+    result: policies.Whatif | None
     sentence: str | None
     note: str
 
@@ -453,19 +455,19 @@ def _ladder_view(conn: sa.Connection, function_hash: str, view: View) -> LadderV
     """What padding the varying axis would buy over the run shown (the function's latest
     run when the view names none): the cheapest ladder of each number of buckets."""
     try:
-        function = whatifreads.find_function(conn, function_hash)
-        run_id, run_name = whatifreads.run_of(conn, function_hash, view.filters.run_id)
+        function = whatif_reads.find_function(conn, function_hash)
+        run_id, run_name = whatif_reads.run_of(conn, function_hash, view.filters.run_id)
     except LookupError as exc:
         return LadderView(None, None, str(exc.args[0]) if exc.args else "")
     # Without a run time to weigh padding against, powers of two are priced instead (the
     # price a storm of this run quotes, kept until the run changes).
-    (found,) = whatif.auto_prices(conn, [(function, run_id)])
-    if isinstance(found, whatif.WhatifError):
+    (found,) = prices.auto_prices(conn, [(function, run_id)])
+    if isinstance(found, policies.WhatifError):
         return LadderView(None, None, str(found.args[0]) if found.args else "")
     result = dataclasses.replace(found, run_name=run_name)
     if result.nothing_to_pad:
         return LadderView(None, None, "")
-    return LadderView(result, whatif.fix_sentence(result), result.run_fit_note if result.run_fit is None else "")
+    return LadderView(result, prices.fix_sentence(result), result.run_fit_note if result.run_fit is None else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -474,27 +476,27 @@ class ProgramView:
     that produced the same program, a program diff (or why there is none), and the
     latest compiles' size against compile seconds."""
 
-    profile: programs.CompileProfile
-    identical: list[programs.IdenticalRecompiles]
-    diff: programs.ProgramDiff | None
+    profile: program_texts.CompileProfile
+    identical: list[program_texts.IdenticalRecompiles]
+    diff: program_texts.ProgramDiff | None
     problem: str | None
-    growth: list[programs.GrowthPoint]
+    growth: list[program_texts.GrowthPoint]
     growth_total: int
 
 
 def _program_view(conn: sa.Connection, request: Request, function_hash: str, view: View) -> ProgramView:
     """What the function compiled: its compile-cost profile, its recompiles that produced
     the same program, and a program diff (the latest recompile's, or ``?diff=EVENT&against=EVENT``)."""
-    profile = programs.compile_profile(conn, function_hash, view.filters)
-    identical = programs.identical_recompiles(conn, view.filters, [function_hash])
+    profile = program_texts.compile_profile(conn, function_hash, view.filters)
+    identical = program_texts.identical_recompiles(conn, view.filters, [function_hash])
     wanted, against = request.query_params.get("diff"), request.query_params.get("against")
     change, problem = None, None
     try:
         if wanted:
-            change = programs.diff(conn, wanted[:32], against[:32] if against else None)
+            change = program_texts.diff(conn, wanted[:32], against[:32] if against else None)
         else:
-            change = programs.latest_diff(conn, function_hash)
-    except programs.ProgramNotFound as exc:
+            change = program_texts.latest_diff(conn, function_hash)
+    except program_texts.ProgramNotFound as exc:
         problem = str(exc)
     # The latest compiles only: enough to see whether compile seconds follow program size.
     return ProgramView(
@@ -528,7 +530,7 @@ def runs_compare(request: Request, conn: Connection) -> HTMLResponse:
     try:
         if any(v is not None and len(v) > 200 for v in (baseline, run)):
             raise RunNotFound("a run is named by its id or run name, of at most 200 characters")
-        result = comparison.compare(conn, baseline, run)
+        result = side_by_side.compare(conn, baseline, run)
     except RunNotFound as exc:
         return page(request, "compare.html", status=404, view=view, title="Compare runs", problem=exc.args[0])
     return page(request, "compare.html", view=view, title="Compare runs", result=result, problem=None)
@@ -578,7 +580,7 @@ def _storms_function(request: Request, conn: Connection) -> tuple[str, FunctionI
     wanted = request.query_params.get("function_hash", "")
     if not wanted:
         return None
-    return wanted, evidence.function_infos(conn, [wanted]).get(wanted) if len(wanted) <= 40 else None
+    return wanted, queries.function_infos(conn, [wanted]).get(wanted) if len(wanted) <= 40 else None
 
 
 CACHE_FUNCTIONS = 200  # (run, function) pairs the cache page reads, newest runs first
@@ -591,7 +593,7 @@ def cache_page(request: Request, conn: Connection) -> HTMLResponse:
     variants that never served a call, and the persistent cache's hit rate per run."""
     view = _open_view(request, conn)
     pairs = [(r, f) for r, f, _ in cache_reads.cache_functions(conn, view.filters)[:CACHE_FUNCTIONS]]
-    report = cache_analysis.cache_report(cache_reads.read_cache(conn, view.filters, pairs))
+    report = cache_view.cache_report(cache_reads.read_cache(conn, view.filters, pairs))
     empty = _empty_state(request, conn, view) if not report.functions else None
     run_names = {r["run_id"]: r["run_name"] for r in view.runs}
     charted = sorted(report.functions, key=lambda fn: -fn.peak_live)[:CACHE_CHARTED]
@@ -625,17 +627,19 @@ JOBS_LISTED = 100
 @router.get("/jobs", response_class=HTMLResponse)
 def jobs_page(request: Request, conn: Connection) -> HTMLResponse:
     view = _open_view(request, conn)
-    reports = fleet.compare_jobs(conn, fleet.recent_jobs(conn, JOBS_LISTED))
+    reports = divergence.compare_jobs(conn, divergence.recent_jobs(conn, JOBS_LISTED))
     return page(request, "jobs.html", view=view, title="Jobs", reports=reports)
 
 
 @router.get("/jobs/{job}", response_class=HTMLResponse)
 def job_page(request: Request, conn: Connection, job: str) -> HTMLResponse:
     view = _open_view(request, conn)
-    report = fleet.compare_job(conn, job) if len(job) <= 200 else None
+    report = divergence.compare_job(conn, job) if len(job) <= 200 else None
     if report is None:
         return page(request, "not_found.html", status=404, view=view, title="No such job", job=job)
-    return page(request, "job.html", view=view, title=f"Job {job}", report=report, signature_text=fleet.signature_text)
+    return page(
+        request, "job.html", view=view, title=f"Job {job}", report=report, signature_text=divergence.signature_text
+    )
 
 
 @router.get("/health", response_class=HTMLResponse)

@@ -18,12 +18,11 @@ from typing import Any
 
 import jinja2
 
-from cachewatch.analysis.cache import bytes_text
-from cachewatch.analysis.whatif import Price
 from cachewatch.core import events
 from cachewatch.core.events import CAUSES, Cause, short_name
-from cachewatch.core.figures import seconds_cell, share_text
+from cachewatch.core.figures import bytes_text, seconds_cell, share_text
 from cachewatch.store.charts import CompilesOverTime, TimelinePoint
+from cachewatch.whatif.prices import Price
 
 # One fixed colour per cause, the same on every page and chart: hues as far apart
 # as they can be, each darkened to keep at least 3:1 contrast against white, as bars and
@@ -484,7 +483,7 @@ def make_environment() -> jinja2.Environment:
 
 def live_executables_chart(timelines: Sequence[tuple[str, Sequence[Any]]], *, field: str) -> dict[str, Any]:
     """Step lines per function: executables alive (``field`` "live") or their bytes ("bytes")
-    over time, from each function's timeline of analysis.cache.LivePoint."""
+    over time, from each function's timeline of cache_view.LivePoint."""
     data = []
     for name, points in timelines:
         data.append(

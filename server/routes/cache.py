@@ -7,8 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from cachewatch.analysis import cache as analysis
-from cachewatch.store import cache as reads
+from cachewatch.cache import cache_reads, cache_view
 from cachewatch.store import queries
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, decode_offset, encode_cursor
@@ -29,10 +28,14 @@ def list_cache(
 ) -> CachePage:
     offset = decode_offset("cache", page.cursor)
     hashes = queries.find_functions(conn, function) if function else None
-    pairs = reads.cache_functions(conn, filters, hashes) if hashes is None or hashes else []
+    pairs = cache_reads.cache_functions(conn, filters, hashes) if hashes is None or hashes else []
     end = offset + page.limit
     chosen = [(run_id, function_hash) for run_id, function_hash, _ in pairs[offset:end]]
-    report = analysis.cache_report(reads.read_cache(conn, filters, chosen)) if chosen else analysis.CacheReport((), ())
+    report = (
+        cache_view.cache_report(cache_reads.read_cache(conn, filters, chosen))
+        if chosen
+        else cache_view.CacheReport((), ())
+    )
     order = {pair: i for i, pair in enumerate(chosen)}
     functions = sorted(report.functions, key=lambda fn: order.get((fn.run_id, fn.function_hash), 0))
     return CachePage.model_validate(

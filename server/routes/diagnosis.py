@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from cachewatch.analysis import diagnosis as found_diagnosis
-from cachewatch.analysis import views
+from cachewatch.payoff import regressions
+from cachewatch.views import compose
 
 from ..deps import Connection, QueryFilters, ReadAuth
 from ..schemas import DiagnosisOut
@@ -16,14 +16,14 @@ router = APIRouter(prefix="/api/v1", tags=["diagnosis"])
 
 
 @router.get("/diagnosis", response_model=DiagnosisOut, summary="Verdicts, compile cost model and regressions")
-def diagnosis(
+def get_diagnosis(
     _: ReadAuth,
     conn: Connection,
     filters: QueryFilters,
     regressions_limit: Annotated[
         int,
         Query(ge=0, le=10_000, description="Regressions listed, the steepest first (regressions_total counts all)."),
-    ] = found_diagnosis.REGRESSIONS_SHOWN,
+    ] = regressions.REGRESSIONS_SHOWN,
 ) -> DiagnosisOut:
-    found = views.diagnosis_view(conn, filters, regressions_limit)
+    found = compose.diagnosis_view(conn, filters, regressions_limit)
     return DiagnosisOut.model_validate(found.as_json())

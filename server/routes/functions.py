@@ -7,11 +7,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from cachewatch.analysis import views, whatif
+from cachewatch.cache import cache_reads
 from cachewatch.store import listings
-from cachewatch.store import queries as storequeries
-from cachewatch.store import whatif as whatifreads
-from cachewatch.store.comparison import RunNotFound
+from cachewatch.store.runs import RunNotFound
+from cachewatch.views import compose
+from cachewatch.whatif import policies, prices, whatif_reads
 
 from ..deps import (
     Connection,
@@ -73,9 +73,9 @@ def get_function(
             le=10_000,
             description="Storms listed, newest first (storms_total counts all; /api/v1/storms pages through them).",
         ),
-    ] = views.STORMS_SHOWN,
+    ] = compose.STORMS_SHOWN,
 ) -> FunctionDetail:
-    detail = views.function_detail(
+    detail = compose.function_detail(
         conn,
         function_hash,
         filters,
@@ -104,7 +104,7 @@ def function_events(
     more = len(rows) > page.limit
     rows = rows[: page.limit]
     cursor = encode_cursor("events", [rows[-1]["timestamp"], rows[-1]["id"]]) if more else None
-    storequeries.explain_cache_misses(conn, rows)
+    cache_reads.explain_cache_misses(conn, rows)
     for row in rows:
         row.pop("id", None)
     return EventPage.model_validate({"items": rows, "next_cursor": cursor})
@@ -134,23 +134,23 @@ def function_whatif(
     ] = None,
 ) -> WhatifOut:
     try:
-        parsed = whatif.parse_policy(policy)
-    except whatif.WhatifError as exc:
+        parsed = policies.parse_policy(policy)
+    except policies.WhatifError as exc:
         raise invalid(("query", "policy"), str(exc), policy) from None
     try:
-        wanted = whatif.parse_axis(axis) if axis else None
-    except whatif.WhatifError as exc:
+        wanted = policies.parse_axis(axis) if axis else None
+    except policies.WhatifError as exc:
         raise invalid(("query", "axis"), str(exc), axis) from None
     if not listings.function_exists(conn, function_hash):
         raise _no_function(function_hash)
-    function = whatifreads.find_function(conn, function_hash)
+    function = whatif_reads.find_function(conn, function_hash)
     try:
-        run, run_name = whatifreads.run_of(conn, function.function_hash, run_id)
+        run, run_name = whatif_reads.run_of(conn, function.function_hash, run_id)
     except RunNotFound as exc:
         raise HTTPException(status_code=404, detail=str(exc.args[0])) from None
-    found = whatifreads.evidence(conn, function, run, run_name)
+    found = whatif_reads.evidence(conn, function, run, run_name)
     try:
-        result = whatif.analyse(found, parsed, wanted)
-    except whatif.WhatifError as exc:
+        result = prices.analyse(found, parsed, wanted)
+    except policies.WhatifError as exc:
         raise invalid(("query", "axis" if axis else "policy"), str(exc), axis or policy) from None
-    return WhatifOut.model_validate({**dataclasses.asdict(result), "fix": whatif.fix_sentence(result)})
+    return WhatifOut.model_validate({**dataclasses.asdict(result), "fix": prices.fix_sentence(result)})

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from cachewatch.analysis import fleet
+from cachewatch.fleet import divergence
 
 from ..deps import Connection, ReadAuth
 from ..schemas import JobOut, JobSummary
@@ -26,7 +26,7 @@ def list_jobs(
             divergent_ranks=report.divergent_ranks,
             missing_ranks=report.missing_ranks,
         )
-        for report in fleet.compare_jobs(conn, fleet.recent_jobs(conn, limit=limit))
+        for report in divergence.compare_jobs(conn, divergence.recent_jobs(conn, limit=limit))
     ]
 
 
@@ -38,8 +38,8 @@ def list_jobs(
 )
 def get_job(
     _: ReadAuth, conn: Connection, job: Annotated[str, Path(max_length=200, description="The job name the runs carry.")]
-) -> fleet.JobReport:
-    report = fleet.compare_job(conn, job)
+) -> divergence.JobReport:
+    report = divergence.compare_job(conn, job)
     if report is None:
         raise HTTPException(status_code=404, detail=f"no run carries job {job!r}")
     return report

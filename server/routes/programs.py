@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.responses import PlainTextResponse, Response
 
-from cachewatch.analysis import programs
+from cachewatch.programs import program_texts
 
 from ..deps import Connection, ReadAuth
 
@@ -36,8 +36,8 @@ def get_program(
     format: Annotated[Literal["jaxpr", "stablehlo", "hlo", "pprof"], Query(description="What to return.")] = "jaxpr",
 ) -> Response:
     try:
-        found = programs.program(conn, event_id, format)
-    except programs.ProgramNotFound as exc:
+        found = program_texts.program(conn, event_id, format)
+    except program_texts.ProgramNotFound as exc:
         raise HTTPException(404, str(exc)) from None
     if isinstance(found, bytes):
         return Response(
@@ -66,6 +66,6 @@ def get_diff(
     ] = None,
 ) -> dict[str, Any]:
     try:
-        return programs.diff(conn, event_id, against).as_json()
-    except programs.ProgramNotFound as exc:
+        return program_texts.diff(conn, event_id, against).as_json()
+    except program_texts.ProgramNotFound as exc:
         raise HTTPException(404, str(exc)) from None

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 
-from cachewatch.analysis import comparison
+from cachewatch.comparison import side_by_side
 from cachewatch.store import listings
-from cachewatch.store.comparison import RunNotFound
+from cachewatch.store.runs import RunNotFound
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, decode_after, encode_cursor, invalid
 from ..schemas import RunComparisonOut, RunPage
@@ -39,12 +39,14 @@ RunName = Annotated[
     "program size; what is new and what is gone",
     responses={404: {"description": "A run cannot be told from what was given."}},
 )
-def compare_runs(_: ReadAuth, conn: Connection, baseline: RunName = None, run: RunName = None) -> comparison.Comparison:
+def compare_runs(
+    _: ReadAuth, conn: Connection, baseline: RunName = None, run: RunName = None
+) -> side_by_side.Comparison:
     """Without ``run``, the newest other run of the baseline's run name (or job); without
     either, the newest run and the one before it."""
     if run is not None and baseline is None:
         raise invalid(("query", "baseline"), "give the baseline when naming the run", None)
     try:
-        return comparison.compare(conn, baseline, run)
+        return side_by_side.compare(conn, baseline, run)
     except RunNotFound as exc:
         raise HTTPException(status_code=404, detail=exc.args[0]) from None

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from cachewatch.analysis import diagnosis
-from cachewatch.analysis.results import FirstPass
+from cachewatch.storms import diagnosis
+from cachewatch.storms.results import FirstPass
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_offset, encode_cursor
 from ..schemas import FirstPassOut, StormOut, StormPage

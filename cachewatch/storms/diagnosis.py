@@ -1,0 +1,677 @@
+"""Storms and their fixes, from the compile events in a store.
+
+A storm is a function with at least ``threshold`` non-``first_call`` compiles within
+``window`` seconds. Each storm names its dominant cause and a concrete fix built from
+the events themselves: which argument and axis varied and over which sizes, which
+static argument took how many values, which line re-creates the jit.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypedDict, Unpack
+
+import sqlalchemy as sa
+
+from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, short_name
+from ..core.figures import seconds_text
+from ..programs import program_texts
+from ..store import queries
+from ..store.columns import Filters
+from ..whatif import prices
+from . import kept_bursts, steady, storm_reads
+from .fixes import display_name, fix_for, is_library_function, site_fix
+from .results import (
+    Burst,
+    BurstFunction,
+    FirstPass,
+    Storm,
+)
+from .storm_reads import Recompile
+
+logger = logging.getLogger("cachewatch")
+
+
+class StormReading(TypedDict, total=False):
+    """Which storms :func:`find_storms` reads and how far it tells them."""
+
+    now: float | None
+    function_hashes: list[str] | None
+    heard_until: float | None
+    priced: bool
+    described: bool
+
+
+class StormOptions(StormReading, total=False):
+    """:func:`find_storms`'s keyword arguments for all of its storms, taken as they are by
+    the functions that give one of its lists."""
+
+    threshold: int
+    window: float
+
+
+def detect_storms(conn: sa.Connection, filters: Filters = Filters(), **options: Unpack[StormOptions]) -> list[Storm]:
+    """Every storm in the store, newest first (a function can have several, apart in time).
+
+    Storms are found per run (one process): recompiles of two runs of the same program
+    never add up to one storm. A function that storms in several runs has one storm per
+    run, each saying in how many runs it recurs. Compiles made during a run's warm-up
+    (set-up, and the first compile of each step) are left out, and so is a first pass
+    (see :func:`first_passes`). The options are :func:`find_storms`'s.
+    """
+    return list(find_storms(conn, filters, **options).storms)
+
+
+def first_passes(conn: sa.Connection, filters: Filters = Filters(), **options: Unpack[StormOptions]) -> list[FirstPass]:
+    """Bursts of compiles that are no storm: a first pass over a finite set of shapes (one
+    evaluation pass, a first epoch, layer-by-layer eager code), each signature compiled
+    once, after which the program went on, served from the cache, for longer than the
+    burst itself lasted. Each carries its compiles and their cost, newest first."""
+    return list(find_storms(conn, filters, **options).first_passes)
+
+
+def storms_and_first_passes(
+    conn: sa.Connection, filters: Filters = Filters(), **options: Unpack[StormOptions]
+) -> tuple[list[Storm], list[FirstPass]]:
+    """Both, from one reading of the recompiles: what a page showing both needs (the
+    options as :func:`find_storms` takes them)."""
+    found = find_storms(conn, filters, **options)
+    return list(found.storms), list(found.first_passes)
+
+
+@dataclasses.dataclass(frozen=True)
+class StormsFound:
+    """Storms (a page of them, newest first, or active ones first), how many there are in
+    all and how many of those are active, and the first passes."""
+
+    storms: tuple[Storm, ...]
+    total: int
+    active: int
+    first_passes: tuple[FirstPass, ...]
+
+
+STORM_THRESHOLD = 5  # recompiles ...
+STORM_WINDOW = 600.0  # ... within this many seconds of each other make a burst
+FOUND_HELD = 100_000  # recompiles of bursts found again held for telling (see _bursts_of)
+
+
+def find_storms(
+    conn: sa.Connection,
+    filters: Filters = Filters(),
+    *,
+    threshold: int = STORM_THRESHOLD,
+    window: float = STORM_WINDOW,
+    now: float | None = None,
+    function_hashes: list[str] | None = None,
+    heard_until: float | None = None,
+    priced: bool = True,
+    described: bool = True,
+    page: tuple[int, int] | None = None,
+    active_first: bool = False,
+    active: bool | None = None,
+    with_first_passes: bool = True,
+) -> StormsFound:
+    """Storms and first passes, from one reading of the recompiles.
+
+    A jit of the user's own storms as itself; eager code and library jits are grouped
+    under the line of user code that reached them (the compile's call site): one finding
+    per line, which is what the user can change. ``function_hashes`` keeps the storms that involve
+    one of those functions. ``heard_until`` judges the runs as of that time: what was
+    written after it does not show that the program went on. Without ``priced``, a
+    storm's padding fix is not priced over its run; without ``described`` (what counting
+    storms needs), a storm carries no fix, waste or recurrence, and no diff is read.
+
+    With ``page`` (offset, limit) only that page of the storms is described: every burst
+    is judged (storm or first pass) from its compiles alone, and only the storms shown
+    have their diffs read and their fix written, weighed and priced. ``active_first``
+    orders the active ones first (newest first within each); ``active`` keeps only the
+    active storms (True) or only the past ones (False), counted and paged as such.
+    Without ``with_first_passes`` none is described or returned (later pages show none).
+    The bursts are the store's kept ones where they serve (see :func:`_bursts_of`)."""
+    now = time.time() if now is None else now
+
+    def is_active(burst: kept_bursts.Judged) -> bool:
+        return now - burst.ended <= window
+
+    found = _bursts_of(conn, filters, threshold, window, function_hashes, heard_until)
+    found.sort(key=lambda b: (-b.ended, b.run_id, b.key, b.started))
+    storms = [b for b in found if b.storm]
+    passes = [b for b in found if not b.storm]
+    runs_per_key: dict[str, set[str]] = collections.defaultdict(set)
+    for burst in storms:
+        runs_per_key[burst.key].add(burst.run_id)
+    if active is not None:
+        storms = [b for b in storms if is_active(b) == active]
+    active_count = sum(1 for b in storms if is_active(b))
+    if active_first:
+        storms.sort(key=lambda b: not is_active(b))
+    shown = storms if page is None else storms[page[0] : page[0] + page[1]]
+    telling = _Telling(conn, {}, now, window, described, priced, runs_per_key)
+    told_storms, told_passes = telling.kept_or_told(shown, passes if with_first_passes else [])
+    return StormsFound(told_storms, len(storms), active_count, told_passes)
+
+
+def _bursts_of(
+    conn: sa.Connection,
+    filters: Filters,
+    threshold: int,
+    window: float,
+    function_hashes: list[str] | None,
+    heard_until: float | None,
+) -> list[kept_bursts.Judged]:
+    """The bursts of the recompiles the filters keep, judged: the kept ones
+    (kept_bursts.py, found again only for the runs that changed) under the default
+    threshold and window, judged as of now, over the whole store or one run; else found
+    from the recompiles now."""
+    # The recompiles of the bursts this reading finds again (a run written since), by
+    # burst: told from here, not read back from the store (at a storm's first reading
+    # after a write, tens of thousands of rows read twice). Up to FOUND_HELD of them: a
+    # store whose every run is found again (after a bulk load) reads back what it tells.
+    found: dict[tuple[str, str, float], list[Recompile]] = {}
+    held = 0
+
+    def finding(conn: sa.Connection, stale: Filters) -> list[kept_bursts.Judged]:
+        nonlocal held
+        judged = _judged_bursts(conn, stale)
+        for b in judged:
+            if b.group and held + len(b.group) <= FOUND_HELD:
+                found[(b.run_id, b.key, b.started)] = b.group
+                held += len(b.group)
+        return judged
+
+    if _kept_serve(filters, threshold, window, heard_until) and kept_bursts.settle(conn, finding):
+        kept = kept_bursts.read(conn, function_hashes, filters.run_id)
+        return [
+            dataclasses.replace(b, group=storm_reads.in_time_order(group))
+            if (group := found.get((b.run_id, b.key, b.started)))
+            else b
+            for b in kept
+        ]
+    return _judged_bursts(conn, filters, threshold, window, function_hashes, heard_until)
+
+
+def _kept_serve(filters: Filters, threshold: int, window: float, heard_until: float | None) -> bool:
+    """Whether the kept bursts answer a reading: the default threshold and window, judged
+    as of now, over the whole store or one run."""
+    defaults = (threshold, window, heard_until) == (STORM_THRESHOLD, STORM_WINDOW, None)
+    return defaults and filters.since is None and filters.until is None and filters.run_ids is None
+
+
+def settle_storms(conn: sa.Connection) -> bool:
+    """Find the stale runs' bursts again and keep them (kept_bursts.settle); False when
+    this connection cannot write them."""
+    return kept_bursts.settle(conn, _judged_bursts)
+
+
+def _judged_bursts(
+    conn: sa.Connection,
+    filters: Filters,
+    threshold: int = STORM_THRESHOLD,
+    window: float = STORM_WINDOW,
+    function_hashes: list[str] | None = None,
+    heard_until: float | None = None,
+) -> list[kept_bursts.Judged]:
+    """Every burst of the recompiles the filters keep, judged a storm or a first pass,
+    with its recompiles (without their diffs)."""
+    # Only the functions and lines with enough recompiles close together to make a burst;
+    # the diffs, the bulk of each row, are read later for the bursts told.
+    every = steady.recompiles(conn, filters, function_hashes, diffs=False, dense=(threshold, window))
+    if not every:
+        return []
+    names = queries.function_infos(conn, {r.function_hash for r in every})
+    bursts = _bursts_read_whole(conn, every, names, threshold, window, function_hashes)
+    storms, passes = _judged(conn, bursts, threshold, heard_until)
+    return [
+        kept_bursts.Judged(key, run_id, storm, group[0].timestamp, group[-1].timestamp, group)
+        for judged, storm in ((storms, True), (passes, False))
+        for key, run_id, group in judged
+    ]
+
+
+_Judged = list[tuple[str, str, list[Recompile]]]  # (group key, run, the burst's recompiles)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Telling:
+    """How judged bursts become storms and first passes: described (their diffs read, their
+    fixes written; storms weighed and, with ``priced``, priced) or only counted."""
+
+    conn: sa.Connection
+    names: dict[str, FunctionInfo]
+    now: float
+    window: float
+    described: bool
+    priced: bool
+    runs_per_key: dict[str, set[str]]  # recurrence counts every storm, shown or not
+
+    def burst(self, key: str, group: list[Recompile]) -> Burst:
+        if key.startswith("site:"):
+            return _describe_site(key[5:], self.names, group, self.now, self.window, self.described)
+        return _describe(key, self.names.get(key), group, self.now, self.window, self.described)
+
+    def _read(self, judged: _Judged) -> _Judged:
+        return _read_diffs(self.conn, judged) if self.described else judged
+
+    def kept_or_told(
+        self, storms: list[kept_bursts.Judged], passes: list[kept_bursts.Judged]
+    ) -> tuple[tuple[Storm, ...], tuple[FirstPass, ...]]:
+        """The storms and first passes of these bursts, in their order: a kept burst that
+        a listing described before is read as it was told (whether it is active and the
+        runs its group storms in read anew); the others are told now (their recompiles
+        read, with their diffs when described) and, described and priced as a listing
+        describes them, kept with their bursts (kept_bursts.keep_descriptions)."""
+        keep = self.described and self.priced  # what a kept description holds
+        told: dict[int, Storm | FirstPass] = {}  # by id() of the burst
+        if keep or not self.described:  # counting needs less than a kept description says
+            told.update((id(b), found) for b in storms + passes if (found := self._as_told(b)) is not None)
+        # Kept descriptions this version cannot read (another version wrote them): told
+        # now, and what is told replaces them.
+        unreadable = {b.burst_id for b in storms + passes if b.description and id(b) not in told}
+        groups = kept_bursts.with_groups(self.conn, [b for b in storms + passes if id(b) not in told], self.described)
+        telling = dataclasses.replace(
+            self, names=queries.function_infos(self.conn, {r.function_hash for _, group in groups for r in group})
+        )
+        for is_storm, tell in ((True, telling.storms), (False, telling.first_passes)):
+            mine = [(b, group) for b, group in groups if b.storm == is_storm]
+            told.update(zip([id(b) for b, _ in mine], tell([(b.key, b.run_id, g) for b, g in mine]), strict=True))
+        if keep:
+            kept_bursts.keep_descriptions(
+                self.conn, {b.burst_id: _description(told[id(b)]) for b, _ in groups if b.burst_id}, unreadable
+            )
+        # A kept burst whose recompiles a prune took since it was read has nothing told.
+        return (
+            tuple(s for b in storms if isinstance(s := told.get(id(b)), Storm)),
+            tuple(p for b in passes if isinstance(p := told.get(id(b)), FirstPass)),
+        )
+
+    def _as_told(self, burst: kept_bursts.Judged) -> Storm | FirstPass | None:
+        """The burst as its kept description tells it (only what counting gives, when not
+        ``described``); None without one, or with one another version of cachewatch wrote
+        in another shape (the burst is told again)."""
+        if not burst.description:
+            return None
+        try:
+            if not burst.storm:
+                found = FirstPass.from_json(burst.description, active=False)
+                return found if self.described else dataclasses.replace(found, fix="")
+            active = self.now - burst.ended <= self.window
+            if not self.described:  # no fix, waste or recurrence: what telling it uncounted gives
+                return Storm.from_json(
+                    burst.description,
+                    active=active,
+                    fix="",
+                    priced_fix=None,
+                    recurs_in_runs=1,
+                    identical_programs=0,
+                    identical_seconds=0.0,
+                )
+            return Storm.from_json(burst.description, active=active, recurs_in_runs=len(self.runs_per_key[burst.key]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def storms(self, judged: _Judged) -> tuple[Storm, ...]:
+        found = [Storm(**_burst_fields(self.burst(key, group))) for key, _, group in self._read(judged)]
+        if self.described:
+            found = _with_recurrence_and_waste(self.conn, found, self.runs_per_key, priced=self.priced)
+        return tuple(found)
+
+    def first_passes(self, judged: _Judged) -> tuple[FirstPass, ...]:
+        return tuple(
+            FirstPass(
+                **_burst_fields(self.burst(key, group), active=False),
+                seconds=sum(r.seconds for r in group),
+                signatures=len({(r.function_hash, r.signature_hash) for r in group}),
+            )
+            for key, _, group in self._read(judged)
+        )
+
+
+def _judged(
+    conn: sa.Connection,
+    bursts: list[tuple[str, str, list[Recompile], list[Recompile]]],
+    threshold: int,
+    heard_until: float | None,
+) -> tuple[_Judged, _Judged]:
+    """The bursts that are storms and those that are first passes, in the bursts' order,
+    told from their compiles and the runs' statistics (no diff is needed)."""
+    # Whether the program went on after a burst is read only for the runs where a burst
+    # could be a first pass: a store of a fleet's runs is never read whole for one page.
+    possible = [_new_signatures_only(group, rows) for _, _, group, rows in bursts]
+    candidates = [(run_id, group) for (_, run_id, group, _), can in zip(bursts, possible, strict=False) if can]
+    work = steady.work(conn, {run for run, _ in candidates}, {r.function_hash for _, g in candidates for r in g})
+    work.heard_until(heard_until)
+    storms: _Judged = []
+    passes: _Judged = []
+    for (key, run_id, group, _), can in zip(bursts, possible, strict=False):
+        compiling = functools.partial(storm_reads.compile_seconds_between, conn, run_id)
+        heard = work.last_after(run_id, group[-1].timestamp)
+        if can and _went_on(group, heard, compiling, _served_after(work, run_id, group, heard_until)):
+            passes.append((key, run_id, group))
+        elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
+            # A storm is a function that keeps compiling: a line whose many primitives
+            # each compiled once or twice (one pass of set-up) is none.
+            storms.append((key, run_id, group))
+    return storms, passes
+
+
+# What a kept description leaves out: each listing reads them anew.
+_READ_ANEW = ("active", "recurs_in_runs")
+
+
+def _description(told: Storm | FirstPass) -> dict[str, Any]:
+    """A told burst as kept with it (kept_bursts.keep_descriptions)."""
+    return {name: value for name, value in told.as_json().items() if name not in _READ_ANEW}
+
+
+def _read_diffs(conn: sa.Connection, judged: _Judged) -> _Judged:
+    """The bursts with their recompiles' diffs, read for just these events."""
+    read = {r.event_id: r for r in storm_reads.with_diffs(conn, [r for _, _, group in judged for r in group])}
+    return [(key, run_id, [read[r.event_id] for r in group]) for key, run_id, group in judged]
+
+
+def _burst_fields(burst: Burst, **changed: Any) -> dict[str, Any]:
+    """A burst's fields (one level deep), to make a storm or a first pass of it."""
+    fields = {f.name: getattr(burst, f.name) for f in dataclasses.fields(Burst)}
+    return {**fields, **changed}
+
+
+def _bursts_read_whole(
+    conn: sa.Connection,
+    every: list[Recompile],
+    names: dict[str, FunctionInfo],
+    threshold: int,
+    window: float,
+    function_hashes: list[str] | None,
+) -> list[tuple[str, str, list[Recompile], list[Recompile]]]:
+    """The bursts of recompiles per group (a jit of the user's, or a line of user code) and
+    run, as (group key, run, the burst's recompiles, all the group's recompiles in that
+    run); only those involving ``function_hashes`` when given."""
+    by_group: dict[tuple[str, str], list[Recompile]] = collections.defaultdict(list)
+    for row in every:
+        by_group[(_group_key(row, names.get(row.function_hash)), row.run_id)].append(row)
+    wanted = set(function_hashes) if function_hashes is not None else None
+    bursts = [
+        (key, run_id, group, rows)
+        for (key, run_id), rows in by_group.items()
+        for group in _bursts(storm_reads.in_time_order(rows), threshold, window)
+        if wanted is None or wanted & {r.function_hash for r in group}
+    ]
+    return bursts
+
+
+def _with_recurrence_and_waste(
+    conn: sa.Connection, storms: list[Storm], runs_per_key: dict[str, set[str]], *, priced: bool
+) -> list[Storm]:
+    """Each storm with the runs its group storms in (``runs_per_key``: of every storm
+    found, shown or not), the recompiles that made a program already made, and
+    (``priced``) for a new-shape storm of a jit, the padding fix priced over its run."""
+    out = []
+    # How many of each storm's recompiles produced the program the same function compiled
+    # before: pure waste. Another function's program is no waste (same_program_as).
+    spans = [program_texts.Span(tuple(s.function_hashes), s.run_id, s.start, s.end) for s in storms]
+    for storm, (identical, seconds) in zip(storms, program_texts.wasted_in_spans(conn, spans), strict=True):
+        out.append(
+            dataclasses.replace(
+                storm,
+                recurs_in_runs=len(runs_per_key[storm.key]),
+                identical_programs=identical,
+                identical_seconds=seconds,
+            )
+        )
+    if not priced:
+        return out
+    # What padding would save and cost over its run, priced on the run's own figures, for
+    # a new-shape storm of a jit (a line of user code has no one function to pad).
+    padded = [i for i, s in enumerate(out) if not s.key.startswith("site:") and s.dominant_cause == Cause.NEW_SHAPE]
+    infos = queries.function_infos(conn, {out[i].key for i in padded})
+    padded = [i for i in padded if out[i].key in infos]
+    found_prices = prices.priced_fixes(conn, [(infos[out[i].key], out[i].run_id) for i in padded])
+    for i, price in zip(padded, found_prices, strict=True):
+        if price:
+            out[i] = dataclasses.replace(out[i], priced_fix=price, fix=f"{out[i].fix} Priced over this run: {price}.")
+    return out
+
+
+def _group_key(row: Recompile, info: FunctionInfo | None) -> str:
+    """A user's jit is a finding of its own; eager code and library jits are one finding
+    per line of user code that reached them (their own name when no line is known)."""
+    library = info is not None and (info.module == OP_BY_OP_MODULE or is_library_function(info.module, info.file))
+    if library and row.call_site:
+        return f"site:{row.call_site}"
+    return row.function_hash
+
+
+def _served_after(work: steady.Work, run_id: str, group: list[Recompile], heard_until: float | None) -> bool:
+    """Whether the cache served the burst's function after it, as much as the burst itself:
+    counted exactly where the compiles say which call compiled (the calls counted since
+    the last one outnumber those from the first to the last); else told by statistics
+    covering only time after the burst."""
+    first, last = group[0], group[-1]
+    if first.call_number is not None and last.call_number is not None and len({r.function_hash for r in group}) == 1:
+        after = work.calls(run_id, last.function_hash, heard_until) - last.call_number
+        return after >= last.call_number - first.call_number + 1
+    return work.served_after(run_id, {r.function_hash for r in group}, last.timestamp)
+
+
+# The causes of compiles that a first pass over new shapes is made of: each a signature
+# the function had not compiled before.
+_NEW_SIGNATURE_CAUSES = frozenset(
+    {Cause.NEW_SHAPE, Cause.NEW_DTYPE, Cause.WEAK_TYPE, Cause.NEW_STATIC_VALUE, Cause.NEW_STRUCTURE}
+)
+
+
+def _new_signatures_only(group: list[Recompile], rows: list[Recompile]) -> bool:
+    """What a first pass must be made of, told from the burst alone: every compile a
+    signature not compiled before in the run, none compiled again later, and none that
+    came while the program kept returning to signatures it had compiled
+    (``while_repeating``: a loop whose usual shape the cache served between new ones is a
+    storm however long the program was quiet after it; a first pass meets its new
+    shapes before it comes back to any)."""
+    if any(r.cause not in _NEW_SIGNATURE_CAUSES or not r.signature_hash or r.while_repeating for r in group):
+        return False
+    hashes = [(r.function_hash, r.signature_hash) for r in group]
+    if len(set(hashes)) != len(hashes):
+        return False
+    end = group[-1].timestamp
+    return not any(r.timestamp > end for r in rows)  # it compiled again after the burst
+
+
+def _went_on(
+    group: list[Recompile],
+    last_heard: float | None,
+    compiling_after: Callable[[float, float], float],
+    served_after: bool = False,
+) -> bool:
+    """Whether the program went on after a burst, with no compile of this function, for
+    longer than the burst lasted: it repeated its work, and the cache served it. A
+    function that keeps compiling as the program goes on leaves no such quiet stretch.
+    ``served_after``: the cache served the function after the burst as much as during it
+    (the next epoch's evaluation pass; see :func:`_served_after`), which shows it however
+    short the stretch."""
+    if last_heard is None:
+        return False
+    if served_after:
+        return True
+    # Measured from the end of the burst's last compile (an event is stamped when its
+    # trace began) to the run's last word, less the time the run spent compiling other
+    # functions meanwhile (that is not the program repeating its work): longer than the
+    # burst itself, so more than the writer's own delay after a loop that compiled up to
+    # its end.
+    end = group[-1].timestamp
+    after = end + group[-1].seconds
+    quiet = last_heard - after - compiling_after(after, last_heard)
+    return quiet > end - group[0].timestamp
+
+
+def describe_storm(storm: Storm) -> str:
+    """One line for a storm, as the command line and the report print it."""
+    state = "ACTIVE" if storm.active else "ended"
+    causes = sorted(storm.causes.items(), key=lambda kv: -kv[1])
+    others = ", ".join(f"{count} {cause}" for cause, count in causes[1:])
+    text = (
+        f"[{state}] {storm.short_name}: {storm.compiles} recompiles in run {storm.run_id[:8]}, "
+        f"mostly {storm.dominant_cause}" + (f" (also {others})" if others else "") + "."
+    )
+    if storm.recurs_in_runs > 1:
+        text += f" Recurs in {storm.recurs_in_runs} runs."
+    if storm.identical_programs:
+        text += (
+            f" {storm.identical_programs} of them produced the program compiled before "
+            f"({storm.identical_seconds:.3f} s wasted)."
+        )
+    return text
+
+
+def describe_first_pass(found: FirstPass) -> str:
+    """One line for a first pass, with what it cost."""
+    return (
+        f"{found.short_name}: {found.compiles} compiles of {found.signatures} new signatures in run "
+        f"{found.run_id[:8]} ({seconds_text(found.seconds)}), mostly {found.dominant_cause}; "
+        "then served from the cache as the program went on."
+    )
+
+
+def _bursts(rows: list[Recompile], threshold: int, window: float) -> Iterable[list[Recompile]]:
+    """Maximal runs of compiles in which every ``threshold`` consecutive ones fit in ``window``."""
+    if len(rows) < threshold:
+        return
+    start = None  # index where the current burst began
+    i = 0
+    n = len(rows)
+    while i + threshold - 1 < n:
+        if rows[i + threshold - 1].timestamp - rows[i].timestamp <= window:
+            if start is None:
+                start = i
+            i += 1
+            continue
+        if start is not None:
+            yield rows[start : i + threshold - 1]
+            start = None
+        i += 1
+    if start is not None:
+        yield rows[start:]
+
+
+def _describe(
+    function_hash: str, info: FunctionInfo | None, rows: list[Recompile], now: float, window: float, fixed: bool = True
+) -> Burst:
+    """A burst of a jit of the user's, with its fix (``fixed``; it reads the diffs)."""
+    span = _span(rows, now, window)
+    name = short_name(info.qualname) if info else function_hash
+    return Burst(
+        key=function_hash,
+        function_hash=function_hash,
+        function_hashes=(function_hash,),
+        call_site=None,
+        functions=(BurstFunction(function_hash, name, len(rows)),),
+        name=info.name if info else "",
+        qualname=info.qualname if info else function_hash,
+        short_name=name,
+        **span,
+        fix=_fix_of(function_hash, info, rows, span["dominant_cause"]) if fixed else "",
+    )
+
+
+def _span(rows: list[Recompile], now: float, window: float) -> dict[str, Any]:
+    """A burst's fields that its compiles alone give: when, how many, why, which run."""
+    cause_counts = collections.Counter(r.cause for r in rows)
+    return {
+        "start": rows[0].timestamp,
+        "end": rows[-1].timestamp,
+        "compiles": len(rows),
+        "causes": dict(cause_counts),
+        "dominant_cause": cause_counts.most_common(1)[0][0],
+        "active": now - rows[-1].timestamp <= window,
+        "run_id": rows[0].run_id,
+        "run_ids": (rows[0].run_id,),
+    }
+
+
+def _fix_of(function_hash: str, info: FunctionInfo | None, rows: list[Recompile], dominant: str) -> str:
+    if info is None:
+        return fix_for(function_hash, function_hash, "", dominant, rows)
+    return fix_for(info.name, info.qualname, info.module, dominant, rows, file=info.file)
+
+
+def _describe_site(
+    call_site: str, infos: dict[str, FunctionInfo], rows: list[Recompile], now: float, window: float, fixed: bool = True
+) -> Burst:
+    """A storm of eager code and library jits reached from one line of user code, with its
+    fix (``fixed``; it reads the diffs)."""
+    per_function = collections.Counter(r.function_hash for r in rows)
+    top_hash = per_function.most_common(1)[0][0]
+    span = _span(rows, now, window)
+    names = {h: display_name(infos.get(h), h) for h in per_function}
+    inside = ", ".join(f"{names[h]} {n}x" for h, n in per_function.most_common(4))
+    more = f" and {len(per_function) - 4} more" if len(per_function) > 4 else ""
+    top = infos.get(top_hash)
+    return Burst(
+        key=f"site:{call_site}",
+        function_hash=top_hash,
+        function_hashes=tuple(h for h, _ in per_function.most_common()),
+        call_site=call_site,
+        functions=tuple(BurstFunction(h, names[h], n) for h, n in per_function.most_common()),
+        name=top.name if top else "",
+        qualname=top.qualname if top else top_hash,
+        short_name=f"{_short_site(call_site)} ({inside}{more})",
+        **span,
+        fix=site_fix(call_site, infos, rows, span["dominant_cause"]) if fixed else "",
+    )
+
+
+def _short_site(call_site: str) -> str:
+    """``/home/u/proj/train.py:42`` -> ``train.py:42``."""
+    return call_site.rsplit("/", 1)[-1]
+
+
+# ------------------------------------------------------------------ is jit worth it
+
+
+# ------------------------------------------------------------------ compile cost model
+
+
+def storms(
+    conn: sa.Connection,
+    filters: Filters,
+    *,
+    threshold: int,
+    window: float,
+    active_only: bool = False,
+    **options: Unpack[StormReading],
+) -> list[Storm]:
+    """Storms, newest first, found with ``threshold`` and ``window`` as the service is set
+    (the other options as :func:`find_storms` takes them); with ``active_only``, the
+    active ones: those whose last compile is within ``window`` of now.
+
+    Active storms are read from the kept bursts where those serve (the defaults, the whole
+    store or one run, or a span open at its end that starts before the last
+    ``2 * window``: such a span sees every active storm, and one that began before the
+    span is counted whole). Otherwise only the events of the last ``2 * window`` are read:
+    the ``threshold`` compiles that make a storm span at most ``window``, and an active
+    storm's last is within ``window`` of now.
+    """
+    now = options.get("now")
+    now = options["now"] = time.time() if now is None else now
+    if not active_only:
+        return detect_storms(conn, filters, threshold=threshold, window=window, **options)
+    horizon = now - 2 * window
+    whole = Filters(run_id=filters.run_id, run_ids=filters.run_ids)
+    sees_all = filters.until is None and (filters.since is None or filters.since <= horizon)
+    if sees_all and _kept_serve(whole, threshold, window, options.get("heard_until")):
+        # The kept bursts still going: found again only for the runs written since, and
+        # told once (a storm's description is kept), not judged and told on every poll.
+        active = find_storms(
+            conn, whole, threshold=threshold, window=window, active=True, with_first_passes=False, **options
+        )
+        return list(active.storms)
+    recent = Filters(
+        run_id=filters.run_id,
+        until=filters.until,
+        since=horizon if filters.since is None else max(filters.since, horizon),
+    )
+    return [s for s in detect_storms(conn, recent, threshold=threshold, window=window, **options) if s.active]

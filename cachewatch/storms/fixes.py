@@ -1,0 +1,453 @@
+"""The fix a storm calls for, written from its recompiles: which argument and axis varied
+over which sizes (pad to buckets), which static argument took how many values, which
+line re-creates the jit, which library call remakes its own, which eager line compiles."""
+
+from __future__ import annotations
+
+import collections
+import linecache
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described, short_name
+from ..core.warmup import enclosing_function
+from .storm_reads import Recompile
+
+
+def fix_for(name: str, qualname: str, module: str, cause: str, rows: Sequence[Recompile], file: str = "") -> str:
+    """What to change about a function's recompiles (``rows``: their events), most of them
+    of ``cause``; an eager compile's function is its primitive, ``name``."""
+    if module == OP_BY_OP_MODULE:
+        return _op_by_op_fix(name, rows)
+    if is_library_function(module, file):
+        return _library_fix(short_name(qualname), module, cause, [r for r in rows if r.cause == cause])
+    return suggest_fix(short_name(qualname), cause, [r for r in rows if r.cause == cause])
+
+
+# Library functions that make a jit afresh each time they run, and what to call instead.
+# Keyed by the module and the qualified name of the maker (the part before ``<locals>``).
+KNOWN_REMADE: dict[tuple[str, str], str] = {
+    ("numpyro.infer.svi", "SVI.run"): (
+        "keep the SVI state and call `svi.update` in the loop instead of `svi.run`: "
+        "`state = svi.init(key, *args)` once, then `state, loss = update(state, *args)` each step, "
+        "with `update = jax.jit(svi.update)` made once before the loop"
+    ),
+}
+
+
+def site_fix(call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Recompile], dominant: str) -> str:
+    """What to change at one line of user code whose eager code and library calls keep compiling."""
+    per_function = collections.Counter(r.function_hash for r in rows)
+    if dominant in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED):
+        remade = collections.Counter(r.function_hash for r in rows if r.cause == dominant)
+        function_hash, count = remade.most_common(1)[0]
+        return _remade_library_fix(call_site, infos.get(function_hash), count, dominant)
+    names = [display_name(infos.get(h), h) for h, _ in per_function.most_common(4)]
+    listed = ", ".join(f"`{n}`" for n in names) + (
+        f" and {len(per_function) - 4} more" if len(per_function) > 4 else ""
+    )
+    what = _what_varied(infos, rows)
+    callback = _host_callback(call_site)
+    if callback is not None:
+        return (
+            f"{call_site} runs inside `{callback}`, a host callback (jax.debug.callback and the like), on JAX "
+            f"arrays: {listed} compiled {len(rows)} more times there{what}. Convert the callback's arguments "
+            "to NumPy first (np.asarray(x)) and do that work in NumPy: nothing is compiled, and nothing needs "
+            "a fixed shape."
+        )
+    eager = sum(1 for h in per_function if infos.get(h) is not None and infos[h].module == OP_BY_OP_MODULE)
+    runs = (
+        "op by op"
+        if eager == len(per_function)
+        else "outside any jit of yours (JAX's or a library's own jits)"
+        if not eager
+        else "op by op and through JAX's or a library's own jits"
+    )
+    return (
+        f"Un-jitted code at {call_site} runs {listed} {runs}, and JAX compiled them {len(rows)} more times"
+        f"{what}. Move that code inside a jitted function (or keep its shapes fixed: pad what varies to a "
+        "few sizes), so it compiles once as part of one program."
+    )
+
+
+def _remade_library_fix(call_site: str, info: FunctionInfo | None, count: int, cause: str) -> str:
+    if info is None:
+        return f"A library jit reached from {call_site} is compiled again {count} times ({cause})."
+    name = short_name(info.qualname)
+    library = info.module.split(".", 1)[0] or "a library"
+    maker = info.qualname.split(".<locals>.", 1)[0] if ".<locals>." in info.qualname else ""
+    if cause == Cause.CACHE_CLEARED:
+        return (
+            f"`{name}` ({info.module}) is compiled again {count} times after its cache is cleared (called at "
+            f"{call_site}): find what clears it (jax.clear_caches(), a library's reset) and move it out of the loop."
+        )
+    made = (
+        f"`{name}` is a jit that {library} makes afresh each time `{maker}` runs"
+        if maker
+        else f"`{name}` ({info.module}) is wrapped by a new jit object on every call"
+    )
+    known = KNOWN_REMADE.get((info.module, maker))
+    fix = (
+        known
+        if known
+        else (
+            "call the library's own step function in the loop (one it jits once) instead of the one that "
+            "builds the jit, or jit your loop body once around the call so the library's code is part of "
+            "one program compiled once"
+        )
+    )
+    return (
+        f"{made} (called at {call_site}): each call compiles it again, {count} times here "
+        f"(new_function_object, the same program every time). Fix: {fix}."
+    )
+
+
+def _what_varied(infos: dict[str, FunctionInfo], rows: Sequence[Recompile]) -> str:
+    """ ", mostly because axis 0 of `gather`'s operands[1] took 9 sizes between 26 and 41"":
+    the operand axis whose size changed in the most compiles, named where it varied."""
+    sizes: dict[tuple[str, str, int], set[int]] = collections.defaultdict(set)
+    statics: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
+    for r in rows:
+        name = display_name(infos.get(r.function_hash), r.function_hash).removesuffix(" (op-by-op)")
+        for e in r.diff or []:
+            if e.get("change") == "shape" and e.get("axes"):
+                for side in ("before", "after"):
+                    dims = _dims(e.get(side))
+                    for axis in e["axes"]:
+                        if dims is not None and axis < len(dims):
+                            sizes[(name, e["path"], axis)].add(dims[axis])
+            elif e.get("change") == "static":
+                statics[(name, e["path"])].update(str(v) for v in (e.get("before"), e.get("after")) if v is not None)
+    if sizes:
+        (name, path, axis), seen = max(sizes.items(), key=lambda kv: len(kv[1]))
+        return (
+            f", mostly because axis {axis} of `{name}`'s {path} took {len(seen)} sizes between "
+            f"{min(seen)} and {max(seen)}"
+        )
+    if statics:
+        (name, path), values = max(statics.items(), key=lambda kv: len(kv[1]))
+        return f", mostly because `{name}`'s parameter {path} took {len(values)} different values"
+    return ""
+
+
+def _host_callback(call_site: str) -> str | None:
+    """The function around ``call_site`` when the same file passes it to a host callback
+    (``jax.debug.callback(log, ...)``, ``pure_callback``, ``io_callback``); None otherwise or
+    when the source cannot be read (a store read on another host)."""
+    around = enclosing_function(call_site)
+    if around is None or around[1] == "<module>":
+        return None
+    file, name, _ = around
+    text = "".join(linecache.getlines(file))
+    if re.search(rf"callback\(\s*(?:functools\.)?(?:partial\(\s*)?{re.escape(name)}\b", text):
+        return name
+    return None
+
+
+def is_library_function(module: str, file: str) -> bool:
+    """A jit defined by JAX or an installed library (jax.random's ``_normal``, made at import
+    and wrapped when install() came first): its options are not the user's to change."""
+    top = module.split(".", 1)[0]
+    return top in ("jax", "jaxlib") or any(part in file for part in ("/site-packages/", "/dist-packages/"))
+
+
+def _library_fix(name: str, module: str, cause: str, rows: Sequence[Recompile]) -> str:
+    """Advice on the calls, not on the function: a library's jit and its static arguments
+    are the library's; what the user controls is what they pass it, and from where."""
+    sites = _sites_text(rows)
+    at = f" (called{sites})" if sites else " (from your code)"
+    changed = collections.Counter(e["path"] for r in rows for e in (r.diff or []))
+    what = ""
+    if changed:
+        path = changed.most_common(1)[0][0]
+        values = {
+            v for r in rows for e in (r.diff or []) if e["path"] == path for v in (e.get("before"), e.get("after"))
+        }
+        values.discard(None)
+        kind = "static argument" if cause == Cause.NEW_STATIC_VALUE else "argument"
+        what = f": its {kind} {path} took {len(values)} different values"
+    return (
+        f"`{name}` is a jit of {module or 'a library'}, compiled again {len(rows)} times{what}{at}. "
+        "Its jit options are the library's: pass it fewer distinct values from your code (fixed "
+        "shapes, a few sizes), or call it inside one of your jitted functions, where it becomes part "
+        "of one program compiled once per signature."
+    )
+
+
+def _op_by_op_fix(primitive: str, rows: Sequence[Recompile]) -> str:
+    firsts = [(r.diff or [])[0] for r in rows if r.diff]
+    what = ""
+    if firsts:
+        path, _ = collections.Counter(e["path"] for e in firsts).most_common(1)[0]
+        values = {v for e in firsts if e["path"] == path for v in (e.get("before"), e.get("after")) if v is not None}
+        kind = "parameter" if any(e.get("change") == "static" for e in firsts if e["path"] == path) else "operand"
+        what = f", mostly because its {kind} {path} took {len(values)} different values"
+    return (
+        f"Un-jitted code{_sites_text(rows)} runs `{primitive}` op by op, and JAX compiled it {len(rows)} "
+        f"more times{what}. Move that code inside a jitted function (or keep its shapes fixed), so it "
+        "compiles once as part of one program."
+    )
+
+
+def _sites_text(rows: Sequence[Recompile]) -> str:
+    """Where the compiles came from: " at file:line", or the main places when there are several."""
+    sites = collections.Counter(r.call_site for r in rows if r.call_site)
+    if not sites:
+        return ""
+    if len(sites) == 1:
+        return f" at {next(iter(sites))}"
+    top = ", ".join(f"{site} ({count}x)" for site, count in sites.most_common(3))
+    more = f" and {len(sites) - 3} more" if len(sites) > 3 else ""
+    return f" at {len(sites)} places: {top}{more}"
+
+
+def suggest_fix(name: str, cause: str, rows: Sequence[Recompile]) -> str:
+    """A concrete fix for a storm of one cause, naming the argument and call site."""
+    sites = _sites_text(rows)
+    at = f" (called{sites})" if sites else ""
+    if cause == Cause.NEW_SHAPE:
+        return _shape_fix(name, rows) + at
+    if cause == Cause.NEW_STATIC_VALUE:
+        return _static_value_fix(name, rows, at)
+    if cause == Cause.NEW_FUNCTION_OBJECT:
+        return (
+            f"`{name}` is wrapped by a new jit object on every call{at}: jax.jit(lambda ...) or "
+            "jax.jit(partial(...)) inside a loop. Create the jitted function once, outside the loop, "
+            "and call that; pass changing values as arguments."
+        )
+    if cause == Cause.WEAK_TYPE:
+        paths = _paths(rows, "weak_type")
+        return (
+            f"Argument {paths} of `{name}` flips between a Python scalar and a typed array{at}. "
+            "Pass it the same way every time, e.g. jnp.asarray(x, dtype) before the call."
+        )
+    if cause == Cause.NEW_DTYPE:
+        paths = _paths(rows, "dtype")
+        return f"Argument {paths} of `{name}` changes dtype{at}; cast it once (x.astype(...)) before the call."
+    if cause == Cause.NEW_STRUCTURE:
+        paths = _paths(rows, None)
+        return (
+            f"The argument pytree of `{name}` keeps changing ({paths}){at}: keep dict keys, list lengths "
+            "and keyword-versus-positional calls the same; fill optional entries with placeholders."
+        )
+    if cause == Cause.CACHE_CLEARED:
+        return (
+            f"`{name}` is recompiled after its cache is cleared{at}: avoid clear_cache()/jax.clear_caches() "
+            "in the loop, or enable the persistent compilation cache."
+        )
+    if cause == Cause.NEW_CONTEXT:
+        options = _paths(rows, "context")
+        return (
+            f"`{name}` is traced again whenever a configuration option or context manager JAX keys its "
+            f"cache on changes ({options}){at}: set the option once at start-up, or call `{name}` inside "
+            "the same context every time (hoist the `with` block out of the loop)."
+        )
+    if cause == Cause.NEW_DEVICE_OR_SHARDING:
+        return (
+            f"`{name}` is compiled again for other devices or shardings{at}: place inputs once "
+            "(jax.device_put with a fixed sharding) before the loop."
+        )
+    return f"`{name}` recompiles for a reason cachewatch could not establish{at}; see its events' diffs."
+
+
+def _static_value_fix(name: str, rows: Sequence[Recompile], at: str) -> str:
+    """The fix for a storm of new static values: the static argument that took the most,
+    and how many distinct values it took."""
+    static_paths = collections.Counter(e["path"] for r in rows for e in (r.diff or []) if e.get("change") == "static")
+    values: dict[str, set] = collections.defaultdict(set)
+    for r in rows:
+        for e in r.diff or []:
+            if e.get("change") == "static":
+                values[e["path"]].update(v for v in (e.get("before"), e.get("after")) if v is not None)
+    if static_paths:
+        path = static_paths.most_common(1)[0][0]
+        return (
+            f"Static argument {path} of `{name}` took {len(values[path])} distinct values, one compile "
+            f"each{at}. If it only feeds arithmetic, make it a traced argument (drop it from "
+            "static_argnums/static_argnames); if it must stay static, limit it to a few values."
+        )
+    return f"A static argument of `{name}` keeps taking new values{at}; make it traced or bound its values."
+
+
+def _paths(rows: Sequence[Recompile], change: str | None) -> str:
+    counts = collections.Counter(
+        e["path"] for r in rows for e in (r.diff or []) if change is None or e.get("change") == change
+    )
+    if not counts:
+        return "?"
+    return ", ".join(p for p, _ in counts.most_common(3))
+
+
+def _shape_fix(name: str, rows: Sequence[Recompile]) -> str:
+    sizes: dict[tuple[str, int], set[int]] = collections.defaultdict(set)
+    lone: dict[tuple[str, int], int] = collections.Counter()  # compiles where it changed as a batch axis
+    for r in rows:
+        shape_entries = [e for e in r.diff or [] if e.get("change") == "shape"]
+        if _one_batch_size(shape_entries):
+            for e in shape_entries:
+                lone[(e["path"], e["axes"][0])] += 1
+        for e in shape_entries:
+            if not e.get("axes"):
+                continue
+            for side in ("before", "after"):
+                dims = _dims(e.get(side))
+                if dims is None:
+                    continue
+                for axis in e["axes"]:
+                    if axis < len(dims):
+                        sizes[(e["path"], axis)].add(dims[axis])
+    if not sizes:
+        return (
+            f"Array arguments of `{name}` keep changing rank or shape; pad inputs to a fixed shape "
+            "or a few bucket sizes."
+        )
+    # Bucketing is advice for a batch or sequence length: one axis (the same in every
+    # argument it is in) that varies on its own, the leading axis or the second, behind a
+    # batch axis that stays put ([batch, sequence] token ids). Shapes that change in
+    # several arguments or axes together are other programs (layers of other widths),
+    # and padding them to one size would change the model.
+    batch_like = {
+        key: seen
+        for key, seen in sizes.items()
+        if lone.get(key, 0) * 2 >= len(rows) and (key[1] == 0 or (key[1] == 1 and (key[0], 0) not in sizes))
+    }
+    if batch_like:
+        return _bucket_fix(batch_like)
+    ragged = _ragged_axes(rows, sizes)
+    if ragged:
+        return _ragged_fix(name, rows, ragged)
+    (path, axis), seen = max(sizes.items(), key=lambda kv: len(kv[1]))
+    return (
+        f"`{name}` is compiled for {len(rows) + 1} different combinations of argument shapes "
+        f"(e.g. {path} axis {axis}: {', '.join(str(v) for v in sorted(seen)[:6])}), changing together "
+        "rather than along one batch or sequence axis: they are different programs, each compiled "
+        "once. If they keep coming, jit the larger function that calls it with all of them, so one "
+        "compile covers them; do not pad unrelated shapes to one size."
+    )
+
+
+def _bucket_fix(batch_like: dict[tuple[str, int], set[int]]) -> str:
+    """Pad one batch or sequence axis to powers of two, naming the buckets."""
+    (path, axis), seen = max(batch_like.items(), key=lambda kv: (len(kv[1]), -kv[0][1]))
+    along = [f"{p} axis {a}" for (p, a), other in batch_like.items() if (p, a) != (path, axis) and other == seen]
+    low, high = min(seen), max(seen)
+    buckets = sorted({_next_pow2(s) for s in seen})
+    with_it = f"{', '.join(along[:3])}{' and more' if len(along) > 3 else ''}" if along else ""
+    text = (
+        f"Argument {path} axis {axis} took {len(seen)} sizes between {low} and {high}; pad to powers of two: "
+        f"{len(buckets)} compile(s) instead of {len(seen)} (buckets {', '.join(str(b) for b in buckets)}; "
+        f"or pad to {high} for one)."
+    )
+    if axis:
+        text += (
+            f" It is a sequence length{f' ({with_it} with it)' if with_it else ''}: pad each batch to a "
+            "bucketed length rather than to its longest sequence, with a mask over the padding."
+        )
+    elif with_it:
+        text += f" Pad {with_it} with it."
+    return text
+
+
+def _ragged_axes(rows: Sequence[Recompile], sizes: dict[tuple[str, int], set[int]]) -> list[list[str]]:
+    """Arguments whose leading axes vary independently of each other, grouped by the
+    arguments that always share a size (a graph's nodes; its edges, senders and
+    receivers): each a count of items, not a layer's width. Empty when any argument
+    varies on another axis."""
+    if any(axis != 0 for _, axis in sizes) or len(sizes) < 2:
+        return []
+    sequences: dict[str, list[int | None]] = {path: [] for path, _ in sizes}
+    for r in rows:
+        after = {
+            e["path"]: _dims(e.get("after"))
+            for e in r.diff or []
+            if e.get("change") == "shape" and e.get("axes") == [0]
+        }
+        for path, seq in sequences.items():
+            dims = after.get(path)
+            seq.append(dims[0] if dims else None)
+    groups: dict[tuple[int | None, ...], list[str]] = collections.defaultdict(list)
+    for path, seq in sequences.items():
+        groups[tuple(seq)].append(path)
+    return list(groups.values()) if len(groups) >= 2 else []
+
+
+_GRAPH_WORDS = ("node", "edge", "sender", "receiver", "graph", "senders", "receivers")
+
+
+def _ragged_fix(name: str, rows: Sequence[Recompile], groups: list[list[str]]) -> str:
+    """Pad each independently varying count (nodes, edges) to its own budget."""
+    current: dict[str, int] = {}
+    for r in rows[:1]:
+        for e in r.diff or []:
+            dims = _dims(e.get("before"))
+            if e.get("change") == "shape" and dims:
+                current[e["path"]] = dims[0]
+    combos: set[tuple[int, ...]] = set()
+    seen: dict[str, set[int]] = collections.defaultdict(set)
+    steps: list[Recompile | None] = [None, *rows]  # the sizes before the first recompile, then after each
+    for step in steps:
+        if step is not None:
+            for e in step.diff or []:
+                dims = _dims(e.get("after"))
+                if e.get("change") == "shape" and dims:
+                    current[e["path"]] = dims[0]
+        for group in groups:
+            if group[0] in current:
+                seen[group[0]].add(current[group[0]])
+        combos.add(tuple(_next_pow2(current[g[0]]) for g in groups if g[0] in current))
+    parts = []
+    for group in groups:
+        sizes = seen[group[0]]
+        if not sizes:
+            continue
+        buckets = ", ".join(str(b) for b in sorted({_next_pow2(s) for s in sizes}))
+        parts.append(
+            f"{'/'.join(group)} axis 0: {len(sizes)} sizes between {min(sizes)} and {max(sizes)} (buckets {buckets})"
+        )
+    graph = any(word in path.lower() for group in groups for path in group for word in _GRAPH_WORDS)
+    helper = (
+        " With jraph, jraph.pad_with_graphs(graph, n_node, n_edge) pads a batch of graphs to such a budget "
+        "(a padding graph takes the spare nodes and edges), and the loss masks it out with "
+        "jraph.get_graph_padding_mask / get_node_padding_mask."
+        if graph
+        else ""
+    )
+    return (
+        f"`{name}` is compiled for {len(rows) + 1} combinations of {len(groups)} counts that vary independently "
+        f"({'; '.join(parts)}): a ragged or graph batch. Pad each to a budget of its own, a power of two above "
+        f"its size, and mask the padding: {len(combos)} compile(s) instead of {len(rows) + 1}.{helper}"
+    )
+
+
+def _one_batch_size(entries: list[dict[str, Any]]) -> bool:
+    """Whether the shapes that changed in one compile changed as a batch does: one axis
+    each, the same axis everywhere, all to the same new size (the inputs and labels of one
+    batch), not a layer's input and weights changing together (``x[n, 784] @ w[784, k]``
+    to ``h[n, 1024] @ w[1024, k]`` changes axis 1 of one and axis 0 of the other)."""
+    sizes, axes = set(), set()
+    for e in entries:
+        dims = _dims(e.get("after"))
+        if not e.get("axes") or len(e["axes"]) != 1 or dims is None or e["axes"][0] >= len(dims):
+            return False
+        sizes.add(dims[e["axes"][0]])
+        axes.add(e["axes"][0])
+    return len(sizes) == 1 and len(axes) == 1
+
+
+def _dims(described: Any) -> tuple[int, ...] | None:
+    parsed = parse_described(described)
+    return parsed[1] if parsed is not None else None
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 2 ** math.ceil(math.log2(n))
+
+
+def display_name(info: FunctionInfo | None, function_hash: str) -> str:
+    if info is None:
+        return function_hash
+    if info.module == OP_BY_OP_MODULE:
+        return info.qualname  # "gather (op-by-op)"
+    return short_name(info.qualname)

@@ -1,0 +1,234 @@
+"""What the storm finder reasons over: the recompiles after warm-up, with their diffs, read
+by span or by id, and the names of the functions they belong to. Frozen dataclasses, so
+the judging in diagnosis.py never touches SQL."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..store import models
+from ..store.columns import Filters, cost_expr, in_chunks
+
+
+@dataclass(frozen=True, slots=True)
+class Recompile:
+    """One compile as the advice and the storm finder read it."""
+
+    function_hash: str
+    run_id: str
+    timestamp: float
+    cause: str
+    diff: list[dict[str, Any]] | None
+    call_site: str | None
+    signature_hash: str = ""
+    seconds: float = 0.0  # trace, lowering and XLA compile seconds
+    while_repeating: bool = False  # the program had come back to an earlier signature first
+    call_number: int | None = None  # which call of the function compiled (None: not counted)
+    event_id: str = ""  # set where the diff is read later (see with_diffs)
+
+
+_RECOMPILE_COLUMNS = (
+    "function_hash",
+    "run_id",
+    "timestamp",
+    "cause",
+    "diff",
+    "call_site",
+    "signature_hash",
+    "while_repeating",
+    "call_number",
+)
+
+
+def _recompile_columns(e: sa.Table, diffs: bool = True, event_id: bool = False) -> list[Any]:
+    """The columns of a Recompile (without ``diffs``, the bulk of a row, a null diff), and
+    with ``event_id`` the event id to read its diff or find it by."""
+    named = [e.c[name] if diffs or name != "diff" else sa.null().label("diff") for name in _RECOMPILE_COLUMNS]
+    return [*named, cost_expr(e).label("seconds"), *([e.c.event_id] if event_id else [])]
+
+
+def _recompiles(result: Iterable[sa.Row[*tuple[Any, ...]]]) -> list[Recompile]:
+    return [
+        Recompile(
+            r.function_hash,
+            r.run_id,
+            float(r.timestamp),
+            r.cause,
+            r.diff,
+            r.call_site,
+            r.signature_hash or "",
+            float(r.seconds or 0.0),
+            bool(r.while_repeating),
+            r.call_number,
+            getattr(r, "event_id", ""),
+        )
+        for r in result
+    ]
+
+
+# A run's recompiles whose diffs are read as one range of its events by time (their
+# functions' events from the first to the last) rather than by id, from this many on: a
+# storm's tens of thousands are then one read, not a lookup each.
+DIFFS_BY_RANGE = 1_000
+
+
+def with_diffs(conn: sa.Connection, rows: list[Recompile]) -> list[Recompile]:
+    """The recompiles with their diffs, read for just these events (by event id, or for
+    many of one run, by the span they cover)."""
+    e = models.compile_events
+    wanted = [r for r in rows if r.event_id and r.diff is None]  # the rest carry theirs
+    per_run: dict[str, list[Recompile]] = collections.defaultdict(list)
+    for r in wanted:
+        per_run[r.run_id].append(r)
+    diffs: dict[str, Any] = {}
+    by_id: list[str] = []
+    for run_id, found in per_run.items():
+        if len(found) < DIFFS_BY_RANGE:
+            by_id.extend(r.event_id for r in found)
+            continue
+        ids = {r.event_id for r in found}
+        q = sa.select(e.c.event_id, e.c.diff).where(
+            e.c.run_id == run_id,
+            e.c.timestamp.between(min(r.timestamp for r in found), max(r.timestamp for r in found)),
+            e.c.function_hash.in_({r.function_hash for r in found}),
+        )
+        diffs.update((event_id, diff) for event_id, diff in conn.execute(q) if event_id in ids)
+    for chunk in in_chunks(list(set(by_id))):
+        q = sa.select(e.c.event_id, e.c.diff).where(e.c.event_id.in_(chunk))
+        diffs.update((event_id, diff) for event_id, diff in conn.execute(q))
+    return [replace(r, diff=diffs.get(r.event_id, r.diff)) if r.event_id else r for r in rows]
+
+
+def recompiles_by_id(conn: sa.Connection, event_ids: list[str], diffs: bool = False) -> list[Recompile]:
+    """These events as recompiles, each with its event id, and with its diff when
+    ``diffs`` (else :func:`with_diffs` reads them later), in no order."""
+    e = models.compile_events
+    columns = _recompile_columns(e, diffs, event_id=True)
+    found: list[Recompile] = []
+    for chunk in in_chunks(event_ids):
+        q = sa.select(*columns).where(e.c.event_id.in_(chunk))
+        found.extend(_recompiles(conn.execute(q)))
+    return found
+
+
+def in_time_order(rows: Iterable[Recompile]) -> list[Recompile]:
+    """Recompiles by time, ties by function and event: one order however they were read."""
+    return sorted(rows, key=lambda r: (r.timestamp, r.function_hash, r.event_id))
+
+
+def compile_seconds_between(conn: sa.Connection, run_id: str, start: float, end: float) -> float:
+    """Seconds one run spent tracing, lowering and compiling (every function) in the events
+    stamped from ``start`` to ``end``."""
+    e = models.compile_events
+    q = sa.select(sa.func.sum(cost_expr(e))).where(e.c.run_id == run_id, e.c.timestamp >= start, e.c.timestamp <= end)
+    return float(conn.execute(q).scalar() or 0.0)
+
+
+def recompiles_past_first(
+    conn: sa.Connection,
+    filters: Filters,
+    function_hashes: list[str] | None = None,
+    *,
+    diffs: bool = True,
+    dense: tuple[int, float] | None = None,
+) -> list[tuple[Recompile, bool]]:
+    """Every compile that was not a function's first, with its warm-up flag, by function,
+    run and time (compiles made ahead of time by cachewatch.warmup are never recompiles).
+    With ``function_hashes``: those functions' own, and those of the lines of user code
+    that reached them (a storm of eager code or library jits is found per line). Without
+    ``diffs``, each carries its event id instead, for :func:`with_diffs`. With ``dense``
+    (``threshold``, ``window``): only those of a function, or of a line of user code, in a
+    run where ``threshold`` of them came within ``window`` seconds somewhere (a burst needs
+    that), all of theirs; the rest of a fleet's store never leaves the database."""
+    e = models.compile_events
+    recompiled = sa.text(models.RECOMPILED)  # word for word the partial indexes' condition, so they serve
+    q = filters.apply(
+        e,
+        sa.select(*_recompile_columns(e, diffs, event_id=not diffs), e.c.warmup)
+        .where(recompiled)
+        .order_by(e.c.function_hash, e.c.run_id, e.c.timestamp),
+    )
+    members = None
+    if function_hashes is not None:
+        sites = filters.apply(
+            e,
+            sa.select(e.c.call_site).where(
+                e.c.function_hash.in_(function_hashes), e.c.compiled, e.c.call_site.is_not(None)
+            ),
+        )
+        members = (e.c.function_hash.in_(function_hashes), e.c.call_site.in_(sites))
+        q = q.where(sa.or_(*members))
+    rows = conn.execute(q).all() if dense is None else _dense_rows(conn, q, filters, recompiled, dense, members)
+    return list(zip(_recompiles(rows), (bool(r.warmup) for r in rows), strict=False))
+
+
+def _dense_rows(
+    conn: sa.Connection,
+    q: sa.Select[Any],
+    filters: Filters,
+    recompiled: sa.TextClause,
+    dense: tuple[int, float],
+    members: tuple[sa.ColumnElement[bool], sa.ColumnElement[bool]] | None,
+) -> list[sa.Row[Any]]:
+    """The rows of ``q`` of the dense pairs (see :func:`_dense`), read run by run. The pairs
+    are fetched first: as subqueries under an OR, PostgreSQL ran them again for every row
+    of a large store. ``members``: the conditions that keep the functions asked about and
+    the lines that reached them, so the window runs over their recompiles alone."""
+    found_pairs = _dense(filters, recompiled, *dense, members)
+    by_function, by_line = (set(map(tuple, conn.execute(pairs))) for pairs in found_pairs)
+    runs = sorted({run_id for run_id, _ in by_function | by_line})
+    e = models.compile_events
+    found = [
+        row
+        for chunk in in_chunks(runs)
+        for row in conn.execute(q.where(e.c.run_id.in_(chunk)))
+        if (row.run_id, row.function_hash) in by_function or (row.run_id, row.call_site) in by_line
+    ]
+    found.sort(key=lambda row: (row.function_hash, row.run_id, row.timestamp))
+    return found
+
+
+def _dense(
+    filters: Filters,
+    recompiled: sa.TextClause,
+    threshold: int,
+    window: float,
+    members: tuple[sa.ColumnElement[bool], sa.ColumnElement[bool]] | None = None,
+) -> tuple[sa.Select[Any], sa.Select[Any]]:
+    """The (run, function) and (run, line of user code) pairs among the recompiles in which
+    ``threshold`` consecutive ones fit in ``window`` seconds: those a burst can come from.
+    ``members`` (functions, lines) keeps whole partitions only, so the window over those
+    left is the same as over every recompile."""
+    e = models.compile_events
+    steps_back = max(threshold - 1, 0)
+
+    def pairs(column: sa.ColumnElement[Any], member: sa.ColumnElement[bool] | None) -> sa.Select[Any]:
+        earlier = sa.func.lag(e.c.timestamp, steps_back).over(partition_by=(e.c.run_id, column), order_by=e.c.timestamp)
+        inner = sa.select(e.c.run_id, column.label("member"), (e.c.timestamp - earlier).label("span")).where(recompiled)
+        if member is not None:
+            inner = inner.where(member)
+        spans = filters.apply(e, inner).subquery()
+        return sa.select(spans.c.run_id, spans.c.member).where(spans.c.span <= window).distinct()
+
+    by_function, by_line = members if members is not None else (None, None)
+    return pairs(e.c.function_hash, by_function), pairs(e.c.call_site, by_line)
+
+
+def dominant_cause_rows(
+    conn: sa.Connection, function_hash: str, filters: Filters, cause: str, limit: int = 500
+) -> list[Recompile]:
+    """The latest compiles of one cause, with their diffs and call sites (for the advice)."""
+    e = models.compile_events
+    q = filters.apply(
+        e,
+        sa.select(*_recompile_columns(e))
+        .where(e.c.function_hash == function_hash, e.c.cause == cause, e.c.compiled)
+        .order_by(e.c.timestamp.desc())
+        .limit(limit),
+    )
+    return _recompiles(conn.execute(q))

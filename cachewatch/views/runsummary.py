@@ -1,0 +1,266 @@
+"""One run in a few lines: what ``cachewatch run`` prints at exit and a notebook cell shows.
+
+    summary = runsummary.for_store(url, run_id)
+    print(runsummary.text(summary))
+
+A summary is a :class:`RunSummaryView`; its ``as_json()`` is the JSON of ``cachewatch run
+--summary json``: ``run_id``, ``store``, ``compiles``, ``recompiles``, ``compile_seconds``,
+``warmup_compiles`` (set-up and first compiles, never part of a storm, as storms judge it),
+``identical_recompiles`` and ``identical_seconds`` (recompiles of one function that produced
+its program again: waste), ``shared_program_compiles`` (compiles of another function's
+program: they could share a jit, no waste), ``functions`` (the
+top few: name, compiles, causes, compile seconds, calls), ``storms`` (with their fix) and
+``next`` (where to look).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from ..core import config as configmod
+from ..core import figures
+from ..core.events import Cause
+from ..core.figures import seconds_text
+from ..store import columns
+from ..store import engine as enginemod
+from ..storms import diagnosis
+from ..storms.results import Storm
+from . import compose
+
+TOP_FUNCTIONS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class TopFunction:
+    """One of the functions that compiled longest, as the summary lists it."""
+
+    name: str
+    function_hash: str
+    compiles: int
+    causes: dict[str, int]  # most events first
+    compile_seconds: float
+    calls: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StormLine:
+    """A storm as the summary shows it: its figures, its line of text and its fix."""
+
+    short_name: str
+    function_hash: str
+    compiles: int
+    dominant_cause: str
+    causes: dict[str, int]
+    active: bool
+    text: str
+    fix: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportFigures:
+    """Totals, the top functions by compile seconds and the storms of a report."""
+
+    compiles: int
+    recompiles: int
+    compile_seconds: float
+    function_count: int
+    functions: tuple[TopFunction, ...]
+    storms: tuple[StormLine, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFigures:
+    """A run's figures: its report's, its warm-up, its waste and JAX's caches."""
+
+    report: ReportFigures
+    live_executables: int
+    live_executable_bytes: int
+    never_called_again: int
+    warmup_compiles: int
+    identical_recompiles: int
+    identical_seconds: float
+    first_pass_compiles: int
+    shared_program_compiles: int
+    shared_programs: tuple[str, ...]  # the first few pairs' sentences
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummaryView:
+    """A run in a few lines: where it was written, where to look next, and its figures
+    (None for an http(s) store: the service reads it, and the summary says where)."""
+
+    run_id: str
+    store: str
+    flushed: bool
+    next: tuple[str, ...]
+    figures: RunFigures | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON of ``cachewatch run --summary json`` (``function_count`` only with figures)."""
+        found, report = self.figures, self.figures.report if self.figures is not None else None
+        out: dict[str, Any] = {
+            "run_id": self.run_id,
+            "store": self.store,
+            "flushed": self.flushed,
+            "compiles": report.compiles if report else None,
+            "recompiles": report.recompiles if report else None,
+            "compile_seconds": report.compile_seconds if report else None,
+            "warmup_compiles": found.warmup_compiles if found else None,
+            "identical_recompiles": found.identical_recompiles if found else None,
+            "identical_seconds": found.identical_seconds if found else None,
+            "first_pass_compiles": found.first_pass_compiles if found else None,
+            "shared_program_compiles": found.shared_program_compiles if found else None,
+            "shared_programs": list(found.shared_programs) if found else [],
+            "live_executables": found.live_executables if found else None,
+            "live_executable_bytes": found.live_executable_bytes if found else None,
+            "never_called_again": found.never_called_again if found else None,
+            "functions": [dataclasses.asdict(f) for f in report.functions] if report else [],
+            "storms": [dataclasses.asdict(s) for s in report.storms] if report else [],
+            "next": list(self.next),
+        }
+        if report is not None:
+            out["function_count"] = report.function_count
+        return out
+
+
+def for_store(url: str, run_id: str, *, flushed: bool = True, top: int = TOP_FUNCTIONS) -> RunSummaryView:
+    """The run's summary read from its store; an http(s) store is read by the service, so
+    the summary then only says where to look."""
+    cfg = configmod.resolve({"store": url})
+    shown = enginemod.redact_url(url) if not _is_http(url) else url
+    figures = None
+    if not _is_http(url):
+        with enginemod.connection(url) as conn:
+            found = compose.run_summary(conn, run_id, threshold=cfg.storm_threshold, window=cfg.storm_window)
+        figures = of_summary(found, top=top)
+    return RunSummaryView(run_id, shown, flushed, tuple(_next_steps(url, run_id)), figures)
+
+
+def of_summary(found: compose.RunSummary, *, top: int = TOP_FUNCTIONS) -> RunFigures:
+    """The summary's figures from a run's composed summary."""
+    held, report = found.held, found.report
+    return RunFigures(
+        report=of_report(report.rows, report.storms, top=top),
+        live_executables=sum(fn.live for fn in held.functions),
+        live_executable_bytes=sum(fn.live_bytes for fn in held.functions),
+        never_called_again=sum(len(fn.never_hit) for fn in held.functions),
+        warmup_compiles=found.warmup_compiles,
+        identical_recompiles=sum(i.recompiles for i in report.identical),
+        identical_seconds=sum(i.seconds for i in report.identical),
+        first_pass_compiles=sum(p.compiles for p in report.first_passes),
+        shared_program_compiles=sum(s.compiles for s in found.shared_programs),
+        shared_programs=tuple(s.text for s in found.shared_programs[:3]),
+    )
+
+
+def of_report(report: Sequence[columns.FunctionReport], storms: list[Storm], *, top: int) -> ReportFigures:
+    """Totals, the top functions by compile seconds and the storms, from a report's rows."""
+    return ReportFigures(
+        compiles=sum(r["compiles"] for r in report),
+        recompiles=sum(r["recompiles"] for r in report),
+        compile_seconds=sum(r["compile_seconds"] for r in report),
+        function_count=len(report),
+        functions=tuple(
+            TopFunction(
+                name=r["qualname"] or r["name"],
+                function_hash=r["function_hash"],
+                compiles=r["compiles"],
+                causes=dict(sorted(r["causes"].items(), key=lambda kv: -kv[1])),
+                compile_seconds=r["compile_seconds"],
+                calls=r["calls"],
+            )
+            for r in list(report)[:top]
+            if r["compiles"]
+        ),
+        storms=tuple(
+            StormLine(
+                short_name=s.short_name,
+                function_hash=s.function_hash,
+                compiles=s.compiles,
+                dominant_cause=s.dominant_cause,
+                causes=s.causes,
+                active=s.active,
+                text=diagnosis.describe_storm(s),
+                fix=s.fix,
+            )
+            for s in storms
+        ),
+    )
+
+
+def _is_http(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
+
+
+def _next_steps(url: str, run_id: str) -> list[str]:
+    if _is_http(url):
+        return [f"dashboard: {url.rstrip('/')}/?run_id={run_id}"]
+    store = "" if url == configmod.default_store_url() else f" --store {enginemod.redact_url(url)}"
+    return [
+        f"cachewatch report{store} --run {run_id}",
+        f"cachewatch events{store} --run {run_id}",
+        f"cachewatch serve{store}, then http://127.0.0.1:8000/?run_id={run_id}",
+    ]
+
+
+def text(summary: RunSummaryView) -> str:
+    """The summary as a few lines for a terminal."""
+    head = f"cachewatch: run {summary.run_id[:12]}"
+    if summary.figures is None:
+        lines = [f"{head}: events sent to {summary.store}."]
+    else:
+        lines = _figure_lines(head, summary.figures, summary.flushed)
+    lines.append("  Next: " + "; ".join(summary.next))
+    return "\n".join(lines)
+
+
+def _figure_lines(head: str, found: RunFigures, flushed: bool) -> list[str]:
+    report = found.report
+    lines = [
+        f"{head}: {report.compiles} compiles ({report.recompiles} recompiles, "
+        f"{found.warmup_compiles} in warm-up), {seconds_text(report.compile_seconds)} compiling, "
+        f"{report.function_count} functions."
+    ]
+    if found.first_pass_compiles:
+        lines.append(
+            f"  {found.first_pass_compiles} recompiles were a first pass over a few shapes, then served "
+            "from the cache (no storm)."
+        )
+    if found.identical_recompiles:
+        lines.append(
+            f"  {found.identical_recompiles} recompiles produced a program compiled before in the run "
+            f"({seconds_text(found.identical_seconds)} of pure waste; `cachewatch report` names them)."
+        )
+    if found.shared_program_compiles:
+        lines.append(
+            f"  {found.shared_program_compiles} compiles produced the same program as another function's "
+            "(no waste; those functions could share one jit)."
+        )
+    if found.live_executables:
+        lines.append(
+            f"  {found.live_executables} executables left alive in JAX's caches "
+            f"({figures.bytes_text(found.live_executable_bytes)} as XLA counts them)"
+            + (
+                f"; {found.never_called_again} were never called after the call that compiled them"
+                if found.never_called_again
+                else ""
+            )
+            + " (`cachewatch cache`)."
+        )
+    if not flushed:
+        lines.append("  Not every event was written in time: the figures may be short.")
+    for f in report.functions:
+        causes = ", ".join(
+            f"{cause}={count}" for cause, count in f.causes.items() if count and cause != Cause.FIRST_CALL
+        )
+        lines.append(
+            f"  {f.name}: {f.compiles} compiles, {seconds_text(f.compile_seconds)}"
+            + (f", {f.calls} calls" if f.calls else "")
+            + (f"; recompiled for {causes}" if causes else "")
+        )
+    for storm in report.storms:
+        lines.append(f"  Storm {storm.text}")
+        lines.append(f"    Fix: {storm.fix}")
+    return lines
