@@ -44,7 +44,7 @@ import sqlalchemy as sa
 from cachewatch.core import runtimes
 from cachewatch.core.events import Batch, CallStats, CompileEvent, FunctionInfo, RunInfo
 from cachewatch.fleet import fleet_reads
-from cachewatch.payoff import regressions
+from cachewatch.payoff import kept_regressions
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, queries, rollup
 from cachewatch.storms import diagnosis
@@ -719,7 +719,7 @@ def main() -> int:
             # timed on its own.
             started = time.perf_counter()
             with enginemod.connection(url) as conn:
-                regressions.settle(conn)
+                kept_regressions.settle(conn)
                 queries.signature_run_times(conn)
             print(
                 f"kept regressions and median run times found for {stale:,} and {stale_run_times:,} stale "

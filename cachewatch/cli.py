@@ -18,30 +18,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import importlib
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import runner
-from .cache import cache_directory
+from . import cli_report, runner
+from .cli_report import here, local_time, print_table, store_url
 from .core import config as configmod
-from .core.events import OP_BY_OP_MODULE, UNATTRIBUTED_MODULE
-from .core.figures import share_text
-from .whatif import policies, price_text
 
 if TYPE_CHECKING:  # the commands import what they read when run, so `cachewatch --help` stays quick
-    from .programs.program_texts import IdenticalRecompiles
-    from .views.compose import FunctionFindings, RunReport
-
-
-def _store_url(args: argparse.Namespace) -> str:
-    if args.store:
-        return args.store
-    return configmod.resolve().store
+    pass
 
 
 def _store_command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
@@ -183,7 +172,7 @@ def _prune(args: argparse.Namespace) -> int:
     except retention.RetentionError as exc:
         print(f"cachewatch db prune: {exc}", file=sys.stderr)
         return 2
-    url = _store_url(args)
+    url = store_url(args)
     result = retention.prune(url, policy, dry_run=args.dry_run)
     if args.format == "json":
         print(json.dumps(result.as_json(), indent=2))
@@ -191,7 +180,7 @@ def _prune(args: argparse.Namespace) -> int:
     where = enginemod.redact_url(enginemod.normalize_url(url))
     scope = policy.describe()
     if result.cut is not None:
-        scope += f" (nothing recorded since {_local_time(result.cut, '%Y-%m-%d %H:%M:%S')})"
+        scope += f" (nothing recorded since {local_time(result.cut, '%Y-%m-%d %H:%M:%S')})"
     verb = "would drop" if result.dry_run else "dropped"
     texts = f"{result.program_texts} program texts ({_size(result.program_text_bytes)})"
     if policy.texts_only:
@@ -247,7 +236,7 @@ def _compare(args: argparse.Namespace) -> int:
     from .store import engine as enginemod
     from .store.runs import RunNotFound
 
-    with enginemod.connection(_store_url(args)) as conn:
+    with enginemod.connection(store_url(args)) as conn:
         try:
             result = side_by_side.compare(conn, args.baseline, args.run)
         except RunNotFound as exc:
@@ -286,7 +275,7 @@ def _whatif(args: argparse.Namespace) -> int:
 
     from .store import engine as enginemod
     from .store.runs import RunNotFound
-    from .whatif import prices, whatif_reads
+    from .whatif import policies, price_text, prices, whatif_reads
 
     try:  # bad arguments are refused before the store is opened
         policy = policies.parse_policy(args.pad)
@@ -294,7 +283,7 @@ def _whatif(args: argparse.Namespace) -> int:
     except policies.WhatifError as exc:
         print(f"cachewatch whatif: {exc}", file=sys.stderr)
         return 2
-    with enginemod.connection(_store_url(args)) as conn:
+    with enginemod.connection(store_url(args)) as conn:
         try:
             function = whatif_reads.find_function(conn, args.function)
             run_id, run_name = whatif_reads.run_of(conn, function.function_hash, args.run_id)
@@ -306,7 +295,7 @@ def _whatif(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({**dataclasses.asdict(result), "fix": prices.fix_sentence(result)}, indent=2))
     else:
-        print(_here(price_text.text(result)))
+        print(here(price_text.text(result)))
     return 0
 
 
@@ -331,7 +320,7 @@ def _add_cache(sub: Any) -> None:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from .cache import cache_reads, cache_view
+    from .cache import cache_directory, cache_reads, cache_view
     from .store import columns, queries
     from .store import engine as enginemod
     from .store.runs import RunNotFound, find_run
@@ -339,7 +328,7 @@ def _cache(args: argparse.Namespace) -> int:
     cache_dir = (
         args.cache_dir or configmod.resolve().persistent_cache_dir or os.environ.get("JAX_COMPILATION_CACHE_DIR")
     )
-    with enginemod.connection(_store_url(args)) as conn:
+    with enginemod.connection(store_url(args)) as conn:
         try:
             run_id = find_run(conn, args.run_id).run_id if args.run_id else cache_reads.latest_run(conn)
         except RunNotFound as exc:
@@ -365,7 +354,7 @@ def _cache(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({**report.as_dict(), "directory": audit.as_dict() if audit else None}, indent=2))
     else:
-        print(_here(cache_view.text(report, audit, note)))
+        print(here(cache_view.text(report, audit, note)))
     if audit is not None and not audit.readable:
         print(f"cachewatch cache: {audit.problems[0]}", file=sys.stderr)
     return 0
@@ -395,9 +384,9 @@ def _main(argv: Sequence[str] | None) -> int:
     from .store import engine as enginemod
 
     commands = {
-        "report": _report,
+        "report": cli_report.report,
         "events": _events,
-        "storms": _storms,
+        "storms": cli_report.storms,
         "program": _program,
         "diff": _diff,
         "db": _db,
@@ -424,7 +413,7 @@ def _db(args: argparse.Namespace) -> int:
 
     if args.db_command == "prune":
         return _prune(args)
-    url = _store_url(args)
+    url = store_url(args)
     revision = enginemod.upgrade(url)
     print(f"store {enginemod.redact_url(enginemod.normalize_url(url))} is at revision {revision}")
     return 0
@@ -435,7 +424,7 @@ def _serve(args: argparse.Namespace) -> int:
     if serve is None:
         print("cachewatch: the service is not installed; run: pip install 'cachewatch[server]'", file=sys.stderr)
         return 2
-    return serve(store=_store_url(args), host=args.host, port=args.port, workers=args.workers)
+    return serve(store=store_url(args), host=args.host, port=args.port, workers=args.workers)
 
 
 def _settings(args: argparse.Namespace) -> int:
@@ -474,180 +463,12 @@ def _service() -> Any:
     return module.serve
 
 
-def _report(args: argparse.Namespace) -> int:
-    from .store import columns
-    from .store import engine as enginemod
-    from .views import compose
-
-    url = _store_url(args)
-    cfg = configmod.resolve()
-    with enginemod.connection(url) as conn:
-        report = compose.run_report(
-            conn,
-            columns.Filters(run_id=args.run_id),
-            threshold=cfg.storm_threshold,
-            window=cfg.storm_window,
-            regressions_limit=args.regressions,
-        )
-    functions = report.functions
-    if args.format == "json":
-        print(json.dumps([found.as_json() for found in functions], indent=2, default=str))
-        return 0
-    if not functions:
-        print(
-            f"No compile events in {enginemod.redact_url(enginemod.normalize_url(url))} yet. Wrap a function with "
-            "cachewatch.jit (or call cachewatch.install()) and run your program with the same "
-            "CACHEWATCH_STORE."
-        )
-        return 0
-    _print_functions(report.rows)
-    print("\n" + _coverage_line(report.rows))
-    _print_findings(report, functions)
-    _print_program_findings(report.identical, functions)
-    return 0
-
-
-_REPORT_HEADERS = [
-    "function",
-    "defined at",
-    "compiles",
-    "recompiles",
-    "compile s",
-    "calls",
-    "run s (est)",
-    "compile share",
-    "causes",
-]
-
-
-def _print_functions(rows: Sequence[Mapping[str, Any]]) -> None:
-    table = []
-    for r in rows:
-        causes = ", ".join(f"{c}={n}" for c, n in sorted(r["causes"].items(), key=lambda kv: -kv[1]))
-        where = f"{_basename(r['file'])}:{r['line']}" if r["file"] else "(eager code)"
-        table.append(
-            [
-                r["qualname"],
-                where,
-                r["compiles"],
-                r["recompiles"],
-                f"{r['compile_seconds']:.3f}",
-                r["calls"] or "-",
-                "-" if r["run_seconds_est"] is None else f"{r['run_seconds_est']:.3f}",
-                share_text(r["compile_share"]),
-                causes,
-            ]
-        )
-    _print_table(_REPORT_HEADERS, table)
-
-
-def _print_program_findings(identical: Sequence[IdenticalRecompiles], functions: Sequence[FunctionFindings]) -> None:
-    """Wasted recompiles, then what makes each program big."""
-    if identical:
-        total = sum(i.seconds for i in identical)
-        count = sum(i.recompiles for i in identical)
-        print(f"\nRecompiles that produced the program compiled before ({count}, {total:.3f} s wasted):")
-        for item in identical:
-            print(f"  {_here(item.fix)}")
-    fixes = [(found.report["qualname"], text) for found in functions for text in found.program_fixes]
-    if fixes:
-        print(
-            "\nCompile cost (what makes the program big; `cachewatch program EVENT_ID --format pprof` for all of it):"
-        )
-        for name, text in fixes:
-            print(f"  {name}: {_here(text)}")
-
-
-def _coverage_line(rows: Sequence[Mapping[str, Any]]) -> str:
-    """How many compiles were tied to a function, and how many only to the name JAX gave them."""
-    total = sum(r["compiles"] for r in rows)
-    by_name = sum(r["compiles"] for r in rows if r.get("module") == UNATTRIBUTED_MODULE)
-    eager = sum(r["compiles"] for r in rows if r.get("module") == OP_BY_OP_MODULE)
-    text = (
-        f"Compiles recorded: {total}; attributed to a function or an eager primitive: {total - by_name} ({eager} eager)"
-    )
-    if by_name:
-        text += f"; known only by the name JAX compiled them under: {by_name}"
-    return text + "."
-
-
-def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) -> None:
-    from .storms import diagnosis
-
-    storms, passes = report.storms, report.first_passes
-    costs, regressions = (report.diagnosis.cost_model, report.diagnosis.regressions) if report.diagnosis else ([], [])
-    regressions_total = report.diagnosis.regressions_total if report.diagnosis else 0
-    if storms:
-        print(f"\nStorms ({len(storms)}):")
-        for storm in storms:
-            print(f"  {diagnosis.describe_storm(storm)}\n    Fix: {_here(storm.fix)}")
-    if passes:
-        print("\nFirst passes (each shape compiled once, then served from the cache; not storms):")
-        for found in passes:
-            print(f"  {diagnosis.describe_first_pass(found)}")
-    worth = [(f.report["qualname"], f.verdict.text) for f in functions if f.verdict and f.verdict.text]
-    if worth:
-        print("\nIs jit worth it:")
-        for name, text in worth:
-            print(f"  {name}: {text}")
-    stale = [f.report for f in functions if f.report.get("stale_captures")]
-    if stale:
-        print("\nStale captured values (read at trace time, changed since; see `cachewatch events`):")
-        for r in stale:
-            print(f"  {r['qualname']}: {r['stale_captures']} change(s)")
-    steep = [c for c in costs if c.superlinear]
-    if steep:
-        print("\nCompile time grows faster than program size:")
-        for c in steep:
-            print(
-                f"  {c.qualname}: compile seconds ~ size^{c.exponent:.2f}, fitted on {c.points} "
-                f"compiles over sizes {c.min_size:.0f}-{c.max_size:.0f}"
-            )
-    if regressions:
-        print("\nCompile-time regressions across runs (the steepest first):")
-        for g in regressions:
-            print(
-                f"  {g.qualname}: {g.seconds_before:.3f}s -> {g.seconds_after:.3f}s "
-                f"(jax {g.jax_before} -> {g.jax_after})"
-            )
-        if regressions_total > len(regressions):
-            print(f"  ... and {regressions_total - len(regressions)} more (--regressions N lists more)")
-
-
-def _storms(args: argparse.Namespace) -> int:
-    from .store import columns
-    from .store import engine as enginemod
-    from .storms import diagnosis
-
-    url = _store_url(args)
-    cfg = configmod.resolve()
-    with enginemod.connection(url) as conn:
-        storms = diagnosis.detect_storms(
-            conn,
-            columns.Filters(run_id=args.run_id),
-            threshold=args.threshold or cfg.storm_threshold,
-            window=args.window or cfg.storm_window,
-        )
-    if args.format == "json":
-        print(json.dumps([storm.as_json() for storm in storms], indent=2, default=str))
-        return 0
-    if not storms:
-        print("No recompilation storms.")
-        return 0
-    print(f"Storms ({len(storms)}):")
-    for storm in storms:
-        start = _local_time(storm.start, "%Y-%m-%d %H:%M:%S")
-        print(f"  {diagnosis.describe_storm(storm)} From {start} over {storm.end - storm.start:.0f}s.")
-        print(f"    Fix: {_here(storm.fix)}")
-    return 0
-
-
 def _events(args: argparse.Namespace) -> int:
     from .cache import cache_reads
     from .store import columns, queries
     from .store import engine as enginemod
 
-    url = _store_url(args)
+    url = store_url(args)
     with enginemod.connection(url) as conn:
         hashes = None
         if args.function:
@@ -664,7 +485,7 @@ def _events(args: argparse.Namespace) -> int:
         return 0
     table = []
     for r in rows:
-        when = _local_time(r["timestamp"], "%H:%M:%S")
+        when = local_time(r["timestamp"], "%H:%M:%S")
         cost = sum(r[k] or 0.0 for k in ("trace_seconds", "lower_seconds", "compile_seconds"))
         kind = r["kind"] + ("" if r["compiled"] else " (no compile)") + (" (warm-up)" if r.get("warmup") else "")
         why = r["error"] or r["explanation"]
@@ -675,7 +496,7 @@ def _events(args: argparse.Namespace) -> int:
                 else " " + (r["cache_miss"]["explanation"] if r["cache_miss"] else "Persistent cache: miss.")
             )
         table.append([when, r["qualname"], kind, r["cause"], f"{cost:.3f}", r["call_site"] or "", why])
-    _print_table(["time", "function", "kind", "cause", "seconds", "call site", "why"], table)
+    print_table(["time", "function", "kind", "cause", "seconds", "call site", "why"], table)
     return 0
 
 
@@ -684,7 +505,7 @@ def _program(args: argparse.Namespace) -> int:
     from .store import engine as enginemod
 
     try:
-        with enginemod.connection(_store_url(args)) as conn:
+        with enginemod.connection(store_url(args)) as conn:
             found = program_texts.program(conn, args.event_id, args.format)
     except program_texts.ProgramNotFound as exc:
         print(f"cachewatch: {exc}", file=sys.stderr)
@@ -706,7 +527,7 @@ def _diff(args: argparse.Namespace) -> int:
 
     after, against = (args.event_b, args.event_a) if args.event_b else (args.event_a, None)
     try:
-        with enginemod.connection(_store_url(args)) as conn:
+        with enginemod.connection(store_url(args)) as conn:
             change = program_texts.diff(conn, after, against)
     except program_texts.ProgramNotFound as exc:
         print(f"cachewatch: {exc}", file=sys.stderr)
@@ -717,34 +538,6 @@ def _diff(args: argparse.Namespace) -> int:
         else program_texts.diff_text(change)
     )
     return 0
-
-
-def _local_time(seconds: float, fmt: str) -> str:
-    """The time for a table; a stored time no calendar holds is shown as it is, flagged."""
-    try:
-        return dt.datetime.fromtimestamp(seconds).strftime(fmt)
-    except (OverflowError, OSError, ValueError, TypeError):
-        return f"invalid time ({seconds!r})"
-
-
-def _basename(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
-
-
-def _here(text: str) -> str:
-    """Paths under the current directory, as the user would type them (tables only; JSON keeps them whole)."""
-    return text.replace(os.getcwd() + os.sep, "")
-
-
-def _print_table(headers: list[str], rows: list[list[Any]]) -> None:
-    cells = [[_here(str(c)) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, c in enumerate(row[:-1]):
-            widths[i] = min(max(widths[i], len(c)), 60)
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)))
-    for row in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
 
 
 if __name__ == "__main__":  # pragma: no cover

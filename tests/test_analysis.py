@@ -16,7 +16,7 @@ import sqlalchemy as sa
 import cachewatch
 from cachewatch import cli
 from cachewatch.core.events import Cause, FunctionInfo, Kind
-from cachewatch.payoff import cost_reads, costmodel, regressions, verdicts
+from cachewatch.payoff import cost_reads, costmodel, kept_regressions, verdicts
 from cachewatch.store import columns, models, queries, rollup
 from cachewatch.store import engine as enginemod
 from cachewatch.storms import diagnosis, fixes, storm_reads
@@ -453,7 +453,7 @@ def test_compile_regression_across_runs(sqlite_url):
     _insert_compiles(sqlite_url, "steady", [10.0], run_id="a" * 32, seconds=0.2)
     _insert_compiles(sqlite_url, "steady", [20.0], run_id="b" * 32, seconds=0.21)
     with enginemod.connection(sqlite_url) as conn:
-        (found,) = regressions.compile_regressions(conn).shown
+        (found,) = kept_regressions.compile_regressions(conn).shown
     assert found.qualname == "step"
     assert found.ratio == pytest.approx(2.5)
     assert found.jax_before.startswith("0.9.0")

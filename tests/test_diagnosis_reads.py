@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from cachewatch.core import runtimes
 from cachewatch.core.events import Cause
-from cachewatch.payoff import cost_reads, costmodel, regressions
+from cachewatch.payoff import cost_reads, costmodel, kept_regressions
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, retention, rollup, writes
 from cachewatch.store.columns import Filters
@@ -80,7 +80,7 @@ def test_regressions_found_in_sql_are_those_of_every_compile(pg_url, seed):
                 assert a.seconds_before == pytest.approx(b.seconds_before)
                 assert a.seconds_after == pytest.approx(b.seconds_after)
         assert cost_reads.slower_compiles(conn, 1.2, 0.0).shown, "the filled store has regressions to compare"
-        found = regressions.compile_regressions(conn, 1.2, 0.0).shown
+        found = kept_regressions.compile_regressions(conn, 1.2, 0.0).shown
     assert all(r.jax_before.startswith("0.") and r.jax_after.startswith("0.") for r in found)
     assert all(r.ratio is not None and r.ratio >= 1.2 for r in found)
 
@@ -186,7 +186,7 @@ def test_regressions_are_the_steepest_first_and_a_limit_keeps_the_same_ones(dial
             assert [(_key(s), s.seconds_after) for s in found.shown] == [
                 (_key(s), pytest.approx(s.seconds_after)) for s in wanted
             ]
-        listed = regressions.compile_regressions(conn, 1.2, 0.0, limit=3)
+        listed = kept_regressions.compile_regressions(conn, 1.2, 0.0, limit=3)
     assert listed.total == len(every)
     ratios = [r.ratio or 0.0 for r in listed.shown]
     assert len(ratios) == 3
@@ -329,12 +329,12 @@ def _as_listed(found: cost_reads.SlowerCompiles) -> list[tuple[Any, ...]]:
 
 
 def _kept_and_counted(conn: sa.Connection, limit: int | None = None) -> tuple[list, int, list, int]:
-    kept = regressions.slower_compiles(conn, limit=limit)
-    counted = cost_reads.slower_compiles(conn, regressions.FACTOR, regressions.MIN_SECONDS, limit)
-    if regressions.settle(conn):  # found again: the count kept beside them is theirs
+    kept = kept_regressions.slower_compiles(conn, limit=limit)
+    counted = cost_reads.slower_compiles(conn, kept_regressions.FACTOR, kept_regressions.MIN_SECONDS, limit)
+    if kept_regressions.settle(conn):  # found again: the count kept beside them is theirs
         rows = conn.execute(sa.select(sa.func.count()).select_from(models.compile_regressions)).scalar_one()
-        assert regressions.kept_total(conn) == rows == counted.total
-        assert regressions.kept(conn, limit=1).total == rows
+        assert kept_regressions.kept_total(conn) == rows == counted.total
+        assert kept_regressions.kept(conn, limit=1).total == rows
     return _as_listed(kept), kept.total, _as_listed(counted), counted.total
 
 
@@ -386,7 +386,7 @@ def test_kept_regressions_are_those_counted_from_the_compiles_as_the_store_chang
         start = sa.select(r.c.started_at).where(r.c.run_id == e.c.run_id).scalar_subquery()
         conn.execute(sa.update(e).values(timestamp=start + 0.5))
         rollup.rebuild(conn, tables=("run_totals",))
-        regressions.slower_compiles(conn)
+        kept_regressions.slower_compiles(conn)
         assert _stale(conn) == 0
     assert retention.prune(url, retention.Policy(keep_runs=6), now=1e9).runs == 6
     with enginemod.connection(url) as conn:
@@ -414,19 +414,19 @@ def test_a_reader_whose_snapshot_missed_a_write_leaves_its_marks_standing(dialec
     _fill(url, 8)
     with enginemod.connection(url) as conn:
         rollup.rebuild(conn)
-        regressions.slower_compiles(conn)
+        kept_regressions.slower_compiles(conn)
         events = _stored_events(conn, f"{11:032d}")
         writes.write_rows(conn, _slower_run(events, "first", 100.0))
         assert _stale(conn) > 0
     with enginemod.snapshot(url) as reader:
-        seen = cost_reads.slower_compiles(reader, regressions.FACTOR, regressions.MIN_SECONDS)
+        seen = cost_reads.slower_compiles(reader, kept_regressions.FACTOR, kept_regressions.MIN_SECONDS)
         # A writer marks the same signatures again after the reader's snapshot began: the
         # reader cannot find them again (its marks are out of date), changes nothing,
         # and counts what its snapshot shows.
         with enginemod.connection(url) as writer:
             writes.write_rows(writer, _slower_run(events, "second", 200.0))
-        assert regressions.settle(reader) is False
-        assert _as_listed(regressions.slower_compiles(reader)) == _as_listed(seen)
+        assert kept_regressions.settle(reader) is False
+        assert _as_listed(kept_regressions.slower_compiles(reader)) == _as_listed(seen)
     with enginemod.connection(url) as conn:
         assert _stale(conn) > 0, "the marks stand"
         kept, kept_total, counted, counted_total = _kept_and_counted(conn)
@@ -441,7 +441,7 @@ def test_a_role_that_may_only_read_gets_the_regressions_counted_and_changes_noth
     with enginemod.connection(pg_url) as conn:
         rollup.rebuild(conn)  # every signature stale
         stale = _stale(conn)
-        counted = cost_reads.slower_compiles(conn, regressions.FACTOR, regressions.MIN_SECONDS)
+        counted = cost_reads.slower_compiles(conn, kept_regressions.FACTOR, kept_regressions.MIN_SECONDS)
     role = f"cw_reader_{uuid.uuid4().hex[:8]}"
     with enginemod.connection(pg_url) as conn:
         conn.execute(sa.text(f"CREATE ROLE {role} LOGIN"))
@@ -449,7 +449,7 @@ def test_a_role_that_may_only_read_gets_the_regressions_counted_and_changes_noth
     reader_url = pg_url.replace("postgres@", f"{role}@", 1)
     try:
         with enginemod.connection(reader_url, ensure=False) as reader:
-            found = regressions.compile_regressions(reader)
+            found = kept_regressions.compile_regressions(reader)
         listed = [
             (
                 r.function_hash,

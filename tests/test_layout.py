@@ -32,7 +32,7 @@ def test_the_library_never_imports_the_service():
 
 
 # The floors of the library, bottom up, and what each may import (besides itself). The
-# package's top level (cachewatch/__init__.py, cli.py, runner.py, notebook.py,
+# package's top level (cachewatch/__init__.py, cli.py, cli_report.py, runner.py, notebook.py,
 # autoinstall.py, pytest_plugin.py, __main__.py) is the interfaces' floor: it may import every layer, and no layer imports it.
 LAYERS = ("core", "explain", "store", "record", "capture") + (
     # The errands: a package per question a user asks, each with its reads, its reasoning and
@@ -134,6 +134,7 @@ def test_every_module_stands_on_a_known_floor():
         "cachewatch.ahead",
         "cachewatch.autoinstall",
         "cachewatch.cli",
+        "cachewatch.cli_report",
         "cachewatch.doctor",
         "cachewatch.notebook",
         "cachewatch.pytest_plugin",
@@ -417,22 +418,67 @@ def test_the_length_check_counts_from_def_to_last_line():
     assert long_functions(long) == [("long", LONGEST_FUNCTION)]
 
 
-# What runs SQL: the store's modules, and nothing else of the library or the service.
+# What runs SQL: the shared store's modules and each errand's reads and kept results
+# (``*_reads.py``, ``kept_*.py``), and nothing else of the library or the service: an
+# errand's reasoning, the views and the service get frozen records from those.
 _SQL = re.compile(r"\bsa\.(select|insert|update|delete|text)\(|\bconn\.execute\(|\.execute\(sa\.")
 
 
-def test_only_the_store_runs_sql():
+def _may_run_sql(path: Path) -> bool:
+    return path.parts[-2] == "store" or path.stem.endswith("_reads") or path.stem.startswith("kept_")
+
+
+def test_only_the_store_and_the_errands_reads_run_sql():
     root = Path(__file__).resolve().parent.parent
-    found = sorted(
-        str(path.relative_to(root))
+    runs_sql = [
+        path.relative_to(root)
         for folder in ("cachewatch", "server")
         for path in (root / folder).rglob("*.py")
-        if not path.relative_to(root).as_posix().startswith("cachewatch/store/") and _SQL.search(path.read_text())
-    )
-    assert found == [], "move these reads into cachewatch/store/: " + ", ".join(found)
+        if _SQL.search(path.read_text())
+    ]
+    assert Path("cachewatch/storms/storm_reads.py") in runs_sql  # the scan sees SQL where it is
+    found = sorted(str(path) for path in runs_sql if not _may_run_sql(path))
+    assert found == [], "move these reads into a *_reads.py of their errand, or cachewatch/store/: " + ", ".join(found)
 
 
 def test_the_sql_check_sees_a_query():
     assert _SQL.search("rows = conn.execute(q)")
     assert _SQL.search("q = sa.select(t.c.x)")
     assert not _SQL.search("found = evidence.flushes_of(conn, runs, hashes)")
+
+
+def _bindings_of_modules() -> dict[str, dict[str, set[str]]]:
+    """Each cachewatch module imported by name in the library or the service, the names it
+    is bound to there, and where each name is used."""
+    import ast
+
+    names: dict[str, dict[str, set[str]]] = {}
+    library = _library_modules()
+    root = Path(__file__).resolve().parent.parent
+    for folder, package in (("cachewatch", "cachewatch"), ("server", "cachewatch_server")):
+        for path in (root / folder).rglob("*.py"):
+            parts = (package,) + path.relative_to(root / folder).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            parent = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                if node.level:
+                    kept = parent.split(".")[: len(parent.split(".")) - node.level + 1]
+                    base = ".".join(kept + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in library:
+                        bound = names.setdefault(f"{base}.{alias.name}", {})
+                        bound.setdefault(alias.asname or alias.name, set()).add(str(path.relative_to(root)))
+    return names
+
+
+def test_each_module_goes_by_one_name():
+    """A module read under one name everywhere: ``cache_reads.x`` means the same module in
+    every file, so a reader never has to look up which of several aliases it is."""
+    bindings = _bindings_of_modules()
+    assert len(bindings["cachewatch.store.engine"]) == 1  # the scan sees the library's and the service's imports
+    several = {module: sorted(bound) for module, bound in bindings.items() if len(bound) > 1}
+    assert several == {}

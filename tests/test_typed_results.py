@@ -21,7 +21,10 @@ MAPPINGS_BY_NATURE: dict[tuple[str, str], str] = {
     ("cachewatch/capture/program.py", "event_fields"): "the program view's event fields by name, set on the event",
     ("cachewatch/capture/program.py", "texts_payload"): "the program texts as the writer and the ingest API carry them",
     ("cachewatch/capture/captures.py", "read"): "the values of the names a function read, keyed by the user's names",
-    ("cachewatch/core/jaxcompat/accessors.py", "primitive_params"): "a JAX primitive's own parameters, keyed by JAX's names",
+    (
+        "cachewatch/core/jaxcompat/accessors.py",
+        "primitive_params",
+    ): "a JAX primitive's own parameters, keyed by JAX's names",
     ("cachewatch/notebook.py", "summary"): "the documented plain dictionary of cachewatch.report().summary",
     ("cachewatch/store/http.py", "post"): "the service's JSON reply, read by the HTTP sink",
     ("server/main.py", "openapi"): "the OpenAPI document FastAPI serves",

@@ -32,7 +32,7 @@ from ..core.events import Cause, CompileEvent, FunctionInfo, Kind
 from ..explain import causes
 from ..explain import signature as sigmod
 from ..record import current, recorder
-from . import _tracking, building, cachekey, cachestate, captures, compile_ahead, counters, devices, guards
+from . import _tracking, baseline, building, cachekey, cachestate, captures, compile_ahead, counters, devices, guards
 from .counters import CallCounter
 from .counters import Watched as _Watched
 from .identity import call_site, describe_function, is_library_file, unwrap_callable, user_function_in
@@ -104,16 +104,11 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
         # The limits and freeze decide here, before JAX lowers and compiles; what they
         # decide is done outside the internal guard so that it reaches the caller.
         outcome = _check_guards(state, record)
-        if outcome is not None:
-            try:
-                guards.act(outcome)  # raises the refusal, or warns (which -W error turns into one)
-            except BaseException as exc:  # noted on the trace's record, then re-raised as it came
-                if record is not None:
-                    _trace_failed(record, exc)
-                raise
         try:
+            if outcome is not None:
+                guards.act(outcome)  # raises the refusal, or warns (which -W error turns into one)
             out = target(*args, **kwargs) if self_ref is None else target(self_ref(), *args, **kwargs)
-        except BaseException as exc:  # the user's function failed to trace: noted, then re-raised as it came
+        except BaseException as exc:  # a refusal, or the user's function failed to trace: noted, re-raised as it came
             if record is not None:
                 _trace_failed(record, exc)
             raise
@@ -483,9 +478,13 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
     if compiled and exc is None:
         # XLA's figures come with the program the compile itself made (program.py).
         measured = _sample_next_call(state, args, kwargs, compiled[0])
-        baseline = _eager_baseline(state, jitted, compiled[0], args, kwargs) if state.eager_baseline else None
-        if baseline is not None:
-            measured = measured._replace(compiled_run_seconds=baseline[0], eager_run_seconds=baseline[1])
+        timed = (
+            baseline.eager_baseline(state.measured, state.fun, jitted, compiled[0], args, kwargs)
+            if state.eager_baseline
+            else None
+        )
+        if timed is not None:
+            measured = measured._replace(compiled_run_seconds=timed[0], eager_run_seconds=timed[1])
     for record in records:
         event = _to_event(
             state,
@@ -594,33 +593,6 @@ def _check_captures(state: HookState) -> None:
         site = _call_site()
         for name, before, after in changes:
             recorder.record_event(_stale_event(state, name, before, after, site))
-
-
-def _eager_baseline(
-    state: HookState, jitted: Any, record: _tracking.Record, args: tuple, kwargs: dict
-) -> tuple[float, float] | None:
-    """One steady-state compiled run and one op-by-op run of this signature, timed (their
-    seconds, in that order); None when not taken."""
-    key = record.signature.key if record.signature is not None else None
-    if key is None or key in state.measured:
-        return None
-    leaves = jax.tree_util.tree_leaves((args, kwargs))
-    if any(getattr(leaf, "is_deleted", lambda: False)() for leaf in leaves):
-        return None  # donated inputs are gone: nothing to run again
-    state.measured.add(key)
-    with _tracking.suppress():
-        start = time.perf_counter()
-        jax.block_until_ready(jitted(*args, **kwargs))
-        compiled_seconds = time.perf_counter() - start
-        fun = state.fun()
-        if fun is None:  # the method's instance is gone
-            return None
-        with jax.disable_jit():
-            jax.block_until_ready(fun(*args, **kwargs))  # warm JAX's op-by-op caches
-            start = time.perf_counter()
-            jax.block_until_ready(fun(*args, **kwargs))
-            eager_seconds = time.perf_counter() - start
-    return compiled_seconds, eager_seconds
 
 
 def _transformation(args: tuple, kwargs: dict) -> tuple[str, tuple[str, ...]] | None:

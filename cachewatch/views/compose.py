@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from ..cache import cache_reads, cache_view
 from ..core.events import Cause
 from ..core.results import fields_of
-from ..payoff import costmodel, regressions, verdicts
+from ..payoff import costmodel, kept_regressions, verdicts
 from ..payoff.results import CostModelRow, Regression, Verdict
 from ..programs import program_texts
 from ..store import queries
@@ -123,11 +123,11 @@ def diagnosis_of(
     conn: sa.Connection,
     rows: list[FunctionReport],
     filters: Filters,
-    regressions_limit: int | None = regressions.REGRESSIONS_SHOWN,
+    regressions_limit: int | None = kept_regressions.REGRESSIONS_SHOWN,
 ) -> Diagnosis:
     """The diagnosis of a report's rows (regressions are the whole store's: they span
     runs; the ``regressions_limit`` steepest are listed, None for all)."""
-    rises = regressions.compile_regressions(conn, limit=regressions_limit)
+    rises = kept_regressions.compile_regressions(conn, limit=regressions_limit)
     return Diagnosis(
         verdicts=verdicts.verdicts_or_none(conn, rows, filters),
         cost_model=costmodel.cost_model(conn, filters),
@@ -137,7 +137,7 @@ def diagnosis_of(
 
 
 def diagnosis_view(
-    conn: sa.Connection, filters: Filters, regressions_limit: int | None = regressions.REGRESSIONS_SHOWN
+    conn: sa.Connection, filters: Filters, regressions_limit: int | None = kept_regressions.REGRESSIONS_SHOWN
 ) -> Diagnosis:
     """``GET /api/v1/diagnosis``: the diagnosis of every function under the filters."""
     return diagnosis_of(conn, queries.function_report(conn, filters), filters, regressions_limit)
@@ -202,7 +202,7 @@ def run_report(
     threshold: int,
     window: float,
     full: bool = True,
-    regressions_limit: int | None = regressions.REGRESSIONS_SHOWN,
+    regressions_limit: int | None = kept_regressions.REGRESSIONS_SHOWN,
 ) -> RunReport:
     """The report ``cachewatch report`` prints (``full``, with the ``regressions_limit``
     steepest regressions) and a run's summary is made of (not ``full``)."""

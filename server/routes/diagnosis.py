@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from cachewatch.payoff import regressions
+from cachewatch.payoff import kept_regressions
 from cachewatch.views import compose
 
 from ..deps import Connection, QueryFilters, ReadAuth
@@ -23,7 +23,7 @@ def get_diagnosis(
     regressions_limit: Annotated[
         int,
         Query(ge=0, le=10_000, description="Regressions listed, the steepest first (regressions_total counts all)."),
-    ] = regressions.REGRESSIONS_SHOWN,
+    ] = kept_regressions.REGRESSIONS_SHOWN,
 ) -> DiagnosisOut:
     found = compose.diagnosis_view(conn, filters, regressions_limit)
     return DiagnosisOut.model_validate(found.as_json())
