@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .core import config as configmod
 from .core.events import OP_BY_OP_MODULE, UNATTRIBUTED_MODULE
 from .core.figures import share_text
+from .storms import diagnosis
 
 if TYPE_CHECKING:  # the commands import what they read when run, so `cachewatch --help` stays quick
     from .programs.program_texts import IdenticalRecompiles
@@ -36,8 +37,7 @@ def report(args: argparse.Namespace) -> int:
         report = compose.run_report(
             conn,
             columns.Filters(run_id=args.run_id),
-            threshold=cfg.storm_threshold,
-            window=cfg.storm_window,
+            diagnosis.rule_of(cfg),
             regressions_limit=args.regressions,
         )
     functions = report.functions

@@ -236,8 +236,7 @@ def _cell_findings(
             storms = diagnosis.detect_storms(
                 conn,
                 in_cell,
-                threshold=cfg.storm_threshold,
-                window=cfg.storm_window,
+                **diagnosis.rule_of(cfg),
                 function_hashes=hashes,
                 heard_until=ended,
             )

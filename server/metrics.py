@@ -204,8 +204,7 @@ def _mark_storms(
     for storm in diagnosis.storms(
         conn,
         Filters(),
-        threshold=settings.storm_threshold,
-        window=settings.storm_window,
+        **diagnosis.rule_of(settings),
         active_only=True,
         now=now,
         described=False,  # which functions storm is all a series shows

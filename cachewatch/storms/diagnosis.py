@@ -14,7 +14,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TypedDict, Unpack
+from typing import Any, Protocol, TypedDict, Unpack
 
 import sqlalchemy as sa
 
@@ -45,6 +45,27 @@ class StormReading(TypedDict, total=False):
     heard_until: float | None
     priced: bool
     described: bool
+
+
+class StormRule(TypedDict):
+    """What makes a storm: ``threshold`` recompiles within ``window`` seconds of each other.
+    Set once (``storm_threshold`` and ``storm_window``, in the library's settings and the
+    service's) and passed as one, from :func:`rule_of`."""
+
+    threshold: int
+    window: float
+
+
+class _StormSettings(Protocol):
+    @property
+    def storm_threshold(self) -> int: ...
+    @property
+    def storm_window(self) -> float: ...
+
+
+def rule_of(settings: _StormSettings) -> StormRule:
+    """The storm rule a configuration sets: the library's ``Config`` or the service's settings."""
+    return StormRule(threshold=settings.storm_threshold, window=settings.storm_window)
 
 
 class StormOptions(StormReading, total=False):

@@ -4,7 +4,7 @@ routes and dashboard, the notebook and ``cachewatch run`` print or serialise the
 none of them puts the reads together again.
 
     with engine.connection(url) as conn:
-        report = compose.run_report(conn, Filters(run_id=run_id), threshold=5, window=600.0)
+        report = compose.run_report(conn, Filters(run_id=run_id), diagnosis.StormRule(threshold=5, window=600.0))
     for found in report.functions:
         print(found.report["qualname"], found.identical_recompiles, found.program_fixes)
 
@@ -63,9 +63,8 @@ def function_detail(
     conn: sa.Connection,
     function_hash: str,
     filters: Filters,
+    rule: diagnosis.StormRule,
     *,
-    threshold: int,
-    window: float,
     storms_limit: int | None = STORMS_SHOWN,
 ) -> FunctionDetail | None:
     """The function's report row, its newest ``storms_limit`` storms (None: all; every
@@ -77,8 +76,7 @@ def function_detail(
     found = diagnosis.find_storms(
         conn,
         filters,
-        threshold=threshold,
-        window=window,
+        **rule,
         function_hashes=[function_hash],
         page=None if storms_limit is None else (0, storms_limit),
         with_first_passes=False,
@@ -198,16 +196,15 @@ class RunReport:
 def run_report(
     conn: sa.Connection,
     filters: Filters,
+    rule: diagnosis.StormRule,
     *,
-    threshold: int,
-    window: float,
     full: bool = True,
     regressions_limit: int | None = kept_regressions.REGRESSIONS_SHOWN,
 ) -> RunReport:
     """The report ``cachewatch report`` prints (``full``, with the ``regressions_limit``
     steepest regressions) and a run's summary is made of (not ``full``)."""
     rows = queries.function_report(conn, filters)
-    storms, passes = diagnosis.storms_and_first_passes(conn, filters, threshold=threshold, window=window)
+    storms, passes = diagnosis.storms_and_first_passes(conn, filters, **rule)
     identical = program_texts.identical_recompiles(conn, filters)
     if not full:
         return RunReport(rows, storms, passes, identical, None, {})
@@ -232,10 +229,10 @@ class RunSummary:
     held: cache_view.CacheReport
 
 
-def run_summary(conn: sa.Connection, run_id: str, *, threshold: int, window: float) -> RunSummary:
+def run_summary(conn: sa.Connection, run_id: str, rule: diagnosis.StormRule) -> RunSummary:
     filters = Filters(run_id=run_id)
     return RunSummary(
-        report=run_report(conn, filters, threshold=threshold, window=window, full=False),
+        report=run_report(conn, filters, rule, full=False),
         warmup_compiles=steady.warmup_compiles(conn, run_id),
         shared_programs=program_texts.shared_programs(conn, filters),
         held=cache_view.cache_report(cache_reads.read_cache(conn, filters)),
@@ -243,18 +240,18 @@ def run_summary(conn: sa.Connection, run_id: str, *, threshold: int, window: flo
 
 
 def summary(
-    conn: sa.Connection, filters: Filters, *, threshold: int, window: float, active: Sequence[Storm] | None = None
+    conn: sa.Connection, filters: Filters, rule: diagnosis.StormRule, *, active: Sequence[Storm] | None = None
 ) -> Summary:
     """The store's totals (or the filtered part's) and how many storms are active now
     (``active``: found already, by a page that shows them)."""
     if active is None:
-        active = diagnosis.storms(conn, filters, threshold=threshold, window=window, active_only=True, described=False)
+        active = diagnosis.storms(conn, filters, **rule, active_only=True, described=False)
     totals = queries.totals(conn, filters)
     return Summary.of(
         totals,
         active_storms=len(active),
-        storm_threshold=threshold,
-        storm_window=window,
+        storm_threshold=rule["threshold"],
+        storm_window=rule["window"],
     )
 
 

@@ -133,7 +133,7 @@ def for_store(url: str, run_id: str, *, flushed: bool = True, top: int = TOP_FUN
     figures = None
     if not _is_http(url):
         with enginemod.connection(url) as conn:
-            found = compose.run_summary(conn, run_id, threshold=cfg.storm_threshold, window=cfg.storm_window)
+            found = compose.run_summary(conn, run_id, diagnosis.rule_of(cfg))
         figures = of_summary(found, top=top)
     return RunSummaryView(run_id, shown, flushed, tuple(_next_steps(url, run_id)), figures)
 

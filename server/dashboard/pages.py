@@ -267,9 +267,8 @@ def _empty_state(request: Request, conn, view: View) -> dict[str, Any] | None:
     return {"kind": "empty", "store": enginemod.redact_url(request.app.state.settings.store)}
 
 
-def _storm_settings(request: Request) -> dict[str, Any]:
-    settings = request.app.state.settings
-    return {"threshold": settings.storm_threshold, "window": settings.storm_window}
+def _storm_rule(request: Request) -> diagnosis.StormRule:
+    return diagnosis.rule_of(request.app.state.settings)
 
 
 # ------------------------------------------------------------------ pages
@@ -278,8 +277,8 @@ def _storm_settings(request: Request) -> dict[str, Any]:
 @router.get("/", response_class=HTMLResponse)
 def overview(request: Request, conn: Connection) -> HTMLResponse:
     view = _open_view(request, conn)
-    storms = diagnosis.storms(conn, view.filters, active_only=True, **_storm_settings(request))
-    summary = compose.summary(conn, view.filters, active=storms, **_storm_settings(request))
+    storms = diagnosis.storms(conn, view.filters, active_only=True, **_storm_rule(request))
+    summary = compose.summary(conn, view.filters, _storm_rule(request), active=storms)
     report = queries.function_report(conn, view.filters)
     over_time = chartreads.compiles_over_time(conn, view.filters)
     empty = _empty_state(request, conn, view) if not summary.events else None
@@ -325,7 +324,7 @@ def functions(request: Request, conn: Connection) -> HTMLResponse:
     if pager["number"] != number:  # past the last page: show the last
         shown, total = listing(offset=pager["offset"])
     # Which functions storm is all the listing marks.
-    storms = diagnosis.storms(conn, view.filters, active_only=True, described=False, **_storm_settings(request))
+    storms = diagnosis.storms(conn, view.filters, active_only=True, described=False, **_storm_rule(request))
     all_causes = render.cause_order(listings.causes_present(conn, view.filters))
     empty = _empty_state(request, conn, view) if not listings.has_functions(conn, view.filters) else None
     return page(
@@ -360,7 +359,7 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
     view = _open_view(request, conn)
     detail = (
         compose.function_detail(
-            conn, function_hash, view.filters, storms_limit=compose.STORMS_SHOWN, **_storm_settings(request)
+            conn, function_hash, view.filters, _storm_rule(request), storms_limit=compose.STORMS_SHOWN
         )
         if len(function_hash) <= 40
         else None
@@ -548,7 +547,7 @@ def storms_page(request: Request, conn: Connection) -> HTMLResponse:
         view.filters,
         active_first=True,
         function_hashes=None if function is None else [function[0]],
-        **_storm_settings(request),
+        **_storm_rule(request),
     )
     # The first passes ride on the first page only, as in the API.
     found = listing(page=((number - 1) * per_page, per_page), with_first_passes=number == 1)
@@ -570,7 +569,7 @@ def storms_page(request: Request, conn: Connection) -> HTMLResponse:
         active_count=found.active,
         run_names=run_names,
         first_passes=[(p, diagnosis.describe_first_pass(p)) for p in passes],
-        **_storm_settings(request),
+        **_storm_rule(request),
     )
 
 

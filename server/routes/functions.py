@@ -10,6 +10,7 @@ from fastapi import APIRouter, HTTPException, Path, Query
 from cachewatch.cache import cache_reads
 from cachewatch.store import listings
 from cachewatch.store.runs import RunNotFound
+from cachewatch.storms import diagnosis
 from cachewatch.views import compose
 from cachewatch.whatif import policies, prices, whatif_reads
 
@@ -79,8 +80,7 @@ def get_function(
         conn,
         function_hash,
         filters,
-        threshold=settings.storm_threshold,
-        window=settings.storm_window,
+        diagnosis.rule_of(settings),
         storms_limit=storms_limit,
     )
     if detail is None:
