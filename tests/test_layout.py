@@ -444,7 +444,7 @@ def test_only_the_store_and_the_errands_reads_run_sql():
 def test_the_sql_check_sees_a_query():
     assert _SQL.search("rows = conn.execute(q)")
     assert _SQL.search("q = sa.select(t.c.x)")
-    assert not _SQL.search("found = evidence.flushes_of(conn, runs, hashes)")
+    assert not _SQL.search("found = storm_reads.flushes_of(conn, runs, hashes)")
 
 
 def _bindings_of_modules() -> dict[str, dict[str, set[str]]]:

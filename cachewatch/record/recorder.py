@@ -381,7 +381,7 @@ class Writer:
         stats: list[CallStats] = []
         # Statistics collected with every batch of compiles too: calls counted after it
         # were made after those compiles, which is how a burst's verdict tells a program
-        # that went on after it (store/evidence.Flush) however late the exit's flush comes.
+        # that went on after it (storms/storm_reads.Flush) however late the exit's flush comes.
         compiled = any(event.compiled for event in batch)
         if with_stats or compiled or now - self._last_stats >= self.cfg.stats_interval:
             self._last_stats = now

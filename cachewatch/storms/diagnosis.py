@@ -1,9 +1,11 @@
-"""Storms and their fixes, from the compile events in a store.
+"""Storms and first passes, from the compile events in a store.
 
 A storm is a function with at least ``threshold`` non-``first_call`` compiles within
-``window`` seconds. Each storm names its dominant cause and a concrete fix built from
-the events themselves: which argument and axis varied and over which sizes, which
-static argument took how many values, which line re-creates the jit.
+``window`` seconds (a ``StormRule``). Each burst of them is judged: a storm, or a first
+pass the program went on from, served by the cache. Each storm names its dominant cause
+and the fix its recompiles call for (fixes.py: which argument and axis varied and over
+which sizes, which static argument took how many values, which line re-creates the jit),
+priced over its run where padding applies (whatif/).
 """
 
 from __future__ import annotations
