@@ -25,6 +25,7 @@ MAPPINGS_BY_NATURE: dict[tuple[str, str], str] = {
         "cachewatch/core/jaxcompat/accessors.py",
         "primitive_params",
     ): "a JAX primitive's own parameters, keyed by JAX's names",
+    ("cachewatch/core/results.py", "fields_of"): "a result's own fields, the JSON its as_json() gives",
     ("cachewatch/notebook.py", "summary"): "the documented plain dictionary of cachewatch.report().summary",
     ("cachewatch/store/http.py", "post"): "the service's JSON reply, read by the HTTP sink",
     ("server/main.py", "openapi"): "the OpenAPI document FastAPI serves",

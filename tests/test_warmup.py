@@ -221,7 +221,7 @@ def test_bad_input_is_refused_and_compiles_nothing(sqlite_url, use_store):
     from cachewatch.record import current
 
     run = current.run_id()
-    with pytest.raises(cachewatch.WarmupError, match="no run 'nope'"):
+    with pytest.raises(cachewatch.WarmupError, match="no run has the id, run name or job 'nope'"):
         cachewatch.warmup(f, from_run="nope")
     with pytest.raises(cachewatch.WarmupError, match="cachewatch.jit"):
         cachewatch.warmup(jax.jit(lambda x: x), from_run=run)
@@ -257,7 +257,7 @@ def test_cachewatch_run_warms_every_function_from_a_run(sqlite_url, tmp_path):
         [*runner, "--warmup-from", "nope", str(PROGRAM)], capture_output=True, text=True, timeout=600, env=env
     )
     assert refused.returncode == 2
-    assert "--warmup-from: no run 'nope' in the store" in refused.stderr
+    assert "--warmup-from: no run has the id, run name or job 'nope'" in refused.stderr
     second = subprocess.run(
         [*runner, "--warmup-from", "loop", str(PROGRAM)], capture_output=True, text=True, timeout=600, env=env
     )

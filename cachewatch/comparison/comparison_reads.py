@@ -1,8 +1,8 @@
 """What a comparison of two runs reads: which runs, and each one's functions.
 
     with engine.connection(url) as conn:
-        baseline, run = comparison.pick_runs(conn, "3f2a", None)
-        rows = comparison.run_functions(conn, baseline.run_id)
+        baseline, run = comparison_reads.pick_runs(conn, "3f2a", None)
+        rows = comparison_reads.run_functions(conn, baseline.run_id)
 
 A run is named by its id, a unique prefix of it, or a run name or job (its latest run). Without
 a second run, the newest other run of the baseline's run name (or job) is compared; a

@@ -1,8 +1,8 @@
 """Two runs of a program side by side, function by function: did the change compile more?
 
     with engine.connection(url) as conn:
-        result = comparison.compare(conn, "baseline-run-id", None)
-    for reason in comparison.gate(result, max_extra_compiles=0, max_compile_time_ratio=1.5):
+        result = side_by_side.compare(conn, "baseline-run-id", None)
+    for reason in side_by_side.gate(result, max_extra_compiles=0, max_compile_time_ratio=1.5):
         print(reason)
 
 Functions are matched by their hash (the same source gives the same hash in every

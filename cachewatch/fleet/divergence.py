@@ -6,7 +6,7 @@ did not (it met a batch of another size), or compiled one more often (its cache 
 cleared, or a jit was re-created on that rank only), is where a straggler comes from:
 the other ranks wait at the next collective while it compiles.
 
-    report = fleet.compare_job(conn, "exp-42")
+    report = divergence.compare_job(conn, "exp-42")
     report.divergent_ranks       # [1]
     report.divergences[0]        # rank, function, signature, compiles here and elsewhere
 """

@@ -2,7 +2,7 @@
 
 A regression is a function and signature whose median uncached XLA compile seconds rose
 by ``FACTOR`` times and ``MIN_SECONDS`` or more from one run that compiled it to the
-next (evidence.slower_compiles). Counting them pairs the medians of every signature in
+next (cost_reads.slower_compiles). Counting them pairs the medians of every signature in
 every run: at a fleet's year, seconds for each diagnosis. So they are kept
 (``compile_regressions``), and every write that stores an uncached compile, and every
 prune that drops one, marks its signature stale (``stale_regressions``, rollup.py).
@@ -10,7 +10,7 @@ A diagnosis first finds the stale signatures' regressions again (:func:`settle`,
 settling.py's rule), then reads the steepest from an index, and their total from the
 count kept beside them (``kept_counts``, moved by each finding):
 
-    found = slower_compiles(conn, limit=100)   # evidence.SlowerCompiles
+    found = slower_compiles(conn, limit=100)   # cost_reads.SlowerCompiles
 
 Other thresholds than the kept ones are counted from the compiles, as before.
 """
@@ -37,7 +37,7 @@ _NO_RATIO = 1.0  # the order of a rise from zero seconds (others: minus their ra
 def slower_compiles(
     conn: sa.Connection, factor: float = FACTOR, min_seconds: float = MIN_SECONDS, limit: int | None = None
 ) -> cost_reads.SlowerCompiles:
-    """:func:`evidence.slower_compiles`, steepest first, the same rises in the same order:
+    """:func:`cost_reads.slower_compiles`, steepest first, the same rises in the same order:
     from the kept regressions at the kept thresholds (once the stale ones are found
     again), else counted from the compiles."""
     if (factor, min_seconds) == (FACTOR, MIN_SECONDS) and settle(conn):
@@ -46,7 +46,7 @@ def slower_compiles(
 
 
 def kept(conn: sa.Connection, limit: int | None = None) -> cost_reads.SlowerCompiles:
-    """The kept regressions, steepest first (the order of evidence.slower_compiles)."""
+    """The kept regressions, steepest first (the order of cost_reads.slower_compiles)."""
     r = models.compile_regressions
     q = (
         sa.select(
@@ -88,7 +88,7 @@ def settle(conn: sa.Connection) -> bool:
 
 
 def _find_again(conn: sa.Connection, stale: sa.Table) -> None:
-    """The stale signatures' regressions found from their compiles (evidence.slower_compiles_of)."""
+    """The stale signatures' regressions found from their compiles (cost_reads.slower_compiles_of)."""
     r = models.compile_regressions
     keys = [(row.function_hash, row.signature_hash) for row in conn.execute(sa.select(stale))]
     found = cost_reads.slower_compiles_of(cost_reads.uncached_compiles(conn, keys), FACTOR, MIN_SECONDS)

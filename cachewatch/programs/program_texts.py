@@ -3,8 +3,8 @@ compiles' programs, and the equation profile in the pprof format JAX's own
 ``eqn_count_pprof`` dump writes.
 
     with engine.connection(url) as conn:
-        text = programs.program(conn, event_id, "jaxpr")
-        change = programs.diff(conn, event_id)      # against the compile before it
+        text = program_texts.program(conn, event_id, "jaxpr")
+        change = program_texts.diff(conn, event_id)  # against the compile before it
 """
 
 from __future__ import annotations

@@ -287,7 +287,7 @@ class SignatureTotalsRow(Base):
 
 class SizeTotalsRow(Base):
     """Per function and program size (HLO operations, else jaxpr equations): the compiles
-    the cost model counts (evidence._cost_points), their lowering plus XLA compile seconds
+    the cost model counts (payoff.cost_reads._cost_points), their lowering plus XLA compile seconds
     and the sum of those seconds' logarithms. A function's fit of compile seconds against
     size, straight and on log-log axes, is made from its few rows (a program's size seldom
     varies), not from every compile of the store."""

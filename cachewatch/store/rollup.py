@@ -156,7 +156,7 @@ _SIZE_FIELDS = ("function_hash", "compiled", "hlo_ops", "jaxpr_eqns", "lower_sec
 
 def _size_totals(events: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
     """Per function and program size, the compiles the cost model counts (as
-    evidence._cost_points does: a size above zero, HLO operations else jaxpr equations,
+    payoff.cost_reads._cost_points does: a size above zero, HLO operations else jaxpr equations,
     seconds within bounds), their seconds and the sum of the seconds' logarithms."""
     if not set(_SIZE_FIELDS) <= set(columns):
         return []

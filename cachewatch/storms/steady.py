@@ -71,7 +71,7 @@ def recompiles(
     """Recompiles made after warm-up, by function, run and time: what storms are made of.
     Warm-up is the store's flags, ended where :func:`steady_since` says the program was
     already repeating its work. Without ``diffs``, and ``dense``: see
-    evidence.recompiles_past_first."""
+    storm_reads.recompiles_past_first."""
     found = storm_reads.recompiles_past_first(conn, filters, function_hashes, diffs=diffs, dense=dense)
     since = steady_since(conn, {r.run_id for r, warmup in found if warmup})
     return [r for r, warmup in found if not warmup or (r.run_id in since and r.timestamp >= since[r.run_id])]
@@ -87,7 +87,7 @@ class Work:
     """What a run's events say about it going on: when it was last seen working (the end
     of its latest compile, or its latest call statistics that report calls served from
     the cache, with the collection after which those calls came: see
-    :class:`evidence.SeenWorking`), and per function the spans of its statistics in which
+    :class:`storm_reads.SeenWorking`), and per function the spans of its statistics in which
     the cache served it (more calls than compiles of that function; each span starts at
     the run's collection before it, after which its calls were made), with the calls each
     statistics row counted (``counted``: per function, its rows' time stamps and calls),
