@@ -27,13 +27,13 @@ def list_storms(
 ) -> StormPage:
     offset = decode_offset("storms", page.cursor)
     hashes = [function_hash] if function_hash else None
+    rule = diagnosis.rule_of(settings)
     passes: list[FirstPass] = []
     if active is True:  # only recent events are read, and first passes are never active
         found = diagnosis.storms(
             conn,
             filters,
-            threshold=settings.storm_threshold,
-            window=settings.storm_window,
+            **rule,
             function_hashes=hashes,
             active_only=True,
         )
@@ -46,16 +46,15 @@ def list_storms(
             filters,
             page=(offset, page.limit),
             active=active,
-            threshold=settings.storm_threshold,
-            window=settings.storm_window,
+            **rule,
             function_hashes=hashes,
             with_first_passes=not offset,  # the first passes ride on the first page only
         )
         found, total, passes = list(shown.storms), shown.total, list(shown.first_passes)
     end = offset + page.limit
     return StormPage(
-        threshold=settings.storm_threshold,
-        window=settings.storm_window,
+        threshold=rule["threshold"],
+        window=rule["window"],
         items=[StormOut.model_validate(s.as_json()) for s in found],
         next_cursor=encode_cursor("storms", end) if end < total else None,
         first_passes=[
