@@ -21,6 +21,7 @@ from cachewatch.record import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, writes
 from cachewatch.store import queries as storequeries
+from cachewatch.storms import diagnosis
 from cachewatch.views import compose
 
 
@@ -391,7 +392,7 @@ def test_a_cursor_of_the_listing_with_another_position_is_refused(client, record
         assert "cursor" in r.json()["message"], path
 
 
-def test_storms(client, recorded):
+def test_storms(client, store_url, recorded):
     now = time.time()
     old = now - 86_400
     run_old = kit.new_run(recorded.run, started_at=old)
@@ -418,6 +419,12 @@ def test_storms(client, recorded):
     ]
     assert "outside the loop" in storms[0]["fix"]
     assert storms[1]["run_ids"] == [run_old.run_id]
+    # The API's storm is the command line's JSON, field for field (priced fix included).
+    with enginemod.connection(store_url) as conn:
+        told = {s.name: s.as_json() for s in diagnosis.detect_storms(conn, threshold=5, window=600.0, now=now)}
+    assert "priced_fix" in told["step"]  # a new-shape storm of a jit is priced
+    for item in storms:
+        assert {key: item[key] for key in told[item["name"]]} == told[item["name"]]
     assert [s["name"] for s in client.get("/api/v1/storms", params={"active": True}).json()["items"]] == ["<lambda>"]
     assert [s["name"] for s in client.get("/api/v1/storms", params={"active": False}).json()["items"]] == ["step"]
     assert [s["name"] for s in client.get("/api/v1/storms", params={"until": now - 3600}).json()["items"]] == ["step"]

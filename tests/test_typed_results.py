@@ -29,10 +29,6 @@ MAPPINGS_BY_NATURE: dict[tuple[str, str], str] = {
     ("cachewatch/notebook.py", "summary"): "the documented plain dictionary of cachewatch.report().summary",
     ("cachewatch/store/http.py", "post"): "the service's JSON reply, read by the HTTP sink",
     ("server/main.py", "openapi"): "the OpenAPI document FastAPI serves",
-    (
-        "server/routes/programs.py",
-        "get_diff",
-    ): "ProgramDiff.as_json(): a response model would turn integer figures into floats",
     ("server/dashboard/render.py", "parse_described"): _TEMPLATE,
     ("server/dashboard/render.py", "signature_parts"): _TEMPLATE,
     ("server/dashboard/render.py", "histogram_table"): "the rows of a chart's table, as the template shows them",

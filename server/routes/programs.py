@@ -3,7 +3,7 @@ it differs from another compile."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.responses import PlainTextResponse, Response
@@ -11,6 +11,7 @@ from fastapi.responses import PlainTextResponse, Response
 from cachewatch.programs import program_texts
 
 from ..deps import Connection, ReadAuth
+from ..schemas import ProgramDiffOut
 
 router = APIRouter(prefix="/api/v1", tags=["programs"])
 
@@ -50,6 +51,7 @@ def get_program(
 
 @router.get(
     "/events/{event_id}/diff",
+    response_model=ProgramDiffOut,
     summary="A compile against another: key, equations by primitive and line, jaxpr diff, XLA figures",
     responses={404: {"description": "No such event, or nothing to diff it with."}},
 )
@@ -64,8 +66,8 @@ def get_diff(
             description="The earlier compile (default: the one with the same program, else the one just before).",
         ),
     ] = None,
-) -> dict[str, Any]:
+) -> ProgramDiffOut:
     try:
-        return program_texts.diff(conn, event_id, against).as_json()
+        return ProgramDiffOut.model_validate(program_texts.diff(conn, event_id, against).as_json())
     except program_texts.ProgramNotFound as exc:
         raise HTTPException(404, str(exc)) from None
