@@ -87,9 +87,6 @@ def runs_of_jobs(conn: sa.Connection, jobs: list[str]) -> dict[str, list[JobRun]
 
 # Runs read per job wanted when the most recent jobs are found from the newest runs.
 RUNS_PER_RECENT_JOB = 16
-# PostgreSQL advisory lock held while stale jobs' rank comparisons are found again
-# (beside kept_bursts.STORMS_LOCK and the others).
-JOBS_LOCK = 0x6361636865_07
 
 
 def rank_compiles(conn: sa.Connection, jobs: list[str]) -> RankTotals:
@@ -109,7 +106,7 @@ def rank_compiles(conn: sa.Connection, jobs: list[str]) -> RankTotals:
 def settle(conn: sa.Connection) -> bool:
     """Find the stale jobs' rank comparisons again (settling.settle); False when this
     connection cannot write them: the caller then compares the ranks from the store."""
-    return settling.settle(conn, models.stale_jobs, JOBS_LOCK, _find_again)
+    return settling.settle(conn, settling.RANK_COMPARISONS, _find_again)
 
 
 def _find_again(conn: sa.Connection, stale: sa.Table) -> None:

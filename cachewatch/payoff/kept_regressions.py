@@ -28,9 +28,6 @@ from .results import Regression
 
 FACTOR = 1.5  # a rise of this many times ...
 MIN_SECONDS = 0.05  # ... and of at least this many seconds is a regression
-# PostgreSQL advisory lock held while stale signatures are found again (beside
-# engine.py's LABELS_LOCK and SCHEMA_LOCK and retention.py's RETENTION_LOCK).
-REGRESSIONS_LOCK = 0x6361636865_04
 _NO_RATIO = 1.0  # the order of a rise from zero seconds (others: minus their ratio): it has none, and comes last
 
 
@@ -84,7 +81,7 @@ def settle(conn: sa.Connection) -> bool:
     """Find the stale signatures' regressions again (settling.settle); False when this
     connection cannot write them: the caller then counts them from the compiles."""
     find_again = _find_again_in_sql if conn.dialect.name == "postgresql" else _find_again
-    return settling.settle(conn, models.stale_regressions, REGRESSIONS_LOCK, find_again)
+    return settling.settle(conn, settling.REGRESSIONS, find_again)
 
 
 def _find_again(conn: sa.Connection, stale: sa.Table) -> None:

@@ -312,18 +312,13 @@ def signature_run_times(
     }
 
 
-# PostgreSQL advisory lock held while stale signatures' median run times are found again
-# (beside engine.py's, retention.py's and regressions.py's).
-RUN_TIMES_LOCK = 0x6361636865_05
-
-
 def _kept_signature_run_times(
     conn: sa.Connection, function_hashes: list[str] | None
 ) -> dict[str, dict[str, SignatureRunTime]]:
     """:func:`signature_run_times` over the whole store: each signature's median kept
     (``run_time_medians``), found again for the signatures whose buckets grew since
     (settling.py); a reader that cannot write them finds every one from the buckets."""
-    if not settling.settle(conn, models.stale_run_times, RUN_TIMES_LOCK, _find_medians_again):
+    if not settling.settle(conn, settling.RUN_TIMES, _find_medians_again):
         return _run_times_of(conn.execute(_medians_of_buckets(function_hashes=function_hashes)).all())
     m = models.run_time_medians
     q = sa.select(m.c.function_hash, m.c.signature_hash, m.c.median_bucket, m.c.samples, m.c.weight)

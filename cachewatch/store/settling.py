@@ -1,12 +1,22 @@
-"""Kept results found again only where the store changed.
+"""Kept results found again only where the store changed: the one mechanism.
 
 Some answers are too costly to work out from the whole store on every read, so they
-are kept: the compile-time regressions and each signature's median run time per
-function and signature, each run's bursts of recompiles per run. Whatever changes what
-they are made of marks the signature (or run) stale (a table of its keys and a count of
-``marks``); a reader first finds the stale ones' results again, then reads the kept ones:
+are kept, each declared once below (``KEPT``): what is kept, the table of keys a change
+marks stale, and the lock under which a reader finds them again.
 
-    if settling.settle(conn, models.stale_regressions, LOCK, find_again):
+- compile-time regressions, per function and signature (payoff/kept_regressions.py):
+  marked by every write of an uncached compile and every prune of one;
+- each signature's median run time (store/queries.py): marked by new run-time buckets;
+- each run's bursts of recompiles (storms/kept_bursts.py): marked by every write of the
+  run's events or call statistics, and every prune of its events;
+- each job's rank comparisons (fleet/fleet_reads.py): marked by every write or prune
+  of a run of the job.
+
+The marks are made by the write path (rollup.py) and by retention (retention.py), in the
+writer's transaction; ``rollup.mark_all_kept_stale`` marks everything after a bulk load.
+A reader first finds the stale keys' results again, then reads the kept ones:
+
+    if settling.settle(conn, settling.REGRESSIONS, find_again):
         ...read the kept rows...
     else:
         ...work them out from the store, as before...
@@ -18,33 +28,52 @@ deleted: a writer that marks a signature meanwhile leaves it stale for the next 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
 import sqlalchemy as sa
 
+from . import models
+
 logger = logging.getLogger("cachewatch.store")
+
+
+@dataclasses.dataclass(frozen=True)
+class Kept:
+    """One kind of kept result: what it is, the table of keys a change marks stale, and
+    the PostgreSQL advisory lock held while a reader finds them again (beside engine.py's
+    LABELS_LOCK and SCHEMA_LOCK and retention.py's RETENTION_LOCK)."""
+
+    what: str
+    stale: sa.Table
+    lock: int
+
+
+REGRESSIONS = Kept("compile-time regressions", models.stale_regressions, 0x6361636865_04)
+RUN_TIMES = Kept("median run times", models.stale_run_times, 0x6361636865_05)
+BURSTS = Kept("bursts of recompiles", models.stale_storms, 0x6361636865_06)
+RANK_COMPARISONS = Kept("rank comparisons", models.stale_jobs, 0x6361636865_07)
+KEPT = (REGRESSIONS, RUN_TIMES, BURSTS, RANK_COMPARISONS)
 
 _INSUFFICIENT_PRIVILEGE = "42501"  # PostgreSQL: a role that may read the store, not write it
 
 
-def settle(
-    conn: sa.Connection, stale: sa.Table, lock: int, find_again: Callable[[sa.Connection, sa.Table], None]
-) -> bool:
-    """Find the stale signatures' results again, in a savepoint of ``conn``'s
-    transaction (on PostgreSQL under advisory lock ``lock``, held to the end of the
-    caller's transaction, so the next reader sees this one's work committed); False when
-    this connection cannot write them, and nothing was changed: the caller then works
-    them out from the store."""
-    if conn.execute(sa.select(stale.c.marks).limit(1)).first() is None:
+def settle(conn: sa.Connection, kept: Kept, find_again: Callable[[sa.Connection, sa.Table], None]) -> bool:
+    """Find the stale keys' results of ``kept`` again, in a savepoint of ``conn``'s
+    transaction (on PostgreSQL under its advisory lock, held to the end of the caller's
+    transaction, so the next reader sees this one's work committed); False when this
+    connection cannot write them, and nothing was changed: the caller then works them
+    out from the store."""
+    if conn.execute(sa.select(kept.stale.c.marks).limit(1)).first() is None:
         return True  # nothing changed since they were last found
 
     def settle_locked() -> None:
         if conn.dialect.name == "postgresql":
-            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock)))
-        _settle(conn, stale, find_again)
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(kept.lock)))
+        _settle(conn, kept.stale, find_again)
 
-    return write_if_able(conn, stale.name, settle_locked)
+    return write_if_able(conn, kept.what, settle_locked)
 
 
 def write_if_able(conn: sa.Connection, kept: str, write: Callable[[], object]) -> bool:

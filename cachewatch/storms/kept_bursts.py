@@ -37,9 +37,6 @@ from ..store.columns import Filters, in_chunks
 from . import storm_reads
 from .storm_reads import Recompile
 
-# PostgreSQL advisory lock held while stale runs are found again (beside
-# regressions.REGRESSIONS_LOCK and queries' RUN_TIMES_LOCK).
-STORMS_LOCK = 0x6361636865_06
 RUNS_PER_READ = 1_000  # stale runs whose recompiles are read at once
 
 
@@ -70,7 +67,7 @@ def settle(conn: sa.Connection, find: Finder) -> bool:
     def find_again(conn: sa.Connection, stale: sa.Table) -> None:
         _find_again(conn, stale, find)
 
-    return settling.settle(conn, models.stale_storms, STORMS_LOCK, find_again)
+    return settling.settle(conn, settling.BURSTS, find_again)
 
 
 def _find_again(conn: sa.Connection, stale: sa.Table, find: Finder) -> None:
