@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import os
 import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, NotRequired, Protocol, TypedDict
+
+import orjson
 
 from . import tables
 from .figures import seconds_text
@@ -77,6 +80,7 @@ class DropReason(enum.StrEnum):
     SET_ASIDE = "set_aside"  # spooled batches set aside for good (refused or unreadable on replay)
     OUT_OF_BOUNDS = "out_of_bounds"  # an event whose times or measures no store can hold
     UNREPORTED = "unreported"  # a client that reported a total without reasons
+    UNENCODABLE = "unencodable"  # an event holding a value JSON cannot write (dropped alone, never its batch)
 
 
 DROP_REASONS: tuple[str, ...] = tuple(reason.value for reason in DropReason)
@@ -108,7 +112,7 @@ class DiffEntry(TypedDict):
 _DESCRIBED = re.compile(r"^(?P<dtype>[A-Za-z0-9_]+)\[(?P<dims>[0-9, ]*)\](?P<weak> weak)?$")
 
 
-def describe_array(dtype: object, shape: Iterable[int], weak_type: bool) -> str:
+def describe_array(dtype: object, shape: Iterable[int | str], weak_type: bool) -> str:
     return f"{dtype}[{','.join(str(d) for d in shape)}]" + (" weak" if weak_type else "")
 
 
@@ -395,6 +399,17 @@ class CallStats:
         }
 
 
+def _encodable(wire: dict[str, Any]) -> bool:
+    """Whether both encoders a batch meets can write this: orjson (the SQL and HTTP sinks)
+    and the standard library's (the spool)."""
+    try:
+        orjson.dumps(wire, option=orjson.OPT_NON_STR_KEYS)
+        json.dumps(wire)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 class Batch:
     """What the writer hands a sink: the run, compile events, and call statistics.
 
@@ -429,6 +444,16 @@ class Batch:
             "dropped": self.dropped,  # the total, as clients before the reasons sent it
             "dropped_by": dict(self.dropped_by),
         }
+
+    def without_unencodable(self) -> tuple[Batch, int]:
+        """The batch less the events whose wire form JSON cannot write (with the JSON
+        encoders the sinks and the spool use), and how many those were: one such event
+        never costs the others. The writer asks only after a write failed, so a batch that
+        writes pays nothing for it."""
+        kept = [e for e in self.events if _encodable({**e.as_dict(), "function": e.function.as_dict()})]
+        if len(kept) == len(self.events):
+            return self, 0
+        return Batch(self.run, kept, self.stats, self.dropped_by), len(self.events) - len(kept)
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Batch:

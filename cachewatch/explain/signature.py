@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import inspect
 import json
+import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,7 +31,7 @@ class Leaf:
     path: str
     arg: int  # index of the argument this leaf belongs to, in call order
     static: bool
-    shape: tuple[int, ...] | None = None
+    shape: tuple[int | str, ...] | None = None  # a symbolic dimension is its text
     dtype: str | None = None
     weak_type: bool | None = None
     value_repr: str | None = None
@@ -185,7 +186,8 @@ def _array_leaf(path: str, arg: int, value: Any) -> Leaf:
 
 def _aval_leaf(path: str, arg: int, aval: Any, sharding: str | None = None) -> Leaf:
     """The leaf of an abstract value: its shape, dtype and weak type."""
-    shape = tuple(int(d) if isinstance(d, int) else d for d in getattr(aval, "shape", ()))
+    # A symbolic dimension (jax.export's shape polymorphism: "b", "2*b") is kept as its text.
+    shape = tuple(int(d) if isinstance(d, numbers.Integral) else str(d) for d in getattr(aval, "shape", ()))
     dtype = getattr(aval, "dtype", None)
     return Leaf(
         path=path,

@@ -393,6 +393,16 @@ class Writer:
         lost = self.dropped_by - self._dropped_reported
         payload = Batch(run=current.run_info(), events=batch, stats=stats, dropped_by=lost)
         failure = self._send(sink, payload)
+        if failure is not None:
+            # An event JSON cannot write fails its whole batch: drop it alone, counted, and
+            # send the rest (the spool, too, would refuse the batch as it is).
+            payload, unencodable = payload.without_unencodable()
+            if unencodable:
+                self.dropped_by[DropReason.UNENCODABLE] += unencodable
+                lost = self.dropped_by - self._dropped_reported
+                batch = payload.events
+                payload = Batch(run=payload.run, events=batch, stats=stats, dropped_by=lost)
+                failure = self._send(sink, payload)
         if failure is None:
             self.written += len(batch)
             self._dropped_reported.update(lost)
