@@ -277,7 +277,7 @@ class StoreCollector:
         dropped = CounterMetricFamily(
             "cachewatch_events_dropped",
             "Events the recorders lost before they reached the store, by reason (queue_full, "
-            "store_refused, spool_full, set_aside, out_of_bounds; unreported from older clients), "
+            "store_refused, spool_full, set_aside, out_of_bounds, unencodable; unreported from older clients), "
             "as they reported them to the store.",
             labels=["reason"],
         )
