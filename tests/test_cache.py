@@ -431,17 +431,21 @@ def test_proc_files_are_read_as_the_os_module_reads_them(tmp_path):
 
 PEAK_WORKER = textwrap.dedent(
     """
-    import json, os, sys, threading, time
+    import json, os, sys
     import numpy as np
     import jax, jax.numpy as jnp
     import cachewatch
 
     cachewatch.configure(store=sys.argv[1])
-    fd = os.open("/proc/self/statm", os.O_RDONLY)
     page = os.sysconf("SC_PAGE_SIZE")
 
     def rss():
-        return int(os.pread(fd, 128, 0).split()[1]) * page
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * page
+
+    def high_water():  # the kernel's own peak of the resident set, exact however busy the machine
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 
     constant = np.random.default_rng(0).random(30_000_000, dtype=np.float32)  # 120 MB, baked in
 
@@ -450,27 +454,16 @@ PEAK_WORKER = textwrap.dedent(
         return x + jnp.asarray(constant) * 2 + 1
 
     x = jnp.ones(30_000_000, jnp.float32)
-    seen = {"peak": 0}
-    done = threading.Event()
-
-    def sample():
-        while not done.is_set():
-            seen["peak"] = max(seen["peak"], rss())
-            time.sleep(0.0005)
-
     before = rss()
-    sampler = threading.Thread(target=sample)
-    sampler.start()
     heavy_compile(x).block_until_ready()
-    done.set()
-    sampler.join()
+    peak = high_water()  # since cachewatch reset it as the compile began: the compile and its run
     assert cachewatch.flush(60)
-    print(json.dumps({"before": before, "peak": seen["peak"]}))
+    print(json.dumps({"before": before, "peak": peak}))
     """
 )
 
 
-def test_peak_host_memory_of_a_compile_against_an_independent_sampler(tmp_path):
+def test_peak_host_memory_of_a_compile_against_the_kernels_high_water_mark(tmp_path):
     store = f"sqlite:///{tmp_path / 'store.db'}"
     worker = tmp_path / "peak.py"
     worker.write_text(PEAK_WORKER)
@@ -478,7 +471,7 @@ def test_peak_host_memory_of_a_compile_against_an_independent_sampler(tmp_path):
     env.pop("CACHEWATCH_RAISE_INTERNAL_ERRORS", None)
     proc = subprocess.run([sys.executable, str(worker), store], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    sampled = json.loads(proc.stdout.strip().splitlines()[-1])
+    measured = json.loads(proc.stdout.strip().splitlines()[-1])
     with enginemod.connection(store) as conn:
         records = cache_reads.read_cache(conn, columns.Filters())
     (compile_,) = [c for c in records.compiles if records.functions[c.function_hash].name == "heavy_compile"]
@@ -486,9 +479,11 @@ def test_peak_host_memory_of_a_compile_against_an_independent_sampler(tmp_path):
     assert compile_.host_bytes_before is not None
     # The compile needed well over 200 MB more than the process held before it ...
     assert compile_.peak_host_bytes - compile_.host_bytes_before >= 200e6
-    assert sampled["peak"] - sampled["before"] >= 200e6
-    # ... and the high-water mark agrees with the sampler's peak within 20%.
-    assert abs(compile_.peak_host_bytes - sampled["peak"]) <= 0.2 * sampled["peak"]
+    assert measured["peak"] - measured["before"] >= 200e6
+    # ... and what cachewatch kept agrees within 20% with the kernel's peak read after the
+    # compile and its run (never above it), whatever the machine was doing meanwhile.
+    assert compile_.peak_host_bytes <= measured["peak"]
+    assert abs(compile_.peak_host_bytes - measured["peak"]) <= 0.2 * measured["peak"]
 
 
 def _batch(run_id: str) -> Batch:

@@ -514,7 +514,13 @@ def live_prometheus(ops_tools, tmp_path_factory):
                 pass
             assert time.monotonic() < deadline, (work / "prometheus.log").read_text()
             time.sleep(0.5)
-        time.sleep(3)  # a few samples, so rate() and increase() have two points
+        # A few scrapes, so rate() and increase() have two points: waited for, not slept.
+        while True:
+            result = _get_json(f"{base}/api/v1/query?query=count_over_time(up[5m])")["data"]["result"]
+            if result and min(float(r["value"][1]) for r in result) >= 3:
+                break
+            assert time.monotonic() < deadline + 60, (work / "prometheus.log").read_text()
+            time.sleep(0.5)
         yield base
     finally:
         proc.terminate()
