@@ -703,3 +703,17 @@ def test_an_inner_jit_called_by_a_helper_counts_at_every_call(events):
     assert row["primitives"] == {"mul": 12, "add": 12, "tanh": 12}
     assert event.eqns_by_primitive["pjit" if "pjit" in event.eqns_by_primitive else "jit"] == 12
     assert event.jaxpr_eqns == 12 + 12 * 3
+
+
+def test_a_first_compile_is_never_identical_to_an_earlier_one():
+    """A compile whose cause is ``first_call`` is no recompile, so no waste, even where the
+    program view saw the same function compile the same program before in the run (as
+    eager differentiation re-lowers JAX's own helpers); a later recompile still is."""
+    from cachewatch.capture import program as program_mod
+
+    made = program_mod.Program(fingerprint="f" * 32)
+    run, function = "r" * 32, "h" * 20
+    assert "identical_to" not in program_mod.event_fields(made, "e1", run, function)
+    again = program_mod.event_fields(made, "e2", run, function, first_compile=True)
+    assert "identical_to" not in again
+    assert program_mod.event_fields(made, "e3", run, function)["identical_to"] == "e1"

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..core import _guard, jaxcompat
-from ..core.events import PROGRAM_FORMATS, CompileEvent
+from ..core.events import PROGRAM_FORMATS, Cause, CompileEvent
 from ..record import current
 from .identity import is_library_file
 
@@ -366,7 +366,13 @@ class Pending:
         completed = dataclasses.replace(event, pending=None)
         with _guard.guard("program.complete"):
             program = build(self.jaxpr, self.executable, self.bytecode, self.seconds, self.formats)
-            fields = event_fields(program, event.event_id, event.run_id, event.function.function_hash)
+            fields = event_fields(
+                program,
+                event.event_id,
+                event.run_id,
+                event.function.function_hash,
+                first_compile=event.cause == Cause.FIRST_CALL,
+            )
             completed = dataclasses.replace(completed, **fields)
         # The executable is no longer needed: let it go now, not when the event is stored.
         self.jaxpr = self.executable = self.bytecode = None
@@ -498,9 +504,13 @@ _figures_of: dict[str, tuple[float | None, float | None, dict[str, int]]] = {}
 _texts_sent: set[tuple[str, str, str | None]] = set()
 
 
-def event_fields(program: Program | None, event_id: str, run_id: str, function_hash: str = "") -> dict[str, Any]:
+def event_fields(
+    program: Program | None, event_id: str, run_id: str, function_hash: str = "", *, first_compile: bool = False
+) -> dict[str, Any]:
     """The event's program fields, linked to the earlier compiles of the run with the
-    same fingerprint; registers this one for later compiles."""
+    same fingerprint; registers this one for later compiles. A ``first_compile`` (cause
+    ``first_call``) is never ``identical_to`` anything: a first compile is no recompile,
+    so it is no waste, whatever program an earlier jit object of the same name made."""
     if program is None:
         return {}
     fields: dict[str, Any] = {
@@ -528,7 +538,8 @@ def event_fields(program: Program | None, event_id: str, run_id: str, function_h
                 del _first_of[next(iter(_first_of))]
         mine = firsts.get(function_hash)
         if mine is not None:
-            fields["identical_to"] = mine
+            if not first_compile:
+                fields["identical_to"] = mine
         else:
             if firsts:
                 fields["same_program_as"] = next(iter(firsts.values()))
