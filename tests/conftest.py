@@ -4,6 +4,7 @@ guard that fails any test during which cachewatch swallowed an internal error.""
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -127,3 +128,36 @@ def hot_path(request, monkeypatch):
     else:
         assert jitmod._Watched is not None, "cachewatch.capture._fastcall was not built: pip install needs a C compiler"
     return request.param
+
+
+class WallClock:
+    """The process's wall clock (``time.time`` and ``time.time_ns``), moved forward by a
+    test instead of sleeping. Everything stamped after :meth:`advance` (compile events,
+    call statistics, the writer's collections) reads that much later, as if the program
+    had gone on for that long, and nothing waits for it. Real time still passes
+    underneath: during the test the clock never goes back. Timers and timeouts read
+    ``time.monotonic``, which is left alone."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self._time = time.time
+        self._time_ns = time.time_ns
+
+    def advance(self, seconds: float) -> None:
+        assert seconds >= 0, "the wall clock only moves forward"
+        self.offset += seconds
+
+    def time(self) -> float:
+        return self._time() + self.offset
+
+    def time_ns(self) -> int:
+        return self._time_ns() + round(self.offset * 1e9)
+
+
+@pytest.fixture
+def wall_clock(monkeypatch) -> WallClock:
+    """A wall clock the test moves forward (see :class:`WallClock`), for this test only."""
+    clock = WallClock()
+    monkeypatch.setattr(time, "time", clock.time)
+    monkeypatch.setattr(time, "time_ns", clock.time_ns)
+    return clock
