@@ -4,6 +4,8 @@ advised to be bucketed."""
 
 from __future__ import annotations
 
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -214,8 +216,6 @@ def test_a_burst_judged_as_of_its_end_is_a_storm(sqlite_url, use_store):
     """Whether the program went on after a burst is told by what the run wrote after it.
     Judged as of the burst's end (as a notebook cell's report is, before the writer flushes
     the cell's call statistics), the same burst that later reads as a first pass is a storm."""
-    import time
-
     use_store(sqlite_url)
 
     @cachewatch.jit
