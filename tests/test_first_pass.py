@@ -41,13 +41,13 @@ def _accuracy(params, images, labels):
     return float(jnp.mean(jnp.argmax(_predict(params, images), axis=1) == labels))
 
 
-def test_an_eager_evaluation_pass_over_two_set_sizes_is_a_first_pass_not_a_storm(sqlite_url, use_store, wall_clock):
+def test_an_eager_evaluation_pass_over_two_set_sizes_is_a_first_pass_not_a_storm(sqlite_url, use_store):
     use_store(sqlite_url)
     rng = np.random.default_rng(0)
-    # Three layers of other widths (no other test compiles these). Primitives run op by
-    # op have no call statistics: that the program went on after the evaluation pass is
-    # told by the quiet stretch after it, which the clock makes longer than the first
-    # epoch (see below) however busy the machine is.
+    # Three layers of other widths (no other test compiles these), wide enough that an
+    # epoch is real work: the epochs after the first, served from the cache, outlast it,
+    # by enough that a slow moment of the machine during the first one does not turn
+    # the quiet stretch after the burst shorter than the burst.
     sizes = [12, 768, 640, 6]
     train_x, train_y = jnp.asarray(rng.normal(size=(600, 12)), jnp.float32), jnp.asarray(rng.integers(0, 6, 600))
     test_x, test_y = jnp.asarray(rng.normal(size=(140, 12)), jnp.float32), jnp.asarray(rng.integers(0, 6, 140))
@@ -65,19 +65,11 @@ def test_an_eager_evaluation_pass_over_two_set_sizes_is_a_first_pass_not_a_storm
     cachewatch.install()
     try:
         with scenarios.jax_compile_log() as messages:
-            began = time.time()
-            for epoch in range(150):
+            for _epoch in range(150):
                 for start in range(0, 600, 60):
                     params = first_pass_update(params, train_x[start : start + 60], train_y[start : start + 60])
                 _accuracy(params, train_x, train_y)
                 _accuracy(params, test_x, test_y)
-                if epoch == 0:
-                    # The first epoch ends with the evaluation pass. The writer collects
-                    # every counter after it (waited for), so the calls counted later were
-                    # made after the pass; the epochs after the first outlast it: the
-                    # clock is moved on by twice its length, not left to the machine's pace.
-                    assert cachewatch.flush(30)
-                    wall_clock.advance(2 * (time.time() - began) + 0.5)
     finally:
         cachewatch.uninstall()
     assert cachewatch.flush(30)
