@@ -2,28 +2,42 @@
 
 Some answers are too costly to work out from the whole store on every read, so they
 are kept, each declared once below (``KEPT``): what is kept, the table of keys a change
-marks stale, and the lock under which a reader finds them again.
+marks stale, and the lock under which a reader finds them again. Each kind, what marks
+its keys stale, and what they are found again from:
 
 - compile-time regressions, per function and signature (payoff/kept_regressions.py):
-  marked by every write of an uncached compile and every prune of one;
-- each signature's median run time (store/queries.py): marked by new run-time buckets;
+  marked by every write of an uncached compile and every prune of one; found again from
+  the signature's uncached compiles, their medians paired run to run (in SQL on
+  PostgreSQL), with the count kept beside them moved;
+- each signature's median run time (store/queries.py): marked by a write's new run-time
+  buckets (prunes leave the buckets); found again, in SQL, from the signature's buckets;
 - each run's bursts of recompiles (storms/kept_bursts.py): marked by every write of the
-  run's events or call statistics, and every prune of its events;
-- each job's rank comparisons (fleet/fleet_reads.py): marked by every write or prune
-  of a run of the job.
+  run's events or call statistics, and every prune of either; found again by the storm
+  finder's judging of the run's recompiles (storms/diagnosis.py), under new burst ids;
+- each job's rank comparisons (fleet/fleet_reads.py): marked by every write of a run of
+  the job or of the run's events, and every prune of the run's events, its call
+  statistics or the run itself; found again by comparing the job's ranks' compiles.
 
-The marks are made by the write path (rollup.py) and by retention (retention.py), in the
-writer's transaction; ``rollup.mark_all_kept_stale`` marks everything after a bulk load.
-A reader first finds the stale keys' results again, then reads the kept ones:
+The marks are made by the write path (rollup.py, writes.py) and by retention
+(retention.py), in the writer's transaction: a write stays cheap, and what a kept result
+depends on changes with later writes and prunes, so it is found when read.
+``rollup.mark_all_kept_stale`` marks everything after a bulk load. A reader first finds
+the stale keys' results again, then reads the kept ones:
 
     if settling.settle(conn, settling.REGRESSIONS, find_again):
         ...read the kept rows...
     else:
         ...work them out from the store, as before...
 
-``find_again(conn, settling)`` replaces the kept rows of the signatures in ``settling``
-(a temporary copy of the marks taken under the lock). Only the marks copied are then
-deleted: a writer that marks a signature meanwhile leaves it stale for the next reader.
+``find_again(conn, settling)`` replaces the kept rows of the keys (signatures, runs or
+jobs) in ``settling``, a temporary copy of the marks taken under the lock. Only the marks
+copied are then deleted: a writer that marks a key meanwhile leaves it stale for the
+next reader. A reader that cannot write (a role that may only read, a SQLite snapshot
+another writer got ahead of) changes nothing and works the answer out from the store.
+
+A new kind is a ``Kept`` entry here, its stale table (models.py, a migration), its marks
+in rollup.py and retention.py, its ``find_again`` beside its reads, and a row in
+tests/test_kept_results.py, which holds every kind to the same answer both ways.
 """
 
 from __future__ import annotations
