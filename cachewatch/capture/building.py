@@ -20,6 +20,7 @@ from ..core.events import CompileEvent, DiffEntry, FunctionInfo, Kind, new_event
 from ..explain import signature as sigmod
 from ..record import current
 from . import cachestate, devices
+from .identity import stack_of
 from .program import Pending
 
 
@@ -100,7 +101,7 @@ def compile_event(
     compiled = record.compiles > 0
     if compiled and ahead is None:
         # Tell the run before its warm-up flag is read: this compile may end warm-up.
-        current.note_compile(function.function_hash, cause, call_site, function.module)
+        current.note_compile(function.function_hash, cause, call_site, function.module, stack_of(call_site))
     if compiled:
         cachestate.compiled(function)
     cache_hit, cache_key = cache_key_of(record.seq)
@@ -166,7 +167,9 @@ def event(
         compiled=compiled,
         nested=nested,
         backend=devices.backend(),
-        call_site=call_site,
+        # A plain string in the store; the user's frames around it beside it.
+        call_site=None if call_site is None else str(call_site),
+        user_stack=stack_of(call_site),
         thread=thread,
         **fields,
     )

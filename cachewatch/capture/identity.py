@@ -154,20 +154,56 @@ def user_function_closed_over(fun: Any, limit: int = 16) -> Callable[..., Any] |
     return None
 
 
+class Site(str):
+    """A call site (``file:line``) that also carries the user's frames around it.
+
+    ``stack``: the user's frames from the call site outwards, each ``{"site": "file:line"}``
+    with ``"into"``: the library module it called where the next frame in is a library's
+    (``numpyro.infer.svi``), up to :data:`STACK_FRAMES`. The line where one varying value
+    enters several functions (the loop, the call into a library) is the frame their
+    stacks share; see cachewatch/storms/findings.py."""
+
+    stack: tuple[dict[str, str], ...] = ()
+
+
+STACK_FRAMES = 8  # user frames kept per compile: the loop is rarely deeper
+
+
 def call_site(depth: int = 1) -> str | None:
     """The user's line that led here: the first frame up the stack outside the libraries
     (JAX, the library that wraps the user's function, the standard library, cachewatch);
-    failing that, the first frame outside JAX and cachewatch."""
+    failing that, the first frame outside JAX and cachewatch. A :class:`Site` with the
+    user's frames further out where there is one."""
     frame: Any = sys._getframe(depth)
     fallback = None
-    while frame is not None:
+    stack: list[dict[str, str]] = []
+    inner_module = ""  # the library module of the frame just inside the one walked
+    while frame is not None and len(stack) < STACK_FRAMES:
         filename = frame.f_code.co_filename
         if not is_library_file(filename):
-            return f"{filename}:{frame.f_lineno}"
-        if fallback is None and not filename.startswith((_PACKAGE_DIR, _JAX_DIR, "<frozen")):
-            fallback = f"{filename}:{frame.f_lineno}"
+            where = {"site": f"{filename}:{frame.f_lineno}"}
+            if inner_module:
+                where["into"] = inner_module
+            stack.append(where)
+            inner_module = ""
+        else:
+            if not stack and fallback is None and not filename.startswith((_PACKAGE_DIR, _JAX_DIR, "<frozen")):
+                fallback = f"{filename}:{frame.f_lineno}"
+            module = frame.f_globals.get("__name__", "")
+            # The outermost library frame inside a user's: the library the user called.
+            inner_module = module if isinstance(module, str) and not module.startswith("cachewatch") else ""
         frame = frame.f_back
-    return fallback
+    if not stack:
+        return fallback
+    site = Site(stack[0]["site"])
+    site.stack = tuple(stack)
+    return site
+
+
+def stack_of(site: str | None) -> list[dict[str, str]] | None:
+    """The user's frames a call site carries (None for a plain string)."""
+    stack = getattr(site, "stack", None)
+    return list(stack) if stack else None
 
 
 def _source_text(fun: Callable[..., Any]) -> str:

@@ -302,6 +302,10 @@ class CompileEvent:
     # The cache directory JAX's persistent cache used (absolute where local): an entry
     # written there and gone from it later was evicted by its size limit, or deleted.
     persistent_cache_dir: str | None = None
+    # The user's frames from the call site outwards (``{"site": "file:line", "into":
+    # "library.module"}``, ``into`` where that frame called into a library): where a value
+    # that drives several functions' compiles enters (cachewatch/storms/findings.py).
+    user_stack: list[dict[str, str]] | None = None
 
     def __post_init__(self) -> None:
         # Plain strings at the store's boundary: a database driver may write an enum member

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+from collections.abc import Mapping, Sequence
 
 from .events import OP_BY_OP_MODULE, Cause
 
@@ -38,43 +39,76 @@ class WarmupWatch:
 
     - a jit made afresh (:func:`remade_jit`) compiled again from a line that compiled it
       before (the code that makes it ran again);
-    - a function compiled again from a line that compiled it before, with only lines of
-      the same function compiling in between (a loop's body came back to it). A line of
-      a function a library calls back (a model a sampler evaluates, a loss under an eager
-      grad) comes back with the caller's line in between: no sign of a loop.
+    - a function compiled again from the same user frames as before (the same line,
+      reached through the same lines further out), where some function around it left
+      that frame's line and came back to it, with every compile in between inside that
+      function: a loop's body came back to it. A line of a function a library calls back
+      (a model a sampler evaluates, a loss under an eager grad) comes back with the
+      library's own compiles in between, made from the caller's one line: no sign of a
+      loop. A helper called twice in one step from two lines is reached through two
+      different frames: no sign of one either.
 
-    A compile with no call site (no user code reached the compiler) is a visit of its own
-    that never counts against a loop's body; lines whose source cannot be read are never
-    taken for a loop. Not thread-safe: the caller serialises."""
+    The user's frames are the call site's ``stack`` (``{"site": "file:line"}`` from the
+    call site outwards); without one, the call site alone. A compile with no call site
+    (no user code reached the compiler) never counts against a loop's body; lines whose
+    source cannot be read are never taken for a loop. Not thread-safe: the caller
+    serialises."""
 
-    __slots__ = ("_compiled_at", "_visits")
+    __slots__ = ("_compiles", "_last")
 
     def __init__(self) -> None:
-        self._compiled_at: dict[tuple[str, str], int] = {}  # (call site, function) -> its last visit
-        self._visits: list[str] = []  # the call site of each visit: a run of compiles from one line
+        self._compiles: list[tuple[str, ...]] = []  # the user's lines of each compile, innermost first
+        self._last: dict[tuple[tuple[str, ...], str], int] = {}  # (lines, function) -> its last compile
 
-    def sees_work_again(self, call_site: str | None, function_hash: str, cause: str, module: str) -> bool:
+    def sees_work_again(
+        self,
+        call_site: str | None,
+        function_hash: str,
+        cause: str,
+        module: str,
+        stack: Sequence[Mapping[str, str]] | None = None,
+    ) -> bool:
         """Record one compile; True when it ends warm-up."""
-        site = call_site or ""
-        if not self._visits or site != self._visits[-1]:
-            self._visits.append(site)  # another line reached the compiler
-        if not site:
+        lines = tuple(frame["site"] for frame in stack if frame.get("site")) if stack else ()
+        if not lines and call_site:
+            lines = (str(call_site),)
+        self._compiles.append(lines)
+        if not lines:
             return False
-        visit = len(self._visits) - 1
-        before = self._compiled_at.get((site, function_hash))
-        self._compiled_at[(site, function_hash)] = visit
+        now = len(self._compiles) - 1
+        before = self._last.get((lines, function_hash))
+        self._last[(lines, function_hash)] = now
         if before is None:
             return False
-        return remade_jit(cause, module) or (before < visit and _loop_body(site, self._visits[before + 1 : visit]))
+        if remade_jit(cause, module):
+            return True
+        between = self._compiles[before + 1 : now]
+        return len(between) <= _LOOP_BODY_MAX and any(_came_back(line, between) for line in lines)
 
 
-def _loop_body(site: str, between: list[str]) -> bool:
-    """Whether every line that compiled between two visits of ``site`` is in the same
-    function as ``site``: the body of a loop around it."""
-    home = enclosing_function(site)
-    return home is not None and all(enclosing_function(other) == home for other in between if other)
+# Compiles between two of one line that are still read as a loop's body: past this, the
+# two are too far apart to say (and the reading stays cheap in a warm-up that never ends).
+_LOOP_BODY_MAX = 1024
 
 
+def _came_back(line: str, between: list[tuple[str, ...]]) -> bool:
+    """Whether every compile in ``between`` ran inside the function around ``line`` and
+    one of them at another of its lines: that function left ``line`` and came back."""
+    home = enclosing_function(line)
+    if home is None:
+        return False
+    moved = False
+    for lines in between:
+        if not lines:
+            continue  # no user code reached the compiler
+        inside = [other for other in lines if enclosing_function(other) == home]
+        if not inside:
+            return False
+        moved = moved or inside[-1] != line
+    return moved
+
+
+@functools.lru_cache(maxsize=4096)
 def enclosing_function(call_site: str) -> tuple[str, str, int] | None:
     """The innermost function around a ``file:line`` call site (file, name, first line),
     ``<module>`` at a file's top level, or None when the source cannot be read (a store

@@ -156,7 +156,9 @@ def note_user_compile(function_hash: str) -> None:
             _run.compiled_functions.add(function_hash)
 
 
-def note_compile(function_hash: str, cause: str, call_site: str | None, module: str) -> None:
+def note_compile(
+    function_hash: str, cause: str, call_site: str | None, module: str, stack: list[dict[str, str]] | None = None
+) -> None:
     """Any compile (a library's jit, JAX's own, a primitive run op by op), before its
     warm-up flag is read: warm-up also ends when the program is seen repeating its work
     with no jit of the user's to show it (``core.warmup.WarmupWatch``: the one rule, which
@@ -164,7 +166,7 @@ def note_compile(function_hash: str, cause: str, call_site: str | None, module: 
     if _steady_since is not None:
         return
     with _lock:
-        ended = _run.warmup_watch.sees_work_again(call_site, function_hash, cause, module)
+        ended = _run.warmup_watch.sees_work_again(call_site, function_hash, cause, module, stack)
     if ended:
         mark_steady()
 

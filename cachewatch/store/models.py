@@ -161,6 +161,8 @@ class CompileEventRow(Base):
     persistent_cache_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # The cache directory the entry was read from or written to (absolute where local).
     persistent_cache_dir: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    # The user's frames from the call site outwards (events.py): where a varying value enters.
+    user_stack: Mapped[list | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         # A function's events by time, carrying (on PostgreSQL) what its page counts and

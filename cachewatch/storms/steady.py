@@ -55,7 +55,8 @@ def warmup_end(rows: Iterable[Any]) -> float | None:
     (``core.warmup.WarmupWatch``, the rule capture follows as it records), or None."""
     watch = WarmupWatch()
     for row in rows:
-        if watch.sees_work_again(row.call_site, row.function_hash, row.cause, getattr(row, "module", "")):
+        stack = getattr(row, "user_stack", None)
+        if watch.sees_work_again(row.call_site, row.function_hash, row.cause, getattr(row, "module", ""), stack):
             return float(row.timestamp)
     return None
 

@@ -246,6 +246,7 @@ class WarmupCompile:
     cause: str
     call_site: str | None
     module: str
+    user_stack: list[dict[str, str]] | None = None
 
 
 def warmup_compiles_of(conn: sa.Connection, run_ids: list[str]) -> list[WarmupCompile]:
@@ -254,13 +255,13 @@ def warmup_compiles_of(conn: sa.Connection, run_ids: list[str]) -> list[WarmupCo
         return []
     e, f = models.compile_events, models.functions
     q = (
-        sa.select(e.c.run_id, e.c.timestamp, e.c.function_hash, e.c.cause, e.c.call_site, f.c.module)
+        sa.select(e.c.run_id, e.c.timestamp, e.c.function_hash, e.c.cause, e.c.call_site, f.c.module, e.c.user_stack)
         .join(f, f.c.function_hash == e.c.function_hash)
         .where(e.c.run_id.in_(run_ids), e.c.compiled, e.c.warmup, e.c.kind != Kind.AHEAD.value)
         .order_by(e.c.run_id, e.c.timestamp)
     )
     return [
-        WarmupCompile(r.run_id, float(r.timestamp), r.function_hash, r.cause, r.call_site, r.module or "")
+        WarmupCompile(r.run_id, float(r.timestamp), r.function_hash, r.cause, r.call_site, r.module or "", r.user_stack)
         for r in conn.execute(q)
     ]
 

@@ -31,7 +31,7 @@ from ..programs import program_texts
 from ..store import queries
 from ..store.columns import Filters, FunctionReport
 from ..store.queries import Totals
-from ..storms import diagnosis, fixes, steady, storm_reads
+from ..storms import diagnosis, findings, fixes, steady, storm_reads
 from ..storms.results import FirstPass, Storm
 
 # Functions of a report whose compile-cost profile is read (most compile seconds first).
@@ -174,6 +174,8 @@ class RunReport:
     identical: list[program_texts.IdenticalRecompiles]  # per function and cause, most seconds first
     diagnosis: Diagnosis | None
     program_fixes: dict[str, list[str]]  # by function hash
+    # The storms by root cause, most compile seconds first: what a reader acts on first.
+    findings: list[findings.Finding] = dataclasses.field(default_factory=list)
 
     @property
     def functions(self) -> list[FunctionFindings]:
@@ -206,8 +208,9 @@ def run_report(
     rows = queries.function_report(conn, filters)
     storms, passes = diagnosis.storms_and_first_passes(conn, filters, **rule)
     identical = program_texts.identical_recompiles(conn, filters)
+    found = findings.of_storms(conn, storms)
     if not full:
-        return RunReport(rows, storms, passes, identical, None, {})
+        return RunReport(rows, storms, passes, identical, None, {}, found)
     fixes = {
         row["function_hash"]: [
             fix.text for fix in program_texts.compile_profile(conn, row["function_hash"], filters).fixes
@@ -215,7 +218,8 @@ def run_report(
         for row in rows[:PROFILED_FUNCTIONS]
         if row["compiles"]
     }
-    return RunReport(rows, storms, passes, identical, diagnosis_of(conn, rows, filters, regressions_limit), fixes)
+    diagnosed = diagnosis_of(conn, rows, filters, regressions_limit)
+    return RunReport(rows, storms, passes, identical, diagnosed, fixes, found)
 
 
 @dataclasses.dataclass(frozen=True)

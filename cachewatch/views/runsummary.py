@@ -25,7 +25,7 @@ from ..core.events import Cause
 from ..core.figures import seconds_text
 from ..store import columns
 from ..store import engine as enginemod
-from ..storms import diagnosis
+from ..storms import diagnosis, findings
 from ..storms.results import Storm
 from . import compose
 
@@ -50,6 +50,7 @@ class StormLine:
 
     short_name: str
     function_hash: str
+    key: str  # the function hash, or ``site:<call site>`` for a line of user code
     compiles: int
     dominant_cause: str
     causes: dict[str, int]
@@ -68,6 +69,8 @@ class ReportFigures:
     function_count: int
     functions: tuple[TopFunction, ...]
     storms: tuple[StormLine, ...]
+    # The storms by root cause, most compile seconds first (each storm is the detail of one).
+    findings: tuple[findings.Finding, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +120,7 @@ class RunSummaryView:
             "live_executable_bytes": found.live_executable_bytes if found else None,
             "never_called_again": found.never_called_again if found else None,
             "functions": [dataclasses.asdict(f) for f in report.functions] if report else [],
+            "findings": [f.as_json() for f in report.findings] if report else [],
             "storms": [dataclasses.asdict(s) for s in report.storms] if report else [],
             "next": list(self.next),
         }
@@ -142,7 +146,7 @@ def of_summary(found: compose.RunSummary, *, top: int = TOP_FUNCTIONS) -> RunFig
     """The summary's figures from a run's composed summary."""
     held, report = found.held, found.report
     return RunFigures(
-        report=of_report(report.rows, report.storms, top=top),
+        report=of_report(report.rows, report.storms, top=top, found=report.findings),
         live_executables=sum(fn.live for fn in held.functions),
         live_executable_bytes=sum(fn.live_bytes for fn in held.functions),
         never_called_again=sum(len(fn.never_hit) for fn in held.functions),
@@ -155,8 +159,15 @@ def of_summary(found: compose.RunSummary, *, top: int = TOP_FUNCTIONS) -> RunFig
     )
 
 
-def of_report(report: Sequence[columns.FunctionReport], storms: list[Storm], *, top: int) -> ReportFigures:
-    """Totals, the top functions by compile seconds and the storms, from a report's rows."""
+def of_report(
+    report: Sequence[columns.FunctionReport],
+    storms: list[Storm],
+    *,
+    top: int,
+    found: Sequence[findings.Finding] = (),
+) -> ReportFigures:
+    """Totals, the top functions by compile seconds, the storms and their findings, from a
+    report's rows."""
     return ReportFigures(
         compiles=sum(r["compiles"] for r in report),
         recompiles=sum(r["recompiles"] for r in report),
@@ -178,6 +189,7 @@ def of_report(report: Sequence[columns.FunctionReport], storms: list[Storm], *, 
             StormLine(
                 short_name=s.short_name,
                 function_hash=s.function_hash,
+                key=s.key,
                 compiles=s.compiles,
                 dominant_cause=s.dominant_cause,
                 causes=s.causes,
@@ -187,6 +199,7 @@ def of_report(report: Sequence[columns.FunctionReport], storms: list[Storm], *, 
             )
             for s in storms
         ),
+        findings=tuple(found),
     )
 
 
@@ -260,7 +273,29 @@ def _figure_lines(head: str, found: RunFigures, flushed: bool) -> list[str]:
             + (f", {f.calls} calls" if f.calls else "")
             + (f"; recompiled for {causes}" if causes else "")
         )
+    lines.extend(_finding_lines(report))
+    return lines
+
+
+STORMS_SHOWN = 3  # storms shown under each finding; `cachewatch storms` lists them all
+
+
+def _finding_lines(report: ReportFigures) -> list[str]:
+    """Each finding with its fix and the storms it gathers; storms no finding holds (a
+    report without findings) each with their own fix."""
+    lines = []
+    told: set[str] = set()
+    for found in report.findings:
+        lines.append(f"  Finding {findings.describe(found)}")
+        lines.append(f"    Fix: {found.fix}")
+        mine = sorted((s for s in report.storms if s.key in found.storms), key=lambda s: -s.compiles)
+        for storm in mine[:STORMS_SHOWN]:
+            lines.append(f"    Storm {storm.text}")
+        if len(mine) > STORMS_SHOWN:
+            lines.append(f"    ... and {len(mine) - STORMS_SHOWN} more storms (`cachewatch storms`)")
+        told.update(s.key for s in mine)
     for storm in report.storms:
-        lines.append(f"  Storm {storm.text}")
-        lines.append(f"    Fix: {storm.fix}")
+        if storm.key not in told:
+            lines.append(f"  Storm {storm.text}")
+            lines.append(f"    Fix: {storm.fix}")
     return lines

@@ -202,6 +202,14 @@ class EventIn(_In):
     persistent_cache_dir: Annotated[
         str | None, _text(1024, "The cache directory the entry was read from or written to.")
     ] = None
+    user_stack: Annotated[
+        list[dict[Literal["site", "into"], Annotated[str, _text(1024)]]] | None,
+        Field(
+            max_length=16,
+            description="The user's frames from the call site outwards: site (file:line) and, where that "
+            "line called into a library, into (the library's module).",
+        ),
+    ] = None
 
 
 class CallStatsIn(_In):

@@ -238,6 +238,9 @@ class EventOut(BaseModel):
     persistent_cache_key: str | None = None
     persistent_cache_bytes: int | None = None
     persistent_cache_dir: str | None = None
+    user_stack: list[dict[str, str]] | None = Field(
+        default=None, description="The user's frames from the call site outwards: {site, into}."
+    )
     cache_miss: dict[str, Any] | None = Field(
         default=None,
         description="For a persistent-cache miss of a "

@@ -1,0 +1,90 @@
+"""What findings are gathered from, read from the store: each storm's recompiles with their
+diffs and the user's frames around them, and how long each run went on."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..core.events import Cause, Kind
+from ..store import models
+from ..store.columns import cost_expr
+from .results import Storm
+
+
+@dataclass(frozen=True, slots=True)
+class StormCompile:
+    """One recompile of a storm as a finding reads it."""
+
+    function_hash: str
+    timestamp: float
+    cause: str
+    seconds: float  # trace, lowering and XLA compile
+    call_site: str | None
+    diff: list[dict[str, Any]]
+    user_stack: list[dict[str, str]]  # the user's frames, innermost first ([] when not recorded)
+
+
+def storm_compiles(conn: sa.Connection, storms: Iterable[Storm]) -> dict[tuple[str, str, float], list[StormCompile]]:
+    """Each storm's recompiles, in time order, by (run, storm key, start): those of its
+    functions in its span (for a storm of a line of user code, those made from that line)."""
+    e = models.compile_events
+    found: dict[tuple[str, str, float], list[StormCompile]] = {}
+    for storm in storms:
+        q = (
+            sa.select(
+                e.c.function_hash,
+                e.c.timestamp,
+                e.c.cause,
+                cost_expr(e).label("seconds"),
+                e.c.call_site,
+                e.c.diff,
+                e.c.user_stack,
+            )
+            .where(
+                e.c.run_id == storm.run_id,
+                e.c.function_hash.in_(storm.function_hashes),
+                e.c.timestamp.between(storm.start, storm.end),
+                e.c.compiled,
+                e.c.cause != Cause.FIRST_CALL.value,
+                e.c.kind != Kind.AHEAD.value,
+            )
+            .order_by(e.c.timestamp)
+        )
+        if storm.call_site is not None:
+            q = q.where(e.c.call_site == storm.call_site)
+        found[(storm.run_id, storm.key, storm.start)] = [
+            StormCompile(
+                r.function_hash,
+                float(r.timestamp),
+                r.cause,
+                float(r.seconds or 0.0),
+                r.call_site,
+                list(r.diff or []),
+                list(r.user_stack or []),
+            )
+            for r in conn.execute(q)
+        ]
+    return found
+
+
+def run_lengths(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float]:
+    """How long each run went on, in seconds: from its start to the last thing it wrote
+    (the end of its last compile, or its last call statistics)."""
+    wanted = sorted(set(run_ids))
+    if not wanted:
+        return {}
+    r, e, s = models.runs, models.compile_events, models.call_stats
+    last: dict[str, float] = collections.defaultdict(float)
+    ends = sa.select(e.c.run_id, sa.func.max(e.c.timestamp + cost_expr(e))).where(e.c.run_id.in_(wanted))
+    stats = sa.select(s.c.run_id, sa.func.max(s.c.timestamp)).where(s.c.run_id.in_(wanted))
+    for q in (ends.group_by(e.c.run_id), stats.group_by(s.c.run_id)):
+        for run_id, moment in conn.execute(q):
+            if moment is not None:
+                last[run_id] = max(last[run_id], float(moment))
+    started = dict(conn.execute(sa.select(r.c.run_id, r.c.started_at).where(r.c.run_id.in_(wanted))).all())
+    return {run_id: max(0.0, last[run_id] - float(at)) for run_id, at in started.items() if run_id in last}

@@ -1,0 +1,513 @@
+"""Findings: one root cause of recompiles, told once across every function it drives.
+
+A storm is one function (or one line of user code) that keeps compiling. One cause often
+drives many: a Gaussian-process loop that adds an observation per step recompiles every
+operation on the data (the kernel, the Cholesky factor, the solve, the append), a
+re-created solver recompiles its library's jit. A finding gathers the storms of one run
+that share what varies:
+
+- the same sizes (an axis of their arguments took overlapping sets of sizes, over
+  overlapping stretches of the run): one count or length, growing or varying;
+- the same object re-created (their compiles are ``new_function_object`` from one line);
+- the same static values.
+
+It names what varies, the user's line where it enters (the frame the compiles' user
+stacks share: the one line that reaches them all, or the loop around the lines that do,
+or the call into a library), every function it drives, its whole price (compiles,
+compile seconds, share of the run) and one fix that fits: pad with a mask (and read the
+last real position) for a growing length; keep a growing host list on the host or in a
+fixed buffer; build a re-created object once, pointed at its construction; at a call
+into a library, what happens inside it and what the user's own code can change there,
+never "jit it". The storms stay as its detail (``storms``).
+
+    for finding in findings.find(conn, Filters(run_id=run_id)):
+        print(finding.compile_seconds, finding.varying, finding.entry, finding.fix)
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import dataclasses
+import functools
+import hashlib
+import linecache
+import re
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..core.events import Cause, parse_described
+from ..core.figures import seconds_text
+from ..core.warmup import enclosing_function
+from ..store.columns import Filters
+from . import diagnosis, finding_reads
+from .finding_reads import StormCompile
+from .results import Storm
+
+# Modules whose calls are the user's own eager code, not a library boundary: calling
+# jax.numpy is code the user can move inside a jit.
+_NOT_A_LIBRARY = frozenset({"jax", "jaxlib", "numpy", "cachewatch", "builtins", ""})
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One root cause of recompiles in one run, across the functions it drives."""
+
+    finding_id: str
+    run_id: str
+    cause: str  # the cause most of its compiles name
+    varying: str  # what changes: an argument axis, a static value, a re-created object
+    entry: str | None  # the user's line where it enters (file:line)
+    entry_text: str  # how the entry is told: "the loop at train.py:41", "train.py:12"
+    functions: tuple[str, ...]  # the functions it drives, most compiles first
+    function_hashes: tuple[str, ...]
+    compiles: int
+    compile_seconds: float
+    share_of_run: float | None  # of the run's length so far; None when unknown
+    fix: str
+    fix_kind: str
+    library: str | None  # the library the entry line calls into
+    storms: tuple[str, ...]  # the keys of the storms it gathers (its detail)
+    active: bool
+
+    def as_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for name in ("functions", "function_hashes", "storms"):
+            out[name] = list(out[name])
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Finding:
+        fields = {**data}
+        for name in ("functions", "function_hashes", "storms"):
+            fields[name] = tuple(fields[name])
+        return cls(**fields)
+
+
+def find(
+    conn: sa.Connection,
+    filters: Filters = Filters(),
+    *,
+    threshold: int = diagnosis.STORM_THRESHOLD,
+    window: float = diagnosis.STORM_WINDOW,
+    now: float | None = None,
+) -> list[Finding]:
+    """The findings of the storms the filters keep, most compile seconds first."""
+    now = time.time() if now is None else now
+    found = diagnosis.find_storms(conn, filters, threshold=threshold, window=window, now=now, with_first_passes=False)
+    return of_storms(conn, found.storms)
+
+
+def of_storms(conn: sa.Connection, storms: Sequence[Storm]) -> list[Finding]:
+    """The findings of storms found already (every storm of the runs they are of: a
+    finding of a page of storms is only part of one), most compile seconds first."""
+    if not storms:
+        return []
+    compiles = finding_reads.storm_compiles(conn, storms)
+    lengths = finding_reads.run_lengths(conn, {s.run_id for s in storms})
+    return gather(storms, compiles, lengths)
+
+
+def gather(
+    storms: Sequence[Storm],
+    compiles: dict[tuple[str, str, float], list[StormCompile]],
+    run_lengths: dict[str, float],
+) -> list[Finding]:
+    """The storms gathered by root cause (``compiles``: each storm's recompiles, by run,
+    key and start), most compile seconds first."""
+    rows = {id(s): compiles.get((s.run_id, s.key, s.start), []) for s in storms}
+    drivers = {id(s): _driver(s, rows[id(s)]) for s in storms}
+    groups = _grouped(list(storms), drivers)
+    out = [_finding(group, [r for s in group for r in rows[id(s)]], drivers, run_lengths) for group in groups]
+    out.sort(key=lambda f: (-f.compile_seconds, -f.compiles, f.finding_id))
+    return out
+
+
+# ------------------------------------------------------------------ what varies
+
+
+@dataclasses.dataclass(frozen=True)
+class _Driver:
+    kind: str  # "size", "object", "static" or "own"
+    sizes: frozenset[int] = frozenset()
+    growing: bool = False  # each new size larger than the last
+    values: frozenset[str] = frozenset()
+    entry: str | None = None  # for "object": the line that reaches the re-created jit
+
+
+def _driver(storm: Storm, rows: list[StormCompile]) -> _Driver:
+    cause = storm.dominant_cause
+    if cause in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED):
+        return _Driver("object", entry=_entry(rows)[0] or storm.call_site)
+    sizes = _new_sizes(rows)
+    if cause in (Cause.NEW_SHAPE, Cause.NEW_STATIC_VALUE) and len(set(sizes)) >= 2:
+        return _Driver("size", frozenset(sizes), _grows(sizes))
+    if cause == Cause.NEW_STATIC_VALUE:
+        values = {str(e.get("after")) for r in rows for e in r.diff if e.get("change") == "static"}
+        return _Driver("static", values=frozenset(values))
+    return _Driver("own")
+
+
+def _new_sizes(rows: list[StormCompile]) -> list[int]:
+    """The sizes each compile met on an axis that changed, in time order (from shape
+    changes, and from shape-valued static parameters of operations run op by op)."""
+    seen: list[int] = []
+    for r in rows:
+        for e in r.diff:
+            before, after = _dims_of(e.get("before")), _dims_of(e.get("after"))
+            if before is None or after is None or len(before) != len(after):
+                continue
+            seen.extend(a for a, b in zip(after, before, strict=True) if a != b)
+    return seen
+
+
+def _dims_of(described: Any) -> tuple[int, ...] | None:
+    """``float32[4,16]`` or a static ``(4, 16)`` as its sizes; None for anything else."""
+    if not isinstance(described, str):
+        return None
+    parsed = parse_described(described)
+    if parsed is not None:
+        return tuple(d for d in parsed[1] if isinstance(d, int))
+    if re.fullmatch(r"\(\s*\d+(\s*,\s*\d+)*\s*,?\s*\)", described):
+        return tuple(int(d) for d in re.findall(r"\d+", described))
+    return None
+
+
+def _grows(sizes: list[int]) -> bool:
+    """Whether the largest size met so far keeps rising, step after step: a count that grows."""
+    highs = [max(sizes[: i + 1]) for i in range(len(sizes))]
+    rises = sum(1 for a, b in zip(highs, highs[1:], strict=False) if b > a)
+    return len(set(sizes)) >= 3 and rises >= len(set(sizes)) // 2
+
+
+def _grouped(storms: list[Storm], drivers: dict[int, _Driver]) -> list[list[Storm]]:
+    """The storms joined where one run's share what varies (see the module's docstring)."""
+    parent = list(range(len(storms)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, a in enumerate(storms):
+        for j in range(i + 1, len(storms)):
+            b = storms[j]
+            if a.run_id == b.run_id and _same_cause(a, b, drivers[id(a)], drivers[id(b)]):
+                parent[root(j)] = root(i)
+    groups: dict[int, list[Storm]] = collections.defaultdict(list)
+    for i, s in enumerate(storms):
+        groups[root(i)].append(s)
+    return list(groups.values())
+
+
+def _same_cause(a: Storm, b: Storm, da: _Driver, db: _Driver) -> bool:
+    if da.kind != db.kind or da.kind == "own":
+        return False
+    if da.kind == "object":
+        return da.entry is not None and da.entry == db.entry
+    overlapping_time = a.start <= b.end and b.start <= a.end
+    if da.kind == "static":
+        return overlapping_time and bool(da.values) and da.values == db.values
+    shared = len(da.sizes & db.sizes)
+    return overlapping_time and shared >= 2 and shared * 2 >= min(len(da.sizes), len(db.sizes))
+
+
+# ------------------------------------------------------------------ where it enters
+
+
+def _entry(rows: Sequence[StormCompile]) -> tuple[str | None, str, str | None]:
+    """The user's line where what varies enters the compiles ``rows`` make: (the line, how
+    it is told, the library that line calls into).
+
+    The innermost function of the user's that every compile's stack passes through; at it,
+    the one line they all come from, or else the innermost loop around those lines. Without
+    stacks (an older store), the line most of them were made from."""
+    stacks = [r.user_stack for r in rows if r.user_stack]
+    if not stacks or len(stacks) < len(rows):
+        site = _commonest(r.call_site for r in rows)
+        return site, _short(site) if site else "", None
+    per_compile = [[(_home(f["site"]), f) for f in stack] for stack in stacks]
+    shared = set.intersection(*({home for home, _ in frames if home is not None} for frames in per_compile))
+    if not shared:
+        site = _commonest(r.call_site for r in rows)
+        return site, _short(site) if site else "", None
+    # The innermost shared function, as the first stack nests them.
+    home = next(h for h, _ in per_compile[0] if h in shared)
+    at_home = [[f for h, f in frames if h == home][-1] for frames in per_compile]
+    lines = collections.Counter(f["site"] for f in at_home)
+    into = {_library(f.get("into", "")) for f in at_home}
+    library = into.pop() if len(into) == 1 else None
+    if len(lines) == 1:
+        site = next(iter(lines))
+        return site, _short(site), library
+    loop = _loop_around(home, [int(s.rpartition(":")[2]) for s in lines])
+    if loop is not None:
+        site = f"{home[0]}:{loop}"
+        listed = ", ".join(str(int(s.rpartition(":")[2])) for s, _ in lines.most_common(4))
+        return site, f"the loop at {_short(site)} (lines {listed})", library
+    site = lines.most_common(1)[0][0]
+    return site, _short(site), library
+
+
+def _home(site: str) -> tuple[str, str, int] | None:
+    return enclosing_function(site)
+
+
+def _library(module: str) -> str | None:
+    top = module.split(".", 1)[0]
+    return None if top in _NOT_A_LIBRARY else top
+
+
+def _commonest(sites: Iterable[str | None]) -> str | None:
+    counted = collections.Counter(s for s in sites if s)
+    return counted.most_common(1)[0][0] if counted else None
+
+
+def _short(site: str) -> str:
+    return site.rsplit("/", 1)[-1]
+
+
+def _loop_around(home: tuple[str, str, int], lines: list[int]) -> int | None:
+    """The first line of the innermost ``for``/``while`` in the function ``home`` that holds
+    every one of ``lines``; None when none does or the source cannot be read."""
+    best = None
+    for start, stop in _loops_in(home[0]):
+        if all(start <= n <= stop for n in lines) and (best is None or start > best[0]):
+            best = (start, stop)
+    return best[0] if best is not None else None
+
+
+@functools.lru_cache(maxsize=64)
+def _loops_in(file: str) -> tuple[tuple[int, int], ...]:
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return ()
+    return tuple(
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.For, ast.While, ast.AsyncFor))
+    )
+
+
+# ------------------------------------------------------------------ one finding
+
+
+def _finding(
+    group: list[Storm], rows: list[StormCompile], drivers: dict[int, _Driver], run_lengths: dict[str, float]
+) -> Finding:
+    lead = max(group, key=lambda s: (sum(1 for _ in s.functions), s.compiles))
+    seconds = sum(r.seconds for r in rows)
+    per_function: collections.Counter[str] = collections.Counter()
+    names: dict[str, str] = {}
+    for storm in group:
+        for f in storm.functions:
+            per_function[f.function_hash] += f.compiles
+            names.setdefault(f.function_hash, f.name)
+    causes = collections.Counter(r.cause for r in rows) or collections.Counter(
+        {s.dominant_cause: s.compiles for s in group}
+    )
+    cause = causes.most_common(1)[0][0]
+    driver = _group_driver(group, drivers)
+    entry, entry_text, library = _entry(rows) if rows else (lead.call_site, _short(lead.call_site or ""), None)
+    run_id = group[0].run_id
+    length = run_lengths.get(run_id)
+    compiles = sum(s.compiles for s in group)
+    functions = tuple(names[h] for h, _ in per_function.most_common())
+    varying = _varying(driver, group, rows, names)
+    fix, kind = _fix(driver, group, rows, entry, entry_text, library, functions, compiles, seconds)
+    digest = hashlib.sha256("\0".join([run_id, driver.kind, entry or "", *sorted(s.key for s in group)]).encode())
+    return Finding(
+        finding_id=digest.hexdigest()[:16],
+        run_id=run_id,
+        cause=cause,
+        varying=varying,
+        entry=entry,
+        entry_text=entry_text,
+        functions=functions,
+        function_hashes=tuple(h for h, _ in per_function.most_common()),
+        compiles=compiles,
+        compile_seconds=seconds,
+        share_of_run=min(1.0, seconds / length) if length else None,
+        fix=fix,
+        fix_kind=kind,
+        library=library,
+        storms=tuple(s.key for s in sorted(group, key=lambda s: -s.compiles)),
+        active=any(s.active for s in group),
+    )
+
+
+def _group_driver(group: list[Storm], drivers: dict[int, _Driver]) -> _Driver:
+    """What varies for the group: for sizes, those most of its storms met (a kernel's
+    other operand is not the count) and whether most of its compiles met them growing."""
+    lead = drivers[id(max(group, key=lambda s: s.compiles))]
+    sized = [(s, drivers[id(s)]) for s in group if drivers[id(s)].kind == "size"]
+    if lead.kind != "size" or not sized:
+        return lead
+    met = collections.Counter(n for _, d in sized for n in d.sizes)
+    core = frozenset(n for n, count in met.items() if count * 2 >= len(sized)) or lead.sizes
+    growing = sum(s.compiles for s, d in sized if d.growing) * 2 >= sum(s.compiles for s, _ in sized)
+    return dataclasses.replace(lead, sizes=core, growing=growing)
+
+
+def _varying(driver: _Driver, group: list[Storm], rows: list[StormCompile], names: dict[str, str]) -> str:
+    if driver.kind == "size":
+        sizes = sorted(driver.sizes)
+        how = "a count that grows" if driver.growing else "a size that varies"
+        return f"{how}: {len(sizes)} sizes between {sizes[0]} and {sizes[-1]}"
+    if driver.kind == "object":
+        return "a jit (or the object that holds it) made afresh on every call, the same program each time"
+    if driver.kind == "static":
+        return f"a static value: {len(driver.values)} values ({', '.join(sorted(driver.values)[:4])})"
+    return f"{group[0].dominant_cause} of {group[0].short_name}"
+
+
+# ------------------------------------------------------------------ the fix
+
+
+def _fix(
+    driver: _Driver,
+    group: list[Storm],
+    rows: list[StormCompile],
+    entry: str | None,
+    entry_text: str,
+    library: str | None,
+    functions: tuple[str, ...],
+    compiles: int,
+    seconds: float,
+) -> tuple[str, str]:
+    """One fix that applies at the entry, and its kind."""
+    lead = max(group, key=lambda s: s.compiles)
+    price = f"{compiles} compiles, {seconds_text(seconds)}"
+    named = ", ".join(f"`{n}`" for n in functions[:4]) + (
+        f" and {len(functions) - 4} more" if len(functions) > 4 else ""
+    )
+    if driver.kind == "object":
+        made = _construction(entry)
+        if made is not None:
+            name, where, around = made
+            return (
+                f"`{name}` is built anew at {_short(where)} each time `{around}` runs, and the jit it holds "
+                f"compiles again with it ({price}, the same program each time). Build `{name}` once, outside "
+                f"`{around}` (or before the loop that calls it), and reuse it: one compile.",
+                "hoist_object",
+            )
+        return lead.fix, "library_api" if library else "hoist_jit"
+    if library is not None:
+        return _library_boundary(driver, rows, entry_text, library, named, price), "library_boundary"
+    if driver.kind == "size":
+        host_list = _host_list(entry, functions)
+        if host_list:
+            return (
+                f"{host_list} at {entry_text} turns a Python list that grows each step into a new array: a new "
+                f"shape every time, and JAX compiles the conversion again ({price}). Jitting that line cannot "
+                "help while the list grows. Keep the list on the host (a NumPy array, `np.asarray(...)`) until "
+                "it is needed whole, or keep the values in a fixed-size device buffer written with "
+                "`buf.at[i].set(x)` beside a count.",
+                "host_buffer",
+            )
+        sizes = sorted(driver.sizes)
+        buckets = sorted({_next_pow2(n) for n in sizes})
+        if driver.growing:
+            return (
+                f"A count that grows from {sizes[0]} to {sizes[-1]} enters at {entry_text}, and {named} compile "
+                f"again at each new size ({price}). Keep the data in a buffer of fixed capacity ({sizes[-1]}, or "
+                f"powers of two: {len(buckets)} sizes), write each new item with `.at[n].set(...)`, mask the "
+                "unused entries wherever they would count (a sum, a kernel's rows and columns past n), and jit "
+                f"the step once over the buffer: {len(buckets)} size(s) to compile for instead of {len(sizes)}. Where a result "
+                "is read at the last position (`x[-1]`), read it at the last real one (`x[n - 1]`): padding "
+                "moves the end.",
+                "pad_and_mask",
+            )
+        if not lead.key.startswith("site:"):
+            return lead.fix, "pad"
+        return (
+            f"A size that varies ({len(sizes)} sizes between {sizes[0]} and {sizes[-1]}) enters at {entry_text}, "
+            f"and {named} compile again at each one ({price}). Pad what varies to powers of two "
+            f"({', '.join(str(b) for b in buckets[:6])}) with a mask over the padding, and jit the code at "
+            f"{entry_text} once: {len(buckets)} size(s) to compile for instead of {len(sizes)}.",
+            "pad",
+        )
+    if driver.kind == "static":
+        return lead.fix, "static_value"
+    return lead.fix, "storm"
+
+
+def _library_boundary(
+    driver: _Driver, rows: list[StormCompile], entry_text: str, library: str, named: str, price: str
+) -> str:
+    """At a call into a library: what compiles inside it, what that costs, what the user's
+    own code can change, and never "jit it" (the call cannot be jitted as it is made)."""
+    inside = f"The line at {entry_text} calls into {library}, and {named} compile again inside it ({price})."
+    if driver.kind == "size":
+        sizes = sorted(driver.sizes)
+        grows = "grows" if driver.growing else "varies"
+        return (
+            f"{inside} What varies is the size of what your code passes it: it {grows} over {len(sizes)} sizes "
+            f"between {sizes[0]} and {sizes[-1]}. That call is not one to wrap in jax.jit as it is made; what your "
+            f"code can change is the data it hands {library}: a fixed size (pad to {sizes[-1]}, or to powers of "
+            f"two) with the padding masked out the way {library} supports it (in NumPyro, "
+            "`numpyro.handlers.mask` or an observation mask), or fewer distinct sizes (refit every few steps). "
+            "Otherwise nothing in your code removes these compiles."
+        )
+    return (
+        f"{inside} They are {library}'s own set-up for each new program it is given; that call is not one to "
+        f"wrap in jax.jit as it is made. What your code can change: give {library} the same program again "
+        "(reuse one object per model rather than building a new one per call) where its API allows; "
+        "otherwise nothing in your code removes these compiles."
+    )
+
+
+def _host_list(entry: str | None, functions: tuple[str, ...]) -> str | None:
+    """``jnp.array(...)`` when the entry line turns a Python list into an array (JAX
+    concatenates its items, one compile per length); None otherwise."""
+    if entry is None or not any(f.startswith("concatenate") for f in functions):
+        return None
+    file, _, line = entry.rpartition(":")
+    text = linecache.getline(file, int(line)) if line.isdigit() else ""
+    found = re.search(r"\b(\w+\.(?:array|asarray|stack))\(", text)
+    return f"`{found.group(1)}(...)`" if found else None
+
+
+def _construction(entry: str | None) -> tuple[str, str, str] | None:
+    """Where the object whose method the entry line calls is built, in the same function:
+    (its name, the building line, the function), for ``solver = Solver(...)`` above
+    ``solver.run(...)``; None when the line calls no such method or the source cannot be read."""
+    if entry is None:
+        return None
+    around = enclosing_function(entry)
+    file, _, line = entry.rpartition(":")
+    if around is None or not line.isdigit():
+        return None
+    called = re.search(r"\b([A-Za-z_]\w*)\.\w+\(", linecache.getline(file, int(line)))
+    if called is None:
+        return None
+    name = called.group(1)
+    built = None
+    for number in range(around[2], int(line)):
+        text = linecache.getline(file, number)
+        if re.match(rf"\s*{re.escape(name)}\s*=\s*[\w.]+\(", text):
+            built = number
+    if built is None:
+        return None
+    return name, f"{file}:{built}", around[1]
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def describe(finding: Finding) -> str:
+    """One line for a finding, as the command line and the runner's summary print it."""
+    share = f", {finding.share_of_run:.0%} of the run" if finding.share_of_run is not None else ""
+    state = "ACTIVE" if finding.active else "ended"
+    where = f" at {finding.entry_text}" if finding.entry_text else ""
+    return (
+        f"[{state}] {finding.varying}{where}: {finding.compiles} compiles, "
+        f"{seconds_text(finding.compile_seconds)}{share}; {len(finding.storms)} storm(s) of "
+        f"{len(finding.functions)} function(s)."
+    )
