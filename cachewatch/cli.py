@@ -94,10 +94,12 @@ def _add_reports(sub: Any) -> None:
         help="compile-time regressions listed, the steepest first (default 100; the count of all is given)",
     )
 
-    storms = _store_command(sub, "storms", help="recompilation storms with their cause and fix")
-    _add_filters(storms)
-    storms.add_argument("--threshold", type=int, help="recompiles that make a storm (default: storm_threshold)")
-    storms.add_argument("--window", type=float, help="seconds they must fall within (default: storm_window)")
+    storms = _store_command(sub, "storms", help="recompilation storms with their cause and fix, led by their findings")
+    findings = _store_command(sub, "findings", help="recompiles by root cause, most compile seconds first, with a fix")
+    for command in (storms, findings):
+        _add_filters(command)
+        command.add_argument("--threshold", type=int, help="recompiles that make a storm (default: storm_threshold)")
+        command.add_argument("--window", type=float, help="seconds they must fall within (default: storm_window)")
 
     events = _store_command(sub, "events", help="compile events with cause, explanation and diff")
     _add_filters(events)
@@ -387,6 +389,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "report": cli_report.report,
         "events": _events,
         "storms": cli_report.storms,
+        "findings": cli_report.list_findings,
         "program": _program,
         "diff": _diff,
         "db": _db,

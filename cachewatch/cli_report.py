@@ -17,6 +17,7 @@ from .storms import diagnosis
 
 if TYPE_CHECKING:  # the commands import what they read when run, so `cachewatch --help` stays quick
     from .programs.program_texts import IdenticalRecompiles
+    from .storms.findings import Finding
     from .views.compose import FunctionFindings, RunReport
 
 
@@ -128,8 +129,9 @@ def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) ->
     storms, passes = report.storms, report.first_passes
     costs, regressions = (report.diagnosis.cost_model, report.diagnosis.regressions) if report.diagnosis else ([], [])
     regressions_total = report.diagnosis.regressions_total if report.diagnosis else 0
+    _print_finding_list(report.findings)
     if storms:
-        print(f"\nStorms ({len(storms)}):")
+        print(f"\nStorms ({len(storms)}, the findings' detail):" if report.findings else f"\nStorms ({len(storms)}):")
         for storm in storms:
             print(f"  {diagnosis.describe_storm(storm)}\n    Fix: {here(storm.fix)}")
     if passes:
@@ -165,10 +167,44 @@ def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) ->
             print(f"  ... and {regressions_total - len(regressions)} more (--regressions N lists more)")
 
 
+def _print_finding_list(found: Sequence[Finding]) -> None:
+    """The findings, most compile seconds first, each with its fix."""
+    from .storms import findings
+
+    if not found:
+        return
+    print(f"\nFindings ({len(found)}, by root cause, most compile seconds first):")
+    for number, finding in enumerate(found, 1):
+        print(f"  {number}. {findings.describe(finding)}\n     Fix: {here(finding.fix)}")
+
+
+def list_findings(args: argparse.Namespace) -> int:
+    """``cachewatch findings``: the storms by root cause, most compile seconds first."""
+    from .store import columns
+    from .store import engine as enginemod
+    from .storms import findings
+
+    cfg = configmod.resolve()
+    with enginemod.connection(store_url(args)) as conn:
+        found = findings.find(
+            conn,
+            columns.Filters(run_id=args.run_id),
+            threshold=args.threshold or cfg.storm_threshold,
+            window=args.window or cfg.storm_window,
+        )
+    if args.format == "json":
+        print(json.dumps([f.as_json() for f in found], indent=2, default=str))
+    elif not found:
+        print("No recompilation storms, so no findings.")
+    else:
+        _print_finding_list(found)
+    return 0
+
+
 def storms(args: argparse.Namespace) -> int:
     from .store import columns
     from .store import engine as enginemod
-    from .storms import diagnosis
+    from .storms import diagnosis, findings
 
     url = store_url(args)
     cfg = configmod.resolve()
@@ -179,13 +215,15 @@ def storms(args: argparse.Namespace) -> int:
             threshold=args.threshold or cfg.storm_threshold,
             window=args.window or cfg.storm_window,
         )
+        found = findings.of_storms(conn, storms) if args.format != "json" else []
     if args.format == "json":
         print(json.dumps([storm.as_json() for storm in storms], indent=2, default=str))
         return 0
     if not storms:
         print("No recompilation storms.")
         return 0
-    print(f"Storms ({len(storms)}):")
+    _print_finding_list(found)
+    print(f"\nStorms ({len(storms)}, the findings' detail):")
     for storm in storms:
         start = local_time(storm.start, "%Y-%m-%d %H:%M:%S")
         print(f"  {diagnosis.describe_storm(storm)} From {start} over {storm.end - storm.start:.0f}s.")

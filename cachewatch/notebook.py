@@ -46,7 +46,7 @@ class CellReport:
         self.storms = storms
         self.always = always  # say "no compiles" rather than show nothing
         # The executables the cell's compiles made that JAX's caches still hold at its end,
-        # and their bytes as XLA counts them (None: not read, the store is a service's).
+        # and the bytes of their code (None: not read, the store is a service's).
         self.alive = alive
 
     @property
@@ -73,7 +73,7 @@ class CellReport:
         from .core.figures import bytes_text
 
         return f"; it left {count} executable{'s' if count != 1 else ''} alive in JAX's caches" + (
-            f" ({bytes_text(held)} as XLA counts them)" if held else ""
+            f" ({bytes_text(held)} of code)" if held else ""
         )
 
     def _rows(self) -> list[list[str]]:

@@ -35,9 +35,9 @@ import sqlalchemy as sa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from cachewatch.cache import cache_reads, cache_view
+from cachewatch.cache import cache_reads
 from cachewatch.core import _guard, jaxcompat
-from cachewatch.core.events import DROP_REASONS, OP_BY_OP_MODULE, UNATTRIBUTED_MODULE, short_name
+from cachewatch.core.events import DROP_REASONS, OP_BY_OP_MODULE, UNATTRIBUTED_MODULE, held_bytes, short_name
 from cachewatch.core.figures import compile_share
 from cachewatch.fleet import divergence
 from cachewatch.store import engine as enginemod
@@ -441,8 +441,8 @@ def executable_families(settings: ServerSettings) -> Iterator[Metric]:
     )
     bytes_family = GaugeMetricFamily(
         "cachewatch_executable_bytes",
-        "XLA's memory figures (generated code, arguments, outputs, temporaries) summed over the "
-        "function's live executables, in bytes.",
+        "What JAX's cache holds for the function's live executables, in bytes: their code (XLA's "
+        "generated code, or the serialized executable where XLA reports none); not a call's buffers.",
         labels=["function"],
     )
     for label, (n, nbytes) in sorted(by_label.items()):
@@ -465,7 +465,7 @@ def executable_families(settings: ServerSettings) -> Iterator[Metric]:
 
 
 def _live_executables(conn: sa.Connection) -> tuple[dict[str, int], dict[str, int]]:
-    found = cache_reads.live_executables(conn, EXECUTABLE_RUNS, cache_view.EXECUTABLE_PARTS)
+    found = cache_reads.live_executables(conn, EXECUTABLE_RUNS, held_bytes)
     return {x.function_hash: x.live for x in found}, {x.function_hash: x.memory_bytes for x in found}
 
 

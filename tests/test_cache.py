@@ -25,7 +25,7 @@ from test_dashboard import SCREENSHOTS, Tab, chromium  # noqa: F401  (chromium: 
 import cachewatch
 from cachewatch.cache import cache_directory, cache_reads, cache_view
 from cachewatch.capture import jit as jitmod
-from cachewatch.core.events import Batch, CallStats, CompileEvent, FunctionInfo, RunInfo, new_event_id
+from cachewatch.core.events import Batch, CallStats, CompileEvent, FunctionInfo, RunInfo, held_bytes, new_event_id
 from cachewatch.record import current
 from cachewatch.store import columns
 from cachewatch.store import engine as enginemod
@@ -546,7 +546,8 @@ def test_new_fields_through_both_writers(store_url, writer):
     assert v.calls_exact
     assert v.released_by == "clear_cache()"
     assert fn.live == 0
-    assert v.executable_bytes == 100
+    # The cache holds the code; a call's arguments, outputs and temporaries are not its.
+    assert v.executable_bytes == 10
 
 
 def test_service_refuses_an_unknown_persistent_cache_result(sqlite_url):
@@ -712,7 +713,7 @@ def test_metrics_live_counts_agree_with_the_report(store_url, use_store):
     report = report_of(store_url, "agree_step")
     (fn,) = report.functions
     with enginemod.connection(store_url) as conn:
-        found = {x.function_hash: x for x in cache_reads.live_executables(conn, 20, cache_view.EXECUTABLE_PARTS)}
+        found = {x.function_hash: x for x in cache_reads.live_executables(conn, 20, held_bytes)}
     assert fn.live == 3
     assert fn.peak_live == 7
     assert (found[fn.function_hash].live, found[fn.function_hash].memory_bytes) == (fn.live, fn.live_bytes)

@@ -5,10 +5,15 @@ beside JAX's compile log; the fix a finding gives is applied to the program and 
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
+import pytest
 import sqlalchemy as sa
-from test_verdicts import PROGRAMS, _line_of, run_program
+from test_server_api import make_client
+from test_verdicts import PROGRAMS, Ran, _line_of, run_program
 
 from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
@@ -24,8 +29,13 @@ def _findings(url: str) -> list[findings.Finding]:
         return findings.find(conn, Filters())
 
 
-def test_a_count_that_grows_through_eager_code_is_one_finding_at_the_loop(tmp_path):
-    ran = run_program(tmp_path, "growing_gp")
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory) -> Ran:
+    return run_program(tmp_path_factory.mktemp("grown"), "growing_gp")
+
+
+def test_a_count_that_grows_through_eager_code_is_one_finding_at_the_loop(grown):
+    ran = grown
     # Every compile JAX logged is recorded; warm-up ends with the loop's second step.
     assert sum(ran.compiles.values()) == sum(ran.logged.values())
     assert ran.figures.warmup_compiles < sum(ran.compiles.values()) // 4
@@ -64,8 +74,45 @@ def test_a_count_that_grows_through_eager_code_is_one_finding_at_the_loop(tmp_pa
     assert 0 < found.compile_seconds < seconds
 
 
-def test_the_findings_fix_applied_compiles_once_and_changes_nothing(tmp_path):
-    before = run_program(tmp_path, "growing_gp")
+def test_the_command_line_the_api_and_the_dashboard_say_the_same(grown):
+    (found,) = _findings(grown.url)
+    env = {**os.environ, "CACHEWATCH_STORE": grown.url}
+    listed = subprocess.run(
+        [sys.executable, "-m", "cachewatch", "findings", "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (told,) = json.loads(listed.stdout)
+    assert {**told, "active": found.active} == found.as_json()
+    storms = subprocess.run(
+        [sys.executable, "-m", "cachewatch", "storms"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    # The storms command leads with the finding, its storms after it.
+    assert storms.index("Findings (1, by root cause") < storms.index("Storms (")
+    assert found.fix.split(".")[0] in storms
+    with make_client(grown.url) as client:
+        (item,) = client.get("/api/v1/findings").json()["items"]
+        page = client.get("/storms").text
+    assert {k: v for k, v in item.items() if k not in ("text", "active")} == {
+        k: v for k, v in found.as_json().items() if k != "active"
+    }
+    assert page.index('id="findings"') < page.index('id="storms"')
+    assert f'data-compiles="{found.compiles}"' in page
+    assert 'data-fix-kind="pad_and_mask"' in page
+    summary = subprocess.run(
+        [sys.executable, "-m", "cachewatch", "report", "--run", grown.run_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "Findings (1, by root cause" in summary
+
+
+def test_the_findings_fix_applied_compiles_once_and_changes_nothing(grown, tmp_path):
+    before = grown
     after = run_program(tmp_path, "growing_gp_fixed")
     assert after.stdout == before.stdout  # the same observations, the same best value
     assert sum(after.compiles.values()) * 5 < sum(before.compiles.values())
@@ -115,7 +162,7 @@ def test_storms_of_different_sizes_stay_apart_and_rank_by_seconds():
     batch = _storm("step", 0, 10, 6)
     other = _storm("eval", 0, 10, 6)
     same = _storm("loss", 0, 10, 6)
-    compiles = {
+    compiles: dict[tuple[str, str, float], list[StormCompile]] = {
         ("r", "step", 0): _shape_compiles("step", [8, 12, 16, 20, 24, 28, 32], 0, "/u/t.py:10"),
         ("r", "eval", 0): _shape_compiles("eval", [100, 200, 300, 400, 500, 600, 700], 0, "/u/t.py:20"),
         ("r", "loss", 0): _shape_compiles("loss", [8, 12, 16, 20, 24, 28, 32], 0, "/u/t.py:11"),
@@ -135,3 +182,42 @@ def test_storms_of_different_sizes_stay_apart_and_rank_by_seconds():
     compiles[("r", "loss", 1000)] = _shape_compiles("loss", [8, 12, 16, 20, 24, 28, 32], 1000, "/u/t.py:11")
     apart = findings.gather([batch, later], compiles, {"r": 2000.0})
     assert len(apart) == 2
+
+
+def test_an_object_rebuilt_per_call_is_pointed_at_its_construction_and_the_fix_holds(tmp_path):
+    ran = run_program(tmp_path, "rebuilt_solver")
+    assert sum(ran.compiles.values()) == sum(ran.logged.values())
+    (found,) = _findings(ran.url)
+    built = _line_of("rebuilt_solver.py", "solver = GradientSolver(loss)")
+    assert found.entry == f"{os.path.join(PROGRAMS, 'rebuilt_solver.py')}:{built}"
+    assert found.fix_kind == "hoist_object"
+    assert f"`solver` is built anew at rebuilt_solver.py:{built} each time `half_step` runs" in found.fix
+    assert found.functions == ("GradientSolver._step",)
+    fixed = run_program(tmp_path, "rebuilt_solver_fixed")
+    assert fixed.stdout == ran.stdout
+    assert fixed.compiles["_step"] == fixed.logged["_step"] == 1
+    assert ran.compiles["_step"] > 10
+    assert _findings(fixed.url) == []
+
+
+def test_a_library_the_user_calls_gets_no_advice_to_jit_the_call(tmp_path):
+    ran = run_program(tmp_path, "four_models")
+    assert sum(ran.compiles.values()) == sum(ran.logged.values())
+    run_line = f"{os.path.join(PROGRAMS, 'four_models.py')}:{_line_of('four_models.py', 'mcmc.run(')}"
+    (found,) = [f for f in _findings(ran.url) if f.entry == run_line]
+    assert found.library == "numpyro"
+    assert found.fix_kind == "library_boundary"
+    assert "not one to wrap in jax.jit" in found.fix
+    assert found.varying.startswith("what numpyro is given at each call")
+    # Neither the finding nor any storm of the run tells the user to jit the call.
+    assert all("inside a jitted function" not in s.fix for s in ran.storms)
+    assert "Move that code inside a jitted function" not in ran.stderr
+
+
+def test_a_library_jit_remade_by_each_call_is_a_finding_with_the_librarys_own_api(tmp_path):
+    ran = run_program(tmp_path, "svi_refit")
+    (found,) = _findings(ran.url)
+    assert found.functions == ("body_fn",)
+    assert found.library == "numpyro"
+    assert found.fix_kind == "library_api"
+    assert "call `svi.update` in the loop instead of `svi.run`" in found.fix

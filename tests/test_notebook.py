@@ -154,7 +154,7 @@ def test_a_cell_says_how_many_executables_it_left_alive(executed):
     held = [o["data"]["text/plain"] for o in executed.cells[9].outputs if o["output_type"] == "execute_result"]
     assert held == ["3"]
     assert "it left 3 executables alive in JAX's caches (" in text
-    assert "as XLA counts them)" in text
+    assert " of code)" in text
     # After jax.clear_caches(), only what the cell compiled again is alive.
     (again,) = outputs(executed.cells[10], "text/plain")
     assert "this cell compiled 1 time" in again

@@ -9,7 +9,7 @@ into entries (variants), live counts over time and the persistent cache's audit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -391,7 +391,7 @@ class LiveExecutables:
     memory_bytes: int  # XLA's figures summed over them (parts as cache_view counts them)
 
 
-def live_executables(conn: sa.Connection, runs: int, parts: Sequence[str]) -> list[LiveExecutables]:
+def live_executables(conn: sa.Connection, runs: int, held: Callable[[Any], int]) -> list[LiveExecutables]:
     """Per function, in its newest of the ``runs`` most recently started runs that compiled:
     the compiles after its last release, and their memory. Reads only those compiles (what
     JAX still holds), never a run's whole history: /metrics asks this on every scrape."""
@@ -442,8 +442,7 @@ def live_executables(conn: sa.Connection, runs: int, parts: Sequence[str]) -> li
             continue
         found = counts[function_hash]
         found[0] += 1
-        memory = memory if isinstance(memory, dict) else {}
-        found[1] += sum(int(memory.get(part) or 0) for part in parts)
+        found[1] += held(memory)
     return [LiveExecutables(fn, newest[fn], n, size) for fn, (n, size) in counts.items()]
 
 

@@ -20,13 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core import tables
-from ..core.events import Kind, PersistentCache
+from ..core.events import Kind, PersistentCache, held_bytes
 from ..core.figures import bytes_text, seconds_text
 from . import cache_directory
 from .cache_reads import CacheRecords, CompiledRecord, StatsRecord
-
-# XLA's memory figures that make up an executable's bytes.
-EXECUTABLE_PARTS = ("generated_code", "argument", "output", "temp")
 
 
 @dataclass(frozen=True)
@@ -62,11 +59,9 @@ class Variant:
 
     @property
     def executable_bytes(self) -> int:
-        """The executable's memory by XLA's figures: its generated code and what one run
-        of it needs (arguments, outputs, temporaries). On CPU XLA reports no generated
-        code, so the run's buffers are what grows with every variant kept."""
-        memory = self.memory or {}
-        return sum(int(memory.get(part) or 0) for part in EXECUTABLE_PARTS)
+        """What JAX's cache holds for the executable: its code (events.held_bytes), not
+        the arguments, outputs and temporaries of a call."""
+        return held_bytes(self.memory)
 
     @property
     def never_hit(self) -> bool:

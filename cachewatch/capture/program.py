@@ -343,7 +343,17 @@ def _memory_figures(executable: Any, program: Program) -> None:
         "argument": int(stats.argument_size_in_bytes),
         "output": int(stats.output_size_in_bytes),
         "temp": int(stats.temp_size_in_bytes),
+        "code": int(stats.generated_code_size_in_bytes) or _serialized_size(executable),
     }
+
+
+def _serialized_size(executable: Any) -> int:
+    """The executable's serialized size, what JAX's cache holds where XLA reports no code
+    size (the CPU); 0 where the backend cannot serialize it."""
+    try:
+        return len(executable.client.serialize_executable(executable))
+    except Exception:  # a backend without serialization: no figure, never a failed event
+        return 0
 
 
 @dataclasses.dataclass(slots=True)

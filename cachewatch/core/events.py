@@ -142,6 +142,18 @@ PROGRAM_FORMATS = (*PROGRAM_TEXT_FORMATS, "pprof")
 # into the program (read from its jaxpr).
 MEMORY_PARTS = ("generated_code", "argument", "output", "temp", "constants")
 
+
+def held_bytes(memory: Any) -> int:
+    """What JAX's cache holds for one executable: its code (``code``: XLA's generated code
+    size, or where XLA reports none, as on CPU, the executable's serialized size; an
+    event recorded before ``code`` was kept counts its generated code). A call's arguments,
+    outputs and temporaries are the caller's buffers, not the cache's."""
+    if not isinstance(memory, dict):
+        return 0
+    held = memory.get("code", memory.get("generated_code"))
+    return int(held) if isinstance(held, (int, float)) and held > 0 else 0
+
+
 # The event fields that are durations in seconds.
 SECONDS_FIELDS = (
     "trace_seconds",

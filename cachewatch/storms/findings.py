@@ -45,11 +45,8 @@ from ..core.warmup import enclosing_function
 from ..store.columns import Filters
 from . import diagnosis, finding_reads
 from .finding_reads import StormCompile
+from .fixes import NOT_A_LIBRARY
 from .results import Storm
-
-# Modules whose calls are the user's own eager code, not a library boundary: calling
-# jax.numpy is code the user can move inside a jit.
-_NOT_A_LIBRARY = frozenset({"jax", "jaxlib", "numpy", "cachewatch", "builtins", ""})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +84,10 @@ class Finding:
         return cls(**fields)
 
 
+# The newest storms a listing of findings gathers: each is read once more with its compiles.
+STORMS_READ = 500
+
+
 def find(
     conn: sa.Connection,
     filters: Filters = Filters(),
@@ -94,10 +95,20 @@ def find(
     threshold: int = diagnosis.STORM_THRESHOLD,
     window: float = diagnosis.STORM_WINDOW,
     now: float | None = None,
+    storms_read: int = STORMS_READ,
 ) -> list[Finding]:
-    """The findings of the storms the filters keep, most compile seconds first."""
+    """The findings of the storms the filters keep (the newest ``storms_read`` of them),
+    most compile seconds first."""
     now = time.time() if now is None else now
-    found = diagnosis.find_storms(conn, filters, threshold=threshold, window=window, now=now, with_first_passes=False)
+    found = diagnosis.find_storms(
+        conn,
+        filters,
+        threshold=threshold,
+        window=window,
+        now=now,
+        page=(0, storms_read),
+        with_first_passes=False,
+    )
     return of_storms(conn, found.storms)
 
 
@@ -177,10 +188,17 @@ def _dims_of(described: Any) -> tuple[int, ...] | None:
 
 
 def _grows(sizes: list[int]) -> bool:
-    """Whether the largest size met so far keeps rising, step after step: a count that grows."""
-    highs = [max(sizes[: i + 1]) for i in range(len(sizes))]
-    rises = sum(1 for a, b in zip(highs, highs[1:], strict=False) if b > a)
-    return len(set(sizes)) >= 3 and rises >= len(set(sizes)) // 2
+    """Whether the sizes met are a count that grows: each new one larger than every one
+    before, by the same step (one more observation, one more token), four or more of them.
+    Batch lengths that happened to rise are no such count."""
+    firsts: list[int] = []
+    for n in sizes:
+        if not firsts or n > firsts[-1]:
+            firsts.append(n)
+        elif n not in firsts:
+            return False  # a new size below the largest: it varies, it does not grow
+    steps = {b - a for a, b in zip(firsts, firsts[1:], strict=False)}
+    return len(firsts) >= 4 and len(steps) == 1
 
 
 def _grouped(storms: list[Storm], drivers: dict[int, _Driver]) -> list[list[Storm]]:
@@ -259,7 +277,7 @@ def _home(site: str) -> tuple[str, str, int] | None:
 
 def _library(module: str) -> str | None:
     top = module.split(".", 1)[0]
-    return None if top in _NOT_A_LIBRARY else top
+    return None if top in NOT_A_LIBRARY else top
 
 
 def _commonest(sites: Iterable[str | None]) -> str | None:
@@ -318,8 +336,12 @@ def _finding(
     length = run_lengths.get(run_id)
     compiles = sum(s.compiles for s in group)
     functions = tuple(names[h] for h, _ in per_function.most_common())
-    varying = _varying(driver, group, rows, names)
-    fix, kind = _fix(driver, group, rows, entry, entry_text, library, functions, compiles, seconds)
+    varying = _varying(driver, group, names, library)
+    # A re-built object enters where it is built: the line to change.
+    made = next(filter(None, map(_construction, _outwards(entry, rows))), None) if driver.kind == "object" else None
+    if made is not None:
+        entry, entry_text = made[1], _short(made[1])
+    fix, kind = _fix(driver, group, made, entry, entry_text, library, functions, compiles, seconds)
     digest = hashlib.sha256("\0".join([run_id, driver.kind, entry or "", *sorted(s.key for s in group)]).encode())
     return Finding(
         finding_id=digest.hexdigest()[:16],
@@ -354,7 +376,9 @@ def _group_driver(group: list[Storm], drivers: dict[int, _Driver]) -> _Driver:
     return dataclasses.replace(lead, sizes=core, growing=growing)
 
 
-def _varying(driver: _Driver, group: list[Storm], rows: list[StormCompile], names: dict[str, str]) -> str:
+def _varying(driver: _Driver, group: list[Storm], names: dict[str, str], library: str | None) -> str:
+    if library is not None and driver.kind != "object" and not (driver.kind == "size" and driver.growing):
+        return f"what {library} is given at each call ({len(names)} functions compile inside it)"
     if driver.kind == "size":
         sizes = sorted(driver.sizes)
         how = "a count that grows" if driver.growing else "a size that varies"
@@ -372,7 +396,7 @@ def _varying(driver: _Driver, group: list[Storm], rows: list[StormCompile], name
 def _fix(
     driver: _Driver,
     group: list[Storm],
-    rows: list[StormCompile],
+    made: tuple[str, str, str] | None,
     entry: str | None,
     entry_text: str,
     library: str | None,
@@ -387,7 +411,6 @@ def _fix(
         f" and {len(functions) - 4} more" if len(functions) > 4 else ""
     )
     if driver.kind == "object":
-        made = _construction(entry)
         if made is not None:
             name, where, around = made
             return (
@@ -398,67 +421,87 @@ def _fix(
             )
         return lead.fix, "library_api" if library else "hoist_jit"
     if library is not None:
-        return _library_boundary(driver, rows, entry_text, library, named, price), "library_boundary"
+        return _library_boundary(driver, group, entry_text, library, named, price), "library_boundary"
     if driver.kind == "size":
-        host_list = _host_list(entry, functions)
-        if host_list:
-            return (
-                f"{host_list} at {entry_text} turns a Python list that grows each step into a new array: a new "
-                f"shape every time, and JAX compiles the conversion again ({price}). Jitting that line cannot "
-                "help while the list grows. Keep the list on the host (a NumPy array, `np.asarray(...)`) until "
-                "it is needed whole, or keep the values in a fixed-size device buffer written with "
-                "`buf.at[i].set(x)` beside a count.",
-                "host_buffer",
-            )
-        sizes = sorted(driver.sizes)
-        buckets = sorted({_next_pow2(n) for n in sizes})
-        if driver.growing:
-            return (
-                f"A count that grows from {sizes[0]} to {sizes[-1]} enters at {entry_text}, and {named} compile "
-                f"again at each new size ({price}). Keep the data in a buffer of fixed capacity ({sizes[-1]}, or "
-                f"powers of two: {len(buckets)} sizes), write each new item with `.at[n].set(...)`, mask the "
-                "unused entries wherever they would count (a sum, a kernel's rows and columns past n), and jit "
-                f"the step once over the buffer: {len(buckets)} size(s) to compile for instead of {len(sizes)}. Where a result "
-                "is read at the last position (`x[-1]`), read it at the last real one (`x[n - 1]`): padding "
-                "moves the end.",
-                "pad_and_mask",
-            )
-        if not lead.key.startswith("site:"):
-            return lead.fix, "pad"
-        return (
-            f"A size that varies ({len(sizes)} sizes between {sizes[0]} and {sizes[-1]}) enters at {entry_text}, "
-            f"and {named} compile again at each one ({price}). Pad what varies to powers of two "
-            f"({', '.join(str(b) for b in buckets[:6])}) with a mask over the padding, and jit the code at "
-            f"{entry_text} once: {len(buckets)} size(s) to compile for instead of {len(sizes)}.",
-            "pad",
-        )
+        return _size_fix(driver, lead, entry, entry_text, functions, named, price)
     if driver.kind == "static":
         return lead.fix, "static_value"
     return lead.fix, "storm"
 
 
+def _size_fix(
+    driver: _Driver,
+    lead: Storm,
+    entry: str | None,
+    entry_text: str,
+    functions: tuple[str, ...],
+    named: str,
+    price: str,
+) -> tuple[str, str]:
+    """The fix for sizes that vary: a growing host list, a growing count, varying sizes."""
+    host_list = _host_list(entry, functions)
+    if host_list:
+        return (
+            f"{host_list} at {entry_text} turns a Python list that grows each step into a new array: a new "
+            f"shape every time, and JAX compiles the conversion again ({price}). Jitting that line cannot "
+            "help while the list grows. Keep the list on the host (a NumPy array, `np.asarray(...)`) until "
+            "it is needed whole, or keep the values in a fixed-size device buffer written with "
+            "`buf.at[i].set(x)` beside a count.",
+            "host_buffer",
+        )
+    sizes = sorted(driver.sizes)
+    buckets = sorted({_next_pow2(n) for n in sizes})
+    if driver.growing:
+        return (
+            f"A count that grows from {sizes[0]} to {sizes[-1]} enters at {entry_text}, and {named} compile "
+            f"again at each new size ({price}). Keep the data in a buffer of fixed capacity ({sizes[-1]}, or "
+            f"powers of two: {len(buckets)} sizes), write each new item with `.at[n].set(...)`, mask the "
+            "unused entries wherever they would count (a sum, a kernel's rows and columns past n), and jit "
+            f"the step once over the buffer: {len(buckets)} size(s) to compile for instead of {len(sizes)}. Where a result "
+            "is read at the last position (`x[-1]`), read it at the last real one (`x[n - 1]`): padding "
+            "moves the end.",
+            "pad_and_mask",
+        )
+    if not lead.key.startswith("site:"):
+        return lead.fix, "pad"
+    return (
+        f"A size that varies ({len(sizes)} sizes between {sizes[0]} and {sizes[-1]}) enters at {entry_text}, "
+        f"and {named} compile again at each one ({price}). Pad what varies to powers of two "
+        f"({', '.join(str(b) for b in buckets[:6])}) with a mask over the padding, and jit the code at "
+        f"{entry_text} once: {len(buckets)} size(s) to compile for instead of {len(sizes)}.",
+        "pad",
+    )
+
+
 def _library_boundary(
-    driver: _Driver, rows: list[StormCompile], entry_text: str, library: str, named: str, price: str
+    driver: _Driver, group: list[Storm], entry_text: str, library: str, named: str, price: str
 ) -> str:
     """At a call into a library: what compiles inside it, what that costs, what the user's
     own code can change, and never "jit it" (the call cannot be jitted as it is made)."""
     inside = f"The line at {entry_text} calls into {library}, and {named} compile again inside it ({price})."
-    if driver.kind == "size":
+    if driver.kind == "size" and driver.growing:
         sizes = sorted(driver.sizes)
-        grows = "grows" if driver.growing else "varies"
         return (
-            f"{inside} What varies is the size of what your code passes it: it {grows} over {len(sizes)} sizes "
-            f"between {sizes[0]} and {sizes[-1]}. That call is not one to wrap in jax.jit as it is made; what your "
-            f"code can change is the data it hands {library}: a fixed size (pad to {sizes[-1]}, or to powers of "
-            f"two) with the padding masked out the way {library} supports it (in NumPyro, "
+            f"{inside} What changes is the size of what your code passes it: it grows over {len(sizes)} sizes "
+            f"between {sizes[0]} and {sizes[-1]}. That call is not one to wrap in jax.jit as it is made; what "
+            f"your code can change is the data it hands {library}: a fixed size (pad to {sizes[-1]}, or to "
+            f"powers of two) with the padding masked out the way {library} supports it (in NumPyro, "
             "`numpyro.handlers.mask` or an observation mask), or fewer distinct sizes (refit every few steps). "
             "Otherwise nothing in your code removes these compiles."
         )
+    identical = sum(s.identical_programs for s in group)
+    wasted = sum(s.identical_seconds for s in group)
+    again = (
+        f" {identical} of them compiled a program compiled before in the run ({seconds_text(wasted)})."
+        if identical
+        else ""
+    )
     return (
-        f"{inside} They are {library}'s own set-up for each new program it is given; that call is not one to "
-        f"wrap in jax.jit as it is made. What your code can change: give {library} the same program again "
-        "(reuse one object per model rather than building a new one per call) where its API allows; "
-        "otherwise nothing in your code removes these compiles."
+        f"{inside}{again} They are {library}'s own work for what each call is given (a new model, new "
+        "shapes, a new object): the call is not one to wrap in jax.jit as it is made. What your code can "
+        "change: where it repeats work, give the library the same again (keep one object per model and call "
+        "it again rather than building a new one; keep the data one size). Where each call is given a "
+        "different model, these compiles are that model's price, and nothing in your code removes them."
     )
 
 
@@ -471,6 +514,15 @@ def _host_list(entry: str | None, functions: tuple[str, ...]) -> str | None:
     text = linecache.getline(file, int(line)) if line.isdigit() else ""
     found = re.search(r"\b(\w+\.(?:array|asarray|stack))\(", text)
     return f"`{found.group(1)}(...)`" if found else None
+
+
+def _outwards(entry: str | None, rows: list[StormCompile]) -> list[str]:
+    """The entry and the user's lines out from it (a method of the user's that calls the
+    jit, then the line that called the method), up to three."""
+    stack = [f["site"] for f in (rows[0].user_stack if rows else [])]
+    if entry in stack:
+        return stack[stack.index(entry) : stack.index(entry) + 3]
+    return [entry] if entry else []
 
 
 def _construction(entry: str | None) -> tuple[str, str, str] | None:
@@ -492,7 +544,11 @@ def _construction(entry: str | None) -> tuple[str, str, str] | None:
         text = linecache.getline(file, number)
         if re.match(rf"\s*{re.escape(name)}\s*=\s*[\w.]+\(", text):
             built = number
-    if built is None:
+    # Built once before a loop that only calls it: not rebuilt per call (the library
+    # makes its jit afresh inside the call).
+    if built is None or any(
+        start <= int(line) <= stop and not start <= built <= stop for start, stop in _loops_in(file)
+    ):
         return None
     return name, f"{file}:{built}", around[1]
 

@@ -49,6 +49,15 @@ def site_fix(call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Reco
         f" and {len(per_function) - 4} more" if len(per_function) > 4 else ""
     )
     what = _what_varied(infos, rows)
+    library = library_called(rows)
+    if library is not None:
+        return (
+            f"The line at {call_site} calls into {library}, and {listed} compiled {len(rows)} more times inside "
+            f"it{what}. That call is not one to wrap in jax.jit as it is made. What your code can change is what "
+            f"it hands {library}: the same shapes each time (pad to a fixed size, with the padding masked the way "
+            f"{library} supports it) and the same objects (one per model, reused, rather than one built per call); "
+            "otherwise nothing in your code removes these compiles."
+        )
     callback = _host_callback(call_site)
     if callback is not None:
         return (
@@ -144,6 +153,19 @@ def _host_callback(call_site: str) -> str | None:
     if re.search(rf"callback\(\s*(?:functools\.)?(?:partial\(\s*)?{re.escape(name)}\b", text):
         return name
     return None
+
+
+# Modules whose calls are the user's own eager code, not a call into a library: code that
+# calls jax.numpy can move inside a jit.
+NOT_A_LIBRARY = frozenset({"jax", "jaxlib", "numpy", "cachewatch", "builtins", ""})
+
+
+def library_called(rows: Sequence[Recompile]) -> str | None:
+    """The library (its top module) that most of the recompiles' call site called into,
+    where that is not JAX itself; None otherwise or when not recorded."""
+    called = collections.Counter(r.into.split(".", 1)[0] for r in rows)
+    top, count = called.most_common(1)[0] if called else ("", 0)
+    return top if top not in NOT_A_LIBRARY and count * 2 > len(rows) else None
 
 
 def is_library_function(module: str, file: str) -> bool:

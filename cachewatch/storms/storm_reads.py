@@ -31,6 +31,7 @@ class Recompile:
     while_repeating: bool = False  # the program had come back to an earlier signature first
     call_number: int | None = None  # which call of the function compiled (None: not counted)
     event_id: str = ""  # set where the diff is read later (see with_diffs)
+    into: str = ""  # the library module the call site called into (read with the diff)
 
 
 _RECOMPILE_COLUMNS = (
@@ -79,30 +80,39 @@ DIFFS_BY_RANGE = 1_000
 
 
 def with_diffs(conn: sa.Connection, rows: list[Recompile]) -> list[Recompile]:
-    """The recompiles with their diffs, read for just these events (by event id, or for
-    many of one run, by the span they cover)."""
+    """The recompiles with their diffs (and the library their call site called into),
+    read for just these events (by event id, or for many of one run, by the span they cover)."""
     e = models.compile_events
     wanted = [r for r in rows if r.event_id and r.diff is None]  # the rest carry theirs
     per_run: dict[str, list[Recompile]] = collections.defaultdict(list)
     for r in wanted:
         per_run[r.run_id].append(r)
-    diffs: dict[str, Any] = {}
+    diffs: dict[str, tuple[Any, str]] = {}
     by_id: list[str] = []
     for run_id, found in per_run.items():
         if len(found) < DIFFS_BY_RANGE:
             by_id.extend(r.event_id for r in found)
             continue
         ids = {r.event_id for r in found}
-        q = sa.select(e.c.event_id, e.c.diff).where(
+        q = sa.select(e.c.event_id, e.c.diff, e.c.user_stack).where(
             e.c.run_id == run_id,
             e.c.timestamp.between(min(r.timestamp for r in found), max(r.timestamp for r in found)),
             e.c.function_hash.in_({r.function_hash for r in found}),
         )
-        diffs.update((event_id, diff) for event_id, diff in conn.execute(q) if event_id in ids)
+        diffs.update((event_id, (diff, _into(stack))) for event_id, diff, stack in conn.execute(q) if event_id in ids)
     for chunk in in_chunks(list(set(by_id))):
-        q = sa.select(e.c.event_id, e.c.diff).where(e.c.event_id.in_(chunk))
-        diffs.update((event_id, diff) for event_id, diff in conn.execute(q))
-    return [replace(r, diff=diffs.get(r.event_id, r.diff)) if r.event_id else r for r in rows]
+        q = sa.select(e.c.event_id, e.c.diff, e.c.user_stack).where(e.c.event_id.in_(chunk))
+        diffs.update((event_id, (diff, _into(stack))) for event_id, diff, stack in conn.execute(q))
+    return [
+        replace(r, diff=read[0], into=read[1]) if r.event_id and (read := diffs.get(r.event_id)) else r for r in rows
+    ]
+
+
+def _into(stack: Any) -> str:
+    """The library module the call site called into, from an event's user frames."""
+    if isinstance(stack, list) and stack and isinstance(stack[0], dict):
+        return str(stack[0].get("into") or "")
+    return ""
 
 
 def recompiles_by_id(conn: sa.Connection, event_ids: list[str], diffs: bool = False) -> list[Recompile]:

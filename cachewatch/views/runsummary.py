@@ -254,7 +254,7 @@ def _figure_lines(head: str, found: RunFigures, flushed: bool) -> list[str]:
     if found.live_executables:
         lines.append(
             f"  {found.live_executables} executables left alive in JAX's caches "
-            f"({figures.bytes_text(found.live_executable_bytes)} as XLA counts them)"
+            f"({figures.bytes_text(found.live_executable_bytes)} of code)"
             + (
                 f"; {found.never_called_again} were never called after the call that compiled them"
                 if found.never_called_again

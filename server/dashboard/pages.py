@@ -35,7 +35,7 @@ from cachewatch.store import listings, queries
 from cachewatch.store.charts import TimelinePoint
 from cachewatch.store.columns import EventRow, Filters, FunctionReport
 from cachewatch.store.runs import RunNotFound
-from cachewatch.storms import diagnosis
+from cachewatch.storms import diagnosis, findings
 from cachewatch.views import compose
 from cachewatch.whatif import policies, prices, whatif_reads
 
@@ -555,6 +555,10 @@ def storms_page(request: Request, conn: Connection) -> HTMLResponse:
     if pager["number"] != number:  # past the last page: show the last
         found = listing(page=(pager["offset"], per_page), with_first_passes=pager["number"] == 1)
     passes = found.first_passes
+    # The findings lead the first page: every storm of the view by root cause.
+    leading = findings.find(conn, view.filters, **_storm_rule(request)) if found.total and pager["number"] == 1 else []
+    if function is not None:
+        leading = [f for f in leading if function[0] in f.function_hashes]
     empty = _empty_state(request, conn, view) if not found.total and not passes else None
     run_names = {r["run_id"]: r["run_name"] for r in view.runs}
     return page(
@@ -569,6 +573,7 @@ def storms_page(request: Request, conn: Connection) -> HTMLResponse:
         active_count=found.active,
         run_names=run_names,
         first_passes=[(p, diagnosis.describe_first_pass(p)) for p in passes],
+        findings=[(f, findings.describe(f)) for f in leading],
         **_storm_rule(request),
     )
 

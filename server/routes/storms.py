@@ -1,4 +1,5 @@
-"""``/api/v1/storms``: recompilation storms with their dominant cause and fix, newest first."""
+"""``/api/v1/storms``: recompilation storms with their dominant cause and fix, newest first;
+``/api/v1/findings``: the storms by root cause, most compile seconds first."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from cachewatch.storms import diagnosis
+from cachewatch.storms import diagnosis, findings
 from cachewatch.storms.results import FirstPass
 
 from ..deps import Connection, Page, QueryFilters, ReadAuth, Settings, decode_offset, encode_cursor
-from ..schemas import FirstPassOut, StormOut, StormPage
+from ..schemas import FindingList, FindingOut, FirstPassOut, StormOut, StormPage
 
 router = APIRouter(prefix="/api/v1", tags=["storms"])
 
@@ -60,4 +61,24 @@ def list_storms(
         first_passes=[
             FirstPassOut.model_validate({**p.as_json(), "text": diagnosis.describe_first_pass(p)}) for p in passes
         ],
+    )
+
+
+@router.get("/findings", response_model=FindingList, summary="Recompiles by root cause, most compile seconds first")
+def list_findings(
+    _: ReadAuth,
+    conn: Connection,
+    settings: Settings,
+    filters: QueryFilters,
+    limit: Annotated[int, Query(ge=1, le=500, description="Findings listed, most compile seconds first.")] = 50,
+) -> FindingList:
+    """Each finding gathers the storms of one run that one varying value drives (the same
+    sizes, one re-created object, the same static values), at the user's line where it
+    enters, with its whole price and one fix; the newest 500 storms are gathered."""
+    rule = diagnosis.rule_of(settings)
+    found = findings.find(conn, filters, **rule)[:limit]
+    return FindingList(
+        threshold=rule["threshold"],
+        window=rule["window"],
+        items=[FindingOut.model_validate({**f.as_json(), "text": findings.describe(f)}) for f in found],
     )

@@ -35,6 +35,8 @@ from .responses import (
     EventOut,
     EventPage,
     FigureChangeOut,
+    FindingList,
+    FindingOut,
     FirstPassOut,
     FunctionDetail,
     FunctionOut,
@@ -63,6 +65,8 @@ from .responses import (
 )
 
 __all__ = [
+    "FindingList",
+    "FindingOut",
     "CountChangeOut",
     "FigureChangeOut",
     "ProgramDiffOut",

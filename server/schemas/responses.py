@@ -86,6 +86,37 @@ class StormOut(_BurstOut):
     )
 
 
+class FindingOut(BaseModel):
+    """One root cause of recompiles across the functions it drives (cachewatch.storms.findings)."""
+
+    finding_id: str
+    run_id: str
+    cause: str = Field(description="The cause most of its compiles name.")
+    varying: str = Field(description="What changes: an argument axis, a static value, a re-created object.")
+    entry: str | None = Field(description="The user's line where it enters (file:line).")
+    entry_text: str = Field(description="The entry as told: a line, or the loop around the lines that reach it.")
+    functions: list[str] = Field(description="The functions it drives, most compiles first.")
+    function_hashes: list[str]
+    compiles: int
+    compile_seconds: float
+    share_of_run: float | None = Field(description="Its compile seconds over the run's length so far.")
+    fix: str
+    fix_kind: str = Field(
+        description="pad_and_mask, pad, host_buffer, hoist_object, hoist_jit, library_api, library_boundary, "
+        "static_value or storm."
+    )
+    library: str | None = Field(description="The library the entry line calls into, where it calls one.")
+    storms: list[str] = Field(description="The keys of the storms it gathers (/api/v1/storms has them).")
+    active: bool
+    text: str = Field(description="The finding in one sentence, as the command line prints it.")
+
+
+class FindingList(BaseModel):
+    threshold: int
+    window: float
+    items: list[FindingOut] = Field(description="Most compile seconds first.")
+
+
 class FirstPassOut(_BurstOut):
     signatures: int = Field(description="New signatures compiled once each in the pass.")
     seconds: float = Field(description="What the pass cost: its compiles' trace, lowering and compile seconds.")
