@@ -221,3 +221,22 @@ def test_a_library_jit_remade_by_each_call_is_a_finding_with_the_librarys_own_ap
     assert found.library == "numpyro"
     assert found.fix_kind == "library_api"
     assert "call `svi.update` in the loop instead of `svi.run`" in found.fix
+
+
+def test_a_growing_context_is_told_to_mask_and_read_the_last_real_position(tmp_path):
+    ran = run_program(tmp_path, "char_generate")
+    assert sum(ran.compiles.values()) == sum(ran.logged.values())
+    # The jit's storm and the list conversion's are one cause: the context's length.
+    (found,) = _findings(ran.url)
+    assert set(found.functions) == {"next_logits", "convert_element_type (op-by-op)"}
+    assert found.fix_kind == "pad_and_mask"
+    listed = _line_of("char_generate.py", "context = jnp.array(tokens)")
+    assert f"At char_generate.py:{listed}, `jnp.array(tokens)` makes a new array" in found.fix
+    last = _line_of("char_generate.py", "return logits[-1]")
+    assert f"`next_logits` reads the last position (`[-1]` at char_generate.py:{last})" in found.fix
+    assert "read position n - 1 instead" in found.fix
+    # Applied (a fixed buffer, the count passed, position n - 1 read): the same text, one compile.
+    fixed = run_program(tmp_path, "char_generate_fixed")
+    assert fixed.stdout == ran.stdout
+    assert fixed.compiles["next_logits"] == fixed.logged["next_logits"] == 1
+    assert _findings(fixed.url) == []

@@ -39,9 +39,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..core.events import Cause, parse_described
+from ..core.events import Cause, FunctionInfo, parse_described
 from ..core.figures import seconds_text
 from ..core.warmup import enclosing_function
+from ..store import queries
 from ..store.columns import Filters
 from . import diagnosis, finding_reads
 from .finding_reads import StormCompile
@@ -119,20 +120,25 @@ def of_storms(conn: sa.Connection, storms: Sequence[Storm]) -> list[Finding]:
         return []
     compiles = finding_reads.storm_compiles(conn, storms)
     lengths = finding_reads.run_lengths(conn, {s.run_id for s in storms})
-    return gather(storms, compiles, lengths)
+    infos = queries.function_infos(conn, {s.key for s in storms if not s.key.startswith("site:")})
+    return gather(storms, compiles, lengths, infos)
 
 
 def gather(
     storms: Sequence[Storm],
     compiles: dict[tuple[str, str, float], list[StormCompile]],
     run_lengths: dict[str, float],
+    infos: dict[str, FunctionInfo] | None = None,
 ) -> list[Finding]:
     """The storms gathered by root cause (``compiles``: each storm's recompiles, by run,
-    key and start), most compile seconds first."""
+    key and start; ``infos``: where the jits of the user's among them are defined), most
+    compile seconds first."""
     rows = {id(s): compiles.get((s.run_id, s.key, s.start), []) for s in storms}
     drivers = {id(s): _driver(s, rows[id(s)]) for s in storms}
     groups = _grouped(list(storms), drivers)
-    out = [_finding(group, [r for s in group for r in rows[id(s)]], drivers, run_lengths) for group in groups]
+    out = [
+        _finding(group, [r for s in group for r in rows[id(s)]], drivers, run_lengths, infos or {}) for group in groups
+    ]
     out.sort(key=lambda f: (-f.compile_seconds, -f.compiles, f.finding_id))
     return out
 
@@ -316,7 +322,11 @@ def _loops_in(file: str) -> tuple[tuple[int, int], ...]:
 
 
 def _finding(
-    group: list[Storm], rows: list[StormCompile], drivers: dict[int, _Driver], run_lengths: dict[str, float]
+    group: list[Storm],
+    rows: list[StormCompile],
+    drivers: dict[int, _Driver],
+    run_lengths: dict[str, float],
+    infos: dict[str, FunctionInfo],
 ) -> Finding:
     lead = max(group, key=lambda s: (sum(1 for _ in s.functions), s.compiles))
     seconds = sum(r.seconds for r in rows)
@@ -341,7 +351,7 @@ def _finding(
     made = next(filter(None, map(_construction, _outwards(entry, rows))), None) if driver.kind == "object" else None
     if made is not None:
         entry, entry_text = made[1], _short(made[1])
-    fix, kind = _fix(driver, group, made, entry, entry_text, library, functions, compiles, seconds)
+    fix, kind = _fix(driver, group, made, entry_text, library, functions, compiles, seconds, infos)
     digest = hashlib.sha256("\0".join([run_id, driver.kind, entry or "", *sorted(s.key for s in group)]).encode())
     return Finding(
         finding_id=digest.hexdigest()[:16],
@@ -397,12 +407,12 @@ def _fix(
     driver: _Driver,
     group: list[Storm],
     made: tuple[str, str, str] | None,
-    entry: str | None,
     entry_text: str,
     library: str | None,
     functions: tuple[str, ...],
     compiles: int,
     seconds: float,
+    infos: dict[str, FunctionInfo],
 ) -> tuple[str, str]:
     """One fix that applies at the entry, and its kind."""
     lead = max(group, key=lambda s: s.compiles)
@@ -423,45 +433,60 @@ def _fix(
     if library is not None:
         return _library_boundary(driver, group, entry_text, library, named, price), "library_boundary"
     if driver.kind == "size":
-        return _size_fix(driver, lead, entry, entry_text, functions, named, price)
+        return _size_fix(driver, group, entry_text, named, price, infos)
     if driver.kind == "static":
         return lead.fix, "static_value"
     return lead.fix, "storm"
 
 
 def _size_fix(
-    driver: _Driver,
-    lead: Storm,
-    entry: str | None,
-    entry_text: str,
-    functions: tuple[str, ...],
-    named: str,
-    price: str,
+    driver: _Driver, group: list[Storm], entry_text: str, named: str, price: str, infos: dict[str, FunctionInfo]
 ) -> tuple[str, str]:
     """The fix for sizes that vary: a growing host list, a growing count, varying sizes."""
-    host_list = _host_list(entry, functions)
-    if host_list:
+    lead = max(group, key=lambda s: s.compiles)
+    conversions = [found for s in group if (found := _list_conversion(s.call_site))]
+    if conversions and len(conversions) == len(group):
+        site, text = conversions[0]
         return (
-            f"{host_list} at {entry_text} turns a Python list that grows each step into a new array: a new "
-            f"shape every time, and JAX compiles the conversion again ({price}). Jitting that line cannot "
-            "help while the list grows. Keep the list on the host (a NumPy array, `np.asarray(...)`) until "
-            "it is needed whole, or keep the values in a fixed-size device buffer written with "
-            "`buf.at[i].set(x)` beside a count.",
+            f"`{text}` at {site} turns a Python list that grows each step into a new array: a new shape every "
+            f"time, and JAX compiles the conversion again ({price}). Jitting that line cannot help while the "
+            "list grows. Keep the list on the host (a NumPy array, `np.asarray(...)`) until it is needed "
+            "whole, or keep the values in a fixed-size device buffer written with `buf.at[i].set(x)` beside "
+            "a count.",
             "host_buffer",
         )
     sizes = sorted(driver.sizes)
     buckets = sorted({_next_pow2(n) for n in sizes})
     if driver.growing:
-        return (
+        text = (
             f"A count that grows from {sizes[0]} to {sizes[-1]} enters at {entry_text}, and {named} compile "
-            f"again at each new size ({price}). Keep the data in a buffer of fixed capacity ({sizes[-1]}, or "
-            f"powers of two: {len(buckets)} sizes), write each new item with `.at[n].set(...)`, mask the "
-            "unused entries wherever they would count (a sum, a kernel's rows and columns past n), and jit "
-            f"the step once over the buffer: {len(buckets)} size(s) to compile for instead of {len(sizes)}. Where a result "
-            "is read at the last position (`x[-1]`), read it at the last real one (`x[n - 1]`): padding "
-            "moves the end.",
-            "pad_and_mask",
+            f"again at each new size ({price})."
         )
+        for site, conversion in conversions[:2]:
+            text += (
+                f" At {site}, `{conversion}` makes a new array of the growing Python list each step: keep the "
+                "items in the fixed buffer below instead (`buf = buf.at[n].set(item)`), or in a NumPy array on "
+                "the host until needed whole; jitting that line cannot help while the list grows."
+            )
+        text += (
+            f" Keep the data in a buffer of fixed capacity ({sizes[-1]}, or powers of two: {len(buckets)} sizes), "
+            "write each new item with `.at[n].set(...)`, pass the count n, mask the unused entries wherever they "
+            f"would count (a sum, a mean, attention, a kernel's rows and columns past n), and jit the step once "
+            f"over the buffer: {len(buckets)} size(s) to compile for instead of {len(sizes)}."
+        )
+        last = [found for s in group if (found := _reads_last(infos.get(s.key)))]
+        if last:
+            name, site = last[0]
+            text += (
+                f" `{name}` reads the last position (`[-1]` at {site}): in a padded buffer that is padding, so "
+                "read position n - 1 instead, or the result changes."
+            )
+        else:
+            text += (
+                " Where a result is read at the last position (`x[-1]`), read it at the last real one "
+                "(`x[n - 1]`): padding moves the end."
+            )
+        return text, "pad_and_mask"
     if not lead.key.startswith("site:"):
         return lead.fix, "pad"
     return (
@@ -505,15 +530,41 @@ def _library_boundary(
     )
 
 
-def _host_list(entry: str | None, functions: tuple[str, ...]) -> str | None:
-    """``jnp.array(...)`` when the entry line turns a Python list into an array (JAX
-    concatenates its items, one compile per length); None otherwise."""
-    if entry is None or not any(f.startswith("concatenate") for f in functions):
+def _list_conversion(call_site: str | None) -> tuple[str, str] | None:
+    """(the short site, ``jnp.array(tokens)``) when a line turns a Python list into an array
+    (JAX stacks its items: one compile per length); None otherwise or without its source."""
+    if call_site is None:
         return None
-    file, _, line = entry.rpartition(":")
+    file, _, line = call_site.rpartition(":")
     text = linecache.getline(file, int(line)) if line.isdigit() else ""
-    found = re.search(r"\b(\w+\.(?:array|asarray|stack))\(", text)
-    return f"`{found.group(1)}(...)`" if found else None
+    found = re.search(r"\b((?:jnp|np|numpy|jax\.numpy)\.(?:array|asarray|stack)\(\s*\w+\s*\))", text)
+    return (_short(call_site), found.group(1)) if found else None
+
+
+def _reads_last(info: FunctionInfo | None) -> tuple[str, str] | None:
+    """(its name, the line) when a jit of the user's reads a result at position -1."""
+    if info is None or not info.file or not info.line:
+        return None
+    for start, stop in _definitions_in(info.file):
+        if start == info.line:
+            for number in range(start, stop + 1):
+                if re.search(r"\[\s*(?:\.\.\.\s*,\s*|:\s*,\s*)?-1\s*\]", linecache.getline(info.file, number)):
+                    return info.name, f"{_short(info.file)}:{number}"
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _definitions_in(file: str) -> tuple[tuple[int, int], ...]:
+    """Every function's first line (its first decorator's, as its code object counts it) and last."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return ()
+    return tuple(
+        (min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    )
 
 
 def _outwards(entry: str | None, rows: list[StormCompile]) -> list[str]:
