@@ -443,7 +443,6 @@ def _size_fix(
     driver: _Driver, group: list[Storm], entry_text: str, named: str, price: str, infos: dict[str, FunctionInfo]
 ) -> tuple[str, str]:
     """The fix for sizes that vary: a growing host list, a growing count, varying sizes."""
-    lead = max(group, key=lambda s: s.compiles)
     conversions = [found for s in group if (found := _list_conversion(s.call_site))]
     if conversions and len(conversions) == len(group):
         site, text = conversions[0]
@@ -487,8 +486,20 @@ def _size_fix(
                 "(`x[n - 1]`): padding moves the end."
             )
         return text, "pad_and_mask"
-    if not lead.key.startswith("site:"):
-        return lead.fix, "pad"
+    jits = [s for s in group if not s.key.startswith("site:")]
+    if jits:
+        # A jit of the user's is padded by its own priced bucketing; what else the same
+        # sizes recompile goes with it.
+        own = max(jits, key=lambda s: s.compiles)
+        others = [s for s in group if s is not own]
+        also = ", ".join(s.short_name for s in others[:3])
+        more = (
+            f" The same sizes also recompile {also}: pad where the data is made, before any of them sees it, "
+            "and they compile once per bucket too."
+            if others
+            else ""
+        )
+        return own.fix + more, "pad"
     return (
         f"A size that varies ({len(sizes)} sizes between {sizes[0]} and {sizes[-1]}) enters at {entry_text}, "
         f"and {named} compile again at each one ({price}). Pad what varies to powers of two "
