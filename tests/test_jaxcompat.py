@@ -40,6 +40,7 @@ BREAK = {
     "trace_context": 'jaxcompat.ATTRIBUTES["trace_context"] = ("jax._src.config", "trace_context", "names_renamed")',
     "clear_caches_hook": 'jaxcompat.ATTRIBUTES["clear_caches_hook"] = ("jax._src.util", "register_cache_renamed")',
     "program_hooks": 'jaxcompat.ATTRIBUTES["program_hooks"] = ("jax._src.compiler", "compile_renamed")',
+    "fastpath_decision": 'jaxcompat.ATTRIBUTES["fastpath_decision"] = ("jax._src.pjit", "_get_fastpath_data_renamed")',
     "hlo_print_options": 'jaxcompat.ATTRIBUTES["hlo_print_options"] = ("jax._src.lib", "hlo", "PrintOptionsRenamed")',
     "traceback_lines": 'jaxcompat.ATTRIBUTES["traceback_lines"] = ("jax._src.lib", "xla_client", "Traceback", "renamed")',
     "mlir_strip_debuginfo": 'jaxcompat.ATTRIBUTES["mlir_strip_debuginfo"] = ("jax._src.lib.mlir", "passmanager", "Renamed")',

@@ -66,6 +66,8 @@ class Measured(NamedTuple):
     call_number: int | None = None
     compiled_run_seconds: float | None = None
     eager_run_seconds: float | None = None
+    call_path: str | None = None
+    slow_reason: str | None = None
 
 
 NOT_MEASURED = Measured()

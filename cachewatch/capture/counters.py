@@ -85,6 +85,8 @@ class CallCounter(_Counter):
         "last_signature",
         "seconds_of",
         "window_naming",
+        "slow",
+        "flushed_slow",
     )
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
@@ -113,6 +115,21 @@ class CallCounter(_Counter):
         self.last_signature = ""  # of the last call given its signature (timed or counted)
         self.seconds_of: dict[str, float] = {}  # the last timed run time per signature
         self.window_naming = 0.0  # seconds spent naming calls past the timing cap in this second
+        # Calls JAX served through its Python path, by why (dispatch_path.py), and as flushed.
+        self.slow: dict[str, int] = {}
+        self.flushed_slow: dict[str, int] = {}
+
+    def note_slow(self, reason: str, calls: int = 1) -> None:
+        """Count ``calls`` served through JAX's Python path for ``reason`` (-1: a call
+        counted here was the compiling one)."""
+        self.slow[reason] = self.slow.get(reason, 0) + calls
+
+    def take_slow(self) -> dict[str, int]:
+        """The slow-path calls since the last take, by reason (none left out as zero)."""
+        now = dict(self.slow)
+        new = {reason: n - self.flushed_slow.get(reason, 0) for reason, n in now.items()}
+        self.flushed_slow = now
+        return {reason: n for reason, n in new.items() if n}
 
     def configure(self, sample_every: int, max_per_second: float) -> None:
         self.sample_every = sample_every if sample_every > 0 else NEVER_SAMPLE
@@ -221,6 +238,12 @@ def all_call_stats() -> list[CallCounter]:
         return list(_stats.values())
 
 
+def known_counter(function_hash: str) -> CallCounter | None:
+    """The function's counter, where one was made."""
+    with _stats_lock:
+        return _stats.get(function_hash)
+
+
 def counter_for(info: FunctionInfo, sample_every: int, max_per_second: float) -> CallCounter:
     """The function's counter, made on first use with these sampling settings."""
     with _stats_lock:
@@ -248,17 +271,20 @@ def collect_call_stats(run_id: str) -> list[CallStats]:
         calls = stats.calls
         stats.count_tail(calls)
         samples = stats.take_samples()
-        if calls == stats.flushed_calls and not samples:
+        slow = stats.take_slow()
+        if calls == stats.flushed_calls and not samples and not slow:
             continue
         new_calls = calls - stats.flushed_calls
         stats.flushed_calls = calls
         sample_every = stats.sample_every if stats.sampling else 0
         if not samples:
-            rows.append(_row(run_id, stats, now, new_calls, sample_every))
+            rows.append(_row(run_id, stats, now, new_calls, sample_every, slow=slow))
             continue
         for signature_hash, (buckets, seconds) in samples.items():
-            rows.append(_row(run_id, stats, now, new_calls, sample_every, signature_hash, buckets, seconds[0]))
-            new_calls = 0  # the function's calls go on its first row
+            rows.append(
+                _row(run_id, stats, now, new_calls, sample_every, signature_hash, buckets, seconds[0], slow=slow)
+            )
+            new_calls, slow = 0, {}  # the function's calls go on its first row
     return rows
 
 
@@ -271,6 +297,8 @@ def _row(
     signature_hash: str = "",
     buckets: runtimes.Buckets | None = None,
     seconds: float = 0.0,
+    *,
+    slow: dict[str, int],
 ) -> CallStats:
     """One row of a function's calls, with one signature's timed samples when it has some."""
     return CallStats(
@@ -283,6 +311,7 @@ def _row(
         signature_hash=signature_hash,
         run_buckets=runtimes.to_json(buckets) if buckets is not None else None,
         sample_every=sample_every,
+        slow_calls=slow or None,
     )
 
 

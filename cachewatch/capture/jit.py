@@ -32,7 +32,19 @@ from ..core.events import Cause, CompileEvent, FunctionInfo, Kind
 from ..explain import causes
 from ..explain import signature as sigmod
 from ..record import current, recorder
-from . import _tracking, baseline, building, cachekey, cachestate, captures, compile_ahead, counters, devices, guards
+from . import (
+    _tracking,
+    baseline,
+    building,
+    cachekey,
+    cachestate,
+    captures,
+    compile_ahead,
+    counters,
+    devices,
+    dispatch_path,
+    guards,
+)
 from .counters import CallCounter
 from .counters import Watched as _Watched
 from .identity import call_site, describe_function, is_library_file, unwrap_callable, user_function_in
@@ -129,6 +141,7 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
     setattr(hook, "__wrapped__", target if self_ref is not None else fun)
     # The listener and freeze() tell a wrapped function's trace from a plain jit's by it.
     setattr(hook, _tracking.HOOK_ATTR, True)
+    setattr(hook, dispatch_path.STATE_ATTR, state)
     return hook
 
 
@@ -478,6 +491,8 @@ def _finish(state: HookState, jitted: Any, mark: int, args: tuple, kwargs: dict,
     if compiled and exc is None:
         # XLA's figures come with the program the compile itself made (program.py).
         measured = _sample_next_call(state, args, kwargs, compiled[0])
+        path, reason = dispatch_path.path_of_compiling_call(state.info.function_hash, mark)
+        measured = measured._replace(call_path=path, slow_reason=reason)
         timed = (
             baseline.eager_baseline(state.measured, state.fun, jitted, compiled[0], args, kwargs)
             if state.eager_baseline
@@ -666,6 +681,7 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
     with _guard.guard("jit.wrap"):
         _tracking.install_listeners()
         cachekey.install()
+        dispatch_path.install()
         hook, state = _hook_for(fun, jit_options)
         if eager_baseline:
             state.eager_baseline = True

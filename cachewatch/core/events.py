@@ -13,7 +13,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, NotRequired, Protocol, TypedDict
+from typing import Any, Literal, NotRequired, Protocol, TypedDict, get_args
 
 import orjson
 
@@ -141,6 +141,18 @@ PROGRAM_FORMATS = (*PROGRAM_TEXT_FORMATS, "pprof")
 # The compiled memory of a program, in bytes, as XLA reports it, and the constants baked
 # into the program (read from its jaxpr).
 MEMORY_PARTS = ("generated_code", "argument", "output", "temp", "constants")
+
+# Why JAX's jit gives an executable no C++ fast path, so that every call of it goes
+# through its Python path (capture/dispatch_path.py), in the order JAX asks:
+SlowReason = Literal[
+    "ordered_effects",  # an ordered effect: io_callback(ordered=True), jax.debug.print(ordered=True)
+    "unordered_effects",  # jax.debug.print, jax.debug.callback, an unordered io_callback
+    "ref_effects",  # mutable array references
+    "profile_rebuild",  # a profile-guided (PGLE) rebuild pending
+    "non_array_outputs",  # an output that is not a plain jax.Array
+    "other",  # an executable JAX's C++ path does not take, or no execution
+]
+SLOW_REASONS: tuple[str, ...] = get_args(SlowReason)
 
 
 def held_bytes(memory: Any) -> int:
@@ -318,6 +330,10 @@ class CompileEvent:
     # "library.module"}``, ``into`` where that frame called into a library): where a value
     # that drives several functions' compiles enters (cachewatch/storms/findings.py).
     user_stack: list[dict[str, str]] | None = None
+    # How JAX serves this signature's later calls (capture/dispatch_path.py): ``fast`` (its
+    # C++ path) or ``slow`` (its Python path, every call), and why for ``slow``.
+    call_path: str | None = None
+    slow_reason: str | None = None
 
     def __post_init__(self) -> None:
         # Plain strings at the store's boundary: a database driver may write an enum member
@@ -399,6 +415,9 @@ class CallStats:
     # Set on a row that records a release of the function's compiled executables instead of
     # calls (calls 0): what released them, e.g. ``jax.clear_caches()`` or ``clear_cache()``.
     released_by: str | None = None
+    # Of ``calls``, those JAX served through its Python dispatch path (not its C++ fast
+    # path), by why (``jaxcompat.SLOW_REASONS``); None where none were or paths are not watched.
+    slow_calls: dict[str, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -412,6 +431,7 @@ class CallStats:
             "run_buckets": self.run_buckets,
             "sample_every": self.sample_every,
             "released_by": self.released_by,
+            "slow_calls": self.slow_calls,
         }
 
 

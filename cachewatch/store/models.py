@@ -163,6 +163,9 @@ class CompileEventRow(Base):
     persistent_cache_dir: Mapped[str | None] = mapped_column(String(1024), nullable=True)
     # The user's frames from the call site outwards (events.py): where a varying value enters.
     user_stack: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    # How JAX serves the signature's later calls: fast (C++) or slow (Python), and why slow.
+    call_path: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    slow_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
     __table_args__ = (
         # A function's events by time, carrying (on PostgreSQL) what its page counts and
@@ -223,11 +226,20 @@ class CallStatsRow(Base):
     sample_every: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # A row that records a release of the function's executables (calls 0): by what.
     released_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Of the calls, those JAX served through its Python path, by why (events.CallStats).
+    slow_calls: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         Index("ix_call_stats_function_time", "function_hash", "timestamp"),
         Index("ix_call_stats_run", "run_id"),
         Index("ix_call_stats_time", "timestamp"),
+        # The rows that counted slow-path calls: what /metrics and the reports sum.
+        Index(
+            "ix_call_stats_slow",
+            "function_hash",
+            postgresql_where=sa.text("slow_calls IS NOT NULL"),
+            sqlite_where=sa.text("slow_calls IS NOT NULL"),
+        ),
     )
 
 

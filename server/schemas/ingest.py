@@ -19,6 +19,7 @@ from cachewatch.core.events import (
     MAX_SECONDS,
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
+    SlowReason,
     dropped_by_reason,
 )
 
@@ -202,6 +203,14 @@ class EventIn(_In):
     persistent_cache_dir: Annotated[
         str | None, _text(1024, "The cache directory the entry was read from or written to.")
     ] = None
+    call_path: Annotated[
+        Literal["fast", "slow"] | None,
+        Field(description="How JAX serves the signature's later calls: its C++ fast path or its Python path."),
+    ] = None
+    slow_reason: Annotated[
+        SlowReason | None,
+        Field(description="Why JAX gave the executable no fast path."),
+    ] = None
     user_stack: Annotated[
         list[dict[Literal["site", "into"], Annotated[str, _text(1024)]]] | None,
         Field(
@@ -230,6 +239,10 @@ class CallStatsIn(_In):
         ),
     ] = None
     sample_every: Annotated[Count | None, Field(description="The process's sampling setting (0: off).")] = None
+    slow_calls: Annotated[
+        dict[SlowReason, Count] | None,
+        Field(description="Of the calls, those JAX served through its Python path, by why."),
+    ] = None
     released_by: Annotated[
         str | None, _text(64, "Set on a row recording a release of the function's executables: by what.")
     ] = None

@@ -269,6 +269,8 @@ class EventOut(BaseModel):
     persistent_cache_key: str | None = None
     persistent_cache_bytes: int | None = None
     persistent_cache_dir: str | None = None
+    call_path: str | None = Field(default=None, description="fast (JAX's C++ dispatch) or slow (its Python path).")
+    slow_reason: str | None = Field(default=None, description="Why JAX gave the executable no fast path.")
     user_stack: list[dict[str, str]] | None = Field(
         default=None, description="The user's frames from the call site outwards: {site, into}."
     )

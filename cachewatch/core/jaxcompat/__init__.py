@@ -52,6 +52,7 @@ from .accessors import (
     primitive_type,
     read_cache_key_log,
     reset_persistent_cache,
+    slow_path_reason,
     source_line_reader,
     trace_context,
     trace_context_names,
@@ -60,6 +61,7 @@ from .accessors import (
     transform_of,
     unspecified_sharding,
     wrap_backend_compile,
+    wrap_fastpath_decision,
     wrap_jaxpr_lowering,
 )
 from .capabilities import (
@@ -84,6 +86,8 @@ from .capabilities import (
 )
 
 __all__ = [
+    "slow_path_reason",
+    "wrap_fastpath_decision",
     "ATTRIBUTES",
     "CACHE_FRAMES",
     "CACHE_KEY_LOGGER",

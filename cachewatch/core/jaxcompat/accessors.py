@@ -475,6 +475,38 @@ def wrap_backend_compile(make: Callable[[Callable[..., Any]], Callable[..., Any]
     return _wrap_jax_function(module_name, attribute, make)
 
 
+def wrap_fastpath_decision(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    """Replace ``pjit._get_fastpath_data(executable, out_tree, args_flat, out_flat, effects,
+    ...)``, which a jit's Python path calls after each call it serves (a compile, or a call
+    the C++ path cannot serve) and looks up through its module each time, by
+    ``make(original)``, once per process. JAX 0.10-0.12; False when the capability
+    fastpath_decision is off."""
+    if not capabilities.available("fastpath_decision"):
+        return False
+    module_name, attribute = capabilities.ATTRIBUTES["fastpath_decision"]
+    return _wrap_jax_function(module_name, attribute, make)
+
+
+def slow_path_reason(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """Why ``pjit._get_fastpath_data(*args, **kwargs)`` gave no fast path, read from its
+    arguments as it reads them (one of ``events.SLOW_REASONS``). JAX 0.10-0.12."""
+    named = dict(zip(capabilities.FASTPATH_PARAMETERS, args, strict=False)) | kwargs
+    executable = named.get("executable")
+    unsafe_call = getattr(executable, "unsafe_call", None)
+    if getattr(unsafe_call, "ordered_effects", None):
+        return "ordered_effects"
+    if getattr(unsafe_call, "has_unordered_effects", False):
+        return "unordered_effects"
+    if any("Ref" in type(effect).__name__ for effect in named.get("effects") or ()):
+        return "ref_effects"
+    outputs = named.get("out_flat") or ()
+    if executable is not None and not all(type(x).__name__ == "ArrayImpl" for x in outputs):
+        return "non_array_outputs"
+    if len(args) > 6 and getattr(args[6], "fdo_profile", None) is not None:
+        return "profile_rebuild"
+    return "other"
+
+
 def hlo_print_options() -> Any | None:
     """jaxlib's ``HloPrintOptions`` without metadata and with canonical names (a fresh one
     per call). JAX 0.10-0.12; None when the capability hlo_print_options is off, or turns

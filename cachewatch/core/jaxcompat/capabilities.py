@@ -68,6 +68,9 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "primitives": ("jax._src.core", "Primitive"),
     "distributed_state": ("jax.distributed", "is_initialized"),
     "jit_cache_size": ("_cache_size",),  # on the object jax.jit returns
+    # What JAX's jit decides after a call on its Python path: whether the C++ path can serve
+    # the executable from then on (None: every call goes through Python).
+    "fastpath_decision": ("jax._src.pjit", "_get_fastpath_data"),
     "clear_caches_hook": ("jax._src.util", "register_cache"),
     # The program view: the lowering hands every jaxpr to the first, the second takes the
     # lowered module and returns the executable.
@@ -406,6 +409,25 @@ _attribute_capability(
 _attribute_capability(
     "persistent_cache_directory", "which cache directory each entry went to (the entries its size limit evicted)"
 )
+
+
+# The parameters of pjit._get_fastpath_data that the call-path reader takes by position.
+FASTPATH_PARAMETERS = ("executable", "out_tree", "args_flat", "out_flat", "effects")
+
+
+@capability("fastpath_decision", "which calls of a jit take JAX's Python dispatch path instead of its C++ one, and why")
+def _fastpath_decision() -> str | None:
+    import importlib
+    import inspect
+
+    module_name, attribute = ATTRIBUTES["fastpath_decision"]
+    found = getattr(importlib.import_module(module_name), attribute, None)
+    if not callable(found):
+        return f"{module_name}.{attribute} is missing"
+    names = tuple(inspect.signature(inspect.unwrap(found)).parameters)[: len(FASTPATH_PARAMETERS)]
+    if names != FASTPATH_PARAMETERS:
+        return f"{module_name}.{attribute} takes {', '.join(names)}, not {', '.join(FASTPATH_PARAMETERS)}"
+    return None
 
 
 @capability("clear_caches_hook", "telling a cache cleared by jax.clear_caches() from a retrace with nothing cleared")

@@ -1,0 +1,46 @@
+"""Three jitted steps called alike: a plain one, one that logs through jax.debug.callback,
+one that reads a value back through an io_callback. JAX serves the plain step's warm calls
+from its C++ fast path; the other two have effects, so every call of theirs goes through
+its Python path."""
+
+import cachewatch
+
+cachewatch.install()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.experimental import io_callback  # noqa: E402
+
+CALLS = 200
+seen = []
+
+
+@jax.jit
+def plain_step(x):
+    return jnp.tanh(x) * 0.5
+
+
+@jax.jit
+def logged_step(x):
+    jax.debug.callback(lambda v: seen.append(float(v)), x.sum())
+    return jnp.tanh(x) * 0.5
+
+
+@jax.jit
+def read_back_step(x):
+    scale = io_callback(lambda: np.float32(0.5), jax.ShapeDtypeStruct((), jnp.float32))
+    return jnp.tanh(x) * scale
+
+
+def main():
+    x = jnp.ones(16)
+    for step in (plain_step, logged_step, read_back_step):
+        for _ in range(CALLS):
+            y = step(x)
+        print(step.__name__, float(y.sum()))
+    print("logged", len(seen))
+
+
+if __name__ == "__main__":
+    main()
