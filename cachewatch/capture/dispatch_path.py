@@ -16,7 +16,6 @@ less slow-path calls.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -55,7 +54,7 @@ def _watching(original: Callable[..., Any]) -> Callable[..., Any]:
 
 @_guard.guarded(where="dispatch.slow")
 def _note_slow(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    fun = jaxcompat.dispatched_function(sys._getframe(1), None, _DISPATCH_DEPTH)
+    fun = jaxcompat.dispatched_function(jaxcompat.caller_frame(1), None, _DISPATCH_DEPTH)
     state = getattr(fun, STATE_ATTR, None)
     if state is None:
         return  # not a watched jit (JAX's own dispatch of an eager pjit, say)
