@@ -457,35 +457,7 @@ def _size_fix(
     sizes = sorted(driver.sizes)
     buckets = sorted({_next_pow2(n) for n in sizes})
     if driver.growing:
-        text = (
-            f"A count that grows from {sizes[0]} to {sizes[-1]} enters at {entry_text}, and {named} compile "
-            f"again at each new size ({price})."
-        )
-        for site, conversion in conversions[:2]:
-            text += (
-                f" At {site}, `{conversion}` makes a new array of the growing Python list each step: keep the "
-                "items in the fixed buffer below instead (`buf = buf.at[n].set(item)`), or in a NumPy array on "
-                "the host until needed whole; jitting that line cannot help while the list grows."
-            )
-        text += (
-            f" Keep the data in a buffer of fixed capacity ({sizes[-1]}, or powers of two: {len(buckets)} sizes), "
-            "write each new item with `.at[n].set(...)`, pass the count n, mask the unused entries wherever they "
-            f"would count (a sum, a mean, attention, a kernel's rows and columns past n), and jit the step once "
-            f"over the buffer: {len(buckets)} size(s) to compile for instead of {len(sizes)}."
-        )
-        last = [found for s in group if (found := _reads_last(infos.get(s.key)))]
-        if last:
-            name, site = last[0]
-            text += (
-                f" `{name}` reads the last position (`[-1]` at {site}): in a padded buffer that is padding, so "
-                "read position n - 1 instead, or the result changes."
-            )
-        else:
-            text += (
-                " Where a result is read at the last position (`x[-1]`), read it at the last real one "
-                "(`x[n - 1]`): padding moves the end."
-            )
-        return text, "pad_and_mask"
+        return _growing_fix(group, sizes, buckets, conversions, entry_text, named, price, infos), "pad_and_mask"
     jits = [s for s in group if not s.key.startswith("site:")]
     if jits:
         # A jit of the user's is padded by its own priced bucketing; what else the same
@@ -507,6 +479,49 @@ def _size_fix(
         f"{entry_text} once: {len(buckets)} size(s) to compile for instead of {len(sizes)}.",
         "pad",
     )
+
+
+def _growing_fix(
+    group: list[Storm],
+    sizes: list[int],
+    buckets: list[int],
+    conversions: list[tuple[str, str]],
+    entry_text: str,
+    named: str,
+    price: str,
+    infos: dict[str, FunctionInfo],
+) -> str:
+    """A count that grows: a fixed buffer, the count passed, the padding masked; the list
+    conversions and the reads of position -1 named where they are."""
+    text = (
+        f"A count that grows from {sizes[0]} to {sizes[-1]} enters at {entry_text}, and {named} compile "
+        f"again at each new size ({price})."
+    )
+    for site, conversion in conversions[:2]:
+        text += (
+            f" At {site}, `{conversion}` makes a new array of the growing Python list each step: keep the "
+            "items in the fixed buffer below instead (`buf = buf.at[n].set(item)`), or in a NumPy array on "
+            "the host until needed whole; jitting that line cannot help while the list grows."
+        )
+    text += (
+        f" Keep the data in a buffer of fixed capacity ({sizes[-1]}, or powers of two: {len(buckets)} sizes), "
+        "write each new item with `.at[n].set(...)`, pass the count n, mask the unused entries wherever they "
+        f"would count (a sum, a mean, attention, a kernel's rows and columns past n), and jit the step once "
+        f"over the buffer: {len(buckets)} size(s) to compile for instead of {len(sizes)}."
+    )
+    last = [found for s in group if (found := _reads_last(infos.get(s.key)))]
+    if last:
+        name, site = last[0]
+        text += (
+            f" `{name}` reads the last position (`[-1]` at {site}): in a padded buffer that is padding, so "
+            "read position n - 1 instead, or the result changes."
+        )
+    else:
+        text += (
+            " Where a result is read at the last position (`x[-1]`), read it at the last real one "
+            "(`x[n - 1]`): padding moves the end."
+        )
+    return text
 
 
 def _library_boundary(

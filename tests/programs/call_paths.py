@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 from jax.experimental import io_callback  # noqa: E402
 
 CALLS = 200
-seen = []
+seen: list[float] = []
 
 
 @jax.jit
@@ -35,10 +35,10 @@ def read_back_step(x):
 
 def main():
     x = jnp.ones(16)
-    for step in (plain_step, logged_step, read_back_step):
+    for name, step in (("plain", plain_step), ("logged", logged_step), ("read_back", read_back_step)):
         for _ in range(CALLS):
             y = step(x)
-        print(step.__name__, float(y.sum()))
+        print(name, float(y.sum()))
     print("logged", len(seen))
 
 
