@@ -36,6 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from cachewatch.cache import cache_reads
+from cachewatch.callpaths import call_path_reads
 from cachewatch.core import _guard, jaxcompat
 from cachewatch.core.events import DROP_REASONS, OP_BY_OP_MODULE, UNATTRIBUTED_MODULE, held_bytes, short_name
 from cachewatch.core.figures import compile_share
@@ -288,6 +289,7 @@ class StoreCollector:
         yield from _built("metrics.families", lambda: families(snap))
         yield from _built("metrics.fleet", lambda: fleet_and_cache_families(self.settings))
         yield from _built("metrics.executables", lambda: executable_families(self.settings))
+        yield from _built("metrics.slow_path", lambda: slow_path_families(self.settings))
 
 
 def _built(where: str, build: Callable[[], Iterable[Metric]]) -> list[Metric]:
@@ -462,6 +464,32 @@ def executable_families(settings: ServerSettings) -> Iterator[Metric]:
     )
     size_family.add_metric([], entry_bytes)
     yield size_family
+
+
+def slow_path_families(settings: ServerSettings) -> Iterator[Metric]:
+    """``cachewatch_slow_path_calls_total{function, reason}``: calls of watched jits that
+    JAX served through its Python dispatch path, by why (capture/dispatch_path.py)."""
+    try:
+        with enginemod.connection(settings.store, ensure=False) as conn:
+            counted = call_path_reads.slow_calls_by_reason(conn)
+            labels = scrape.labels(conn)
+    except STORE_ERRORS as exc:
+        logger.warning("metrics: cannot read the slow-path calls: %s", exc)
+        return
+    family = CounterMetricFamily(
+        "cachewatch_slow_path_calls",
+        "Calls of a jit that JAX served through its Python dispatch path, not its C++ fast path, by why "
+        "(an effect such as jax.debug.print inside it, mutable references, non-array outputs).",
+        labels=["function", "reason"],
+    )
+    by_label: dict[tuple[str, str], int] = {}
+    for (function_hash, reason), n in counted.items():
+        if function_hash in labels:  # not decided yet: joins its series at the next scrape
+            key = (labels[function_hash] or OTHER, reason)
+            by_label[key] = by_label.get(key, 0) + n
+    for (label, reason), n in sorted(by_label.items()):
+        family.add_metric([label, reason], n)
+    yield family
 
 
 def _live_executables(conn: sa.Connection) -> tuple[dict[str, int], dict[str, int]]:

@@ -37,7 +37,7 @@ def test_the_library_never_imports_the_service():
 LAYERS = ("core", "explain", "store", "record", "capture") + (
     # The errands: a package per question a user asks, each with its reads, its reasoning and
     # its kept results; they stand on the shared store and on each other only as drawn here.
-    ("programs", "cache", "comparison", "fleet", "whatif", "payoff", "storms", "views")
+    ("programs", "cache", "callpaths", "comparison", "fleet", "whatif", "payoff", "storms", "views")
 )
 _SHARED = {"core", "explain", "store"}
 MAY_IMPORT = {
@@ -48,13 +48,14 @@ MAY_IMPORT = {
     "capture": {"core", "explain", "record"},
     "programs": _SHARED,
     "cache": _SHARED | {"programs"},
+    "callpaths": _SHARED,
     "comparison": _SHARED,
     "fleet": _SHARED,
     "whatif": _SHARED,
     "payoff": _SHARED,
-    "storms": _SHARED | {"programs", "whatif"},
+    "storms": _SHARED | {"programs", "whatif", "callpaths"},
     # What every interface shows, composed once from the errands.
-    "views": _SHARED | {"programs", "cache", "comparison", "fleet", "whatif", "payoff", "storms"},
+    "views": _SHARED | {"programs", "cache", "callpaths", "comparison", "fleet", "whatif", "payoff", "storms"},
 }
 # The service may read through any layer but capture and the recorder: it serves a store.
 SERVICE_MAY_IMPORT = set(LAYERS) - {"capture", "record"}

@@ -39,6 +39,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ..callpaths import call_path_reads, slow_path
 from ..core.events import Cause, FunctionInfo, parse_described
 from ..core.figures import seconds_text
 from ..core.warmup import enclosing_function
@@ -70,6 +71,9 @@ class Finding:
     library: str | None  # the library the entry line calls into
     storms: tuple[str, ...]  # the keys of the storms it gathers (its detail)
     active: bool
+    # What it costs, what findings rank by: its compile seconds, or for calls on JAX's
+    # Python dispatch path (cause ``slow_path``), the time those calls took.
+    seconds: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -110,7 +114,54 @@ def find(
         page=(0, storms_read),
         with_first_passes=False,
     )
-    return of_storms(conn, found.storms)
+    return with_slow_paths(conn, filters, of_storms(conn, found.storms))
+
+
+# A jit's calls on JAX's Python path make a finding when they take this share of the run
+# (or, where the run's length is unknown, this many seconds).
+SLOW_PATH_SHARE = 0.01
+SLOW_PATH_SECONDS = 1.0
+
+
+def with_slow_paths(conn: sa.Connection, filters: Filters, found: list[Finding]) -> list[Finding]:
+    """``found`` with a finding for each jit whose calls on JAX's Python dispatch path took
+    a visible share of its run (callpaths/slow_path.py), ranked with them by seconds."""
+    paths = slow_path.slow_paths(call_path_reads.path_counts(conn, filters))
+    lengths = finding_reads.run_lengths(conn, {p.run_id for p in paths})
+    slow = [_slow_path_finding(p, lengths.get(p.run_id)) for p in paths if _visible(p, lengths.get(p.run_id))]
+    return sorted(found + slow, key=lambda f: (-f.seconds, -f.compiles, f.finding_id))
+
+
+def _visible(found: slow_path.SlowPath, length: float | None) -> bool:
+    if found.seconds is None:
+        return False
+    return found.seconds >= SLOW_PATH_SHARE * length if length else found.seconds >= SLOW_PATH_SECONDS
+
+
+def _slow_path_finding(found: slow_path.SlowPath, length: float | None) -> Finding:
+    reason = max(found.reasons, key=lambda r: found.reasons[r])
+    seconds = found.seconds or 0.0
+    site = f"{found.function.file}:{found.function.line}" if found.function.file else None
+    digest = hashlib.sha256("\0".join([found.run_id, "slow_path", found.function.function_hash]).encode())
+    return Finding(
+        finding_id=digest.hexdigest()[:16],
+        run_id=found.run_id,
+        cause="slow_path",
+        varying=f"every call through JAX's Python dispatch path ({reason})",
+        entry=site,
+        entry_text=_short(site) if site else "",
+        functions=(found.function.qualname or found.function.name,),
+        function_hashes=(found.function.function_hash,),
+        compiles=0,
+        compile_seconds=0.0,
+        share_of_run=min(1.0, seconds / length) if length else None,
+        fix=f"{found.text} {found.fix}",
+        fix_kind="fast_path",
+        library=None,
+        storms=(),
+        active=False,
+        seconds=seconds,
+    )
 
 
 def of_storms(conn: sa.Connection, storms: Sequence[Storm]) -> list[Finding]:
@@ -139,7 +190,7 @@ def gather(
     out = [
         _finding(group, [r for s in group for r in rows[id(s)]], drivers, run_lengths, infos or {}) for group in groups
     ]
-    out.sort(key=lambda f: (-f.compile_seconds, -f.compiles, f.finding_id))
+    out.sort(key=lambda f: (-f.seconds, -f.compiles, f.finding_id))
     return out
 
 
@@ -370,6 +421,7 @@ def _finding(
         library=library,
         storms=tuple(s.key for s in sorted(group, key=lambda s: -s.compiles)),
         active=any(s.active for s in group),
+        seconds=seconds,
     )
 
 
@@ -637,6 +689,8 @@ def _next_pow2(n: int) -> int:
 def describe(finding: Finding) -> str:
     """One line for a finding, as the command line and the runner's summary print it."""
     share = f", {finding.share_of_run:.0%} of the run" if finding.share_of_run is not None else ""
+    if finding.cause == "slow_path":
+        return f"{finding.varying} at {finding.entry_text}: {seconds_text(finding.seconds)}{share}."
     state = "ACTIVE" if finding.active else "ended"
     where = f" at {finding.entry_text}" if finding.entry_text else ""
     return (

@@ -208,7 +208,7 @@ def run_report(
     rows = queries.function_report(conn, filters)
     storms, passes = diagnosis.storms_and_first_passes(conn, filters, **rule)
     identical = program_texts.identical_recompiles(conn, filters)
-    found = findings.of_storms(conn, storms)
+    found = findings.with_slow_paths(conn, filters, findings.of_storms(conn, storms))
     if not full:
         return RunReport(rows, storms, passes, identical, None, {}, found)
     fixes = {

@@ -103,11 +103,14 @@ class FindingOut(BaseModel):
     fix: str
     fix_kind: str = Field(
         description="pad_and_mask, pad, host_buffer, hoist_object, hoist_jit, library_api, library_boundary, "
-        "static_value or storm."
+        "static_value, storm, or fast_path (calls on JAX's Python dispatch path, cause slow_path)."
     )
     library: str | None = Field(description="The library the entry line calls into, where it calls one.")
     storms: list[str] = Field(description="The keys of the storms it gathers (/api/v1/storms has them).")
     active: bool
+    seconds: float = Field(
+        description="What it costs, what findings rank by: compile seconds, or the time of calls on JAX's Python path."
+    )
     text: str = Field(description="The finding in one sentence, as the command line prints it.")
 
 

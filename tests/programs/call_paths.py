@@ -1,7 +1,7 @@
-"""Three jitted steps called alike: a plain one, one that logs through jax.debug.callback,
-one that reads a value back through an io_callback. JAX serves the plain step's warm calls
-from its C++ fast path; the other two have effects, so every call of theirs goes through
-its Python path."""
+"""Four jitted steps called alike: a plain one, one that logs through jax.debug.callback,
+one that reads a value back through an io_callback, one whose io_callback is ordered. JAX
+serves the plain step's warm calls from its C++ fast path; the others have effects, so
+every call of theirs goes through its Python path."""
 
 import cachewatch
 
@@ -12,7 +12,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.experimental import io_callback  # noqa: E402
 
-CALLS = 200
+CALLS = 1000
 seen: list[float] = []
 
 
@@ -33,9 +33,16 @@ def read_back_step(x):
     return jnp.tanh(x) * scale
 
 
+@jax.jit
+def ordered_step(x):
+    scale = io_callback(lambda: np.float32(0.5), jax.ShapeDtypeStruct((), jnp.float32), ordered=True)
+    return jnp.tanh(x) * scale
+
+
 def main():
     x = jnp.ones(16)
-    for name, step in (("plain", plain_step), ("logged", logged_step), ("read_back", read_back_step)):
+    steps = (("plain", plain_step), ("logged", logged_step), ("read_back", read_back_step), ("ordered", ordered_step))
+    for name, step in steps:
         for _ in range(CALLS):
             y = step(x)
         print(name, float(y.sum()))

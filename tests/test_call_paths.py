@@ -1,0 +1,82 @@
+"""Every call of a watched jit on its path: the call that compiled, JAX's C++ fast path,
+its Python path (and why). tests/programs/call_paths.py calls a plain step and three with
+effects a thousand times each under ``cachewatch run``; the counts are exact."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from test_server_api import make_client
+from test_verdicts import Ran, run_program
+
+from cachewatch.callpaths import call_path_reads, slow_path
+from cachewatch.core import jaxcompat
+from cachewatch.store import engine as enginemod
+from cachewatch.store import models
+from cachewatch.store.columns import Filters
+from cachewatch.storms import findings
+
+CALLS = 1000
+SLOW = {"logged_step": "unordered_effects", "read_back_step": "unordered_effects", "ordered_step": "ordered_effects"}
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> Ran:
+    if not jaxcompat.available("fastpath_decision"):
+        pytest.skip("this JAX's fast-path decision cannot be read")
+    return run_program(tmp_path_factory.mktemp("paths"), "call_paths")
+
+
+def _compiles(url: str) -> dict[str, tuple[str | None, str | None]]:
+    e, f = models.compile_events, models.functions
+    with enginemod.connection(url) as conn:
+        rows = conn.execute(
+            sa.select(f.c.name, e.c.call_path, e.c.slow_reason)
+            .join(f, f.c.function_hash == e.c.function_hash)
+            .where(e.c.compiled, f.c.name.like("%_step"))
+        ).all()
+    return {name: (path, reason) for name, path, reason in rows}
+
+
+def test_each_compile_says_which_path_its_calls_take(ran):
+    assert _compiles(ran.url) == {
+        "plain_step": ("fast", None),
+        **{name: ("slow", reason) for name, reason in SLOW.items()},
+    }
+
+
+def test_calls_split_exactly_by_path(ran):
+    with enginemod.connection(ran.url) as conn:
+        counted = {c.function.name: c for c in call_path_reads.path_counts(conn, Filters())}
+    assert set(counted) == set(SLOW)  # the plain step took the Python path never
+    for name, reason in SLOW.items():
+        found = counted[name]
+        assert found.calls == CALLS
+        assert found.compiles == 1
+        # The compiling call is no slow-path call; every other call is one.
+        assert found.slow == {reason: CALLS - 1}
+        assert found.fast_calls == 0
+        assert found.slow_variants == {reason: 1}
+
+
+def test_slow_paths_are_findings_with_their_reason_and_fix(ran):
+    with enginemod.connection(ran.url) as conn:
+        told = {s.function.name: s for s in slow_path.slow_paths(call_path_reads.path_counts(conn, Filters()))}
+        found = findings.find(conn, Filters())
+    assert told["logged_step"].slow_calls == CALLS - 1
+    assert "jax.debug.print, jax.debug.callback or an io_callback" in told["logged_step"].text
+    assert "drop ordered=True" in told["ordered_step"].fix
+    slow = [f for f in found if f.cause == "slow_path"]
+    assert {f.functions[0] for f in slow} <= set(SLOW)
+    assert all(f.fix_kind == "fast_path" and f.compiles == 0 and f.seconds > 0 for f in slow)
+    assert not any("plain_step" in f.functions for f in found)
+    # Ranked with the others by seconds.
+    assert [f.seconds for f in found] == sorted((f.seconds for f in found), reverse=True)
+
+
+def test_metrics_count_the_slow_path_by_function_and_reason(ran):
+    with make_client(ran.url) as client:
+        text = client.get("/metrics").text
+    for name, reason in SLOW.items():
+        assert f'cachewatch_slow_path_calls_total{{function="{name}",reason="{reason}"}} {CALLS - 1}.0' in text
+    assert 'cachewatch_slow_path_calls_total{function="plain_step"' not in text
