@@ -17,6 +17,7 @@ less slow-path calls.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,10 @@ _DISPATCH_DEPTH = 8
 
 _last = threading.local()  # (function hash, reason, tracking activity) of this thread's last slow decision
 _installed = False
+# Per executable given no fast path: (it, held weakly, why, its function's call counter).
+_known: dict[int, tuple[Callable[[], Any], str, counters.CallCounter]] = {}
+_KNOWN_MAX = 4096
+counting = True  # off: JAX's decisions pass through uncounted (what benchmarks/call_paths.py weighs)
 
 
 def install() -> bool:
@@ -45,7 +50,7 @@ def install() -> bool:
 def _watching(original: Callable[..., Any]) -> Callable[..., Any]:
     def fastpath_data(*args: Any, **kwargs: Any) -> Any:
         data = original(*args, **kwargs)
-        if data is None:
+        if data is None and counting:
             _note_slow(args, kwargs)
         return data
 
@@ -58,10 +63,31 @@ def _note_slow(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     state = getattr(fun, STATE_ATTR, None)
     if state is None:
         return  # not a watched jit (JAX's own dispatch of an eager pjit, say)
-    reason = jaxcompat.slow_path_reason(args, kwargs)
-    cfg = current.config()
-    counters.counter_for(state.info, cfg.sample_every, cfg.sample_max_per_second).note_slow(reason)
+    # Why and where to count, read once per executable: every call of it asks again.
+    executable = args[0] if args else kwargs.get("executable")
+    known = _known.get(id(executable))
+    if known is None or known[0]() is not executable:
+        cfg = current.config()
+        stats = counters.counter_for(state.info, cfg.sample_every, cfg.sample_max_per_second)
+        known = (_weak(executable), jaxcompat.slow_path_reason(args, kwargs), stats)
+        if len(_known) >= _KNOWN_MAX:
+            _known.clear()
+        _known[id(executable)] = known
+    _, reason, stats = known
+    stats.note_slow(reason)
     _last.decision = (state.info.function_hash, reason, _tracking.activity)
+
+
+def _weak(executable: Any) -> Callable[[], Any]:
+    """A weak reference to the executable (one JAX let go of is not kept alive here);
+    for one that takes none, a reference that never matches (read anew each call)."""
+    try:
+        return weakref.ref(executable)
+    except TypeError:
+        return lambda: _NOTHING
+
+
+_NOTHING = object()
 
 
 def path_of_compiling_call(function_hash: str, mark: int) -> tuple[str | None, str | None]:
