@@ -80,3 +80,17 @@ def test_metrics_count_the_slow_path_by_function_and_reason(ran):
     for name, reason in SLOW.items():
         assert f'cachewatch_slow_path_calls_total{{function="{name}",reason="{reason}"}} {CALLS - 1}.0' in text
     assert 'cachewatch_slow_path_calls_total{function="plain_step"' not in text
+
+
+def test_the_cache_names_each_variants_path(ran):
+    with make_client(ran.url) as client:
+        page = client.get("/api/v1/cache").json()
+    paths = {
+        fn["name"]: [(v["call_path"], v["slow_reason"]) for v in fn["variants"]]
+        for fn in page["items"]
+        if fn["name"].endswith("_step")
+    }
+    assert paths == {
+        "plain_step": [("fast", None)],
+        **{name: [("slow", reason)] for name, reason in SLOW.items()},
+    }

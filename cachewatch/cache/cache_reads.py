@@ -46,6 +46,8 @@ class CompiledRecord:
     cache_time_saved_seconds: float | None
     persistent_cache_bytes: int | None
     xla_seconds: float | None = None  # the XLA compile alone: what a persistent-cache hit replaces
+    call_path: str | None = None  # how JAX serves its calls: fast (C++) or slow (Python)
+    slow_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +189,8 @@ def _read_compiles(
         e.c.cache_time_saved_seconds,
         e.c.persistent_cache_bytes,
         e.c.compile_seconds,
+        e.c.call_path,
+        e.c.slow_reason,
     ).where(e.c.function_hash.in_(chunk), e.c.run_id.in_(runs), e.c.compiled, e.c.kind != Kind.STALE_CAPTURE)
     q = Filters(since=filters.since, until=filters.until).apply(e, q)
     return [
@@ -211,6 +215,8 @@ def _read_compiles(
             row.cache_time_saved_seconds,
             row.persistent_cache_bytes,
             row.compile_seconds,
+            row.call_path,
+            row.slow_reason,
         )
         for row in _wanted_rows(conn, q, wanted)
     ]

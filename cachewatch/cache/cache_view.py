@@ -52,6 +52,8 @@ class Variant:
     persistent_cache_reason: str | None
     persistent_cache_key: str | None
     persistent_cache_bytes: int | None = None
+    call_path: str | None = None  # fast (JAX's C++ dispatch) or slow (its Python path, every call)
+    slow_reason: str | None = None
 
     @property
     def live(self) -> bool:
@@ -94,6 +96,8 @@ class Variant:
             "persistent_cache_reason": self.persistent_cache_reason,
             "persistent_cache_key": self.persistent_cache_key,
             "persistent_cache_bytes": self.persistent_cache_bytes,
+            "call_path": self.call_path,
+            "slow_reason": self.slow_reason,
         }
 
 
@@ -272,6 +276,8 @@ def _function_cache(
             persistent_cache_reason=c.persistent_cache_reason,
             persistent_cache_key=c.persistent_cache_key,
             persistent_cache_bytes=c.persistent_cache_bytes,
+            call_path=c.call_path,
+            slow_reason=c.slow_reason,
         )
         for i, c in enumerate(made)
     )
@@ -445,6 +451,7 @@ def text(
     lines: list[str] = []
     lines += _functions_text(report)
     lines += _never_hit_text(report)
+    lines += _slow_path_text(report)
     for p in report.persistent:
         lines += _persistent_text(p, report.functions)
     if audit_note:
@@ -521,6 +528,21 @@ def _never_hit_text(report: CacheReport) -> list[str]:
         )
     if len(never) > 50:
         lines.append(f"  ... and {len(never) - 50} more")
+    return lines
+
+
+def _slow_path_text(report: CacheReport) -> list[str]:
+    """The variants JAX serves through its Python path on every call (no C++ fast path)."""
+    slow = [(fn, v) for fn in report.functions for v in fn.variants if v.call_path == "slow"]
+    if not slow:
+        return []
+    lines = ["", f"Served through JAX's Python path on every call, not its C++ fast path ({len(slow)}):"]
+    for fn, v in slow[:50]:
+        calls = "" if v.calls is None else f"  {v.calls} calls"
+        lines.append(f"  {fn.name}  signature {v.signature_hash[:12]}  {v.slow_reason or 'other'}{calls}")
+    if len(slow) > 50:
+        lines.append(f"  ... and {len(slow) - 50} more")
+    lines.append("  (`cachewatch findings` says what each costs and what gives it the fast path.)")
     return lines
 
 

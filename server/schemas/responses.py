@@ -526,6 +526,10 @@ class CacheVariantOut(BaseModel):
     persistent_cache_reason: str | None
     persistent_cache_key: str | None
     persistent_cache_bytes: int | None
+    call_path: str | None = Field(
+        default=None, description="How JAX serves its calls: fast (its C++ dispatch) or slow (its Python path)."
+    )
+    slow_reason: str | None = Field(default=None, description="Why JAX gave it no fast path.")
 
 
 class CacheLivePoint(BaseModel):
