@@ -240,3 +240,18 @@ def test_a_growing_context_is_told_to_mask_and_read_the_last_real_position(tmp_p
     assert fixed.stdout == ran.stdout
     assert fixed.compiles["next_logits"] == fixed.logged["next_logits"] == 1
     assert _findings(fixed.url) == []
+
+
+def test_the_users_own_jit_behind_a_librarys_wrapper_is_theirs_to_pad(tmp_path):
+    ran = run_program(tmp_path, "nnx_ragged")
+    assert sum(ran.compiles.values()) == sum(ran.logged.values())
+    (found,) = _findings(ran.url)
+    # nnx.jit is Flax's, the function and its batch sizes are the user's: no library boundary.
+    assert found.library is None
+    assert found.fix_kind == "pad"
+    assert "mean_score" in found.functions
+    assert "pad to powers of two" in found.fix
+    fixed = run_program(tmp_path, "nnx_ragged_fixed")
+    assert fixed.stdout == ran.stdout  # the masked mean over padded batches is the same
+    assert fixed.compiles["mean_score"] < ran.compiles["mean_score"]
+    assert _findings(fixed.url) == []

@@ -47,7 +47,7 @@ from ..store import queries
 from ..store.columns import Filters
 from . import diagnosis, finding_reads
 from .finding_reads import StormCompile
-from .fixes import NOT_A_LIBRARY
+from .fixes import NOT_A_LIBRARY, is_library_function
 from .results import Storm
 
 
@@ -393,6 +393,8 @@ def _finding(
     cause = causes.most_common(1)[0][0]
     driver = _group_driver(group, drivers)
     entry, entry_text, library = _entry(rows) if rows else (lead.call_site, _short(lead.call_site or ""), None)
+    if any(_users_own_jit(s, infos) for s in group):
+        library = None  # the user's own jit behind a library's wrapper (nnx.jit, eqx.filter_jit) is theirs to fix
     run_id = group[0].run_id
     length = run_lengths.get(run_id)
     compiles = sum(s.compiles for s in group)
@@ -423,6 +425,11 @@ def _finding(
         active=any(s.active for s in group),
         seconds=seconds,
     )
+
+
+def _users_own_jit(storm: Storm, infos: dict[str, FunctionInfo]) -> bool:
+    info = infos.get(storm.key)
+    return info is not None and not is_library_function(info.module, info.file)
 
 
 def _group_driver(group: list[Storm], drivers: dict[int, _Driver]) -> _Driver:
