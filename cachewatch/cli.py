@@ -3,8 +3,8 @@
 cachewatch report [--store URL] [--run RUN_ID] [--format table|json]
 cachewatch storms [--store URL] [--threshold N] [--window SECONDS] [--format table|json]
 cachewatch events [--store URL] [--function NAME] [--limit N] [--format table|json]
-cachewatch program EVENT_ID [--store URL] [--format jaxpr|stablehlo|hlo|pprof]
-cachewatch diff EVENT_A [EVENT_B] [--store URL] [--format text|json]
+cachewatch program EVENT_ID [--store URL] [--format jaxpr|stablehlo|hlo|pprof|flamegraph] [-o FILE]
+cachewatch diff EVENT_A [EVENT_B] [--store URL] [--format text|json|flamegraph]
 cachewatch db upgrade [--store URL]
 cachewatch db prune [--store URL] (--older-than AGE | --keep-runs N) [--texts-only] [--dry-run] [--format text|json]
 cachewatch serve [--store URL] [--host H] [--port P] [--workers N]
@@ -12,6 +12,7 @@ cachewatch run [--store URL] [--run-name N] [--max-compiles N] [--fail-on-storm]
 cachewatch compare BASELINE_RUN [RUN] [--max-extra-compiles N] [--max-compile-time-ratio R] [--format table|json]
 cachewatch cache [--store URL] [--run RUN | --all-runs] [--function NAME] [--cache-dir DIR] [--format table|json]
 cachewatch whatif FUNCTION [--run RUN] [--pad pow2|multiple:K|ladder:A,B,C|auto[:N]] [--axis ARG:AXIS] [--format table|json]
+cachewatch export RUN --format perfetto [-o FILE] [--store URL]
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import cli_report, runner
+from . import cli_export, cli_report, runner
 from .cli_report import here, local_time, print_table, store_url
 from .core import config as configmod
 
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare(sub)
     _add_whatif(sub)
     _add_cache(sub)
+    cli_export.add_arguments(
+        _store_command(sub, "export", help="a run's compiles as a trace for Perfetto or chrome://tracing")
+    )
     return parser
 
 
@@ -109,15 +113,21 @@ def _add_reports(sub: Any) -> None:
 
 def _add_program_views(sub: Any) -> None:
     """The commands that show what a compile compiled: program, and diff of two compiles."""
-    program = _store_command(sub, "program", help="what a compile compiled: its jaxpr, StableHLO, HLO or pprof profile")
+    program = _store_command(
+        sub, "program", help="what a compile compiled: its jaxpr, StableHLO, HLO, pprof profile or flame graph"
+    )
     program.add_argument("event_id", help="the compile event's id")
-    program.add_argument("--format", choices=("jaxpr", "stablehlo", "hlo", "pprof"), default="jaxpr")
-    program.add_argument("--output", "-o", help="write to this file (pprof is binary: default stdout)")
+    program.add_argument("--format", choices=("jaxpr", "stablehlo", "hlo", "pprof", "flamegraph"), default="jaxpr")
+    program.add_argument(
+        "--output",
+        "-o",
+        help="write to this file (pprof is binary: default stdout; a flamegraph to FILE.svg: plain SVG)",
+    )
 
     diff = _store_command(sub, "diff", help="two compiles of a function: key, equations, jaxpr and XLA figures")
     diff.add_argument("event_a", help="a compile event (alone: diffed with the compile before it)")
     diff.add_argument("event_b", nargs="?", help="a later compile event, diffed against EVENT_A")
-    diff.add_argument("--format", choices=("text", "json"), default="text")
+    diff.add_argument("--format", choices=("text", "json", "flamegraph"), default="text")
 
 
 def _age(text: str) -> float:
@@ -397,6 +407,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "compare": _compare,
         "whatif": _whatif,
         "cache": _cache,
+        "export": cli_export.export,
         "settings": _settings,
         "doctor": _doctor,
     }
@@ -504,12 +515,16 @@ def _events(args: argparse.Namespace) -> int:
 
 
 def _program(args: argparse.Namespace) -> int:
-    from .programs import program_texts
+    from .programs import flamegraph, program_texts
     from .store import engine as enginemod
 
     try:
         with enginemod.connection(store_url(args)) as conn:
-            found = program_texts.program(conn, args.event_id, args.format)
+            if args.format == "flamegraph":
+                as_svg = bool(args.output) and args.output.endswith(".svg")
+                found: str | bytes = flamegraph.for_event(conn, args.event_id, as_svg=as_svg)
+            else:
+                found = program_texts.program(conn, args.event_id, args.format)
     except program_texts.ProgramNotFound as exc:
         print(f"cachewatch: {exc}", file=sys.stderr)
         return 1
@@ -525,12 +540,15 @@ def _program(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .programs import program_texts
+    from .programs import flamegraph, program_texts
     from .store import engine as enginemod
 
     after, against = (args.event_b, args.event_a) if args.event_b else (args.event_a, None)
     try:
         with enginemod.connection(store_url(args)) as conn:
+            if args.format == "flamegraph":
+                print(flamegraph.for_diff(conn, after, against), end="")
+                return 0
             change = program_texts.diff(conn, after, against)
     except program_texts.ProgramNotFound as exc:
         print(f"cachewatch: {exc}", file=sys.stderr)

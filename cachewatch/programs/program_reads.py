@@ -57,6 +57,26 @@ def texts(conn: sa.Connection, fingerprint: str | None) -> ProgramTexts | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class KeptProfile:
+    """The equation profile kept with a program (None: the program's row has none)."""
+
+    rows: list[list[Any]] | None  # as ProgramTexts.profile
+
+
+def profile(conn: sa.Connection, fingerprint: str | None) -> KeptProfile | None:
+    """A program's equation profile alone, its texts left unread (the flame graph needs
+    no text); None when the store kept nothing for the program."""
+    if not fingerprint:
+        return None
+    p = models.programs
+    found = conn.execute(sa.select(p.c.profile).where(p.c.fingerprint == fingerprint)).first()
+    if found is None:
+        return None
+    kept = found._mapping["profile"]
+    return KeptProfile(json.loads(zlib.decompress(kept)) if kept is not None else None)
+
+
 def lowered_text(conn: sa.Connection, lowered_fingerprint: str | None) -> str | None:
     """The StableHLO text of one lowered module, kept under its own fingerprint (the
     optimised program's row is shared by modules that differ in their names); None when
