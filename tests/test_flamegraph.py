@@ -118,27 +118,42 @@ def test_the_widest_user_frame_is_the_line_with_most_equations(recorded):
     url, first, _ = recorded
     rows = _profile(url, first.event_id)
     root = flamegraph.tree(flamegraph.samples(rows), "train_step")
-    # The profile's own counts, per source line.
+    # The profile's own counts, per innermost user line.
     per_line: collections.Counter[tuple[str, int, str]] = collections.Counter()
-    for file, line, function, _primitive, _loop, count in rows:
+    for file, line, function, _primitive, _loop, count, *_ in rows:
         per_line[(file, line, function)] += count
     (file, line, function), most = per_line.most_common(1)[0]
     assert root.eqns == sum(per_line.values()) == first.jaxpr_eqns
-    users = [node for node in root.children if node.frame.kind == FrameKind.USER]
-    widest = max(users, key=lambda node: node.eqns)
-    assert widest.frame.label == f"{function} ({NAME}:{line})"
-    assert widest.eqns == most
-    assert widest.frame.note == f"{file}:{line}"
-    # What the event recorded as its top line, and the widest child drawn first.
+    # Each equation is drawn under its stack, outermost frame first, the primitive last:
+    # the innermost user frame above each primitive is the profile's line for it.
+    inner: collections.Counter[str] = collections.Counter()
+    notes: dict[str, str] = {}
+    for path, eqns in _leaf_paths(root):
+        assert path[-1].frame.kind == FrameKind.JAX  # the primitive
+        users = [node for node in path if node.frame.kind == FrameKind.USER]
+        if users:
+            inner[users[-1].frame.label] += eqns
+            notes[users[-1].frame.label] = users[-1].frame.note
+    widest = f"{function} ({NAME}:{line})"
+    assert inner.most_common(1)[0] == (widest, most)
+    assert notes[widest] == f"{file}:{line}"
+    # What the event recorded as its top line.
     assert first.eqns_by_line is not None
     assert (first.eqns_by_line[0]["line"], first.eqns_by_line[0]["eqns"]) == (line, most)
-    assert root.children[0] is widest
-    # The user's lines of this file are in the graph with their counts, under them their primitives.
-    mine = {node.frame.label: node.eqns for node in users if node.frame.note.startswith(__file__)}
+    # The user's lines of this file are in the graph with their counts.
+    mine = {label: n for label, n in inner.items() if notes[label].startswith(__file__)}
     assert mine == {f"{fn} ({NAME}:{ln})": n for (f, ln, fn), n in per_line.items() if f == __file__}
     for marker in ("# mlp-layer", "# mlp-update", "# mlp-loss", "# mlp-apply"):
         assert any(label.endswith(f":{line_of(marker)})") for label in mine), marker
-    assert {child.frame.kind for node in users for child in node.children} == {FrameKind.JAX}
+    # The stack nests: the test's own frames stand above the lines they called.
+    assert any(len([n for n in path if n.frame.kind == FrameKind.USER]) > 1 for path, _ in _leaf_paths(root))
+
+
+def _leaf_paths(node: flamegraph.Node, path: tuple = ()) -> list[tuple[tuple, int]]:
+    here = (*path, node) if node.frame.kind != FrameKind.ROOT else path
+    if not node.children:
+        return [(here, node.eqns)]
+    return [found for child in node.children for found in _leaf_paths(child, here)]
 
 
 def _walk(node: flamegraph.Node) -> list[flamegraph.Node]:
@@ -225,8 +240,8 @@ def test_diff_colours_what_grew(recorded, capsys):
     before = flamegraph.tree(flamegraph.samples(_profile(url, first.event_id)), "train_step")
     after = flamegraph.tree(flamegraph.samples(_profile(url, second.event_id)), "train_step")
     assert flamegraph.diff(before, after) == []  # the same lines, one layer more
-    layer = next(n for n in after.children if n.frame.label.endswith(f":{line_of('# mlp-layer')})"))
-    earlier = next(n for n in before.children if n.frame == layer.frame)
+    layer = next(n for n in _walk(after) if n.frame.label.endswith(f":{line_of('# mlp-layer')})"))
+    earlier = next(n for n in _walk(before) if n.frame == layer.frame)
     assert layer.before == earlier.eqns
     assert layer.eqns > earlier.eqns  # a fourth hidden layer
     assert after.before == first.jaxpr_eqns
@@ -249,7 +264,7 @@ def test_diff_colours_what_grew(recorded, capsys):
     gone = flamegraph.diff(
         flamegraph.tree(flamegraph.samples(_profile(url, first.event_id))), flamegraph.tree(flamegraph.samples(fewer))
     )
-    assert [g.path[0] for g in gone] == [f"forward ({NAME}:{head})"]
+    assert [g.path[-1] for g in gone] == [f"forward ({NAME}:{head})"]
     assert gone[0].eqns == sum(r[5] for r in _profile(url, first.event_id) if r[1] == head)
 
 

@@ -63,6 +63,23 @@ def is_library_file(filename: str) -> bool:
     return filename.startswith(LIBRARY_DIRS) or filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen")
 
 
+_STANDARD_DIRS = tuple(
+    d + os.sep
+    for key in ("stdlib", "platstdlib")
+    if (path := sysconfig.get_paths().get(key))
+    for d in {os.path.abspath(path), os.path.realpath(path)}
+)
+
+
+def in_stack(filename: str) -> bool:
+    """Whether a frame is one an equation's stack shows: the user's code or a library's
+    (Flax, Optax, NumPyro ...), not JAX's, cachewatch's or the standard library's."""
+    if filename.startswith((_JAX_DIR, _PACKAGE_DIR, "<frozen")):
+        return False
+    # A library installed without a virtualenv lives under the standard library's directory.
+    return not filename.startswith(_STANDARD_DIRS) or "-packages" + os.sep in filename
+
+
 def code_file(fun: Any) -> str | None:
     """The file a function's code (or a callable object's ``__call__``) comes from."""
     code = getattr(fun, "__code__", None)

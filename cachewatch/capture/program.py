@@ -34,7 +34,7 @@ from typing import Any
 from ..core import _guard, jaxcompat
 from ..core.events import PROGRAM_FORMATS, Cause, CompileEvent
 from ..record import current
-from .identity import is_library_file
+from .identity import in_stack, is_library_file
 
 # Most source lines kept on an event (the full profile stays with the program's texts).
 TOP_LINES = 20
@@ -207,27 +207,35 @@ LOOP_PRIMITIVES = frozenset({"scan", "while"})
 # ----------------------------------------------------------------- figures
 
 
+# Frames of an equation's Python stack kept in the profile (the user's and libraries'
+# code, JAX's left out): the innermost this many, what a flame graph nests.
+STACK_FRAMES = 16
+
+
 def walk(jaxpr: Any) -> tuple[int, dict[str, int], list[list[Any]]]:
     """Equations in all, by primitive, and the profile rows ``[file, line, function,
-    primitive, in_loop_body, count]``, counted through nested jaxprs. A nested jaxpr is
-    counted at every equation that holds it (an inner jit called by a helper a hundred
-    times is in the program a hundred times) and read once (its counts are kept)."""
+    primitive, in_loop_body, count, stack]`` (``stack``: the equation's frames outside
+    JAX, outermost first, each ``[file, line, function]``), counted through nested
+    jaxprs. A nested jaxpr is counted at every equation that holds it (an inner jit called
+    by a helper a hundred times is in the program a hundred times) and read once (its
+    counts are kept)."""
     read = jaxcompat.source_line_reader(is_library_file)
-    done: dict[tuple[int, bool], tuple[int, dict[str, int], dict[tuple[Any, str, bool], int]]] = {}
+    read_stack = jaxcompat.source_stack_reader(in_stack, STACK_FRAMES)
+    done: dict[tuple[int, bool], tuple[int, dict[str, int], dict[tuple[Any, ...], int]]] = {}
 
-    def visit(current: Any, in_loop: bool) -> tuple[int, dict[str, int], dict[tuple[Any, str, bool], int]]:
+    def visit(current: Any, in_loop: bool) -> tuple[int, dict[str, int], dict[tuple[Any, ...], int]]:
         key = (id(current), in_loop)
         known = done.get(key)
         if known is not None:
             return known
         total = 0
         by_primitive: dict[str, int] = {}
-        counts: dict[tuple[Any, str, bool], int] = {}
+        counts: dict[tuple[Any, ...], int] = {}
         for eqn in current.eqns:
             name = eqn.primitive.name
             total += 1
             by_primitive[name] = by_primitive.get(name, 0) + 1
-            row = (read(eqn.source_info), name, in_loop)
+            row = (read(eqn.source_info), name, in_loop, read_stack(eqn.source_info))
             counts[row] = counts.get(row, 0) + 1
             if eqn.params:
                 body = in_loop or name in LOOP_PRIMITIVES
@@ -243,8 +251,8 @@ def walk(jaxpr: Any) -> tuple[int, dict[str, int], list[list[Any]]]:
 
     total, by_primitive, counts = visit(jaxpr, False)
     rows = [
-        [frame[0], frame[1], frame[2], name, loop, n] if frame is not None else ["", 0, "", name, loop, n]
-        for (frame, name, loop), n in counts.items()
+        [*(frame if frame is not None else ("", 0, "")), name, loop, n, [list(f) for f in stack]]
+        for (frame, name, loop, stack), n in counts.items()
     ]
     return total, by_primitive, rows
 
@@ -264,7 +272,7 @@ def constant_bytes(jaxpr: Any) -> int:
 def top_lines(rows: list[list[Any]], limit: int = TOP_LINES) -> list[dict[str, Any]]:
     """The source lines with the most equations, from profile rows."""
     lines: dict[tuple[str, int, str], list[Any]] = {}
-    for file, line, function, primitive, loop, n in rows:
+    for file, line, function, primitive, loop, n, *_ in rows:
         entry = lines.setdefault((file, line, function), [0, False, {}])
         entry[0] += n
         entry[1] = entry[1] or loop

@@ -7,11 +7,10 @@ SVG without script.
     picture = flamegraph.svg(root)
 
 Width is equations. A frame is a source line, ``function (file:line)``: the Python
-stack that emitted each equation, outermost first, then the equation's primitive as the
-leaf. The store's profile keeps one frame per equation, the innermost outside JAX and
-the installed libraries (see ``capture/program.py``), so a recorded program's graph is
-its user lines over their primitives; :class:`Sample` takes a whole stack, and a deeper
-one nests. The user's frames are coloured apart from libraries' and JAX's; hovering a
+stack that emitted each equation, outermost first (the user's and libraries' frames;
+JAX's own are left out, ``capture/program.py`` keeps the innermost sixteen), then the
+equation's primitive as the leaf. A profile kept before stacks were has the innermost
+user line alone above each primitive. The user's frames are coloured apart from libraries' and JAX's; hovering a
 frame says its equations and share; clicking one zooms into it, clicking the root
 zooms out. :func:`diff` colours the frames of a second program by the equations each
 gained or lost against a first.
@@ -150,12 +149,15 @@ def source_frame(file: str, line: int, function: str) -> Frame:
 
 
 def samples(rows: Iterable[list[Any]]) -> list[Sample]:
-    """The profile's rows (file, line, function, primitive, in a loop body, equations) as
-    stacks: the source line, then the primitive."""
+    """The profile's rows (file, line, function, primitive, in a loop body, equations, and
+    where kept the equation's stack outside JAX, outermost first) as stacks: the stack (or
+    the innermost user line alone, for a profile kept before stacks were), then the primitive."""
     out = []
-    for file, line, function, primitive, loop, count in rows:
+    for file, line, function, primitive, loop, count, *kept in rows:
         leaf = Frame(str(primitive), FrameKind.JAX, "a JAX primitive")
-        out.append(Sample((source_frame(file, int(line), function), leaf), int(count), bool(loop)))
+        stack = kept[0] if kept and kept[0] else [[file, line, function]]
+        frames = tuple(source_frame(f, int(n), fn) for f, n, fn in stack)
+        out.append(Sample((*frames, leaf), int(count), bool(loop)))
     return out
 
 
@@ -452,7 +454,7 @@ def _profile_of(conn: sa.Connection, event_id: str) -> tuple[str, list[list[Any]
     return str(row["qualname"]), kept.rows
 
 
-_ABOUT = "Width is equations; each equation under the user source line that emitted it, then its primitive."
+_ABOUT = "Width is equations; each equation under the Python stack that emitted it (your code and libraries; JAX's own frames left out), then its primitive."
 
 
 def for_event(conn: sa.Connection, event_id: str, *, as_svg: bool = False) -> str:

@@ -254,7 +254,7 @@ def pprof(rows: list[list[Any]]) -> bytes:
     functions: dict[tuple[str, str], int] = {}
     locations: dict[tuple[int, int], int] = {}
     samples = []
-    for file, line, function, primitive, loop, count in rows:
+    for file, line, function, primitive, loop, count, *_ in rows:
         fkey = (file, function)
         fid = functions.setdefault(fkey, len(functions) + 1)
         lid = locations.setdefault((fid, int(line)), len(locations) + 1)

@@ -18,7 +18,9 @@ compile seconds, share of the run) and one fix that fits: pad with a mask (and r
 last real position) for a growing length; keep a growing host list on the host or in a
 fixed buffer; build a re-created object once, pointed at its construction; at a call
 into a library, what happens inside it and what the user's own code can change there,
-never "jit it". The storms stay as its detail (``storms``).
+never "jit it" (finding_fixes.py writes them). The storms stay as its detail (``storms``).
+A jit whose calls go through JAX's Python dispatch path for a visible share of its run
+is a finding too (cause ``slow_path``, callpaths/), ranked with the others by ``seconds``.
 
     for finding in findings.find(conn, Filters(run_id=run_id)):
         print(finding.compile_seconds, finding.varying, finding.entry, finding.fix)
@@ -26,12 +28,9 @@ never "jit it". The storms stay as its detail (``storms``).
 
 from __future__ import annotations
 
-import ast
 import collections
 import dataclasses
-import functools
 import hashlib
-import linecache
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -46,6 +45,7 @@ from ..core.warmup import enclosing_function
 from ..store import queries
 from ..store.columns import Filters
 from . import diagnosis, finding_reads
+from .finding_fixes import Driver, construction, finding_fix, loops_in, outwards, short_site
 from .finding_reads import StormCompile
 from .fixes import NOT_A_LIBRARY, is_library_function
 from .results import Storm
@@ -149,7 +149,7 @@ def _slow_path_finding(found: slow_path.SlowPath, length: float | None) -> Findi
         cause="slow_path",
         varying=f"every call through JAX's Python dispatch path ({reason})",
         entry=site,
-        entry_text=_short(site) if site else "",
+        entry_text=short_site(site) if site else "",
         functions=(found.function.qualname or found.function.name,),
         function_hashes=(found.function.function_hash,),
         compiles=0,
@@ -197,26 +197,17 @@ def gather(
 # ------------------------------------------------------------------ what varies
 
 
-@dataclasses.dataclass(frozen=True)
-class _Driver:
-    kind: str  # "size", "object", "static" or "own"
-    sizes: frozenset[int] = frozenset()
-    growing: bool = False  # each new size larger than the last
-    values: frozenset[str] = frozenset()
-    entry: str | None = None  # for "object": the line that reaches the re-created jit
-
-
-def _driver(storm: Storm, rows: list[StormCompile]) -> _Driver:
+def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
     cause = storm.dominant_cause
     if cause in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED):
-        return _Driver("object", entry=_entry(rows)[0] or storm.call_site)
+        return Driver("object", entry=_entry(rows)[0] or storm.call_site)
     sizes = _new_sizes(rows)
     if cause in (Cause.NEW_SHAPE, Cause.NEW_STATIC_VALUE) and len(set(sizes)) >= 2:
-        return _Driver("size", frozenset(sizes), _grows(sizes))
+        return Driver("size", frozenset(sizes), _grows(sizes))
     if cause == Cause.NEW_STATIC_VALUE:
         values = {str(e.get("after")) for r in rows for e in r.diff if e.get("change") == "static"}
-        return _Driver("static", values=frozenset(values))
-    return _Driver("own")
+        return Driver("static", values=frozenset(values))
+    return Driver("own")
 
 
 def _new_sizes(rows: list[StormCompile]) -> list[int]:
@@ -258,7 +249,7 @@ def _grows(sizes: list[int]) -> bool:
     return len(firsts) >= 4 and len(steps) == 1
 
 
-def _grouped(storms: list[Storm], drivers: dict[int, _Driver]) -> list[list[Storm]]:
+def _grouped(storms: list[Storm], drivers: dict[int, Driver]) -> list[list[Storm]]:
     """The storms joined where one run's share what varies (see the module's docstring)."""
     parent = list(range(len(storms)))
 
@@ -279,7 +270,7 @@ def _grouped(storms: list[Storm], drivers: dict[int, _Driver]) -> list[list[Stor
     return list(groups.values())
 
 
-def _same_cause(a: Storm, b: Storm, da: _Driver, db: _Driver) -> bool:
+def _same_cause(a: Storm, b: Storm, da: Driver, db: Driver) -> bool:
     if da.kind != db.kind or da.kind == "own":
         return False
     if da.kind == "object":
@@ -304,12 +295,12 @@ def _entry(rows: Sequence[StormCompile]) -> tuple[str | None, str, str | None]:
     stacks = [r.user_stack for r in rows if r.user_stack]
     if not stacks or len(stacks) < len(rows):
         site = _commonest(r.call_site for r in rows)
-        return site, _short(site) if site else "", None
+        return site, short_site(site) if site else "", None
     per_compile = [[(_home(f["site"]), f) for f in stack] for stack in stacks]
     shared = set.intersection(*({home for home, _ in frames if home is not None} for frames in per_compile))
     if not shared:
         site = _commonest(r.call_site for r in rows)
-        return site, _short(site) if site else "", None
+        return site, short_site(site) if site else "", None
     # The innermost shared function, as the first stack nests them.
     home = next(h for h, _ in per_compile[0] if h in shared)
     at_home = [[f for h, f in frames if h == home][-1] for frames in per_compile]
@@ -318,14 +309,14 @@ def _entry(rows: Sequence[StormCompile]) -> tuple[str | None, str, str | None]:
     library = into.pop() if len(into) == 1 else None
     if len(lines) == 1:
         site = next(iter(lines))
-        return site, _short(site), library
+        return site, short_site(site), library
     loop = _loop_around(home, [int(s.rpartition(":")[2]) for s in lines])
     if loop is not None:
         site = f"{home[0]}:{loop}"
         listed = ", ".join(str(int(s.rpartition(":")[2])) for s, _ in lines.most_common(4))
-        return site, f"the loop at {_short(site)} (lines {listed})", library
+        return site, f"the loop at {short_site(site)} (lines {listed})", library
     site = lines.most_common(1)[0][0]
-    return site, _short(site), library
+    return site, short_site(site), library
 
 
 def _home(site: str) -> tuple[str, str, int] | None:
@@ -342,31 +333,14 @@ def _commonest(sites: Iterable[str | None]) -> str | None:
     return counted.most_common(1)[0][0] if counted else None
 
 
-def _short(site: str) -> str:
-    return site.rsplit("/", 1)[-1]
-
-
 def _loop_around(home: tuple[str, str, int], lines: list[int]) -> int | None:
     """The first line of the innermost ``for``/``while`` in the function ``home`` that holds
     every one of ``lines``; None when none does or the source cannot be read."""
     best = None
-    for start, stop in _loops_in(home[0]):
+    for start, stop in loops_in(home[0]):
         if all(start <= n <= stop for n in lines) and (best is None or start > best[0]):
             best = (start, stop)
     return best[0] if best is not None else None
-
-
-@functools.lru_cache(maxsize=64)
-def _loops_in(file: str) -> tuple[tuple[int, int], ...]:
-    try:
-        tree = ast.parse("".join(linecache.getlines(file)))
-    except (SyntaxError, ValueError):
-        return ()
-    return tuple(
-        (node.lineno, node.end_lineno or node.lineno)
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.For, ast.While, ast.AsyncFor))
-    )
 
 
 # ------------------------------------------------------------------ one finding
@@ -375,7 +349,7 @@ def _loops_in(file: str) -> tuple[tuple[int, int], ...]:
 def _finding(
     group: list[Storm],
     rows: list[StormCompile],
-    drivers: dict[int, _Driver],
+    drivers: dict[int, Driver],
     run_lengths: dict[str, float],
     infos: dict[str, FunctionInfo],
 ) -> Finding:
@@ -392,7 +366,7 @@ def _finding(
     )
     cause = causes.most_common(1)[0][0]
     driver = _group_driver(group, drivers)
-    entry, entry_text, library = _entry(rows) if rows else (lead.call_site, _short(lead.call_site or ""), None)
+    entry, entry_text, library = _entry(rows) if rows else (lead.call_site, short_site(lead.call_site or ""), None)
     if any(_users_own_jit(s, infos) for s in group):
         library = None  # the user's own jit behind a library's wrapper (nnx.jit, eqx.filter_jit) is theirs to fix
     run_id = group[0].run_id
@@ -401,10 +375,10 @@ def _finding(
     functions = tuple(names[h] for h, _ in per_function.most_common())
     varying = _varying(driver, group, names, library)
     # A re-built object enters where it is built: the line to change.
-    made = next(filter(None, map(_construction, _outwards(entry, rows))), None) if driver.kind == "object" else None
+    made = next(filter(None, map(construction, outwards(entry, rows))), None) if driver.kind == "object" else None
     if made is not None:
-        entry, entry_text = made[1], _short(made[1])
-    fix, kind = _fix(driver, group, made, entry_text, library, functions, compiles, seconds, infos)
+        entry, entry_text = made[1], short_site(made[1])
+    fix, kind = finding_fix(driver, group, made, entry_text, library, functions, compiles, seconds, infos)
     digest = hashlib.sha256("\0".join([run_id, driver.kind, entry or "", *sorted(s.key for s in group)]).encode())
     return Finding(
         finding_id=digest.hexdigest()[:16],
@@ -432,7 +406,7 @@ def _users_own_jit(storm: Storm, infos: dict[str, FunctionInfo]) -> bool:
     return info is not None and not is_library_function(info.module, info.file)
 
 
-def _group_driver(group: list[Storm], drivers: dict[int, _Driver]) -> _Driver:
+def _group_driver(group: list[Storm], drivers: dict[int, Driver]) -> Driver:
     """What varies for the group: for sizes, those most of its storms met (a kernel's
     other operand is not the count) and whether most of its compiles met them growing."""
     lead = drivers[id(max(group, key=lambda s: s.compiles))]
@@ -445,7 +419,7 @@ def _group_driver(group: list[Storm], drivers: dict[int, _Driver]) -> _Driver:
     return dataclasses.replace(lead, sizes=core, growing=growing)
 
 
-def _varying(driver: _Driver, group: list[Storm], names: dict[str, str], library: str | None) -> str:
+def _varying(driver: Driver, group: list[Storm], names: dict[str, str], library: str | None) -> str:
     if library is not None and driver.kind != "object" and not (driver.kind == "size" and driver.growing):
         return f"what {library} is given at each call ({len(names)} functions compile inside it)"
     if driver.kind == "size":
@@ -457,240 +431,6 @@ def _varying(driver: _Driver, group: list[Storm], names: dict[str, str], library
     if driver.kind == "static":
         return f"a static value: {len(driver.values)} values ({', '.join(sorted(driver.values)[:4])})"
     return f"{group[0].dominant_cause} of {group[0].short_name}"
-
-
-# ------------------------------------------------------------------ the fix
-
-
-def _fix(
-    driver: _Driver,
-    group: list[Storm],
-    made: tuple[str, str, str] | None,
-    entry_text: str,
-    library: str | None,
-    functions: tuple[str, ...],
-    compiles: int,
-    seconds: float,
-    infos: dict[str, FunctionInfo],
-) -> tuple[str, str]:
-    """One fix that applies at the entry, and its kind."""
-    lead = max(group, key=lambda s: s.compiles)
-    price = f"{compiles} compiles, {seconds_text(seconds)}"
-    named = ", ".join(f"`{n}`" for n in functions[:4]) + (
-        f" and {len(functions) - 4} more" if len(functions) > 4 else ""
-    )
-    if driver.kind == "object":
-        if made is not None:
-            name, where, around = made
-            return (
-                f"`{name}` is built anew at {_short(where)} each time `{around}` runs, and the jit it holds "
-                f"compiles again with it ({price}, the same program each time). Build `{name}` once, outside "
-                f"`{around}` (or before the loop that calls it), and reuse it: one compile.",
-                "hoist_object",
-            )
-        return lead.fix, "library_api" if library else "hoist_jit"
-    if library is not None:
-        return _library_boundary(driver, group, entry_text, library, named, price), "library_boundary"
-    if driver.kind == "size":
-        return _size_fix(driver, group, entry_text, named, price, infos)
-    if driver.kind == "static":
-        return lead.fix, "static_value"
-    return lead.fix, "storm"
-
-
-def _size_fix(
-    driver: _Driver, group: list[Storm], entry_text: str, named: str, price: str, infos: dict[str, FunctionInfo]
-) -> tuple[str, str]:
-    """The fix for sizes that vary: a growing host list, a growing count, varying sizes."""
-    conversions = [found for s in group if (found := _list_conversion(s.call_site))]
-    if conversions and len(conversions) == len(group):
-        site, text = conversions[0]
-        return (
-            f"`{text}` at {site} turns a Python list that grows each step into a new array: a new shape every "
-            f"time, and JAX compiles the conversion again ({price}). Jitting that line cannot help while the "
-            "list grows. Keep the list on the host (a NumPy array, `np.asarray(...)`) until it is needed "
-            "whole, or keep the values in a fixed-size device buffer written with `buf.at[i].set(x)` beside "
-            "a count.",
-            "host_buffer",
-        )
-    sizes = sorted(driver.sizes)
-    buckets = sorted({_next_pow2(n) for n in sizes})
-    if driver.growing:
-        return _growing_fix(group, sizes, buckets, conversions, entry_text, named, price, infos), "pad_and_mask"
-    jits = [s for s in group if not s.key.startswith("site:")]
-    if jits:
-        # A jit of the user's is padded by its own priced bucketing; what else the same
-        # sizes recompile goes with it.
-        own = max(jits, key=lambda s: s.compiles)
-        others = [s for s in group if s is not own]
-        also = ", ".join(s.short_name for s in others[:3])
-        more = (
-            f" The same sizes also recompile {also}: pad where the data is made, before any of them sees it, "
-            "and they compile once per bucket too."
-            if others
-            else ""
-        )
-        return own.fix + more, "pad"
-    return (
-        f"A size that varies ({len(sizes)} sizes between {sizes[0]} and {sizes[-1]}) enters at {entry_text}, "
-        f"and {named} compile again at each one ({price}). Pad what varies to powers of two "
-        f"({', '.join(str(b) for b in buckets[:6])}) with a mask over the padding, and jit the code at "
-        f"{entry_text} once: {len(buckets)} size(s) to compile for instead of {len(sizes)}.",
-        "pad",
-    )
-
-
-def _growing_fix(
-    group: list[Storm],
-    sizes: list[int],
-    buckets: list[int],
-    conversions: list[tuple[str, str]],
-    entry_text: str,
-    named: str,
-    price: str,
-    infos: dict[str, FunctionInfo],
-) -> str:
-    """A count that grows: a fixed buffer, the count passed, the padding masked; the list
-    conversions and the reads of position -1 named where they are."""
-    text = (
-        f"A count that grows from {sizes[0]} to {sizes[-1]} enters at {entry_text}, and {named} compile "
-        f"again at each new size ({price})."
-    )
-    for site, conversion in conversions[:2]:
-        text += (
-            f" At {site}, `{conversion}` makes a new array of the growing Python list each step: keep the "
-            "items in the fixed buffer below instead (`buf = buf.at[n].set(item)`), or in a NumPy array on "
-            "the host until needed whole; jitting that line cannot help while the list grows."
-        )
-    text += (
-        f" Keep the data in a buffer of fixed capacity ({sizes[-1]}, or powers of two: {len(buckets)} sizes), "
-        "write each new item with `.at[n].set(...)`, pass the count n, mask the unused entries wherever they "
-        f"would count (a sum, a mean, attention, a kernel's rows and columns past n), and jit the step once "
-        f"over the buffer: {len(buckets)} size(s) to compile for instead of {len(sizes)}."
-    )
-    last = [found for s in group if (found := _reads_last(infos.get(s.key)))]
-    if last:
-        name, site = last[0]
-        text += (
-            f" `{name}` reads the last position (`[-1]` at {site}): in a padded buffer that is padding, so "
-            "read position n - 1 instead, or the result changes."
-        )
-    else:
-        text += (
-            " Where a result is read at the last position (`x[-1]`), read it at the last real one "
-            "(`x[n - 1]`): padding moves the end."
-        )
-    return text
-
-
-def _library_boundary(
-    driver: _Driver, group: list[Storm], entry_text: str, library: str, named: str, price: str
-) -> str:
-    """At a call into a library: what compiles inside it, what that costs, what the user's
-    own code can change, and never "jit it" (the call cannot be jitted as it is made)."""
-    inside = f"The line at {entry_text} calls into {library}, and {named} compile again inside it ({price})."
-    if driver.kind == "size" and driver.growing:
-        sizes = sorted(driver.sizes)
-        return (
-            f"{inside} What changes is the size of what your code passes it: it grows over {len(sizes)} sizes "
-            f"between {sizes[0]} and {sizes[-1]}. That call is not one to wrap in jax.jit as it is made; what "
-            f"your code can change is the data it hands {library}: a fixed size (pad to {sizes[-1]}, or to "
-            f"powers of two) with the padding masked out the way {library} supports it (in NumPyro, "
-            "`numpyro.handlers.mask` or an observation mask), or fewer distinct sizes (refit every few steps). "
-            "Otherwise nothing in your code removes these compiles."
-        )
-    identical = sum(s.identical_programs for s in group)
-    wasted = sum(s.identical_seconds for s in group)
-    again = (
-        f" {identical} of them compiled a program compiled before in the run ({seconds_text(wasted)})."
-        if identical
-        else ""
-    )
-    return (
-        f"{inside}{again} They are {library}'s own work for what each call is given (a new model, new "
-        "shapes, a new object): the call is not one to wrap in jax.jit as it is made. What your code can "
-        "change: where it repeats work, give the library the same again (keep one object per model and call "
-        "it again rather than building a new one; keep the data one size). Where each call is given a "
-        "different model, these compiles are that model's price, and nothing in your code removes them."
-    )
-
-
-def _list_conversion(call_site: str | None) -> tuple[str, str] | None:
-    """(the short site, ``jnp.array(tokens)``) when a line turns a Python list into an array
-    (JAX stacks its items: one compile per length); None otherwise or without its source."""
-    if call_site is None:
-        return None
-    file, _, line = call_site.rpartition(":")
-    text = linecache.getline(file, int(line)) if line.isdigit() else ""
-    found = re.search(r"\b((?:jnp|np|numpy|jax\.numpy)\.(?:array|asarray|stack)\(\s*\w+\s*\))", text)
-    return (_short(call_site), found.group(1)) if found else None
-
-
-def _reads_last(info: FunctionInfo | None) -> tuple[str, str] | None:
-    """(its name, the line) when a jit of the user's reads a result at position -1."""
-    if info is None or not info.file or not info.line:
-        return None
-    for start, stop in _definitions_in(info.file):
-        if start == info.line:
-            for number in range(start, stop + 1):
-                if re.search(r"\[\s*(?:\.\.\.\s*,\s*|:\s*,\s*)?-1\s*\]", linecache.getline(info.file, number)):
-                    return info.name, f"{_short(info.file)}:{number}"
-    return None
-
-
-@functools.lru_cache(maxsize=64)
-def _definitions_in(file: str) -> tuple[tuple[int, int], ...]:
-    """Every function's first line (its first decorator's, as its code object counts it) and last."""
-    try:
-        tree = ast.parse("".join(linecache.getlines(file)))
-    except (SyntaxError, ValueError):
-        return ()
-    return tuple(
-        (min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno or node.lineno)
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    )
-
-
-def _outwards(entry: str | None, rows: list[StormCompile]) -> list[str]:
-    """The entry and the user's lines out from it (a method of the user's that calls the
-    jit, then the line that called the method), up to three."""
-    stack = [f["site"] for f in (rows[0].user_stack if rows else [])]
-    if entry in stack:
-        return stack[stack.index(entry) : stack.index(entry) + 3]
-    return [entry] if entry else []
-
-
-def _construction(entry: str | None) -> tuple[str, str, str] | None:
-    """Where the object whose method the entry line calls is built, in the same function:
-    (its name, the building line, the function), for ``solver = Solver(...)`` above
-    ``solver.run(...)``; None when the line calls no such method or the source cannot be read."""
-    if entry is None:
-        return None
-    around = enclosing_function(entry)
-    file, _, line = entry.rpartition(":")
-    if around is None or not line.isdigit():
-        return None
-    called = re.search(r"\b([A-Za-z_]\w*)\.\w+\(", linecache.getline(file, int(line)))
-    if called is None:
-        return None
-    name = called.group(1)
-    built = None
-    for number in range(around[2], int(line)):
-        text = linecache.getline(file, number)
-        if re.match(rf"\s*{re.escape(name)}\s*=\s*[\w.]+\(", text):
-            built = number
-    # Built once before a loop that only calls it: not rebuilt per call (the library
-    # makes its jit afresh inside the call).
-    if built is None or any(
-        start <= int(line) <= stop and not start <= built <= stop for start, stop in _loops_in(file)
-    ):
-        return None
-    return name, f"{file}:{built}", around[1]
-
-
-def _next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
 def describe(finding: Finding) -> str:

@@ -558,6 +558,44 @@ def lowered_module_reader() -> LoweredModuleReader | None:
     return _lowered_module_reader
 
 
+def source_stack_reader(kept: Callable[[str], bool], depth: int) -> Callable[[Any], tuple[tuple[str, int, str], ...]]:
+    """A function from an equation's ``source_info`` to the frames of JAX's traceback whose
+    file ``kept`` keeps (the user's and libraries' code, not JAX's), the ``depth``
+    innermost of them, outermost first, each (file, line, function). JAX 0.10-0.12; a
+    reader that always gives () when the capability traceback_lines is off."""
+    if not capabilities.available("traceback_lines"):
+        return lambda source_info: ()
+    from jax._src.lib import xla_client
+
+    addr2line = getattr(xla_client.Traceback, "code_addr2line", None)
+    if addr2line is None:
+        return lambda source_info: ()
+    keep: dict[int, bool] = {}
+    lines: dict[tuple[int, int], int] = {}
+
+    def read(source_info: Any) -> tuple[tuple[str, int, str], ...]:
+        traceback = getattr(source_info, "traceback", None)
+        if traceback is None:
+            return ()
+        codes, lastis = traceback.raw_frames()
+        found = []
+        for code, lasti in zip(codes, lastis, strict=False):
+            ok = keep.get(id(code))
+            if ok is None:
+                ok = keep[id(code)] = kept(code.co_filename)
+            if ok:
+                key = (id(code), lasti)
+                line = lines.get(key)
+                if line is None:
+                    line = lines[key] = addr2line(code, lasti)
+                found.append((code.co_filename, line, code.co_qualname))
+                if len(found) == depth:
+                    break
+        return tuple(reversed(found))
+
+    return read
+
+
 def source_line_reader(is_library_file: Callable[[str], bool]) -> Callable[[Any], tuple[str, int, str] | None]:
     """A function from an equation's ``source_info`` to its innermost frame whose file is not
     a library's (file, line, function), read off JAX's traceback. Per code object the test

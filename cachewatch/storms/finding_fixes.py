@@ -1,0 +1,275 @@
+"""The fix a finding gives, written for the code in front of it (findings.py gathers the
+storms; this says what to change where it enters): pad with a mask and read the last real
+position for a count that grows, keep a growing host list on the host or in a fixed
+buffer, build a re-created object once (pointed at its construction), pad varying sizes
+where the data is made, and at a call into a library say what happens inside it and what
+the user's own code can change, never "jit it"."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import linecache
+import re
+
+from ..core.events import FunctionInfo
+from ..core.figures import seconds_text
+from ..core.warmup import enclosing_function
+from .finding_reads import StormCompile
+from .results import Storm
+
+
+@dataclasses.dataclass(frozen=True)
+class Driver:
+    kind: str  # "size", "object", "static" or "own"
+    sizes: frozenset[int] = frozenset()
+    growing: bool = False  # each new size larger than the last
+    values: frozenset[str] = frozenset()
+    entry: str | None = None  # for "object": the line that reaches the re-created jit
+
+
+def short_site(site: str) -> str:
+    return site.rsplit("/", 1)[-1]
+
+
+@functools.lru_cache(maxsize=64)
+def loops_in(file: str) -> tuple[tuple[int, int], ...]:
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return ()
+    return tuple(
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.For, ast.While, ast.AsyncFor))
+    )
+
+
+def finding_fix(
+    driver: Driver,
+    group: list[Storm],
+    made: tuple[str, str, str] | None,
+    entry_text: str,
+    library: str | None,
+    functions: tuple[str, ...],
+    compiles: int,
+    seconds: float,
+    infos: dict[str, FunctionInfo],
+) -> tuple[str, str]:
+    """One fix that applies at the entry, and its kind."""
+    lead = max(group, key=lambda s: s.compiles)
+    price = f"{compiles} compiles, {seconds_text(seconds)}"
+    named = ", ".join(f"`{n}`" for n in functions[:4]) + (
+        f" and {len(functions) - 4} more" if len(functions) > 4 else ""
+    )
+    if driver.kind == "object":
+        if made is not None:
+            name, where, around = made
+            return (
+                f"`{name}` is built anew at {short_site(where)} each time `{around}` runs, and the jit it holds "
+                f"compiles again with it ({price}, the same program each time). Build `{name}` once, outside "
+                f"`{around}` (or before the loop that calls it), and reuse it: one compile.",
+                "hoist_object",
+            )
+        return lead.fix, "library_api" if library else "hoist_jit"
+    if library is not None:
+        return _library_boundary(driver, group, entry_text, library, named, price), "library_boundary"
+    if driver.kind == "size":
+        return _size_fix(driver, group, entry_text, named, price, infos)
+    if driver.kind == "static":
+        return lead.fix, "static_value"
+    return lead.fix, "storm"
+
+
+def _size_fix(
+    driver: Driver, group: list[Storm], entry_text: str, named: str, price: str, infos: dict[str, FunctionInfo]
+) -> tuple[str, str]:
+    """The fix for sizes that vary: a growing host list, a growing count, varying sizes."""
+    conversions = [found for s in group if (found := _list_conversion(s.call_site))]
+    if conversions and len(conversions) == len(group):
+        site, text = conversions[0]
+        return (
+            f"`{text}` at {site} turns a Python list that grows each step into a new array: a new shape every "
+            f"time, and JAX compiles the conversion again ({price}). Jitting that line cannot help while the "
+            "list grows. Keep the list on the host (a NumPy array, `np.asarray(...)`) until it is needed "
+            "whole, or keep the values in a fixed-size device buffer written with `buf.at[i].set(x)` beside "
+            "a count.",
+            "host_buffer",
+        )
+    sizes = sorted(driver.sizes)
+    buckets = sorted({next_pow2(n) for n in sizes})
+    if driver.growing:
+        return _growing_fix(group, sizes, buckets, conversions, entry_text, named, price, infos), "pad_and_mask"
+    jits = [s for s in group if not s.key.startswith("site:")]
+    if jits:
+        # A jit of the user's is padded by its own priced bucketing; what else the same
+        # sizes recompile goes with it.
+        own = max(jits, key=lambda s: s.compiles)
+        others = [s for s in group if s is not own]
+        also = ", ".join(s.short_name for s in others[:3])
+        more = (
+            f" The same sizes also recompile {also}: pad where the data is made, before any of them sees it, "
+            "and they compile once per bucket too."
+            if others
+            else ""
+        )
+        return own.fix + more, "pad"
+    return (
+        f"A size that varies ({len(sizes)} sizes between {sizes[0]} and {sizes[-1]}) enters at {entry_text}, "
+        f"and {named} compile again at each one ({price}). Pad what varies to powers of two "
+        f"({', '.join(str(b) for b in buckets[:6])}) with a mask over the padding, and jit the code at "
+        f"{entry_text} once: {len(buckets)} size(s) to compile for instead of {len(sizes)}.",
+        "pad",
+    )
+
+
+def _growing_fix(
+    group: list[Storm],
+    sizes: list[int],
+    buckets: list[int],
+    conversions: list[tuple[str, str]],
+    entry_text: str,
+    named: str,
+    price: str,
+    infos: dict[str, FunctionInfo],
+) -> str:
+    """A count that grows: a fixed buffer, the count passed, the padding masked; the list
+    conversions and the reads of position -1 named where they are."""
+    text = (
+        f"A count that grows from {sizes[0]} to {sizes[-1]} enters at {entry_text}, and {named} compile "
+        f"again at each new size ({price})."
+    )
+    for site, conversion in conversions[:2]:
+        text += (
+            f" At {site}, `{conversion}` makes a new array of the growing Python list each step: keep the "
+            "items in the fixed buffer below instead (`buf = buf.at[n].set(item)`), or in a NumPy array on "
+            "the host until needed whole; jitting that line cannot help while the list grows."
+        )
+    text += (
+        f" Keep the data in a buffer of fixed capacity ({sizes[-1]}, or powers of two: {len(buckets)} sizes), "
+        "write each new item with `.at[n].set(...)`, pass the count n, mask the unused entries wherever they "
+        f"would count (a sum, a mean, attention, a kernel's rows and columns past n), and jit the step once "
+        f"over the buffer: {len(buckets)} size(s) to compile for instead of {len(sizes)}."
+    )
+    last = [found for s in group if (found := _reads_last(infos.get(s.key)))]
+    if last:
+        name, site = last[0]
+        text += (
+            f" `{name}` reads the last position (`[-1]` at {site}): in a padded buffer that is padding, so "
+            "read position n - 1 instead, or the result changes."
+        )
+    else:
+        text += (
+            " Where a result is read at the last position (`x[-1]`), read it at the last real one "
+            "(`x[n - 1]`): padding moves the end."
+        )
+    return text
+
+
+def _library_boundary(driver: Driver, group: list[Storm], entry_text: str, library: str, named: str, price: str) -> str:
+    """At a call into a library: what compiles inside it, what that costs, what the user's
+    own code can change, and never "jit it" (the call cannot be jitted as it is made)."""
+    inside = f"The line at {entry_text} calls into {library}, and {named} compile again inside it ({price})."
+    if driver.kind == "size" and driver.growing:
+        sizes = sorted(driver.sizes)
+        return (
+            f"{inside} What changes is the size of what your code passes it: it grows over {len(sizes)} sizes "
+            f"between {sizes[0]} and {sizes[-1]}. That call is not one to wrap in jax.jit as it is made; what "
+            f"your code can change is the data it hands {library}: a fixed size (pad to {sizes[-1]}, or to "
+            f"powers of two) with the padding masked out the way {library} supports it (in NumPyro, "
+            "`numpyro.handlers.mask` or an observation mask), or fewer distinct sizes (refit every few steps). "
+            "Otherwise nothing in your code removes these compiles."
+        )
+    identical = sum(s.identical_programs for s in group)
+    wasted = sum(s.identical_seconds for s in group)
+    again = (
+        f" {identical} of them compiled a program compiled before in the run ({seconds_text(wasted)})."
+        if identical
+        else ""
+    )
+    return (
+        f"{inside}{again} They are {library}'s own work for what each call is given (a new model, new "
+        "shapes, a new object): the call is not one to wrap in jax.jit as it is made. What your code can "
+        "change: where it repeats work, give the library the same again (keep one object per model and call "
+        "it again rather than building a new one; keep the data one size). Where each call is given a "
+        "different model, these compiles are that model's price, and nothing in your code removes them."
+    )
+
+
+def _list_conversion(call_site: str | None) -> tuple[str, str] | None:
+    """(the short site, ``jnp.array(tokens)``) when a line turns a Python list into an array
+    (JAX stacks its items: one compile per length); None otherwise or without its source."""
+    if call_site is None:
+        return None
+    file, _, line = call_site.rpartition(":")
+    text = linecache.getline(file, int(line)) if line.isdigit() else ""
+    found = re.search(r"\b((?:jnp|np|numpy|jax\.numpy)\.(?:array|asarray|stack)\(\s*\w+\s*\))", text)
+    return (short_site(call_site), found.group(1)) if found else None
+
+
+def _reads_last(info: FunctionInfo | None) -> tuple[str, str] | None:
+    """(its name, the line) when a jit of the user's reads a result at position -1."""
+    if info is None or not info.file or not info.line:
+        return None
+    for start, stop in _definitions_in(info.file):
+        if start == info.line:
+            for number in range(start, stop + 1):
+                if re.search(r"\[\s*(?:\.\.\.\s*,\s*|:\s*,\s*)?-1\s*\]", linecache.getline(info.file, number)):
+                    return info.name, f"{short_site(info.file)}:{number}"
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _definitions_in(file: str) -> tuple[tuple[int, int], ...]:
+    """Every function's first line (its first decorator's, as its code object counts it) and last."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return ()
+    return tuple(
+        (min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    )
+
+
+def outwards(entry: str | None, rows: list[StormCompile]) -> list[str]:
+    """The entry and the user's lines out from it (a method of the user's that calls the
+    jit, then the line that called the method), up to three."""
+    stack = [f["site"] for f in (rows[0].user_stack if rows else [])]
+    if entry in stack:
+        return stack[stack.index(entry) : stack.index(entry) + 3]
+    return [entry] if entry else []
+
+
+def construction(entry: str | None) -> tuple[str, str, str] | None:
+    """Where the object whose method the entry line calls is built, in the same function:
+    (its name, the building line, the function), for ``solver = Solver(...)`` above
+    ``solver.run(...)``; None when the line calls no such method or the source cannot be read."""
+    if entry is None:
+        return None
+    around = enclosing_function(entry)
+    file, _, line = entry.rpartition(":")
+    if around is None or not line.isdigit():
+        return None
+    called = re.search(r"\b([A-Za-z_]\w*)\.\w+\(", linecache.getline(file, int(line)))
+    if called is None:
+        return None
+    name = called.group(1)
+    built = None
+    for number in range(around[2], int(line)):
+        text = linecache.getline(file, number)
+        if re.match(rf"\s*{re.escape(name)}\s*=\s*[\w.]+\(", text):
+            built = number
+    # Built once before a loop that only calls it: not rebuilt per call (the library
+    # makes its jit afresh inside the call).
+    if built is None or any(
+        start <= int(line) <= stop and not start <= built <= stop for start, stop in loops_in(file)
+    ):
+        return None
+    return name, f"{file}:{built}", around[1]
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
