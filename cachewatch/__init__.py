@@ -35,6 +35,7 @@ from .capture.jit import is_watched, jit
 from .core import _guard
 from .core.config import ConfigError
 from .core.events import CAUSES, VERSION, CompileEvent
+from .exports.scalars import log_scalars
 from .record.current import configure
 from .record.recorder import flush
 
@@ -52,6 +53,7 @@ __all__ = [
     "install",
     "installed",
     "jit",
+    "log_scalars",
     "report",
     "load_ipython_extension",
     "unload_ipython_extension",

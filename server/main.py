@@ -40,7 +40,21 @@ from . import dashboard
 from .ingest import IngestCounters
 from .metrics import StoreCollector
 from .middleware import BodyLimit, RequestMetrics
-from .routes import cache, diagnosis, docs, events, functions, health, jobs, metrics, programs, runs, storms, summary
+from .routes import (
+    cache,
+    diagnosis,
+    docs,
+    events,
+    exports,
+    functions,
+    health,
+    jobs,
+    metrics,
+    programs,
+    runs,
+    storms,
+    summary,
+)
 from .settings import ServerSettings, SettingsError, load
 
 logger = logging.getLogger("cachewatch.server")
@@ -86,6 +100,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.add_middleware(RequestMetrics, **RequestMetrics.metrics(process_registry))  # outermost: sees every status
     for module in (events, functions, programs, runs, storms, summary, diagnosis, health, metrics, jobs, cache):
         app.include_router(module.router)
+    app.include_router(exports.router)
     app.include_router(dashboard.router)
 
     app.include_router(docs.router(_documented_openapi(app)))

@@ -37,7 +37,7 @@ def test_the_library_never_imports_the_service():
 LAYERS = ("core", "explain", "store", "record", "capture") + (
     # The errands: a package per question a user asks, each with its reads, its reasoning and
     # its kept results; they stand on the shared store and on each other only as drawn here.
-    ("programs", "cache", "callpaths", "comparison", "fleet", "whatif", "payoff", "storms", "views")
+    ("programs", "cache", "callpaths", "comparison", "fleet", "whatif", "payoff", "storms", "views", "exports")
 )
 _SHARED = {"core", "explain", "store"}
 MAY_IMPORT = {
@@ -56,6 +56,10 @@ MAY_IMPORT = {
     "storms": _SHARED | {"programs", "whatif", "callpaths"},
     # What every interface shows, composed once from the errands.
     "views": _SHARED | {"programs", "cache", "callpaths", "comparison", "fleet", "whatif", "payoff", "storms"},
+    # A run taken elsewhere: its trace (the store's rows and its storms), and the scalars of
+    # log_scalars, which the process itself knows (the recorder's events, what cachestate
+    # holds) and which the service never imports.
+    "exports": _SHARED | {"storms", "record", "capture"},
 }
 # The service may read through any layer but capture and the recorder: it serves a store.
 SERVICE_MAY_IMPORT = set(LAYERS) - {"capture", "record"}
@@ -135,6 +139,7 @@ def test_every_module_stands_on_a_known_floor():
         "cachewatch.ahead",
         "cachewatch.autoinstall",
         "cachewatch.cli",
+        "cachewatch.cli_export",
         "cachewatch.cli_report",
         "cachewatch.doctor",
         "cachewatch.notebook",

@@ -32,6 +32,7 @@ ACCESS = {
     ("GET", "/api/v1/runs/compare"): "read",
     ("GET", "/api/v1/storms"): "read",
     ("GET", "/api/v1/findings"): "read",
+    ("GET", "/api/v1/runs/{run_id}/trace"): "read",
     ("GET", "/api/v1/summary"): "read",
     ("GET", "/api/v1/diagnosis"): "read",
     ("GET", "/api/v1/jobs"): "read",
@@ -92,6 +93,7 @@ def _concrete(path: str, function_hash: str, event_id: str = "") -> str:
         .replace("{event_id}", event_id)
         .replace("{name}", "dashboard.css")
         .replace("{job}", "security-walk")
+        .replace("{run_id}", "security-walk")
     )
 
 
