@@ -128,6 +128,7 @@ def test_a_run_summary_of_an_http_store_says_where_to_look_and_no_more():
         "live_executable_bytes",
         "never_called_again",
         "functions",
+        "findings",
         "storms",
         "next",
     ]
