@@ -123,12 +123,11 @@ def _coverage_line(rows: Sequence[Mapping[str, Any]]) -> str:
     return text + "."
 
 
-def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) -> None:
+def _print_bursts(report: RunReport) -> None:
+    """The findings, then their storms, the first passes and the calls on JAX's Python path."""
     from .storms import diagnosis
 
     storms, passes = report.storms, report.first_passes
-    costs, regressions = (report.diagnosis.cost_model, report.diagnosis.regressions) if report.diagnosis else ([], [])
-    regressions_total = report.diagnosis.regressions_total if report.diagnosis else 0
     _print_finding_list(report.findings)
     if storms:
         print(f"\nStorms ({len(storms)}, the findings' detail):" if report.findings else f"\nStorms ({len(storms)}):")
@@ -138,6 +137,16 @@ def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) ->
         print("\nFirst passes (each shape compiled once, then served from the cache; not storms):")
         for found in passes:
             print(f"  {diagnosis.describe_first_pass(found)}")
+    if report.slow_paths:
+        print("\nCalls on JAX's Python dispatch path, not its C++ fast path:")
+        for slow in report.slow_paths:
+            print(f"  {here(slow.text)}\n    Fix: {here(slow.fix)}")
+
+
+def _print_findings(report: RunReport, functions: Sequence[FunctionFindings]) -> None:
+    costs, regressions = (report.diagnosis.cost_model, report.diagnosis.regressions) if report.diagnosis else ([], [])
+    regressions_total = report.diagnosis.regressions_total if report.diagnosis else 0
+    _print_bursts(report)
     worth = [(f.report["qualname"], f.verdict.text) for f in functions if f.verdict and f.verdict.text]
     if worth:
         print("\nIs jit worth it:")

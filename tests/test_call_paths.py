@@ -4,6 +4,10 @@ effects a thousand times each under ``cachewatch run``; the counts are exact."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import sqlalchemy as sa
 from test_server_api import make_client
@@ -94,3 +98,26 @@ def test_the_cache_names_each_variants_path(ran):
         "plain_step": [("fast", None)],
         **{name: [("slow", reason)] for name, reason in SLOW.items()},
     }
+
+
+def test_the_function_page_the_api_and_the_report_name_the_slow_path(ran):
+    with enginemod.connection(ran.url) as conn:
+        logged = conn.execute(
+            sa.select(models.functions.c.function_hash).where(models.functions.c.name == "logged_step")
+        ).scalar_one()
+    with make_client(ran.url) as client:
+        detail = client.get(f"/api/v1/functions/{logged}").json()
+        page = client.get(f"/functions/{logged}").text
+    (slow,) = detail["slow_paths"]
+    assert (slow["slow_calls"], slow["fast_calls"], slow["reasons"]) == (CALLS - 1, 0, {"unordered_effects": CALLS - 1})
+    assert f'data-slow-calls="{CALLS - 1}"' in page
+    report = subprocess.run(
+        [sys.executable, "-m", "cachewatch", "report"],
+        env={**os.environ, "CACHEWATCH_STORE": ran.url},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    listed = report[report.index("Calls on JAX's Python dispatch path") :]
+    assert all(f"{name}: {CALLS - 1} of {CALLS} calls" in listed for name in SLOW)
+    assert "plain_step:" not in listed.split("\n\n")[0]

@@ -5,6 +5,7 @@ them, and each compile's path (``compile_events.call_path``)."""
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -36,12 +37,16 @@ class PathCounts:
         return max(0, self.calls - self.compiles - self.slow_calls)
 
 
-def path_counts(conn: sa.Connection, filters: Filters) -> list[PathCounts]:
-    """Per run, the functions with calls on JAX's Python path in the filtered part, most
-    such calls first."""
+def path_counts(
+    conn: sa.Connection, filters: Filters, function_hashes: Iterable[str] | None = None
+) -> list[PathCounts]:
+    """Per run, the functions (of ``function_hashes``, when given) with calls on JAX's
+    Python path in the filtered part, most such calls first."""
     s, e = models.call_stats, models.compile_events
     slow: dict[tuple[str, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
     rows = sa.select(s.c.run_id, s.c.function_hash, s.c.slow_calls).where(s.c.slow_calls.is_not(None))
+    if function_hashes is not None:
+        rows = rows.where(s.c.function_hash.in_(list(function_hashes)))
     for run_id, function_hash, counted in conn.execute(filters.apply(s, rows)):
         if isinstance(counted, dict):
             slow[(run_id, function_hash)].update({str(k): int(v) for k, v in counted.items() if isinstance(v, int)})

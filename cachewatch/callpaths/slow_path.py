@@ -63,6 +63,21 @@ class SlowPath:
     fix: str
 
 
+def as_json(found: SlowPath) -> dict[str, object]:
+    """A function's slow-path calls as the API gives them."""
+    return {
+        "run_id": found.run_id,
+        "calls": found.calls,
+        "compiles": found.compiles,
+        "slow_calls": found.slow_calls,
+        "fast_calls": found.fast_calls,
+        "reasons": dict(found.reasons),
+        "seconds": found.seconds,
+        "text": found.text,
+        "fix": found.fix,
+    }
+
+
 def slow_paths(counts: Iterable[PathCounts]) -> list[SlowPath]:
     """Each function's slow-path calls with why and what to change, most seconds first."""
     out = [_told(c) for c in counts if c.slow_calls]

@@ -23,6 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..cache import cache_reads, cache_view
+from ..callpaths import call_path_reads, slow_path
 from ..core.events import Cause
 from ..core.results import fields_of
 from ..payoff import costmodel, kept_regressions, verdicts
@@ -49,6 +50,8 @@ class FunctionDetail:
     storms: list[Storm]  # newest first (so the active ones first), at most the limit asked for
     verdict: Verdict | None  # is jit worth it; None when there is nothing to weigh
     storms_total: int  # every storm of the function, shown or not
+    # Per run, its calls JAX served through its Python dispatch path (none: not one).
+    slow_paths: list[slow_path.SlowPath] = dataclasses.field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +59,7 @@ class FunctionDetail:
             "storms": [s.as_json() for s in self.storms],
             "storms_total": self.storms_total,
             "verdict": self.verdict.as_json() if self.verdict is not None else None,
+            "slow_paths": [slow_path.as_json(s) for s in self.slow_paths],
         }
 
 
@@ -82,7 +86,8 @@ def function_detail(
         with_first_passes=False,
     )
     verdict = verdicts.verdicts_or_none(conn, [row], filters).get(function_hash)
-    return FunctionDetail(row, list(found.storms), verdict, found.total)
+    slow = slow_path.slow_paths(call_path_reads.path_counts(conn, filters, [function_hash]))
+    return FunctionDetail(row, list(found.storms), verdict, found.total, slow)
 
 
 def suggested_fix(conn: sa.Connection, detail: FunctionDetail, filters: Filters, label: str) -> str | None:
@@ -176,6 +181,8 @@ class RunReport:
     program_fixes: dict[str, list[str]]  # by function hash
     # The storms by root cause, most compile seconds first: what a reader acts on first.
     findings: list[findings.Finding] = dataclasses.field(default_factory=list)
+    # The functions whose calls JAX served through its Python dispatch path (``full`` only).
+    slow_paths: list[slow_path.SlowPath] = dataclasses.field(default_factory=list)
 
     @property
     def functions(self) -> list[FunctionFindings]:
@@ -219,7 +226,8 @@ def run_report(
         if row["compiles"]
     }
     diagnosed = diagnosis_of(conn, rows, filters, regressions_limit)
-    return RunReport(rows, storms, passes, identical, diagnosed, fixes, found)
+    slow = slow_path.slow_paths(call_path_reads.path_counts(conn, filters))
+    return RunReport(rows, storms, passes, identical, diagnosed, fixes, found, slow)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -394,6 +394,7 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
         storms_total=detail.storms_total,
         verdict=verdict,
         verdict_text=_verdict_text(row, verdict),
+        slow_paths=detail.slow_paths,
         fix=fix,
         sites=sites,
         events=events,

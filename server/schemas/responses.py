@@ -168,10 +168,27 @@ class VerdictOut(BaseModel):
     text: str
 
 
+class SlowPathOut(BaseModel):
+    """A function's calls in one run that JAX served through its Python dispatch path."""
+
+    run_id: str
+    calls: int
+    compiles: int
+    slow_calls: int = Field(description="Calls through JAX's Python path (the compiling calls not among them).")
+    fast_calls: int = Field(description="Calls through its C++ fast path: calls less compiles less slow calls.")
+    reasons: dict[str, int] = Field(description="The slow-path calls by why (ordered_effects, unordered_effects, ...).")
+    seconds: float | None = Field(description="What those calls took: their sampled mean times their count.")
+    text: str
+    fix: str
+
+
 class FunctionDetail(FunctionOut):
     storms: list[StormOut] = Field(description="The newest storms, at most storms_limit (active ones come first).")
     storms_total: int = Field(description="Every storm of the function, listed or not.")
     verdict: VerdictOut | None = Field(None, description="Is jit worth it for this function.")
+    slow_paths: list[SlowPathOut] = Field(
+        default=[], description="Per run, its calls on JAX's Python dispatch path (empty: none took it)."
+    )
 
 
 class CostModelOut(BaseModel):
