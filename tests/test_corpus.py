@@ -100,18 +100,7 @@ EXPECTED: dict[str, Expected] = {
 
 # Today's cachewatch against a reader, per program: what it gets wrong, and whether it gets
 # it wrong every time (strict) or as the machine's timing falls.
-WRONG_TODAY: dict[str, tuple[str, bool]] = {
-    "numpyro_gp": (
-        "cachewatch reports a storm at `kernel`'s line `k += (noise + jitter) * jnp.eye(X.shape[0])` "
-        "(add, iota, equal, convert_element_type, multiply: 11 recompiles, mostly new_shape, over about "
-        "1 s): the model's eager initialisation and the one un-jitted vmap(predict) pass evaluate the "
-        "kernel at 25 and 400 points, each shape once, and the program ends. No call compiles again for "
-        "a shape it had, and the fix it gives (pad to powers of two) leaves 2 sizes to compile for "
-        "instead of 2. Not strict: the verdict rests on the quiet stretch before the run's last word, so "
-        "a slow exit (a loaded machine) makes it a first pass; seen in 2 of about 20 runs.",
-        False,
-    ),
-}
+WRONG_TODAY: dict[str, tuple[str, bool]] = {}
 
 # The NumPyro examples assert `numpyro.__version__.startswith("0.21.0")`; NumPyro here is
 # newer. -O drops asserts (that one, and the models' shape checks), leaving the text as it is.

@@ -104,7 +104,9 @@ def _came_back(line: str, between: list[tuple[str, ...]]) -> bool:
         inside = [other for other in lines if enclosing_function(other) == home]
         if not inside:
             return False
-        moved = moved or inside[-1] != line
+        # Moved when the function was at none of its frames' lines at ``line`` (a lambda or
+        # comprehension of the same function can stand on the stack beside it).
+        moved = moved or line not in inside
     return moved
 
 

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, short_name
 from ..core.figures import seconds_text
+from ..core.warmup import WarmupWatch
 from ..programs import program_texts
 from ..store import queries
 from ..store.columns import Filters
@@ -373,7 +374,12 @@ def _judged(
     for (key, run_id, group, _), can in zip(bursts, possible, strict=False):
         compiling = functools.partial(storm_reads.compile_seconds_between, conn, run_id)
         heard = work.last_after(run_id, group[-1].timestamp)
-        if can and _went_on(group, heard, compiling, _served_after(work, run_id, group, heard_until)):
+        # A first pass: the program went on, served from the cache, or (code whose calls
+        # are not counted) it ran once through, with no loop coming round to it.
+        if can and (
+            _went_on(group, heard, compiling, _served_after(work, run_id, group, heard_until))
+            or _one_pass(conn, run_id, group)
+        ):
             passes.append((key, run_id, group))
         elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
             # A storm is a function that keeps compiling: a line whose many primitives
@@ -502,6 +508,26 @@ def _new_signatures_only(group: list[Recompile], rows: list[Recompile]) -> bool:
         return False
     end = group[-1].timestamp
     return not any(r.timestamp > end for r in rows)  # it compiled again after the burst
+
+
+def _one_pass(conn: sa.Connection, run_id: str, group: list[Recompile]) -> bool:
+    """Whether a burst of code whose calls are not counted (eager code, library jits)
+    ran as one pass: every compile of the run over its span has its user frames, and none
+    of the burst's came back to a call made before with the code around it having moved
+    on and returned (core.warmup.WarmupWatch over them all: no loop around it). A loop
+    that meets a new size each time it comes round is a storm however the run ends."""
+    if any(r.call_number is not None for r in group):
+        return False  # counted calls tell a first pass by the calls served after it
+    span = storm_reads.compiles_in_span(conn, run_id, group[0].timestamp, group[-1].timestamp)
+    if any(c.user_stack is None for c in span):
+        return False  # frames not recorded: no telling, as before
+    mine = {r.event_id for r in group}
+    watch = WarmupWatch()
+    looped = [
+        watch.sees_work_again(c.call_site, c.function_hash, c.cause, "", c.user_stack) and c.event_id in mine
+        for c in span
+    ]
+    return not any(looped)
 
 
 def _went_on(

@@ -428,3 +428,31 @@ def flushes_of(conn: sa.Connection, run_ids: list[str], function_hashes: list[st
 
 # Earlier than any event's time stamp: the lower bound of a function's first flush span.
 _BEFORE_ANY_TIME = sa.literal(-1e300, sa.Float)
+
+
+@dataclass(frozen=True, slots=True)
+class FramedCompile:
+    """A compile with the user's frames around it (what tells a loop from one pass)."""
+
+    event_id: str
+    function_hash: str
+    call_site: str | None
+    cause: str
+    user_stack: list[dict[str, str]] | None
+
+
+def compiles_in_span(conn: sa.Connection, run_id: str, start: float, end: float) -> list[FramedCompile]:
+    """Every compile of the run from ``start`` to ``end`` (any function), in time order,
+    with its user frames."""
+    e = models.compile_events
+    q = (
+        sa.select(e.c.event_id, e.c.function_hash, e.c.call_site, e.c.cause, e.c.user_stack)
+        .where(e.c.run_id == run_id, e.c.compiled, e.c.timestamp.between(start, end))
+        .order_by(e.c.timestamp, e.c.id)
+    )
+    return [
+        FramedCompile(
+            r.event_id, r.function_hash, r.call_site, r.cause, r.user_stack if isinstance(r.user_stack, list) else None
+        )
+        for r in conn.execute(q)
+    ]
