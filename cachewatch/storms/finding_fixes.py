@@ -22,19 +22,24 @@ from .results import Storm
 
 @dataclasses.dataclass(frozen=True)
 class Driver:
+    """What varies for a storm (or a finding's storms, as most of them met it)."""
+
     kind: str  # "size", "object", "static" or "own"
     sizes: frozenset[int] = frozenset()
-    growing: bool = False  # each new size larger than the last
+    growing: bool = False  # a count that grows: each new size larger by the same step
     values: frozenset[str] = frozenset()
     entry: str | None = None  # for "object": the line that reaches the re-created jit
 
 
 def short_site(site: str) -> str:
+    """``/home/u/proj/train.py:42`` -> ``train.py:42``."""
     return site.rsplit("/", 1)[-1]
 
 
 @functools.lru_cache(maxsize=64)
 def loops_in(file: str) -> tuple[tuple[int, int], ...]:
+    """Every ``for`` and ``while`` of a source file: first and last line (none when its
+    source cannot be read, a store read on another host)."""
     try:
         tree = ast.parse("".join(linecache.getlines(file)))
     except (SyntaxError, ValueError):
