@@ -139,3 +139,27 @@ def _functions_in(file: str) -> tuple[tuple[str, int, int], ...]:
         for node in ast.walk(tree)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
     )
+
+
+@functools.lru_cache(maxsize=128)
+def loops_in(file: str) -> tuple[tuple[int, int], ...]:
+    """Every ``for`` and ``while`` of a source file: first and last line (none when its
+    source cannot be read, a store read on another host)."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return ()
+    return tuple(
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.For, ast.While, ast.AsyncFor))
+    )
+
+
+def in_a_loop(call_site: str) -> bool:
+    """Whether a ``file:line`` lies inside a ``for`` or ``while`` of its file."""
+    file, _, line = call_site.rpartition(":")
+    if not file or not line.isdigit():
+        return False
+    number = int(line)
+    return any(start <= number <= stop for start, stop in loops_in(file))

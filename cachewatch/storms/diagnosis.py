@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, short_name
 from ..core.figures import seconds_text
-from ..core.warmup import WarmupWatch
+from ..core.warmup import WarmupWatch, in_a_loop
 from ..programs import program_texts
 from ..store import queries
 from ..store.columns import Filters
@@ -523,11 +523,17 @@ def _one_pass(conn: sa.Connection, run_id: str, group: list[Recompile]) -> bool:
         return False  # frames not recorded: no telling, as before
     mine = {r.event_id for r in group}
     watch = WarmupWatch()
-    looped = [
-        watch.sees_work_again(c.call_site, c.function_hash, c.cause, "", c.user_stack) and c.event_id in mine
-        for c in span
-    ]
-    return not any(looped)
+    made: set[tuple[tuple[str, ...], str]] = set()  # (the user's lines, function) compiled so far
+    for c in span:
+        lines = tuple(frame["site"] for frame in c.user_stack or ())
+        again = (lines, c.function_hash) in made
+        made.add((lines, c.function_hash))
+        came_back = watch.sees_work_again(c.call_site, c.function_hash, c.cause, "", c.user_stack)
+        # The same call compiling again inside a for or while is that loop coming round,
+        # though no other line compiled in between (a one-line loop body).
+        if c.event_id in mine and (came_back or (again and any(in_a_loop(line) for line in lines))):
+            return False
+    return True
 
 
 def _went_on(

@@ -15,7 +15,7 @@ import re
 
 from ..core.events import FunctionInfo
 from ..core.figures import seconds_text
-from ..core.warmup import enclosing_function
+from ..core.warmup import enclosing_function, loops_in
 from .finding_reads import StormCompile
 from .results import Storm
 
@@ -34,21 +34,6 @@ class Driver:
 def short_site(site: str) -> str:
     """``/home/u/proj/train.py:42`` -> ``train.py:42``."""
     return site.rsplit("/", 1)[-1]
-
-
-@functools.lru_cache(maxsize=64)
-def loops_in(file: str) -> tuple[tuple[int, int], ...]:
-    """Every ``for`` and ``while`` of a source file: first and last line (none when its
-    source cannot be read, a store read on another host)."""
-    try:
-        tree = ast.parse("".join(linecache.getlines(file)))
-    except (SyntaxError, ValueError):
-        return ()
-    return tuple(
-        (node.lineno, node.end_lineno or node.lineno)
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.For, ast.While, ast.AsyncFor))
-    )
 
 
 def finding_fix(

@@ -41,11 +41,11 @@ import sqlalchemy as sa
 from ..callpaths import call_path_reads, slow_path
 from ..core.events import Cause, FunctionInfo, parse_described
 from ..core.figures import seconds_text
-from ..core.warmup import enclosing_function
+from ..core.warmup import enclosing_function, loops_in
 from ..store import queries
 from ..store.columns import Filters
 from . import diagnosis, finding_reads
-from .finding_fixes import Driver, construction, finding_fix, loops_in, outwards, short_site
+from .finding_fixes import Driver, construction, finding_fix, outwards, short_site
 from .finding_reads import StormCompile
 from .fixes import NOT_A_LIBRARY, is_library_function
 from .results import Storm
