@@ -135,14 +135,20 @@ def test_the_widest_user_frame_is_the_line_with_most_equations(recorded):
             inner[users[-1].frame.label] += eqns
             notes[users[-1].frame.label] = users[-1].frame.note
     widest = f"{function} ({NAME}:{line})"
-    assert inner.most_common(1)[0] == (widest, most)
+    # An inner jit's equations with no user line of their own are drawn at the line that
+    # called it: a line's width is at least its own equations.
+    assert inner.most_common(1)[0][0] == widest
+    assert inner[widest] >= most
     assert notes[widest] == f"{file}:{line}"
     # What the event recorded as its top line.
     assert first.eqns_by_line is not None
     assert (first.eqns_by_line[0]["line"], first.eqns_by_line[0]["eqns"]) == (line, most)
     # The user's lines of this file are in the graph with their counts.
     mine = {label: n for label, n in inner.items() if notes[label].startswith(__file__)}
-    assert mine == {f"{fn} ({NAME}:{ln})": n for (f, ln, fn), n in per_line.items() if f == __file__}
+    own = {f"{fn} ({NAME}:{ln})": n for (f, ln, fn), n in per_line.items() if f == __file__}
+    assert set(mine) == set(own)
+    assert all(mine[label] >= n for label, n in own.items())
+    assert sum(mine.values()) - sum(own.values()) <= per_line[("", 0, "")]
     for marker in ("# mlp-layer", "# mlp-update", "# mlp-loss", "# mlp-apply"):
         assert any(label.endswith(f":{line_of(marker)})") for label in mine), marker
     # The stack nests: the test's own frames stand above the lines they called.

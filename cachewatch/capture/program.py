@@ -176,6 +176,15 @@ def _stablehlo_text(module: Any) -> str:
     return str(module.operation.get_asm(enable_debug_info=False))
 
 
+def _library_function(jaxpr: Any) -> bool:
+    """Whether a nested jaxpr traces a library's function (its debug info says where the
+    function is defined: ``name at file:line``); False when unknown."""
+    info = jaxcompat.jaxpr_debug_info(jaxpr)
+    source = getattr(info, "func_src_info", None) or ""
+    _, at, place = source.rpartition(" at ")
+    return bool(at) and is_library_file(place.rsplit(":", 1)[0])
+
+
 def _inner_jaxprs(params: dict[str, Any]) -> Iterator[Any]:
     """The jaxprs in an equation's parameters (a ClosedJaxpr's or a Jaxpr: 0.12 has no ClosedJaxpr)."""
     for value in params.values():
@@ -221,10 +230,21 @@ def walk(jaxpr: Any) -> tuple[int, dict[str, int], list[list[Any]]]:
     counts are kept)."""
     read = jaxcompat.source_line_reader(is_library_file)
     read_stack = jaxcompat.source_stack_reader(in_stack, STACK_FRAMES)
-    done: dict[tuple[int, bool], tuple[int, dict[str, int], dict[tuple[Any, ...], int]]] = {}
+    done: dict[tuple[Any, ...], tuple[int, dict[str, int], dict[tuple[Any, ...], int]]] = {}
 
-    def visit(current: Any, in_loop: bool) -> tuple[int, dict[str, int], dict[tuple[Any, ...], int]]:
-        key = (id(current), in_loop)
+    # A nested jaxpr (an inner jit's) may be JAX's cached trace from another call, its
+    # tracebacks that call's: its equations are drawn under the stack of the equation that
+    # holds it here (``context``, the outermost such), then their own user line (their
+    # innermost frame is their own code; the frames outside it may be another caller's).
+    Stack = tuple[tuple[str, int, str], ...]
+
+    def visit(
+        current: Any, in_loop: bool, context: Stack | None = None
+    ) -> tuple[int, dict[str, int], dict[tuple[Any, ...], int]]:
+        key = (id(current), in_loop, context)
+        # A library's inner jit (jax.nn.softmax) traced first under another caller has that
+        # caller's line as its equations' user line: here they belong to this call's line.
+        borrowed = context is not None and _library_function(current)
         known = done.get(key)
         if known is not None:
             return known
@@ -235,12 +255,19 @@ def walk(jaxpr: Any) -> tuple[int, dict[str, int], list[list[Any]]]:
             name = eqn.primitive.name
             total += 1
             by_primitive[name] = by_primitive.get(name, 0) + 1
-            row = (read(eqn.source_info), name, in_loop, read_stack(eqn.source_info))
+            line = read(eqn.source_info)
+            if borrowed and context is not None:
+                line = next((f for f in reversed(context) if not is_library_file(f[0])), None)
+            if context is None:
+                stack = read_stack(eqn.source_info)
+            else:
+                stack = context + ((line,) if line is not None and line not in context[-1:] else ())
+            row = (line, name, in_loop, stack)
             counts[row] = counts.get(row, 0) + 1
             if eqn.params:
                 body = in_loop or name in LOOP_PRIMITIVES
                 for inner in _inner_jaxprs(eqn.params):
-                    inner_total, inner_primitives, inner_counts = visit(inner, body)
+                    inner_total, inner_primitives, inner_counts = visit(inner, body, context or stack)
                     total += inner_total
                     for prim, n in inner_primitives.items():
                         by_primitive[prim] = by_primitive.get(prim, 0) + n
