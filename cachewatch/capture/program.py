@@ -176,6 +176,24 @@ def _stablehlo_text(module: Any) -> str:
     return str(module.operation.get_asm(enable_debug_info=False))
 
 
+def _placed(
+    source_info: Any,
+    read: Callable[[Any], tuple[str, int, str] | None],
+    read_stack: Callable[[Any], tuple[tuple[str, int, str], ...]],
+    context: tuple[tuple[str, int, str], ...] | None,
+    borrowed: bool,
+) -> tuple[tuple[str, int, str] | None, tuple[tuple[str, int, str], ...]]:
+    """An equation's user line and stack (see walk): its own at the top level; inside a
+    nested jaxpr, the holding equation's stack and then its own line (the holder's line
+    when the nested jaxpr is a library's, traced first under another caller)."""
+    line = read(source_info)
+    if context is None:
+        return line, read_stack(source_info)
+    if borrowed:
+        line = next((f for f in reversed(context) if not is_library_file(f[0])), None)
+    return line, context + ((line,) if line is not None and line not in context[-1:] else ())
+
+
 def _library_function(jaxpr: Any) -> bool:
     """Whether a nested jaxpr traces a library's function (its debug info says where the
     function is defined: ``name at file:line``); False when unknown."""
@@ -255,13 +273,7 @@ def walk(jaxpr: Any) -> tuple[int, dict[str, int], list[list[Any]]]:
             name = eqn.primitive.name
             total += 1
             by_primitive[name] = by_primitive.get(name, 0) + 1
-            line = read(eqn.source_info)
-            if borrowed and context is not None:
-                line = next((f for f in reversed(context) if not is_library_file(f[0])), None)
-            if context is None:
-                stack = read_stack(eqn.source_info)
-            else:
-                stack = context + ((line,) if line is not None and line not in context[-1:] else ())
+            line, stack = _placed(eqn.source_info, read, read_stack, context, borrowed)
             row = (line, name, in_loop, stack)
             counts[row] = counts.get(row, 0) + 1
             if eqn.params:
