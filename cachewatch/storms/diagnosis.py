@@ -28,7 +28,7 @@ from ..store import queries
 from ..store.columns import Filters
 from ..whatif import prices
 from . import kept_bursts, steady, storm_reads
-from .fixes import display_name, fix_for, is_library_function, site_fix
+from .fixes import display_name, fix_for, is_library_function, short_site, site_fix
 from .results import (
     Burst,
     BurstFunction,
@@ -673,15 +673,10 @@ def _describe_site(
         functions=tuple(BurstFunction(h, names[h], n) for h, n in per_function.most_common()),
         name=top.name if top else "",
         qualname=top.qualname if top else top_hash,
-        short_name=f"{_short_site(call_site)} ({inside}{more})",
+        short_name=f"{short_site(call_site)} ({inside}{more})",
         **span,
         fix=site_fix(call_site, infos, rows, span["dominant_cause"]) if fixed else "",
     )
-
-
-def _short_site(call_site: str) -> str:
-    """``/home/u/proj/train.py:42`` -> ``train.py:42``."""
-    return call_site.rsplit("/", 1)[-1]
 
 
 # ------------------------------------------------------------------ is jit worth it

@@ -17,6 +17,7 @@ from ..core.events import FunctionInfo
 from ..core.figures import seconds_text
 from ..core.warmup import enclosing_function, loops_in
 from .finding_reads import StormCompile
+from .fixes import short_site
 from .results import Storm
 
 
@@ -29,11 +30,6 @@ class Driver:
     growing: bool = False  # a count that grows: each new size larger by the same step
     values: frozenset[str] = frozenset()
     entry: str | None = None  # for "object": the line that reaches the re-created jit
-
-
-def short_site(site: str) -> str:
-    """``/home/u/proj/train.py:42`` -> ``train.py:42``."""
-    return site.rsplit("/", 1)[-1]
 
 
 def finding_fix(

@@ -45,9 +45,9 @@ from ..core.warmup import enclosing_function, loops_in
 from ..store import queries
 from ..store.columns import Filters
 from . import diagnosis, finding_reads
-from .finding_fixes import Driver, construction, finding_fix, outwards, short_site
+from .finding_fixes import Driver, construction, finding_fix, outwards
 from .finding_reads import StormCompile
-from .fixes import NOT_A_LIBRARY, is_library_function
+from .fixes import is_library_function, library_of, short_site
 from .results import Storm
 
 
@@ -305,7 +305,7 @@ def _entry(rows: Sequence[StormCompile]) -> tuple[str | None, str, str | None]:
     home = next(h for h, _ in per_compile[0] if h in shared)
     at_home = [[f for h, f in frames if h == home][-1] for frames in per_compile]
     lines = collections.Counter(f["site"] for f in at_home)
-    into = {_library(f.get("into", "")) for f in at_home}
+    into = {library_of(f.get("into", "")) for f in at_home}
     library = into.pop() if len(into) == 1 else None
     if len(lines) == 1:
         site = next(iter(lines))
@@ -321,11 +321,6 @@ def _entry(rows: Sequence[StormCompile]) -> tuple[str | None, str, str | None]:
 
 def _home(site: str) -> tuple[str, str, int] | None:
     return enclosing_function(site)
-
-
-def _library(module: str) -> str | None:
-    top = module.split(".", 1)[0]
-    return None if top in NOT_A_LIBRARY else top
 
 
 def _commonest(sites: Iterable[str | None]) -> str | None:

@@ -160,12 +160,24 @@ def _host_callback(call_site: str) -> str | None:
 NOT_A_LIBRARY = frozenset({"jax", "jaxlib", "numpy", "cachewatch", "builtins", ""})
 
 
+def library_of(module: str) -> str | None:
+    """The library a call into ``module`` is a call into (its top module), or None for the
+    user's own eager code (JAX, NumPy) and for no module."""
+    top = module.split(".", 1)[0]
+    return None if top in NOT_A_LIBRARY else top
+
+
 def library_called(rows: Sequence[Recompile]) -> str | None:
     """The library (its top module) that most of the recompiles' call site called into,
     where that is not JAX itself; None otherwise or when not recorded."""
-    called = collections.Counter(r.into.split(".", 1)[0] for r in rows)
-    top, count = called.most_common(1)[0] if called else ("", 0)
-    return top if top not in NOT_A_LIBRARY and count * 2 > len(rows) else None
+    called = collections.Counter(library_of(r.into) for r in rows)
+    top, count = called.most_common(1)[0] if called else (None, 0)
+    return top if count * 2 > len(rows) else None
+
+
+def short_site(site: str) -> str:
+    """``/home/u/proj/train.py:42`` -> ``train.py:42``."""
+    return site.rsplit("/", 1)[-1]
 
 
 def is_library_function(module: str, file: str) -> bool:
