@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -296,3 +299,22 @@ EXPECTED_COMPILES = {
     "threads": [("per_thread", Cause.FIRST_CALL)] + [("per_thread", Cause.NEW_SHAPE)] * 7,
     "failing_traces": [],
 }
+
+
+def run_program_file(path: str, url: str, extra_env: dict[str, str] | None = None, cwd=None):
+    """Run a program file under ``cachewatch run`` into the store ``url``, on the CPU, beside
+    JAX's own compile log (stderr), with cachewatch's internal errors raised; it must succeed."""
+    env = {
+        **os.environ,
+        "CACHEWATCH_STORE": url,
+        "JAX_PLATFORMS": "cpu",
+        "JAX_LOG_COMPILES": "1",
+        "CACHEWATCH_RAISE_INTERNAL_ERRORS": "1",
+        "TQDM_DISABLE": "1",
+        **(extra_env or {}),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "cachewatch", "run", path], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done

@@ -23,10 +23,10 @@ import collections
 import os
 import re
 import subprocess
-import sys
 from typing import TypedDict
 
 import pytest
+import scenarios
 import sqlalchemy as sa
 
 from cachewatch.core.events import Cause
@@ -136,24 +136,8 @@ def _path(program: str) -> str:
 
 def run_program(tmp_path, name: str) -> Ran:
     url = f"sqlite:///{tmp_path / (name + '.db')}"
-    env = {
-        **os.environ,
-        "CACHEWATCH_STORE": url,
-        "JAX_PLATFORMS": "cpu",
-        "JAX_LOG_COMPILES": "1",
-        "CACHEWATCH_RAISE_INTERNAL_ERRORS": "1",
-        "TQDM_DISABLE": "1",
-        **ENV.get(name, {}),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "cachewatch", "run", _path(name)],
-        env=env,
-        cwd=tmp_path,  # whatever a program writes beside it lands here
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    # cwd: whatever a program writes beside it lands in tmp_path.
+    done = scenarios.run_program_file(_path(name), url, ENV.get(name), cwd=tmp_path)
     return Ran(url, done)
 
 

@@ -10,7 +10,6 @@ import collections
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -66,20 +65,7 @@ ENV = {"pmap_step": FOUR_DEVICES, "sharded_mlp": FOUR_DEVICES}
 
 def run_program(tmp_path, name: str) -> Ran:
     url = f"sqlite:///{tmp_path / (name + '.db')}"
-    env = {
-        **os.environ,
-        "CACHEWATCH_STORE": url,
-        "JAX_PLATFORMS": "cpu",
-        "JAX_LOG_COMPILES": "1",
-        "CACHEWATCH_RAISE_INTERNAL_ERRORS": "1",
-        "TQDM_DISABLE": "1",
-        **ENV.get(name, {}),
-    }
-    path = os.path.join(PROGRAMS, f"{name}.py")
-    done = subprocess.run(
-        [sys.executable, "-m", "cachewatch", "run", path], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = scenarios.run_program_file(os.path.join(PROGRAMS, f"{name}.py"), url, ENV.get(name))
     return Ran(url, done)
 
 
