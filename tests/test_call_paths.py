@@ -1,10 +1,12 @@
 """Every call of a watched jit on its path: the call that compiled, JAX's C++ fast path,
 its Python path (and why). tests/programs/call_paths.py calls a plain step and three with
-effects a thousand times each under ``cachewatch run``; the counts are exact."""
+effects a thousand times each under ``cachewatch run``, and a step whose static flag adds
+a callback a thousand times each way; the counts are exact."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -31,7 +33,7 @@ def ran(tmp_path_factory) -> Ran:
     return run_program(tmp_path_factory.mktemp("paths"), "call_paths")
 
 
-def _compiles(url: str) -> dict[str, tuple[str | None, str | None]]:
+def _compiles(url: str) -> dict[str, list[tuple[str | None, str | None]]]:
     e, f = models.compile_events, models.functions
     with enginemod.connection(url) as conn:
         rows = conn.execute(
@@ -39,20 +41,28 @@ def _compiles(url: str) -> dict[str, tuple[str | None, str | None]]:
             .join(f, f.c.function_hash == e.c.function_hash)
             .where(e.c.compiled, f.c.name.like("%_step"))
         ).all()
-    return {name: (path, reason) for name, path, reason in rows}
+    found: dict[str, list[tuple[str | None, str | None]]] = {}
+    for name, path, reason in rows:
+        found.setdefault(name, []).append((path, reason))
+    return {name: sorted(paths, key=str) for name, paths in found.items()}
 
 
 def test_each_compile_says_which_path_its_calls_take(ran):
     assert _compiles(ran.url) == {
-        "plain_step": ("fast", None),
-        **{name: ("slow", reason) for name, reason in SLOW.items()},
+        "plain_step": [("fast", None)],
+        **{name: [("slow", reason)] for name, reason in SLOW.items()},
+        "flagged_step": [("fast", None), ("slow", "unordered_effects")],
     }
 
 
 def test_calls_split_exactly_by_path(ran):
     with enginemod.connection(ran.url) as conn:
         counted = {c.function.name: c for c in call_path_reads.path_counts(conn, Filters())}
-    assert set(counted) == set(SLOW)  # the plain step took the Python path never
+    assert set(counted) == {*SLOW, "flagged_step"}  # the plain step took the Python path never
+    flagged = counted["flagged_step"]
+    assert (flagged.calls, flagged.compiles) == (2 * CALLS, 2)
+    assert flagged.slow == {"unordered_effects": CALLS - 1}
+    assert flagged.fast_calls == CALLS - 1
     for name, reason in SLOW.items():
         found = counted[name]
         assert found.calls == CALLS
@@ -70,8 +80,21 @@ def test_slow_paths_are_findings_with_their_reason_and_fix(ran):
     assert told["logged_step"].slow_calls == CALLS - 1
     assert "jax.debug.print, jax.debug.callback or an io_callback" in told["logged_step"].text
     assert "drop ordered=True" in told["ordered_step"].fix
+    # Every call of logged_step took the Python path: nothing of its own to measure against.
+    assert told["logged_step"].excess_seconds is None
+    assert "no fast call of it to measure against" in told["logged_step"].text
+    # flagged_step's quiet variant took the fast path: its verbose calls are priced against it.
+    flagged = told["flagged_step"]
+    assert flagged.slow_call_seconds is not None
+    assert flagged.fast_call_seconds is not None
+    assert flagged.excess_seconds == flagged.slow_calls * max(
+        0.0, flagged.slow_call_seconds - flagged.fast_call_seconds
+    )
+    assert f"Its own fast-path calls took {flagged.fast_call_seconds * 1e6:.0f} µs a call" in flagged.text
     slow = [f for f in found if f.cause == "slow_path"]
-    assert {f.functions[0] for f in slow} <= set(SLOW)
+    assert {f.functions[0] for f in slow} <= {*SLOW, "flagged_step"}
+    # A finding is priced at what the Python path cost beyond the fast path, where that is known.
+    assert all(f.seconds == flagged.excess_seconds for f in slow if f.functions[0] == "flagged_step")
     assert all(f.fix_kind == "fast_path" and f.compiles == 0 and f.seconds > 0 for f in slow)
     assert not any("plain_step" in f.functions for f in found)
     # Ranked with the others by seconds.
@@ -89,14 +112,23 @@ def test_metrics_count_the_slow_path_by_function_and_reason(ran):
 def test_the_cache_names_each_variants_path(ran):
     with make_client(ran.url) as client:
         page = client.get("/api/v1/cache").json()
+        html = client.get("/cache").text
+    # The dashboard's cache page: one cell per function and run says which path its variants take.
+    cells = dict(
+        re.findall(r'<td><a href="[^"]*">(\w+_step)</a></td>.*?<td class="call-path"[^>]*>([^<]*)</td>', html, re.S)
+    )
+    assert cells["plain_step"] == "C++ fast path"
+    assert cells["flagged_step"] == "Python path: 1 of 2 (unordered_effects)"
+    assert cells["ordered_step"] == "Python path: 1 of 1 (ordered_effects)"
     paths = {
         fn["name"]: [(v["call_path"], v["slow_reason"]) for v in fn["variants"]]
         for fn in page["items"]
         if fn["name"].endswith("_step")
     }
-    assert paths == {
+    assert {name: sorted(found, key=str) for name, found in paths.items()} == {
         "plain_step": [("fast", None)],
         **{name: [("slow", reason)] for name, reason in SLOW.items()},
+        "flagged_step": [("fast", None), ("slow", "unordered_effects")],
     }
 
 

@@ -27,6 +27,10 @@ class PathCounts:
     sampled_calls: int  # the calls the timed samples stand for
     sampled_seconds: float
     slow_variants: dict[str, int] = field(default_factory=dict)  # compiles given no fast path, by why
+    # The timed samples split by the path of the variant they ran (a signature's executable
+    # takes one path): (samples, seconds) of variants on JAX's Python path and on its C++ path.
+    slow_sampled: tuple[int, float] = (0, 0.0)
+    fast_sampled: tuple[int, float] = (0, 0.0)
 
     @property
     def slow_calls(self) -> int:
@@ -68,13 +72,17 @@ def path_counts(
     }
     compiles: dict[tuple[str, str], int] = collections.Counter()
     variants: dict[tuple[str, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    events = sa.select(e.c.run_id, e.c.function_hash, e.c.call_path, e.c.slow_reason).where(
+    path_of: dict[tuple[str, str, str], str] = {}  # (run, function, signature) -> its variant's path
+    events = sa.select(e.c.run_id, e.c.function_hash, e.c.signature_hash, e.c.call_path, e.c.slow_reason).where(
         e.c.function_hash.in_(hashes), e.c.run_id.in_(runs), e.c.compiled
     )
-    for run_id, function_hash, path, reason in conn.execute(filters.apply(e, events)):
+    for run_id, function_hash, signature_hash, path, reason in conn.execute(filters.apply(e, events)):
         compiles[(run_id, function_hash)] += 1
         if path == "slow":
             variants[(run_id, function_hash)][reason or "other"] += 1
+        if path in ("slow", "fast"):
+            path_of[(run_id, function_hash, signature_hash)] = path
+    by_path = _samples_by_path(conn, filters, hashes, runs, path_of)
     infos = queries.function_infos(conn, hashes)
     found = [
         PathCounts(
@@ -86,11 +94,45 @@ def path_counts(
             int(totals[(run_id, h)].sampled_calls or 0) if (run_id, h) in totals else 0,
             float(totals[(run_id, h)].sampled_seconds or 0.0) if (run_id, h) in totals else 0.0,
             dict(variants[(run_id, h)]),
+            by_path.get((run_id, h, "slow"), (0, 0.0)),
+            by_path.get((run_id, h, "fast"), (0, 0.0)),
         )
         for run_id, h in wanted
         if h in infos
     ]
     return sorted(found, key=lambda c: (-c.slow_calls, c.function.qualname, c.run_id))
+
+
+def _samples_by_path(
+    conn: sa.Connection,
+    filters: Filters,
+    hashes: list[str],
+    runs: list[str],
+    path_of: dict[tuple[str, str, str], str],
+) -> dict[tuple[str, str, str], tuple[int, float]]:
+    """(samples, seconds) per (run, function, path): each signature's timed samples under
+    the path its compiled variant takes."""
+    s = models.call_stats
+    per_signature = (
+        sa.select(
+            s.c.run_id,
+            s.c.function_hash,
+            s.c.signature_hash,
+            sa.func.sum(s.c.sampled_calls).label("samples"),
+            sa.func.sum(s.c.sampled_seconds).label("seconds"),
+        )
+        .where(s.c.function_hash.in_(hashes), s.c.run_id.in_(runs), s.c.sampled_calls > 0)
+        .group_by(s.c.run_id, s.c.function_hash, s.c.signature_hash)
+    )
+    found: dict[tuple[str, str, str], tuple[int, float]] = {}
+    for row in conn.execute(filters.apply(s, per_signature)):
+        path = path_of.get((row.run_id, row.function_hash, row.signature_hash))
+        if path is None:
+            continue  # a signature whose compile is not in view: its path is not known
+        key = (row.run_id, row.function_hash, path)
+        samples, seconds = found.get(key, (0, 0.0))
+        found[key] = (samples + int(row.samples or 0), seconds + float(row.seconds or 0.0))
+    return found
 
 
 def slow_calls_by_reason(conn: sa.Connection) -> dict[tuple[str, str], int]:

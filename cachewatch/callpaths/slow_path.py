@@ -6,7 +6,11 @@ with effects (``jax.debug.print``, ``jax.debug.callback``, ``io_callback``), mut
 references or non-array outputs gets no C++ path, and every call of it goes through
 Python instead, with nothing retraced or recompiled to show for it
 (capture/dispatch_path.py counts them). The time those calls took is their sampled run
-time (dispatch, run and wait) times their count.
+time (dispatch, run and wait) times their count. Where the same function also has
+variants on the fast path (a static flag that adds the callback, say), what the Python
+path cost is measured against them: the slow-path calls times the difference of the two
+paths' sampled means. A function whose every variant takes the Python path has no fast
+call to measure against, and says so.
 
     for found in slow_path.slow_paths(call_path_reads.path_counts(conn, filters)):
         print(found.text, found.fix)
@@ -61,6 +65,18 @@ class SlowPath:
     seconds: float | None  # what those calls took (sampled mean times count); None without samples
     text: str
     fix: str
+    # Sampled seconds a call on each path (the function's own variants); None where it has no
+    # timed call on that path.
+    slow_call_seconds: float | None = None
+    fast_call_seconds: float | None = None
+
+    @property
+    def excess_seconds(self) -> float | None:
+        """What the slow-path calls took beyond the same function's fast-path calls; None
+        where it has no timed call on either path to measure with."""
+        if self.slow_call_seconds is None or self.fast_call_seconds is None:
+            return None
+        return self.slow_calls * max(0.0, self.slow_call_seconds - self.fast_call_seconds)
 
 
 def as_json(found: SlowPath) -> dict[str, object]:
@@ -73,6 +89,9 @@ def as_json(found: SlowPath) -> dict[str, object]:
         "fast_calls": found.fast_calls,
         "reasons": dict(found.reasons),
         "seconds": found.seconds,
+        "slow_call_seconds": found.slow_call_seconds,
+        "fast_call_seconds": found.fast_call_seconds,
+        "excess_seconds": found.excess_seconds,
         "text": found.text,
         "fix": found.fix,
     }
@@ -87,17 +106,30 @@ def slow_paths(counts: Iterable[PathCounts]) -> list[SlowPath]:
 def _told(counts: PathCounts) -> SlowPath:
     name = short_name(counts.function.qualname or counts.function.name)
     reason = max(counts.slow, key=lambda r: counts.slow[r])
-    mean = counts.sampled_seconds / counts.sampled_calls if counts.sampled_calls else None
+    slow_mean = _mean(counts.slow_sampled)
+    fast_mean = _mean(counts.fast_sampled)
+    # Without per-path samples (paths not told at compile), every sample stands for the calls.
+    mean = slow_mean if slow_mean is not None else _mean((counts.sampled_calls, counts.sampled_seconds))
     seconds = mean * counts.slow_calls if mean is not None else None
     took = (
         f", about {seconds_text(seconds)} in all ({mean * 1e6:.0f} µs a call, sampled)"
         if mean is not None and seconds is not None
         else ""
     )
+    if slow_mean is not None and fast_mean is not None:
+        extra = counts.slow_calls * max(0.0, slow_mean - fast_mean)
+        against = (
+            f" Its own fast-path calls took {fast_mean * 1e6:.0f} µs a call: the Python path cost "
+            f"{seconds_text(extra)} more."
+        )
+    elif counts.slow_calls and not counts.fast_calls:
+        against = " None of its calls took the fast path, so there is no fast call of it to measure against."
+    else:
+        against = ""
     text = (
         f"{name}: {counts.slow_calls} of {counts.calls} calls went through JAX's Python dispatch path, not its "
         f"C++ fast path{took}: {WHY.get(reason, reason)}. Nothing recompiled; each such call runs JAX's "
-        "Python code again."
+        f"Python code again.{against}"
     )
     fix = f"To give `{name}` the fast path: {FIX.get(reason, FIX['other'])}."
     return SlowPath(
@@ -111,4 +143,11 @@ def _told(counts: PathCounts) -> SlowPath:
         seconds,
         text,
         fix,
+        slow_mean,
+        fast_mean,
     )
+
+
+def _mean(sampled: tuple[int, float]) -> float | None:
+    samples, seconds = sampled
+    return seconds / samples if samples else None

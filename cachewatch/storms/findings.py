@@ -132,15 +132,22 @@ def with_slow_paths(conn: sa.Connection, filters: Filters, found: list[Finding])
     return sorted(found + slow, key=lambda f: (-f.seconds, -f.compiles, f.finding_id))
 
 
+def _price(found: slow_path.SlowPath) -> float | None:
+    """What the Python path cost: beyond the function's own fast-path calls where it has
+    some, else all the time those calls took."""
+    return found.excess_seconds if found.excess_seconds is not None else found.seconds
+
+
 def _visible(found: slow_path.SlowPath, length: float | None) -> bool:
-    if found.seconds is None:
+    price = _price(found)
+    if price is None:
         return False
-    return found.seconds >= SLOW_PATH_SHARE * length if length else found.seconds >= SLOW_PATH_SECONDS
+    return price >= SLOW_PATH_SHARE * length if length else price >= SLOW_PATH_SECONDS
 
 
 def _slow_path_finding(found: slow_path.SlowPath, length: float | None) -> Finding:
     reason = max(found.reasons, key=lambda r: found.reasons[r])
-    seconds = found.seconds or 0.0
+    seconds = _price(found) or 0.0
     site = f"{found.function.file}:{found.function.line}" if found.function.file else None
     digest = hashlib.sha256("\0".join([found.run_id, "slow_path", found.function.function_hash]).encode())
     return Finding(

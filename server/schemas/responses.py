@@ -178,6 +178,17 @@ class SlowPathOut(BaseModel):
     fast_calls: int = Field(description="Calls through its C++ fast path: calls less compiles less slow calls.")
     reasons: dict[str, int] = Field(description="The slow-path calls by why (ordered_effects, unordered_effects, ...).")
     seconds: float | None = Field(description="What those calls took: their sampled mean times their count.")
+    slow_call_seconds: float | None = Field(
+        None, description="The sampled mean of a call of its variants on the Python path (None: none timed)."
+    )
+    fast_call_seconds: float | None = Field(
+        None, description="The sampled mean of a call of its variants on the fast path (None: it has none)."
+    )
+    excess_seconds: float | None = Field(
+        None,
+        description="What the slow-path calls took beyond the same function's fast-path calls "
+        "(None: no fast-path call of it to measure against).",
+    )
     text: str
     fix: str
 

@@ -1,7 +1,10 @@
 """Four jitted steps called alike: a plain one, one that logs through jax.debug.callback,
 one that reads a value back through an io_callback, one whose io_callback is ordered. JAX
 serves the plain step's warm calls from its C++ fast path; the others have effects, so
-every call of theirs goes through its Python path."""
+every call of theirs goes through its Python path. A fifth step logs only behind a static
+flag: its quiet variant takes the fast path, its verbose one the Python path."""
+
+import functools
 
 import cachewatch
 
@@ -39,6 +42,13 @@ def ordered_step(x):
     return jnp.tanh(x) * scale
 
 
+@functools.partial(jax.jit, static_argnames="verbose")
+def flagged_step(x, verbose=False):
+    if verbose:
+        jax.debug.callback(lambda v: seen.append(float(v)), x.sum())
+    return jnp.tanh(x) * 0.5
+
+
 def main():
     x = jnp.ones(16)
     steps = (("plain", plain_step), ("logged", logged_step), ("read_back", read_back_step), ("ordered", ordered_step))
@@ -46,6 +56,10 @@ def main():
         for _ in range(CALLS):
             y = step(x)
         print(name, float(y.sum()))
+    for verbose in (False, True):
+        for _ in range(CALLS):
+            y = flagged_step(x, verbose=verbose)
+        print("flagged", verbose, float(y.sum()))
     print("logged", len(seen))
 
 
