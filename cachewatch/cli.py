@@ -97,6 +97,12 @@ def _add_reports(sub: Any) -> None:
         default=100,
         help="compile-time regressions listed, the steepest first (default 100; the count of all is given)",
     )
+    report.add_argument(
+        "--html",
+        metavar="DIR",
+        help="write the run's report as static HTML pages into DIR (--run names the run; default the latest), "
+        "to open from disk with no server",
+    )
 
     storms = _store_command(sub, "storms", help="recompilation storms with their cause and fix, led by their findings")
     findings = _store_command(sub, "findings", help="recompiles by root cause, most compile seconds first, with a fix")

@@ -1,5 +1,6 @@
-"""``cachewatch report`` and ``cachewatch storms`` as a terminal prints them, and the
-table, time and path helpers every command's table uses."""
+"""``cachewatch report`` and ``cachewatch storms`` as a terminal prints them (and ``report
+--html`` as static pages), and the table, time and path helpers every command's table
+uses."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import argparse
 import datetime as dt
 import json
 import os
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .core import config as configmod
@@ -33,6 +36,8 @@ def report(args: argparse.Namespace) -> int:
     from .views import compose
 
     url = store_url(args)
+    if args.html:
+        return write_html(url, args.html, args.run_id)
     cfg = configmod.resolve()
     with enginemod.connection(url) as conn:
         report = compose.run_report(
@@ -56,6 +61,31 @@ def report(args: argparse.Namespace) -> int:
     print("\n" + _coverage_line(report.rows))
     _print_findings(report, functions)
     _print_program_findings(report.identical, functions)
+    return 0
+
+
+def write_html(url: str, directory: str, run: str | None) -> int:
+    """``report --html DIR``: the run's report as static pages (the dashboard's, rendered
+    here); 2 when no run answers to ``run``, 1 when the service's libraries are missing."""
+    try:
+        from cachewatch_server import static_report
+    except ImportError as exc:
+        print(
+            f"cachewatch report --html: needs the dashboard's libraries ({exc.name or exc}): "
+            "pip install 'cachewatch[server]'",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        written = static_report.write(url, Path(directory), run=run)
+    except static_report.ReportError as exc:
+        print(f"cachewatch report --html: {exc}", file=sys.stderr)
+        return 2
+    left_out = f"; {written.left_out} more pages linked as text" if written.left_out else ""
+    print(
+        f"cachewatch: the report of run {written.run_id[:12]} is in {written.directory} ({written.pages} pages, "
+        f"{written.programs} flame graphs{left_out}): open {written.index}"
+    )
     return 0
 
 

@@ -1,7 +1,8 @@
 """``/programs/{event_id}/flamegraph``: a compile's program as a flame graph, the
 self-contained HTML document ``cachewatch program EVENT_ID --format flamegraph`` writes;
 with ``?against=EVENT`` its frames are coloured by the equations each gained or lost
-against that compile (``cachewatch diff EVENT EVENT_ID --format flamegraph``)."""
+against that compile (``cachewatch diff EVENT EVENT_ID --format flamegraph``), and with
+``?against=previous`` against the function's compile before it."""
 
 from __future__ import annotations
 
@@ -34,7 +35,10 @@ def program_flamegraph(
     against: Annotated[str | None, Query(max_length=32)] = None,
 ) -> HTMLResponse:
     try:
-        document = flamegraph.for_diff(conn, event_id, against) if against else flamegraph.for_event(conn, event_id)
+        if against is None:
+            document = flamegraph.for_event(conn, event_id)
+        else:  # "previous": the compile `cachewatch diff EVENT_ID` would take
+            document = flamegraph.for_diff(conn, event_id, None if against == "previous" else against)
     except program_texts.ProgramNotFound as exc:
         return pages.page(request, "error.html", status=404, view=None, title="No flame graph", message=str(exc))
     return HTMLResponse(document, headers=_HEADERS)

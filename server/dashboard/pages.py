@@ -82,6 +82,11 @@ _PAGE_HEADERS = {
 }
 
 
+# Asks a page for its form in a static report (server/static_report.py): no filter form and
+# no sign-out, which need a server.
+STATIC_HEADER = "x-cachewatch-static-report"
+
+
 class PageRoute(APIRoute):
     """A dashboard page: asks for the token first (by redirecting to /login), and turns
     an unreachable store into a page that says so rather than a JSON error."""
@@ -208,6 +213,7 @@ def page(request: Request, template: str, *, status: int = 200, view: View | Non
         view=view,
         rendered_at=time.time(),
         login_enabled=settings.read_secret() is not None,
+        static_report=request.headers.get(STATIC_HEADER) == "1",
         **context,
     )
     return HTMLResponse(html, status_code=status, headers=_PAGE_HEADERS)
