@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cachewatch.store import engine as enginemod
-from cachewatch.store import runs as runsmod
+from cachewatch.store import runs
 
 from .dashboard.pages import STATIC_HEADER
 from .settings import load
@@ -138,13 +138,13 @@ def _run_of(store: str, run: str | None) -> str:
     with enginemod.connection(store) as conn:
         if run is not None:
             try:
-                return runsmod.find_run(conn, run).run_id
-            except runsmod.RunNotFound as exc:
+                return runs.find_run(conn, run).run_id
+            except runs.RunNotFound as exc:
                 raise ReportError(str(exc.args[0])) from None
-        latest = conn.execute(runsmod.select_runs().limit(1)).first()
+        latest = runs.latest_run(conn)
     if latest is None:
         raise ReportError(f"no run in {enginemod.redact_url(store)} yet")
-    return str(latest.run_id)
+    return latest.run_id
 
 
 class _Crawl:

@@ -46,7 +46,7 @@ def path_counts(
 ) -> list[PathCounts]:
     """Per run, the functions (of ``function_hashes``, when given) with calls on JAX's
     Python path in the filtered part, most such calls first."""
-    s, e = models.call_stats, models.compile_events
+    s = models.call_stats
     slow: dict[tuple[str, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
     rows = sa.select(s.c.run_id, s.c.function_hash, s.c.slow_calls).where(s.c.slow_calls.is_not(None))
     if function_hashes is not None:
@@ -70,18 +70,7 @@ def path_counts(
         (r.run_id, r.function_hash): r
         for r in conn.execute(filters.apply(s, sums).group_by(s.c.run_id, s.c.function_hash))
     }
-    compiles: dict[tuple[str, str], int] = collections.Counter()
-    variants: dict[tuple[str, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    path_of: dict[tuple[str, str, str], str] = {}  # (run, function, signature) -> its variant's path
-    events = sa.select(e.c.run_id, e.c.function_hash, e.c.signature_hash, e.c.call_path, e.c.slow_reason).where(
-        e.c.function_hash.in_(hashes), e.c.run_id.in_(runs), e.c.compiled
-    )
-    for run_id, function_hash, signature_hash, path, reason in conn.execute(filters.apply(e, events)):
-        compiles[(run_id, function_hash)] += 1
-        if path == "slow":
-            variants[(run_id, function_hash)][reason or "other"] += 1
-        if path in ("slow", "fast"):
-            path_of[(run_id, function_hash, signature_hash)] = path
+    compiles, variants, path_of = _compiles_by_path(conn, filters, hashes, runs)
     by_path = _samples_by_path(conn, filters, hashes, runs, path_of)
     infos = queries.function_infos(conn, hashes)
     found = [
@@ -101,6 +90,29 @@ def path_counts(
         if h in infos
     ]
     return sorted(found, key=lambda c: (-c.slow_calls, c.function.qualname, c.run_id))
+
+
+def _compiles_by_path(
+    conn: sa.Connection, filters: Filters, hashes: list[str], runs: list[str]
+) -> tuple[
+    dict[tuple[str, str], int], dict[tuple[str, str], collections.Counter[str]], dict[tuple[str, str, str], str]
+]:
+    """Per (run, function): its compiles, and those given no fast path by why; and per
+    (run, function, signature), the path its variant takes."""
+    e = models.compile_events
+    compiles: dict[tuple[str, str], int] = collections.Counter()
+    variants: dict[tuple[str, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    path_of: dict[tuple[str, str, str], str] = {}
+    events = sa.select(e.c.run_id, e.c.function_hash, e.c.signature_hash, e.c.call_path, e.c.slow_reason).where(
+        e.c.function_hash.in_(hashes), e.c.run_id.in_(runs), e.c.compiled
+    )
+    for run_id, function_hash, signature_hash, path, reason in conn.execute(filters.apply(e, events)):
+        compiles[(run_id, function_hash)] += 1
+        if path == "slow":
+            variants[(run_id, function_hash)][reason or "other"] += 1
+        if path in ("slow", "fast"):
+            path_of[(run_id, function_hash, signature_hash)] = path
+    return compiles, variants, path_of
 
 
 def _samples_by_path(

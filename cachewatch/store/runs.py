@@ -69,3 +69,10 @@ def find_run(conn: sa.Connection, name: str) -> RunRef:
         if named is not None:
             return ref_of(named)
     raise RunNotFound(f"no run has the id, run name or job {name!r}")
+
+
+def latest_run(conn: sa.Connection) -> RunRef | None:
+    """The run that started last, or None in an empty store."""
+    r = models.runs
+    row = conn.execute(select_runs().order_by(r.c.started_at.desc(), r.c.run_id.desc()).limit(1)).first()
+    return ref_of(row) if row is not None else None
