@@ -15,23 +15,22 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Protocol, TypedDict, Unpack
 
 import sqlalchemy as sa
 
-from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, short_name
+from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo
 from ..core.figures import seconds_text
 from ..core.warmup import WarmupWatch, in_a_loop
 from ..programs import program_texts
 from ..store import queries
 from ..store.columns import Filters
 from ..whatif import prices
-from . import kept_bursts, steady, storm_reads
-from .fixes import display_name, fix_for, is_library_function, short_site, site_fix
+from . import bursts, kept_bursts, steady, storm_reads
+from .fixes import is_library_function
 from .results import (
     Burst,
-    BurstFunction,
     FirstPass,
     Storm,
 )
@@ -248,8 +247,8 @@ def _judged_bursts(
     if not every:
         return []
     names = queries.function_infos(conn, {r.function_hash for r in every})
-    bursts = _bursts_read_whole(conn, every, names, threshold, window, function_hashes)
-    storms, passes = _judged(conn, bursts, threshold, heard_until)
+    groups = _bursts_read_whole(conn, every, names, threshold, window, function_hashes)
+    storms, passes = _judged(conn, groups, threshold, heard_until)
     return [
         kept_bursts.Judged(key, run_id, storm, group[0].timestamp, group[-1].timestamp, group)
         for judged, storm in ((storms, True), (passes, False))
@@ -275,8 +274,8 @@ class _Telling:
 
     def burst(self, key: str, group: list[Recompile]) -> Burst:
         if key.startswith("site:"):
-            return _describe_site(key[5:], self.names, group, self.now, self.window, self.described)
-        return _describe(key, self.names.get(key), group, self.now, self.window, self.described)
+            return bursts.of_site(key[5:], self.names, group, self.now, self.window, self.described)
+        return bursts.of_function(key, self.names.get(key), group, self.now, self.window, self.described)
 
     def _read(self, judged: _Judged) -> _Judged:
         return _read_diffs(self.conn, judged) if self.described else judged
@@ -357,7 +356,7 @@ class _Telling:
 
 def _judged(
     conn: sa.Connection,
-    bursts: list[tuple[str, str, list[Recompile], list[Recompile]]],
+    groups: list[tuple[str, str, list[Recompile], list[Recompile]]],
     threshold: int,
     heard_until: float | None,
 ) -> tuple[_Judged, _Judged]:
@@ -365,13 +364,13 @@ def _judged(
     told from their compiles and the runs' statistics (no diff is needed)."""
     # Whether the program went on after a burst is read only for the runs where a burst
     # could be a first pass: a store of a fleet's runs is never read whole for one page.
-    possible = [_new_signatures_only(group, rows) for _, _, group, rows in bursts]
-    candidates = [(run_id, group) for (_, run_id, group, _), can in zip(bursts, possible, strict=False) if can]
+    possible = [_new_signatures_only(group, rows) for _, _, group, rows in groups]
+    candidates = [(run_id, group) for (_, run_id, group, _), can in zip(groups, possible, strict=False) if can]
     work = steady.work(conn, {run for run, _ in candidates}, {r.function_hash for _, g in candidates for r in g})
     work.heard_until(heard_until)
     storms: _Judged = []
     passes: _Judged = []
-    for (key, run_id, group, _), can in zip(bursts, possible, strict=False):
+    for (key, run_id, group, _), can in zip(groups, possible, strict=False):
         compiling = functools.partial(storm_reads.compile_seconds_between, conn, run_id)
         heard = work.last_after(run_id, group[-1].timestamp)
         # A first pass: the program went on, served from the cache, or (code whose calls
@@ -424,13 +423,12 @@ def _bursts_read_whole(
     for row in every:
         by_group[(_group_key(row, names.get(row.function_hash)), row.run_id)].append(row)
     wanted = set(function_hashes) if function_hashes is not None else None
-    bursts = [
+    return [
         (key, run_id, group, rows)
         for (key, run_id), rows in by_group.items()
-        for group in _bursts(storm_reads.in_time_order(rows), threshold, window)
+        for group in bursts.runs_of(storm_reads.in_time_order(rows), threshold, window)
         if wanted is None or wanted & {r.function_hash for r in group}
     ]
-    return bursts
 
 
 def _with_recurrence_and_waste(
@@ -589,100 +587,6 @@ def describe_first_pass(found: FirstPass) -> str:
         f"{found.run_id[:8]} ({seconds_text(found.seconds)}), mostly {found.dominant_cause}; "
         "then served from the cache as the program went on."
     )
-
-
-def _bursts(rows: list[Recompile], threshold: int, window: float) -> Iterable[list[Recompile]]:
-    """Maximal runs of compiles in which every ``threshold`` consecutive ones fit in ``window``."""
-    if len(rows) < threshold:
-        return
-    start = None  # index where the current burst began
-    i = 0
-    n = len(rows)
-    while i + threshold - 1 < n:
-        if rows[i + threshold - 1].timestamp - rows[i].timestamp <= window:
-            if start is None:
-                start = i
-            i += 1
-            continue
-        if start is not None:
-            yield rows[start : i + threshold - 1]
-            start = None
-        i += 1
-    if start is not None:
-        yield rows[start:]
-
-
-def _describe(
-    function_hash: str, info: FunctionInfo | None, rows: list[Recompile], now: float, window: float, fixed: bool = True
-) -> Burst:
-    """A burst of a jit of the user's, with its fix (``fixed``; it reads the diffs)."""
-    span = _span(rows, now, window)
-    name = short_name(info.qualname) if info else function_hash
-    return Burst(
-        key=function_hash,
-        function_hash=function_hash,
-        function_hashes=(function_hash,),
-        call_site=None,
-        functions=(BurstFunction(function_hash, name, len(rows)),),
-        name=info.name if info else "",
-        qualname=info.qualname if info else function_hash,
-        short_name=name,
-        **span,
-        fix=_fix_of(function_hash, info, rows, span["dominant_cause"]) if fixed else "",
-    )
-
-
-def _span(rows: list[Recompile], now: float, window: float) -> dict[str, Any]:
-    """A burst's fields that its compiles alone give: when, how many, why, which run."""
-    cause_counts = collections.Counter(r.cause for r in rows)
-    return {
-        "start": rows[0].timestamp,
-        "end": rows[-1].timestamp,
-        "compiles": len(rows),
-        "causes": dict(cause_counts),
-        "dominant_cause": cause_counts.most_common(1)[0][0],
-        "active": now - rows[-1].timestamp <= window,
-        "run_id": rows[0].run_id,
-        "run_ids": (rows[0].run_id,),
-    }
-
-
-def _fix_of(function_hash: str, info: FunctionInfo | None, rows: list[Recompile], dominant: str) -> str:
-    if info is None:
-        return fix_for(function_hash, function_hash, "", dominant, rows)
-    return fix_for(info.name, info.qualname, info.module, dominant, rows, file=info.file)
-
-
-def _describe_site(
-    call_site: str, infos: dict[str, FunctionInfo], rows: list[Recompile], now: float, window: float, fixed: bool = True
-) -> Burst:
-    """A storm of eager code and library jits reached from one line of user code, with its
-    fix (``fixed``; it reads the diffs)."""
-    per_function = collections.Counter(r.function_hash for r in rows)
-    top_hash = per_function.most_common(1)[0][0]
-    span = _span(rows, now, window)
-    names = {h: display_name(infos.get(h), h) for h in per_function}
-    inside = ", ".join(f"{names[h]} {n}x" for h, n in per_function.most_common(4))
-    more = f" and {len(per_function) - 4} more" if len(per_function) > 4 else ""
-    top = infos.get(top_hash)
-    return Burst(
-        key=f"site:{call_site}",
-        function_hash=top_hash,
-        function_hashes=tuple(h for h, _ in per_function.most_common()),
-        call_site=call_site,
-        functions=tuple(BurstFunction(h, names[h], n) for h, n in per_function.most_common()),
-        name=top.name if top else "",
-        qualname=top.qualname if top else top_hash,
-        short_name=f"{short_site(call_site)} ({inside}{more})",
-        **span,
-        fix=site_fix(call_site, infos, rows, span["dominant_cause"]) if fixed else "",
-    )
-
-
-# ------------------------------------------------------------------ is jit worth it
-
-
-# ------------------------------------------------------------------ compile cost model
 
 
 def storms(
