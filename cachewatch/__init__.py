@@ -35,6 +35,7 @@ from .capture.jit import is_watched, jit
 from .core import _guard
 from .core.config import ConfigError
 from .core.events import CAUSES, VERSION, CompileEvent
+from .exports import otel as _otel  # noqa: F401  (each compile as a span when an OTLP endpoint is set)
 from .exports.scalars import log_scalars
 from .record.current import configure
 from .record.recorder import flush

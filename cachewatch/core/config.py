@@ -180,6 +180,11 @@ class Config:
         "ships), for programs a launcher starts ([docs/run.md](run.md)); `cachewatch run` sets it for the "
         "processes the program starts",
     )
+    otel_endpoint: str = setting(
+        "",
+        "send each compile as an OpenTelemetry span to this OTLP/HTTP collector (`http://host:4318`); empty: "
+        "to `OTEL_EXPORTER_OTLP_ENDPOINT` when that is set; `off`: never ([integrations.md](integrations.md#opentelemetry-spans))",
+    )
     raise_internal_errors: bool = setting(
         False, "re-raise cachewatch's own errors instead of logging them once (for cachewatch's own tests)"
     )
