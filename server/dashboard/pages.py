@@ -40,7 +40,7 @@ from cachewatch.views import compose
 from cachewatch.whatif import policies, prices, whatif_reads
 
 from ..deps import Connection, parse_time
-from . import auth, render
+from . import auth, pictures, render
 
 logger = logging.getLogger("cachewatch.server")
 
@@ -299,6 +299,8 @@ def overview(request: Request, conn: Connection) -> HTMLResponse:
         charts["cost"] = render.cost_chart(costly)
     if summary.causes:
         charts["causes"] = render.causes_chart(summary.causes)
+    pictured = _overview_pictures(conn, request, view, report) if not empty else _Pictures(None, None)
+    charts.update(pictured.charts)
     return page(
         request,
         "overview.html",
@@ -312,7 +314,35 @@ def overview(request: Request, conn: Connection) -> HTMLResponse:
         charts=charts,
         empty=empty,
         storm_hashes={s.function_hash for s in storms},
+        payoff=pictured.payoff,
+        timeline=pictured.timeline,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pictures:
+    """The overview's pictures: whether each jit pays for itself, and (a run chosen) the
+    run's timeline; each None where the view has nothing for it."""
+
+    payoff: pictures.PayoffView | None
+    timeline: pictures.RunTimeline | None
+
+    @property
+    def charts(self) -> dict[str, dict[str, Any]]:
+        found = {
+            "payoff": pictures.payoff_chart(self.payoff.points) if self.payoff else None,
+            "run_timeline": pictures.timeline_chart(self.timeline) if self.timeline else None,
+        }
+        return {name: chart for name, chart in found.items() if chart is not None}
+
+
+def _overview_pictures(conn: Connection, request: Request, view: View, report: list[FunctionReport]) -> _Pictures:
+    payoff = pictures.payoff_view(conn, report, view.filters, _storm_rule(request))
+    # The timeline is one run's: its whole span, whatever time range the view has.
+    timeline = (
+        pictures.run_timeline(conn, view.run_id, _storm_rule(request)) if view.run_id and view.run is not None else None
+    )
+    return _Pictures(payoff if payoff.points else None, timeline)
 
 
 @router.get("/functions", response_class=HTMLResponse)

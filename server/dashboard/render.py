@@ -20,7 +20,7 @@ import jinja2
 
 from cachewatch.core import events
 from cachewatch.core.events import CAUSES, Cause, short_name
-from cachewatch.core.figures import bytes_text, seconds_cell, share_text
+from cachewatch.core.figures import bytes_text, seconds_cell, seconds_text, share_text
 from cachewatch.store.charts import CompilesOverTime, TimelinePoint
 from cachewatch.whatif.prices import Price
 
@@ -81,6 +81,12 @@ def fmt_seconds(value: float | None) -> str:
     return seconds_cell(value, missing="–")
 
 
+def fmt_brief_seconds(value: float | None) -> str:
+    """Seconds in the unit that suits them (20 us, 1.23 ms, 4.9 s): a call's run time is
+    often far below the millisecond a table's column shows."""
+    return "–" if value is None else seconds_text(value)
+
+
 def fmt_count(value: int | None) -> str:
     return "–" if value is None else f"{value:,}"
 
@@ -106,6 +112,14 @@ def fmt_time(value: float | None) -> str:
     if when is None:
         return "–" if value is None else f"invalid time ({value!r})"
     return when.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_time_ms(value: float | None) -> str:
+    """A time to the millisecond (UTC): compiles of one second told apart."""
+    when = utc(value)
+    if when is None:
+        return fmt_time(value)
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{when.microsecond // 1000:03d}"
 
 
 def iso_time(value: float | None) -> str:
@@ -463,6 +477,8 @@ def make_environment() -> jinja2.Environment:
         count=fmt_count,
         share=fmt_share,
         time=fmt_time,
+        time_ms=fmt_time_ms,
+        brief_seconds=fmt_brief_seconds,
         iso=iso_time,
         duration=fmt_duration,
         site=short_site,

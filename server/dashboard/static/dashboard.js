@@ -27,12 +27,27 @@
       // The chart div is role="img" with a text alternative: no interactive toolbar inside it.
       var config = { displayModeBar: false, responsive: true };
       pending.push(window.Plotly.newPlot(el, spec.data, spec.layout, config).then(function () {
+        followClicks(el);
         el.setAttribute("data-rendered", "true");
         drawn += 1;
       }));
     });
     Promise.all(pending).then(function () {
       document.documentElement.setAttribute("data-charts", "ready");
+    });
+  }
+
+  // A point whose customdata names a link in the chart's own table (data-point) opens
+  // that link: the table's href is the one the page (or a static report) resolved.
+  function followClicks(el) {
+    var figure = el.closest("figure");
+    if (!figure || !figure.querySelector("a[data-point]") || typeof el.on !== "function") return;
+    el.on("plotly_click", function (event) {
+      var point = event && event.points && event.points[0];
+      var key = point && point.customdata;
+      if (typeof key !== "string") return;
+      var link = figure.querySelector('a[data-point="' + window.CSS.escape(key) + '"]');
+      if (link) window.location.assign(link.href);
     });
   }
 
