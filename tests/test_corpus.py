@@ -1,8 +1,9 @@
 """A corpus of public example programs, run unchanged under ``cachewatch run``.
 
 tests/corpus/ holds example programs JAX users train with, taken from the libraries' own
-repositories (JAX, NumPyro, Flax; tests/corpus/SOURCES.md names each file and commit) and
-kept as published but for their sizes (steps, samples, warm-up). Where a program reads
+repositories (JAX, NumPyro, Flax, Optax, Equinox; tests/corpus/SOURCES.md names each file and
+commit) and kept as published but for their sizes (steps, samples, warm-up). A notebook is
+kept as its code cells, concatenated in order and unchanged. Where a program reads
 what this machine lacks, a stand-in module lies next to it and the program is not touched:
 examples/datasets.py gives random arrays of MNIST's shapes instead of a download, and
 matplotlib/ draws nothing (matplotlib is not installed). The NumPyro examples assert the
@@ -95,6 +96,39 @@ EXPECTED: dict[str, Expected] = {
         "notes": "`train_step` (nnx.jit through `nnx.cached_partial`) is called 10,000 times with "
         "batches of 32: one compile. `test_step` runs every 1,000 steps on the whole 100-point "
         "set: one compile. The final `model(X)` runs eagerly once.",
+    },
+    "equinox_train_rnn": {
+        "storms_at": [],
+        "no_storm": True,
+        "notes": "`make_step` (eqx.filter_jit, made once in `main`) is called 200 times; the dataloader "
+        "yields only whole batches of 32 (`while end <= dataset_size`), so one compile. `get_data` "
+        "runs eagerly once, and the final eager `jax.vmap(model)(xs)` (a `lax.scan` over 16 steps) "
+        "runs once on the whole set. `loss.item()` per step reads a result, compiles nothing.",
+    },
+    "optax_freezing_parameters": {
+        "storms_at": [],
+        "no_storm": True,
+        "notes": "Four cells each define their own `train_step` (jax.jit, own optimizer: freeze, "
+        "masked set_to_zero, partition, ...) and call it 200 times with the same two 1-element "
+        "params: one compile each, four different programs. One cell trains eagerly for 400 "
+        "steps and swaps the optimizer at step 200: its ops compile in the first step and are "
+        "served after (the new optimizer has the same shapes). A first pass per cell, no storm.",
+    },
+    "optax_flax_example": {
+        "storms_at": [],
+        "no_storm": True,
+        "notes": "`loss = jax.jit(mse)` is made once; `jax.value_and_grad(loss)` runs eagerly around "
+        "it for 100 steps on the same 20 samples, and `nnx.Optimizer.update` runs op-by-op: all "
+        "compile in the first step and are served for the other 99. No storm.",
+    },
+    "optax_meta_learning": {
+        "storms_at": [],
+        "no_storm": True,
+        "notes": "`outer_step` (jax.jit, made once) is called 500 times with the same pytree: seven "
+        "(x, y) scalar pairs in a list, scalar eta/theta and the same optimizer states: one "
+        "compile. The sample generator's eager random ops and the eager `jax.nn.sigmoid(eta)` per "
+        "step see scalars every time: compiled at the first step (a dtype or weak-type variant "
+        "or two as eta turns from a NumPy scalar into a JAX array), served after. No storm.",
     },
 }
 
