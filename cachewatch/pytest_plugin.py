@@ -78,7 +78,9 @@ class CompileLog:
                 if fn_or_name in (e.function.name, e.function.qualname)
                 or fn_or_name == f"{e.function.module}.{e.function.qualname}"
             ]
-        state = getattr(fn_or_name, "__cachewatch_state__", None)
+        from cachewatch.capture.jit import watched_state
+
+        state = watched_state(fn_or_name)
         if state is None:
             raise TypeError(
                 "max_compiles and the cachewatch fixture take a function wrapped by "
@@ -91,7 +93,9 @@ class CompileLog:
 def _describe_name(fn_or_name: Any) -> str:
     if isinstance(fn_or_name, str):
         return fn_or_name
-    state = getattr(fn_or_name, "__cachewatch_state__", None)
+    from cachewatch.capture.jit import watched_state
+
+    state = watched_state(fn_or_name)
     return state.info.qualname if state is not None else repr(fn_or_name)
 
 

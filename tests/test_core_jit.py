@@ -366,3 +366,29 @@ def test_expect_compiles_guard(events):
                 guarded_step(jnp.ones(n))
     assert "compiled 3 time(s), at most 1 expected" in str(info.value)
     assert Cause.NEW_SHAPE in str(info.value)
+
+
+def _sum_of_squares(w):
+    return jnp.sum(jnp.tanh(w) ** 2)
+
+
+def test_a_jit_of_a_transformed_function_is_not_served_the_plain_ones(events):
+    """jax.grad, jax.value_and_grad and jax.vmap wrap with functools.wraps, which copies
+    the wrapped function's attributes (its cached hooks; a watched jit's state) into the
+    wrapper: a jit of the wrapper is the wrapper's, never the function's it wraps."""
+    w = jnp.arange(4.0)
+    rows = jnp.stack([w, 2 * w])
+    expected_value, expected_grad = jax.value_and_grad(_sum_of_squares)(w)
+    expected_rows = jax.vmap(_sum_of_squares)(rows)
+
+    plain = cachewatch.jit(_sum_of_squares)
+    assert float(plain(w)) == pytest.approx(float(expected_value))
+    for inner in (_sum_of_squares, plain):  # a function, and a watched jit of it
+        value, grad = cachewatch.jit(jax.value_and_grad(inner))(w)
+        assert float(value) == pytest.approx(float(expected_value))
+        np.testing.assert_allclose(grad, expected_grad, rtol=1e-6)
+        np.testing.assert_allclose(cachewatch.jit(jax.grad(inner))(w), expected_grad, rtol=1e-6)
+        np.testing.assert_allclose(cachewatch.jit(jax.vmap(inner))(rows), expected_rows, rtol=1e-6)
+    assert not cachewatch.is_watched(jax.grad(plain))
+    # The plain jit still serves the function itself.
+    assert float(cachewatch.jit(_sum_of_squares)(w)) == pytest.approx(float(expected_value))

@@ -101,13 +101,52 @@ def user_function(fun: Callable[..., Any]) -> Callable[..., Any]:
     with ``functools.wraps`` keeps it in ``__wrapped__``. Only code that lives in an
     installed library is looked through, so a user's own function is never replaced.
     """
+    return _looked_through(fun)[0]
+
+
+_JAX_DIR = os.sep + "jax" + os.sep
+
+
+def _transformation(inner: Any, filename: str) -> str | None:
+    """The JAX transformation a wrapper of JAX's own is (``value_and_grad_f`` is
+    ``value_and_grad``, ``vmap_f`` is ``vmap``), or None for any other library's."""
+    code = getattr(inner, "__code__", None)
+    if code is None or _JAX_DIR not in filename:
+        return None
+    if code.co_name == "reraise_with_filtered_traceback":
+        # JAX's API boundary around the transformation's own function, which it closes over.
+        cells = [cell.cell_contents for cell in getattr(inner, "__closure__", None) or () if _filled(cell)]
+        wrapped = [c for c in cells if isinstance(c, types.FunctionType) and _JAX_DIR in c.__code__.co_filename]
+        if not wrapped:
+            return None
+        code = wrapped[0].__code__
+    name = code.co_name
+    for suffix in ("_f_aux", "_f"):
+        name = name.removesuffix(suffix)
+    return "jacobian" if name == "jacfun" else name
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018  (an empty cell raises)
+    except ValueError:
+        return False
+    return True
+
+
+def _looked_through(fun: Callable[..., Any]) -> tuple[Callable[..., Any], list[str]]:
+    """The user's function behind library wrappers, and the JAX transformations among
+    those wrappers, outermost first: ``jax.value_and_grad(f)`` is ``f`` transformed, a
+    different program from ``f``'s own."""
     seen = 0
     current = fun
+    transformations: list[str] = []
     while seen < 8:
         inner, _ = unwrap_callable(current)
         filename = code_file(inner)
         if filename is None or not is_library_file(filename):
-            return current  # the user's own (a partial or bound method keeps its wrapping)
+            return current, transformations  # the user's own (a partial or bound method keeps its wrapping)
+        transformation = _transformation(inner, filename)
         for attr in _WRAPPED_ATTRS:
             try:
                 candidate = inspect.getattr_static(inner, attr, None)
@@ -117,11 +156,13 @@ def user_function(fun: Callable[..., Any]) -> Callable[..., Any]:
                 candidate = None
             if candidate is not None and candidate is not inner and callable(candidate):
                 current = candidate
+                if transformation:
+                    transformations.append(transformation)
                 break
         else:
-            return current
+            return current, transformations
         seen += 1
-    return current
+    return current, transformations
 
 
 def user_function_in(args: Any, name: str, limit: int = 64) -> Callable[..., Any] | None:
@@ -235,8 +276,9 @@ def _source_text(fun: Callable[..., Any]) -> str:
 
 
 def describe_function(fun: Callable[..., Any]) -> FunctionInfo:
-    """Name, place and stable hash of ``fun`` (of the user's function inside a library wrapper)."""
-    fun = user_function(fun)
+    """Name, place and stable hash of ``fun`` (of the user's function inside a library
+    wrapper; a JAX transformation of it is named with it: ``value_and_grad(loss)``)."""
+    fun, transformations = _looked_through(fun)
     inner, tag = unwrap_callable(fun)
     target = inner
     if not isinstance(inner, (types.FunctionType, types.BuiltinFunctionType)) and callable(inner):
@@ -252,6 +294,8 @@ def describe_function(fun: Callable[..., Any]) -> FunctionInfo:
     line = code.co_firstlineno if code is not None else 0
     if "partial" in tag:
         qualname = f"partial({qualname})"
+    for transformation in reversed(transformations):
+        qualname = f"{transformation}({qualname})"
     digest = hashlib.sha256()
     for part in (module, qualname, tag, _source_text(target)):
         digest.update(part.encode("utf-8", "replace"))

@@ -164,9 +164,7 @@ def _hook_for(fun: Callable[..., Any], options: dict[str, Any]) -> tuple[Callabl
         except TypeError:
             table, cache_key = None, None
     else:
-        table = getattr(fun, "__dict__", None)
-        if table is not None:
-            table = table.setdefault(_HOOKS_ATTR, {}) if isinstance(table, dict) else None
+        table = _own_table(fun)
         cache_key = options_key
     if table is not None and options_key is not None:
         found = table.get(cache_key)
@@ -177,6 +175,38 @@ def _hook_for(fun: Callable[..., Any], options: dict[str, Any]) -> tuple[Callabl
     if table is not None and options_key is not None:
         table[cache_key] = made
     return made
+
+
+class _HookTable(dict):
+    """A function's hooks by options, kept in its ``__dict__``, with the function it is of:
+    ``functools.wraps`` copies a function's ``__dict__`` into its wrapper (``jax.grad(f)``,
+    ``jax.value_and_grad(f)``), and a wrapper must not be served the hook of ``f``."""
+
+    def __init__(self, owner: Callable[..., Any]):
+        super().__init__()
+        try:
+            self.owner: Callable[[], Any] = weakref.ref(owner)
+        except TypeError:
+            self.owner = lambda: owner  # the table lives in its __dict__: it lives no longer
+
+    def is_of(self, fun: Callable[..., Any]) -> bool:
+        return self.owner() is fun
+
+
+def _own_table(fun: Callable[..., Any]) -> _HookTable | None:
+    """``fun``'s own table of hooks, made (or made anew over a copied one) on first use;
+    None for a callable without a ``__dict__``."""
+    attrs = getattr(fun, "__dict__", None)
+    if not isinstance(attrs, dict):
+        return None
+    table = attrs.get(_HOOKS_ATTR)
+    if not (isinstance(table, _HookTable) and table.is_of(fun)):
+        table = _HookTable(fun)
+        try:
+            attrs[_HOOKS_ATTR] = table
+        except TypeError:  # a mapping proxy (a class): no sharing, like a fresh jax.jit
+            return None
+    return table
 
 
 # ----------------------------------------------------------------- trace hook side
@@ -374,6 +404,9 @@ def _dress(
     watched._cache_size = jaxcompat.jit_cache_size(jitted)
     watched.__cachewatch_state__ = state
     watched.__cachewatch_jitted__ = jitted
+    # functools.wraps copies these attributes into a wrapper of the watched function
+    # (jax.grad(f), jax.vmap(f)); its own id tells the watched function from such a copy.
+    watched.__cachewatch_id__ = id(watched)
 
 
 @_guard.guarded(where="jit.await_warmup")
@@ -393,8 +426,14 @@ def on_watched(callback: Callable[[Any], None]) -> None:
 
 
 def is_watched(fn: Any) -> bool:
-    """True for a function returned by ``cachewatch.jit``."""
-    return getattr(fn, "__cachewatch_state__", None) is not None
+    """True for a function returned by ``cachewatch.jit`` (not a wrapper of one that
+    ``functools.wraps`` gave its attributes)."""
+    return getattr(fn, "__cachewatch_state__", None) is not None and getattr(fn, "__cachewatch_id__", None) == id(fn)
+
+
+def watched_state(fn: Any) -> HookState | None:
+    """The state of a function ``cachewatch.jit`` returned; None for anything else."""
+    return fn.__cachewatch_state__ if is_watched(fn) else None
 
 
 def _timed_call(jitted: Any, stats: CallCounter, state: HookState, args: tuple, kwargs: dict) -> Any:
