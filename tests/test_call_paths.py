@@ -58,7 +58,10 @@ def test_each_compile_says_which_path_its_calls_take(ran):
 def test_calls_split_exactly_by_path(ran):
     with enginemod.connection(ran.url) as conn:
         counted = {c.function.name: c for c in call_path_reads.path_counts(conn, Filters())}
-    assert set(counted) == {*SLOW, "flagged_step"}  # the plain step took the Python path never
+    assert set(counted) == {*SLOW, "flagged_step", "loss_of"}  # the plain step took the Python path never
+    # The loss differentiated eagerly: every call after the first traced again, in Python.
+    assert counted["loss_of"].slow == {"under_transformation": CALLS // 10 - 1}
+    assert counted["loss_of"].fast_calls == 0
     flagged = counted["flagged_step"]
     assert (flagged.calls, flagged.compiles) == (2 * CALLS, 2)
     assert flagged.slow == {"unordered_effects": CALLS - 1}
@@ -80,6 +83,8 @@ def test_slow_paths_are_findings_with_their_reason_and_fix(ran):
     assert told["logged_step"].slow_calls == CALLS - 1
     assert "jax.debug.print, jax.debug.callback or an io_callback" in told["logged_step"].text
     assert "drop ordered=True" in told["ordered_step"].fix
+    assert "under a JAX transformation applied outside any jit" in told["loss_of"].text
+    assert "jax.jit(jax.value_and_grad(loss_of))" in told["loss_of"].fix
     # Every call of logged_step took the Python path: nothing of its own to measure against.
     assert told["logged_step"].excess_seconds is None
     assert "no fast call of it to measure against" in told["logged_step"].text
@@ -92,7 +97,7 @@ def test_slow_paths_are_findings_with_their_reason_and_fix(ran):
     )
     assert f"Its own fast-path calls took {flagged.fast_call_seconds * 1e6:.0f} µs a call" in flagged.text
     slow = [f for f in found if f.cause == "slow_path"]
-    assert {f.functions[0] for f in slow} <= {*SLOW, "flagged_step"}
+    assert {f.functions[0] for f in slow} <= {*SLOW, "flagged_step", "loss_of"}
     # A finding is priced at what the Python path cost beyond the fast path, where that is known.
     assert all(f.seconds == flagged.excess_seconds for f in slow if f.functions[0] == "flagged_step")
     assert all(f.fix_kind == "fast_path" and f.compiles == 0 and f.seconds > 0 for f in slow)
@@ -153,3 +158,20 @@ def test_the_function_page_the_api_and_the_report_name_the_slow_path(ran):
     listed = report[report.index("Calls on JAX's Python dispatch path") :]
     assert all(f"{name}: {CALLS - 1} of {CALLS} calls" in listed for name in SLOW)
     assert "plain_step:" not in listed.split("\n\n")[0]
+
+
+def test_the_fix_for_a_transformed_jit_takes_the_fast_path_with_the_same_result(ran):
+    """The fix applied (jit the transformed function once): no call of it goes through
+    Python, and it gives what the eagerly differentiated jit gave."""
+    with enginemod.connection(ran.url) as conn:
+        counted = {c.function.qualname for c in call_path_reads.path_counts(conn, Filters())}
+        compiled = conn.execute(
+            sa.select(models.compile_events.c.call_path)
+            .join(models.functions, models.functions.c.function_hash == models.compile_events.c.function_hash)
+            .where(models.functions.c.qualname == "value_and_grad(loss_of)", models.compile_events.c.compiled)
+        ).scalars()
+        assert "fast" in (paths := list(compiled))
+        assert "slow" not in paths
+    assert "value_and_grad(loss_of)" not in counted
+    eager, fixed = [line for line in ran.stdout.splitlines() if line.startswith("graded ")]
+    assert eager == fixed

@@ -32,6 +32,10 @@ WHY = {
     "ref_effects": "mutable array references inside it",
     "profile_rebuild": "a profile-guided (PGLE) rebuild still pending",
     "non_array_outputs": "an output that is not a plain jax.Array",
+    "under_transformation": (
+        "calls made under a JAX transformation applied outside any jit (jax.grad, jax.value_and_grad or "
+        "jax.vmap of the jit, run eagerly): each call is traced again in Python and no executable of its own runs"
+    ),
     "other": "an executable JAX's C++ path does not take",
 }
 FIX = {
@@ -47,6 +51,10 @@ FIX = {
     "ref_effects": "pass and return the state as arrays instead of mutable references in the hot step",
     "profile_rebuild": "nothing: the profile-guided rebuild ends by itself after jax_pgle_profiling_runs",
     "non_array_outputs": "return jax.Arrays (not Python scalars or other objects) from the jit",
+    "under_transformation": (
+        "jit the transformed function instead of transforming the jit, e.g. "
+        "step = jax.jit(jax.value_and_grad({name})) once, then call step"
+    ),
     "other": "see which of its outputs or options differ from the jit's usual ones",
 }
 
@@ -131,7 +139,7 @@ def _told(counts: PathCounts) -> SlowPath:
         f"C++ fast path{took}: {WHY.get(reason, reason)}. Nothing recompiled; each such call runs JAX's "
         f"Python code again.{against}"
     )
-    fix = f"To give `{name}` the fast path: {FIX.get(reason, FIX['other'])}."
+    fix = f"To give `{name}` the fast path: {FIX.get(reason, FIX['other']).format(name=name)}."
     return SlowPath(
         counts.run_id,
         counts.function,

@@ -150,7 +150,10 @@ SlowReason = Literal[
     "ref_effects",  # mutable array references
     "profile_rebuild",  # a profile-guided (PGLE) rebuild pending
     "non_array_outputs",  # an output that is not a plain jax.Array
-    "other",  # an executable JAX's C++ path does not take, or no execution
+    # called with tracers under a transformation applied outside any jit (jax.grad of a
+    # jit, eagerly): no executable of its own ran, the call was traced again in Python
+    "under_transformation",
+    "other",  # an executable JAX's C++ path does not take
 ]
 SLOW_REASONS: tuple[str, ...] = get_args(SlowReason)
 

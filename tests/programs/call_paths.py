@@ -2,7 +2,10 @@
 one that reads a value back through an io_callback, one whose io_callback is ordered. JAX
 serves the plain step's warm calls from its C++ fast path; the others have effects, so
 every call of theirs goes through its Python path. A fifth step logs only behind a static
-flag: its quiet variant takes the fast path, its verbose one the Python path."""
+flag: its quiet variant takes the fast path, its verbose one the Python path. Last, a
+jitted loss differentiated eagerly (jax.value_and_grad of the jit, outside any jit): each
+of its calls is traced again under the transformation, through JAX's Python path; and the
+same loss as the fix has it, the transformed function jitted once."""
 
 import functools
 
@@ -49,6 +52,14 @@ def flagged_step(x, verbose=False):
     return jnp.tanh(x) * 0.5
 
 
+def loss_of(w):
+    return jnp.sum(jnp.tanh(w) ** 2)
+
+
+loss = jax.jit(loss_of)
+graded_loss = jax.jit(jax.value_and_grad(loss_of))  # the fix: one jit of the transformed function
+
+
 def main():
     x = jnp.ones(16)
     steps = (("plain", plain_step), ("logged", logged_step), ("read_back", read_back_step), ("ordered", ordered_step))
@@ -60,6 +71,13 @@ def main():
         for _ in range(CALLS):
             y = flagged_step(x, verbose=verbose)
         print("flagged", verbose, float(y.sum()))
+    w = jnp.ones(16)
+    for _ in range(CALLS // 10):
+        value, grad = jax.value_and_grad(loss)(w)
+    print("graded", float(value), float(grad.sum()))
+    for _ in range(CALLS // 10):
+        value, grad = graded_loss(w)
+    print("graded", float(value), float(grad.sum()))
     print("logged", len(seen))
 
 

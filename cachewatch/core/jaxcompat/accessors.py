@@ -492,6 +492,10 @@ def slow_path_reason(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     arguments as it reads them (one of ``events.SLOW_REASONS``). JAX 0.10-0.12."""
     named = dict(zip(capabilities.FASTPATH_PARAMETERS, args, strict=False)) | kwargs
     executable = named.get("executable")
+    if executable is None:
+        # No executable of this jit ran: its call was traced under a transformation (an
+        # eager jax.grad or jax.vmap of it), which binds what the transformation made.
+        return "under_transformation"
     unsafe_call = getattr(executable, "unsafe_call", None)
     if getattr(unsafe_call, "ordered_effects", None):
         return "ordered_effects"
