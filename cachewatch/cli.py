@@ -8,7 +8,7 @@ cachewatch diff EVENT_A [EVENT_B] [--store URL] [--format text|json|flamegraph]
 cachewatch db upgrade [--store URL]
 cachewatch db prune [--store URL] (--older-than AGE | --keep-runs N) [--texts-only] [--dry-run] [--format text|json]
 cachewatch serve [--store URL] [--host H] [--port P] [--workers N]
-cachewatch run [--store URL] [--run-name N] [--max-compiles N] [--fail-on-storm] (script.py | -m module) ARGS...
+cachewatch run [--store URL] [--run-name N] [--max-compiles N] [--fail-on-storm] [--log-to TARGET]... (script.py | -m module) ARGS...
 cachewatch compare BASELINE_RUN [RUN] [--max-extra-compiles N] [--max-compile-time-ratio R] [--format table|json]
 cachewatch cache [--store URL] [--run RUN | --all-runs] [--function NAME] [--cache-dir DIR] [--format table|json]
 cachewatch whatif FUNCTION [--run RUN] [--pad pow2|multiple:K|ladder:A,B,C|auto[:N]] [--axis ARG:AXIS] [--format table|json]

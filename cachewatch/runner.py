@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from .core import config as configmod
 
 if TYPE_CHECKING:  # the analysis is imported once the program has run, not before it starts
+    from .exports.dashboards import Logger
     from .views.runsummary import RunSummaryView
 
 # The exit code of a program that succeeded but broke a limit of --max-compiles or
@@ -41,7 +42,7 @@ if TYPE_CHECKING:  # the analysis is imported once the program has run, not befo
 EXIT_LIMIT = 3
 # The options of `run` that take a value (the rest are flags): where the program's own
 # arguments begin is found by walking past these.
-_VALUED = {"--store", "--run-name", "--job", "--max-compiles", "--summary", "--warmup-from"}
+_VALUED = {"--store", "--run-name", "--job", "--max-compiles", "--summary", "--warmup-from", "--log-to", "--log-every"}
 _FLAGS = {"--quiet", "--fail-on-storm", "-h", "--help"}
 
 
@@ -86,6 +87,17 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
         help="compile ahead of time, in background threads, every signature RUN (an id or name) recorded for "
         "each cachewatch.jit function, as the function is defined",
     )
+    run.add_argument(
+        "--log-to",
+        action="append",
+        default=[],
+        metavar="TARGET",
+        help="write the run's compile scalars to a training dashboard while it runs and at exit: "
+        "tensorboard:DIR, wandb or mlflow[:URI] (repeat for several)",
+    )
+    run.add_argument(
+        "--log-every", type=float, metavar="SECONDS", help="seconds between two writes of --log-to (default 10)"
+    )
 
 
 def split_argv(argv: Sequence[str]) -> tuple[list[str], Target | None]:
@@ -123,6 +135,8 @@ def main(argv: Sequence[str], parser: argparse.ArgumentParser) -> int:
         parser.error("name a script to run, or -m and a module")
     if args.max_compiles is not None and args.max_compiles < 0:
         parser.error("--max-compiles must be 0 or more")
+    if args.log_every is not None and not args.log_every > 0:
+        parser.error("--log-every must be more than 0 seconds")
     _configure(args, target)
     if args.warmup_from:
         problem = _unknown_run(args.warmup_from)
@@ -135,12 +149,15 @@ def main(argv: Sequence[str], parser: argparse.ArgumentParser) -> int:
     from .record import current
 
     run_id = current.run_id()
+    dashboards = _log_to(args.log_to, args.log_every)
     code, interrupted = execute(target)
     try:
         summary = _summarize(run_id)
     except Exception as exc:  # the program's result stands whatever happens here
         summary = None
         print(f"cachewatch: no summary: {type(exc).__name__}: {exc}", file=sys.stderr)
+    if dashboards is not None:
+        dashboards.stop()  # after the flush: the last point is the run's total
     broken = _limits_broken(summary, args)
     if summary is not None and not args.quiet:
         _print_summary(summary, broken, args.summary, code)
@@ -152,6 +169,22 @@ def main(argv: Sequence[str], parser: argparse.ArgumentParser) -> int:
     if code == 0 and broken:
         return EXIT_LIMIT
     return code
+
+
+def _log_to(targets: Sequence[str], every: float | None) -> Logger | None:
+    """Start writing the scalars to the ``--log-to`` targets (None: none named or none usable)."""
+    if not targets:
+        return None  # and none of the dashboards' libraries imported
+    from .exports import dashboards
+    from .record import current
+
+    return dashboards.start(
+        targets,
+        every=every or dashboards.EVERY,
+        run_name=current.config().run_name,
+        run_id=current.run_id(),
+        warn=lambda line: print(f"cachewatch: {line}", file=sys.stderr),
+    )
 
 
 def _unknown_run(run: str) -> str | None:

@@ -1,35 +1,47 @@
 """A run taken elsewhere: ``cachewatch export RUN --format perfetto`` (and the API's
 ``/api/v1/runs/{run_id}/trace``) as a Chrome trace-event file, checked against the store it
-was read from; and ``cachewatch.log_scalars`` into a real TensorBoard event file, a CLU-style
-writer and a ``wandb.log``-like function, with the run's figures.
+was read from; ``cachewatch.log_scalars`` into a real TensorBoard event file, a CLU-style
+writer, an offline Weights & Biases run and a local MLflow tracking store, and
+``cachewatch run --log-to`` into the same, each read back and set against the store.
+
+W&B runs offline (``WANDB_MODE=offline``, in the test's directory): no network, no login.
 
 Perfetto's own TraceProcessor (the ``perfetto`` package) is not used: it downloads its
 ``trace_processor_shell`` binary on first use, and the tests run without that network."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import shutil
+import struct
 import subprocess
 import sys
+import threading
+import zlib
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+import mlflow
 import numpy as np
 import pytest
 import sqlalchemy as sa
 from cachewatch_server.main import create_app
 from cachewatch_server.settings import ServerSettings
 from fastapi.testclient import TestClient
+from mlflow.tracking import MlflowClient
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboardX import SummaryWriter
+from wandb.proto import wandb_internal_pb2
 
 import cachewatch
 from cachewatch import cli
 from cachewatch.core import config as configmod
-from cachewatch.exports import perfetto, scalars
+from cachewatch.exports import dashboards, perfetto, scalars
 from cachewatch.record import current
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
@@ -108,7 +120,8 @@ def _check_nesting(trace: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def storms_run(tmp_path_factory) -> tuple[str, str]:
-    """examples/train_storms.py (three epochs) under ``cachewatch run``: (store URL, run id)."""
+    """examples/train_storms.py (three epochs) under ``cachewatch run --log-to``: (store URL,
+    run id); the dashboards' files lie in ``_logs_of(url)``."""
     url = f"sqlite:///{tmp_path_factory.mktemp('export') / 'train.db'}"
     env = {
         **os.environ,
@@ -116,8 +129,13 @@ def storms_run(tmp_path_factory) -> tuple[str, str]:
         "JAX_PLATFORMS": "cpu",
         "CACHEWATCH_RAISE_INTERNAL_ERRORS": "1",
     }
+    # Its scalars go to TensorBoard and an offline W&B run too, beside the run's store
+    # (test_train_storms_scalars_in_tensorboard_and_wandb_match_the_store).
+    logs = _logs_of(url)
+    env.update(_wandb_env(logs))
     done = subprocess.run(
-        [sys.executable, "-m", "cachewatch", "run", str(EXAMPLE), "--epochs", "3", "--run-name", "export-me"],
+        [sys.executable, "-m", "cachewatch", "run", f"--log-to=tensorboard:{logs / 'tensorboard'}", "--log-to=wandb"]
+        + [str(EXAMPLE), "--epochs", "3", "--run-name", "export-me"],
         env=env,
         capture_output=True,
         text=True,
@@ -318,3 +336,376 @@ def test_a_failing_writer_never_reaches_the_training_loop(sqlite_url, use_store,
     assert cachewatch.log_scalars(cast(Any, object()), 2) is None  # no writer at all: said, not raised
     assert scalars.writer_failures() == before + 2
     assert "training goes on" in caplog.text
+
+
+# ------------------------------------------------------------------ dashboards: W&B, MLflow, `run --log-to`
+
+PROGRAM = ROOT / "tests" / "programs" / "dashboard_loop.py"
+# The figures the process counts itself, which must equal the store's at the end.
+COUNTED = (
+    scalars.COMPILES,
+    scalars.RECOMPILES,
+    scalars.COMPILE_SECONDS,
+    scalars.LIVE_EXECUTABLES,
+    scalars.LIVE_EXECUTABLE_BYTES,
+)
+DASHBOARD_LIBRARIES = ("wandb", "mlflow", "tensorboardX", "tensorboard")
+# wandb 0.31 ships no Python reader of an offline run's .wandb file (its Go core writes it),
+# so it is read here: a 7-byte header (":W&B", magic 0xBEE1, version 0), then a LevelDB
+# log of 32 KiB blocks, each chunk behind a header (CRC-32 of its type byte and data,
+# length, type); a record whole in one chunk, or FIRST, MIDDLE..., LAST. Each record is a
+# wandb.proto.wandb_internal_pb2.Record, parsed with wandb's own protobuf classes.
+_WANDB_HEADER = struct.Struct("<4sHB")
+_WANDB_CHUNK = struct.Struct("<IHB")
+_WANDB_BLOCK = 32 * 1024
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def _logs_of(url: str) -> Path:
+    """Where a storms_run-like fixture's dashboards write: beside its SQLite store."""
+    return Path(url.removeprefix("sqlite:///")).parent
+
+
+def _wandb_env(where: Path) -> dict[str, str]:
+    """W&B offline (no network, no login), its files under ``where``."""
+    return {"WANDB_MODE": "offline", "WANDB_DIR": str(where), "WANDB_SILENT": "true", "WANDB_CONSOLE": "off"}
+
+
+def _wandb_records(path: Path) -> list[Any]:
+    """The records of an offline run's .wandb file, every chunk's CRC checked."""
+    data = path.read_bytes()
+    assert _WANDB_HEADER.unpack_from(data) == (b":W&B", 0xBEE1, 0)
+    records: list[Any] = []
+    protos: Any = wandb_internal_pb2  # generated, without type stubs
+    pos, parts = _WANDB_HEADER.size, b""
+    while pos + _WANDB_CHUNK.size <= len(data):
+        left = _WANDB_BLOCK - pos % _WANDB_BLOCK
+        if left < _WANDB_CHUNK.size:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        crc, length, kind = _WANDB_CHUNK.unpack_from(data, pos)
+        if (crc, length, kind) == (0, 0, 0):  # zeros to the end of the block
+            pos += left
+            continue
+        chunk = data[pos + _WANDB_CHUNK.size : pos + _WANDB_CHUNK.size + length]
+        assert zlib.crc32(chunk, zlib.crc32(bytes([kind]))) == crc, f"bad chunk at {pos} of {path}"
+        pos += _WANDB_CHUNK.size + length
+        parts = chunk if kind in (_FULL, _FIRST) else parts + chunk
+        if kind in (_FULL, _LAST):
+            record = protos.Record()
+            record.ParseFromString(parts)
+            records.append(record)
+    return records
+
+
+@dataclasses.dataclass
+class WandbRun:
+    """An offline W&B run as its .wandb file holds it."""
+
+    project: str
+    name: str
+    config: dict[str, Any]
+    history: list[dict[str, Any]]  # one row per step, {key: value}, "_step" among them
+
+    def series(self, key: str) -> list[tuple[int, Any]]:
+        return [(row["_step"], row[key]) for row in self.history if key in row]
+
+
+def _wandb_runs(where: Path) -> list[WandbRun]:
+    runs = []
+    for path in sorted(where.glob("wandb/offline-run-*/run-*.wandb")):
+        records = _wandb_records(path)
+        (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+        config = {item.key: json.loads(item.value_json) for item in run.config.update}
+        history = [
+            {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
+            for r in records
+            if r.WhichOneof("record_type") == "history"
+        ]
+        runs.append(WandbRun(run.project, run.display_name, config, history))
+    return runs
+
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory) -> Path:
+    """An empty MLflow SQLite tracking store, made once (MLflow's migrations take seconds):
+    each test copies it."""
+    path = tmp_path_factory.mktemp("mlflow") / "template.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+def _mlflow_store(template: Path, where: Path) -> str:
+    path = where / "mlflow.db"
+    shutil.copyfile(template, path)
+    return f"sqlite:///{path}"
+
+
+def _mlflow_last(client: MlflowClient, run_id: str, keys: Sequence[str]) -> dict[str, float]:
+    """Each metric's value at its last step (the last logged there)."""
+    found = {}
+    for key in keys:
+        history = client.get_metric_history(run_id, key)
+        assert history, key
+        found[key] = max(history, key=lambda m: (m.step, m.timestamp)).value
+    return found
+
+
+def _store_says(url: str, run_id: str, capsys) -> dict[str, float]:
+    """The run's figures as the store has them: compiles, recompiles and compile seconds as
+    ``cachewatch report --format json`` gives them (summed over the run's functions), live
+    executables and their bytes as the run's summary (``cachewatch run --summary json``),
+    and the storms active now."""
+    capsys.readouterr()
+    assert cli.main(["report", "--store", url, "--run", run_id, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    figures = _store_figures(url, run_id)
+    assert sum(r["compiles"] for r in rows) == figures.report.compiles
+    with enginemod.connection(url) as conn:
+        active = diagnosis.storms(conn, Filters(run_id=run_id), **_rule(), active_only=True)
+    return {
+        scalars.COMPILES: sum(r["compiles"] for r in rows),
+        scalars.RECOMPILES: sum(r["recompiles"] for r in rows),
+        scalars.COMPILE_SECONDS: sum(r["compile_seconds"] for r in rows),
+        scalars.LIVE_EXECUTABLES: figures.live_executables,
+        scalars.LIVE_EXECUTABLE_BYTES: figures.live_executable_bytes,
+        scalars.ACTIVE_STORMS: len(active),
+    }
+
+
+def _matches(written: dict[str, Any], store: dict[str, float], keys: Sequence[str], rel: float = 1e-9) -> None:
+    for key in keys:
+        assert written[key] == pytest.approx(store[key], rel=rel), key
+
+
+def _run(options: Sequence[str], program_args: Sequence[str], env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
+    """``cachewatch run OPTIONS dashboard_loop.py ARGS``: exit code, stdout, stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "cachewatch", "run", *options, str(PROGRAM), *program_args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def _program_env(url: str, tmp_path: Path, **more: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
+    return {
+        **env,
+        "CACHEWATCH_STORE": url,
+        "JAX_PLATFORMS": "cpu",
+        "CACHEWATCH_RAISE_INTERNAL_ERRORS": "1",
+        **_wandb_env(tmp_path),
+        **more,
+    }
+
+
+def _ran(result: tuple[int, str, str]) -> dict[str, Any]:
+    code, out, err = result
+    assert code == 0, err[-3000:]
+    return cast(dict[str, Any], json.loads(out.strip().splitlines()[-1]))
+
+
+def test_log_scalars_into_a_wandb_offline_run_and_an_mlflow_store_match_the_report(
+    sqlite_url, tmp_path, capsys, mlflow_template
+):
+    mlflow_url = _mlflow_store(mlflow_template, tmp_path)
+    env = _program_env(sqlite_url, tmp_path, MLFLOW_TRACKING_URI=mlflow_url)
+    ran = _ran(_run([], ["--wandb", "--mlflow", "--log-scalars", "4"], env, tmp_path))
+    store = _store_says(sqlite_url, ran["run_id"], capsys)
+    assert store[scalars.RECOMPILES] >= 6  # seven batch sizes
+    logged_at = [0, 4, 8, ran["steps"]]  # every fourth step, and once after the flush
+
+    (run,) = _wandb_runs(tmp_path)
+    assert run.project == "dashboard-loop"
+    assert [step for step, _ in run.series("loss")] == list(range(ran["steps"]))
+    compiles = run.series(scalars.COMPILES)
+    assert [step for step, _ in compiles] == logged_at
+    assert [value for _, value in compiles] == sorted(value for _, value in compiles)
+    _matches(run.history[-1], store, COUNTED)
+
+    client = MlflowClient(tracking_uri=mlflow_url)
+    (found,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert [m.step for m in client.get_metric_history(found.info.run_id, scalars.COMPILES)] == logged_at
+    assert len(client.get_metric_history(found.info.run_id, "loss")) == ran["steps"]
+    _matches(_mlflow_last(client, found.info.run_id, COUNTED), store, COUNTED)
+
+
+def test_run_log_to_writes_into_the_programs_run_or_starts_one_of_its_own(
+    sqlite_url, tmp_path, capsys, mlflow_template
+):
+    """TensorBoard; W&B into the run the program started; MLflow into a run of its own, as
+    the program has none (a run of its own in W&B: the train_storms test; the program's
+    MLflow run: the writing-thread test)."""
+    mlflow_url = _mlflow_store(mlflow_template, tmp_path)
+    tensorboard_dir = tmp_path / "tensorboard"
+    options = [
+        f"--log-to=tensorboard:{tensorboard_dir}",
+        "--log-to",
+        "wandb",
+        "--log-to",
+        f"mlflow:{mlflow_url}",
+        "--run-name",
+        "logged",
+        "--summary",
+        "json",
+    ]
+    code, out, err = _run(options, ["--wandb"], _program_env(sqlite_url, tmp_path), tmp_path)
+    ran = _ran((code, out, err))
+    store = _store_says(sqlite_url, ran["run_id"], capsys)
+    summary = json.loads(err.strip().splitlines()[-1])
+    assert summary["compiles"] == store[scalars.COMPILES]
+    assert summary["live_executables"] == store[scalars.LIVE_EXECUTABLES]
+    every = [*COUNTED, scalars.ACTIVE_STORMS]
+
+    events = EventAccumulator(str(tensorboard_dir))
+    events.Reload()
+    _matches({tag: events.Scalars(tag)[-1].value for tag in every}, store, every, rel=1e-6)  # float32
+
+    (run,) = _wandb_runs(tmp_path)  # the program's, and no other
+    assert run.project == "dashboard-loop"
+    # The program's steps are its own: the figures joined its last step, none was added.
+    assert [step for step, _ in run.series("loss")] == list(range(ran["steps"]))
+    assert run.history[-1]["_step"] == ran["steps"] - 1
+    _matches(run.history[-1], store, every)
+
+    client = MlflowClient(tracking_uri=mlflow_url)
+    experiment = client.get_experiment_by_name("cachewatch")
+    assert experiment is not None
+    (found,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert found.info.experiment_id == experiment.experiment_id
+    assert found.info.run_name == "logged"
+    assert found.info.status == "FINISHED"
+    assert found.data.tags["cachewatch.run_id"] == ran["run_id"]
+    _matches(_mlflow_last(client, found.info.run_id, every), store, every)
+    assert not (tmp_path / "mlruns").exists()  # MLflow's default store left alone
+
+
+def test_train_storms_scalars_in_tensorboard_and_wandb_match_the_store(storms_run, capsys):
+    url, run_id = storms_run
+    store = _store_says(url, run_id, capsys)
+    assert store[scalars.ACTIVE_STORMS] >= 1
+    every = [*COUNTED, scalars.ACTIVE_STORMS]
+    events = EventAccumulator(str(_logs_of(url) / "tensorboard"))
+    events.Reload()
+    _matches({tag: events.Scalars(tag)[-1].value for tag in every}, store, every, rel=1e-6)
+    (run,) = _wandb_runs(_logs_of(url))
+    assert run.project == "cachewatch"
+    assert run.config["cachewatch_run_id"] == run_id
+    _matches(run.history[-1], store, every)
+
+
+def test_a_missing_library_or_a_bad_target_is_said_once_and_the_program_runs_unchanged(sqlite_url, tmp_path):
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "wandb.py").write_text("raise ImportError('No module named wandb (hidden by the test)')\n")
+    env = _program_env(sqlite_url, tmp_path, PYTHONPATH=str(hidden))
+    targets = ["wandb", "tensorboard", "nowhere:at-all", "wandb:project"]
+    options = [f"--log-to={t}" for t in targets] + ["--quiet"]
+    code, out, err = _run(options, ["--exit-code", "7"], env, tmp_path)
+    assert code == 7, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["imported"] == []  # none could be, none was
+    said = [line for line in err.splitlines() if line.startswith("cachewatch: --log-to")]
+    assert [line.split(":")[1].strip().removeprefix("--log-to ") for line in said] == [
+        "wandb",
+        "tensorboard",
+        "nowhere",
+        "wandb",
+    ]
+    assert "cannot be imported" in said[0]
+    assert all(line.endswith("the program runs without it") for line in said)
+    assert not list(tmp_path.glob("wandb/offline-run-*"))
+
+
+def test_a_failing_dashboard_is_counted_and_the_others_still_get_the_figures(sqlite_url, use_store):
+    _recompiling_run(sqlite_url, use_store)
+
+    class Kept:
+        name = "kept"
+
+        def __init__(self) -> None:
+            self.points: list[dashboards.Point] = []
+            self.closed: dashboards.Point | None = None
+
+        def write(self, point: dashboards.Point) -> None:
+            self.points.append(point)
+
+        def close(self, point: dashboards.Point) -> None:
+            self.closed = point
+
+    class Broken(Kept):
+        name = "broken"
+
+        def write(self, point: dashboards.Point) -> None:
+            raise ConnectionError("the dashboard is down")
+
+    now = [100.0]
+    kept, broken = Kept(), Broken()
+    logger = dashboards.Logger([broken, kept], every=1.0, clock=lambda: now[0])  # not started: ticked by hand
+    before = scalars.writer_failures()
+    now[0] += 3.4
+    logger.tick()
+    logger.tick()  # unchanged figures: not written again
+    assert [p.step for p in kept.points] == [3]
+    assert scalars.writer_failures() == before + 1
+    now[0] += 2.0
+    logger.stop()
+    assert broken.closed is not None  # a sink that failed to write is still closed
+    assert kept.closed is not None
+    assert kept.closed.step == 5
+    assert kept.closed.scalars.compiles == 8
+    assert kept.closed.scalars.by_name() == kept.points[0].scalars.by_name()
+
+
+def test_targets_are_parsed_or_refused():
+    assert dashboards.parse("tensorboard:runs/a:b") == ("tensorboard", "runs/a:b")
+    assert dashboards.parse("wandb") == ("wandb", "")
+    assert dashboards.parse("mlflow") == ("mlflow", "")
+    assert dashboards.parse("mlflow:sqlite:///x.db") == ("mlflow", "sqlite:///x.db")
+    for bad in ("tensorboard", "tensorboard:", "wandb:p", "prometheus", ""):
+        with pytest.raises(dashboards.TargetError):
+            dashboards.parse(bad)
+
+
+def test_an_mlflow_run_active_in_the_main_thread_gets_the_points_of_the_writing_thread(
+    sqlite_url, use_store, tmp_path, mlflow_template, monkeypatch
+):
+    _recompiling_run(sqlite_url, use_store)
+    mlflow_url = _mlflow_store(mlflow_template, tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_url)  # the program's store, as MLflow finds it
+    sink = dashboards.Mlflow("", "threads", current.run_id(), threading.get_ident())
+    figures = scalars.figures()
+    assert figures is not None
+    early = dashboards.Point(1, 1.0e9, figures)
+    sink.write(early)  # no run yet: kept
+    with mlflow.start_run() as active:
+        writer = threading.Thread(target=sink.write, args=(dashboards.Point(2, 1.0e9 + 1, figures),))
+        writer.start()
+        writer.join(60)
+        sink.close(dashboards.Point(3, 1.0e9 + 2, figures))
+    history = MlflowClient(tracking_uri=mlflow_url).get_metric_history(active.info.run_id, scalars.COMPILES)
+    assert sorted(m.step for m in history) == [1, 2, 3]
+    assert {m.value for m in history} == {8.0}
+
+
+def test_nothing_configured_imports_no_dashboard_library(sqlite_url, tmp_path):
+    program = tmp_path / "no_dashboard.py"
+    program.write_text(
+        "import sys, numpy as np, cachewatch\n"
+        "f = cachewatch.jit(lambda x: x + 1.0)\n"
+        "f(np.ones(3, np.float32)); f(np.ones(4, np.float32))\n"
+        "assert cachewatch.log_scalars(lambda named, step: None, 1).compiles == 2\n"
+        f"print(sorted(m for m in {DASHBOARD_LIBRARIES!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cachewatch", "run", "--quiet", str(program)],
+        env=_program_env(sqlite_url, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"

@@ -174,13 +174,13 @@ def _after_fork_in_child() -> None:
 process.on_fork_in_child(process.Concern.REPORTS, _after_fork_in_child)
 
 
-def _active_storms(run_id: str) -> int | None:
+def _active_storms(run_id: str, fresh: bool) -> int | None:
     """The run's active storms as the store has them, read at most every STORMS_EVERY
-    seconds; None for an http(s) store, or one that cannot be read now (a store that could
-    not be read is asked again at the next call)."""
+    seconds (``fresh``: now); None for an http(s) store, or one that cannot be read now (a
+    store that could not be read is asked again at the next call)."""
     now = time.monotonic()
     kept = _tally.storms
-    if kept is not None and now - kept[0] < STORMS_EVERY:
+    if kept is not None and now - kept[0] < STORMS_EVERY and not fresh:
         return kept[1]
     cfg = current.config()
     found: int | None = None
@@ -197,11 +197,13 @@ def _active_storms(run_id: str) -> int | None:
 
 
 @_guard.guarded(default=None, where="scalars.figures")
-def figures() -> Scalars:
-    """This run's figures now, as ``log_scalars`` writes them."""
+def figures(*, fresh: bool = False) -> Scalars:
+    """This run's figures now, as ``log_scalars`` writes them; ``fresh``: the active storms
+    read from the store now, not as read up to STORMS_EVERY seconds ago (at exit, once the
+    recorder has flushed)."""
     run_id = current.run_id()
     compiles, recompiles, seconds, live, size = _tally.figures(run_id)
-    return Scalars(compiles, recompiles, seconds, live, size, _active_storms(run_id))
+    return Scalars(compiles, recompiles, seconds, live, size, _active_storms(run_id, fresh))
 
 
 _failures = 0
@@ -232,7 +234,9 @@ def write(writer: Writer, step: int, scalars: Scalars) -> None:
         )
 
 
-def _writer_failed(writer: object, exc: Exception) -> None:
+def writer_failed(writer: object, exc: Exception) -> None:
+    """Count a failure of ``writer`` (or of the writer a string names) and log it, at most
+    once a minute; the caller goes on."""
     global _failures, _last_warning
     _failures += 1
     now = time.monotonic()
@@ -240,7 +244,7 @@ def _writer_failed(writer: object, exc: Exception) -> None:
         _last_warning = now
         logger.warning(
             "cachewatch.log_scalars: the writer (%s) failed, training goes on: %s: %s",
-            type(writer).__name__,
+            writer if isinstance(writer, str) else type(writer).__name__,
             type(exc).__name__,
             exc,
         )
@@ -264,6 +268,6 @@ def log_scalars(writer: Writer, step: int) -> Scalars | None:
     try:
         write(writer, step, scalars)
     except Exception as exc:  # the user's writer may raise anything; the training loop goes on
-        _writer_failed(writer, exc)
+        writer_failed(writer, exc)
         return None
     return scalars
