@@ -28,6 +28,7 @@ import threading
 import traceback
 import types
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .core import config as configmod
@@ -42,7 +43,17 @@ if TYPE_CHECKING:  # the analysis is imported once the program has run, not befo
 EXIT_LIMIT = 3
 # The options of `run` that take a value (the rest are flags): where the program's own
 # arguments begin is found by walking past these.
-_VALUED = {"--store", "--run-name", "--job", "--max-compiles", "--summary", "--warmup-from", "--log-to", "--log-every"}
+_VALUED = {
+    "--store",
+    "--run-name",
+    "--job",
+    "--max-compiles",
+    "--summary",
+    "--warmup-from",
+    "--log-to",
+    "--log-every",
+    "--html",
+}
 _FLAGS = {"--quiet", "--fail-on-storm", "-h", "--help"}
 
 
@@ -97,6 +108,11 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--log-every", type=float, metavar="SECONDS", help="seconds between two writes of --log-to (default 10)"
+    )
+    run.add_argument(
+        "--html",
+        metavar="DIR",
+        help="at exit, write the run's report as static HTML pages into DIR (cachewatch report --html)",
     )
 
 
@@ -158,6 +174,8 @@ def main(argv: Sequence[str], parser: argparse.ArgumentParser) -> int:
         print(f"cachewatch: no summary: {type(exc).__name__}: {exc}", file=sys.stderr)
     if dashboards is not None:
         dashboards.stop()  # after the flush: the last point is the run's total
+    if args.html and summary is not None:
+        _write_html(args.html, run_id)
     broken = _limits_broken(summary, args)
     if summary is not None and not args.quiet:
         _print_summary(summary, broken, args.summary, code)
@@ -350,6 +368,31 @@ def _die_of_sigint() -> None:
         os.kill(os.getpid(), signal.SIGINT)
     except (OSError, ValueError):
         pass
+
+
+def _write_html(directory: str, run_id: str) -> None:
+    """``--html DIR``: the run's report as static pages, after the flush; a failure is one
+    line on stderr and leaves the program's exit code alone."""
+    from .record import current
+
+    store = current.config().store
+    if store.startswith(("http://", "https://")):
+        print("cachewatch: --html needs a SQL store; this run went to a service", file=sys.stderr)
+        return
+    try:
+        from cachewatch_server import static_report
+
+        written = static_report.write(store, Path(directory), run=run_id)
+    except ImportError as exc:
+        print(
+            f"cachewatch: --html needs the dashboard's libraries ({exc}): pip install 'cachewatch[server]'",
+            file=sys.stderr,
+        )
+        return
+    except Exception as exc:  # the program's result stands whatever happens here
+        print(f"cachewatch: no HTML report: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    print(f"cachewatch: the run's report is in {written.index}", file=sys.stderr)
 
 
 def _summarize(run_id: str) -> RunSummaryView:

@@ -133,3 +133,18 @@ def test_it_opens_from_disk_with_the_network_off(reported, chromium, tmp_path): 
         assert not outside, outside
     finally:
         context.close()
+
+
+def test_the_runner_writes_it_at_exit(tmp_path):
+    """``cachewatch run --html DIR``: the report of the run just made, written after the
+    summary's flush; the program's output and exit code are its own."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    program = ROOT / "tests" / "programs" / "rebuilt_solver.py"
+    done = _cachewatch("run", "--store", url, "--html", str(tmp_path / "report"), str(program))
+    assert done.returncode == 0, done.stderr
+    assert f"the run's report is in {tmp_path / 'report' / 'index.html'}" in done.stderr
+    with enginemod.connection(url) as conn:
+        run_id = conn.execute(sa.select(models.runs.c.run_id)).scalar_one()
+    assert run_id in (tmp_path / "report" / "index.html").read_text()
+    plain = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=300)
+    assert done.stdout == plain.stdout
