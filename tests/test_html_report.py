@@ -93,7 +93,9 @@ def test_it_holds_the_runs_pages(reported):
     # Each compile whose program was read has its flame graph.
     drawn = {p.stem for p in (directory / "programs").glob("*.html") if "-against-" not in p.stem}
     assert programs <= drawn
-    # The finding the runner printed leads the storms page, as on the dashboard.
+    # The finding the runner printed leads the overview and the storms page, as on the dashboard.
+    assert index.index('id="findings-title"') < index.index('id="storms-title"')
+    assert "made afresh on every call" in index
     assert "made afresh on every call" in (directory / "storms.html").read_text()
     assert run_id in index
 

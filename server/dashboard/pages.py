@@ -51,6 +51,7 @@ STORMS_PER_PAGE = 50
 MIN_PER_PAGE = 1
 MAX_PER_PAGE = 500
 TOP_OFFENDERS = 8
+OVERVIEW_FINDINGS = 3
 STALE_SHOWN = 50
 GROWTH_SHOWN = 20  # compiles in the function page's program size against compile seconds table
 COST_CHART_FUNCTIONS = 10
@@ -300,6 +301,8 @@ def overview(request: Request, conn: Connection) -> HTMLResponse:
     if summary.causes:
         charts["causes"] = render.causes_chart(summary.causes)
     pictured = _overview_pictures(conn, request, view, report) if not empty else _Pictures(None, None)
+    # What users read first: the costliest root causes, as the storms page and the CLI tell them.
+    leading = findings.find(conn, view.filters, **_storm_rule(request)) if not empty else []
     charts.update(pictured.charts)
     return page(
         request,
@@ -316,6 +319,8 @@ def overview(request: Request, conn: Connection) -> HTMLResponse:
         storm_hashes={s.function_hash for s in storms},
         payoff=pictured.payoff,
         timeline=pictured.timeline,
+        findings=leading[:OVERVIEW_FINDINGS],
+        findings_total=len(leading),
     )
 
 
