@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -287,10 +288,16 @@ def test_log_scalars_writes_the_runs_figures_to_a_tensorboard_event_file(sqlite_
     run_id = _recompiling_run(sqlite_url, use_store)
     logdir = tmp_path / "tensorboard"
     writer = SummaryWriter(str(logdir))
+    started, before = current.run_started(), time.time()
     written = cachewatch.log_scalars(writer, 42)
+    after = time.time()
     writer.close()
     assert written is not None
     _check_against_store(written, sqlite_url, run_id)
+    # The compile share: the compile seconds over the run's wall seconds when it was read.
+    assert written.compile_share is not None
+    assert written.compile_seconds / (after - started) <= written.compile_share
+    assert written.compile_share <= written.compile_seconds / (before - started)
     events = EventAccumulator(str(logdir))
     events.Reload()
     tags = set(events.Tags()["scalars"])

@@ -46,6 +46,7 @@ COMPILE_SECONDS = "cachewatch/compile_seconds"
 LIVE_EXECUTABLES = "cachewatch/live_executables"
 LIVE_EXECUTABLE_BYTES = "cachewatch/live_executable_bytes"
 ACTIVE_STORMS = "cachewatch/active_storms"
+COMPILE_SHARE = "cachewatch/compile_share"
 # The store is read for the active storms at most this often (seconds): a loop that logs
 # every step does not query its store every step.
 STORMS_EVERY = 10.0
@@ -69,8 +70,10 @@ Writer = TensorBoardWriter | CluWriter | Callable[..., object]
 class Scalars:
     """The run's figures as written: compiles, recompiles (no first call's, no ahead of
     time's), trace + lowering + XLA compile seconds of every trace and compile, the
-    executables JAX's caches hold and their bytes, and the storms active now (None: the
-    store could not tell)."""
+    executables JAX's caches hold and their bytes, the storms active now (None: the store
+    could not tell), and the compile share: compile seconds over the run's wall seconds so
+    far (summed over threads, so compiles in parallel can take it past 1; None at its
+    very start)."""
 
     compiles: int
     recompiles: int
@@ -78,6 +81,7 @@ class Scalars:
     live_executables: int
     live_executable_bytes: int
     active_storms: int | None
+    compile_share: float | None = None
 
     def by_name(self) -> dict[str, float]:
         """The scalars by their names (``cachewatch/compiles`` ...), as a writer takes them."""
@@ -90,6 +94,8 @@ class Scalars:
         }
         if self.active_storms is not None:
             named[ACTIVE_STORMS] = self.active_storms
+        if self.compile_share is not None:
+            named[COMPILE_SHARE] = self.compile_share
         return named
 
 
@@ -203,7 +209,9 @@ def figures(*, fresh: bool = False) -> Scalars:
     recorder has flushed)."""
     run_id = current.run_id()
     compiles, recompiles, seconds, live, size = _tally.figures(run_id)
-    return Scalars(compiles, recompiles, seconds, live, size, _active_storms(run_id, fresh))
+    elapsed = time.time() - current.run_started()
+    share = seconds / elapsed if elapsed > 0 else None
+    return Scalars(compiles, recompiles, seconds, live, size, _active_storms(run_id, fresh), share)
 
 
 _failures = 0

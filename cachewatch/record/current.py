@@ -183,6 +183,11 @@ def in_warmup(timestamp: float) -> bool:
     return _steady_since is None
 
 
+def run_started() -> float:
+    """When this run began (the process's start, or the configure() that began a new run)."""
+    return _run.started
+
+
 def run_info() -> RunInfo:
     if _run.info is None:
         with _lock:
