@@ -30,9 +30,11 @@ import pytest
 import scenarios
 import sqlalchemy as sa
 
+from cachewatch.callpaths import call_path_reads
 from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
+from cachewatch.store.columns import Filters
 from cachewatch.storms import diagnosis
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
@@ -156,6 +158,8 @@ class Ran:
                     e, e.c.function_hash == f.c.function_hash
                 )
             ).all()
+            # Calls JAX served through its Python path, by function and why.
+            self.slow_paths = {c.function.qualname: dict(c.slow) for c in call_path_reads.path_counts(conn, Filters())}
         self.compiles = collections.Counter(row.name for row in rows if row.compiled)
         self.causes = collections.Counter(row.cause for row in rows)
         self.events = len(rows)
@@ -231,6 +235,23 @@ def test_no_cache_cleared_and_hardly_any_unknown(ran_corpus, program):
 def test_no_first_compile_is_identical_to_an_earlier_one(ran_corpus, program):
     ran = ran_corpus(program)
     assert ran.first_compiles_linked == []
+
+
+# Calls on JAX's Python path that reading the program predicts, by function and why
+# (programs not named here: none told as "other", the reason cachewatch could not name).
+SLOW_PATHS: dict[str, dict[str, str]] = {
+    # `jax.value_and_grad(loss)` applied eagerly to the jit `loss`: every call of it after
+    # the first is traced again under the transformation, through Python.
+    "optax_flax_example": {"make_mse_func.<locals>.mse": "under_transformation"},
+}
+
+
+@pytest.mark.parametrize("program", list(EXPECTED))
+def test_calls_on_the_python_path_are_named_for_what_the_program_does(ran_corpus, program):
+    ran = ran_corpus(program)
+    for function, reason in SLOW_PATHS.get(program, {}).items():
+        assert set(ran.slow_paths.get(function, {})) == {reason}, ran.slow_paths
+    assert not [f for f, reasons in ran.slow_paths.items() if "other" in reasons], ran.slow_paths
 
 
 def _as_read(program: str):
