@@ -98,7 +98,9 @@ class TensorBoard:
 
     def __init__(self, logdir: str) -> None:
         self.name = f"tensorboard:{logdir}"
-        self.writer = _library("tensorboardX").SummaryWriter(logdir)
+        # An event file is named by the second it was opened and the host: a suffix of its
+        # own keeps it apart from the program's writer opened in the same second into DIR.
+        self.writer = _library("tensorboardX").SummaryWriter(logdir, filename_suffix=".cachewatch")
 
     def write(self, point: Point) -> None:
         scalars.write(self.writer, point.step, point.scalars)
