@@ -104,19 +104,18 @@ def user_function(fun: Callable[..., Any]) -> Callable[..., Any]:
     return _looked_through(fun)[0]
 
 
-_JAX_DIR = os.sep + "jax" + os.sep
-
-
 def _transformation(inner: Any, filename: str) -> str | None:
     """The JAX transformation a wrapper of JAX's own is (``value_and_grad_f`` is
     ``value_and_grad``, ``vmap_f`` is ``vmap``), or None for any other library's."""
     code = getattr(inner, "__code__", None)
-    if code is None or _JAX_DIR not in filename:
+    if code is None or not filename.startswith(_JAX_DIR):
         return None
     if code.co_name == "reraise_with_filtered_traceback":
         # JAX's API boundary around the transformation's own function, which it closes over.
         cells = [cell.cell_contents for cell in getattr(inner, "__closure__", None) or () if _filled(cell)]
-        wrapped = [c for c in cells if isinstance(c, types.FunctionType) and _JAX_DIR in c.__code__.co_filename]
+        wrapped = [
+            c for c in cells if isinstance(c, types.FunctionType) and c.__code__.co_filename.startswith(_JAX_DIR)
+        ]
         if not wrapped:
             return None
         code = wrapped[0].__code__

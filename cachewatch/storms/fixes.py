@@ -237,6 +237,29 @@ def _sites_text(rows: Sequence[Recompile]) -> str:
     return f" at {len(sites)} places: {top}{more}"
 
 
+def _remade_fix(name: str, at: str) -> str:
+    """A jit made anew on every call: of a lambda or partial, of a method of an object made
+    anew, or made inside a function the loop calls."""
+    if "<lambda>" in name or name.startswith("partial("):
+        return (
+            f"`{name}` is wrapped by a new jit object on every call{at}: jax.jit(lambda ...) or "
+            "jax.jit(partial(...)) inside a loop. Create the jitted function once, outside the loop, "
+            "and call that; pass changing values as arguments."
+        )
+    owner, dot, _ = name.rpartition(".")
+    if dot and owner and "<locals>" not in owner and "(" not in owner:
+        return (
+            f"`{name}` is jitted anew with each `{owner}` object{at}: a new `{owner}` is made on every "
+            f"call, and its jit with it. Make the `{owner}` once, outside the loop (or the function the "
+            "loop calls), and reuse it; pass what changes as arguments."
+        )
+    return (
+        f"`{name}` is wrapped by a new jit object on every call{at}: its jax.jit(...) runs inside the "
+        "loop, or inside a function the loop calls. Create the jitted function once, outside, and call "
+        "that; pass changing values as arguments."
+    )
+
+
 def suggest_fix(name: str, cause: str, rows: Sequence[Recompile]) -> str:
     """A concrete fix for a storm of one cause, naming the argument and call site."""
     sites = _sites_text(rows)
@@ -246,11 +269,7 @@ def suggest_fix(name: str, cause: str, rows: Sequence[Recompile]) -> str:
     if cause == Cause.NEW_STATIC_VALUE:
         return _static_value_fix(name, rows, at)
     if cause == Cause.NEW_FUNCTION_OBJECT:
-        return (
-            f"`{name}` is wrapped by a new jit object on every call{at}: jax.jit(lambda ...) or "
-            "jax.jit(partial(...)) inside a loop. Create the jitted function once, outside the loop, "
-            "and call that; pass changing values as arguments."
-        )
+        return _remade_fix(name, at)
     if cause == Cause.WEAK_TYPE:
         paths = _paths(rows, "weak_type")
         return (
