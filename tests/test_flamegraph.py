@@ -8,6 +8,7 @@ import collections
 import functools
 import os
 import re
+import sys
 import sysconfig
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -365,3 +366,87 @@ def test_it_zooms_in_chromium_with_nothing_fetched(recorded, chromium, tmp_path)
         assert requests == [diffed.as_uri()]
     finally:
         page.close()
+
+
+# ------------------------------------------------------------------ a 13,000-equation step
+
+
+def test_a_large_steps_widest_user_line_is_drawn_widest(chromium, tmp_path):  # noqa: F811
+    """A transformer-like training step (benchmarks/program_view.py, 13 blocks: the
+    recorded program is over 13,000 equations) recorded and drawn in Chromium: the user's
+    line with most equations is the widest user frame at its depth, its frames as wide as
+    its equations."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from program_view import make_transformer
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    current.reset_configuration()
+    current.configure(store=url)
+    new_run()
+    seen: list[CompileEvent] = []
+    recorder.add_listener(seen.append)
+    try:
+        step, args = make_transformer(13)
+        jax.block_until_ready(cachewatch.jit(step)(*args))
+        assert recorder.flush(60)
+    finally:
+        recorder.remove_listener(seen.append)
+        current.reset_configuration()
+    (event,) = [e for e in seen if e.function.name == "step" and e.compiled]
+    assert event.jaxpr_eqns is not None
+    assert event.jaxpr_eqns > 13_000
+    rows = _profile(url, event.event_id)
+    per_line: collections.Counter[tuple[str, int, str]] = collections.Counter()
+    for file, line, function, _primitive, _loop, count, *_ in rows:
+        per_line[(file, line, function)] += count
+    (file, line, function), most = per_line.most_common(1)[0]
+    assert file.endswith("program_view.py")
+    label = f"{function} (program_view.py:{line})"
+    root = flamegraph.tree(flamegraph.samples(rows), "step")
+    assert root.eqns == event.jaxpr_eqns
+    document = tmp_path / "flamegraph-large.html"
+    assert cli.main(["program", event.event_id, "--store", url, "--format", "flamegraph", "-o", str(document)]) == 0
+    page, tab, requests = _open(chromium, document, IMAGES)
+    try:
+        drawn = page.eval_on_selector_all(
+            "g.f",
+            "gs => gs.map(g => [g.dataset.label, g.getAttribute('class'), Number(g.dataset.depth),"
+            " Number(g.querySelector('rect').getAttribute('width'))])",
+        )
+        tab.shot("flamegraph-large")
+        tab.assert_clean()
+        assert requests == [document.as_uri()]
+    finally:
+        page.close()
+    # Drawn in the tree's order (each frame, then its children): the frames of the line,
+    # each as wide as the tree's node, the outermost of them together as wide as the
+    # line's equations (or wider: an inner jit's equations with no line of their own are
+    # drawn at the line that called it).
+    nodes = [(node, depth) for node, depth in _depths(root) if depth > 0]
+    assert [(d[0], d[2]) for d in drawn[1:]] == [(node.frame.label, depth) for node, depth in nodes]
+    for (node, _), (_, _, _, width) in zip(nodes, drawn[1:], strict=True):
+        assert width == pytest.approx(flamegraph.WIDTH * node.eqns / root.eqns, abs=0.01)
+    mine = [i for i, (name, _, _, _) in enumerate(drawn) if name == label]
+    assert mine
+    assert all(kind == "f user" for name, kind, _, _ in drawn if name == label)
+    outermost = [i for i in mine if label not in _ancestors(drawn, i)]
+    assert sum(drawn[i][3] for i in outermost) >= flamegraph.WIDTH * most / root.eqns - 0.01 * len(outermost)
+    # The line's widest frame is the widest user frame drawn at its depth.
+    widest = max(mine, key=lambda i: drawn[i][3])
+    depth = drawn[widest][2]
+    users = [d for d in drawn if d[2] == depth and d[1] == "f user"]
+    assert max(users, key=lambda d: d[3])[0] == label, (depth, sorted(users, key=lambda d: -d[3])[:3])
+
+
+def _depths(node: flamegraph.Node, depth: int = 0) -> list[tuple[flamegraph.Node, int]]:
+    return [(node, depth)] + [found for child in node.children for found in _depths(child, depth + 1)]
+
+
+def _ancestors(drawn: list[list[Any]], i: int) -> list[str]:
+    """The labels of the frames above the ``i``-th drawn frame (drawn parent first)."""
+    found, depth = [], drawn[i][2]
+    for name, _, d, _ in reversed(drawn[:i]):
+        if d < depth:
+            found.append(name)
+            depth = d
+    return found
