@@ -32,6 +32,9 @@ MAPPINGS_BY_NATURE: dict[tuple[str, str], str] = {
     ("server/dashboard/render.py", "parse_described"): _TEMPLATE,
     ("server/dashboard/render.py", "signature_parts"): _TEMPLATE,
     ("server/dashboard/render.py", "histogram_table"): "the rows of a chart's table, as the template shows them",
+    ("server/dashboard/pictures.py", "payoff_chart"): _PLOTLY,
+    ("server/dashboard/pictures.py", "timeline_chart"): _PLOTLY,
+    ("server/static_report.py", "receive"): "an ASGI message, as the ASGI specification spells it",
     **{
         ("server/dashboard/render.py", name): _PLOTLY
         for name in (
