@@ -11,6 +11,7 @@ import re
 import sys
 import sysconfig
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,22 +83,32 @@ def _train(sizes: tuple[int, ...]) -> None:
     train_step(params, TX.init(params), x, y)
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> Any:
-    """Two compiles of the training step in a store: three hidden layers, then four."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('flamegraph') / 'store.db'}"
+def _record(url: str, work: Callable[[], object], flush_seconds: float) -> list[CompileEvent]:
+    """The events ``work`` records into a new run of the store at ``url``."""
     current.reset_configuration()
     current.configure(store=url)
     new_run()
     seen: list[CompileEvent] = []
     recorder.add_listener(seen.append)
     try:
-        _train((32, 64, 64, 64, 10))
-        _train((32, 64, 64, 64, 64, 10))
-        assert recorder.flush(30)
+        work()
+        assert recorder.flush(flush_seconds)
     finally:
         recorder.remove_listener(seen.append)
         current.reset_configuration()
+    return seen
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Any:
+    """Two compiles of the training step in a store: three hidden layers, then four."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('flamegraph') / 'store.db'}"
+
+    def train_twice() -> None:
+        _train((32, 64, 64, 64, 10))
+        _train((32, 64, 64, 64, 64, 10))
+
+    seen = _record(url, train_twice, 30)
     first, second = [e for e in seen if e.function.name == "train_step" and e.compiled]
     return url, first, second
 
@@ -380,18 +391,12 @@ def test_a_large_steps_widest_user_line_is_drawn_widest(chromium, tmp_path):  # 
     from program_view import make_transformer
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    current.reset_configuration()
-    current.configure(store=url)
-    new_run()
-    seen: list[CompileEvent] = []
-    recorder.add_listener(seen.append)
-    try:
+
+    def compile_step() -> None:
         step, args = make_transformer(13)
         jax.block_until_ready(cachewatch.jit(step)(*args))
-        assert recorder.flush(60)
-    finally:
-        recorder.remove_listener(seen.append)
-        current.reset_configuration()
+
+    seen = _record(url, compile_step, 60)
     (event,) = [e for e in seen if e.function.name == "step" and e.compiled]
     assert event.jaxpr_eqns is not None
     assert event.jaxpr_eqns > 13_000
