@@ -223,12 +223,12 @@ def _cell_findings(
     with _guard.guard("notebook.storms"):
         from .cache import cache_reads, cache_view
         from .record import current, recorder
-        from .store import columns
+        from .store import columns, sinks
         from .store import engine as enginemod
         from .storms import diagnosis
 
         cfg = current.config()
-        if cfg.store.startswith(("http://", "https://")) or not recorder.flush(cfg.exit_timeout):
+        if sinks.is_service(cfg.store) or not recorder.flush(cfg.exit_timeout):
             return [], None
         hashes = sorted({e.function.function_hash for e in events})
         in_cell = columns.Filters(run_id=current.run_id(), since=started)

@@ -374,9 +374,10 @@ def _write_html(directory: str, run_id: str) -> None:
     """``--html DIR``: the run's report as static pages, after the flush; a failure is one
     line on stderr and leaves the program's exit code alone."""
     from .record import current
+    from .store import sinks
 
     store = current.config().store
-    if store.startswith(("http://", "https://")):
+    if sinks.is_service(store):
         print("cachewatch: --html needs a SQL store; this run went to a service", file=sys.stderr)
         return
     try:

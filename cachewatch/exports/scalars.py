@@ -35,6 +35,7 @@ from ..core.events import Cause, CompileEvent, Kind, held_bytes, is_recompile
 from ..explain import context as ctxmod
 from ..record import current, recorder
 from ..store import engine as enginemod
+from ..store import sinks
 from ..store.columns import Filters
 from ..storms import diagnosis
 
@@ -192,7 +193,7 @@ def _active_storms(run_id: str, fresh: bool) -> int | None:
         return kept[1]
     cfg = current.config()
     found: int | None = None
-    if not cfg.store.startswith(("http://", "https://")):
+    if not sinks.is_service(cfg.store):
         try:
             # Not migrated from the training loop: the writer made the store.
             with enginemod.connection(cfg.store, ensure=False) as conn:

@@ -21,9 +21,14 @@ class Sink(Protocol):
     def write(self, batch: Batch) -> None: ...
 
 
+def is_service(url: str) -> bool:
+    """Whether a store URL names a cachewatch service (batches go over HTTP), not a SQL store."""
+    return url.startswith(("http://", "https://"))
+
+
 def open_sink(cfg: Config) -> Sink:
     url = cfg.store
-    if url.startswith(("http://", "https://")):
+    if is_service(url):
         from .http import HttpSink
 
         return HttpSink(url, token=cfg.write_token)

@@ -23,7 +23,7 @@ from ..core import config as configmod
 from ..core import figures
 from ..core.events import Cause
 from ..core.figures import seconds_text
-from ..store import columns
+from ..store import columns, sinks
 from ..store import engine as enginemod
 from ..storms import diagnosis, findings
 from ..storms.results import Storm
@@ -133,9 +133,9 @@ def for_store(url: str, run_id: str, *, flushed: bool = True, top: int = TOP_FUN
     """The run's summary read from its store; an http(s) store is read by the service, so
     the summary then only says where to look."""
     cfg = configmod.resolve({"store": url})
-    shown = enginemod.redact_url(url) if not _is_http(url) else url
+    shown = enginemod.redact_url(url) if not sinks.is_service(url) else url
     figures = None
-    if not _is_http(url):
+    if not sinks.is_service(url):
         with enginemod.connection(url) as conn:
             found = compose.run_summary(conn, run_id, diagnosis.rule_of(cfg))
         figures = of_summary(found, top=top)
@@ -203,12 +203,8 @@ def of_report(
     )
 
 
-def _is_http(url: str) -> bool:
-    return url.startswith(("http://", "https://"))
-
-
 def _next_steps(url: str, run_id: str) -> list[str]:
-    if _is_http(url):
+    if sinks.is_service(url):
         return [f"dashboard: {url.rstrip('/')}/?run_id={run_id}"]
     store = "" if url == configmod.default_store_url() else f" --store {enginemod.redact_url(url)}"
     return [
