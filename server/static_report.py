@@ -171,7 +171,8 @@ class _Crawl:
         self.assets: dict[str, str] = {}  # dashboard asset path -> its file
         self.left_out: set[_Target] = set()
         self.pages = 0
-        self.programs = 0
+        self.programs = 0  # flame graphs written
+        self.programs_queued = 0  # flame graphs written or waiting
 
     async def run(self) -> None:
         for path in ("/", "/functions", "/storms", "/cache"):
@@ -202,13 +203,14 @@ class _Crawl:
         if target in self.left_out:
             return None
         full = len(self.queued) >= self.max_pages
-        if target.is_program and self.programs + sum(t.is_program for t in self.queue) >= self.max_programs:
+        if target.is_program and self.programs_queued >= self.max_programs:
             full = True
         if full:
             self.left_out.add(target)
             return None
         name = self.queued[target] = target.file_name()
         self.queue.append(target)
+        self.programs_queued += target.is_program
         return name
 
     def _relinked(self, page: str, name: str) -> str:
