@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -16,7 +17,7 @@ from test_server_api import make_client
 from test_verdicts import Ran, run_program
 
 from cachewatch.callpaths import call_path_reads, slow_path
-from cachewatch.core import jaxcompat
+from cachewatch.core import jaxcompat, runtimes
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store.columns import Filters
@@ -175,3 +176,29 @@ def test_the_fix_for_a_transformed_jit_takes_the_fast_path_with_the_same_result(
     assert "value_and_grad(loss_of)" not in counted
     eager, fixed = [line for line in ran.stdout.splitlines() if line.startswith("graded ")]
     assert eager == fixed
+
+
+def test_a_call_is_priced_at_its_median_not_at_one_slow_sample(ran, tmp_path):
+    """The first call after a compile is always timed and can take many times a warm one:
+    one such sample must not set the price of every slow-path call (a mean of a few would)."""
+    copy = tmp_path / "copy.db"
+    shutil.copy(ran.url.removeprefix("sqlite:///"), copy)
+    url = f"sqlite:///{copy}"
+
+    def logged(conn: sa.Connection) -> slow_path.SlowPath:
+        told = slow_path.slow_paths(call_path_reads.path_counts(conn, Filters()))
+        return next(s for s in told if s.function.name == "logged_step")
+
+    s = models.call_stats
+    with enginemod.connection(url) as conn:
+        before = logged(conn)
+        row = conn.execute(sa.select(s).where(s.c.function_hash == before.function.function_hash)).mappings().first()
+        assert before.slow_call_seconds is not None and row is not None
+        outlier = 1000 * before.slow_call_seconds
+        values = {k: v for k, v in row.items() if k != "id"}
+        values |= {"calls": 0, "sampled_calls": 1, "sampled_seconds": outlier, "slow_calls": None}
+        values["run_buckets"] = {str(runtimes.bucket_of(outlier)): [1, 1]}
+        conn.execute(s.insert().values(**values))
+        after = logged(conn)
+    assert after.slow_call_seconds == before.slow_call_seconds
+    assert after.seconds == before.seconds

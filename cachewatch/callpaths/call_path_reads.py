@@ -1,6 +1,10 @@
 """The calls of each function by the path JAX served them on, read from the store: the
 slow-path calls by why (``call_stats.slow_calls``), the calls and timed samples beside
-them, and each compile's path (``compile_events.call_path``)."""
+them, and each compile's path (``compile_events.call_path``).
+
+A call's time on each path is the median of its timed samples (``core/runtimes.py``), as
+a function's run time is everywhere else: the first call after a compile, always timed,
+can take ten times a warm one, and a mean of a few samples would price every call at it."""
 
 from __future__ import annotations
 
@@ -10,8 +14,9 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from ..core import runtimes
 from ..core.events import FunctionInfo
-from ..store import models, queries
+from ..store import models, queries, rollup
 from ..store.columns import Filters
 
 
@@ -24,13 +29,12 @@ class PathCounts:
     calls: int  # every call counted
     compiles: int  # the calls that compiled
     slow: dict[str, int]  # calls served through JAX's Python path, by why
-    sampled_calls: int  # the calls the timed samples stand for
-    sampled_seconds: float
+    call_seconds: float | None  # a call's run time, every variant's samples; None: none timed
     slow_variants: dict[str, int] = field(default_factory=dict)  # compiles given no fast path, by why
-    # The timed samples split by the path of the variant they ran (a signature's executable
-    # takes one path): (samples, seconds) of variants on JAX's Python path and on its C++ path.
-    slow_sampled: tuple[int, float] = (0, 0.0)
-    fast_sampled: tuple[int, float] = (0, 0.0)
+    # A call's run time split by the path of the variant it ran (a signature's executable
+    # takes one path): of variants on JAX's Python path and on its C++ path.
+    slow_call_seconds: float | None = None
+    fast_call_seconds: float | None = None
 
     @property
     def slow_calls(self) -> int:
@@ -59,32 +63,30 @@ def path_counts(
         return []
     hashes = sorted({h for _, h in wanted})
     runs = sorted({r for r, _ in wanted})
-    sums = sa.select(
-        s.c.run_id,
-        s.c.function_hash,
-        sa.func.sum(s.c.calls).label("calls"),
-        sa.func.sum(s.c.sampled_calls).label("sampled_calls"),
-        sa.func.sum(s.c.sampled_seconds).label("sampled_seconds"),
-    ).where(s.c.function_hash.in_(hashes), s.c.run_id.in_(runs))
-    totals = {
-        (r.run_id, r.function_hash): r
-        for r in conn.execute(filters.apply(s, sums).group_by(s.c.run_id, s.c.function_hash))
-    }
     compiles, variants, path_of = _compiles_by_path(conn, filters, hashes, runs)
-    by_path = _samples_by_path(conn, filters, hashes, runs, path_of)
+    calls, timed = _calls_and_times(conn, filters, hashes, runs)
+
+    def call_seconds(run_id: str, function_hash: str, path: str | None) -> float | None:
+        return runtimes.per_call_seconds(
+            {
+                signature: buckets
+                for signature, buckets in timed.get((run_id, function_hash), {}).items()
+                if path is None or path_of.get((run_id, function_hash, signature)) == path
+            }
+        )
+
     infos = queries.function_infos(conn, hashes)
     found = [
         PathCounts(
             run_id,
             infos[h],
-            int(totals[(run_id, h)].calls or 0) if (run_id, h) in totals else 0,
+            calls[(run_id, h)],
             compiles[(run_id, h)],
             dict(slow[(run_id, h)]),
-            int(totals[(run_id, h)].sampled_calls or 0) if (run_id, h) in totals else 0,
-            float(totals[(run_id, h)].sampled_seconds or 0.0) if (run_id, h) in totals else 0.0,
+            call_seconds(run_id, h, None),
             dict(variants[(run_id, h)]),
-            by_path.get((run_id, h, "slow"), (0, 0.0)),
-            by_path.get((run_id, h, "fast"), (0, 0.0)),
+            call_seconds(run_id, h, "slow"),
+            call_seconds(run_id, h, "fast"),
         )
         for run_id, h in wanted
         if h in infos
@@ -115,36 +117,30 @@ def _compiles_by_path(
     return compiles, variants, path_of
 
 
-def _samples_by_path(
-    conn: sa.Connection,
-    filters: Filters,
-    hashes: list[str],
-    runs: list[str],
-    path_of: dict[tuple[str, str, str], str],
-) -> dict[tuple[str, str, str], tuple[int, float]]:
-    """(samples, seconds) per (run, function, path): each signature's timed samples under
-    the path its compiled variant takes."""
+def _calls_and_times(
+    conn: sa.Connection, filters: Filters, hashes: list[str], runs: list[str]
+) -> tuple[collections.Counter[tuple[str, str]], dict[tuple[str, str], dict[str, runtimes.Buckets]]]:
+    """Per (run, function): its calls, and its timed samples' buckets by signature (a
+    signature whose compile is not in view still counts towards the function's time)."""
     s = models.call_stats
-    per_signature = (
-        sa.select(
-            s.c.run_id,
-            s.c.function_hash,
-            s.c.signature_hash,
-            sa.func.sum(s.c.sampled_calls).label("samples"),
-            sa.func.sum(s.c.sampled_seconds).label("seconds"),
-        )
-        .where(s.c.function_hash.in_(hashes), s.c.run_id.in_(runs), s.c.sampled_calls > 0)
-        .group_by(s.c.run_id, s.c.function_hash, s.c.signature_hash)
-    )
-    found: dict[tuple[str, str, str], tuple[int, float]] = {}
-    for row in conn.execute(filters.apply(s, per_signature)):
-        path = path_of.get((row.run_id, row.function_hash, row.signature_hash))
-        if path is None:
-            continue  # a signature whose compile is not in view: its path is not known
-        key = (row.run_id, row.function_hash, path)
-        samples, seconds = found.get(key, (0, 0.0))
-        found[key] = (samples + int(row.samples or 0), seconds + float(row.seconds or 0.0))
-    return found
+    rows = sa.select(
+        s.c.run_id,
+        s.c.function_hash,
+        s.c.signature_hash,
+        s.c.calls,
+        s.c.sampled_calls,
+        s.c.sampled_seconds,
+        s.c.run_buckets,
+    ).where(s.c.function_hash.in_(hashes), s.c.run_id.in_(runs))
+    calls: collections.Counter[tuple[str, str]] = collections.Counter()
+    timed: dict[tuple[str, str], dict[str, runtimes.Buckets]] = collections.defaultdict(dict)
+    for row in conn.execute(filters.apply(s, rows)).mappings():
+        key = (row["run_id"], row["function_hash"])
+        calls[key] += int(row["calls"] or 0)
+        if row["sampled_calls"]:
+            signature = row["signature_hash"] or ""
+            runtimes.merge(timed[key].setdefault(signature, {}), rollup.row_buckets(row))
+    return calls, timed
 
 
 def slow_calls_by_reason(conn: sa.Connection) -> dict[tuple[str, str], int]:

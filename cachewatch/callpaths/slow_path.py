@@ -70,11 +70,11 @@ class SlowPath:
     slow_calls: int
     fast_calls: int
     reasons: dict[str, int]  # slow-path calls by why
-    seconds: float | None  # what those calls took (sampled mean times count); None without samples
+    seconds: float | None  # what those calls took (a call's median run time times count); None: none timed
     text: str
     fix: str
-    # Sampled seconds a call on each path (the function's own variants); None where it has no
-    # timed call on that path.
+    # A call's median run time on each path (the function's own variants); None where it
+    # has no timed call on that path.
     slow_call_seconds: float | None = None
     fast_call_seconds: float | None = None
 
@@ -114,20 +114,19 @@ def slow_paths(counts: Iterable[PathCounts]) -> list[SlowPath]:
 def _told(counts: PathCounts) -> SlowPath:
     name = short_name(counts.function.qualname or counts.function.name)
     reason = max(counts.slow, key=lambda r: counts.slow[r])
-    slow_mean = _mean(counts.slow_sampled)
-    fast_mean = _mean(counts.fast_sampled)
+    slow_each, fast_each = counts.slow_call_seconds, counts.fast_call_seconds
     # Without per-path samples (paths not told at compile), every sample stands for the calls.
-    mean = slow_mean if slow_mean is not None else _mean((counts.sampled_calls, counts.sampled_seconds))
-    seconds = mean * counts.slow_calls if mean is not None else None
+    each = slow_each if slow_each is not None else counts.call_seconds
+    seconds = each * counts.slow_calls if each is not None else None
     took = (
-        f", about {seconds_text(seconds)} in all ({mean * 1e6:.0f} µs a call, sampled)"
-        if mean is not None and seconds is not None
+        f", about {seconds_text(seconds)} in all ({each * 1e6:.0f} µs a call, sampled)"
+        if each is not None and seconds is not None
         else ""
     )
-    if slow_mean is not None and fast_mean is not None:
-        extra = counts.slow_calls * max(0.0, slow_mean - fast_mean)
+    if slow_each is not None and fast_each is not None:
+        extra = counts.slow_calls * max(0.0, slow_each - fast_each)
         against = (
-            f" Its own fast-path calls took {fast_mean * 1e6:.0f} µs a call: the Python path cost "
+            f" Its own fast-path calls took {fast_each * 1e6:.0f} µs a call: the Python path cost "
             f"{seconds_text(extra)} more."
         )
     elif counts.slow_calls and not counts.fast_calls:
@@ -151,11 +150,6 @@ def _told(counts: PathCounts) -> SlowPath:
         seconds,
         text,
         fix,
-        slow_mean,
-        fast_mean,
+        slow_each,
+        fast_each,
     )
-
-
-def _mean(sampled: tuple[int, float]) -> float | None:
-    samples, seconds = sampled
-    return seconds / samples if samples else None
