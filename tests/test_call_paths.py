@@ -193,7 +193,8 @@ def test_a_call_is_priced_at_its_median_not_at_one_slow_sample(ran, tmp_path):
     with enginemod.connection(url) as conn:
         before = logged(conn)
         row = conn.execute(sa.select(s).where(s.c.function_hash == before.function.function_hash)).mappings().first()
-        assert before.slow_call_seconds is not None and row is not None
+        assert before.slow_call_seconds is not None
+        assert row is not None
         outlier = 1000 * before.slow_call_seconds
         values = {k: v for k, v in row.items() if k != "id"}
         values |= {"calls": 0, "sampled_calls": 1, "sampled_seconds": outlier, "slow_calls": None}
