@@ -133,7 +133,7 @@ def compile_event(
         pending=record.program,
         # Both name their fields as the event does; what was not read or measured is None
         # (while_repeating False), the event's own default.
-        **cachestate.readings(record)._asdict(),
+        **cachestate.readings(record),
         **measured._asdict(),
     )
 

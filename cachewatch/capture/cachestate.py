@@ -34,10 +34,17 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..core import _guard, jaxcompat, process
-from ..core.events import CallStats, FunctionInfo, NotWrittenReason, PersistentCache
+from ..core.events import (
+    HOST_MEMORY_FIELDS,
+    PERSISTENT_CACHE_FIELDS,
+    CallStats,
+    FunctionInfo,
+    NotWrittenReason,
+    PersistentCache,
+)
 from ..record import recorder
 from . import counters
 
@@ -177,39 +184,18 @@ def _not_written_reason(compile_seconds: float | None) -> str:
     return NotWrittenReason.ERROR_OR_OTHER.value
 
 
-class Readings(NamedTuple):
-    """What was read around one compile, as its event's fields: the host's memory (when it
-    was read) and what the persistent cache did (when it was asked); None: not read."""
-
-    host_bytes: int | None = None
-    host_bytes_before: int | None = None
-    peak_host_bytes: int | None = None
-    persistent_cache: str | None = None
-    persistent_cache_reason: str | None = None
-    persistent_cache_key: str | None = None
-    persistent_cache_bytes: int | None = None
-    persistent_cache_dir: str | None = None
-
-
-NOT_READ = Readings()
-
-
-def readings(record: Any) -> Readings:
-    """A compile record's readings (only those taken)."""
+def readings(record: Any) -> dict[str, Any]:
+    """What was read around one compile, as its event's fields (only those taken): the
+    host's memory when it was read, what the persistent cache did when it was asked. A
+    field left out is None, the event's own default: not read."""
+    taken: dict[str, Any] = {}
     if not record.compiles:
-        return NOT_READ
-    memory = record.host_bytes_before is not None
-    cache = record.persistent_cache is not None
-    return Readings(
-        host_bytes=record.host_bytes if memory else None,
-        host_bytes_before=record.host_bytes_before,
-        peak_host_bytes=record.peak_host_bytes if memory else None,
-        persistent_cache=record.persistent_cache,
-        persistent_cache_reason=record.persistent_cache_reason if cache else None,
-        persistent_cache_key=record.persistent_cache_key if cache else None,
-        persistent_cache_bytes=record.persistent_cache_bytes if cache else None,
-        persistent_cache_dir=record.persistent_cache_dir if cache else None,
-    )
+        return taken
+    if record.host_bytes_before is not None:
+        taken.update((name, getattr(record, name)) for name in HOST_MEMORY_FIELDS)
+    if record.persistent_cache is not None:
+        taken.update((name, getattr(record, name)) for name in PERSISTENT_CACHE_FIELDS)
+    return taken
 
 
 # ------------------------------------------------------------------ releases

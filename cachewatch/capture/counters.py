@@ -47,9 +47,9 @@ def native() -> ModuleType | None:
 
 if TYPE_CHECKING:
     from ._fastcall import Counter as _Counter
-    from ._fastcall import Watched as _WatchedType
+    from ._fastcall import Watched as _Watched
 
-    Watched: type[_WatchedType] | None
+    Watched: type[_Watched] | None
 elif (_fastcall := native()) is not None:
     _Counter, Watched = _fastcall.Counter, _fastcall.Watched
 else:

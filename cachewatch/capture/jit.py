@@ -8,9 +8,9 @@
 
 The user's function is wrapped once, at decoration time, in a *trace hook* that reads
 the abstract signature of every trace, and that hook is what ``jax.jit`` compiles. The
-hook is cached on the user's function (per set of jit options), so re-wrapping the
-same function shares JAX's caches exactly as ``jax.jit`` does, and re-wrapping a new
-lambda or partial does not, exactly as ``jax.jit`` does not.
+hook is cached on the user's function (per set of jit options, ``hookstate.py``), so
+re-wrapping the same function shares JAX's caches exactly as ``jax.jit`` does, and
+re-wrapping a new lambda or partial does not, exactly as ``jax.jit`` does not.
 """
 
 from __future__ import annotations
@@ -38,15 +38,16 @@ from . import (
     building,
     cachekey,
     cachestate,
-    captures,
     compile_ahead,
     counters,
     devices,
     dispatch_path,
     guards,
+    hookstate,
 )
 from .counters import CallCounter
 from .counters import Watched as _Watched
+from .hookstate import HookState
 from .identity import call_site, describe_function, is_library_file, unwrap_callable, user_function_in
 
 _jax_jit = jax.jit  # the original, kept before install() may replace jax.jit
@@ -60,47 +61,6 @@ _LIMIT_OPTIONS = ("max_recompiles", "on_limit")
 def _stats_for(info: FunctionInfo) -> CallCounter:
     cfg = current.config()
     return counters.counter_for(info, cfg.sample_every, cfg.sample_max_per_second)
-
-
-class HookState:
-    """Everything fixed at decoration time for one (function, jit options) pair."""
-
-    _serials = iter(range(1, 1 << 62))
-    _serial_lock = threading.Lock()
-
-    def __init__(self, fun: Callable[..., Any], options: dict[str, Any]):
-        self.info = describe_function(fun)
-        # A library's own jit around the user's function passed as an argument
-        # (eqx.filter_jit): named after the user's function at its first trace.
-        self.in_library_file = is_library_file(self.info.file)
-        self.look_for_user_function = self.in_library_file
-        self.layout = sigmod.ParamLayout.from_function(
-            fun, options.get("static_argnums"), options.get("static_argnames")
-        )
-        self.trace_name = jaxcompat.fun_name(fun)  # the name JAX's monitoring events carry
-        self.module_name = f"jit({self.trace_name})"
-        with HookState._serial_lock:
-            self.serial = next(HookState._serials)
-        reader = captures.reader(fun)
-        self.captures = captures.CaptureState(reader) if reader is not None else None
-        self.eager_baseline = current.config().eager_baseline
-        self.measured: set = set()  # signature keys with an eager baseline already taken
-        # The eager baseline calls the function again; a bound method's instance is held
-        # weakly, like the hook holds it.
-        self.fun = weakref.WeakMethod(fun) if isinstance(fun, types.MethodType) else (lambda: fun)
-        # The variants of a running warm-up by signature hash (capture/compile_ahead.py): a call
-        # of one being compiled waits instead of compiling it a second time.
-        self.warming: dict[str, compile_ahead.Slot] = {}
-        _tracking.watch_names(self.trace_name, self.module_name, self.info)
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    hash(value)
-    return value
 
 
 def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
@@ -143,70 +103,6 @@ def _make_hook(fun: Callable[..., Any], state: HookState) -> Callable[..., Any]:
     setattr(hook, _tracking.HOOK_ATTR, True)
     setattr(hook, dispatch_path.STATE_ATTR, state)
     return hook
-
-
-_method_hooks: weakref.WeakKeyDictionary[Any, dict] = weakref.WeakKeyDictionary()
-_method_lock = threading.Lock()
-_HOOKS_ATTR = "__cachewatch_hooks__"
-
-
-def _hook_for(fun: Callable[..., Any], options: dict[str, Any]) -> tuple[Callable[..., Any], HookState]:
-    """The cached hook for this function and options, made on first use."""
-    try:
-        options_key = _freeze(options)
-    except TypeError:
-        options_key = None  # unhashable options: no sharing, like a fresh jax.jit
-    if isinstance(fun, types.MethodType):
-        try:
-            with _method_lock:
-                table = _method_hooks.setdefault(fun.__self__, {})
-            cache_key = (fun.__func__, options_key)
-        except TypeError:
-            table, cache_key = None, None
-    else:
-        table = _own_table(fun)
-        cache_key = options_key
-    if table is not None and options_key is not None:
-        found = table.get(cache_key)
-        if found is not None:
-            return found
-    state = HookState(fun, options)
-    made = (_make_hook(fun, state), state)
-    if table is not None and options_key is not None:
-        table[cache_key] = made
-    return made
-
-
-class _HookTable(dict):
-    """A function's hooks by options, kept in its ``__dict__``, with the function it is of:
-    ``functools.wraps`` copies a function's ``__dict__`` into its wrapper (``jax.grad(f)``,
-    ``jax.value_and_grad(f)``), and a wrapper must not be served the hook of ``f``."""
-
-    def __init__(self, owner: Callable[..., Any]):
-        super().__init__()
-        try:
-            self.owner: Callable[[], Any] = weakref.ref(owner)
-        except TypeError:
-            self.owner = lambda: owner  # the table lives in its __dict__: it lives no longer
-
-    def is_of(self, fun: Callable[..., Any]) -> bool:
-        return self.owner() is fun
-
-
-def _own_table(fun: Callable[..., Any]) -> _HookTable | None:
-    """``fun``'s own table of hooks, made (or made anew over a copied one) on first use;
-    None for a callable without a ``__dict__``."""
-    attrs = getattr(fun, "__dict__", None)
-    if not isinstance(attrs, dict):
-        return None
-    table = attrs.get(_HOOKS_ATTR)
-    if not (isinstance(table, _HookTable) and table.is_of(fun)):
-        table = _HookTable(fun)
-        try:
-            attrs[_HOOKS_ATTR] = table
-        except TypeError:  # a mapping proxy (a class): no sharing, like a fresh jax.jit
-            return None
-    return table
 
 
 # ----------------------------------------------------------------- trace hook side
@@ -309,9 +205,8 @@ def _call_paths(jitted: Any, state: HookState, stats: CallCounter) -> _CallPaths
         mark = tracking.activity
         try:
             out = call(*args, **kwargs)
-        except BaseException as exc:  # a failed call's trace is still recorded; the error re-raised as it came
-            if tracking.activity != mark:
-                finish(mark, args, kwargs, exc)
+        except BaseException as exc:
+            _failed(finish, mark, args, kwargs, exc)
             raise
         if tracking.activity != mark:
             finish(mark, args, kwargs, None)
@@ -338,11 +233,25 @@ def _call_paths(jitted: Any, state: HookState, stats: CallCounter) -> _CallPaths
     return _CallPaths(run, timed, sampled, finish)
 
 
+def _failed(
+    finish: Callable[[int, tuple, dict, BaseException | None], None],
+    mark: int,
+    args: tuple,
+    kwargs: dict,
+    exc: BaseException,
+) -> None:
+    """After a call that raised (``run``'s, the cache-hit path's): a failed call's trace is
+    still recorded; the caller then re-raises the error as it came."""
+    if _tracking.activity != mark:
+        finish(mark, args, kwargs, exc)
+
+
 def _python_watched(jitted: Any, stats: CallCounter, paths: _CallPaths) -> Callable[..., Any]:
     """The pure-Python twin of ``_fastcall.Watched``. The cache hit is this one frame: it
     counts the call and calls ``jitted``, and calls nothing else unless the call is sampled
-    or traced or compiled. That is why it spells out ``run``'s try-block instead of calling
-    ``run``: a helper's frame would cost every call."""
+    or traced or compiled. That is why it spells out ``run``'s call and check instead of
+    calling ``run``: a helper's frame would cost every call. A call that raised is not hot:
+    ``_failed`` takes it, as in ``run``."""
     run, timed, finish = paths.run, paths.timed, paths.finish
     tracking = _tracking
 
@@ -353,9 +262,8 @@ def _python_watched(jitted: Any, stats: CallCounter, paths: _CallPaths) -> Calla
         mark = tracking.activity
         try:
             out = jitted(*args, **kwargs) if kwargs else jitted(*args)
-        except BaseException as exc:  # a failed call's trace is still recorded; the error re-raised as it came
-            if tracking.activity != mark:
-                finish(mark, args, kwargs, exc)
+        except BaseException as exc:
+            _failed(finish, mark, args, kwargs, exc)
             raise
         if tracking.activity != mark:
             finish(mark, args, kwargs, None)
@@ -721,7 +629,7 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
         _tracking.install_listeners()
         cachekey.install()
         dispatch_path.install()
-        hook, state = _hook_for(fun, jit_options)
+        hook, state = hookstate.hook_for(fun, jit_options, _make_hook)
         if eager_baseline:
             state.eager_baseline = True
         guards.set_limit(state.info.function_hash, max_recompiles, on_limit)

@@ -178,6 +178,17 @@ SECONDS_FIELDS = (
     "compiled_run_seconds",
     "eager_run_seconds",
 )
+# The event fields read around a backend compile (capture/cachestate.py), each group taken
+# whole or left None: the host's memory (when it was read) and what JAX's persistent
+# cache did (when it was asked).
+HOST_MEMORY_FIELDS = ("host_bytes", "host_bytes_before", "peak_host_bytes")
+PERSISTENT_CACHE_FIELDS = (
+    "persistent_cache",
+    "persistent_cache_reason",
+    "persistent_cache_key",
+    "persistent_cache_bytes",
+    "persistent_cache_dir",
+)
 
 
 def timestamp_ok(value: Any) -> bool:
