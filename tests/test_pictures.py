@@ -412,3 +412,46 @@ def test_without_a_run_there_is_no_timeline(tab, store):
     tab.open("/")
     assert tab.page.locator("#chart-run-timeline").count() == 0
     assert tab.page.locator("#chart-payoff").count() == 1
+
+
+# ------------------------------------------------------------------ on a function's page
+
+FOCUS = """el => ({
+  points: el.data.filter(t => t.type === 'scatter' && t.mode === 'markers' && t.customdata).map(t => ({
+    keys: Array.from(t.customdata), opacity: Array.from([].concat(t.marker.opacity)),
+    width: Array.from([].concat(t.marker.line.width))})),
+  notes: (el.layout.annotations || []).map(a => a.text),
+})"""
+
+
+def test_a_functions_page_marks_it_on_its_runs_pictures(tab, store):
+    url, run = store
+    hashes = _hashes(url)
+    storming_hash = hashes["storming"]
+    tab.open(f"/functions/{storming_hash}")  # no run chosen: the function's latest run
+    assert f"run {run.run_name or run.run_id[:12]}" in tab.page.inner_text("#payoff-title")
+    chart = tab.page.eval_on_selector("#chart-payoff", FOCUS)
+    drawn = {}
+    for trace in chart["points"]:
+        drawn.update({key: (o, w) for key, o, w in zip(trace["keys"], trace["opacity"], trace["width"], strict=True)})
+    # Every weighed jit of the run is drawn; this one in full and outlined, the others faint.
+    assert set(drawn) == {hashes["pays"], storming_hash, hashes["loses"]}
+    assert drawn[storming_hash][0] > drawn[hashes["pays"]][0]
+    assert drawn[storming_hash][1] > drawn[hashes["pays"]][1]
+    assert any("storming" in note for note in chart["notes"])
+    focused = tab.page.eval_on_selector_all("#payoff-table tr.focus", "rows => rows.map(r => r.dataset.functionHash)")
+    assert focused == [storming_hash]
+    # The run's timeline with every compile of the run; this function's compiles in full.
+    timeline = tab.page.eval_on_selector("#chart-run-timeline", TIMELINE)
+    (marks,) = [t for t in timeline["traces"] if t["name"] == "compiles"]
+    assert marks["customdata"] == [event_id for event_id, _, _ in _store_compiles(url, run.run_id)]
+    opacity = tab.page.eval_on_selector(
+        "#chart-run-timeline", "el => Array.from(el.data.find(t => t.name === 'compiles').marker.opacity)"
+    )
+    mine = set(
+        tab.page.eval_on_selector_all("#timeline-table tr.focus", "rows => rows.map(r => r.dataset.eventId)")
+    )
+    assert len(mine) == SHAPES  # its first compile and seven recompiles
+    assert all((o == 1.0) == (key in mine) for key, o in zip(marks["customdata"], opacity, strict=True))
+    tab.page.locator("#chart-payoff").scroll_into_view_if_needed()
+    tab.page.locator("#chart-payoff").screenshot(path=str(IMAGES / "function-payoff.png"))

@@ -29,47 +29,72 @@ class StormCompile:
     user_stack: list[dict[str, str]]  # the user's frames, innermost first ([] when not recorded)
 
 
+# Storms read in one statement: each adds a term to its WHERE clause.
+STORMS_PER_READ = 100
+
+
 def storm_compiles(conn: sa.Connection, storms: Iterable[Storm]) -> dict[tuple[str, str, float], list[StormCompile]]:
     """Each storm's recompiles, in time order, by (run, storm key, start): those of its
-    functions in its span (for a storm of a line of user code, those made from that line)."""
-    e = models.compile_events
-    found: dict[tuple[str, str, float], list[StormCompile]] = {}
-    for storm in storms:
-        q = (
-            sa.select(
-                e.c.function_hash,
-                e.c.timestamp,
-                e.c.cause,
-                cost_expr(e).label("seconds"),
-                e.c.call_site,
-                e.c.diff,
-                e.c.user_stack,
+    functions in its span (for a storm of a line of user code, those made from that line).
+    Read for many storms at once (one statement a hundred storms, not one a storm: the
+    overview and the findings read every storm of the store)."""
+    wanted = list(storms)
+    found: dict[tuple[str, str, float], list[StormCompile]] = {(s.run_id, s.key, s.start): [] for s in wanted}
+    for first in range(0, len(wanted), STORMS_PER_READ):
+        chunk = wanted[first : first + STORMS_PER_READ]
+        by_run: dict[str, list[Storm]] = collections.defaultdict(list)
+        for storm in chunk:
+            by_run[storm.run_id].append(storm)
+        for row in conn.execute(_compiles_of(chunk)):
+            compile_ = StormCompile(
+                row.function_hash,
+                float(row.timestamp),
+                row.cause,
+                float(row.seconds or 0.0),
+                row.call_site,
+                list(row.diff or []),
+                list(row.user_stack or []),
             )
-            .where(
-                e.c.run_id == storm.run_id,
-                e.c.function_hash.in_(storm.function_hashes),
-                e.c.timestamp.between(storm.start, storm.end),
-                e.c.compiled,
-                e.c.cause != Cause.FIRST_CALL.value,
-                e.c.kind != Kind.AHEAD.value,
-            )
-            .order_by(e.c.timestamp)
-        )
-        if storm.call_site is not None:
-            q = q.where(e.c.call_site == storm.call_site)
-        found[(storm.run_id, storm.key, storm.start)] = [
-            StormCompile(
-                r.function_hash,
-                float(r.timestamp),
-                r.cause,
-                float(r.seconds or 0.0),
-                r.call_site,
-                list(r.diff or []),
-                list(r.user_stack or []),
-            )
-            for r in conn.execute(q)
-        ]
+            for storm in by_run[row.run_id]:
+                if _in_storm(storm, compile_):
+                    found[(storm.run_id, storm.key, storm.start)].append(compile_)
     return found
+
+
+def _compiles_of(storms: list[Storm]) -> sa.Select:
+    """The recompiles that may belong to ``storms``: per storm, its run's compiles of its
+    functions in its span (the call site is told apart in Python)."""
+    e = models.compile_events
+    spans = [
+        sa.and_(
+            e.c.run_id == storm.run_id,
+            e.c.function_hash.in_(storm.function_hashes),
+            e.c.timestamp.between(storm.start, storm.end),
+        )
+        for storm in storms
+    ]
+    return (
+        sa.select(
+            e.c.run_id,
+            e.c.function_hash,
+            e.c.timestamp,
+            e.c.cause,
+            cost_expr(e).label("seconds"),
+            e.c.call_site,
+            e.c.diff,
+            e.c.user_stack,
+        )
+        .where(sa.or_(*spans), e.c.compiled, e.c.cause != Cause.FIRST_CALL.value, e.c.kind != Kind.AHEAD.value)
+        .order_by(e.c.timestamp, e.c.id)
+    )
+
+
+def _in_storm(storm: Storm, compile_: StormCompile) -> bool:
+    return (
+        compile_.function_hash in storm.function_hashes
+        and storm.start <= compile_.timestamp <= storm.end
+        and (storm.call_site is None or compile_.call_site == storm.call_site)
+    )
 
 
 def run_lengths(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, float]:

@@ -93,6 +93,14 @@ class Finding:
 STORMS_READ = 500
 
 
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """Findings and the storms they were gathered from (a page showing both reads once)."""
+
+    storms: tuple[Storm, ...]
+    findings: list[Finding]
+
+
 def find(
     conn: sa.Connection,
     filters: Filters = Filters(),
@@ -104,6 +112,21 @@ def find(
 ) -> list[Finding]:
     """The findings of the storms the filters keep (the newest ``storms_read`` of them),
     most compile seconds first."""
+    return find_with_storms(
+        conn, filters, threshold=threshold, window=window, now=now, storms_read=storms_read
+    ).findings
+
+
+def find_with_storms(
+    conn: sa.Connection,
+    filters: Filters = Filters(),
+    *,
+    threshold: int = diagnosis.STORM_THRESHOLD,
+    window: float = diagnosis.STORM_WINDOW,
+    now: float | None = None,
+    storms_read: int = STORMS_READ,
+) -> Found:
+    """:func:`find`'s findings with the storms they gather."""
     now = time.time() if now is None else now
     found = diagnosis.find_storms(
         conn,
@@ -114,7 +137,7 @@ def find(
         page=(0, storms_read),
         with_first_passes=False,
     )
-    return with_slow_paths(conn, filters, of_storms(conn, found.storms))
+    return Found(found.storms, with_slow_paths(conn, filters, of_storms(conn, found.storms)))
 
 
 # A jit's calls on JAX's Python path make a finding when they take this share of the run

@@ -40,7 +40,7 @@ from cachewatch.views import compose
 from cachewatch.whatif import policies, prices, whatif_reads
 
 from ..deps import Connection, parse_time
-from . import auth, pictures, render
+from . import auth, picture_views, render
 
 logger = logging.getLogger("cachewatch.server")
 
@@ -300,9 +300,13 @@ def overview(request: Request, conn: Connection) -> HTMLResponse:
         charts["cost"] = render.cost_chart(costly)
     if summary.causes:
         charts["causes"] = render.causes_chart(summary.causes)
-    pictured = _overview_pictures(conn, request, view, report) if not empty else _Pictures(None, None)
-    # What users read first: the costliest root causes, as the storms page and the CLI tell them.
-    leading = findings.find(conn, view.filters, **_storm_rule(request)) if not empty else []
+    pictured, leading = picture_views.NONE, []
+    if not empty:
+        # The findings lead the page and colour the scatter: the storms are read once for both.
+        found = findings.find_with_storms(conn, view.filters, **_storm_rule(request))
+        leading = found.findings
+        run_id = view.run_id if view.run is not None else None
+        pictured = picture_views.overview(conn, view.filters, run_id, report, found, _storm_rule(request))
     charts.update(pictured.charts)
     return page(
         request,
@@ -322,32 +326,6 @@ def overview(request: Request, conn: Connection) -> HTMLResponse:
         findings=leading[:OVERVIEW_FINDINGS],
         findings_total=len(leading),
     )
-
-
-@dataclasses.dataclass(frozen=True)
-class _Pictures:
-    """The overview's pictures: whether each jit pays for itself, and (a run chosen) the
-    run's timeline; each None where the view has nothing for it."""
-
-    payoff: pictures.PayoffView | None
-    timeline: pictures.RunTimeline | None
-
-    @property
-    def charts(self) -> dict[str, dict[str, Any]]:
-        found = {
-            "payoff": pictures.payoff_chart(self.payoff.points) if self.payoff else None,
-            "run_timeline": pictures.timeline_chart(self.timeline) if self.timeline else None,
-        }
-        return {name: chart for name, chart in found.items() if chart is not None}
-
-
-def _overview_pictures(conn: Connection, request: Request, view: View, report: list[FunctionReport]) -> _Pictures:
-    payoff = pictures.payoff_view(conn, report, view.filters, _storm_rule(request))
-    # The timeline is one run's: its whole span, whatever time range the view has.
-    timeline = (
-        pictures.run_timeline(conn, view.run_id, _storm_rule(request)) if view.run_id and view.run is not None else None
-    )
-    return _Pictures(payoff if payoff.points else None, timeline)
 
 
 @router.get("/functions", response_class=HTMLResponse)
@@ -425,6 +403,8 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
     )
     compile_costs = [p["seconds"] for p in points if p["compiled"]]
     charts = _function_charts(points, row["causes"], compile_costs, ladder)
+    pictured = picture_views.function(conn, function_hash, view.run_id, _storm_rule(request))
+    charts.update(pictured.charts)
     return page(
         request,
         "function.html",
@@ -450,6 +430,7 @@ def function_detail(request: Request, conn: Connection, function_hash: str) -> H
         active_storm=any(s.active for s in storms),
         program=program,
         ladder=ladder,
+        pictured=pictured,
     )
 
 

@@ -6,10 +6,11 @@ payoff/, the storms and findings of storms/, a run's compiles from exports/trace
 its executables from cache/), as plain frozen rows the page's table shows; and the
 plotly.js figure drawn from those rows, as the other charts in render.py are.
 
-    view = pictures.payoff_view(conn, report, filters, rule)
+    found = findings.find_with_storms(conn, filters, **rule)  # the storms and findings, read once
+    view = pictures.payoff_view(conn, report, filters, found)
     figure = pictures.payoff_chart(view.points)           # None: nothing measured to draw
-    timeline = pictures.run_timeline(conn, run_id, rule)
-    figure = pictures.timeline_chart(timeline)
+    timeline = pictures.run_timeline(conn, run_id, found)   # found for Filters(run_id=run_id)
+    figure = pictures.timeline_chart(timeline, focus=function_hash)  # one function's page
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from cachewatch.exports.trace_reads import CompileRow
 from cachewatch.payoff import verdicts
 from cachewatch.payoff.results import Verdict
 from cachewatch.store.columns import Filters, FunctionReport
-from cachewatch.storms import diagnosis, findings
+from cachewatch.storms import findings
 from cachewatch.storms.results import Storm
 
 from . import render
@@ -92,18 +93,16 @@ class PayoffView:
 
 
 def payoff_view(
-    conn: sa.Connection, report: Sequence[FunctionReport], filters: Filters, rule: diagnosis.StormRule
+    conn: sa.Connection, report: Sequence[FunctionReport], filters: Filters, found: findings.Found
 ) -> PayoffView:
-    """Every function of ``report`` with a verdict, with its storm or finding, as the
+    """Every function of ``report`` with a verdict, with its storm or finding (``found``:
+    the view's findings and storms, as the page that draws this read them), as the
     scatter draws it."""
     weighed = verdicts.verdicts_or_none(conn, report, filters)
     if not weighed:
         return PayoffView([])
-    # Undescribed: which functions storm is all the colours need.
-    storms = diagnosis.find_storms(conn, filters, **rule, priced=False, described=False, with_first_passes=False).storms
-    found = findings.with_slow_paths(conn, filters, findings.of_storms(conn, storms))
-    storming = {h for s in storms for h in (s.function_hash, *s.function_hashes)}
-    in_findings = {h for f in found for h in f.function_hashes}
+    storming = {h for s in found.storms for h in (s.function_hash, *s.function_hashes)}
+    in_findings = {h for f in found.findings for h in f.function_hashes}
     return PayoffView(payoff_points(report, weighed, storming, in_findings))
 
 
@@ -169,8 +168,14 @@ def _log_range(values: Iterable[float]) -> list[float]:
     return [low - 0.5, high + 0.5]
 
 
-def _payoff_traces(drawn: Sequence[PayoffPoint], lost_panel: bool) -> list[dict[str, Any]]:
-    """One trace per group in the panel of savings (``lost_panel`` False) or of losses."""
+def _faded(function_hash: str, focus: str | None) -> bool:
+    """Drawn faintly: another function than the one a function's page is about."""
+    return focus is not None and function_hash != focus
+
+
+def _payoff_traces(drawn: Sequence[PayoffPoint], lost_panel: bool, focus: str | None) -> list[dict[str, Any]]:
+    """One trace per group in the panel of savings (``lost_panel`` False) or of losses;
+    with ``focus``, every other function's point faint and that one's outlined."""
     traces = []
     for group, (color, symbol, name) in _GROUP_LOOK.items():
         mine = [p for p in drawn if p.group == group and ((p.saved_seconds or 0.0) <= 0) == lost_panel]
@@ -194,17 +199,21 @@ def _payoff_traces(drawn: Sequence[PayoffPoint], lost_panel: bool) -> list[dict[
                     "color": color,
                     "symbol": symbol,
                     "size": [_marker_size(p.calls) for p in mine],
-                    "opacity": 0.8,
-                    "line": {"color": "#ffffff", "width": 1},
+                    "opacity": [0.25 if _faded(p.function_hash, focus) else 0.8 for p in mine],
+                    "line": {
+                        "color": ["#ffffff" if p.function_hash != focus else "#1f2328" for p in mine],
+                        "width": [1 if p.function_hash != focus else 3 for p in mine],
+                    },
                 },
             }
         )
     return traces
 
 
-def payoff_chart(points: Sequence[PayoffPoint]) -> dict[str, Any] | None:
+def payoff_chart(points: Sequence[PayoffPoint], focus: str | None = None) -> dict[str, Any] | None:
     """Compile seconds (x) against run seconds saved (y, above) or lost (below), both on
-    log scales, with the break-even line saved = compile seconds; None: nothing measured."""
+    log scales, with the break-even line saved = compile seconds; None: nothing measured.
+    ``focus``: the function a function's page is about, its point named, the others faint."""
     drawn = [p for p in points if p.drawn]
     if not drawn:
         return None
@@ -222,7 +231,7 @@ def payoff_chart(points: Sequence[PayoffPoint]) -> dict[str, Any] | None:
         "line": {"color": "#57606a", "dash": "dash", "width": 1.5},
         "hoverinfo": "skip",
     }
-    data = [line, *_payoff_traces(drawn, lost_panel=False), *_payoff_traces(drawn, lost_panel=True)]
+    data = [line, *_payoff_traces(drawn, False, focus), *_payoff_traces(drawn, True, focus)]
     split = 0.3 if lost else 0.0  # the losses' panel, only where some jit lost time
     layout = render._layout(
         height=520,
@@ -230,13 +239,36 @@ def payoff_chart(points: Sequence[PayoffPoint]) -> dict[str, Any] | None:
         yaxis=render._axis(
             "run seconds jit saved (log)", type="log", range=y_range, domain=[split + 0.06 if lost else 0.0, 1.0]
         ),
-        annotations=_payoff_notes(lost),
+        annotations=_payoff_notes(lost) + _focus_note(drawn, focus),
     )
     if lost:
         layout["yaxis2"] = render._axis(
             "seconds lost", type="log", range=list(reversed(_log_range(lost))), domain=[0.0, split]
         )
     return {"data": data, "layout": layout}
+
+
+def _focus_note(drawn: Sequence[PayoffPoint], focus: str | None) -> list[dict[str, Any]]:
+    """An arrow naming the focused function's point, in whichever panel it is drawn."""
+    mine = [p for p in drawn if p.function_hash == focus]
+    if not mine:
+        return []
+    p = mine[0]
+    lost = (p.saved_seconds or 0.0) <= 0
+    return [
+        {
+            "x": math.log10(max(SAVED_FLOOR, p.compile_seconds)),
+            "y": math.log10(max(SAVED_FLOOR, abs(p.saved_seconds or 0.0))),
+            "xref": "x",
+            "yref": "y2" if lost else "y",
+            "text": f"<b>{html.escape(p.label)}</b>",
+            "showarrow": True,
+            "arrowhead": 2,
+            "ax": 40,
+            "ay": -36,
+            "font": {"size": 13, "color": "#1f2328"},
+        }
+    ]
 
 
 def _payoff_notes(lost: list[float]) -> list[dict[str, Any]]:
@@ -327,16 +359,16 @@ class RunTimeline:
     left_out: int  # compiles past TIMELINE_COMPILES
 
 
-def run_timeline(conn: sa.Connection, run_id: str, rule: diagnosis.StormRule) -> RunTimeline:
-    """The run's compiles in time order on their threads' lanes, its storms and findings,
-    and its live executables (as the cache page counts them)."""
+def run_timeline(conn: sa.Connection, run_id: str, found: findings.Found) -> RunTimeline:
+    """The run's compiles in time order on their threads' lanes, its storms and findings
+    (``found``: the run's, as the page read them), and its live executables (as the cache
+    page counts them)."""
     records = trace_reads.read_run(conn, run_id)
     compiled = [r for r in records.compiles if r.compiled or r.kind == Kind.AHEAD]
     bars, lanes = _bars(compiled[:TIMELINE_COMPILES])
-    filters = Filters(run_id=run_id)
-    storms = diagnosis.find_storms(conn, filters, **rule, priced=False, with_first_passes=False).storms
-    spans = _storm_spans(storms, bars) + _finding_spans(findings.of_storms(conn, storms), storms, bars)
-    report = cache_view.cache_report(cache_reads.read_cache(conn, filters))
+    of_storms = [f for f in found.findings if f.storms]
+    spans = _storm_spans(found.storms, bars) + _finding_spans(of_storms, found.storms, bars)
+    report = cache_view.cache_report(cache_reads.read_cache(conn, Filters(run_id=run_id)))
     return RunTimeline(bars, lanes, spans, _live(report.functions), max(0, len(compiled) - TIMELINE_COMPILES))
 
 
@@ -429,8 +461,9 @@ def _bar_hover(bar: Bar) -> str:
     )
 
 
-def _phase_traces(bars: Sequence[Bar]) -> list[dict[str, Any]]:
-    """A bar per compile and phase, each phase starting where the one before it ended."""
+def _phase_traces(bars: Sequence[Bar], focus: str | None) -> list[dict[str, Any]]:
+    """A bar per compile and phase, each phase starting where the one before it ended
+    (with ``focus``, every other function's faint)."""
     per_phase: dict[str, list[tuple[Bar, float, float]]] = {}
     for bar in bars:
         at = bar.start
@@ -456,6 +489,7 @@ def _phase_traces(bars: Sequence[Bar]) -> list[dict[str, Any]]:
                 "width": 0.6,
                 "marker": {
                     "color": _PHASE_COLORS[name],
+                    "opacity": [0.25 if _faded(bar.row.function_hash, focus) else 1.0 for bar, _, _ in pieces],
                     "line": {"color": _PHASE_COLORS[name], "width": 0.5},
                     "pattern": {
                         "shape": [_KIND_LOOK[bar.kind][0] for bar, _, _ in pieces],
@@ -469,7 +503,7 @@ def _phase_traces(bars: Sequence[Bar]) -> list[dict[str, Any]]:
     return traces
 
 
-def _start_traces(bars: Sequence[Bar]) -> list[dict[str, Any]]:
+def _start_traces(bars: Sequence[Bar], focus: str | None) -> list[dict[str, Any]]:
     """A mark at each compile's start, so a compile too short to see as a bar is still
     seen: one trace of every compile in time order (its colour and symbol by how it came
     about), and one legend entry for each kind."""
@@ -487,6 +521,7 @@ def _start_traces(bars: Sequence[Bar]) -> list[dict[str, Any]]:
             "symbol": [_KIND_LOOK[b.kind][1] for b in bars],
             "color": [_PHASE_COLORS[perfetto.XLA_COMPILE] if b.kind == perfetto.COMPILE else "#767676" for b in bars],
             "size": 8,
+            "opacity": [0.25 if _faded(b.row.function_hash, focus) else 1.0 for b in bars],
             "line": {"color": "#ffffff", "width": 1},
         },
     }
@@ -595,16 +630,17 @@ def _live_traces(live: Sequence[Live]) -> list[dict[str, Any]]:
     ]
 
 
-def timeline_chart(timeline: RunTimeline) -> dict[str, Any] | None:
+def timeline_chart(timeline: RunTimeline, focus: str | None = None) -> dict[str, Any] | None:
     """Lanes of compiles (threads, with storms and findings above them) over the run's
-    time, and the live executables and their bytes beneath on the same axis; None: no compile."""
+    time, and the live executables and their bytes beneath on the same axis; None: no
+    compile. ``focus``: the function a function's page is about, the others' compiles faint."""
     if not timeline.bars:
         return None
     lanes = [k for k in (STORMS_LANE, FINDINGS_LANE) if any(s.kind == k for s in timeline.spans)] + timeline.lanes
     data = [
         *_span_traces(timeline.spans),
-        *_phase_traces(timeline.bars),
-        *_start_traces(timeline.bars),
+        *_phase_traces(timeline.bars, focus),
+        *_start_traces(timeline.bars, focus),
         *(_live_traces(timeline.live) if timeline.live else []),
     ]
     lane_height = 34
