@@ -20,7 +20,7 @@ MAPPINGS_BY_NATURE: dict[tuple[str, str], str] = {
     ("cachewatch/capture/program.py", "top_lines"): _EVENT_FIELD,
     ("cachewatch/capture/program.py", "event_fields"): "the program view's event fields by name, set on the event",
     ("cachewatch/capture/program.py", "texts_payload"): "the program texts as the writer and the ingest API carry them",
-    ("cachewatch/capture/cachestate.py", "readings"): _EVENT_FIELD,
+    ("cachewatch/capture/cachestate.py", "readings"): "the compile event fields read around a compile, by name",
     ("cachewatch/capture/captures.py", "read"): "the values of the names a function read, keyed by the user's names",
     (
         "cachewatch/core/jaxcompat/accessors.py",
