@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypedDict, Unpack
 
 import sqlalchemy as sa
@@ -28,7 +28,7 @@ from ..store import queries
 from ..store.columns import Filters
 from ..whatif import prices
 from . import bursts, kept_bursts, steady, storm_reads
-from .fixes import is_library_function
+from .fixes import first_pass_fix, is_library_function, short_site
 from .results import (
     Burst,
     FirstPass,
@@ -344,14 +344,21 @@ class _Telling:
         return tuple(found)
 
     def first_passes(self, judged: _Judged) -> tuple[FirstPass, ...]:
-        return tuple(
-            FirstPass(
-                **_burst_fields(self.burst(key, group), active=False),
-                seconds=sum(r.seconds for r in group),
-                signatures=len({(r.function_hash, r.signature_hash) for r in group}),
+        # A first pass is told no storm's fix (no padding): nothing, or jit the eager line.
+        told = []
+        for key, _, group in self._read(judged):
+            burst = self.burst(key, group)
+            seconds = sum(r.seconds for r in group)
+            name = f"the code at {short_site(burst.call_site)}" if burst.call_site else f"`{burst.short_name}`"
+            fix = first_pass_fix(name, burst.call_site, group, seconds_text(seconds)) if self.described else ""
+            told.append(
+                FirstPass(
+                    **_burst_fields(burst, active=False, fix=fix),
+                    seconds=seconds,
+                    signatures=len({(r.function_hash, r.signature_hash) for r in group}),
+                )
             )
-            for key, _, group in self._read(judged)
-        )
+        return tuple(told)
 
 
 def _judged(
@@ -487,8 +494,10 @@ def _served_after(work: steady.Work, run_id: str, group: list[Recompile], heard_
 
 # The causes of compiles that a first pass over new shapes is made of: each a signature
 # the function had not compiled before.
+# A new trace context (the abstract mesh an eager grad's backward pass runs under) is a
+# signature not compiled before too.
 _NEW_SIGNATURE_CAUSES = frozenset(
-    {Cause.NEW_SHAPE, Cause.NEW_DTYPE, Cause.WEAK_TYPE, Cause.NEW_STATIC_VALUE, Cause.NEW_STRUCTURE}
+    {Cause.NEW_SHAPE, Cause.NEW_DTYPE, Cause.WEAK_TYPE, Cause.NEW_STATIC_VALUE, Cause.NEW_STRUCTURE, Cause.NEW_CONTEXT}
 )
 
 
@@ -513,7 +522,9 @@ def _one_pass(conn: sa.Connection, run_id: str, group: list[Recompile]) -> bool:
     ran as one pass: every compile of the run over its span has its user frames, and none
     of the burst's came back to a call made before with the code around it having moved
     on and returned (core.warmup.WarmupWatch over them all: no loop around it). A loop
-    that meets a new size each time it comes round is a storm however the run ends."""
+    that meets a new size each time it comes round is a storm however the run ends. A
+    function mapped over a pytree's leaves comes back once per leaf within one call: no
+    loop of the user's (:func:`_one_map_call`)."""
     if any(r.call_number is not None for r in group):
         return False  # counted calls tell a first pass by the calls served after it
     span = storm_reads.compiles_in_span(conn, run_id, group[0].timestamp, group[-1].timestamp)
@@ -529,9 +540,27 @@ def _one_pass(conn: sa.Connection, run_id: str, group: list[Recompile]) -> bool:
         came_back = watch.sees_work_again(c.call_site, c.function_hash, c.cause, "", c.user_stack)
         # The same call compiling again inside a for or while is that loop coming round,
         # though no other line compiled in between (a one-line loop body).
-        if c.event_id in mine and (came_back or (again and any(in_a_loop(line) for line in lines))):
+        looped = came_back or (again and any(in_a_loop(line) for line in lines))
+        if c.event_id in mine and looped and not _one_map_call(c.user_stack or ()):
             return False
     return True
+
+
+def _one_map_call(stack: Sequence[Mapping[str, str]]) -> bool:
+    """Whether a compile that came back to its lines came back within one call that maps
+    a function over a pytree's leaves (``jax.tree.map``, ``tree_util.tree_map``, a
+    library's tree utilities): one of its user frames calls into a pytree module, and none
+    of them lies in a ``for`` or ``while``, so nothing but the map over the leaves (each
+    leaf's shape compiled once) brought the code back. Eager code over a pytree whose
+    leaves differ in shape compiles its primitives once per shape in one call."""
+    into_a_tree = any(_is_pytree_module(frame.get("into", "")) for frame in stack)
+    return into_a_tree and not any(in_a_loop(frame.get("site", "")) for frame in stack)
+
+
+def _is_pytree_module(module: str) -> bool:
+    """A module of pytree utilities: ``jax._src.tree``, ``jax._src.tree_util``,
+    ``optax.tree_utils._tree_math``, dm-tree's ``tree``."""
+    return any(part.strip("_").startswith("tree") for part in module.split(".")) if module else False
 
 
 def _went_on(

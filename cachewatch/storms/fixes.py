@@ -81,6 +81,24 @@ def site_fix(call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Reco
     )
 
 
+def first_pass_fix(name: str, call_site: str | None, rows: Sequence[Recompile], cost: str) -> str:
+    """What a first pass calls for: nothing (each signature compiled once, none again), or,
+    at a line of un-jitted code (eager code over a pytree's leaves, one call), jit that
+    code should its one-time cost matter. Never padding: no size varied over time."""
+    signatures = len({(r.function_hash, r.signature_hash) for r in rows})
+    text = (
+        f"Nothing to fix: {name} compiled {signatures} new signatures once each ({cost}) and none of them "
+        "again; no size varied as the program went on, so there is nothing to pad."
+    )
+    if call_site is None or library_called(rows) is not None or _host_callback(call_site) is not None:
+        return text
+    return (
+        f"{text} Should that one-time cost matter, jit the call at {short_site(call_site)} (jax.jit around the "
+        "function it calls): it then compiles as one program per set of input shapes, not once per primitive "
+        "and shape."
+    )
+
+
 def _remade_library_fix(call_site: str, info: FunctionInfo | None, count: int, cause: str) -> str:
     if info is None:
         return f"A library jit reached from {call_site} is compiled again {count} times ({cause})."
