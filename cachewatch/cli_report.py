@@ -164,7 +164,7 @@ def _print_bursts(report: RunReport) -> None:
         for storm in storms:
             print(f"  {diagnosis.describe_storm(storm)}\n    Fix: {here(storm.fix)}")
     if passes:
-        print("\nFirst passes (each shape compiled once, then served from the cache; not storms):")
+        print("\nFirst passes (each shape compiled once, none again; not storms):")
         for found in passes:
             print(f"  {diagnosis.describe_first_pass(found)}")
     if report.slow_paths:

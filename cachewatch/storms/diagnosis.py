@@ -614,7 +614,7 @@ def describe_first_pass(found: FirstPass) -> str:
     return (
         f"{found.short_name}: {found.compiles} compiles of {found.signatures} new signatures in run "
         f"{found.run_id[:8]} ({seconds_text(found.seconds)}), mostly {found.dominant_cause}; "
-        "then served from the cache as the program went on."
+        "none compiled again."
     )
 
 
