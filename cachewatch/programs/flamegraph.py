@@ -22,11 +22,11 @@ import base64
 import dataclasses
 import enum
 import hashlib
-import html as htmlmod
 import re
 import sysconfig
 from collections.abc import Iterable
 from dataclasses import dataclass
+from html import escape
 from typing import Any
 
 import sqlalchemy as sa
@@ -262,7 +262,7 @@ def _diff_fill(change: int, largest: int) -> str:
 
 
 def _frame_svg(box: Box, number: int, total: int, largest: int | None, interactive: bool) -> str:
-    node, esc = box.node, htmlmod.escape
+    node, esc = box.node, escape
     x, width, y = box.x0 * WIDTH, (box.x1 - box.x0) * WIDTH, box.depth * ROW
     data = (
         f'data-id="{number}" data-depth="{box.depth}" data-x0="{box.x0!r}" data-x1="{box.x1!r}" '
@@ -293,7 +293,7 @@ def _svg(root: Node, *, interactive: bool, style: str = "") -> str:
     head = (
         f'<svg xmlns="http://www.w3.org/2000/svg" id="flamegraph" class="{"diff" if diffed else "kinds"}" '
         f'width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" data-width="{WIDTH}" '
-        f'data-char-width="{CHAR_WIDTH}" aria-label="{htmlmod.escape(label)}">'
+        f'data-char-width="{CHAR_WIDTH}" aria-label="{escape(label)}">'
     )
     frames = [_frame_svg(box, i, root.eqns, largest, interactive) for i, box in enumerate(boxes)]
     return head + (f"<style>{style}</style>" if style else "") + "\n".join(frames) + "</svg>"
@@ -406,7 +406,7 @@ def html(root: Node, *, title: str, subtitle: str = "", gone: list[Gone] | None 
     """The flame graph as one self-contained HTML document: zoom on click, the hovered
     frame's equations and share; in a diff (``root.before`` set) the frames gone since
     the first program are listed below."""
-    esc = htmlmod.escape
+    esc = escape
     drawn = {box.node.frame.kind for box in layout(root)}
     kinds = [kind for kind in (FrameKind.USER, FrameKind.LIBRARY, FrameKind.JAX) if kind in drawn]
     keys = ("grew", "shrank", "same") if root.before is not None else tuple(kinds)
@@ -428,7 +428,7 @@ def _gone_list(gone: list[Gone]) -> str:
     if not gone:
         return ""
     arrow = " \u2192 "
-    items = "".join(f"<li>{htmlmod.escape(arrow.join(g.path))}: \u2212{g.eqns:,}</li>" for g in gone[:GONE_SHOWN])
+    items = "".join(f"<li>{escape(arrow.join(g.path))}: \u2212{g.eqns:,}</li>" for g in gone[:GONE_SHOWN])
     more = f"<li>and {len(gone) - GONE_SHOWN} more</li>" if len(gone) > GONE_SHOWN else ""
     return f'<details id="gone"><summary>Frames gone since the first program ({len(gone)})</summary><ul>{items}{more}</ul></details>\n'
 
