@@ -34,7 +34,7 @@ import hashlib
 import re
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import sqlalchemy as sa
 
@@ -101,20 +101,20 @@ class Found:
     findings: list[Finding]
 
 
-def find(
-    conn: sa.Connection,
-    filters: Filters = Filters(),
-    *,
-    threshold: int = diagnosis.STORM_THRESHOLD,
-    window: float = diagnosis.STORM_WINDOW,
-    now: float | None = None,
-    storms_read: int = STORMS_READ,
-) -> list[Finding]:
+class FindOptions(TypedDict, total=False):
+    """How findings are found: the storm rule (``threshold`` recompiles within ``window``
+    seconds), the time they are judged at (``now``) and the newest storms gathered."""
+
+    threshold: int
+    window: float
+    now: float | None
+    storms_read: int
+
+
+def find(conn: sa.Connection, filters: Filters = Filters(), **options: Unpack[FindOptions]) -> list[Finding]:
     """The findings of the storms the filters keep (the newest ``storms_read`` of them),
     most compile seconds first."""
-    return find_with_storms(
-        conn, filters, threshold=threshold, window=window, now=now, storms_read=storms_read
-    ).findings
+    return find_with_storms(conn, filters, **options).findings
 
 
 def find_with_storms(
@@ -126,7 +126,7 @@ def find_with_storms(
     now: float | None = None,
     storms_read: int = STORMS_READ,
 ) -> Found:
-    """:func:`find`'s findings with the storms they gather."""
+    """:func:`find`'s findings with the storms they gather (the options as it takes them)."""
     now = time.time() if now is None else now
     found = diagnosis.find_storms(
         conn,
