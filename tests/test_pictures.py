@@ -448,9 +448,7 @@ def test_a_functions_page_marks_it_on_its_runs_pictures(tab, store):
     opacity = tab.page.eval_on_selector(
         "#chart-run-timeline", "el => Array.from(el.data.find(t => t.name === 'compiles').marker.opacity)"
     )
-    mine = set(
-        tab.page.eval_on_selector_all("#timeline-table tr.focus", "rows => rows.map(r => r.dataset.eventId)")
-    )
+    mine = set(tab.page.eval_on_selector_all("#timeline-table tr.focus", "rows => rows.map(r => r.dataset.eventId)"))
     assert len(mine) == SHAPES  # its first compile and seven recompiles
     assert all((o == 1.0) == (key in mine) for key, o in zip(marks["customdata"], opacity, strict=True))
     tab.page.locator("#chart-payoff").scroll_into_view_if_needed()
