@@ -173,16 +173,7 @@ COMPILES: dict[str, dict[str, tuple[int, set[str]]]] = {
 
 # Where cachewatch names a recompile's cause other than reading the program does, per
 # program: what it gets wrong (the counts are still checked by their own test).
-CAUSE_WRONG_TODAY: dict[str, str] = {
-    "keras_demo_custom_layer": "The second compile of `_truncated_normal` (GlorotNormal drawing the "
-    "(512, 16) kernel after the (128, 256) ones) is told as new_function_object, 'the same program "
-    "at the same argument types, rebuilt by JAX as a new jaxpr object', with the advice to jit the "
-    "transformed function once so that it compiles once. It is a new value of the static `shape` "
-    "argument (new_static_value; the `multiply` right after it is told new_shape "
-    "float32[128,256] -> float32[512,16]): a different program, which no jit of the caller "
-    "would compile once. Keras had traced both shapes inside jax.eval_shape (its symbolic build) "
-    "before drawing them eagerly, so JAX logged no trace before these compiles.",
-}
+CAUSE_WRONG_TODAY: dict[str, str] = {}
 
 # Today's cachewatch against a reader, per program: what it gets wrong, and whether it gets
 # it wrong every time (strict) or as the machine's timing falls.

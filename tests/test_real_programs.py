@@ -499,3 +499,34 @@ def test_a_program_jax_rebuilds_for_each_eager_transformation_is_named_so(sqlite
     rebuilt = [r for r in rows if r["cause"] == Cause.NEW_FUNCTION_OBJECT]
     assert rebuilt
     assert all("rebuilt by JAX as a new jaxpr object" in r["explanation"] for r in rebuilt)
+
+
+def test_a_static_shape_drawn_after_a_symbolic_build_is_a_new_static_value(sqlite_url, use_store):
+    """Keras builds a model symbolically first (jax.eval_shape traces every initializer),
+    then draws the weights eagerly: each draw compiles without a trace of its own, at the
+    same argument types (a key and two bounds); only the static shape, and so what the
+    program returns, differs. That is a new static value, not a jaxpr rebuilt."""
+    use_store(sqlite_url)
+
+    def kernel(shape, key):
+        return jax.random.truncated_normal(key, -2.0, 2.0, shape) * 0.05
+
+    shapes = ((128, 256), (512, 16))
+    key = jax.random.PRNGKey(0)
+    cachewatch.install()
+    try:
+        for shape in shapes:
+            jax.eval_shape(lambda k, shape=shape: kernel(shape, k), key)
+        drawn = [kernel(shape, key).shape for shape in shapes]
+    finally:
+        cachewatch.uninstall()
+    assert drawn == list(shapes)
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        rows = [
+            r for r in queries.list_events(conn, limit=10_000) if r["compiled"] and r["name"] == "_truncated_normal"
+        ]
+    rows.sort(key=lambda r: r["timestamp"])
+    assert [r["cause"] for r in rows] == [Cause.FIRST_CALL, Cause.NEW_STATIC_VALUE]
+    assert "returns float32[512,16] where it returned float32[128,256]" in rows[1]["explanation"]
+    assert rows[1]["diff"][0]["before"] == "float32[128,256]"

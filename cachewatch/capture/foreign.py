@@ -27,10 +27,10 @@ import threading
 import types
 import weakref
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core import _guard, jaxcompat
-from ..core.events import UNATTRIBUTED_MODULE, Cause, CompileEvent, DiffEntry, FunctionInfo
+from ..core.events import UNATTRIBUTED_MODULE, Cause, CompileEvent, DiffEntry, FunctionInfo, describe_array
 from ..explain import causes
 from ..explain import context as ctxmod
 from ..explain import signature as sigmod
@@ -86,6 +86,9 @@ class Target:
     # parameters): the same program at other shapes has the same key; a forward, a remat's
     # recomputation, a backward pass, a linearized program of one name differ.
     program: tuple | None = None
+    # What the lowered program returns (``float32[4,16]`` each): a static argument (a shape)
+    # changes it at the same argument types, and a compile without a trace shows none.
+    outputs: tuple[str, ...] | None = None
     # The lowered jaxpr itself, weakly: JAX's lowering and compile caches are keyed on it.
     jaxpr_ref: Any = None
     # Where each array argument was (sigmod.placement): committed or not, and its devices.
@@ -198,6 +201,7 @@ def from_lowering(frame: Any, name: str) -> Target:
             call_site=site,
             lowered_only=True,
             program=program,
+            outputs=output_types(jaxpr),
             jaxpr_ref=_weak(jaxpr),
         )
     return Target(
@@ -207,6 +211,7 @@ def from_lowering(frame: Any, name: str) -> Target:
         call_site=site,
         lowered_only=True,
         program=program,
+        outputs=output_types(jaxpr),
         jaxpr_ref=_weak(jaxpr),
         placement=placement,
     )
@@ -243,6 +248,17 @@ def program_key(jaxpr: Any) -> tuple | None:
         return (len(jaxpr.invars), len(jaxpr.outvars), hash(primitives))
     except Exception as exc:  # the lowering frame's jaxpr is another object on this JAX
         jaxcompat.turn_off(LOWER_FRAME, f"its jaxpr could not be read: {type(exc).__name__}: {exc}")
+        return None
+
+
+def output_types(jaxpr: Any) -> tuple[str, ...] | None:
+    """The types a lowered program returns, as signatures describe arrays; None unread."""
+    if jaxpr is None:
+        return None
+    try:
+        avals = [v.aval for v in jaxpr.outvars]
+        return tuple(describe_array(a.dtype, a.shape, bool(getattr(a, "weak_type", False))) for a in avals)
+    except Exception:  # noqa: BLE001 - an output that is no array (a token, a ref): not compared
         return None
 
 
@@ -287,6 +303,7 @@ def from_outside_call(frame: Any, name: str, how: str, watched: list[FunctionInf
         lowered_only=True,
         outside_call=how,
         program=program,
+        outputs=output_types(jaxpr),
         jaxpr_ref=_weak(jaxpr),
     )
 
@@ -484,7 +501,16 @@ def _primitive_changed(named: str, where: str, operands: str, verdict: causes.Ve
 
 # Signatures of compiles without a trace, per function: JAX names their arguments
 # differently from a traced call, so they are compared only with each other.
-_lowered: dict[tuple[str, str, tuple | None], list[tuple[sigmod.Signature, int, Any]]] = {}
+class _Lowered(NamedTuple):
+    """An earlier compile without a trace: arguments, clears before it, jaxpr, returns."""
+
+    signature: sigmod.Signature
+    clears: int
+    jaxpr_ref: Any
+    outputs: tuple[str, ...] | None
+
+
+_lowered: dict[tuple[str, str, tuple | None], list[_Lowered]] = {}
 _lowered_lock = threading.Lock()
 
 
@@ -521,12 +547,12 @@ def _explain_lowered(target: Target) -> tuple[str, str, tuple[DiffEntry, ...]]:
         )
     if sig is None:
         return Cause.UNKNOWN, f"`{info.name}` was compiled again, {inside}; its arguments could not be read.", ()
-    same_context = [old for old, _, _ in earlier if old.context == sig.context]
+    same_context = [e.signature for e in earlier if e.signature.context == sig.context]
     if not same_context:
-        entries = ctxmod.diff(earlier[-1][0].context, sig.context)
+        entries = ctxmod.diff(earlier[-1].signature.context, sig.context)
         if entries:
             return Cause.NEW_CONTEXT, ctxmod.sentence(info.name, entries), tuple(entries)
-    _, entries = sigmod.closest(same_context or [old for old, _, _ in earlier], sig)
+    _, entries = sigmod.closest(same_context or [e.signature for e in earlier], sig)
     if not entries:
         return _lowered_same_types(target, sig, inside, earlier, clears)
     first = entries[0]
@@ -540,7 +566,7 @@ def _explain_lowered(target: Target) -> tuple[str, str, tuple[DiffEntry, ...]]:
     )
 
 
-def _remember_lowered(target: Target) -> tuple[list[tuple[sigmod.Signature, int, Any]], int]:
+def _remember_lowered(target: Target) -> tuple[list[_Lowered], int]:
     """The earlier compiles without a trace to compare this one with, and the count of cache
     clears now; this one is added to them.
 
@@ -553,7 +579,7 @@ def _remember_lowered(target: Target) -> tuple[list[tuple[sigmod.Signature, int,
     with _lowered_lock:
         earlier = list(_lowered.get(key, ()))
         if target.signature is not None:
-            _lowered.setdefault(key, []).append((target.signature, clears, target.jaxpr_ref))
+            _lowered.setdefault(key, []).append(_Lowered(target.signature, clears, target.jaxpr_ref, target.outputs))
             del _lowered[key][:-64]
     return earlier, clears
 
@@ -571,12 +597,16 @@ def _lowered_inside(target: Target) -> str:
 
 
 def _lowered_same_types(
-    target: Target, sig: sigmod.Signature, inside: str, earlier: list[tuple[sigmod.Signature, int, Any]], clears: int
+    target: Target, sig: sigmod.Signature, inside: str, earlier: list[_Lowered], clears: int
 ) -> tuple[str, str, tuple[DiffEntry, ...]]:
-    """A compile without a trace of a program and argument types compiled before: after
-    a cache clear, for a jaxpr JAX built afresh, or for a reason unknown."""
+    """A compile without a trace of argument types compiled before: another program (a
+    static argument changed what it returns), after a cache clear, for a jaxpr JAX built
+    afresh, or for a reason unknown."""
     info = target.info
-    repeats = [(at, ref) for old, at, ref in earlier if old.key == sig.key]
+    repeats = [(e.clears, e.jaxpr_ref) for e in earlier if e.signature.key == sig.key]
+    returned = [e.outputs for e in earlier if e.signature.key == sig.key and e.outputs is not None]
+    if target.outputs is not None and returned and target.outputs not in returned:
+        return _returns_other(info.name, inside, returned[-1], target.outputs)
     if any(at != clears for at, _ in repeats):
         return (
             Cause.CACHE_CLEARED,
@@ -608,6 +638,22 @@ def _lowered_same_types(
         ),
         (),
     )
+
+
+def _returns_other(name: str, inside: str, before: tuple[str, ...], after: tuple[str, ...]) -> tuple[str, str, tuple]:
+    """The same argument types returning other types: another program."""
+    pairs = zip(before, after, strict=True) if len(before) == len(after) else [(", ".join(before), ", ".join(after))]
+    entries = tuple(
+        DiffEntry(path=f"output {i}", change="static", cause=Cause.NEW_STATIC_VALUE.value, before=was, after=now)
+        for i, (was, now) in enumerate(pairs)
+        if was != now
+    )
+    text = (
+        f"`{name}` was compiled again, {inside}: at the same argument types it returns {entries[0]['after']} where "
+        f"it returned {entries[0]['before']}, so a static argument (a shape or size) or a value it closes over "
+        "changed, and with it the program. Each new value compiles once; keep such values to a few."
+    )
+    return Cause.NEW_STATIC_VALUE, text, entries
 
 
 def _commitment_changed(target: Target) -> list[DiffEntry]:
