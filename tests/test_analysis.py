@@ -306,6 +306,23 @@ def test_closure_cell_change_is_flagged(sqlite_url, use_store):
     assert event["diff"][0]["before"] == "float32[2] [1.0, 1.0]"
 
 
+def test_a_captured_typed_key_is_read_and_its_change_flagged(sqlite_url, use_store):
+    """A typed PRNG key (jax.random.key) has no NumPy form: its bits are what is compared."""
+    use_store(sqlite_url, sample_every=1, sample_max_per_second=1000)
+    noise_key = jax.random.key(1)
+
+    @cachewatch.jit
+    def noisy(x):
+        return x + jax.random.normal(noise_key, x.shape)
+
+    first = noisy(jnp.zeros(2))
+    noise_key = jax.random.key(2)  # noqa: F841 - rebinding the captured cell is the point
+    assert bool((noisy(jnp.zeros(2)) == first).all())  # the cached executable keeps the old key
+    assert cachewatch.flush(30)
+    (event,) = [e for e in events_of(sqlite_url, "noisy") if e["kind"] == Kind.STALE_CAPTURE]
+    assert event["diff"][0]["path"] == "noise_key"
+
+
 def test_pure_training_loop_has_no_stale_capture(sqlite_url, use_store):
     use_store(sqlite_url, sample_every=1, sample_max_per_second=1000)
     history = []  # mutated by the loop but never read inside the jitted function

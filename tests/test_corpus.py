@@ -248,12 +248,7 @@ WRONG_TODAY: dict[str, tuple[str, bool]] = {
 
 # Programs that do not run to their end under `cachewatch run` with its internal errors
 # raised (as run_program_file runs them) though they do on their own: every test of theirs.
-FAILS_TODAY: dict[str, str] = {
-    "jax_mnist_vae": "cachewatch's capture snapshot (cachewatch/capture/captures.py, fingerprint) calls "
-    "np.asarray on `test_rng = random.key(1)`, a typed PRNG key `evaluate` closes over, when `evaluate` "
-    "is first traced: TypeError 'JAX array with PRNGKey dtype cannot be converted to a NumPy array', "
-    "raised by CACHEWATCH_RAISE_INTERNAL_ERRORS (without it, an internal error in hook.begin).",
-}
+FAILS_TODAY: dict[str, str] = {}
 
 # The NumPyro examples assert `numpyro.__version__.startswith("0.21.0")`; NumPyro here is
 # newer. -O drops asserts (that one, and the models' shape checks), leaving the text as it is.

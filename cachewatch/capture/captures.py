@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import jaxcompat
 from .identity import unwrap_callable
 
 _MAX_ITEMS = 64
@@ -85,6 +86,17 @@ def _is_plain_value(value: Any, depth: int = 0) -> bool:
     return _is_jax_array(value)
 
 
+def _key_data(value: Any) -> Any:
+    """A typed PRNG key (``jax.random.key``) as its raw bits, which NumPy can read (its
+    id where they cannot be read: rebinding is still noticed); any other array as it is."""
+    import jax
+
+    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        bits = jaxcompat.key_bits(value)
+        return np.asarray(id(value)) if bits is None else bits
+    return value
+
+
 def _is_jax_array(value: Any) -> bool:
     try:
         import jax
@@ -104,7 +116,7 @@ def fingerprint(value: Any, depth: int = 0) -> Any:
         shape, dtype = tuple(value.shape), str(value.dtype)
         size = int(np.prod(shape)) if shape else 1
         if size <= _MAX_HASHED_ELEMENTS:
-            data = np.asarray(value)
+            data = np.asarray(_key_data(value))
             return ("array", shape, dtype, hashlib.sha1(np.ascontiguousarray(data).tobytes()).hexdigest())
         # Too big to hash on a sampled call: notice rebinding, not in-place edits.
         return ("array", shape, dtype, id(value))
@@ -129,7 +141,7 @@ def summary(value: Any) -> str:
     if isinstance(value, np.ndarray) or _is_jax_array(value):
         shape = ",".join(str(d) for d in value.shape)
         if value.size <= 4:
-            return f"{value.dtype}[{shape}] {np.asarray(value).tolist()}"
+            return f"{value.dtype}[{shape}] {np.asarray(_key_data(value)).tolist()}"
         return f"{value.dtype}[{shape}]"
     try:
         text = repr(value)

@@ -62,6 +62,13 @@ def is_eager_primitive(fun: Any) -> bool:
     return bool(getattr(fun, capabilities.ATTRIBUTES["primitive_marker"][1], False))
 
 
+def key_bits(key: Any) -> Any:
+    """A typed PRNG key array's raw bits (a uint32 array NumPy can read), read without
+    running an operation (jax.random.key_data would trace or compile one); None where this
+    JAX keeps them elsewhere."""
+    return getattr(key, "_base_array", None)
+
+
 def unspecified_sharding(sharding: Any) -> bool:
     """Whether a sharding from JAX's lowering frame is the one of an uncommitted argument."""
     return type(sharding).__name__ == capabilities.ATTRIBUTES["lowering_frame"][1]
