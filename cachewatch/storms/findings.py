@@ -453,6 +453,8 @@ def _varying(driver: Driver, group: list[Storm], names: dict[str, str], library:
         return f"{how}: {len(sizes)} sizes between {sizes[0]} and {sizes[-1]}"
     if driver.kind == "object":
         return "a jit (or the object that holds it) made afresh on every call, the same program each time"
+    if driver.kind == "static" and not driver.values:
+        return "another program at the same argument types each time"
     if driver.kind == "static":
         return f"a static value: {len(driver.values)} values ({', '.join(sorted(driver.values)[:4])})"
     return f"{group[0].dominant_cause} of {group[0].short_name}"

@@ -339,7 +339,14 @@ def _static_value_fix(name: str, rows: Sequence[Recompile], at: str) -> str:
             f"each{at}. If it only feeds arithmetic, make it a traced argument (drop it from "
             "static_argnums/static_argnames); if it must stay static, limit it to a few values."
         )
-    return f"A static argument of `{name}` keeps taking new values{at}; make it traced or bound its values."
+    # No static argument changed: each compile is another program at the same argument types.
+    return (
+        f"Each recompile of `{name}`{at} is another program at the same argument types: something fixed "
+        "when it is traced changed (a value it closes over, a Python branch on a value, or, for a backward "
+        "pass, which of its outputs carry a gradient). `cachewatch diff` between two of its compiles shows "
+        "the equations that differ; where a Python `if` picks the program, jnp.where or jax.lax.cond lets "
+        "one program serve every case."
+    )
 
 
 def _paths(rows: Sequence[Recompile], change: str | None) -> str:
