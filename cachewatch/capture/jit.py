@@ -205,7 +205,7 @@ def _call_paths(jitted: Any, state: HookState, stats: CallCounter) -> _CallPaths
         mark = tracking.activity
         try:
             out = call(*args, **kwargs)
-        except BaseException as exc:
+        except BaseException as exc:  # a failed call's trace is still recorded; the error re-raised as it came
             _failed(finish, mark, args, kwargs, exc)
             raise
         if tracking.activity != mark:
@@ -262,7 +262,7 @@ def _python_watched(jitted: Any, stats: CallCounter, paths: _CallPaths) -> Calla
         mark = tracking.activity
         try:
             out = jitted(*args, **kwargs) if kwargs else jitted(*args)
-        except BaseException as exc:
+        except BaseException as exc:  # a failed call's trace is still recorded; the error re-raised as it came
             _failed(finish, mark, args, kwargs, exc)
             raise
         if tracking.activity != mark:
