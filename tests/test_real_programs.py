@@ -530,3 +530,5 @@ def test_a_static_shape_drawn_after_a_symbolic_build_is_a_new_static_value(sqlit
     assert [r["cause"] for r in rows] == [Cause.FIRST_CALL, Cause.NEW_STATIC_VALUE]
     assert "returns float32[512,16] where it returned float32[128,256]" in rows[1]["explanation"]
     assert rows[1]["diff"][0]["before"] == "float32[128,256]"
+    # Another program is another variant: its signature names what it returns.
+    assert rows[0]["signature_hash"] != rows[1]["signature_hash"]

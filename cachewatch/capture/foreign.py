@@ -371,8 +371,9 @@ def to_event(target: Target, record: building.CompileRecord) -> CompileEvent:
             call_site=target.call_site,
         )
         cause, explanation, diff = verdict.cause, verdict.explanation, verdict.diff
+    # Read again: another program at the same argument types names itself in its signature.
     return building.compile_event(
-        record, info, cause, explanation, diff, sig, device=device, call_site=target.call_site
+        record, info, cause, explanation, diff, target.signature, device=device, call_site=target.call_site
     )
 
 

@@ -266,9 +266,11 @@ def _lowered_same_types(
     repeats = [(e.clears, e.jaxpr_ref) for e in earlier if e.signature.key == sig.key]
     returned = [e.outputs for e in earlier if e.signature.key == sig.key and e.outputs is not None]
     if target.outputs is not None and returned and target.outputs not in returned:
+        target.signature = sigmod.with_program(sig, "returns " + ", ".join(target.outputs))
         return _returns_other(info.name, inside, returned[-1], target.outputs)
     printed = [e.printed for e in earlier if e.signature.key == sig.key and e.printed is not None]
     if target.printed is not None and printed and target.printed not in printed:
+        target.signature = sigmod.with_program(sig, f"jaxpr {target.printed & 0xFFFFFFFF:08x}")
         return (
             Cause.NEW_STATIC_VALUE,
             (

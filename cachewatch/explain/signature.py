@@ -261,6 +261,18 @@ def from_avals(arg_names: Sequence[str], avals: Sequence[Any]) -> Signature:
     return Signature(tuple(structure), tuple(leaves), ctxmod.snapshot())
 
 
+def with_program(sig: Signature, program: str) -> Signature:
+    """``sig`` with what was compiled as one more static argument, ``(program)``: a compile
+    without a trace of its own sees no static argument, and another program at the same
+    argument types (another shape drawn, another backward pass) is another variant."""
+    index = len(sig.structure)
+    return Signature(
+        (*sig.structure, ArgStructure("(program)", "positional", True, "*")),
+        (*sig.leaves, _static_leaf("(program)", index, program)),
+        sig.context,
+    )
+
+
 # ---------------------------------------------------------------------------- diff
 
 _LEAF_CAUSE = {

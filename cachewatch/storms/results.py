@@ -94,7 +94,7 @@ class Storm(Burst):
 
 @dataclasses.dataclass(frozen=True)
 class FirstPass(Burst):
-    """A burst that is no storm: each new signature compiled once, then served from the cache."""
+    """A burst that is no storm: each new signature compiled once, none of them again."""
 
     seconds: float  # what the pass cost: its compiles' trace, lowering and compile seconds
     signatures: int  # new signatures compiled once each
