@@ -9,7 +9,7 @@ Python instead, with nothing retraced or recompiled to show for it
 time (dispatch, run and wait) times their count. Where the same function also has
 variants on the fast path (a static flag that adds the callback, say), what the Python
 path cost is measured against them: the slow-path calls times the difference of the two
-paths' sampled means. A function whose every variant takes the Python path has no fast
+paths' median calls (of the timed samples). A function whose every variant takes the Python path has no fast
 call to measure against, and says so.
 
     for found in slow_path.slow_paths(call_path_reads.path_counts(conn, filters)):

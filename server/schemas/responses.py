@@ -177,12 +177,14 @@ class SlowPathOut(BaseModel):
     slow_calls: int = Field(description="Calls through JAX's Python path (the compiling calls not among them).")
     fast_calls: int = Field(description="Calls through its C++ fast path: calls less compiles less slow calls.")
     reasons: dict[str, int] = Field(description="The slow-path calls by why (ordered_effects, unordered_effects, ...).")
-    seconds: float | None = Field(description="What those calls took: their sampled mean times their count.")
+    seconds: float | None = Field(
+        description="What those calls took: a call's median run time (sampled) times their count."
+    )
     slow_call_seconds: float | None = Field(
-        None, description="The sampled mean of a call of its variants on the Python path (None: none timed)."
+        None, description="The median run time of a call of its variants on the Python path (None: none timed)."
     )
     fast_call_seconds: float | None = Field(
-        None, description="The sampled mean of a call of its variants on the fast path (None: it has none)."
+        None, description="The median run time of a call of its variants on the fast path (None: it has none)."
     )
     excess_seconds: float | None = Field(
         None,
