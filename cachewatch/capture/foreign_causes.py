@@ -263,12 +263,12 @@ def _lowered_same_types(
     static argument changed what it returns), after a cache clear, for a jaxpr JAX built
     afresh, or for a reason unknown."""
     info = target.info
-    repeats = [(e.clears, e.jaxpr_ref) for e in earlier if e.signature.key == sig.key]
-    returned = [e.outputs for e in earlier if e.signature.key == sig.key and e.outputs is not None]
+    repeats = [e for e in earlier if e.signature.key == sig.key]
+    returned = [e.outputs for e in repeats if e.outputs is not None]
     if target.outputs is not None and returned and target.outputs not in returned:
         target.signature = sigmod.with_program(sig, "returns " + ", ".join(target.outputs))
         return _returns_other(info.name, inside, returned[-1], target.outputs)
-    printed = [e.printed for e in earlier if e.signature.key == sig.key and e.printed is not None]
+    printed = [e.printed for e in repeats if e.printed is not None]
     if target.printed is not None and printed and target.printed not in printed:
         target.signature = sigmod.with_program(sig, f"jaxpr {target.printed & 0xFFFFFFFF:08x}")
         return (
@@ -281,7 +281,7 @@ def _lowered_same_types(
             ),
             (),
         )
-    if any(at != clears for at, _ in repeats):
+    if any(e.clears != clears for e in repeats):
         return (
             Cause.CACHE_CLEARED,
             f"`{info.name}` was compiled again, {inside}, with a program and argument types it had "
@@ -289,7 +289,9 @@ def _lowered_same_types(
             (),
         )
     current_jaxpr = target.jaxpr_ref() if target.jaxpr_ref is not None else None
-    if current_jaxpr is not None and all(ref is not None and ref() is not current_jaxpr for _, ref in repeats):
+    if current_jaxpr is not None and all(
+        e.jaxpr_ref is not None and e.jaxpr_ref() is not current_jaxpr for e in repeats
+    ):
         # JAX's lowering and compile caches are keyed on the jaxpr object, and a
         # transformation evaluated outside any jit builds the jaxpr afresh each time.
         return (
@@ -356,8 +358,7 @@ def _array_key(sig: sigmod.Signature) -> tuple:
     return tuple(leaf.compare_key() for leaf in sig.leaves if not leaf.static)
 
 
-# The placement of each foreign function's traced signatures, to tell a compile made for
-# a committed argument (lowered again, not traced) from one made inside a transformation.
+# The placement of each foreign function's traced signatures (note_traced_placement).
 _traced_placements: dict[tuple[str, tuple], tuple] = {}
 
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from ..core.events import Cause, Kind
 from ..store import models
-from ..store.columns import cost_expr
+from ..store.columns import cost_expr, in_chunks
 from .results import Storm
 
 
@@ -40,8 +40,7 @@ def storm_compiles(conn: sa.Connection, storms: Iterable[Storm]) -> dict[tuple[s
     overview and the findings read every storm of the store)."""
     wanted = list(storms)
     found: dict[tuple[str, str, float], list[StormCompile]] = {(s.run_id, s.key, s.start): [] for s in wanted}
-    for first in range(0, len(wanted), STORMS_PER_READ):
-        chunk = wanted[first : first + STORMS_PER_READ]
+    for chunk in in_chunks(wanted, STORMS_PER_READ):
         by_run: dict[str, list[Storm]] = collections.defaultdict(list)
         for storm in chunk:
             by_run[storm.run_id].append(storm)
