@@ -349,14 +349,12 @@ class _Telling:
         for key, _, group in self._read(judged):
             burst = self.burst(key, group)
             seconds = sum(r.seconds for r in group)
+            signatures = len({(r.function_hash, r.signature_hash) for r in group})
             name = f"the code at {short_site(burst.call_site)}" if burst.call_site else f"`{burst.short_name}`"
-            fix = first_pass_fix(name, burst.call_site, group, seconds_text(seconds)) if self.described else ""
+            cost = seconds_text(seconds)
+            fix = first_pass_fix(name, burst.call_site, group, signatures, cost) if self.described else ""
             told.append(
-                FirstPass(
-                    **_burst_fields(burst, active=False, fix=fix),
-                    seconds=seconds,
-                    signatures=len({(r.function_hash, r.signature_hash) for r in group}),
-                )
+                FirstPass(**_burst_fields(burst, active=False, fix=fix), seconds=seconds, signatures=signatures)
             )
         return tuple(told)
 

@@ -81,11 +81,11 @@ def site_fix(call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Reco
     )
 
 
-def first_pass_fix(name: str, call_site: str | None, rows: Sequence[Recompile], cost: str) -> str:
-    """What a first pass calls for: nothing (each signature compiled once, none again), or,
-    at a line of un-jitted code (eager code over a pytree's leaves, one call), jit that
-    code should its one-time cost matter. Never padding: no size varied over time."""
-    signatures = len({(r.function_hash, r.signature_hash) for r in rows})
+def first_pass_fix(name: str, call_site: str | None, rows: Sequence[Recompile], signatures: int, cost: str) -> str:
+    """What a first pass of ``signatures`` new signatures calls for: nothing (each compiled
+    once, none again), or, at a line of un-jitted code (eager code over a pytree's leaves,
+    one call), jit that code should its one-time cost matter. Never padding: no size
+    varied over time."""
     text = (
         f"Nothing to fix: {name} compiled {signatures} new signatures once each ({cost}) and none of them "
         "again; no size varied as the program went on, so there is nothing to pad."
