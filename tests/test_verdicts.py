@@ -130,6 +130,9 @@ def test_graphs_of_varying_size_are_advised_a_node_and_edge_budget(tmp_path):
     ran = run_program(tmp_path, "graph_net")
     assert ran.compiles["train_step"] == ran.logged["train_step"] == 12
     (storm,) = ran.storms_of("train_step")
+    # A jit's storm is keyed by the jit and names the line whose calls recompile it.
+    assert storm.key == storm.function_hash
+    assert storm.call_site == f"{PROGRAMS}/graph_net.py:{_line_of('graph_net.py', 'params = train_step(')}"
     fix = storm.fix
     assert "do not pad" not in fix
     assert "nodes axis 0: 11 sizes between 5 and 39 (buckets 8, 16, 32, 64)" in fix

@@ -33,7 +33,7 @@ from ..core.events import UNATTRIBUTED_MODULE, Cause, CompileEvent, FunctionInfo
 from ..explain import causes
 from ..explain import signature as sigmod
 from . import building, devices, foreign_causes, opbyop
-from .foreign_causes import Target
+from .foreign_causes import BACKWARD_PASS, OUTSIDE_CALL, Target
 from .identity import (
     call_site,
     code_file,
@@ -60,8 +60,6 @@ TRANSPOSE_FRAME = "transpose_frame"
 DISPATCH_FRAME = "dispatch_frame"
 HOOK_ATTR = "__cachewatch_hook__"
 _OUTSIDE_CALL_DEPTH = 128
-BACKWARD_PASS = "for its backward pass (jax.grad or jax.vjp taken outside any jit, which compiles the transpose)"
-OUTSIDE_CALL = "outside its own call (jax.checkpoint, jax.hessian or another transformation evaluated outside any jit)"
 
 # Module of functions known only by the name JAX compiled them under.
 

@@ -19,6 +19,10 @@ from . import opbyop
 
 _MAX_PLACEMENTS = 4096
 
+# How a watched function came to be compiled outside its own call (Target.outside_call).
+BACKWARD_PASS = "for its backward pass (jax.grad or jax.vjp taken outside any jit, which compiles the transpose)"
+OUTSIDE_CALL = "outside its own call (jax.checkpoint, jax.hessian or another transformation evaluated outside any jit)"
+
 
 @dataclasses.dataclass(slots=True)
 class Target:
@@ -180,6 +184,10 @@ def explain_lowered(target: Target) -> tuple[str, str, tuple[DiffEntry, ...]]:
         )
     inside = _lowered_inside(target)
     if not earlier:
+        if target.outside_call == BACKWARD_PASS and sig is not None and _other_backward_at(target, sig):
+            # Which outputs carry a gradient picks the transpose: another program, keyed apart.
+            target.signature = sigmod.with_program(sig, _program_leaf(target))
+            return _another_program(info.name, inside)
         if target.outside_call:
             return Cause.FIRST_CALL, f"First compile of `{info.name}` {inside} in this run.", ()
         if target.program is not None or not causes.seen(info.function_hash):
@@ -221,7 +229,8 @@ def _remember_lowered(target: Target) -> tuple[list[_Lowered], int]:
     A compile without a trace is compared only with the function's other compiles of the
     same program made the same way: a backward pass, a remat's recomputation, the program
     linearize builds of a primitive, are other programs than the plain one, with other
-    arguments, each with a history of its own."""
+    arguments, each with a history of its own (a backward pass's first program of other
+    equations at argument types it compiled before is told by _other_backward_at)."""
     key = (target.info.function_hash, target.outside_call, target.program)
     clears = ctxmod.clears()
     target.printed = _printed(target.jaxpr_ref() if target.jaxpr_ref is not None else None)
@@ -270,17 +279,8 @@ def _lowered_same_types(
         return _returns_other(info.name, inside, returned[-1], target.outputs)
     printed = [e.printed for e in repeats if e.printed is not None]
     if target.printed is not None and printed and target.printed not in printed:
-        target.signature = sigmod.with_program(sig, f"jaxpr {target.printed & 0xFFFFFFFF:08x}")
-        return (
-            Cause.NEW_STATIC_VALUE,
-            (
-                f"`{info.name}` was compiled again, {inside}: at the same argument types it is another "
-                "program (its equations differ from each earlier one's), so something fixed at trace time "
-                "changed: a static argument, a value it closes over, or, for a backward pass, which of its "
-                "outputs carry a gradient. Each such program compiles once."
-            ),
-            (),
-        )
+        target.signature = sigmod.with_program(sig, _program_leaf(target))
+        return _another_program(info.name, inside)
     if any(e.clears != clears for e in repeats):
         return (
             Cause.CACHE_CLEARED,
@@ -311,6 +311,39 @@ def _lowered_same_types(
             f"`{info.name}` was compiled again, {inside}; the program (its equations), the jaxpr "
             "object, the argument types and JAX's trace context were all the same as an earlier "
             "compile's, and no cache was cleared."
+        ),
+        (),
+    )
+
+
+def _other_backward_at(target: Target, sig: sigmod.Signature) -> bool:
+    """Whether the function's backward pass compiled another program (other equations)
+    at these argument types before this one."""
+    function_hash = target.info.function_hash
+    with _lowered_lock:
+        return any(
+            e.signature.key == sig.key
+            for (h, how, program), seen in _lowered.items()
+            if h == function_hash and how == BACKWARD_PASS and program != target.program
+            for e in seen
+        )
+
+
+def _program_leaf(target: Target) -> str:
+    """The ``(program)`` static leaf that keys another program at the same argument types."""
+    named = target.printed if target.printed is not None else hash(target.program)
+    return f"jaxpr {named & 0xFFFFFFFF:08x}"
+
+
+def _another_program(name: str, inside: str) -> tuple[str, str, tuple[DiffEntry, ...]]:
+    """The same argument types, other equations: another program."""
+    return (
+        Cause.NEW_STATIC_VALUE,
+        (
+            f"`{name}` was compiled again, {inside}: at the same argument types it is another "
+            "program (its equations differ from each earlier one's), so something fixed at trace time "
+            "changed: a static argument, a value it closes over, or, for a backward pass, which of its "
+            "outputs carry a gradient. Each such program compiles once."
         ),
         (),
     )

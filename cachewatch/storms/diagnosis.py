@@ -315,17 +315,18 @@ class _Telling:
     def _as_told(self, burst: kept_bursts.Judged) -> Storm | FirstPass | None:
         """The burst as its kept description tells it (only what counting gives, when not
         ``described``); None without one, or with one another version of cachewatch wrote
-        in another shape (the burst is told again)."""
-        if not burst.description:
+        (another shape, or another telling: the burst is told again)."""
+        if not burst.description or burst.description.get("telling") != _TELLING:
             return None
+        description = {name: value for name, value in burst.description.items() if name != "telling"}
         try:
             if not burst.storm:
-                found = FirstPass.from_json(burst.description, active=False)
+                found = FirstPass.from_json(description, active=False)
                 return found if self.described else dataclasses.replace(found, fix="")
             active = self.now - burst.ended <= self.window
             if not self.described:  # no fix, waste or recurrence: what telling it uncounted gives
                 return Storm.from_json(
-                    burst.description,
+                    description,
                     active=active,
                     fix="",
                     priced_fix=None,
@@ -333,7 +334,7 @@ class _Telling:
                     identical_programs=0,
                     identical_seconds=0.0,
                 )
-            return Storm.from_json(burst.description, active=active, recurs_in_runs=len(self.runs_per_key[burst.key]))
+            return Storm.from_json(description, active=active, recurs_in_runs=len(self.runs_per_key[burst.key]))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -350,9 +351,10 @@ class _Telling:
             burst = self.burst(key, group)
             seconds = sum(r.seconds for r in group)
             signatures = len({(r.function_hash, r.signature_hash) for r in group})
-            name = f"the code at {short_site(burst.call_site)}" if burst.call_site else f"`{burst.short_name}`"
+            line = burst.call_site if burst.of_line else None
+            name = f"the code at {short_site(line)}" if line else f"`{burst.short_name}`"
             cost = seconds_text(seconds)
-            fix = first_pass_fix(name, burst.call_site, group, signatures, cost) if self.described else ""
+            fix = first_pass_fix(name, line, group, signatures, cost) if self.described else ""
             told.append(
                 FirstPass(**_burst_fields(burst, active=False, fix=fix), seconds=seconds, signatures=signatures)
             )
@@ -394,11 +396,15 @@ def _judged(
 
 # What a kept description leaves out: each listing reads them anew.
 _READ_ANEW = ("active", "recurs_in_runs")
+# Raised when what a kept description says changes (not only its shape): 2, a jit's storm
+# names the line that drives it. Descriptions of another telling are told again.
+_TELLING = 2
 
 
 def _description(told: Storm | FirstPass) -> dict[str, Any]:
     """A told burst as kept with it (kept_bursts.keep_descriptions)."""
-    return {name: value for name, value in told.as_json().items() if name not in _READ_ANEW}
+    kept = {name: value for name, value in told.as_json().items() if name not in _READ_ANEW}
+    return {**kept, "telling": _TELLING}
 
 
 def _read_diffs(conn: sa.Connection, judged: _Judged) -> _Judged:

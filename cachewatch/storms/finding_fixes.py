@@ -72,7 +72,7 @@ def _size_fix(
     driver: Driver, group: list[Storm], entry_text: str, named: str, price: str, infos: dict[str, FunctionInfo]
 ) -> tuple[str, str]:
     """The fix for sizes that vary: a growing host list, a growing count, varying sizes."""
-    conversions = [found for s in group if (found := _list_conversion(s.call_site))]
+    conversions = [found for s in group if s.of_line and (found := _list_conversion(s.call_site))]
     if conversions and len(conversions) == len(group):
         site, text = conversions[0]
         return (

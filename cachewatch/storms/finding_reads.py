@@ -92,7 +92,7 @@ def _in_storm(storm: Storm, compile_: StormCompile) -> bool:
     return (
         compile_.function_hash in storm.function_hashes
         and storm.start <= compile_.timestamp <= storm.end
-        and (storm.call_site is None or compile_.call_site == storm.call_site)
+        and (not storm.of_line or compile_.call_site == storm.call_site)
     )
 
 

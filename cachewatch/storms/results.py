@@ -33,7 +33,7 @@ class Burst:
     key: str  # the function hash, or ``site:<call site>`` for a line of user code
     function_hash: str  # the jit, or the function that compiled most at the line
     function_hashes: tuple[str, ...]  # most compiles first
-    call_site: str | None
+    call_site: str | None  # the line (a jit's: where most of its recompiles were called)
     functions: tuple[BurstFunction, ...]
     name: str
     qualname: str
@@ -47,6 +47,11 @@ class Burst:
     run_id: str
     run_ids: tuple[str, ...]
     fix: str
+
+    @property
+    def of_line(self) -> bool:
+        """Whether the burst is a line of user code's (eager code, library jits), not a jit's."""
+        return self.key.startswith("site:")
 
     def _burst_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
