@@ -89,6 +89,36 @@ def test_static_value_diff(sqlite_url, use_store):
     assert "5 distinct values" in statics[-1]["explanation"]
 
 
+def test_a_static_of_flattened_pytrees_is_diffed_leaf_by_leaf(sqlite_url, use_store):
+    # What eqx.filter_jit passes its inner jit: every non-array leaf of the arguments as
+    # one static argument of (leaves, treedef) pairs.
+    import jax
+    import jax.numpy as jnp
+
+    import cachewatch
+
+    use_store(sqlite_url)
+
+    @cachewatch.jit(static_argnums=1)
+    def scaled(x, static):
+        (leaves, treedef), _ = static
+        return x / treedef.unflatten(leaves)["temperature"]
+
+    def held_static(config: dict) -> tuple:
+        flat, treedef = jax.tree_util.tree_flatten(config)
+        return (tuple(flat), treedef), ((), jax.tree_util.tree_structure(()))
+
+    for temperature in (1.0, 0.5, 0.25):
+        scaled(jnp.ones(3), held_static({"temperature": temperature, "name": "annealed"}))
+    assert cachewatch.flush(30)
+    statics = _by_cause(stored_events(sqlite_url, ["scaled"]), Cause.NEW_STATIC_VALUE)
+    # Only the leaf that changed is named, with its values, not the whole argument.
+    assert [[(e["path"], e["before"], e["after"]) for e in s["diff"]] for s in statics] == [
+        [("static[0]['temperature']", "1.0", "0.5")],
+        [("static[0]['temperature']", "0.5", "0.25")],
+    ]
+
+
 def test_dtype_and_structure_diffs(sqlite_url, use_store):
     events, _ = run_scenario("dtype_change", sqlite_url, use_store)
     assert events[1]["diff"][0]["change"] == "dtype"

@@ -174,6 +174,46 @@ def _static_leaf(path: str, arg: int, value: Any) -> Leaf:
     return Leaf(path=path, arg=arg, static=True, value_repr=_short_repr(value), value_key=key)
 
 
+# Statics of at most this many parts are looked into for flattened pytrees.
+_MAX_STATIC_PARTS = 8
+
+
+def _static_leaves(path: str, arg: int, value: Any) -> list[Leaf]:
+    """A static argument's leaves: its value, or, where it holds pytrees flattened to
+    ``(leaves, treedef)`` pairs, each pair's structure and each of its leaves by path.
+    A wrapper that holds every non-array leaf of its arguments static passes them so
+    (Equinox's filter_jit, in one argument ``static``): a diff then names the field that
+    changed (``static[1].temperature``), not the whole argument."""
+    parts = _flattened_parts(value, "")
+    if not parts:
+        return [_static_leaf(path, arg, value)]
+    found = []
+    for where, (flat, treedef) in parts:
+        try:
+            rebuilt = jax.tree_util.tree_flatten_with_path(treedef.unflatten(flat))[0]
+        except Exception:  # noqa: BLE001 - a node that cannot be rebuilt from its leaves: the value whole
+            return [_static_leaf(path, arg, value)]
+        found.append(_static_leaf(f"{path}{where} (structure)", arg, treedef))
+        found.extend(_static_leaf(path + where + jax.tree_util.keystr(k), arg, leaf) for k, leaf in rebuilt)
+    return found
+
+
+def _flattened_parts(value: Any, where: str) -> list[tuple[str, tuple[tuple, Any]]] | None:
+    """The ``(leaves, treedef)`` pairs ``value`` is made of (itself, or a tuple of them,
+    nested), each with its index path; None when it is anything else."""
+    if not isinstance(value, tuple) or not value or len(value) > _MAX_STATIC_PARTS:
+        return None
+    if len(value) == 2 and isinstance(value[1], jax.tree_util.PyTreeDef) and isinstance(value[0], tuple):
+        return [(where, value)] if value[1].num_leaves == len(value[0]) else None
+    parts = []
+    for i, item in enumerate(value):
+        inner = _flattened_parts(item, f"{where}[{i}]")
+        if inner is None:
+            return None
+        parts.extend(inner)
+    return parts
+
+
 def _array_leaf(path: str, arg: int, value: Any) -> Leaf:
     aval = getattr(value, "aval", None)
     if aval is None:
@@ -225,7 +265,7 @@ def build(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) -> S
     for index, (name, passed_as, static, value) in enumerate(items):
         if static:
             structure.append(ArgStructure(name, passed_as, True, "*"))
-            leaves.append(_static_leaf(name, index, value))
+            leaves.extend(_static_leaves(name, index, value))
             continue
         flat, treedef = jax.tree_util.tree_flatten_with_path(value)
         structure.append(ArgStructure(name, passed_as, False, str(treedef)))

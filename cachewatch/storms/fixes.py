@@ -334,6 +334,19 @@ def _static_value_fix(name: str, rows: Sequence[Recompile], at: str) -> str:
                 values[e["path"]].update(v for v in (e.get("before"), e.get("after")) if v is not None)
     if static_paths:
         path = static_paths.most_common(1)[0][0]
+        if "[" in path or "." in path:  # a leaf inside a static argument (signature._static_leaves)
+            seen = ", ".join(sorted(values[path])[:3])
+            return (
+                f"`{name}` holds every non-array leaf of its arguments static (a wrapper such as "
+                f"eqx.filter_jit does: only JAX arrays are traced), and the leaf {path} took "
+                f"{len(values[path])} distinct values ({seen}, ...), one compile each{at}. Make it a JAX array "
+                "of a fixed dtype (jnp.asarray(value, jnp.float32): without the dtype a Python float's array "
+                "is weakly typed, another signature) so it is traced and one compile serves every value. An array in a "
+                "model is a parameter to eqx.filter(model, eqx.is_array) and to the optimizer: make it one "
+                "from the start (the optimizer's state then has its slot) and read it through "
+                "jax.lax.stop_gradient where it is used, so training leaves it as you set it. If it must "
+                "stay a Python value, limit it to a few."
+            )
         return (
             f"Static argument {path} of `{name}` took {len(values[path])} distinct values, one compile "
             f"each{at}. If it only feeds arithmetic, make it a traced argument (drop it from "
