@@ -14,6 +14,7 @@ import hashlib
 import inspect
 import json
 import numbers
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -372,7 +373,8 @@ def _arg_diff(
     if old_arg.passed_as != arg.passed_as:
         entries.append(_entry(arg.name, "passed_as", Cause.NEW_STRUCTURE, old_arg.passed_as, arg.passed_as))
     if old_arg.treedef != arg.treedef and set(old_arg_leaves) == {leaf.path for leaf in new_leaves}:
-        entries.append(_entry(arg.name, "structure", Cause.NEW_STRUCTURE, _short(old_arg.treedef), _short(arg.treedef)))
+        was, now = _where_differ(old_arg.treedef, arg.treedef)
+        entries.append(_entry(arg.name, "structure", Cause.NEW_STRUCTURE, was, now))
     return entries
 
 
@@ -421,6 +423,33 @@ def _entry(path: str, change: str, cause: Cause, before: Any, after: Any) -> Dif
 
 def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# Where an element of a treedef's text opens: a named attribute (``('temperature', ``),
+# a dict, a list of children.
+_ELEMENT_OPENS = ("('", "{", "[")
+
+
+def _where_differ(before: str, after: str, limit: int = 160) -> tuple[str, str]:
+    """Two pytree structures' texts, each cut to the element where they differ. A
+    treedef's text holds its nodes' static data (a Flax NNX module's Python attributes, a
+    dataclass's static fields, dict keys) and runs to thousands of characters; its first
+    160 say nothing of what changed."""
+    if len(before) <= limit and len(after) <= limit:
+        return before, after
+    start = len(os.path.commonprefix([before, after]))
+    tail = len(os.path.commonprefix([before[start:][::-1], after[start:][::-1]]))
+    opens = [before.rfind(mark, max(0, start - 100), start) for mark in _ELEMENT_OPENS]
+    start = max(opens) if max(opens) >= 0 else max(0, start - 40)
+    return _cut(before, start, len(before) - tail, limit), _cut(after, start, len(after) - tail, limit)
+
+
+def _cut(text: str, start: int, end: int, limit: int) -> str:
+    """``text`` from ``start`` to the close of the element the difference ends in (or
+    ``limit`` characters), with "..." where cut."""
+    closes = [i for i in (text.find(mark, end) for mark in ("))", "}", "]")) if i >= 0]
+    stop = min(min(closes, default=len(text)) + 2, len(text), start + limit)
+    return ("..." if start else "") + text[start:stop] + ("..." if stop < len(text) else "")
 
 
 def _arg_summary(sig: Signature, index: int) -> str:

@@ -47,7 +47,7 @@ from ..store.columns import Filters
 from . import diagnosis, finding_reads
 from .finding_fixes import Driver, construction, finding_fix, outwards
 from .finding_reads import StormCompile
-from .fixes import is_library_function, library_of, short_site
+from .fixes import is_library_function, library_of, short_site, static_attribute_values
 from .results import Storm
 
 
@@ -237,6 +237,9 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
     if cause == Cause.NEW_STATIC_VALUE:
         values = {str(e.get("after")) for r in rows for e in r.diff if e.get("change") == "static"}
         return Driver("static", values=frozenset(values))
+    held = static_attribute_values(r.diff for r in rows) if cause == Cause.NEW_STRUCTURE else {}
+    if held:  # a structure that differs only in an attribute it holds static (a Flax NNX module's)
+        return Driver("static", values=frozenset(f"{a}={v}" for (_, a), seen in held.items() for v in seen))
     return Driver("own")
 
 

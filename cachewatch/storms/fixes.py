@@ -8,7 +8,7 @@ import collections
 import linecache
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described, short_name
@@ -298,6 +298,9 @@ def suggest_fix(name: str, cause: str, rows: Sequence[Recompile]) -> str:
         paths = _paths(rows, "dtype")
         return f"Argument {paths} of `{name}` changes dtype{at}; cast it once (x.astype(...)) before the call."
     if cause == Cause.NEW_STRUCTURE:
+        held = _static_attribute(rows)
+        if held is not None:
+            return _static_attribute_fix(name, *held, at)
         paths = _paths(rows, None)
         return (
             f"The argument pytree of `{name}` keeps changing ({paths}){at}: keep dict keys, list lengths "
@@ -321,6 +324,47 @@ def suggest_fix(name: str, cause: str, rows: Sequence[Recompile]) -> str:
             "(jax.device_put with a fixed sharding) before the loop."
         )
     return f"`{name}` recompiles for a reason cachewatch could not establish{at}; see its events' diffs."
+
+
+# A named attribute a treedef holds as static data, as Flax NNX's graph definition shows it.
+_STATIC_ATTRIBUTE = re.compile(r"\('(\w+)', Static\(value=(.*?)\)\)")
+
+
+def static_attribute_values(diffs: Iterable[Sequence[Mapping[str, Any]] | None]) -> dict[tuple[str, str], set[str]]:
+    """The values each argument's attribute held in its pytree's static data took, where
+    structure changes (these compiles' diffs) differ only there: (argument, attribute):
+    values."""
+    values: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
+    for diff in diffs:
+        for e in diff or []:
+            if e.get("change") != "structure":
+                continue
+            was = _STATIC_ATTRIBUTE.search(str(e.get("before") or ""))
+            now = _STATIC_ATTRIBUTE.search(str(e.get("after") or ""))
+            if was and now and was.group(1) == now.group(1):
+                values[(e["path"], now.group(1))].update((was.group(2), now.group(2)))
+    return values
+
+
+def _static_attribute(rows: Sequence[Recompile]) -> tuple[str, str, int] | None:
+    """The argument and attribute most of these structure changes are, and how many
+    values it took; None when the structures differ otherwise."""
+    values = static_attribute_values(r.diff for r in rows)
+    if not values:
+        return None
+    (path, attribute), seen = max(values.items(), key=lambda item: len(item[1]))
+    return path, attribute, len(seen)
+
+
+def _static_attribute_fix(name: str, path: str, attribute: str, count: int, at: str) -> str:
+    return (
+        f"The structure of {path} passed to `{name}` changes only in `{attribute}`, a Python value it holds "
+        f"as static data ({count} values, one compile each{at}): a Flax NNX module's plain attribute is part "
+        "of its graph definition, which nnx.jit keys its cache on. Hold it in an nnx.Variable of a fixed "
+        f"dtype (self.{attribute} = nnx.Variable(jnp.asarray(value, jnp.float32)); set it with "
+        f"model.{attribute}.value = ..., read self.{attribute}.value): it is traced, so one compile serves "
+        "every value, and as no nnx.Param neither the gradient nor the optimizer changes it."
+    )
 
 
 def _static_value_fix(name: str, rows: Sequence[Recompile], at: str) -> str:

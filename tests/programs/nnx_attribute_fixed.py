@@ -1,0 +1,48 @@
+"""nnx_attribute.py with the fix cachewatch gives it applied: the temperature is held in
+an ``nnx.Variable`` of a fixed dtype, traced by ``nnx.jit`` (one compile serves every
+value) and, as no ``nnx.Param``, left alone by the gradient and the optimizer."""
+
+import cachewatch
+
+cachewatch.install()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+from flax import nnx  # noqa: E402
+
+STEPS = 12
+
+
+class Model(nnx.Module):
+    def __init__(self, rngs):
+        self.l1 = nnx.Linear(8, 32, rngs=rngs)
+        self.l2 = nnx.Linear(32, 1, rngs=rngs)
+        self.temperature = nnx.Variable(jnp.asarray(1.0, jnp.float32))
+
+    def __call__(self, x):
+        return self.l2(jax.nn.relu(self.l1(x) / self.temperature.value))
+
+
+@nnx.jit
+def step(model, optimizer, x, y):
+    def loss(m):
+        return jnp.mean((m(x)[:, 0] - y) ** 2)
+
+    value, grads = nnx.value_and_grad(loss)(model)
+    optimizer.update(model, grads)
+    return value
+
+
+def main():
+    model = Model(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+    x = jax.random.normal(jax.random.PRNGKey(0), (64, 8))
+    y = jnp.sin(x.sum(1))
+    for i in range(STEPS):
+        model.temperature.value = jnp.asarray(1.0 / (1 + 0.05 * i), jnp.float32)
+        print(f"{i} {float(step(model, optimizer, x, y)):.5f}")
+
+
+if __name__ == "__main__":
+    main()
