@@ -240,6 +240,23 @@ def test_a_plain_attribute_of_an_nnx_module_is_told_to_be_a_variable_and_the_fix
     assert _findings(fixed.url) == []
 
 
+def test_an_object_made_each_epoch_as_a_static_self_is_pointed_at_its_construction_and_the_fix_holds(tmp_path):
+    ran = run_program(tmp_path, "static_self")
+    assert ran.compiles["step"] == ran.logged["step"] == 8
+    (found,) = _findings(ran.url)
+    built = _line_of("static_self.py", "trainer = Trainer(0.1)")
+    loop = _line_of("static_self.py", "for epoch in range(EPOCHS):")
+    assert found.entry == f"{os.path.join(PROGRAMS, 'static_self.py')}:{built}"
+    assert found.fix_kind == "hoist_object"
+    assert f"built anew at static_self.py:{built} on each pass of the loop at static_self.py:{loop}" in found.fix
+    assert "hashed by identity" in found.fix
+    assert "static_argnums" not in found.fix
+    fixed = run_program(tmp_path, "static_self_fixed")
+    assert fixed.stdout == ran.stdout
+    assert fixed.compiles["step"] == fixed.logged["step"] == 1
+    assert _findings(fixed.url) == []
+
+
 def test_a_library_the_user_calls_gets_no_advice_to_jit_the_call(tmp_path):
     ran = run_program(tmp_path, "four_models")
     assert sum(ran.compiles.values()) == sum(ran.logged.values())

@@ -13,7 +13,7 @@ import functools
 import linecache
 import re
 
-from ..core.events import FunctionInfo
+from ..core.events import Cause, FunctionInfo
 from ..core.figures import seconds_text
 from ..core.warmup import enclosing_function, loops_in
 from .finding_reads import StormCompile
@@ -51,11 +51,17 @@ def finding_fix(
     )
     if driver.kind == "object":
         if made is not None:
-            name, where, around = made
+            name, where, when = made
+            recompiled = (
+                f"{named}, which takes it as a static argument (hashed by identity: its class defines no "
+                "__hash__ or __eq__), compiles again for each new one"
+                if lead.dominant_cause == Cause.NEW_STATIC_VALUE
+                else "the jit it holds compiles again with it"
+            )
             return (
-                f"`{name}` is built anew at {short_site(where)} each time `{around}` runs, and the jit it holds "
-                f"compiles again with it ({price}, the same program each time). Build `{name}` once, outside "
-                f"`{around}` (or before the loop that calls it), and reuse it: one compile.",
+                f"`{name}` is built anew at {short_site(where)} {when}, and {recompiled} ({price}, the same "
+                f"program each time). Build `{name}` once, before the loop that calls it, and reuse it: one "
+                "compile.",
                 "hoist_object",
             )
         return lead.fix, "library_api" if library else "hoist_jit"
@@ -230,9 +236,11 @@ def outwards(entry: str | None, rows: list[StormCompile]) -> list[str]:
 
 
 def construction(entry: str | None) -> tuple[str, str, str] | None:
-    """Where the object whose method the entry line calls is built, in the same function:
-    (its name, the building line, the function), for ``solver = Solver(...)`` above
-    ``solver.run(...)``; None when the line calls no such method or the source cannot be read."""
+    """Where the object whose method the entry line calls is built anew, in the same
+    function: (its name, the building line, when it is built: each time the function
+    runs, or on each pass of a loop), for ``solver = Solver(...)`` above
+    ``solver.run(...)``; None when the line calls no such method, the object is built once
+    before the loop that calls it, or the source cannot be read."""
     if entry is None:
         return None
     around = enclosing_function(entry)
@@ -248,13 +256,18 @@ def construction(entry: str | None) -> tuple[str, str, str] | None:
         text = linecache.getline(file, number)
         if re.match(rf"\s*{re.escape(name)}\s*=\s*[\w.]+\(", text):
             built = number
+    if built is None:
+        return None
+    loops = loops_in(file)
+    # Built anew on each pass of a loop that also calls it (a new object each epoch).
+    both = [start for start, stop in loops if start <= built <= stop and start <= int(line) <= stop]
+    if both:
+        return name, f"{file}:{built}", f"on each pass of the loop at {short_site(f'{file}:{max(both)}')}"
     # Built once before a loop that only calls it: not rebuilt per call (the library
     # makes its jit afresh inside the call).
-    if built is None or any(
-        start <= int(line) <= stop and not start <= built <= stop for start, stop in loops_in(file)
-    ):
+    if any(start <= int(line) <= stop for start, stop in loops):
         return None
-    return name, f"{file}:{built}", around[1]
+    return name, f"{file}:{built}", f"each time `{around[1]}` runs"
 
 
 def next_pow2(n: int) -> int:

@@ -227,6 +227,10 @@ def gather(
 # ------------------------------------------------------------------ what varies
 
 
+# The repr of an object that compares and hashes by identity (no __eq__ or __hash__ of its own).
+_BY_IDENTITY = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
 def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
     cause = storm.dominant_cause
     if cause in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED):
@@ -236,6 +240,8 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
         return Driver("size", frozenset(sizes), _grows(sizes))
     if cause == Cause.NEW_STATIC_VALUE:
         values = {str(e.get("after")) for r in rows for e in r.diff if e.get("change") == "static"}
+        if values and all(_BY_IDENTITY.fullmatch(v) for v in values):  # a static `self` made anew
+            return Driver("object", entry=_entry(rows)[0] or storm.call_site)
         return Driver("static", values=frozenset(values))
     held = static_attribute_values(r.diff for r in rows) if cause == Cause.NEW_STRUCTURE else {}
     if held:  # a structure that differs only in an attribute it holds static (a Flax NNX module's)
