@@ -14,11 +14,16 @@ LINTED="cachewatch server tests benchmarks examples migrations deploy"
 .venv/bin/mypy  # cachewatch/, server/ (as cachewatch_server) and tests/, configured in pyproject.toml
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 
+# The suite's test files run side by side, one process per core this process may use (up
+# to four; TEST_WORKERS overrides): most of its time is programs run under
+# `cachewatch run`, one core each. A file's tests stay in one process, in their order.
+workers=${TEST_WORKERS:-$(python3 -c 'import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))')}
+
 leg() {  # leg VENV LABEL ARGS...: the suite on one interpreter
     local venv=$1 label=$2
     shift 2
-    echo "=== tests on $label: $("$venv/bin/python" -c 'import sys, jax; print(f"Python {sys.version.split()[0]}, JAX {jax.__version__}")')"
-    "$venv/bin/python" -m pytest "$@"
+    echo "=== tests on $label: $("$venv/bin/python" -c 'import sys, jax; print(f"Python {sys.version.split()[0]}, JAX {jax.__version__}")') ($workers processes)"
+    "$venv/bin/python" -m pytest -n "$workers" --dist loadfile "$@"
 }
 
 status=0

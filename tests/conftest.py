@@ -10,11 +10,16 @@ from collections.abc import Iterator
 
 # cachewatch's own bugs must fail its tests, not be swallowed.
 os.environ["CACHEWATCH_RAISE_INTERNAL_ERRORS"] = "1"
-os.environ.setdefault("CACHEWATCH_SPOOL_DIR", os.path.join("/tmp", f"cachewatch-test-spool-{os.getpid()}"))
-# The default store of whatever a test runs without a store of its own: never the
-# machine's (~/.local/share/cachewatch), which another checkout may hold at another
-# schema revision (a write there is refused and spooled, and a flush reports it).
-os.environ.setdefault("XDG_DATA_HOME", os.path.join("/tmp", f"cachewatch-test-data-{os.getpid()}"))
+# Each pytest process (each xdist worker too: they inherit the controller's environment)
+# spools and keeps its default store apart from the others'.
+_MARK = "CACHEWATCH_TEST_PROCESS"
+if os.environ.get(_MARK) != str(os.getpid()):
+    os.environ[_MARK] = str(os.getpid())
+    os.environ["CACHEWATCH_SPOOL_DIR"] = os.path.join("/tmp", f"cachewatch-test-spool-{os.getpid()}")
+    # The default store of whatever a test runs without a store of its own: never the
+    # machine's (~/.local/share/cachewatch), which another checkout may hold at another
+    # schema revision (a write there is refused and spooled, and a flush reports it).
+    os.environ["XDG_DATA_HOME"] = os.path.join("/tmp", f"cachewatch-test-data-{os.getpid()}")
 
 import pytest
 import sqlalchemy as sa
