@@ -257,6 +257,19 @@ def test_an_object_made_each_epoch_as_a_static_self_is_pointed_at_its_constructi
     assert _findings(fixed.url) == []
 
 
+def test_an_optimizer_built_each_epoch_is_told_to_be_built_once_and_the_fix_holds(tmp_path):
+    ran = run_program(tmp_path, "remade_optimizer")
+    assert ran.compiles["train_step"] == ran.logged["train_step"] == 8
+    (found,) = _findings(ran.url)
+    assert "made anew each time and compared by identity" in found.fix
+    assert "optax.inject_hyperparams" in found.fix
+    assert "dict keys" not in found.fix
+    fixed = run_program(tmp_path, "remade_optimizer_fixed")
+    assert fixed.stdout == ran.stdout
+    assert fixed.compiles["train_step"] == fixed.logged["train_step"] == 1
+    assert _findings(fixed.url) == []
+
+
 def test_a_library_the_user_calls_gets_no_advice_to_jit_the_call(tmp_path):
     ran = run_program(tmp_path, "four_models")
     assert sum(ran.compiles.values()) == sum(ran.logged.values())

@@ -428,6 +428,7 @@ def _short(text: str, limit: int = 160) -> str:
 # Where an element of a treedef's text opens: a named attribute (``('temperature', ``),
 # a dict, a list of children.
 _ELEMENT_OPENS = ("('", "{", "[")
+_NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_."
 
 
 def _where_differ(before: str, after: str, limit: int = 160) -> tuple[str, str]:
@@ -440,7 +441,13 @@ def _where_differ(before: str, after: str, limit: int = 160) -> tuple[str, str]:
     start = len(os.path.commonprefix([before, after]))
     tail = len(os.path.commonprefix([before[start:][::-1], after[start:][::-1]]))
     opens = [before.rfind(mark, max(0, start - 100), start) for mark in _ELEMENT_OPENS]
-    start = max(opens) if max(opens) >= 0 else max(0, start - 40)
+    if max(opens) >= 0:
+        start = max(opens)
+    elif (call := before.rfind("(", max(0, start - 100), start)) >= 0:
+        # An object's text, ``Name(field=...``: from its name.
+        start = len(before[:call].rstrip(_NAME_CHARS))
+    else:
+        start = max(0, start - 40)
     return _cut(before, start, len(before) - tail, limit), _cut(after, start, len(after) - tail, limit)
 
 

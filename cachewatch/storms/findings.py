@@ -47,7 +47,7 @@ from ..store.columns import Filters
 from . import diagnosis, finding_reads
 from .finding_fixes import Driver, construction, finding_fix, outwards
 from .finding_reads import StormCompile
-from .fixes import is_library_function, library_of, short_site, static_attribute_values
+from .fixes import is_library_function, library_of, remade_static_objects, short_site, static_attribute_values
 from .results import Storm
 
 
@@ -243,6 +243,8 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
         if values and all(_BY_IDENTITY.fullmatch(v) for v in values):  # a static `self` made anew
             return Driver("object", entry=_entry(rows)[0] or storm.call_site)
         return Driver("static", values=frozenset(values))
+    if cause == Cause.NEW_STRUCTURE and remade_static_objects(r.diff for r in rows) is not None:
+        return Driver("object", entry=_entry(rows)[0] or storm.call_site)
     held = static_attribute_values(r.diff for r in rows) if cause == Cause.NEW_STRUCTURE else {}
     if held:  # a structure that differs only in an attribute it holds static (a Flax NNX module's)
         return Driver("static", values=frozenset(f"{a}={v}" for (_, a), seen in held.items() for v in seen))

@@ -301,6 +301,9 @@ def suggest_fix(name: str, cause: str, rows: Sequence[Recompile]) -> str:
         held = _static_attribute(rows)
         if held is not None:
             return _static_attribute_fix(name, *held, at)
+        remade = remade_static_objects(r.diff for r in rows)
+        if remade is not None:
+            return _remade_static_objects_fix(name, *remade, at)
         paths = _paths(rows, None)
         return (
             f"The argument pytree of `{name}` keeps changing ({paths}){at}: keep dict keys, list lengths "
@@ -354,6 +357,36 @@ def _static_attribute(rows: Sequence[Recompile]) -> tuple[str, str, int] | None:
         return None
     (path, attribute), seen = max(values.items(), key=lambda item: len(item[1]))
     return path, attribute, len(seen)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def remade_static_objects(diffs: Iterable[Sequence[Mapping[str, Any]] | None]) -> tuple[str, str] | None:
+    """The argument and the text of the objects, where every structure change of these
+    diffs is objects held as static data made anew (the same but for their addresses:
+    compared by identity), as an optimizer built again holds new functions; else None."""
+    changes = [e for diff in diffs for e in diff or [] if e.get("change") == "structure"]
+    if not changes or not all(_ADDRESS.search(str(e.get("after") or "")) for e in changes):
+        return None
+    if any(_ADDRESS.sub("", str(e.get("before"))) != _ADDRESS.sub("", str(e.get("after"))) for e in changes):
+        return None
+    return changes[-1]["path"], _ADDRESS.sub("", str(changes[-1]["after"])).strip(".")
+
+
+def _remade_static_objects_fix(name: str, path: str, shown: str, at: str) -> str:
+    return (
+        f"The structure of {path} passed to `{name}` changes only in objects it holds as static data that "
+        f"are made anew each time and compared by identity ({_short_text(shown, 120)}){at}: an optimizer "
+        "built again (optax's functions are new with each one), a model's apply function, a new train state "
+        "made with them. Build them once, before the loop, and reuse them; a hyperparameter that changes "
+        "goes in as an array (optax.inject_hyperparams(optax.sgd)(learning_rate=...), set through "
+        "opt_state.hyperparams), so one compile serves every value."
+    )
+
+
+def _short_text(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _static_attribute_fix(name: str, path: str, attribute: str, count: int, at: str) -> str:
