@@ -298,12 +298,14 @@ def suggest_fix(name: str, cause: str, rows: Sequence[Recompile]) -> str:
         paths = _paths(rows, "dtype")
         return f"Argument {paths} of `{name}` changes dtype{at}; cast it once (x.astype(...)) before the call."
     if cause == Cause.NEW_STRUCTURE:
-        held = _static_attribute(rows)
-        if held is not None:
-            return _static_attribute_fix(name, *held, at)
+        # Objects made anew first: an attribute that holds one (an NNX module's optimizer)
+        # wants building once, not a Variable.
         remade = remade_static_objects(r.diff for r in rows)
         if remade is not None:
             return _remade_static_objects_fix(name, *remade, at)
+        held = _static_attribute(rows)
+        if held is not None:
+            return _static_attribute_fix(name, *held, at)
         paths = _paths(rows, None)
         return (
             f"The argument pytree of `{name}` keeps changing ({paths}){at}: keep dict keys, list lengths "
