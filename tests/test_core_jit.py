@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scenarios
 
 import cachewatch
 from cachewatch.core import _guard
@@ -132,6 +133,27 @@ def test_errors_keep_their_traceback_whether_or_not_they_trace(events, hot_path)
         theirs(1.0, [2])
     assert str(ours_error.value) == str(theirs_error.value)
     assert len(events) == 2
+
+
+def test_a_compile_ahead_of_time_is_recorded_as_jax_logs_it(events):
+    @cachewatch.jit
+    def f(x):
+        return jnp.tanh(x @ x.T).sum()
+
+    with scenarios.jax_compile_log() as messages:
+        lowered = f.lower(jnp.ones((8, 8)))
+        assert isinstance(lowered, jax.stages.Lowered)  # the type JAX gives, compile() recorded
+        compiled = lowered.compile()
+        for _ in range(3):  # JAX serves these from its caches: no compile, no event
+            f.lower(jnp.ones((8, 8))).compile()
+        again = f.trace(jnp.ones((4, 8))).lower().compile()
+    assert float(compiled(jnp.ones((8, 8)))) == float(jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((8, 8))))
+    assert again(jnp.ones((4, 8))).shape == ()
+    assert cachewatch.flush(30)
+    logged = [m for m in messages if m.startswith("Finished XLA compilation of jit(f)")]
+    compiles = [e for e in events if e.compiled]
+    assert len(compiles) == len(logged) == 2
+    assert [e.cause for e in compiles] == [Cause.FIRST_CALL, Cause.FIRST_CALL]
 
 
 def test_lower_trace_eval_shape_clear_cache(events):

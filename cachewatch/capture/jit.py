@@ -302,9 +302,17 @@ def _dress(
             causes.mark_cleared(state.info.function_hash, state.serial)
             cachestate.released(state.info, cachestate.CLEAR_CACHE)
 
+    def staged(method: str) -> Callable[..., Any]:
+        def stage(*args, **kwargs):
+            # Its compile() (ahead of time, outside any call) is recorded as this signature's.
+            return _compiled_through(run(getattr(jitted, method), args, kwargs), run, args, kwargs)
+
+        stage.__name__ = method
+        return stage
+
     functools.update_wrapper(watched, fun, updated=())
-    watched.lower = observed("lower")
-    watched.trace = observed("trace")
+    watched.lower = staged("lower")
+    watched.trace = staged("trace")
     watched.eval_shape = observed("eval_shape")
     watched.clear_cache = clear_cache
     watched.__cachewatch_compile_ahead__ = compile_ahead
@@ -315,6 +323,40 @@ def _dress(
     # functools.wraps copies these attributes into a wrapper of the watched function
     # (jax.grad(f), jax.vmap(f)); its own id tells the watched function from such a copy.
     watched.__cachewatch_id__ = id(watched)
+
+
+def _compiled_through(stage: Any, run: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """``stage`` (a ``jax.stages.Lowered``, or a ``Traced``) whose ``compile()`` (or whose
+    ``lower()``'s ``compile()``) runs through ``run`` with the arguments it was made for, so
+    that a compile ahead of time, outside any call, is claimed and recorded: the same
+    type, its slots copied, one method overridden. ``stage`` itself where that cannot be."""
+    method = "compile" if hasattr(stage, "compile") else "lower"
+    stage_type: Any = type(stage)
+    try:
+        observed: Any = object.__new__(_observed_type(stage_type, method))
+        for cls in type(stage).__mro__:
+            for slot in cls.__dict__.get("__slots__", ()):
+                if hasattr(stage, slot):
+                    setattr(observed, slot, getattr(stage, slot))
+    except Exception:  # noqa: BLE001 - a stage of another shape: its compile goes unrecorded, as JAX made it
+        return stage
+    made = getattr(type(stage), method)
+    if method == "compile":
+        observed._cachewatch_next = lambda a, k: run(lambda *_, **__: made(stage, *a, **k), args, kwargs)
+    else:
+        # lower() of a trace, outside any call: its compile is recorded as one made outside
+        # the function's call (a lowering inside one would be a compile event of its own).
+        observed._cachewatch_next = lambda a, k: _compiled_through(made(stage, *a, **k), run, args, kwargs)
+    return observed
+
+
+@functools.cache
+def _observed_type(stage_type: Any, method: str) -> type:
+    def next_stage(self, *args, **kwargs):
+        return self._cachewatch_next(args, kwargs)
+
+    next_stage.__name__ = method
+    return type(stage_type.__name__, (stage_type,), {"__slots__": ("_cachewatch_next",), method: next_stage})
 
 
 @_guard.guarded(where="jit.await_warmup")

@@ -200,11 +200,12 @@ def explain_compile(
 
 
 def _first_compile_of_traced(obj: ObjectHistory, history: FunctionHistory, name: str, sig: Signature) -> Verdict:
-    """A compile of a signature so far only traced inside another transformation (an outer
-    jit, vmap, grad): nothing moved; it is compared with the signatures compiled before."""
+    """A compile of a signature so far only traced (by ``.lower()``, or inside another
+    transformation: an outer jit, vmap, grad): nothing moved; it is compared with the
+    signatures compiled before."""
     note = (
-        f"`{name}` was compiled for a signature it had so far only traced inside another "
-        "transformation (the jaxpr came from JAX's trace cache)"
+        f"`{name}` was compiled for a signature it had so far only traced (by .lower(), or inside "
+        "another transformation; the jaxpr came from JAX's trace cache)"
     )
     compiled = [s for s in obj.signatures if s.key in obj.compiled_keys]
     entries = sigmod.closest(compiled, sig)[1] if compiled else []
