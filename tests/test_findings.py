@@ -270,6 +270,18 @@ def test_an_optimizer_built_each_epoch_is_told_to_be_built_once_and_the_fix_hold
     assert _findings(fixed.url) == []
 
 
+def test_an_optimizer_made_each_epoch_as_a_static_argument_is_told_to_be_made_once_and_the_fix_holds(tmp_path):
+    ran = run_program(tmp_path, "static_optimizer")
+    assert ran.compiles["step"] == ran.logged["step"] == 8
+    (found,) = _findings(ran.url)
+    assert "Static argument tx of `step` is an object made anew each time (8 of them" in found.fix
+    assert "drop it from static_argnums" not in found.fix
+    fixed = run_program(tmp_path, "static_optimizer_fixed")
+    assert fixed.stdout == ran.stdout
+    assert fixed.compiles["step"] == fixed.logged["step"] == 1
+    assert _findings(fixed.url) == []
+
+
 def test_a_library_the_user_calls_gets_no_advice_to_jit_the_call(tmp_path):
     ran = run_program(tmp_path, "four_models")
     assert sum(ran.compiles.values()) == sum(ran.logged.values())

@@ -47,7 +47,14 @@ from ..store.columns import Filters
 from . import diagnosis, finding_reads
 from .finding_fixes import Driver, construction, finding_fix, outwards
 from .finding_reads import StormCompile
-from .fixes import is_library_function, library_of, remade_static_objects, short_site, static_attribute_values
+from .fixes import (
+    is_library_function,
+    library_of,
+    made_anew,
+    remade_static_objects,
+    short_site,
+    static_attribute_values,
+)
 from .results import Storm
 
 
@@ -227,10 +234,6 @@ def gather(
 # ------------------------------------------------------------------ what varies
 
 
-# The repr of an object that compares and hashes by identity (no __eq__ or __hash__ of its own).
-_BY_IDENTITY = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
-
-
 def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
     cause = storm.dominant_cause
     if cause in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED):
@@ -240,7 +243,7 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
         return Driver("size", frozenset(sizes), _grows(sizes))
     if cause == Cause.NEW_STATIC_VALUE:
         values = {str(e.get("after")) for r in rows for e in r.diff if e.get("change") == "static"}
-        if values and all(_BY_IDENTITY.fullmatch(v) for v in values):  # a static `self` made anew
+        if made_anew(values):  # a static `self`, an optimizer, made anew: compared by identity
             return Driver("object", entry=_entry(rows)[0] or storm.call_site)
         return Driver("static", values=frozenset(values))
     if cause == Cause.NEW_STRUCTURE and remade_static_objects(r.diff for r in rows) is not None:

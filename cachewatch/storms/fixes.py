@@ -364,6 +364,13 @@ def _static_attribute(rows: Sequence[Recompile]) -> tuple[str, str, int] | None:
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
+def made_anew(values: Iterable[str]) -> bool:
+    """Whether static values (their text) are objects made anew: several, with addresses,
+    the same text but for them (compared by identity: a new object each time)."""
+    texts = list(values)
+    return len(texts) > 1 and all(_ADDRESS.search(t) for t in texts) and len({_ADDRESS.sub("", t) for t in texts}) == 1
+
+
 def remade_static_objects(diffs: Iterable[Sequence[Mapping[str, Any]] | None]) -> tuple[str, str] | None:
     """The argument and the text of the objects, where every structure change of these
     diffs is objects held as static data made anew (the same but for their addresses:
@@ -413,6 +420,15 @@ def _static_value_fix(name: str, rows: Sequence[Recompile], at: str) -> str:
                 values[e["path"]].update(v for v in (e.get("before"), e.get("after")) if v is not None)
     if static_paths:
         path = static_paths.most_common(1)[0][0]
+        if made_anew(values[path]):
+            return (
+                f"Static argument {path} of `{name}` is an object made anew each time ({len(values[path])} of "
+                f"them, one compile each{at}, the same program): JAX hashes a static argument, and an object "
+                "without __hash__ and __eq__ of its own (or holding functions, as an optax optimizer does) is "
+                "equal only to itself. Build it once, before the loop, and reuse it; a hyperparameter that "
+                "changes goes in as an array (optax.inject_hyperparams(optax.sgd)(learning_rate=...), set "
+                "through opt_state.hyperparams), so one compile serves every value."
+            )
         if "[" in path or "." in path:  # a leaf inside a static argument (signature._static_leaves)
             seen = ", ".join(sorted(values[path])[:3])
             return (
