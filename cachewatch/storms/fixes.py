@@ -431,16 +431,19 @@ def _static_value_fix(name: str, rows: Sequence[Recompile], at: str) -> str:
             )
         if "[" in path or "." in path:  # a leaf inside a static argument (signature._static_leaves)
             seen = ", ".join(sorted(values[path])[:3])
+            counts = all(v.lstrip("-").isdigit() for v in values[path])  # a Python int: maybe a shape or a count
+            dtype, kind = ("jnp.int32", "int") if counts else ("jnp.float32", "float")
             return (
                 f"`{name}` holds every non-array leaf of its arguments static (a wrapper such as "
                 f"eqx.filter_jit does: only JAX arrays are traced), and the leaf {path} took "
-                f"{len(values[path])} distinct values ({seen}, ...), one compile each{at}. Make it a JAX array "
-                "of a fixed dtype (jnp.asarray(value, jnp.float32): without the dtype a Python float's array "
-                "is weakly typed, another signature) so it is traced and one compile serves every value. An array in a "
+                f"{len(values[path])} distinct values ({seen}, ...), one compile each{at}. Where it only feeds "
+                f"arithmetic, make it a JAX array of a fixed dtype (jnp.asarray(value, {dtype}): without the "
+                f"dtype a Python {kind}'s array is weakly typed, another signature) so it is traced and one "
+                "compile serves every value. An array in a "
                 "model is a parameter to eqx.filter(model, eqx.is_array) and to the optimizer: make it one "
                 "from the start (the optimizer's state then has its slot) and read it through "
                 "jax.lax.stop_gradient where it is used, so training leaves it as you set it. If it must "
-                "stay a Python value, limit it to a few."
+                "stay a Python value (a shape, a count of steps), limit it to a few."
             )
         return (
             f"Static argument {path} of `{name}` took {len(values[path])} distinct values, one compile "
