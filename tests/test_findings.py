@@ -200,6 +200,19 @@ def test_an_object_rebuilt_per_call_is_pointed_at_its_construction_and_the_fix_h
     assert _findings(fixed.url) == []
 
 
+def _fix_compiles_once(tmp_path, ran: Ran, program: str, function: str, losses: bool = False) -> None:
+    """``program`` (the run's program with the printed fix applied) compiles ``function``
+    once, prints what the run printed (the same losses to float32's last bits, with
+    ``losses``: see :func:`_losses`) and leaves no finding."""
+    fixed = run_program(tmp_path, program)
+    if losses:
+        assert _losses(fixed.stdout) == pytest.approx(_losses(ran.stdout), rel=1e-4)
+    else:
+        assert fixed.stdout == ran.stdout
+    assert fixed.compiles[function] == fixed.logged[function] == 1
+    assert _findings(fixed.url) == []
+
+
 def _losses(printed: str) -> list[float]:
     """The losses a program printed, one per step. A divisor held static is a constant XLA
     may fold (a multiply by its reciprocal); traced, it is divided by: the same training
@@ -216,10 +229,7 @@ def test_a_float_field_that_filter_jit_holds_static_is_told_to_be_an_array_and_t
     assert "jax.lax.stop_gradient" in found.fix
     assert "static_argnums" not in found.fix
     assert "PyTreeDef" not in found.varying
-    fixed = run_program(tmp_path, "annealed_field_fixed")
-    assert _losses(fixed.stdout) == pytest.approx(_losses(ran.stdout), rel=1e-4)
-    assert fixed.compiles["step"] == fixed.logged["step"] == 1
-    assert _findings(fixed.url) == []
+    _fix_compiles_once(tmp_path, ran, "annealed_field_fixed", "step", losses=True)
 
 
 def test_a_plain_attribute_of_an_nnx_module_is_told_to_be_a_variable_and_the_fix_holds(tmp_path):
@@ -234,10 +244,7 @@ def test_a_plain_attribute_of_an_nnx_module_is_told_to_be_a_variable_and_the_fix
         told = conn.execute(sa.select(models.compile_events.c.explanation)).scalars().all()
     # The structure's change is shown where it is, not as the first characters of two treedefs.
     assert any("('temperature', Static(value=1.0))" in text for text in told)
-    fixed = run_program(tmp_path, "nnx_attribute_fixed")
-    assert _losses(fixed.stdout) == pytest.approx(_losses(ran.stdout), rel=1e-4)
-    assert fixed.compiles["step"] == fixed.logged["step"] == 1
-    assert _findings(fixed.url) == []
+    _fix_compiles_once(tmp_path, ran, "nnx_attribute_fixed", "step", losses=True)
 
 
 def test_an_object_made_each_epoch_as_a_static_self_is_pointed_at_its_construction_and_the_fix_holds(tmp_path):
@@ -251,10 +258,7 @@ def test_an_object_made_each_epoch_as_a_static_self_is_pointed_at_its_constructi
     assert f"built anew at static_self.py:{built} on each pass of the loop at static_self.py:{loop}" in found.fix
     assert "hashed by identity" in found.fix
     assert "static_argnums" not in found.fix
-    fixed = run_program(tmp_path, "static_self_fixed")
-    assert fixed.stdout == ran.stdout
-    assert fixed.compiles["step"] == fixed.logged["step"] == 1
-    assert _findings(fixed.url) == []
+    _fix_compiles_once(tmp_path, ran, "static_self_fixed", "step")
 
 
 def test_an_optimizer_built_each_epoch_is_told_to_be_built_once_and_the_fix_holds(tmp_path):
@@ -264,10 +268,7 @@ def test_an_optimizer_built_each_epoch_is_told_to_be_built_once_and_the_fix_hold
     assert "made anew each time and compared by identity" in found.fix
     assert "optax.inject_hyperparams" in found.fix
     assert "dict keys" not in found.fix
-    fixed = run_program(tmp_path, "remade_optimizer_fixed")
-    assert fixed.stdout == ran.stdout
-    assert fixed.compiles["train_step"] == fixed.logged["train_step"] == 1
-    assert _findings(fixed.url) == []
+    _fix_compiles_once(tmp_path, ran, "remade_optimizer_fixed", "train_step")
 
 
 def test_an_optimizer_made_each_epoch_as_a_static_argument_is_told_to_be_made_once_and_the_fix_holds(tmp_path):
@@ -276,10 +277,7 @@ def test_an_optimizer_made_each_epoch_as_a_static_argument_is_told_to_be_made_on
     (found,) = _findings(ran.url)
     assert "Static argument tx of `step` is an object made anew each time (8 of them" in found.fix
     assert "drop it from static_argnums" not in found.fix
-    fixed = run_program(tmp_path, "static_optimizer_fixed")
-    assert fixed.stdout == ran.stdout
-    assert fixed.compiles["step"] == fixed.logged["step"] == 1
-    assert _findings(fixed.url) == []
+    _fix_compiles_once(tmp_path, ran, "static_optimizer_fixed", "step")
 
 
 def test_a_library_the_user_calls_gets_no_advice_to_jit_the_call(tmp_path):
