@@ -224,7 +224,7 @@ def test_a_signature_first_traced_inside_an_outer_jit_is_compared_with_what_comp
     inner_first(jnp.ones(6))  # compiled at 6 from JAX's trace cache
     events = compiled_events(sqlite_url, {"inner_first"})
     assert [e["cause"] for e in events] == [Cause.FIRST_CALL, Cause.NEW_SHAPE]
-    assert "only traced inside another transformation" in events[1]["explanation"]
+    assert "only traced (by .lower(), or inside another transformation" in events[1]["explanation"]
     assert [(d["path"], d["before"], d["after"]) for d in events[1]["diff"]] == [("a", "float32[4]", "float32[6]")]
 
 
