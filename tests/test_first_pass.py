@@ -291,3 +291,31 @@ def test_an_evaluation_pass_in_order_then_served_again_stays_a_first_pass(sqlite
     assert not storms
     (found,) = passes
     assert found.signatures == 6
+
+
+def test_calls_counted_after_a_burst_outweigh_the_clock_however_late_the_run_is_heard_from(sqlite_url, use_store):
+    """A jit whose calls are counted one by one: six calls after a burst that spanned
+    thirty-one are no program going on, however long after the burst the run last wrote
+    (a slow exit, a wait of the user's). Before, the quiet stretch on the clock made such
+    a burst a first pass."""
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def sized_often(x):
+        return jnp.tanh(x).sum()
+
+    for n in range(3, 11):
+        for _ in range(5):
+            sized_often(jnp.ones(n))
+    assert cachewatch.flush(30)  # a collection after the burst's last compile
+    sized_often(jnp.ones(10))
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        stats = models.call_stats
+        last = conn.execute(sa.select(sa.func.max(stats.c.timestamp))).scalar_one()
+        # The run's last statistics written an hour later, as after a long wait.
+        conn.execute(sa.update(stats).where(stats.c.timestamp == last).values(timestamp=last + 3600))
+    storms, passes = _storms_and_passes(sqlite_url, "sized_often")
+    assert not passes
+    (storm,) = storms
+    assert storm.compiles == 7

@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import scenarios
 import sqlalchemy as sa
 
 from cachewatch import runner
@@ -468,3 +469,24 @@ def test_a_program_stopped_by_ctrl_c_ends_as_under_python_with_its_events_writte
     assert "<lambda>: 2 compiles" in by_run.stderr
     # Python alone recorded nothing; the store holds what the run compiled before Ctrl-C.
     assert sorted(cause for name, cause in compiled(store) if name == "<lambda>") == ["first_call", "new_shape"]
+
+
+def test_a_library_installed_into_a_folder_on_pythonpath_is_a_library(tmp_path):
+    """``pip install --target DIR`` with DIR on PYTHONPATH: code there (a ``*.dist-info``
+    beside it) is a library's, so a compile it makes is placed at the user's line that
+    called it, not at the library's own."""
+    site = tmp_path / "site"
+    (site / "fakelib-1.0.dist-info").mkdir(parents=True)
+    (site / "fakelib").mkdir()
+    (site / "fakelib" / "__init__.py").write_text(
+        "import jax.numpy as jnp\n\n\ndef scaled(x):\n    return jnp.tanh(x) * 3.0\n"
+    )
+    program = tmp_path / "uses_fakelib.py"
+    program.write_text("import jax.numpy as jnp\nimport fakelib\n\nprint(float(fakelib.scaled(jnp.ones(3)).sum()))\n")
+    url = f"sqlite:///{tmp_path / 'fakelib.db'}"
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    scenarios.run_program_file(str(program), url, {"PYTHONPATH": path}, cwd=tmp_path)
+    with enginemod.connection(url) as conn:
+        e = models.compile_events
+        sites = set(conn.execute(sa.select(e.c.call_site).where(e.c.compiled)).scalars())
+    assert sites == {f"{program}:4"}

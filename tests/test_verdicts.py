@@ -17,7 +17,7 @@ import pytest
 import scenarios
 import sqlalchemy as sa
 
-from cachewatch.core.events import Cause
+from cachewatch.core.events import OP_BY_OP_MODULE, Cause
 from cachewatch.payoff import verdicts
 from cachewatch.programs import program_texts
 from cachewatch.store import engine as enginemod
@@ -235,6 +235,8 @@ class _Compile:
             site,
             module,
         )
+        self.remade_static = False
+        self.user_stack: list[dict[str, str]] | None = None
 
 
 def test_set_up_from_one_line_stays_warm_up_and_a_loop_coming_back_ends_it():
@@ -261,6 +263,20 @@ def test_set_up_from_one_line_stays_warm_up_and_a_loop_coming_back_ends_it():
         _Compile(1, "_reduce_sum", Cause.NEW_FUNCTION_OBJECT, c),
     ]
     assert steady.warmup_end(jax_own) is None
+    # A primitive compiled again from the same line for a parameter made anew (the same
+    # text: an eager lax.cond's lambdas traced again): that line ran again, nothing between.
+    cond = [_Compile(0, "cond", Cause.FIRST_CALL, c, OP_BY_OP_MODULE)]
+    cond.append(_Compile(1, "cond", Cause.NEW_STATIC_VALUE, c, OP_BY_OP_MODULE))
+    assert steady.warmup_end(cond) is None  # another value (or unknown): one pass may compile several
+    cond[1].remade_static = True
+    assert steady.warmup_end(cond) == 1
+    # ... unless one jax.tree.map over a pytree's leaves brought it back (set-up, one call).
+    mapped = [_Compile(0, "cond", Cause.FIRST_CALL, c, OP_BY_OP_MODULE)]
+    mapped.append(_Compile(1, "cond", Cause.NEW_STATIC_VALUE, c, OP_BY_OP_MODULE))
+    for compiled in mapped:
+        compiled.user_stack = [{"site": c, "into": "jax._src.tree"}]
+    mapped[1].remade_static = True
+    assert steady.warmup_end(mapped) is None
 
 
 @pytest.mark.parametrize("program", ["linen_seq", "eager_loss", "numpyro_nuts", "pmap_step", "sharded_mlp"])

@@ -52,8 +52,11 @@ FIX = {
     "profile_rebuild": "nothing: the profile-guided rebuild ends by itself after jax_pgle_profiling_runs",
     "non_array_outputs": "return jax.Arrays (not Python scalars or other objects) from the jit",
     "under_transformation": (
-        "jit the transformed function instead of transforming the jit, e.g. "
-        "step = jax.jit(jax.value_and_grad({name})) once, then call step"
+        "jit the transformed function instead of transforming the jit, with the transformation your code "
+        "applies: step = jax.jit(jax.value_and_grad({name})) for a gradient, jax.jit(jax.vmap({name}, "
+        "in_axes=...)) for a vmap, made once, before the loop; a static argument of `{name}` stays static "
+        "only if the new jit is told so again, by position (static_argnums), as the transformed function "
+        "takes its arguments by position. Then call step"
     ),
     "other": "see which of its outputs or options differ from the jit's usual ones",
 }

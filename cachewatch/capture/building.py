@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 from ..core.events import CompileEvent, DiffEntry, FunctionInfo, Kind, new_event_id
+from ..core.texts import static_made_anew
 from ..explain import signature as sigmod
 from ..record import current
 from . import cachestate, devices
@@ -103,7 +104,9 @@ def compile_event(
     compiled = record.compiles > 0
     if compiled and ahead is None:
         # Tell the run before its warm-up flag is read: this compile may end warm-up.
-        current.note_compile(function.function_hash, cause, call_site, function.module, stack_of(call_site))
+        current.note_compile(
+            function.function_hash, cause, call_site, function.module, stack_of(call_site), static_made_anew(diff)
+        )
     if compiled:
         cachestate.compiled(function)
     cache_hit, cache_key = cache_key_of(record.seq)

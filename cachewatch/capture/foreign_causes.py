@@ -12,6 +12,7 @@ import threading
 from typing import Any, NamedTuple
 
 from ..core.events import Cause, DiffEntry, FunctionInfo
+from ..core.texts import shortened, static_made_anew
 from ..explain import causes
 from ..explain import context as ctxmod
 from ..explain import signature as sigmod
@@ -131,6 +132,12 @@ def _primitive_changed(named: str, where: str, operands: str, verdict: causes.Ve
             "Set the option once at start-up, or run this code inside the same context every time."
         )
     change = verdict.diff[0]
+    if static_made_anew(verdict.diff):
+        return (
+            f"JAX compiled the primitive {named} op by op again, outside any jit{where}: its parameter "
+            f"`{change['path']}` was made anew with the same text ({shortened(str(change['after']), 160)}), and "
+            f"JAX compares it by identity. {causes.REMADE_PARAMETER_ADVICE}"
+        )
     if change.get("change") == "static":
         what = f"its parameter `{change['path']}` changed: {change['before']} -> {change['after']}"
     else:
@@ -163,6 +170,8 @@ class _Lowered(NamedTuple):
 _MAX_PRINTED_EQUATIONS = 5000
 
 _lowered: dict[tuple[str, str, tuple | None], list[_Lowered]] = {}
+# Per function, the programs its backward pass compiled (keys of _lowered), in order.
+_backward_programs: dict[str, dict[tuple | None, None]] = {}
 _lowered_lock = threading.Lock()
 
 
@@ -240,6 +249,8 @@ def _remember_lowered(target: Target) -> tuple[list[_Lowered], int]:
             remembered = _Lowered(target.signature, clears, target.jaxpr_ref, target.outputs, target.printed)
             _lowered.setdefault(key, []).append(remembered)
             del _lowered[key][:-64]
+            if target.outside_call == BACKWARD_PASS:
+                _backward_programs.setdefault(key[0], {})[target.program] = None
     return earlier, clears
 
 
@@ -323,9 +334,9 @@ def _other_backward_at(target: Target, sig: sigmod.Signature) -> bool:
     with _lowered_lock:
         return any(
             e.signature.key == sig.key
-            for (h, how, program), seen in _lowered.items()
-            if h == function_hash and how == BACKWARD_PASS and program != target.program
-            for e in seen
+            for program in _backward_programs.get(function_hash, ())
+            if program != target.program
+            for e in _lowered.get((function_hash, BACKWARD_PASS, program), ())
         )
 
 
@@ -408,4 +419,5 @@ def reset() -> None:
     """Forget the compiles seen without a trace (a new run)."""
     with _lowered_lock:
         _lowered.clear()
+        _backward_programs.clear()
         _traced_placements.clear()

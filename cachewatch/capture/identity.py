@@ -47,9 +47,26 @@ def _library_dirs() -> tuple[str, ...]:
         if path:
             dirs.update((os.path.abspath(path), os.path.realpath(path)))
     for path in sys.path:
-        if path.rstrip(os.sep).endswith(("site-packages", "dist-packages")):
+        if path.rstrip(os.sep).endswith(("site-packages", "dist-packages")) or _holds_installed(path):
             dirs.update((os.path.abspath(path), os.path.realpath(path)))
     return tuple(sorted(d + os.sep for d in dirs))
+
+
+def _holds_installed(path: str) -> bool:
+    """Whether a folder on the import path holds installed distributions (``pip install
+    --target DIR`` put on PYTHONPATH: a ``*.dist-info`` beside each package), never the
+    folder of the program itself or the working directory, which are the user's."""
+    if not path or os.path.realpath(path) in (os.path.realpath(os.getcwd()), _program_dir()):
+        return False
+    try:
+        return any(name.endswith(".dist-info") for name in os.listdir(path))
+    except OSError:
+        return False
+
+
+def _program_dir() -> str:
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    return os.path.realpath(os.path.dirname(main)) if main else ""
 
 
 # cachewatch itself, every layer (this module sits one floor down in capture/).

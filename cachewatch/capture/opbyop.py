@@ -14,8 +14,7 @@ import hashlib
 import threading
 
 from ..core import jaxcompat
-from ..core.events import OP_BY_OP_MODULE as MODULE
-from ..core.events import FunctionInfo
+from ..core.events import OP_BY_OP_MODULE, FunctionInfo
 
 _lock = threading.Lock()
 _seen: set[str] = set()
@@ -28,9 +27,14 @@ primitive_names = jaxcompat.primitive_names
 def function_info(primitive: str) -> FunctionInfo:
     info = _infos.get(primitive)
     if info is None:
-        digest = hashlib.sha256(f"{MODULE}:{primitive}".encode()).hexdigest()[:20]
+        digest = hashlib.sha256(f"{OP_BY_OP_MODULE}:{primitive}".encode()).hexdigest()[:20]
         info = _infos[primitive] = FunctionInfo(
-            function_hash=digest, name=primitive, qualname=f"{primitive} (op-by-op)", module=MODULE, file="", line=0
+            function_hash=digest,
+            name=primitive,
+            qualname=f"{primitive} (op-by-op)",
+            module=OP_BY_OP_MODULE,
+            file="",
+            line=0,
         )
     return info
 

@@ -39,6 +39,11 @@ class WarmupWatch:
 
     - a jit made afresh (:func:`remade_jit`) compiled again from a line that compiled it
       before (the code that makes it ran again);
+    - a function compiled again from the same user frames as before for a static value
+      made anew (``remade_static``: the same text, compared by identity: the branches of
+      an eager ``lax.cond`` written as lambdas in a loop's body): the code that makes that
+      value ran again, unless one call mapping it over a pytree's leaves brought it back
+      (:func:`one_map_call`);
     - a function compiled again from the same user frames as before (the same line,
       reached through the same lines further out), where some function around it left
       that frame's line and came back to it, with every compile in between inside that
@@ -67,8 +72,10 @@ class WarmupWatch:
         cause: str,
         module: str,
         stack: Sequence[Mapping[str, str]] | None = None,
+        remade_static: bool = False,
     ) -> bool:
-        """Record one compile; True when it ends warm-up."""
+        """Record one compile; True when it ends warm-up. ``remade_static``: its changed
+        static values were made anew (``core.texts.static_made_anew`` of its diff)."""
         lines = tuple(frame["site"] for frame in stack if frame.get("site")) if stack else ()
         if not lines and call_site:
             lines = (str(call_site),)
@@ -80,7 +87,7 @@ class WarmupWatch:
         self._last[(lines, function_hash)] = now
         if before is None:
             return False
-        if remade_jit(cause, module):
+        if remade_jit(cause, module) or (remade_static and not one_map_call(stack or ())):
             return True
         between = self._compiles[before + 1 : now]
         return len(between) <= _LOOP_BODY_MAX and any(_came_back(line, between) for line in lines)
@@ -163,3 +170,20 @@ def in_a_loop(call_site: str) -> bool:
         return False
     number = int(line)
     return any(start <= number <= stop for start, stop in loops_in(file))
+
+
+def one_map_call(stack: Sequence[Mapping[str, str]]) -> bool:
+    """Whether a compile that came back to its lines came back within one call that maps
+    a function over a pytree's leaves (``jax.tree.map``, ``tree_util.tree_map``, a
+    library's tree utilities): one of its user frames calls into a pytree module, and none
+    of them lies in a ``for`` or ``while``, so nothing but the map over the leaves brought
+    the code back. Eager code over a pytree whose leaves differ in shape compiles its
+    primitives once per shape in one call."""
+    into_a_tree = any(_is_pytree_module(frame.get("into", "")) for frame in stack)
+    return into_a_tree and not any(in_a_loop(frame.get("site", "")) for frame in stack)
+
+
+def _is_pytree_module(module: str) -> bool:
+    """A module of pytree utilities: ``jax._src.tree``, ``jax._src.tree_util``,
+    ``optax.tree_utils._tree_math``, dm-tree's ``tree``."""
+    return any(part.strip("_").startswith("tree") for part in module.split(".")) if module else False

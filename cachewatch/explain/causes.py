@@ -22,6 +22,15 @@ from .signature import Signature
 # repeats are still found among all of them.
 _MAX_CANDIDATES = 256
 
+# What to do about a primitive's static parameter made anew each time (the explanation
+# of such a compile and the fix of its storm say the same).
+REMADE_PARAMETER_ADVICE = (
+    "Functions defined where the code runs (a lambda or nested def given to lax.cond, lax.switch, "
+    "lax.scan or lax.while_loop inside a loop) are traced again into new jaxprs each time: define them "
+    "once, outside the loop, and pass what changes as operands (lax.cond(p, true_fn, false_fn, x, scale)), "
+    "or jit the code around them, which traces them once."
+)
+
 
 @dataclasses.dataclass
 class ObjectHistory:
@@ -331,6 +340,19 @@ def _classify_trace(
     if not obj.signatures:
         _, entries = sigmod.closest(history.signatures, sig)
         where = f" at {call_site}" if call_site else ""
+        if entries:
+            # Arguments unlike any earlier object's: perhaps another function of the same
+            # code (a model a factory such as hk.transform made), compiled for the first time.
+            first = entries[0]
+            return Verdict(
+                Cause.NEW_FUNCTION_OBJECT,
+                f"A new jit object was created around `{name}`{where}, whose code JAX had traced through "
+                f"another function object, with arguments unlike any earlier one's (argument {first['path']}: "
+                f"{first['before']} -> {first['after']}). Where it is another function made from the same "
+                "code (a closure over other values, a model hk.transform built), this is its first compile; "
+                "where the jit is made anew for each call, create it once, outside the loop, and reuse it.",
+                tuple(entries),
+            )
         return Verdict(
             Cause.NEW_FUNCTION_OBJECT,
             f"A new jit object was created around `{name}`{where}, which JAX had already traced: "

@@ -22,6 +22,7 @@ import jax
 
 from ..core import _guard
 from ..core.events import Cause, DiffEntry, describe_array
+from ..core.texts import shortened
 from . import context as ctxmod
 
 _MAX_REPR = 200
@@ -421,10 +422,6 @@ def _entry(path: str, change: str, cause: Cause, before: Any, after: Any) -> Dif
     return {"path": path, "change": change, "cause": str(cause), "before": before, "after": after}
 
 
-def _short(text: str, limit: int = 160) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 # Where an element of a treedef's text opens: a named attribute (``('temperature', ``),
 # a dict, a list of children.
 _ELEMENT_OPENS = ("('", "{", "[")
@@ -565,7 +562,7 @@ def _where(value: Any) -> str:
     spec = getattr(sharding, "spec", None)
     shape = getattr(getattr(sharding, "mesh", None), "shape", None)
     text = f"{type(sharding).__name__}({spec}" + (f", mesh {dict(shape)}" if shape else "") + ")"
-    return _short(text)
+    return shortened(text, 160)
 
 
 @_guard.guarded(default=(), where="signature.placement")

@@ -157,7 +157,12 @@ def note_user_compile(function_hash: str) -> None:
 
 
 def note_compile(
-    function_hash: str, cause: str, call_site: str | None, module: str, stack: list[dict[str, str]] | None = None
+    function_hash: str,
+    cause: str,
+    call_site: str | None,
+    module: str,
+    stack: list[dict[str, str]] | None = None,
+    remade_static: bool = False,
 ) -> None:
     """Any compile (a library's jit, JAX's own, a primitive run op by op), before its
     warm-up flag is read: warm-up also ends when the program is seen repeating its work
@@ -166,7 +171,7 @@ def note_compile(
     if _steady_since is not None:
         return
     with _lock:
-        ended = _run.warmup_watch.sees_work_again(call_site, function_hash, cause, module, stack)
+        ended = _run.warmup_watch.sees_work_again(call_site, function_hash, cause, module, stack, remade_static)
     if ended:
         mark_steady()
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..core.events import FunctionInfo, short_name
+from ..core.texts import commonest
 from .fixes import display_name, fix_for, short_site, site_fix
 from .results import Burst, BurstFunction
 from .storm_reads import Recompile
@@ -45,7 +46,9 @@ def of_function(
         key=function_hash,
         function_hash=function_hash,
         function_hashes=(function_hash,),
-        call_site=_driving_line(rows),
+        # The user's line most of a jit's recompiles came from (where the value that
+        # varies enters); the storm stays keyed by the function.
+        call_site=commonest(r.call_site for r in rows),
         functions=(BurstFunction(function_hash, name, len(rows)),),
         name=info.name if info else "",
         qualname=info.qualname if info else function_hash,
@@ -53,13 +56,6 @@ def of_function(
         **span,
         fix=_fix_of(function_hash, info, rows, span["dominant_cause"]) if fixed else "",
     )
-
-
-def _driving_line(rows: list[Recompile]) -> str | None:
-    """The user's line that most of a jit's recompiles came from (where the value that
-    varies enters); the storm stays keyed by the function."""
-    sites = collections.Counter(r.call_site for r in rows if r.call_site)
-    return sites.most_common(1)[0][0] if sites else None
 
 
 def _span(rows: list[Recompile], now: float, window: float) -> dict[str, Any]:

@@ -15,14 +15,14 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any, Protocol, TypedDict, Unpack
 
 import sqlalchemy as sa
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo
 from ..core.figures import seconds_text
-from ..core.warmup import WarmupWatch, in_a_loop
+from ..core.warmup import WarmupWatch, in_a_loop, one_map_call
 from ..programs import program_texts
 from ..store import queries
 from ..store.columns import Filters
@@ -380,12 +380,13 @@ def _judged(
     for (key, run_id, group, _), can in zip(groups, possible, strict=False):
         compiling = functools.partial(storm_reads.compile_seconds_between, conn, run_id)
         heard = work.last_after(run_id, group[-1].timestamp)
+        served = _served_after(work, run_id, group, heard_until)
+        # Calls counted one by one say whether the program went on; the clock would take a
+        # slow exit (or a wait of the user's) after the burst for work served from the cache.
+        went_on = served if _calls_counted(group) else _went_on(group, heard, compiling, served)
         # A first pass: the program went on, served from the cache, or (code whose calls
         # are not counted) it ran once through, with no loop coming round to it.
-        if can and (
-            _went_on(group, heard, compiling, _served_after(work, run_id, group, heard_until))
-            or _one_pass(conn, run_id, group)
-        ):
+        if can and (went_on or _one_pass(conn, run_id, group)):
             passes.append((key, run_id, group))
         elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
             # A storm is a function that keeps compiling: a line whose many primitives
@@ -484,24 +485,44 @@ def _group_key(row: Recompile, info: FunctionInfo | None) -> str:
     return row.function_hash
 
 
+def _calls_counted(group: list[Recompile]) -> tuple[int, int] | None:
+    """The numbers of the calls that made the burst's first and last compiles, where it is
+    one function's and its compiles say which call compiled; else None."""
+    first, last = group[0].call_number, group[-1].call_number
+    if first is None or last is None or len({r.function_hash for r in group}) != 1:
+        return None
+    return first, last
+
+
 def _served_after(work: steady.Work, run_id: str, group: list[Recompile], heard_until: float | None) -> bool:
     """Whether the cache served the burst's function after it, as much as the burst itself:
     counted exactly where the compiles say which call compiled (the calls counted since
     the last one outnumber those from the first to the last); else told by statistics
     covering only time after the burst."""
-    first, last = group[0], group[-1]
-    if first.call_number is not None and last.call_number is not None and len({r.function_hash for r in group}) == 1:
-        after = work.calls(run_id, last.function_hash, heard_until) - last.call_number
-        return after >= last.call_number - first.call_number + 1
-    return work.served_after(run_id, {r.function_hash for r in group}, last.timestamp)
+    counted = _calls_counted(group)
+    if counted is not None:
+        first, last = counted
+        return work.calls(run_id, group[-1].function_hash, heard_until) - last >= last - first + 1
+    return work.served_after(run_id, {r.function_hash for r in group}, group[-1].timestamp)
 
 
 # The causes of compiles that a first pass over new shapes is made of: each a signature
 # the function had not compiled before.
 # A new trace context (the abstract mesh an eager grad's backward pass runs under) is a
 # signature not compiled before too.
+# A new jit object at a signature the function had not compiled (several models made by
+# one factory, each jitted once: the same code, other closures) is one too; one made anew
+# at a signature compiled before is never (its signature repeats).
 _NEW_SIGNATURE_CAUSES = frozenset(
-    {Cause.NEW_SHAPE, Cause.NEW_DTYPE, Cause.WEAK_TYPE, Cause.NEW_STATIC_VALUE, Cause.NEW_STRUCTURE, Cause.NEW_CONTEXT}
+    {
+        Cause.NEW_SHAPE,
+        Cause.NEW_DTYPE,
+        Cause.WEAK_TYPE,
+        Cause.NEW_STATIC_VALUE,
+        Cause.NEW_STRUCTURE,
+        Cause.NEW_CONTEXT,
+        Cause.NEW_FUNCTION_OBJECT,
+    }
 )
 
 
@@ -528,7 +549,7 @@ def _one_pass(conn: sa.Connection, run_id: str, group: list[Recompile]) -> bool:
     on and returned (core.warmup.WarmupWatch over them all: no loop around it). A loop
     that meets a new size each time it comes round is a storm however the run ends. A
     function mapped over a pytree's leaves comes back once per leaf within one call: no
-    loop of the user's (:func:`_one_map_call`)."""
+    loop of the user's (:func:`core.warmup.one_map_call`)."""
     if any(r.call_number is not None for r in group):
         return False  # counted calls tell a first pass by the calls served after it
     span = storm_reads.compiles_in_span(conn, run_id, group[0].timestamp, group[-1].timestamp)
@@ -545,26 +566,9 @@ def _one_pass(conn: sa.Connection, run_id: str, group: list[Recompile]) -> bool:
         # The same call compiling again inside a for or while is that loop coming round,
         # though no other line compiled in between (a one-line loop body).
         looped = came_back or (again and any(in_a_loop(line) for line in lines))
-        if c.event_id in mine and looped and not _one_map_call(c.user_stack or ()):
+        if c.event_id in mine and looped and not one_map_call(c.user_stack or ()):
             return False
     return True
-
-
-def _one_map_call(stack: Sequence[Mapping[str, str]]) -> bool:
-    """Whether a compile that came back to its lines came back within one call that maps
-    a function over a pytree's leaves (``jax.tree.map``, ``tree_util.tree_map``, a
-    library's tree utilities): one of its user frames calls into a pytree module, and none
-    of them lies in a ``for`` or ``while``, so nothing but the map over the leaves (each
-    leaf's shape compiled once) brought the code back. Eager code over a pytree whose
-    leaves differ in shape compiles its primitives once per shape in one call."""
-    into_a_tree = any(_is_pytree_module(frame.get("into", "")) for frame in stack)
-    return into_a_tree and not any(in_a_loop(frame.get("site", "")) for frame in stack)
-
-
-def _is_pytree_module(module: str) -> bool:
-    """A module of pytree utilities: ``jax._src.tree``, ``jax._src.tree_util``,
-    ``optax.tree_utils._tree_math``, dm-tree's ``tree``."""
-    return any(part.strip("_").startswith("tree") for part in module.split(".")) if module else False
 
 
 def _went_on(

@@ -30,6 +30,7 @@ class Driver:
     growing: bool = False  # a count that grows: each new size larger by the same step
     values: frozenset[str] = frozenset()
     entry: str | None = None  # for "object": the line that reaches the re-created jit
+    remade: str = ""  # for "object": the primitive's parameter made anew ("`cond`'s parameter `branches`")
 
 
 def finding_fix(
@@ -64,6 +65,8 @@ def finding_fix(
                 "compile.",
                 "hoist_object",
             )
+        if driver.remade:
+            return lead.fix, "hoist_function"
         return lead.fix, "library_api" if library else "hoist_jit"
     if library is not None:
         return _library_boundary(driver, group, entry_text, library, named, price), "library_boundary"

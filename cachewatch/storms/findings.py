@@ -33,14 +33,15 @@ import dataclasses
 import hashlib
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypedDict, Unpack
 
 import sqlalchemy as sa
 
 from ..callpaths import call_path_reads, slow_path
-from ..core.events import Cause, FunctionInfo, parse_described
+from ..core.events import Cause, FunctionInfo, parse_described, short_name
 from ..core.figures import seconds_text
+from ..core.texts import commonest
 from ..core.warmup import enclosing_function, loops_in
 from ..store import queries
 from ..store.columns import Filters
@@ -51,6 +52,7 @@ from .fixes import (
     is_library_function,
     library_of,
     made_anew,
+    remade_parameter,
     remade_static_objects,
     short_site,
     static_attribute_values,
@@ -184,7 +186,8 @@ def _slow_path_finding(found: slow_path.SlowPath, length: float | None) -> Findi
         finding_id=digest.hexdigest()[:16],
         run_id=found.run_id,
         cause="slow_path",
-        varying=f"every call through JAX's Python dispatch path ({reason})",
+        varying=f"every call of `{short_name(found.function.qualname or found.function.name)}` through JAX's "
+        f"Python dispatch path ({reason})",
         entry=site,
         entry_text=short_site(site) if site else "",
         functions=(found.function.qualname or found.function.name,),
@@ -245,6 +248,10 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
         values = {str(e.get("after")) for r in rows for e in r.diff if e.get("change") == "static"}
         if made_anew(values):  # a static `self`, an optimizer, made anew: compared by identity
             return Driver("object", entry=_entry(rows)[0] or storm.call_site)
+        names = {f.function_hash: f.name.removesuffix(" (op-by-op)") for f in storm.functions}
+        remade = remade_parameter(rows, lambda h: names.get(h, h))
+        if remade is not None:  # lax.cond's branches defined in a loop: traced anew each pass
+            return Driver("object", entry=_entry(rows)[0] or storm.call_site, remade=remade)
         return Driver("static", values=frozenset(values))
     if cause == Cause.NEW_STRUCTURE and remade_static_objects(r.diff for r in rows) is not None:
         return Driver("object", entry=_entry(rows)[0] or storm.call_site)
@@ -338,12 +345,12 @@ def _entry(rows: Sequence[StormCompile]) -> tuple[str | None, str, str | None]:
     stacks (an older store), the line most of them were made from."""
     stacks = [r.user_stack for r in rows if r.user_stack]
     if not stacks or len(stacks) < len(rows):
-        site = _commonest(r.call_site for r in rows)
+        site = commonest(r.call_site for r in rows)
         return site, short_site(site) if site else "", None
     per_compile = [[(_home(f["site"]), f) for f in stack] for stack in stacks]
     shared = set.intersection(*({home for home, _ in frames if home is not None} for frames in per_compile))
     if not shared:
-        site = _commonest(r.call_site for r in rows)
+        site = commonest(r.call_site for r in rows)
         return site, short_site(site) if site else "", None
     # The innermost shared function, as the first stack nests them.
     home = next(h for h, _ in per_compile[0] if h in shared)
@@ -365,11 +372,6 @@ def _entry(rows: Sequence[StormCompile]) -> tuple[str | None, str, str | None]:
 
 def _home(site: str) -> tuple[str, str, int] | None:
     return enclosing_function(site)
-
-
-def _commonest(sites: Iterable[str | None]) -> str | None:
-    counted = collections.Counter(s for s in sites if s)
-    return counted.most_common(1)[0][0] if counted else None
 
 
 def _loop_around(home: tuple[str, str, int], lines: list[int]) -> int | None:
@@ -405,7 +407,12 @@ def _finding(
     )
     cause = causes.most_common(1)[0][0]
     driver = _group_driver(group, drivers)
-    entry, entry_text, library = _entry(rows) if rows else (lead.call_site, short_site(lead.call_site or ""), None)
+    # Where a size or a value varies, a new jit object among the compiles (another model's
+    # first call, made elsewhere) is not what it drives: it does not place the entry.
+    driven = [r for r in rows if r.cause != Cause.NEW_FUNCTION_OBJECT] if driver.kind != "object" else rows
+    entry, entry_text, library = (
+        _entry(driven or rows) if rows else (lead.call_site, short_site(lead.call_site or ""), None)
+    )
     if any(_users_own_jit(s, infos) for s in group):
         library = None  # the user's own jit behind a library's wrapper (nnx.jit, eqx.filter_jit) is theirs to fix
     run_id = group[0].run_id
@@ -414,7 +421,8 @@ def _finding(
     functions = tuple(names[h] for h, _ in per_function.most_common())
     varying = _varying(driver, group, names, library)
     # A re-built object enters where it is built: the line to change.
-    made = next(filter(None, map(construction, outwards(entry, rows))), None) if driver.kind == "object" else None
+    rebuilt = driver.kind == "object" and not driver.remade
+    made = next(filter(None, map(construction, outwards(entry, rows))), None) if rebuilt else None
     if made is not None:
         entry, entry_text = made[1], short_site(made[1])
     fix, kind = finding_fix(driver, group, made, entry_text, library, functions, compiles, seconds, infos)
@@ -465,6 +473,8 @@ def _varying(driver: Driver, group: list[Storm], names: dict[str, str], library:
         sizes = sorted(driver.sizes)
         how = "a count that grows" if driver.growing else "a size that varies"
         return f"{how}: {len(sizes)} sizes between {sizes[0]} and {sizes[-1]}"
+    if driver.kind == "object" and driver.remade:
+        return f"{driver.remade} made afresh at each pass (functions defined in the loop), the same program each time"
     if driver.kind == "object":
         return "a jit (or the object that holds it) made afresh on every call, the same program each time"
     if driver.kind == "static" and not driver.values:
@@ -477,8 +487,9 @@ def _varying(driver: Driver, group: list[Storm], names: dict[str, str], library:
 def describe(finding: Finding) -> str:
     """One line for a finding, as the command line and the runner's summary print it."""
     share = f", {finding.share_of_run:.0%} of the run" if finding.share_of_run is not None else ""
-    if finding.cause == "slow_path":
-        return f"{finding.varying} at {finding.entry_text}: {seconds_text(finding.seconds)}{share}."
+    if finding.cause == "slow_path":  # its entry is where the function is defined: its calls are not placed
+        defined = f", defined at {finding.entry_text}" if finding.entry_text else ""
+        return f"{finding.varying}{defined}: {seconds_text(finding.seconds)}{share}."
     state = "ACTIVE" if finding.active else "ended"
     where = f" at {finding.entry_text}" if finding.entry_text else ""
     return (

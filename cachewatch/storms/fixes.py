@@ -8,11 +8,13 @@ import collections
 import linecache
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described, short_name
+from ..core.texts import ADDRESS, commonest, shortened, static_made_anew, without_addresses
 from ..core.warmup import enclosing_function
+from ..explain.causes import REMADE_PARAMETER_ADVICE
 from .storm_reads import Recompile
 
 
@@ -66,6 +68,9 @@ def site_fix(call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Reco
             "to NumPy first (np.asarray(x)) and do that work in NumPy: nothing is compiled, and nothing needs "
             "a fixed shape."
         )
+    parameter = remade_parameter(rows, lambda h: display_name(infos.get(h), h).removesuffix(" (op-by-op)"))
+    if parameter is not None:
+        return _remade_parameter_fix(parameter, f" at {call_site}", len(rows))
     eager = sum(1 for h in per_function if infos.get(h) is not None and infos[h].module == OP_BY_OP_MODULE)
     runs = (
         "op by op"
@@ -228,7 +233,44 @@ def _library_fix(name: str, module: str, cause: str, rows: Sequence[Recompile]) 
     )
 
 
+class _Diffed(Protocol):
+    """A recompile as storms (``Recompile``) and findings (``StormCompile``) read it."""
+
+    @property
+    def function_hash(self) -> str: ...
+    @property
+    def cause(self) -> str: ...
+    @property
+    def diff(self) -> Sequence[Mapping[str, Any]] | None: ...
+
+
+def remade_parameter(rows: Sequence[_Diffed], name_of: Callable[[str], str]) -> str | None:
+    """ "`cond`'s parameter `branches`" where most of the recompiles are compiles of a
+    primitive (named by ``name_of`` its function hash) whose static parameter was made
+    anew (the same text, compared by identity: functions defined again at each pass and
+    traced into new jaxprs); else None."""
+    made = [r for r in rows if r.cause == Cause.NEW_STATIC_VALUE and static_made_anew(r.diff)]
+    if not made or len(made) * 2 <= len(rows):
+        return None
+    return commonest(
+        f"`{name_of(r.function_hash)}`'s parameter `{e['path']}`"
+        for r in made
+        for e in r.diff or []
+        if e.get("change") == "static"
+    )
+
+
+def _remade_parameter_fix(named: str, at: str, count: int) -> str:
+    return (
+        f"{named[0].upper()}{named[1:]} is made anew each time{at}, with the same text, and JAX compares it by "
+        f"identity: it compiled the same program {count} more times. {REMADE_PARAMETER_ADVICE}"
+    )
+
+
 def _op_by_op_fix(primitive: str, rows: Sequence[Recompile]) -> str:
+    remade = remade_parameter(rows, lambda _: primitive)
+    if remade is not None:
+        return _remade_parameter_fix(remade, _sites_text(rows), len(rows))
     firsts = [(r.diff or [])[0] for r in rows if r.diff]
     what = ""
     if firsts:
@@ -361,14 +403,11 @@ def _static_attribute(rows: Sequence[Recompile]) -> tuple[str, str, int] | None:
     return path, attribute, len(seen)
 
 
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
 def made_anew(values: Iterable[str]) -> bool:
     """Whether static values (their text) are objects made anew: several, with addresses,
     the same text but for them (compared by identity: a new object each time)."""
     texts = list(values)
-    return len(texts) > 1 and all(_ADDRESS.search(t) for t in texts) and len({_ADDRESS.sub("", t) for t in texts}) == 1
+    return len(texts) > 1 and all(ADDRESS.search(t) for t in texts) and len({without_addresses(t) for t in texts}) == 1
 
 
 def remade_static_objects(diffs: Iterable[Sequence[Mapping[str, Any]] | None]) -> tuple[str, str] | None:
@@ -376,26 +415,22 @@ def remade_static_objects(diffs: Iterable[Sequence[Mapping[str, Any]] | None]) -
     diffs is objects held as static data made anew (the same but for their addresses:
     compared by identity), as an optimizer built again holds new functions; else None."""
     changes = [e for diff in diffs for e in diff or [] if e.get("change") == "structure"]
-    if not changes or not all(_ADDRESS.search(str(e.get("after") or "")) for e in changes):
+    if not changes or not all(ADDRESS.search(str(e.get("after") or "")) for e in changes):
         return None
-    if any(_ADDRESS.sub("", str(e.get("before"))) != _ADDRESS.sub("", str(e.get("after"))) for e in changes):
+    if any(without_addresses(str(e.get("before"))) != without_addresses(str(e.get("after"))) for e in changes):
         return None
-    return changes[-1]["path"], _ADDRESS.sub("", str(changes[-1]["after"])).strip(".")
+    return changes[-1]["path"], without_addresses(str(changes[-1]["after"])).strip(".")
 
 
 def _remade_static_objects_fix(name: str, path: str, shown: str, at: str) -> str:
     return (
         f"The structure of {path} passed to `{name}` changes only in objects it holds as static data that "
-        f"are made anew each time and compared by identity ({_short_text(shown, 120)}){at}: an optimizer "
+        f"are made anew each time and compared by identity ({shortened(shown, 120)}){at}: an optimizer "
         "built again (optax's functions are new with each one), a model's apply function, a new train state "
         "made with them. Build them once, before the loop, and reuse them; a hyperparameter that changes "
         "goes in as an array (optax.inject_hyperparams(optax.sgd)(learning_rate=...), set through "
         "opt_state.hyperparams), so one compile serves every value."
     )
-
-
-def _short_text(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _static_attribute_fix(name: str, path: str, attribute: str, count: int, at: str) -> str:

@@ -56,7 +56,9 @@ def warmup_end(rows: Iterable[Any]) -> float | None:
     watch = WarmupWatch()
     for row in rows:
         stack = getattr(row, "user_stack", None)
-        if watch.sees_work_again(row.call_site, row.function_hash, row.cause, getattr(row, "module", ""), stack):
+        module = getattr(row, "module", "")
+        remade = getattr(row, "remade_static", False)
+        if watch.sees_work_again(row.call_site, row.function_hash, row.cause, module, stack, remade):
             return float(row.timestamp)
     return None
 

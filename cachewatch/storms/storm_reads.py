@@ -11,7 +11,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..core.events import Kind
+from ..core.events import Cause, Kind
+from ..core.texts import static_made_anew
 from ..store import models
 from ..store.columns import Filters, cost_expr, in_chunks
 
@@ -257,6 +258,7 @@ class WarmupCompile:
     call_site: str | None
     module: str
     user_stack: list[dict[str, str]] | None = None
+    remade_static: bool = False  # its changed static values were made anew (core.texts.static_made_anew)
 
 
 def warmup_compiles_of(conn: sa.Connection, run_ids: list[str]) -> list[WarmupCompile]:
@@ -264,14 +266,34 @@ def warmup_compiles_of(conn: sa.Connection, run_ids: list[str]) -> list[WarmupCo
     if not run_ids:
         return []
     e, f = models.compile_events, models.functions
+    # Only a new static value's diff can tell a value made anew: no other diff is read.
+    static_diff = sa.type_coerce(sa.case((e.c.cause == Cause.NEW_STATIC_VALUE.value, e.c.diff)), e.c.diff.type)
     q = (
-        sa.select(e.c.run_id, e.c.timestamp, e.c.function_hash, e.c.cause, e.c.call_site, f.c.module, e.c.user_stack)
+        sa.select(
+            e.c.run_id,
+            e.c.timestamp,
+            e.c.function_hash,
+            e.c.cause,
+            e.c.call_site,
+            f.c.module,
+            e.c.user_stack,
+            static_diff.label("static_diff"),
+        )
         .join(f, f.c.function_hash == e.c.function_hash)
         .where(e.c.run_id.in_(run_ids), e.c.compiled, e.c.warmup, e.c.kind != Kind.AHEAD.value)
         .order_by(e.c.run_id, e.c.timestamp)
     )
     return [
-        WarmupCompile(r.run_id, float(r.timestamp), r.function_hash, r.cause, r.call_site, r.module or "", r.user_stack)
+        WarmupCompile(
+            r.run_id,
+            float(r.timestamp),
+            r.function_hash,
+            r.cause,
+            r.call_site,
+            r.module or "",
+            r.user_stack,
+            static_made_anew(r.static_diff),
+        )
         for r in conn.execute(q)
     ]
 
