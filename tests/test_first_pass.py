@@ -319,3 +319,35 @@ def test_calls_counted_after_a_burst_outweigh_the_clock_however_late_the_run_is_
     assert not passes
     (storm,) = storms
     assert storm.compiles == 7
+
+
+def test_several_models_of_one_factory_jitted_once_each_are_a_first_pass(sqlite_url, use_store):
+    """Six models made by one factory (the same code, closures over other widths, as
+    hk.transform's apply functions are), each jitted once before the loop and called at
+    every round: each new jit object compiles once, at arguments unlike any before, and the
+    cache serves them from then on. No storm, and no advice to hoist a jit already hoisted."""
+    use_store(sqlite_url)
+
+    def make(width):
+        def apply_model(params, x):
+            return jnp.tanh(x @ params).sum() * width
+
+        return apply_model
+
+    widths = (8, 16, 32, 64, 128, 256)
+    jitted = [cachewatch.jit(make(w)) for w in widths]
+    params = [jnp.ones((3, w)) for w in widths]
+    x = jnp.ones((4, 3))
+    for _ in range(30):
+        for model, p in zip(jitted, params, strict=True):
+            model(p, x)
+    assert cachewatch.flush(30)
+    storms, passes = _storms_and_passes(sqlite_url, "apply_model")
+    assert not storms
+    (found,) = passes
+    assert found.compiles == 5
+    with enginemod.connection(sqlite_url) as conn:
+        e = models.compile_events
+        told = conn.execute(sa.select(e.c.explanation).where(e.c.cause == Cause.NEW_FUNCTION_OBJECT)).scalars().all()
+    assert len(told) == 5
+    assert all("with arguments unlike any earlier one's" in text for text in told), told
