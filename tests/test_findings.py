@@ -364,3 +364,25 @@ def test_eager_cond_branches_made_in_the_loop_are_a_storm_told_to_define_them_on
         remade = sa.select(e.c.timestamp).where(e.c.cause == "new_static_value").order_by(e.c.timestamp)
         assert steady.steady_since(conn, [run_id]) == {run_id: conn.execute(remade).scalars().first()}
     _fix_compiles_once(tmp_path, ran, "eager_cond_fixed", "cond")
+
+
+def test_a_kept_sample_list_grown_with_append_is_a_storm_however_long_the_run_goes_on_and_the_fix_holds(tmp_path):
+    """``samples = jnp.append(samples, x)`` in a sampling loop, then a long stretch without
+    it: a count that grows is no first pass over a few shapes, however quiet the run was
+    after it (the calls of JAX's own append are not counted). The fix collects the samples
+    in a list and stacks them once."""
+    ran = run_program(tmp_path, "growing_append")
+    assert ran.compiles["append"] == ran.logged["append"] == 30
+    (found,) = _findings(ran.url)
+    assert (
+        found.entry == f"{os.path.join(PROGRAMS, 'growing_append.py')}:{_line_of('growing_append.py', 'jnp.append(')}"
+    )
+    assert found.fix_kind == "host_buffer"
+    assert found.varying.startswith("a count that grows: 29 sizes between 1 and 29")
+    assert "`jnp.append(samples, x)`" in found.fix
+    assert "make the array once, after the loop (`jnp.stack(samples)`)" in found.fix
+    fixed = run_program(tmp_path, "growing_append_fixed")
+    assert fixed.stdout == ran.stdout
+    assert "append" not in fixed.compiles
+    assert sum(fixed.compiles.values()) == sum(fixed.logged.values()) < sum(ran.compiles.values()) - 25
+    assert _findings(fixed.url) == []

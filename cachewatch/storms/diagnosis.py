@@ -34,6 +34,7 @@ from .results import (
     FirstPass,
     Storm,
 )
+from .sizes import grows, new_sizes
 from .storm_reads import Recompile
 
 logger = logging.getLogger("cachewatch")
@@ -386,7 +387,7 @@ def _judged(
         went_on = served if _calls_counted(group) else _went_on(group, heard, compiling, served)
         # A first pass: the program went on, served from the cache, or (code whose calls
         # are not counted) it ran once through, with no loop coming round to it.
-        if can and (went_on or _one_pass(conn, run_id, group)):
+        if can and (went_on or _one_pass(conn, run_id, group)) and not _uncounted_growth(conn, group):
             passes.append((key, run_id, group))
         elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
             # A storm is a function that keeps compiling: a line whose many primitives
@@ -483,6 +484,16 @@ def _group_key(row: Recompile, info: FunctionInfo | None) -> str:
     if library and row.call_site:
         return f"site:{row.call_site}"
     return row.function_hash
+
+
+def _uncounted_growth(conn: sa.Connection, group: list[Recompile]) -> bool:
+    """Whether a burst of code whose calls are not counted met a count that grows (each
+    size one step past the last: a list appended to in a loop): no finite set of shapes,
+    however long the program went on after it without that line. Read only for a burst
+    about to be judged a first pass; counted calls tell it without this."""
+    if _calls_counted(group) is not None:
+        return False
+    return grows(new_sizes(r.diff for r in storm_reads.with_diffs(conn, group)))
 
 
 def _calls_counted(group: list[Recompile]) -> tuple[int, int] | None:

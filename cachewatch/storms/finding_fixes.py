@@ -92,6 +92,17 @@ def _size_fix(
             "a count.",
             "host_buffer",
         )
+    accumulators = [found for s in group if s.of_line and (found := _accumulator(s.call_site))]
+    if driver.growing and accumulators and len(accumulators) == len(group):
+        site, text, name = accumulators[0]
+        return (
+            f"`{text}` at {site} makes `{name}` one item longer each time it runs: a new shape every time, "
+            f"and JAX compiles it again ({price}). Jitting that line cannot help while `{name}` grows. Collect "
+            f"the items in a Python list (`{name}.append(x)`) and make the array once, after the loop "
+            f"(`jnp.stack({name})`), or write them into a buffer made once at its final size "
+            f"(`buf = buf.at[i].set(x)`).",
+            "host_buffer",
+        )
     sizes = sorted(driver.sizes)
     buckets = sorted({next_pow2(n) for n in sizes})
     if driver.growing:
@@ -201,6 +212,24 @@ def _list_conversion(call_site: str | None) -> tuple[str, str] | None:
     text = linecache.getline(file, int(line)) if line.isdigit() else ""
     found = re.search(r"\b((?:jnp|np|numpy|jax\.numpy)\.(?:array|asarray|stack)\(\s*\w+\s*\))", text)
     return (short_site(call_site), found.group(1)) if found else None
+
+
+# ``samples = jnp.append(samples, x)``, ``out = jnp.concatenate([out, x])``: an array that
+# takes itself and one more item each time.
+_ACCUMULATES = re.compile(
+    r"^\s*(?P<name>\w+)\s*=\s*(?P<call>(?:jnp|np|numpy|jax\.numpy)\.(?:append|concatenate|vstack|hstack)"
+    r"\(\s*[\[(]?\s*(?P=name)\b.*\))\s*(?:#.*)?$"
+)
+
+
+def _accumulator(call_site: str | None) -> tuple[str, str, str] | None:
+    """(the short site, ``jnp.append(samples, x)``, ``samples``) when a line grows an array
+    by itself and one more item; None otherwise or without its source."""
+    if call_site is None:
+        return None
+    file, _, line = call_site.rpartition(":")
+    found = _ACCUMULATES.match(linecache.getline(file, int(line)).rstrip() if line.isdigit() else "")
+    return (short_site(call_site), found.group("call"), found.group("name")) if found else None
 
 
 def _reads_last(info: FunctionInfo | None) -> tuple[str, str] | None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
-import re
 import time
 from collections.abc import Sequence
 from typing import Any, TypedDict, Unpack
@@ -39,7 +38,7 @@ from typing import Any, TypedDict, Unpack
 import sqlalchemy as sa
 
 from ..callpaths import call_path_reads, slow_path
-from ..core.events import Cause, FunctionInfo, parse_described, short_name
+from ..core.events import Cause, FunctionInfo, short_name
 from ..core.figures import seconds_text
 from ..core.texts import commonest
 from ..core.warmup import enclosing_function, loops_in
@@ -58,6 +57,7 @@ from .fixes import (
     static_attribute_values,
 )
 from .results import Storm
+from .sizes import grows, new_sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,9 +241,9 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
     cause = storm.dominant_cause
     if cause in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED):
         return Driver("object", entry=_entry(rows)[0] or storm.call_site)
-    sizes = _new_sizes(rows)
+    sizes = new_sizes(r.diff for r in rows)
     if cause in (Cause.NEW_SHAPE, Cause.NEW_STATIC_VALUE) and len(set(sizes)) >= 2:
-        return Driver("size", frozenset(sizes), _grows(sizes))
+        return Driver("size", frozenset(sizes), grows(sizes))
     if cause == Cause.NEW_STATIC_VALUE:
         values = {str(e.get("after")) for r in rows for e in r.diff if e.get("change") == "static"}
         if made_anew(values):  # a static `self`, an optimizer, made anew: compared by identity
@@ -259,45 +259,6 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
     if held:  # a structure that differs only in an attribute it holds static (a Flax NNX module's)
         return Driver("static", values=frozenset(f"{a}={v}" for (_, a), seen in held.items() for v in seen))
     return Driver("own")
-
-
-def _new_sizes(rows: list[StormCompile]) -> list[int]:
-    """The sizes each compile met on an axis that changed, in time order (from shape
-    changes, and from shape-valued static parameters of operations run op by op)."""
-    seen: list[int] = []
-    for r in rows:
-        for e in r.diff:
-            before, after = _dims_of(e.get("before")), _dims_of(e.get("after"))
-            if before is None or after is None or len(before) != len(after):
-                continue
-            seen.extend(a for a, b in zip(after, before, strict=True) if a != b)
-    return seen
-
-
-def _dims_of(described: Any) -> tuple[int, ...] | None:
-    """``float32[4,16]`` or a static ``(4, 16)`` as its sizes; None for anything else."""
-    if not isinstance(described, str):
-        return None
-    parsed = parse_described(described)
-    if parsed is not None:
-        return tuple(d for d in parsed[1] if isinstance(d, int))
-    if re.fullmatch(r"\(\s*\d+(\s*,\s*\d+)*\s*,?\s*\)", described):
-        return tuple(int(d) for d in re.findall(r"\d+", described))
-    return None
-
-
-def _grows(sizes: list[int]) -> bool:
-    """Whether the sizes met are a count that grows: each new one larger than every one
-    before, by the same step (one more observation, one more token), four or more of them.
-    Batch lengths that happened to rise are no such count."""
-    firsts: list[int] = []
-    for n in sizes:
-        if not firsts or n > firsts[-1]:
-            firsts.append(n)
-        elif n not in firsts:
-            return False  # a new size below the largest: it varies, it does not grow
-    steps = {b - a for a, b in zip(firsts, firsts[1:], strict=False)}
-    return len(firsts) >= 4 and len(steps) == 1
 
 
 def _grouped(storms: list[Storm], drivers: dict[int, Driver]) -> list[list[Storm]]:

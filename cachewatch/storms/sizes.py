@@ -1,0 +1,51 @@
+"""The sizes a function's recompiles met, read from their diffs, and whether they are a
+count that grows (one more observation, one more sample kept, one more token each time):
+what tells a finding's driver (findings.py) and keeps a growing count from passing for a
+first pass over a few shapes (diagnosis.py)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..core.events import parse_described
+
+
+def new_sizes(diffs: Iterable[Sequence[Mapping[str, Any]] | None]) -> list[int]:
+    """The sizes each compile met on an axis that changed, in time order (from shape
+    changes, and from shape-valued static parameters of operations run op by op)."""
+    seen: list[int] = []
+    for diff in diffs:
+        for e in diff or ():
+            before, after = dims_of(e.get("before")), dims_of(e.get("after"))
+            if before is None or after is None or len(before) != len(after):
+                continue
+            seen.extend(a for a, b in zip(after, before, strict=True) if a != b)
+    return seen
+
+
+def dims_of(described: Any) -> tuple[int, ...] | None:
+    """``float32[4,16]`` or a static ``(4, 16)`` as its sizes; None for anything else."""
+    if not isinstance(described, str):
+        return None
+    parsed = parse_described(described)
+    if parsed is not None:
+        return tuple(d for d in parsed[1] if isinstance(d, int))
+    if re.fullmatch(r"\(\s*\d+(\s*,\s*\d+)*\s*,?\s*\)", described):
+        return tuple(int(d) for d in re.findall(r"\d+", described))
+    return None
+
+
+def grows(sizes: list[int]) -> bool:
+    """Whether the sizes met are a count that grows: each new one larger than every one
+    before, by the same step (one more observation, one more token), four or more of them.
+    Batch lengths that happened to rise are no such count."""
+    firsts: list[int] = []
+    for n in sizes:
+        if not firsts or n > firsts[-1]:
+            firsts.append(n)
+        elif n not in firsts:
+            return False  # a new size below the largest: it varies, it does not grow
+    steps = {b - a for a, b in zip(firsts, firsts[1:], strict=False)}
+    return len(firsts) >= 4 and len(steps) == 1
