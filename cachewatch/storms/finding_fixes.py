@@ -92,7 +92,7 @@ def _size_fix(
             "a count.",
             "host_buffer",
         )
-    accumulators = [found for s in group if s.of_line and (found := _accumulator(s.call_site))]
+    accumulators = [grown for s in group if s.of_line and (grown := _accumulator(s.call_site))]
     if driver.growing and accumulators and len(accumulators) == len(group):
         site, text, name = accumulators[0]
         return (

@@ -15,13 +15,13 @@ def step(key, x):
 def main():
     key = jax.random.PRNGKey(0)
     x = jnp.float32(0.0)
-    samples = []
+    kept = []
     for i in range(SAMPLING):
         key, sub = jax.random.split(key)
         x = step(sub, x)
         if i % THINNING == 0:
-            samples.append(x)
-    samples = jnp.stack(samples)
+            kept.append(x)
+    samples = jnp.stack(kept)
     for _ in range(AFTER):
         key, sub = jax.random.split(key)
         x = step(sub, x)
