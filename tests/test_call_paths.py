@@ -203,3 +203,33 @@ def test_a_call_is_priced_at_its_median_not_at_one_slow_sample(ran, tmp_path):
         after = logged(conn)
     assert after.slow_call_seconds == before.slow_call_seconds
     assert after.seconds == before.seconds
+
+
+def test_a_jit_traced_inside_another_makes_no_slow_path_call(sqlite_url, use_store):
+    """A watched jit called while another is traced runs no dispatch of its own: it is
+    traced into the outer program. JAX's Python path still asks for its fast path (with no
+    executable); that is no call on the Python path, and is not counted as one."""
+    if not jaxcompat.available("fastpath_decision"):
+        pytest.skip("this JAX's fast-path decision cannot be read")
+    import jax.numpy as jnp
+
+    import cachewatch
+
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def traced_inside(x):
+        return jnp.sin(x) * 2
+
+    @cachewatch.jit
+    def traces_it(x):
+        return traced_inside(x).sum()
+
+    for n in range(3, 8):
+        for _ in range(3):
+            traces_it(jnp.ones(n))
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        counted = {c.function.name: c for c in call_path_reads.path_counts(conn, Filters())}
+    for name in ("traced_inside", "traces_it"):
+        assert name not in counted or not counted[name].slow, counted[name]

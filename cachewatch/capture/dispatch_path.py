@@ -33,7 +33,7 @@ _DISPATCH_DEPTH = 8
 _last = threading.local()  # (function hash, reason, tracking activity) of this thread's last slow decision
 _installed = False
 # Per executable given no fast path: (it, held weakly, why, its function's call counter).
-_known: dict[int, tuple[Callable[[], Any], str, counters.CallCounter]] = {}
+_known: dict[int, tuple[Callable[[], Any], str | None, counters.CallCounter]] = {}
 _KNOWN_MAX = 4096
 counting = True  # off: JAX's decisions pass through uncounted (what benchmarks/call_paths.py weighs)
 
@@ -74,6 +74,8 @@ def _note_slow(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             _known.clear()
         _known[id(executable)] = known
     _, reason, stats = known
+    if reason is None:
+        return  # traced into another jit's program: no dispatch of its own
     stats.note_slow(reason)
     _last.decision = (state.info.function_hash, reason, _tracking.activity)
 

@@ -224,7 +224,7 @@ def output_types(jaxpr: Any) -> tuple[str, ...] | None:
     try:
         avals = [v.aval for v in jaxpr.outvars]
         return tuple(describe_array(a.dtype, a.shape, bool(getattr(a, "weak_type", False))) for a in avals)
-    except Exception:  # noqa: BLE001 - an output that is no array (a token, a ref): not compared
+    except Exception:  # an output that is no array (a token, a ref): not compared
         return None
 
 

@@ -260,7 +260,7 @@ def _printed(jaxpr: Any) -> int | None:
         if jaxpr is None or len(jaxpr.eqns) > _MAX_PRINTED_EQUATIONS:
             return None
         return hash(str(jaxpr))
-    except Exception:  # noqa: BLE001 - a jaxpr this JAX cannot print: not compared
+    except Exception:  # a jaxpr this JAX cannot print: not compared
         return None
 
 

@@ -338,7 +338,7 @@ def _compiled_through(stage: Any, run: Callable[..., Any], args: tuple, kwargs: 
             for slot in cls.__dict__.get("__slots__", ()):
                 if hasattr(stage, slot):
                     setattr(observed, slot, getattr(stage, slot))
-    except Exception:  # noqa: BLE001 - a stage of another shape: its compile goes unrecorded, as JAX made it
+    except Exception:  # a stage of another shape: its compile goes unrecorded, as JAX made it
         return stage
     made = getattr(type(stage), method)
     if method == "compile":

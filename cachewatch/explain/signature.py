@@ -193,7 +193,7 @@ def _static_leaves(path: str, arg: int, value: Any) -> list[Leaf]:
     for where, (flat, treedef) in parts:
         try:
             rebuilt = jax.tree_util.tree_flatten_with_path(treedef.unflatten(flat))[0]
-        except Exception:  # noqa: BLE001 - a node that cannot be rebuilt from its leaves: the value whole
+        except Exception:  # a node that cannot be rebuilt from its leaves: the value whole
             return [_static_leaf(path, arg, value)]
         found.append(_static_leaf(f"{path}{where} (structure)", arg, treedef))
         found.extend(_static_leaf(path + where + jax.tree_util.keystr(k), arg, leaf) for k, leaf in rebuilt)

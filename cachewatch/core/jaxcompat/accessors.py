@@ -494,12 +494,15 @@ def wrap_fastpath_decision(make: Callable[[Callable[..., Any]], Callable[..., An
     return _wrap_jax_function(module_name, attribute, make)
 
 
-def slow_path_reason(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+def slow_path_reason(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """Why ``pjit._get_fastpath_data(*args, **kwargs)`` gave no fast path, read from its
-    arguments as it reads them (one of ``events.SLOW_REASONS``). JAX 0.10-0.12."""
+    arguments as it reads them (one of ``events.SLOW_REASONS``); None where the call was
+    no dispatch at all (traced into another jit's program). JAX 0.10-0.12."""
     named = dict(zip(capabilities.FASTPATH_PARAMETERS, args, strict=False)) | kwargs
     executable = named.get("executable")
     if executable is None:
+        if _tracing_a_program(named.get("args_flat") or ()):
+            return None
         # No executable of this jit ran: its call was traced under a transformation (an
         # eager jax.grad or jax.vmap of it), which binds what the transformation made.
         return "under_transformation"
@@ -644,3 +647,24 @@ def source_line_reader(is_library_file: Callable[[str], bool]) -> Callable[[Any]
         return None
 
     return read
+
+
+def _tracing_a_program(values: Any) -> bool:
+    """Whether a call is made while a jit traces its program (an outer jit, or a
+    transformation inside one): a trace of its arguments, or the current one, is JAX's
+    jaxpr-building trace or stands on one. JAX 0.10-0.12 (traces know their parent)."""
+    try:
+        from jax._src import core
+
+        traces = [getattr(x, "_trace", None) for x in values]
+        traces.append(getattr(getattr(core, "trace_ctx", None), "trace", None))
+        for trace in traces:
+            for _ in range(16):  # transformations nest a few deep
+                if trace is None:
+                    break
+                if type(trace).__name__ == "DynamicJaxprTrace":
+                    return True
+                trace = getattr(trace, "parent_trace", None)
+    except Exception:  # a JAX whose traces read otherwise: told as before
+        return False
+    return False
