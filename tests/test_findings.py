@@ -386,3 +386,31 @@ def test_a_kept_sample_list_grown_with_append_is_a_storm_however_long_the_run_go
     assert "append" not in fixed.compiles
     assert sum(fixed.compiles.values()) == sum(fixed.logged.values()) < sum(ran.compiles.values()) - 25
     assert _findings(fixed.url) == []
+
+
+def test_a_context_rebuilt_from_a_growing_list_is_one_finding_with_its_predictor_and_the_fix_holds(tmp_path):
+    """``jnp.concatenate([context] + outs)`` each step: the join is given one more operand
+    each time (a structure change), the jitted predictor one more row. One cause, one
+    finding at the loop; the join is told to keep a fixed buffer, the predictor to read
+    position n - 1."""
+    ran = run_program(tmp_path, "growing_context")
+    assert ran.compiles["predict_next"] == ran.logged["predict_next"] == 24
+    (found,) = _findings(ran.url)
+    assert set(found.functions) == {"predict_next", "concatenate (op-by-op)"}
+    assert found.fix_kind == "pad_and_mask"
+    assert found.varying.startswith("a count that grows: 23 sizes between 9 and 31")
+    loop = _line_of("growing_context.py", "for _ in range(STEPS):")
+    assert found.entry_text.startswith(f"the loop at growing_context.py:{loop}")
+    joined = _line_of("growing_context.py", "full_context = jnp.concatenate(")
+    assert f"At growing_context.py:{joined}, `jnp.concatenate([context] + outs)` makes a new array" in found.fix
+    assert "`predict_next` reads the last position" in found.fix
+    with enginemod.connection(ran.url) as conn:
+        told = conn.execute(
+            sa.select(models.compile_events.c.explanation).where(models.compile_events.c.cause == "new_structure")
+        ).scalars()
+        assert all("it was given more operands" in text for text in told)
+    fixed = run_program(tmp_path, "growing_context_fixed")
+    assert fixed.stdout == ran.stdout
+    assert fixed.compiles["predict_next"] == fixed.logged["predict_next"] == 1
+    assert "concatenate" not in fixed.compiles or fixed.compiles["concatenate"] == 1
+    assert _findings(fixed.url) == []

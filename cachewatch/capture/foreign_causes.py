@@ -140,6 +140,15 @@ def _primitive_changed(named: str, where: str, operands: str, verdict: causes.Ve
         )
     if change.get("change") == "static":
         what = f"its parameter `{change['path']}` changed: {change['before']} -> {change['after']}"
+    elif change.get("change") in ("added", "removed"):
+        more_or_fewer = "more" if change["change"] == "added" else "fewer"
+        shown = change["after"] if change["change"] == "added" else change["before"]
+        return (
+            f"JAX compiled the primitive {named} op by op again, outside any jit{where}: it was given "
+            f"{more_or_fewer} operands ({change['path']} {change['change']}: {shown}), as when a Python list "
+            "that grows is passed whole. Keep the items in an array of a fixed size instead, written with "
+            "buf.at[n].set(item), or on the host until needed whole."
+        )
     else:
         what = (
             f"operand {change['path']} changed {change['change'].replace('_', ' ')}: "

@@ -31,6 +31,7 @@ class Driver:
     values: frozenset[str] = frozenset()
     entry: str | None = None  # for "object": the line that reaches the re-created jit
     remade: str = ""  # for "object": the primitive's parameter made anew ("`cond`'s parameter `branches`")
+    operands: bool = False  # for "size": the sizes are operand counts (a list that grows, joined whole)
 
 
 def finding_fix(
@@ -210,7 +211,11 @@ def _list_conversion(call_site: str | None) -> tuple[str, str] | None:
         return None
     file, _, line = call_site.rpartition(":")
     text = linecache.getline(file, int(line)) if line.isdigit() else ""
-    found = re.search(r"\b((?:jnp|np|numpy|jax\.numpy)\.(?:array|asarray|stack)\(\s*\w+\s*\))", text)
+    found = re.search(r"\b((?:jnp|np|numpy|jax\.numpy)\.(?:array|asarray|stack)\(\s*\w+\s*\))", text) or re.search(
+        # ``jnp.concatenate([context] + outs)``: a list that grows, joined whole
+        r"\b((?:jnp|np|numpy|jax\.numpy)\.(?:concatenate|stack|vstack|hstack)\(\s*\[[^\]]*\]\s*\+\s*\w+\s*\))",
+        text,
+    )
     return (short_site(call_site), found.group(1)) if found else None
 
 
@@ -239,7 +244,7 @@ def _reads_last(info: FunctionInfo | None) -> tuple[str, str] | None:
     for start, stop in _definitions_in(info.file):
         if start == info.line:
             for number in range(start, stop + 1):
-                if re.search(r"\[\s*(?:\.\.\.\s*,\s*|:\s*,\s*)?-1\s*\]", linecache.getline(info.file, number)):
+                if re.search(r"\[\s*(?:\.\.\.\s*,\s*|:\s*,\s*)?-1\s*:?\s*\]", linecache.getline(info.file, number)):
                     return info.name, f"{short_site(info.file)}:{number}"
     return None
 

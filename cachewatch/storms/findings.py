@@ -57,7 +57,7 @@ from .fixes import (
     static_attribute_values,
 )
 from .results import Storm
-from .sizes import grows, new_sizes
+from .sizes import grows, new_sizes, operand_counts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,6 +244,9 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
     sizes = new_sizes(r.diff for r in rows)
     if cause in (Cause.NEW_SHAPE, Cause.NEW_STATIC_VALUE) and len(set(sizes)) >= 2:
         return Driver("size", frozenset(sizes), grows(sizes))
+    counts = operand_counts(r.diff for r in rows)
+    if cause == Cause.NEW_STRUCTURE and grows(counts):  # a list that grows, passed whole
+        return Driver("size", frozenset(counts), True, operands=True)
     if cause == Cause.NEW_STATIC_VALUE:
         values = {str(e.get("after")) for r in rows for e in r.diff if e.get("change") == "static"}
         if made_anew(values):  # a static `self`, an optimizer, made anew: compared by identity
@@ -421,6 +424,9 @@ def _group_driver(group: list[Storm], drivers: dict[int, Driver]) -> Driver:
     sized = [(s, drivers[id(s)]) for s in group if drivers[id(s)].kind == "size"]
     if lead.kind != "size" or not sized:
         return lead
+    # A list's length joins the finding; the sizes it tells are the data's, where it has some.
+    sized = [(s, d) for s, d in sized if not d.operands] or sized
+    lead = max(sized, key=lambda sd: sd[0].compiles)[1]
     met = collections.Counter(n for _, d in sized for n in d.sizes)
     core = frozenset(n for n, count in met.items() if count * 2 >= len(sized)) or lead.sizes
     growing = sum(s.compiles for s, d in sized if d.growing) * 2 >= sum(s.compiles for s, _ in sized)

@@ -25,6 +25,23 @@ def new_sizes(diffs: Iterable[Sequence[Mapping[str, Any]] | None]) -> list[int]:
     return seen
 
 
+def operand_counts(diffs: Iterable[Sequence[Mapping[str, Any]] | None]) -> list[int]:
+    """The number of operands each compile of an operation run op by op was given, where
+    its diff says operands were added (``operands[9]`` added: ten), in time order: a
+    Python list that grows, joined whole (``jnp.concatenate([context] + outs)``)."""
+    seen: list[int] = []
+    for diff in diffs:
+        added = [_operand_index(e.get("path")) for e in diff or () if e.get("change") == "added"]
+        if added and None not in added:
+            seen.append(max(n for n in added if n is not None) + 1)
+    return seen
+
+
+def _operand_index(path: Any) -> int | None:
+    found = re.fullmatch(r"operands\[(\d+)\]", str(path))
+    return int(found.group(1)) if found else None
+
+
 def dims_of(described: Any) -> tuple[int, ...] | None:
     """``float32[4,16]`` or a static ``(4, 16)`` as its sizes; None for anything else."""
     if not isinstance(described, str):
