@@ -19,9 +19,10 @@ from cachewatch.core.events import Cause
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models
 from cachewatch.store.columns import Filters
-from cachewatch.storms import findings, steady
+from cachewatch.storms import findings, fixes, steady
 from cachewatch.storms.finding_reads import StormCompile
 from cachewatch.storms.results import BurstFunction, Storm
+from cachewatch.storms.storm_reads import Recompile
 
 
 def _findings(url: str) -> list[findings.Finding]:
@@ -414,3 +415,27 @@ def test_a_context_rebuilt_from_a_growing_list_is_one_finding_with_its_predictor
     assert fixed.compiles["predict_next"] == fixed.logged["predict_next"] == 1
     assert "concatenate" not in fixed.compiles or fixed.compiles["concatenate"] == 1
     assert _findings(fixed.url) == []
+
+
+def test_sizes_that_powers_of_two_cannot_make_fewer_are_not_told_to_be_padded_to_them():
+    """Eager code run at the widths of three models (1, 2 and 30): powers of two leave
+    three sizes, and padding a model's width would change it. The finding says to jit the
+    code, not to pad; a jit whose batches are padded to 2**k + 1 already is told to pad to
+    the largest, not to powers of two ("4 compiles instead of 4")."""
+    key = "site:/u/models.py:20"
+    compiles = {("r", key, 0.0): _shape_compiles(key, [1, 2, 30, 1, 2, 30, 1], 0, "/u/models.py:20")}
+    (found,) = findings.gather([_storm(key, 0, 10, 6)], compiles, {"r": 100.0})
+    assert found.fix_kind == "jit_code"
+    assert "Powers of two would not make them fewer" in found.fix
+    assert "pad" not in found.fix.replace("padding would change", "")
+    padded = [
+        Recompile("h", "r", float(i), Cause.NEW_SHAPE, diff, None, f"s{i}")
+        for i, diff in enumerate(
+            [{"path": "nodes", "change": "shape", "before": f"float32[{a},9]", "after": f"float32[{b},9]", "axes": [0]}]
+            for a, b in [(9, 17), (17, 33), (33, 65), (65, 9), (9, 33)]
+        )
+    ]
+    told = fixes.suggest_fix("step", Cause.NEW_SHAPE, padded)
+    assert "one for each power of two already" in told
+    assert "pad to 65 for one compile" in told
+    assert "instead of 4" not in told

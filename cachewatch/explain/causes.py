@@ -435,16 +435,18 @@ def _sentence(name: str, entries: list[DiffEntry], history: FunctionHistory) -> 
     elif change == "dtype":
         text = f"Argument {path} changed dtype: {before} -> {after}."
     elif change == "weak_type":
+        # Weakly typed: a Python scalar, or an array made from one without a dtype
+        # (jnp.array(1.0), jnp.asarray(0.5)), which stays weak until a typed operation.
+        weak = "a Python scalar, or an array made from one without a dtype such as jnp.array(1.0)"
+        fixed = "give it a dtype where it is made (jnp.float32(1.0), jnp.asarray(x, jnp.float32)) and keep it"
         if (before or "").endswith(" weak"):
             text = (
-                f"Argument {path} was a Python scalar (weakly typed {before[:-5]}) and is now a typed "
-                f"array ({after}); pass one kind consistently, e.g. always jnp.asarray(...)."
+                f"Argument {path} was weakly typed ({before[:-5]}: {weak}) and is now a typed array ({after}); {fixed}."
             )
         else:
             text = (
-                f"Argument {path} was a typed array ({before}) and is now a Python scalar "
-                f"(weakly typed {(after or '')[:-5]}); pass one kind consistently, e.g. always "
-                "jnp.asarray(...)."
+                f"Argument {path} was a typed array ({before}) and is now weakly typed "
+                f"({(after or '')[:-5]}: {weak}); {fixed}."
             )
     elif change == "sharding":
         text = (

@@ -122,6 +122,16 @@ def _size_fix(
             else ""
         )
         return own.fix + more, "pad"
+    if len(buckets) >= len(sizes):
+        # Few sizes, each its own bucket (the widths of several models, say): nothing to pad.
+        return (
+            f"{len(sizes)} sizes ({', '.join(str(s) for s in sizes[:8])}) enter at {entry_text}, and {named} "
+            f"compile again at each one ({price}). Powers of two would not make them fewer, and where they are "
+            "the sizes of different models or data sets, padding would change what is computed. Jit the code "
+            f"at {entry_text} (jax.jit around the function it calls): each size then compiles as one program, "
+            "not once per operation and size.",
+            "jit_code",
+        )
     return (
         f"A size that varies ({len(sizes)} sizes between {sizes[0]} and {sizes[-1]}) enters at {entry_text}, "
         f"and {named} compile again at each one ({price}). Pad what varies to powers of two "

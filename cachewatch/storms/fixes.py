@@ -559,11 +559,20 @@ def _bucket_fix(batch_like: dict[tuple[str, int], set[int]]) -> str:
     low, high = min(seen), max(seen)
     buckets = sorted({_next_pow2(s) for s in seen})
     with_it = f"{', '.join(along[:3])}{' and more' if len(along) > 3 else ''}" if along else ""
-    text = (
-        f"Argument {path} axis {axis} took {len(seen)} sizes between {low} and {high}; pad to powers of two: "
-        f"{len(buckets)} compile(s) instead of {len(seen)} (buckets {', '.join(str(b) for b in buckets)}; "
-        f"or pad to {high} for one)."
-    )
+    if len(buckets) >= len(seen):
+        # One size a bucket already (padded to 2**k + 1, say): powers of two save nothing.
+        text = (
+            f"Argument {path} axis {axis} took {len(seen)} sizes between {low} and {high} "
+            f"({', '.join(str(s) for s in sorted(seen)[:8])}), one for each power of two already, so padding "
+            f"to powers of two would not make them fewer; pad to {high} for one compile, with a mask over "
+            "the padding."
+        )
+    else:
+        text = (
+            f"Argument {path} axis {axis} took {len(seen)} sizes between {low} and {high}; pad to powers of "
+            f"two: {len(buckets)} compile(s) instead of {len(seen)} (buckets {', '.join(str(b) for b in buckets)}; "
+            f"or pad to {high} for one)."
+        )
     if axis:
         text += (
             f" It is a sequence length{f' ({with_it} with it)' if with_it else ''}: pad each batch to a "

@@ -102,7 +102,7 @@ class FindingOut(BaseModel):
     share_of_run: float | None = Field(description="Its compile seconds over the run's length so far.")
     fix: str
     fix_kind: str = Field(
-        description="pad_and_mask, pad, host_buffer, hoist_object, hoist_jit, hoist_function, library_api, "
+        description="pad_and_mask, pad, jit_code, host_buffer, hoist_object, hoist_jit, hoist_function, library_api, "
         "library_boundary, static_value, storm, or fast_path (calls on JAX's Python dispatch path, cause slow_path)."
     )
     library: str | None = Field(description="The library the entry line calls into, where it calls one.")
