@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import zlib
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import cachewatch
 from cachewatch import cli
 from cachewatch.capture import program as programmod
 from cachewatch.core.events import Batch, Cause, CompileEvent
-from cachewatch.programs import program_texts
+from cachewatch.programs import program_reads, program_texts
 from cachewatch.record import current, recorder
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, writes
@@ -717,3 +718,18 @@ def test_a_first_compile_is_never_identical_to_an_earlier_one():
     again = program_mod.event_fields(made, "e2", run, function, first_compile=True)
     assert "identical_to" not in again
     assert program_mod.event_fields(made, "e3", run, function)["identical_to"] == "e1"
+
+
+def test_an_unrolled_loop_inside_a_library_is_not_the_users_to_rewrite(tmp_path):
+    """A solver's loop unrolled into the user's program (diffrax's fixed step count, say)
+    lives in the library's file: no advice to rewrite it with jax.lax.scan."""
+
+    def profiled(file: str) -> program_reads.ProfiledCompile:
+        line = {"file": file, "line": 322, "function": "loop", "eqns": 100, "loop_body": False}
+        line["primitives"] = {"tanh": 50, "add": 50}
+        return program_reads.ProfiledCompile("e", "r", 0.0, 100, None, None, 1.0, [line], None, None)
+
+    library = os.path.join(str(tmp_path), "lib", "python3", "site-packages", "solver", "_integrate.py")
+    assert program_texts._unrolled_loop_fixes(profiled(library)) == []
+    (fix,) = program_texts._unrolled_loop_fixes(profiled(str(tmp_path / "train.py")))
+    assert fix.kind == "unrolled_loop"

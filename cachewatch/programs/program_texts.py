@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import gzip
 import linecache
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -505,6 +506,8 @@ def _unrolled_loop_fixes(largest: program_reads.ProfiledCompile) -> list[Program
         repeats = min(line["primitives"].values()) if line["primitives"] else 0
         if (
             line["file"]
+            # A library's loop is not the user's to rewrite (a solver's fixed step count).
+            and "-packages" + os.sep not in line["file"]
             and not line["loop_body"]
             and total
             and line["eqns"] >= UNROLLED_MIN_SHARE * total
