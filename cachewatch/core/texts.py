@@ -29,12 +29,15 @@ def without_addresses(text: str) -> str:
 
 
 def static_made_anew(diff: Iterable[Mapping[str, Any]] | None) -> bool:
-    """Whether a compile's changed static values were made anew: each has the same text
-    before and after (addresses aside). JAX's cache compares such a value by identity (a
-    jaxpr traced again from a function made afresh, an object without ``__eq__``), so the
-    code that made it ran again and the program compiled is the one compiled before."""
-    statics = [e for e in diff or () if e.get("change") == "static"]
-    return bool(statics) and all(
-        e.get("before") is not None and without_addresses(str(e["before"])) == without_addresses(str(e.get("after")))
-        for e in statics
+    """Whether all that changed for a compile is static values made anew: each has the
+    same text before and after (addresses aside). JAX's cache compares such a value by
+    identity (a jaxpr traced again from a function made afresh, an object without
+    ``__eq__``), so the code that made it ran again and the program compiled is the one
+    compiled before."""
+    entries = list(diff or ())
+    return bool(entries) and all(
+        e.get("change") == "static"
+        and e.get("before") is not None
+        and without_addresses(str(e["before"])) == without_addresses(str(e.get("after")))
+        for e in entries
     )

@@ -369,7 +369,8 @@ def _judged(
     heard_until: float | None,
 ) -> tuple[_Judged, _Judged]:
     """The bursts that are storms and those that are first passes, in the bursts' order,
-    told from their compiles and the runs' statistics (no diff is needed)."""
+    told from their compiles and the runs' statistics (diffs are read only for a burst of
+    code whose calls are not counted that would be a first pass: see _uncounted_growth)."""
     # Whether the program went on after a burst is read only for the runs where a burst
     # could be a first pass: a store of a fleet's runs is never read whole for one page.
     possible = [_new_signatures_only(group, rows) for _, _, group, rows in groups]
@@ -379,15 +380,7 @@ def _judged(
     storms: _Judged = []
     passes: _Judged = []
     for (key, run_id, group, _), can in zip(groups, possible, strict=False):
-        compiling = functools.partial(storm_reads.compile_seconds_between, conn, run_id)
-        heard = work.last_after(run_id, group[-1].timestamp)
-        served = _served_after(work, run_id, group, heard_until)
-        # Calls counted one by one say whether the program went on; the clock would take a
-        # slow exit (or a wait of the user's) after the burst for work served from the cache.
-        went_on = served if _calls_counted(group) else _went_on(group, heard, compiling, served)
-        # A first pass: the program went on, served from the cache, or (code whose calls
-        # are not counted) it ran once through, with no loop coming round to it.
-        if can and (went_on or _one_pass(conn, run_id, group)) and not _uncounted_growth(conn, group):
+        if can and _first_pass(conn, work, run_id, group, heard_until):
             passes.append((key, run_id, group))
         elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
             # A storm is a function that keeps compiling: a line whose many primitives
@@ -484,6 +477,23 @@ def _group_key(row: Recompile, info: FunctionInfo | None) -> str:
     if library and row.call_site:
         return f"site:{row.call_site}"
     return row.function_hash
+
+
+def _first_pass(
+    conn: sa.Connection, work: steady.Work, run_id: str, group: list[Recompile], heard_until: float | None
+) -> bool:
+    """Whether a burst of new signatures is a first pass: the program went on, served from
+    the cache, or (code whose calls are not counted) it ran once through, with no loop
+    coming round to it; never a count that grows."""
+    served = _served_after(work, run_id, group, heard_until)
+    if _calls_counted(group):
+        # Calls counted one by one say whether the program went on; the clock would take a
+        # slow exit (or a wait of the user's) after the burst for work served from the cache.
+        went_on = served
+    else:
+        compiling = functools.partial(storm_reads.compile_seconds_between, conn, run_id)
+        went_on = _went_on(group, work.last_after(run_id, group[-1].timestamp), compiling, served)
+    return (went_on or _one_pass(conn, run_id, group)) and not _uncounted_growth(conn, group)
 
 
 def _uncounted_growth(conn: sa.Connection, group: list[Recompile]) -> bool:

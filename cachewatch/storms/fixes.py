@@ -262,7 +262,7 @@ def remade_parameter(rows: Sequence[_Diffed], name_of: Callable[[str], str]) -> 
 
 def _remade_parameter_fix(named: str, at: str, count: int) -> str:
     return (
-        f"{named[0].upper()}{named[1:]} is made anew each time{at}, with the same text, and JAX compares it by "
+        f"{named} is made anew each time{at}, with the same text, and JAX compares it by "
         f"identity: it compiled the same program {count} more times. {REMADE_PARAMETER_ADVICE}"
     )
 
