@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import scenarios
 
-from cachewatch.core.events import Cause
+from cachewatch.core.events import Cause, DiffEntry
 from cachewatch.store import engine as enginemod
 from cachewatch.store import queries
 from cachewatch.store.columns import EventRow
@@ -329,3 +329,24 @@ def test_persistent_cache_hits_are_recorded(sqlite_url, tmp_path):
         (Cause.FIRST_CALL, False),
         (Cause.CACHE_CLEARED, True),
     ]
+
+
+def test_more_operands_are_a_growing_list_for_concatenate_only():
+    """``jnp.concatenate([context] + outs)`` given one more operand is a list that grew;
+    a ``scan`` given more operands is another program (a model with other carries)."""
+    from cachewatch.capture import foreign_causes
+    from cachewatch.explain.causes import Verdict
+
+    added: DiffEntry = {
+        "path": "operands[2]",
+        "change": "added",
+        "cause": "new_structure",
+        "before": None,
+        "after": "f32[1,1]",
+    }
+    verdict = Verdict(Cause.NEW_STRUCTURE, "", (added,))
+    joined = foreign_causes._primitive_changed("`concatenate`", " at t.py:3", "", verdict)
+    scanned = foreign_causes._primitive_changed("`scan`", " at t.py:9", "", verdict)
+    assert "it was given more operands (operands[2] added: f32[1,1]), as when a Python list" in joined
+    assert "it was given more operands (operands[2] added: f32[1,1])" in scanned
+    assert "Python list" not in scanned

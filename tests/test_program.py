@@ -733,3 +733,7 @@ def test_an_unrolled_loop_inside_a_library_is_not_the_users_to_rewrite(tmp_path)
     assert program_texts._unrolled_loop_fixes(profiled(library)) == []
     (fix,) = program_texts._unrolled_loop_fixes(profiled(str(tmp_path / "train.py")))
     assert fix.kind == "unrolled_loop"
+    # Flax's train state applying an optimizer's update maps over every leaf: no loop either.
+    stepped = tmp_path / "flax_step.py"
+    stepped.write_text("\n" * 321 + "    state = state.apply_gradients(grads=grads)\n")
+    assert program_texts._unrolled_loop_fixes(profiled(str(stepped))) == []

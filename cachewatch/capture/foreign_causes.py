@@ -8,6 +8,7 @@ afresh, or an argument committed to a device."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from typing import Any, NamedTuple
 
@@ -120,6 +121,11 @@ def _primitive_unread(primitive: str, where: str) -> tuple[str, str, tuple[DiffE
     )
 
 
+# Primitives a Python list is joined by (jnp.concatenate, jnp.stack, jnp.array of a list):
+# more operands for them is a list that grew; for others (a scan's carries), another program.
+_JOINS_A_LIST = re.compile(r"`concatenate`")
+
+
 def _primitive_changed(named: str, where: str, operands: str, verdict: causes.Verdict) -> str:
     """The sentence for a primitive compiled again because its trace context, a parameter
     or an operand changed (the first difference of ``verdict``'s diff)."""
@@ -143,12 +149,13 @@ def _primitive_changed(named: str, where: str, operands: str, verdict: causes.Ve
     elif change.get("change") in ("added", "removed"):
         more_or_fewer = "more" if change["change"] == "added" else "fewer"
         shown = change["after"] if change["change"] == "added" else change["before"]
-        return (
-            f"JAX compiled the primitive {named} op by op again, outside any jit{where}: it was given "
-            f"{more_or_fewer} operands ({change['path']} {change['change']}: {shown}), as when a Python list "
-            "that grows is passed whole. Keep the items in an array of a fixed size instead, written with "
-            "buf.at[n].set(item), or on the host until needed whole."
-        )
+        what = f"it was given {more_or_fewer} operands ({change['path']} {change['change']}: {shown})"
+        if _JOINS_A_LIST.search(named):
+            return (
+                f"JAX compiled the primitive {named} op by op again, outside any jit{where}: {what}, as when "
+                "a Python list that grows is passed whole. Keep the items in an array of a fixed size instead, "
+                "written with buf.at[n].set(item), or on the host until needed whole."
+            )
     else:
         what = (
             f"operand {change['path']} changed {change['change'].replace('_', ' ')}: "

@@ -423,7 +423,7 @@ BIG_CONSTANT_BYTES = 1 << 20
 # A line that maps one update over every leaf of a pytree (an optimizer's update, a
 # tree_map): its operations repeat once per leaf, leaves of different shapes that no
 # scan could take, so it is no unrolled loop.
-_PYTREE_MAP = re.compile(r"tree_map|tree\.map|tree_util\.|\.update\(|apply_updates|\btx\.|optax\.")
+_PYTREE_MAP = re.compile(r"tree_map|tree\.map|tree_util\.|\.update\(|apply_updates|apply_gradients|\btx\.|optax\.")
 
 
 def _maps_over_a_pytree(file: str, line: int) -> bool:

@@ -244,8 +244,10 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
     sizes = new_sizes(r.diff for r in rows)
     if cause in (Cause.NEW_SHAPE, Cause.NEW_STATIC_VALUE) and len(set(sizes)) >= 2:
         return Driver("size", frozenset(sizes), grows(sizes))
-    counts = operand_counts(r.diff for r in rows)
-    if cause == Cause.NEW_STRUCTURE and grows(counts):  # a list that grows, passed whole
+    # A list that grows, joined whole: one more operand of `concatenate` each time.
+    joins = all(f.name.startswith("concatenate") for f in storm.functions)
+    counts = operand_counts(r.diff for r in rows) if joins and cause == Cause.NEW_STRUCTURE else []
+    if grows(counts):
         return Driver("size", frozenset(counts), True, operands=True)
     if cause == Cause.NEW_STATIC_VALUE:
         values = {str(e.get("after")) for r in rows for e in r.diff if e.get("change") == "static"}
