@@ -83,27 +83,9 @@ def _size_fix(
 ) -> tuple[str, str]:
     """The fix for sizes that vary: a growing host list, a growing count, varying sizes."""
     conversions = [found for s in group if s.of_line and (found := _list_conversion(s.call_site))]
-    if conversions and len(conversions) == len(group):
-        site, text = conversions[0]
-        return (
-            f"`{text}` at {site} turns a Python list that grows each step into a new array: a new shape every "
-            f"time, and JAX compiles the conversion again ({price}). Jitting that line cannot help while the "
-            "list grows. Keep the list on the host (a NumPy array, `np.asarray(...)`) until it is needed "
-            "whole, or keep the values in a fixed-size device buffer written with `buf.at[i].set(x)` beside "
-            "a count.",
-            "host_buffer",
-        )
-    accumulators = [grown for s in group if s.of_line and (grown := _accumulator(s.call_site))]
-    if driver.growing and accumulators and len(accumulators) == len(group):
-        site, text, name = accumulators[0]
-        return (
-            f"`{text}` at {site} makes `{name}` one item longer each time it runs: a new shape every time, "
-            f"and JAX compiles it again ({price}). Jitting that line cannot help while `{name}` grows. Collect "
-            f"the items in a Python list (`{name}.append(x)`) and make the array once, after the loop "
-            f"(`jnp.stack({name})`), or write them into a buffer made once at its final size "
-            f"(`buf = buf.at[i].set(x)`).",
-            "host_buffer",
-        )
+    kept = _host_list_fix(driver, group, conversions, price)
+    if kept is not None:
+        return kept, "host_buffer"
     sizes = sorted(driver.sizes)
     buckets = sorted({next_pow2(n) for n in sizes})
     if driver.growing:
@@ -139,6 +121,31 @@ def _size_fix(
         f"{entry_text} once: {len(buckets)} size(s) to compile for instead of {len(sizes)}.",
         "pad",
     )
+
+
+def _host_list_fix(driver: Driver, group: list[Storm], conversions: list[tuple[str, str]], price: str) -> str | None:
+    """Where every storm is a line turning a growing Python list into an array, or growing
+    an array by itself and one more item: keep the list, make the array once."""
+    if conversions and len(conversions) == len(group):
+        site, text = conversions[0]
+        return (
+            f"`{text}` at {site} turns a Python list that grows each step into a new array: a new shape every "
+            f"time, and JAX compiles the conversion again ({price}). Jitting that line cannot help while the "
+            "list grows. Keep the list on the host (a NumPy array, `np.asarray(...)`) until it is needed "
+            "whole, or keep the values in a fixed-size device buffer written with `buf.at[i].set(x)` beside "
+            "a count."
+        )
+    accumulators = [grown for s in group if s.of_line and (grown := _accumulator(s.call_site))]
+    if driver.growing and accumulators and len(accumulators) == len(group):
+        site, text, name = accumulators[0]
+        return (
+            f"`{text}` at {site} makes `{name}` one item longer each time it runs: a new shape every time, "
+            f"and JAX compiles it again ({price}). Jitting that line cannot help while `{name}` grows. Collect "
+            f"the items in a Python list (`{name}.append(x)`) and make the array once, after the loop "
+            f"(`jnp.stack({name})`), or write them into a buffer made once at its final size "
+            f"(`buf = buf.at[i].set(x)`)."
+        )
+    return None
 
 
 def _growing_fix(
