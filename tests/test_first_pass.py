@@ -351,38 +351,3 @@ def test_several_models_of_one_factory_jitted_once_each_are_a_first_pass(sqlite_
         told = conn.execute(sa.select(e.c.explanation).where(e.c.cause == Cause.NEW_FUNCTION_OBJECT)).scalars().all()
     assert len(told) == 5
     assert all("with arguments unlike any earlier one's" in text for text in told), told
-
-
-def test_an_evaluation_pass_whose_padded_lengths_repeat_within_it_is_a_first_pass(sqlite_url, use_store):
-    """A fixed evaluation set batched and padded to each batch's longest row (as a padded
-    batch pipeline does), its last batch a remainder: lengths come back within the pass
-    between new ones, so some compiles come after the cache served an older signature.
-    But the pass served little else until its last new length, and the next three passes
-    compile nothing: a first pass, not the ragged loader's storm (see the test above)."""
-    use_store(sqlite_url)
-
-    @cachewatch.jit
-    def padded_eval_step(w, ids, length):
-        mask = jnp.arange(ids.shape[1])[None] < length[:, None]
-        return jnp.sum(jnp.tanh(w[ids] @ w.T[:, :8]) * mask[..., None])
-
-    w = jnp.ones((100, 16))
-    lengths = [40, 41, 44, 41, 43, 43, 48, 38, 57, 37, 44, 51, 40, 43]
-    rows = [64] * 13 + [40]
-    rng = np.random.default_rng(0)
-    batches = [
-        (jnp.asarray(rng.integers(0, 100, (r, n))), jnp.full((r,), n, jnp.int32))
-        for r, n in zip(rows, lengths, strict=True)
-    ]
-    for _epoch in range(4):
-        for ids, length in batches:
-            padded_eval_step(w, ids, length)
-    assert cachewatch.flush(30)
-    with enginemod.connection(sqlite_url) as conn:
-        e = models.compile_events
-        repeating = conn.execute(sa.select(e.c.while_repeating).where(e.c.compiled)).scalars().all()
-    assert any(repeating)  # the lengths did come back within the pass
-    storms, passes = _storms_and_passes(sqlite_url, "padded_eval_step")
-    assert not storms
-    (found,) = passes
-    assert found.signatures == 9  # ten signatures, the first of them the first call

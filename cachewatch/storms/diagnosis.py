@@ -553,29 +553,14 @@ def _new_signatures_only(group: list[Recompile], rows: list[Recompile]) -> bool:
     came while the program kept returning to signatures it had compiled
     (``while_repeating``: a loop whose usual shape the cache served between new ones is a
     storm however long the program was quiet after it; a first pass meets its new
-    shapes before it comes back to any, or comes back only now and then: see
-    :func:`_little_served_between`)."""
-    if any(r.cause not in _NEW_SIGNATURE_CAUSES or not r.signature_hash for r in group):
-        return False
-    if any(r.while_repeating for r in group) and not _little_served_between(group):
+    shapes before it comes back to any)."""
+    if any(r.cause not in _NEW_SIGNATURE_CAUSES or not r.signature_hash or r.while_repeating for r in group):
         return False
     hashes = [(r.function_hash, r.signature_hash) for r in group]
     if len(set(hashes)) != len(hashes):
         return False
     end = group[-1].timestamp
     return not any(r.timestamp > end for r in rows)  # it compiled again after the burst
-
-
-def _little_served_between(group: list[Recompile]) -> bool:
-    """Whether the cache served fewer calls during a counted burst than it compiled: an
-    evaluation pass over batches padded to their longest row meets a length again between
-    new ones, but does little else until its last new one. A ragged loader's burst is
-    mostly its usual batches served between the new sizes (``while_repeating`` then holds)."""
-    counted = _calls_counted(group)
-    if counted is None:
-        return False
-    first, last = counted
-    return (last - first + 1) - len(group) < len(group)
 
 
 def _one_pass(conn: sa.Connection, run_id: str, group: list[Recompile]) -> bool:
