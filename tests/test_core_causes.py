@@ -119,6 +119,49 @@ def test_a_static_of_flattened_pytrees_is_diffed_leaf_by_leaf(sqlite_url, use_st
     ]
 
 
+def test_filter_jit_diffs_name_the_users_parameters_and_a_value_turned_array(sqlite_url, use_store):
+    """eqx.filter_jit jits a function of its own whose arguments are the user's split in
+    arrays and the rest (``dynamic_nodonate['rest'][1]``, ``static[2][0][1]``): a diff names
+    the user's parameter or field, and a Python value that became an array (Equinox holds
+    the one static, traces the other) is told as such, with the array as the fix."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    import cachewatch
+
+    use_store(sqlite_url)
+    cachewatch.install()
+    try:
+
+        class Scaled(eqx.Module):
+            w: jnp.ndarray
+            temperature: float
+
+        def held_step(model, x, lr, *, scale):
+            return (model.w * x).sum() * lr * scale / model.temperature
+
+        step = eqx.filter_jit(held_step)
+        model = Scaled(jnp.ones(3), 1.0)
+        step(model, jnp.ones(3), 0.1, scale=2.0)
+        step(model, jnp.ones(3), jnp.float32(0.1), scale=2.0)  # lr: a float, then an array
+        step(model, jnp.ones(3), jnp.float32(0.1), scale=3.0)  # a new value of a kwarg held static
+        step(Scaled(jnp.ones(3), 0.5), jnp.ones(3), jnp.float32(0.1), scale=3.0)  # a field held static
+    finally:
+        cachewatch.uninstall()
+    assert cachewatch.flush(30)
+    events = [e for e in stored_events(sqlite_url, ["held_step"]) if e["kind"] == "trace"]
+    assert [e["cause"] for e in events] == ["first_call"] + ["new_static_value"] * 3
+    firsts = [e["diff"][0] for e in events[1:]]
+    assert [(d["path"], d["before"], d["after"], d.get("held_static")) for d in firsts] == [
+        ("lr", "static 0.1", "float32[]", True),
+        ("scale", "2.0", "3.0", True),
+        ("model.temperature", "1.0", "0.5", True),
+    ]
+    assert "Argument lr was a Python value 0.1 and is now an array float32[]" in events[1]["explanation"]
+    assert "jnp.asarray(value, jnp.float32)" in events[1]["explanation"]
+    assert not any("dynamic_" in str(e["diff"]) or "static[" in str(e["diff"]) for e in events)
+
+
 def test_dtype_and_structure_diffs(sqlite_url, use_store):
     events, _ = run_scenario("dtype_change", sqlite_url, use_store)
     assert events[1]["diff"][0]["change"] == "dtype"

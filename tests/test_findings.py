@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -226,11 +227,25 @@ def test_a_float_field_that_filter_jit_holds_static_is_told_to_be_an_array_and_t
     assert ran.compiles["step"] == ran.logged["step"] == 12
     (found,) = _findings(ran.url)
     # The field that changed is named, not Equinox's whole static argument.
-    assert "the leaf static[1].temperature took 12 distinct values" in found.fix
+    assert "the leaf model.temperature took 12 distinct values" in found.fix
     assert "jax.lax.stop_gradient" in found.fix
     assert "static_argnums" not in found.fix
     assert "PyTreeDef" not in found.varying
     _fix_compiles_once(tmp_path, ran, "annealed_field_fixed", "step", losses=True)
+
+
+def test_a_scheduled_rate_passed_to_filter_jit_as_a_float_is_named_by_its_parameter_and_the_fix_holds(tmp_path):
+    """A learning rate computed in Python at each step and passed to eqx.filter_jit's step:
+    the finding names the parameter ``lr`` (not Equinox's ``static[2][0][1]``) and tells
+    to pass an array, never to drop it from static_argnums, which the user never set."""
+    ran = run_program(tmp_path, "scheduled_rate")
+    assert ran.compiles["step"] == ran.logged["step"] == 12
+    (found,) = _findings(ran.url)
+    assert re.search(r"its argument lr took 1[12] distinct values", found.fix)
+    assert "jnp.asarray(value, jnp.float32)" in found.fix
+    assert "static_argnums" not in found.fix
+    assert "stop_gradient" not in found.fix
+    _fix_compiles_once(tmp_path, ran, "scheduled_rate_fixed", "step", losses=True)
 
 
 def test_a_plain_attribute_of_an_nnx_module_is_told_to_be_a_variable_and_the_fix_holds(tmp_path):

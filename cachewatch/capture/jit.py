@@ -129,6 +129,7 @@ def _name_after_user_function(state: HookState, args: tuple, kwargs: dict) -> No
     if found is None:
         return
     old, state.info = state.info, describe_function(found)
+    state.layout = state.layout.of_user_function(found)
     state.in_library_file = is_library_file(state.info.file)
     counters.rename(old, state.info)
 

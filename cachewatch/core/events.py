@@ -106,6 +106,10 @@ class DiffEntry(TypedDict):
     after: Any
     changes: NotRequired[list[str]]  # every change of a leaf, the telling one first
     axes: NotRequired[list[int]]  # the axes that changed size (a shape change)
+    # A static change of a function whose wrapper holds every non-array leaf of its
+    # arguments static (eqx.filter_jit): not the user's static_argnums, and an array
+    # passed there instead is traced.
+    held_static: NotRequired[bool]
 
 
 # How a diff or a signature names an array: ``float32[8,784]``, `` weak`` when weakly typed.

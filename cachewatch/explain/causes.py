@@ -423,6 +423,24 @@ def _repeat(obj: ObjectHistory, name: str) -> Verdict:
     )
 
 
+# A wrapper that traces only JAX arrays and holds every other leaf static, as the user reads it.
+HELD_STATIC = "the jit's wrapper (eqx.filter_jit) traces only JAX arrays and holds every other value static, by value"
+AS_AN_ARRAY = "pass it as an array of a fixed dtype on every call (jnp.asarray(value, jnp.float32)), traced by its type"
+
+
+def _held_static_sentence(path: str, before: str | None, after: str | None, count: int) -> str:
+    """A static change behind a wrapper that holds non-arrays static: a Python value that
+    took a new value, or that turned into an array (or back)."""
+    was, now = (before or "").removeprefix("static "), (after or "").removeprefix("static ")
+    if (before or "").startswith("static ") and (after or "").startswith("static "):
+        return (
+            f"Argument {path} took a new value {now} (before: {was}); {HELD_STATIC}, so each of its "
+            f"{count} values so far compiled once. To compile once for every value, {AS_AN_ARRAY}."
+        )
+    kinds = ["a Python value " if text.startswith("static ") else "an array " for text in (before or "", after or "")]
+    return f"Argument {path} was {kinds[0]}{was} and is now {kinds[1]}{now}: {HELD_STATIC}. To compile once, {AS_AN_ARRAY}."
+
+
 def _sentence(name: str, entries: list[DiffEntry], history: FunctionHistory) -> str:
     first = entries[0]
     path, change, before, after = first["path"], first["change"], first["before"], first["after"]
@@ -455,6 +473,8 @@ def _sentence(name: str, entries: list[DiffEntry], history: FunctionHistory) -> 
             "over devices, a pmap's output, after a plain array); place the inputs the same way on "
             "every call (jax.device_put with one sharding) to compile once."
         )
+    elif change == "static" and first.get("held_static"):
+        text = _held_static_sentence(path, before, after, len(history.static_values.get(path, ())) + 1)
     elif change == "static":
         count = len(history.static_values.get(path, ())) + 1
         text = (

@@ -15,10 +15,11 @@ import inspect
 import json
 import numbers
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from ..core import _guard
 from ..core.events import Cause, DiffEntry, describe_array
@@ -89,6 +90,8 @@ class Signature:
     # JAX's trace context when the signature was taken (``context.snapshot()``): part of
     # the key JAX looks up, compared by name when it differs.
     context: tuple = ()
+    # Taken behind a wrapper that holds every non-array leaf static (ParamLayout.user).
+    held_static: bool = False
 
     @property
     def key(self) -> tuple:
@@ -116,6 +119,11 @@ class ParamLayout:
     varargs_name: str | None
     static_argnums: frozenset[int]
     static_argnames: frozenset[str]
+    # The user's function's layout, where the jitted function is a library's wrapper that
+    # splits the user's arguments into arrays and static leaves (Equinox's filter_jit):
+    # signatures are then named by the user's parameters (``lr``, ``model.w``), not by the
+    # wrapper's (``dynamic_nodonate['rest'][1]``).
+    user: ParamLayout | None = None
 
     @classmethod
     def from_function(cls, fun: Any, static_argnums: Any, static_argnames: Any) -> ParamLayout:
@@ -143,6 +151,12 @@ class ParamLayout:
             if name in positional:
                 num_set.add(positional.index(name))
         return cls(tuple(positional), varargs, frozenset(num_set), frozenset(name_set))
+
+    def of_user_function(self, fun: Any) -> ParamLayout:
+        """This layout, told the user's function behind it where it is a filtering wrapper's."""
+        if self.positional_names != FILTER_JIT_PARAMS or self.static_argnums != {2}:
+            return self
+        return dataclasses.replace(self, user=ParamLayout.from_function(fun, None, None))
 
     def arg_name(self, index: int) -> str:
         if index < len(self.positional_names):
@@ -255,15 +269,77 @@ def abstract_sharding(aval: Any) -> str | None:
     return f"mesh({axes}) {getattr(sharding, 'spec', '')}"
 
 
+# The parameters of the function Equinox's filter_jit hands jax.jit (``static`` static):
+# the user's arrays in two dicts by donation, every other leaf of theirs in ``static``.
+FILTER_JIT_PARAMS = ("dynamic_donate", "dynamic_nodonate", "static")
+
+
+def _user_arguments(
+    layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]
+) -> list[tuple[str, str, Any]] | None:
+    """The user's own arguments behind a filtering wrapper's (see ``ParamLayout.user``),
+    as (name, passed as, value), each put back together from its array and static leaves,
+    the function itself first as ``fun`` (a module called as the function holds arrays);
+    None where the wrapper's arguments are not of the shape it is known by (another
+    version's layout: the signature is then named as the wrapper's)."""
+    user = layout.user
+    if user is None or kwargs or len(args) != 3:
+        return None
+    donate, nodonate, static = args
+    try:
+        dynamic = {**donate, **nodonate}
+        static_fun, static_first, static_rest = static
+        first = _combined(dynamic["first"], static_first)
+        rest, user_kwargs = _combined(dynamic["rest"], static_rest)
+        fun = _combined(dynamic["fun"], static_fun)
+        positional: tuple[Any, ...] = (first, *tuple(rest))
+    except Exception:  # any other layout: named as the wrapper's
+        return None
+    # Equinox adds a None after the user's arguments (so that there is always a first).
+    user_args, dummy = positional[:-1], positional[-1]
+    if dummy is not None or not isinstance(user_kwargs, dict):
+        return None
+    fun_name = "__fun__" if "fun" in user.positional_names or "fun" in user_kwargs else "fun"
+    items = [(fun_name, "positional", fun)]
+    items += [(user.arg_name(i), "positional", value) for i, value in enumerate(user_args)]
+    items += [(name, "keyword", user_kwargs[name]) for name in sorted(user_kwargs)]
+    return items
+
+
+def _combined(dynamic: Sequence[Any], static: tuple[tuple[Any, ...], Any]) -> Any:
+    """One argument put back together from its array leaves and its other leaves."""
+    static_leaves, treedef = static
+    leaves = [d if s is None else s for d, s in zip(dynamic, static_leaves, strict=True)]
+    return treedef.unflatten(leaves)
+
+
+def _filtered_leaf(path: str, arg: int, value: Any) -> Leaf:
+    """A leaf as a filtering wrapper holds it: an array (Equinox's ``is_array``: a JAX or
+    NumPy array, a tracer) is traced by its type, any other value is static."""
+    if isinstance(value, (jax.Array, np.ndarray, np.generic)):
+        return _array_leaf(path, arg, value)
+    return _static_leaf(path, arg, value)
+
+
 def build(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) -> Signature:
     """Signature of one traced call, from the tracers and static values the body receives."""
-    structure: list[ArgStructure] = []
-    leaves: list[Leaf] = []
+    user = _user_arguments(layout, args, kwargs)
+    if user is not None:
+        found = _of_items([(name, passed_as, False, value) for name, passed_as, value in user], _filtered_leaf)
+        return dataclasses.replace(found, held_static=True)
     items: list[tuple[str, str, bool, Any]] = []
     for i, value in enumerate(args):
         items.append((layout.arg_name(i), "positional", i in layout.static_argnums, value))
     for name in sorted(kwargs):
         items.append((name, "keyword", name in layout.static_argnames, kwargs[name]))
+    return _of_items(items, _array_leaf)
+
+
+def _of_items(items: Sequence[tuple[str, str, bool, Any]], leaf_of: Callable[[str, int, Any], Leaf]) -> Signature:
+    """The signature of arguments given as (name, passed as, static, value), each
+    non-static one's leaves read by ``leaf_of``."""
+    structure: list[ArgStructure] = []
+    leaves: list[Leaf] = []
     for index, (name, passed_as, static, value) in enumerate(items):
         if static:
             structure.append(ArgStructure(name, passed_as, True, "*"))
@@ -272,7 +348,7 @@ def build(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) -> S
         flat, treedef = jax.tree_util.tree_flatten_with_path(value)
         structure.append(ArgStructure(name, passed_as, False, str(treedef)))
         for keypath, leaf in flat:
-            leaves.append(_array_leaf(name + jax.tree_util.keystr(keypath), index, leaf))
+            leaves.append(leaf_of(name + jax.tree_util.keystr(keypath), index, leaf))
     return Signature(tuple(structure), tuple(leaves), ctxmod.snapshot())
 
 
@@ -352,6 +428,10 @@ def diff(before: Signature, after: Signature) -> list[DiffEntry]:
     for index, arg in enumerate(before.structure):
         if arg.name not in new_names:
             entries.append(_entry(arg.name, "removed", Cause.NEW_STRUCTURE, _arg_summary(before, index), None))
+    if after.held_static:
+        for entry in entries:
+            if entry["change"] == "static":
+                entry["held_static"] = True
     # JAX's cache compares the pytree before the types of its leaves: structure changes
     # lead (the first of them names the cause), the rest keep argument order.
     entries.sort(key=lambda entry: entry["cause"] != Cause.NEW_STRUCTURE)
@@ -406,8 +486,10 @@ def _leaf_entry(prior: Leaf, leaf: Leaf) -> DiffEntry | None:
     if not changes:
         return None
     change = changes[0]
-    if change == "static":
+    if change == "static" and prior.static and leaf.static:
         entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.value_repr, leaf.value_repr)
+    elif change == "static":  # a static value then an array, or back: each side as it was
+        entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe(), leaf.describe())
     elif change == "sharding":
         entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe_sharding(), leaf.describe_sharding())
     else:
@@ -571,8 +653,12 @@ def placement(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) 
     Read only when a call compiled (it walks every leaf). Placement is a detail of an
     explanation: a bug here is counted and the event kept, with no placement."""
     placed: list[Placed] = []
-    items = [(layout.arg_name(i), i in layout.static_argnums, v) for i, v in enumerate(args)]
-    items += [(name, name in layout.static_argnames, kwargs[name]) for name in sorted(kwargs)]
+    user = _user_arguments(layout, args, kwargs)
+    if user is not None:  # a filtering wrapper's: its non-array leaves are static, not placed
+        items = [(name, False, value) for name, _, value in user]
+    else:
+        items = [(layout.arg_name(i), i in layout.static_argnums, v) for i, v in enumerate(args)]
+        items += [(name, name in layout.static_argnames, kwargs[name]) for name in sorted(kwargs)]
     for name, static, value in items:
         if static:
             continue
@@ -580,7 +666,8 @@ def placement(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) 
             if isinstance(leaf, jax.core.Tracer):
                 continue
             if not isinstance(leaf, jax.Array):  # a Python or NumPy value: placed by JAX, uncommitted
-                placed.append(Placed(name + jax.tree_util.keystr(keypath), False, ""))
+                if user is None:
+                    placed.append(Placed(name + jax.tree_util.keystr(keypath), False, ""))
                 continue
             try:
                 committed = bool(leaf.committed)

@@ -452,7 +452,9 @@ def _static_value_fix(name: str, rows: Sequence[Recompile], at: str) -> str:
     for r in rows:
         for e in r.diff or []:
             if e.get("change") == "static":
-                values[e["path"]].update(v for v in (e.get("before"), e.get("after")) if v is not None)
+                values[e["path"]].update(
+                    str(v).removeprefix("static ") for v in (e.get("before"), e.get("after")) if v is not None
+                )
     if static_paths:
         path = static_paths.most_common(1)[0][0]
         if made_anew(values[path]):
@@ -464,21 +466,27 @@ def _static_value_fix(name: str, rows: Sequence[Recompile], at: str) -> str:
                 "changes goes in as an array (optax.inject_hyperparams(optax.sgd)(learning_rate=...), set "
                 "through opt_state.hyperparams), so one compile serves every value."
             )
-        if "[" in path or "." in path:  # a leaf inside a static argument (signature._static_leaves)
+        held = any(e.get("held_static") for r in rows for e in (r.diff or []) if e["path"] == path)
+        if held or "[" in path or "." in path:  # a leaf inside a static argument (signature._static_leaves)
             seen = ", ".join(sorted(values[path])[:3])
             counts = all(v.lstrip("-").isdigit() for v in values[path])  # a Python int: maybe a shape or a count
             dtype, kind = ("jnp.int32", "int") if counts else ("jnp.float32", "float")
+            in_model = "[" in path or "." in path
             return (
                 f"`{name}` holds every non-array leaf of its arguments static (a wrapper such as "
-                f"eqx.filter_jit does: only JAX arrays are traced), and the leaf {path} took "
-                f"{len(values[path])} distinct values ({seen}, ...), one compile each{at}. Where it only feeds "
-                f"arithmetic, make it a JAX array of a fixed dtype (jnp.asarray(value, {dtype}): without the "
-                f"dtype a Python {kind}'s array is weakly typed, another signature) so it is traced and one "
-                "compile serves every value. An array in a "
-                "model is a parameter to eqx.filter(model, eqx.is_array) and to the optimizer: make it one "
-                "from the start (the optimizer's state then has its slot) and read it through "
-                "jax.lax.stop_gradient where it is used, so training leaves it as you set it. If it must "
-                "stay a Python value (a shape, a count of steps), limit it to a few."
+                f"eqx.filter_jit does: only JAX arrays are traced), and {'the leaf' if in_model else 'its argument'} "
+                f"{path} took {len(values[path])} distinct values ({seen}, ...), one compile each{at}. Where it "
+                f"only feeds arithmetic, make it a JAX array of a fixed dtype (jnp.asarray(value, {dtype}): "
+                f"without the dtype a Python {kind}'s array is weakly typed, another signature) so it is traced "
+                "and one compile serves every value. "
+                + (
+                    "An array in a model is a parameter to eqx.filter(model, eqx.is_array) and to the optimizer: "
+                    "make it one from the start (the optimizer's state then has its slot) and read it through "
+                    "jax.lax.stop_gradient where it is used, so training leaves it as you set it. "
+                    if in_model
+                    else ""
+                )
+                + "If it must stay a Python value (a shape, a count of steps), limit it to a few."
             )
         return (
             f"Static argument {path} of `{name}` took {len(values[path])} distinct values, one compile "
