@@ -250,6 +250,27 @@ def test_frames_are_classified_by_path_as_the_capture_tells_them_apart():
         assert (flamegraph.frame_kind(path) == FrameKind.USER) == (not is_library_file(path)), path
 
 
+def test_every_reader_and_the_capture_call_the_same_files_a_librarys():
+    """One rule by path (core/sources.py) for the flame graph, the storms' library fixes,
+    the unrolled-loop check and the capture: a Debian dist-packages library, a user-site
+    one and a virtualenv's are libraries to all of them; the user's files to none."""
+    from cachewatch.storms.fixes import is_library_function
+
+    installed = [
+        "/usr/lib/python3/dist-packages/optax/_src/alias.py",
+        "/home/me/.local/lib/python3.11/site-packages/flax/linen/module.py",
+        "/opt/venv/lib/python3.12/site-packages/numpyro/infer/mcmc.py",
+    ]
+    for path in installed:
+        assert flamegraph.frame_kind(path) == FrameKind.LIBRARY, path
+        assert is_library_function("somewhere", path), path
+        assert is_library_file(path), path
+    for path in ("/home/me/project/train.py", __file__):
+        assert flamegraph.frame_kind(path) == FrameKind.USER, path
+        assert not is_library_function("train", path), path
+        assert not is_library_file(path), path
+
+
 # ------------------------------------------------------------------ the diff of two compiles
 
 

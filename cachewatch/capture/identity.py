@@ -21,6 +21,7 @@ from typing import Any
 
 import jax
 
+from ..core import sources
 from ..core.events import FunctionInfo
 
 
@@ -76,8 +77,15 @@ LIBRARY_DIRS = _library_dirs()
 
 
 def is_library_file(filename: str) -> bool:
-    """True for code of an installed library (JAX, Flax, Optax ...), the standard library or cachewatch."""
-    return filename.startswith(LIBRARY_DIRS) or filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen")
+    """True for code of an installed library (JAX, Flax, Optax ...), the standard library or
+    cachewatch: this interpreter's folders for them, and every file the store's readers
+    call a library's by its path (core/sources.py), so that both agree."""
+    return (
+        filename.startswith(LIBRARY_DIRS)
+        or filename.startswith(_PACKAGE_DIR)
+        or filename.startswith("<frozen")
+        or sources.is_installed(filename)
+    )
 
 
 _STANDARD_DIRS = tuple(
@@ -94,7 +102,7 @@ def in_stack(filename: str) -> bool:
     if filename.startswith((_JAX_DIR, _PACKAGE_DIR, "<frozen")):
         return False
     # A library installed without a virtualenv lives under the standard library's directory.
-    return not filename.startswith(_STANDARD_DIRS) or "-packages" + os.sep in filename
+    return not filename.startswith(_STANDARD_DIRS) or sources.is_installed(filename)
 
 
 def code_file(fun: Any) -> str | None:

@@ -22,8 +22,6 @@ import base64
 import dataclasses
 import enum
 import hashlib
-import re
-import sysconfig
 from collections.abc import Iterable
 from dataclasses import dataclass
 from html import escape
@@ -31,6 +29,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ..core import sources
 from . import program_reads, program_texts
 
 # The picture's geometry, in CSS pixels; labels are cut to what a frame's width holds of
@@ -107,35 +106,15 @@ class Gone:
 # ----------------------------------------------------------------- frames
 
 
-def _stdlib_dirs() -> tuple[str, ...]:
-    found = {sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib")}
-    return tuple(sorted(path.replace("\\", "/").rstrip("/") + "/" for path in found if path))
-
-
-_STDLIB_DIRS = _stdlib_dirs()
-# Any interpreter's standard library, where the profile was recorded on another machine.
-_STDLIB = re.compile(r"/lib/python3\.\d+/")
-_INSTALLED = ("/site-packages/", "/dist-packages/")
-_JAX_PACKAGES = frozenset({"jax", "jaxlib", "jax_plugins"})
-
-
 def frame_kind(file: str) -> FrameKind:
     """Whose code ``file`` is, by its path alone (the profile may come from another
-    machine): under ``site-packages`` a library's (JAX's for jax and jaxlib), the
-    standard library's, else the user's, as ``capture.identity.is_library_file`` tells
-    them apart. No file is JAX's: an equation JAX made with no frame outside it."""
-    if not file:
+    machine; core/sources.py): an installed library's (JAX's for jax and jaxlib) or the
+    standard library's, else the user's. No file is JAX's: an equation JAX made with no
+    frame outside it."""
+    if not file or sources.is_jax(file):
         return FrameKind.JAX
-    path = file.replace("\\", "/")
-    for marker in _INSTALLED:
-        at = path.rfind(marker)
-        if at >= 0:
-            package = path[at + len(marker) :].split("/", 1)[0]
-            return FrameKind.JAX if package in _JAX_PACKAGES else FrameKind.LIBRARY
-    if path.startswith("<frozen") or path.startswith(_STDLIB_DIRS) or _STDLIB.search(path):
+    if sources.is_library(file):
         return FrameKind.LIBRARY
-    if "/jax/_src/" in path:  # a JAX checkout installed for development
-        return FrameKind.JAX
     return FrameKind.USER
 
 

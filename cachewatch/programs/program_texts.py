@@ -13,13 +13,13 @@ import dataclasses
 import difflib
 import gzip
 import linecache
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
+from ..core import sources
 from ..core.events import MEMORY_PARTS, PROGRAM_FORMATS, Cause
 from ..store.columns import EventRow, Filters
 from . import program_reads
@@ -507,7 +507,7 @@ def _unrolled_loop_fixes(largest: program_reads.ProfiledCompile) -> list[Program
         if (
             line["file"]
             # A library's loop is not the user's to rewrite (a solver's fixed step count).
-            and "-packages" + os.sep not in line["file"]
+            and not sources.is_installed(line["file"])
             and not line["loop_body"]
             and total
             and line["eqns"] >= UNROLLED_MIN_SHARE * total

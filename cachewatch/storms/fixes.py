@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from ..core import sources
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described, short_name
 from ..core.texts import ADDRESS, commonest, shortened, static_made_anew, without_addresses
 from ..core.warmup import enclosing_function
@@ -206,8 +207,7 @@ def short_site(site: str) -> str:
 def is_library_function(module: str, file: str) -> bool:
     """A jit defined by JAX or an installed library (jax.random's ``_normal``, made at import
     and wrapped when install() came first): its options are not the user's to change."""
-    top = module.split(".", 1)[0]
-    return top in ("jax", "jaxlib") or any(part in file for part in ("/site-packages/", "/dist-packages/"))
+    return module.split(".", 1)[0] in sources.JAX_PACKAGES or sources.is_installed(file)
 
 
 def _library_fix(name: str, module: str, cause: str, rows: Sequence[Recompile]) -> str:
