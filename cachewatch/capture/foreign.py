@@ -31,6 +31,7 @@ from typing import Any
 from ..core import _guard, jaxcompat
 from ..core.events import UNATTRIBUTED_MODULE, Cause, CompileEvent, FunctionInfo, describe_array
 from ..explain import causes
+from ..explain import placement as placemod
 from ..explain import signature as sigmod
 from . import building, devices, foreign_causes, opbyop
 from .foreign_causes import BACKWARD_PASS, OUTSIDE_CALL, Target
@@ -140,7 +141,7 @@ def from_trace(frame: Any, name: str) -> Target | None:
     info = _describe(described)
     placement: tuple = ()
     if signature is not None and layout is not None:
-        placement = sigmod.placement(layout, args, kwargs)
+        placement = placemod.placement(layout, args, kwargs)
         foreign_causes.note_traced_placement(info.function_hash, signature, placement)
     return Target(info, serial, signature, call_site=site, placement=placement)
 
@@ -191,7 +192,7 @@ def _lowered_placement(lowering: jaxcompat.JitLowering, signature: sigmod.Signat
     if where is None:  # a JAX whose lowering frame holds other objects (the capability is off now)
         return ()
     return tuple(
-        sigmod.Placed(leaf.path, False, "") if on is None else sigmod.Placed(leaf.path, True, ",".join(on))
+        placemod.Placed(leaf.path, False, "") if on is None else placemod.Placed(leaf.path, True, ",".join(on))
         for leaf, on in zip(leaves, where, strict=False)
     )
 

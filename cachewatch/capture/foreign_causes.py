@@ -16,6 +16,7 @@ from ..core.events import Cause, DiffEntry, FunctionInfo
 from ..core.texts import shortened, static_made_anew
 from ..explain import causes
 from ..explain import context as ctxmod
+from ..explain import placement as placemod
 from ..explain import signature as sigmod
 from . import opbyop
 
@@ -53,7 +54,7 @@ class Target:
     # A hash of the lowered jaxpr's text (set when a compile without a trace is compared):
     # the same text is the same program, whichever object JAX built it in.
     printed: int | None = None
-    # Where each array argument was (sigmod.placement): committed or not, and its devices.
+    # Where each array argument was (placemod.placement): committed or not, and its devices.
     placement: tuple = ()
 
 
@@ -407,8 +408,8 @@ def _commitment_changed(target: Target) -> list[DiffEntry]:
         if was.committed == now.committed:
             continue
         where = now.where or was.where
-        after = sigmod.Placed(was.path, now.committed, where)
-        entries.extend(sigmod.placement_diff((was,), (after,)))
+        after = placemod.Placed(was.path, now.committed, where)
+        entries.extend(placemod.placement_diff((was,), (after,)))
     return entries
 
 

@@ -30,6 +30,7 @@ import jax
 from ..core import _guard, jaxcompat
 from ..core.events import Cause, CompileEvent, FunctionInfo, Kind
 from ..explain import causes
+from ..explain import placement as placemod
 from ..explain import signature as sigmod
 from ..record import current, recorder
 from . import (
@@ -538,7 +539,7 @@ def _to_event(
             compiled=compiled,
             device=device,
             call_site=call_site,
-            placement=sigmod.placement(state.layout, args, kwargs) if compiled else (),
+            placement=placemod.placement(state.layout, args, kwargs) if compiled else (),
         )
     else:
         sig = _concrete_signature(state, args, kwargs)
@@ -548,7 +549,12 @@ def _to_event(
             verdict = causes.explain_transformed(info.function_hash, state.serial, info.name, sig, *transform)
         else:
             verdict = causes.explain_compile(
-                info.function_hash, state.serial, info.name, sig, device, sigmod.placement(state.layout, args, kwargs)
+                info.function_hash,
+                state.serial,
+                info.name,
+                sig,
+                device,
+                placemod.placement(state.layout, args, kwargs),
             )
     return building.compile_event(
         record,

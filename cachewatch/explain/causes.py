@@ -15,6 +15,7 @@ import threading
 from ..core import process
 from ..core.events import Cause, DiffEntry
 from . import context as ctxmod
+from . import placement as placemod
 from . import signature as sigmod
 from .signature import Signature
 
@@ -38,7 +39,7 @@ class ObjectHistory:
     keys: set = dataclasses.field(default_factory=set)
     compiled_keys: set = dataclasses.field(default_factory=set)
     devices: dict = dataclasses.field(default_factory=dict)  # signature key -> device string
-    # signature key -> the placements (sigmod.placement) it was compiled for, latest last
+    # signature key -> the placements (placemod.placement) it was compiled for, latest last
     placements: dict = dataclasses.field(default_factory=dict)
     cleared: bool = False
     # ctxmod.clears() when the object last traced or compiled: a repeat after it changed
@@ -227,7 +228,7 @@ def _recompiled(obj: ObjectHistory, name: str, key: tuple, device: str | None, p
     """A compile without a retrace of a signature already compiled: what JAX's compile
     cache keys on beyond the jaxpr changed (commitment, placement), or the cache was cleared."""
     seen_placements = obj.placements.get(key) or []
-    entries = sigmod.placement_diff(seen_placements[-1], placement) if seen_placements and placement else []
+    entries = placemod.placement_diff(seen_placements[-1], placement) if seen_placements and placement else []
     if placement in seen_placements:
         entries = []
     before = obj.devices.get(key)

@@ -21,9 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..core import _guard
 from ..core.events import Cause, DiffEntry, describe_array
-from ..core.texts import shortened
 from . import context as ctxmod
 
 _MAX_REPR = 200
@@ -274,7 +272,7 @@ def abstract_sharding(aval: Any) -> str | None:
 FILTER_JIT_PARAMS = ("dynamic_donate", "dynamic_nodonate", "static")
 
 
-def _user_arguments(
+def user_arguments(
     layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]
 ) -> list[tuple[str, str, Any]] | None:
     """The user's own arguments behind a filtering wrapper's (see ``ParamLayout.user``),
@@ -323,7 +321,7 @@ def _filtered_leaf(path: str, arg: int, value: Any) -> Leaf:
 
 def build(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) -> Signature:
     """Signature of one traced call, from the tracers and static values the body receives."""
-    user = _user_arguments(layout, args, kwargs)
+    user = user_arguments(layout, args, kwargs)
     if user is not None:
         found = _of_items([(name, passed_as, False, value) for name, passed_as, value in user], _filtered_leaf)
         return dataclasses.replace(found, held_static=True)
@@ -418,7 +416,7 @@ def diff(before: Signature, after: Signature) -> list[DiffEntry]:
     for index, arg in enumerate(after.structure):
         old = old_args.get(arg.name)
         if old is None:
-            entries.append(_entry(arg.name, "added", Cause.NEW_STRUCTURE, None, _arg_summary(after, index)))
+            entries.append(diff_entry(arg.name, "added", Cause.NEW_STRUCTURE, None, _arg_summary(after, index)))
             continue
         old_index, old_arg = old
         old_arg_leaves = {leaf.path: leaf for leaf in old_by_arg.get(old_index, [])}
@@ -427,7 +425,7 @@ def diff(before: Signature, after: Signature) -> list[DiffEntry]:
     new_names = {arg.name for arg in after.structure}
     for index, arg in enumerate(before.structure):
         if arg.name not in new_names:
-            entries.append(_entry(arg.name, "removed", Cause.NEW_STRUCTURE, _arg_summary(before, index), None))
+            entries.append(diff_entry(arg.name, "removed", Cause.NEW_STRUCTURE, _arg_summary(before, index), None))
     if after.held_static:
         for entry in entries:
             if entry["change"] == "static":
@@ -452,10 +450,10 @@ def _arg_diff(
     passed, and its pytree when its leaves' paths stayed the same."""
     entries = []
     if old_arg.passed_as != arg.passed_as:
-        entries.append(_entry(arg.name, "passed_as", Cause.NEW_STRUCTURE, old_arg.passed_as, arg.passed_as))
+        entries.append(diff_entry(arg.name, "passed_as", Cause.NEW_STRUCTURE, old_arg.passed_as, arg.passed_as))
     if old_arg.treedef != arg.treedef and set(old_arg_leaves) == {leaf.path for leaf in new_leaves}:
         was, now = _where_differ(old_arg.treedef, arg.treedef)
-        entries.append(_entry(arg.name, "structure", Cause.NEW_STRUCTURE, was, now))
+        entries.append(diff_entry(arg.name, "structure", Cause.NEW_STRUCTURE, was, now))
     return entries
 
 
@@ -467,7 +465,7 @@ def _leaf_diffs(
     for leaf in new_leaves:
         prior = old_leaves.get(leaf.path)
         if prior is None or prior.arg != old_index:
-            entries.append(_entry(leaf.path, "added", Cause.NEW_STRUCTURE, None, leaf.describe()))
+            entries.append(diff_entry(leaf.path, "added", Cause.NEW_STRUCTURE, None, leaf.describe()))
             continue
         entry = _leaf_entry(prior, leaf)
         if entry is not None:
@@ -475,7 +473,7 @@ def _leaf_diffs(
     new_paths = {leaf.path for leaf in new_leaves}
     for path, prior in old_arg_leaves.items():
         if path not in new_paths:
-            entries.append(_entry(path, "removed", Cause.NEW_STRUCTURE, prior.describe(), None))
+            entries.append(diff_entry(path, "removed", Cause.NEW_STRUCTURE, prior.describe(), None))
     return entries
 
 
@@ -487,20 +485,20 @@ def _leaf_entry(prior: Leaf, leaf: Leaf) -> DiffEntry | None:
         return None
     change = changes[0]
     if change == "static" and prior.static and leaf.static:
-        entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.value_repr, leaf.value_repr)
+        entry = diff_entry(leaf.path, change, _LEAF_CAUSE[change], prior.value_repr, leaf.value_repr)
     elif change == "static":  # a static value then an array, or back: each side as it was
-        entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe(), leaf.describe())
+        entry = diff_entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe(), leaf.describe())
     elif change == "sharding":
-        entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe_sharding(), leaf.describe_sharding())
+        entry = diff_entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe_sharding(), leaf.describe_sharding())
     else:
-        entry = _entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe(), leaf.describe())
+        entry = diff_entry(leaf.path, change, _LEAF_CAUSE[change], prior.describe(), leaf.describe())
     entry["changes"] = changes
     if change == "shape" and prior.shape is not None and leaf.shape is not None and len(prior.shape) == len(leaf.shape):
         entry["axes"] = [a for a, (x, y) in enumerate(zip(prior.shape, leaf.shape, strict=False)) if x != y]
     return entry
 
 
-def _entry(path: str, change: str, cause: Cause, before: Any, after: Any) -> DiffEntry:
+def diff_entry(path: str, change: str, cause: Cause, before: Any, after: Any) -> DiffEntry:
     return {"path": path, "change": change, "cause": str(cause), "before": before, "after": after}
 
 
@@ -606,102 +604,3 @@ def closest(candidates: Iterable[Signature], target: Signature) -> tuple[Signatu
 
 
 # ---------------------------------------------------------------------- placement
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Placed:
-    """Where one concrete array argument lives, as JAX's compile cache sees it: committed
-    (``jax.device_put(x, device)``, a sharded array) or not, and its sharding."""
-
-    path: str
-    committed: bool
-    where: str  # ``cpu:0``, or the sharding of an array over several devices
-    # A committed array's layout (``major_to_minor=(1, 0)``): JAX compiles once per input
-    # layout of committed arrays; empty where it is not read or does not count.
-    layout: str = ""
-
-    def describe(self) -> str:
-        return f"{'committed to' if self.committed else 'uncommitted on'} {self.where}"
-
-
-def _layout(value: Any) -> str:
-    try:
-        layout = value.format.layout
-    except Exception:  # an array type without a format, or a backend without layouts
-        return ""
-    order = getattr(layout, "major_to_minor", None)
-    if order is None:
-        return ""
-    tiling = getattr(layout, "tiling", ())
-    return f"major_to_minor={tuple(order)}" + (f", tiling={tuple(tiling)}" if tiling else "")
-
-
-def _where(value: Any) -> str:
-    sharding = value.sharding
-    found = sorted(str(d) for d in sharding.device_set)
-    if len(found) == 1:
-        return found[0]
-    spec = getattr(sharding, "spec", None)
-    shape = getattr(getattr(sharding, "mesh", None), "shape", None)
-    text = f"{type(sharding).__name__}({spec}" + (f", mesh {dict(shape)}" if shape else "") + ")"
-    return shortened(text, 160)
-
-
-@_guard.guarded(default=(), where="signature.placement")
-def placement(layout: ParamLayout, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Placed, ...]:
-    """The placement of every concrete array among a call's arguments, by argument path.
-    Read only when a call compiled (it walks every leaf). Placement is a detail of an
-    explanation: a bug here is counted and the event kept, with no placement."""
-    placed: list[Placed] = []
-    user = _user_arguments(layout, args, kwargs)
-    if user is not None:  # a filtering wrapper's: its non-array leaves are static, not placed
-        items = [(name, False, value) for name, _, value in user]
-    else:
-        items = [(layout.arg_name(i), i in layout.static_argnums, v) for i, v in enumerate(args)]
-        items += [(name, name in layout.static_argnames, kwargs[name]) for name in sorted(kwargs)]
-    for name, static, value in items:
-        if static:
-            continue
-        for keypath, leaf in jax.tree_util.tree_flatten_with_path(value)[0]:
-            if isinstance(leaf, jax.core.Tracer):
-                continue
-            if not isinstance(leaf, jax.Array):  # a Python or NumPy value: placed by JAX, uncommitted
-                if user is None:
-                    placed.append(Placed(name + jax.tree_util.keystr(keypath), False, ""))
-                continue
-            try:
-                committed = bool(leaf.committed)
-                placed.append(
-                    Placed(
-                        name + jax.tree_util.keystr(keypath),
-                        committed,
-                        _where(leaf),
-                        _layout(leaf) if committed else "",
-                    )
-                )
-            except Exception:  # a deleted (donated) array, or an array type without these
-                continue
-    return tuple(placed)
-
-
-def placement_diff(before: Sequence[Placed], after: Sequence[Placed]) -> list[DiffEntry]:
-    """One entry per array argument whose commitment or placement changed."""
-    old = {p.path: p for p in before}
-    entries = []
-    for now in after:
-        was = old.get(now.path)
-        if was is None or was == now:
-            continue
-        if was.committed != now.committed and was.where == now.where:
-            change = "committed"
-        elif was.where != now.where:
-            change = "placement"
-        elif was.layout != now.layout:
-            entries.append(
-                _entry(now.path, "layout", Cause.NEW_DEVICE_OR_SHARDING, was.layout or None, now.layout or None)
-            )
-            continue
-        else:
-            continue
-        entries.append(_entry(now.path, change, Cause.NEW_DEVICE_OR_SHARDING, was.describe(), now.describe()))
-    return entries
