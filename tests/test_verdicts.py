@@ -526,7 +526,7 @@ def test_waste_counts_only_recompiles_of_one_function(sqlite_url):
     assert summary.figures.identical_recompiles == 1
     assert summary.figures.shared_program_compiles == 2
     text = runsummary.text(summary)
-    assert "1 recompiles produced a program compiled before" in text
+    assert "1 recompile produced a program compiled before" in text
     assert "2 compiles produced the same program as another function's (no waste" in text
 
 

@@ -18,6 +18,11 @@ def shortened(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 compile``, ``3 compiles``: a count with its noun agreeing."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def commonest(values: Iterable[str | None]) -> str | None:
     """The value met most often (the first met among equals), empty ones left out."""
     counted = collections.Counter(v for v in values if v)

@@ -23,6 +23,7 @@ from ..core import config as configmod
 from ..core import figures
 from ..core.events import Cause
 from ..core.figures import seconds_text
+from ..core.texts import counted
 from ..store import columns, sinks
 from ..store import engine as enginemod
 from ..storms import diagnosis, findings
@@ -228,31 +229,33 @@ def text(summary: RunSummaryView) -> str:
 def _figure_lines(head: str, found: RunFigures, flushed: bool) -> list[str]:
     report = found.report
     lines = [
-        f"{head}: {report.compiles} compiles ({report.recompiles} recompiles, "
+        f"{head}: {counted(report.compiles, 'compile')} ({counted(report.recompiles, 'recompile')}, "
         f"{found.warmup_compiles} in warm-up), {seconds_text(report.compile_seconds)} compiling, "
-        f"{report.function_count} functions."
+        f"{counted(report.function_count, 'function')}."
     ]
     if found.first_pass_compiles:
         lines.append(
-            f"  {found.first_pass_compiles} recompiles were a first pass over a few shapes, then served "
+            f"  {counted(found.first_pass_compiles, 'recompile')} {'was' if found.first_pass_compiles == 1 else 'were'} "
+            "a first pass over a few shapes, then served "
             "from the cache (no storm)."
         )
     if found.identical_recompiles:
         lines.append(
-            f"  {found.identical_recompiles} recompiles produced a program compiled before in the run "
+            f"  {counted(found.identical_recompiles, 'recompile')} produced a program compiled before in the run "
             f"({seconds_text(found.identical_seconds)} of pure waste; `cachewatch report` names them)."
         )
     if found.shared_program_compiles:
         lines.append(
-            f"  {found.shared_program_compiles} compiles produced the same program as another function's "
+            f"  {counted(found.shared_program_compiles, 'compile')} produced the same program as another function's "
             "(no waste; those functions could share one jit)."
         )
     if found.live_executables:
         lines.append(
-            f"  {found.live_executables} executables left alive in JAX's caches "
+            f"  {counted(found.live_executables, 'executable')} left alive in JAX's caches "
             f"({figures.bytes_text(found.live_executable_bytes)} of code)"
             + (
-                f"; {found.never_called_again} were never called after the call that compiled them"
+                f"; {found.never_called_again} {'was' if found.never_called_again == 1 else 'were'} never called "
+                "after the call that compiled " + ("it" if found.never_called_again == 1 else "them")
                 if found.never_called_again
                 else ""
             )
@@ -265,8 +268,8 @@ def _figure_lines(head: str, found: RunFigures, flushed: bool) -> list[str]:
             f"{cause}={count}" for cause, count in f.causes.items() if count and cause != Cause.FIRST_CALL
         )
         lines.append(
-            f"  {f.name}: {f.compiles} compiles, {seconds_text(f.compile_seconds)}"
-            + (f", {f.calls} calls" if f.calls else "")
+            f"  {f.name}: {counted(f.compiles, 'compile')}, {seconds_text(f.compile_seconds)}"
+            + (f", {counted(f.calls, 'call')}" if f.calls else "")
             + (f"; recompiled for {causes}" if causes else "")
         )
     lines.extend(_finding_lines(report))
