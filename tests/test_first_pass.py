@@ -273,6 +273,46 @@ def test_a_loop_that_keeps_meeting_new_sizes_between_its_usual_one_is_a_storm_th
     assert storm.dominant_cause == Cause.NEW_SHAPE
 
 
+def test_batches_of_a_few_bucketed_lengths_in_random_order_are_a_first_pass(sqlite_url, use_store):
+    """Flax's sst2 example pads each batch to a multiple of 16 tokens and draws the batches
+    in random order: the loop meets a length again before it has met them all (its
+    compiles come while repeating, as a ragged loader's do), and then every length comes
+    round again and again. The calls named after each compile show the lengths served
+    again: a first pass, where the ragged loader's sizes, met once each, stay a storm."""
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def bucketed_step(w, x):
+        return jnp.tanh(x @ w).sum()
+
+    w = jnp.ones((4, 3))
+    full = jnp.ones((16, 4))
+    bucketed = [jnp.ones((width, 4)) for width in (32, 48, 64, 80, 96) for _ in range(3)]
+    order = np.random.default_rng(0)
+    for _ in range(4):
+        # A full batch between two bucketed ones: the first call after each compile, timed
+        # always, is of the full one; only the calls named after it meet the others again.
+        for i in order.permutation(len(bucketed)):
+            bucketed_step(w, full)
+            bucketed_step(w, bucketed[i])
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        e = models.compile_events
+        repeating = conn.execute(
+            sa.select(e.c.while_repeating).where(
+                e.c.compiled,
+                e.c.function_hash.in_(
+                    sa.select(models.functions.c.function_hash).where(models.functions.c.name == "bucketed_step")
+                ),
+            )
+        ).scalars()
+        assert any(repeating)  # without the named calls, the veto would make it a storm
+    storms, passes = _storms_and_passes(sqlite_url, "bucketed_step")
+    assert not storms
+    (found,) = passes
+    assert found.signatures == 5
+
+
 def test_an_evaluation_pass_in_order_then_served_again_stays_a_first_pass(sqlite_url, use_store):
     """The evaluation pass meets its sizes in order and never returns mid-way: the next
     epoch's pass, served from the cache, makes it a first pass however short the run."""

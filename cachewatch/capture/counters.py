@@ -56,6 +56,13 @@ else:
     _Counter, Watched = _PyCounter, None
 
 
+# Calls named after each compile (see CallCounter.naming_until): at least, and at most.
+NAMED_AFTER_COMPILE_MIN = 16
+NAMED_AFTER_COMPILE_MAX = 256
+# What naming them may take, at most: this share of the seconds the compile took.
+NAMING_SHARE_OF_COMPILE = 0.1
+
+
 class CallCounter(_Counter):
     """Calls of one function (by hash), shared by every jit object around it.
 
@@ -87,6 +94,10 @@ class CallCounter(_Counter):
         "window_naming",
         "slow",
         "flushed_slow",
+        "naming_until",
+        "next_timed",
+        "compiled_at",
+        "naming_left",
     )
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
@@ -118,6 +129,13 @@ class CallCounter(_Counter):
         # Calls JAX served through its Python path, by why (dispatch_path.py), and as flushed.
         self.slow: dict[str, int] = {}
         self.flushed_slow: dict[str, int] = {}
+        # After a compile, every call up to ``naming_until`` is named (not timed): whether
+        # the program comes back to the signatures it compiled (a few bucketed lengths in
+        # random order) or meets each once (a ragged loader's new sizes) is told by the
+        # calls each signature got, where one in ``sample_every`` would miss most
+        # (storms/diagnosis.py). ``next_timed``: the call the sampling schedule times next.
+        self.compiled_at = 0  # the call that compiled last
+        self.naming_left = 0.0  # seconds the stretch may still spend naming
 
     def note_slow(self, reason: str, calls: int = 1) -> None:
         """Count ``calls`` served through JAX's Python path for ``reason`` (-1: a call
@@ -134,14 +152,15 @@ class CallCounter(_Counter):
     def configure(self, sample_every: int, max_per_second: float) -> None:
         self.sample_every = sample_every if sample_every > 0 else NEVER_SAMPLE
         self.first_hit = self.first_hit and self.sampling  # a compile's first hit is still timed
-        self.next_sample = self.calls + (1 if self.first_hit else self.sample_every)
+        self.next_sample = self.next_timed = self.calls + (1 if self.first_hit else self.sample_every)
+        self.naming_until = 0  # a stretch named after a compile ends with the old setting
         self.max_per_second = max_per_second
 
     @property
     def sampling(self) -> bool:
         return self.sample_every < NEVER_SAMPLE
 
-    def after_compile(self, signature_hash: str | None) -> bool:
+    def after_compile(self, signature_hash: str | None, compile_seconds: float = 0.0) -> bool:
         """Time the next call: every signature gets a run time, however few its calls.
 
         Returns whether, since the function's previous compile, a timed call was of a
@@ -161,6 +180,15 @@ class CallCounter(_Counter):
         if self.sampling:
             self.first_hit = True
             self.next_sample = self.calls + 1
+            # Named for twice as many calls as came since the previous compile: the stretch
+            # in which a loop over a few shapes comes round to them again.
+            stretch = min(NAMED_AFTER_COMPILE_MAX, max(NAMED_AFTER_COMPILE_MIN, 2 * (self.calls - self.compiled_at)))
+            self.naming_until = self.calls + stretch
+            self.next_timed = self.calls + self.sample_every
+            # A share of what the compile took: the stretch costs a burst a little more, and
+            # as much on a busy machine as on an idle one.
+            self.naming_left = NAMING_SHARE_OF_COMPILE * compile_seconds
+        self.compiled_at = self.calls
         return repeating
 
     def add_sample(self, signature_hash: str, alone: float, end: float) -> None:

@@ -398,10 +398,19 @@ def _timed_call(jitted: Any, stats: CallCounter, state: HookState, args: tuple, 
     blocks, the next call's dispatch overlaps this one's run.
     """
     mark = _tracking.activity
-    stats.next_sample = stats.calls + stats.sample_every
     if not stats.sampling and not stats.first_hit:
+        stats.next_sample = stats.calls + stats.sample_every
         return jitted(*args, **kwargs)  # sampling is off; handed over only to end warm-up
     first_hit, stats.first_hit = stats.first_hit, False
+    if (
+        not first_hit
+        and stats.calls < min(stats.naming_until, stats.next_timed)
+        and _name_after_compile(state, stats, args, kwargs)
+    ):
+        return jitted(*args, **kwargs)
+    stats.next_sample = stats.next_timed = stats.calls + stats.sample_every
+    if stats.calls + 1 < stats.naming_until:
+        stats.next_sample = stats.calls + 1  # the stretch named after a compile goes on
     if not first_hit:  # one timed call per compile is never capped: compiles are rarer than that
         now = time.monotonic()
         if now - stats.window_start >= 1.0:
@@ -428,6 +437,25 @@ def _timed_call(jitted: Any, stats: CallCounter, state: HookState, args: tuple, 
     if _tracking.activity == mark:  # a call that compiled would count compile time as run time
         stats.add_sample(signature_hash, end - start, end)
     return out
+
+
+@_guard.guarded(default=False, where="jit.name")
+def _name_after_compile(state: HookState, stats: CallCounter, args: tuple, kwargs: dict) -> bool:
+    """One call of the stretch after a compile: named (its signature given its calls), not
+    timed, while the stretch's share of the compile's seconds lasts (then it ends). False
+    where its signature has no run time yet: that call is timed instead, as a first hit is."""
+    if len(stats.signatures) <= 1 or stats.naming_left <= 0.0:
+        stats.naming_until = stats.calls
+        stats.next_sample = stats.next_timed
+        return True
+    began = time.perf_counter()
+    signature_hash = sigmod.build(state.layout, args, kwargs).stable_hash()
+    stats.naming_left -= time.perf_counter() - began
+    if signature_hash not in stats.seconds_of:
+        return False
+    stats.add_count(signature_hash)
+    stats.next_sample = stats.calls + 1 if stats.calls + 1 < stats.naming_until else stats.next_timed
+    return True
 
 
 # Past the cap on timed calls, sampled calls are only named (their signature, without
@@ -512,7 +540,8 @@ def _sample_next_call(state: HookState, args: tuple, kwargs: dict, record: _trac
     call compiled, and whether the program was repeating its work when it came."""
     sig = record.signature if record.kind == Kind.TRACE else _concrete_signature(state, args, kwargs)
     stats = _stats_for(state.info)
-    repeating = stats.after_compile(sig.stable_hash() if sig is not None else None)
+    took = sum(t or 0.0 for t in (record.trace_seconds, record.lower_seconds, record.compile_seconds))
+    repeating = stats.after_compile(sig.stable_hash() if sig is not None else None, took)
     return building.Measured(while_repeating=repeating, call_number=stats.calls)
 
 

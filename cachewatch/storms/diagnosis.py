@@ -493,7 +493,25 @@ def _first_pass(
     else:
         compiling = functools.partial(storm_reads.compile_seconds_between, conn, run_id)
         went_on = _went_on(group, work.last_after(run_id, group[-1].timestamp), compiling, served)
+    if any(r.while_repeating for r in group) and not _served_its_new_shapes(conn, run_id, group):
+        return False
     return (went_on or _one_pass(conn, run_id, group)) and not _uncounted_growth(conn, group)
+
+
+def _served_its_new_shapes(conn: sa.Connection, run_id: str, group: list[Recompile]) -> bool:
+    """Whether a burst that came back to signatures it had compiled between new ones
+    (``while_repeating``) had most of its new signatures served from the cache again: a
+    loop over batches of a few bucketed lengths in random order meets a length again
+    before it has met them all, and every length comes round again; a ragged loader's
+    short batches, a new size each epoch, are met once and never again (a storm, however
+    long the program was quiet after them). Calls are named after each compile
+    (capture/counters.py), so a signature served again has calls of its own; one never
+    named has none."""
+    if _calls_counted(group) is None:
+        return False
+    new = {r.signature_hash for r in group if r.signature_hash}
+    served = storm_reads.served_signatures(conn, run_id, group[0].function_hash, new)
+    return len(served) * 2 > len(new)
 
 
 def _uncounted_growth(conn: sa.Connection, group: list[Recompile]) -> bool:
@@ -549,12 +567,10 @@ _NEW_SIGNATURE_CAUSES = frozenset(
 
 def _new_signatures_only(group: list[Recompile], rows: list[Recompile]) -> bool:
     """What a first pass must be made of, told from the burst alone: every compile a
-    signature not compiled before in the run, none compiled again later, and none that
-    came while the program kept returning to signatures it had compiled
-    (``while_repeating``: a loop whose usual shape the cache served between new ones is a
-    storm however long the program was quiet after it; a first pass meets its new
-    shapes before it comes back to any)."""
-    if any(r.cause not in _NEW_SIGNATURE_CAUSES or not r.signature_hash or r.while_repeating for r in group):
+    signature not compiled before in the run, and none compiled again later (whether it
+    came back to signatures it had compiled between new ones is told by
+    :func:`_served_its_new_shapes`)."""
+    if any(r.cause not in _NEW_SIGNATURE_CAUSES or not r.signature_hash for r in group):
         return False
     hashes = [(r.function_hash, r.signature_hash) for r in group]
     if len(set(hashes)) != len(hashes):
@@ -616,7 +632,10 @@ def _went_on(
     end = group[-1].timestamp
     after = end + group[-1].seconds
     quiet = last_heard - after - compiling_after(after, last_heard)
-    return quiet > end - group[0].timestamp
+    # The burst's own span less the compiles in it (its own, and a jit's first pass met in
+    # the same loop): work against work, not against compile time.
+    busy = after - group[0].timestamp - compiling_after(group[0].timestamp, end)
+    return quiet > busy
 
 
 def describe_storm(storm: Storm) -> str:

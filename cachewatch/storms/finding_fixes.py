@@ -126,7 +126,8 @@ def _size_fix(
 def _host_list_fix(driver: Driver, group: list[Storm], conversions: list[tuple[str, str]], price: str) -> str | None:
     """Where every storm is a line turning a growing Python list into an array, or growing
     an array by itself and one more item: keep the list, make the array once."""
-    if conversions and len(conversions) == len(group):
+    # A conversion whose sizes do not grow is of data that varies (a NumPy batch), no list.
+    if driver.growing and conversions and len(conversions) == len(group):
         site, text = conversions[0]
         return (
             f"`{text}` at {site} turns a Python list that grows each step into a new array: a new shape every "

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from ..core.events import Cause, Kind
 from ..core.texts import static_made_anew
-from ..store import models
+from ..store import models, rollup
 from ..store.columns import Filters, cost_expr, in_chunks
 
 
@@ -131,6 +131,23 @@ def recompiles_by_id(conn: sa.Connection, event_ids: list[str], diffs: bool = Fa
 def in_time_order(rows: Iterable[Recompile]) -> list[Recompile]:
     """Recompiles by time, ties by function and event: one order however they were read."""
     return sorted(rows, key=lambda r: (r.timestamp, r.function_hash, r.event_id))
+
+
+def served_signatures(conn: sa.Connection, run_id: str, function_hash: str, signature_hashes: set[str]) -> set[str]:
+    """The signatures among ``signature_hashes`` that one function's calls in one run met
+    besides the calls that compiled them: those with calls of their own in the run's
+    statistics (a call is counted to a signature only once one was named as of it)."""
+    if not signature_hashes:
+        return set()
+    s = models.call_stats
+    rows = sa.select(s.c.signature_hash, s.c.run_buckets, s.c.sampled_calls, s.c.sampled_seconds, s.c.calls).where(
+        s.c.run_id == run_id, s.c.function_hash == function_hash, s.c.signature_hash.in_(sorted(signature_hashes))
+    )
+    return {
+        row["signature_hash"]
+        for row in conn.execute(rows).mappings()
+        if any(calls for _, calls in rollup.row_buckets(row).values())
+    }
 
 
 def compile_seconds_between(conn: sa.Connection, run_id: str, start: float, end: float) -> float:
