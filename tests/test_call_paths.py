@@ -233,3 +233,48 @@ def test_a_jit_traced_inside_another_makes_no_slow_path_call(sqlite_url, use_sto
         counted = {c.function.name: c for c in call_path_reads.path_counts(conn, Filters())}
     for name in ("traced_inside", "traces_it"):
         assert name not in counted or not counted[name].slow, counted[name]
+
+
+def test_a_jit_made_anew_for_each_call_is_told_with_what_making_it_cost_and_the_fix_ends_it(sqlite_url, use_store):
+    """``jax.jit(step)(x)`` in a loop: JAX's caches are keyed by the function, so nothing
+    recompiles, but jax.jit's set-up runs at every step. Told as calls through a jit made
+    for them, priced by what making the objects took (measured), with the jit made once as
+    the fix: applied, the same results and nothing to tell. A function jitted twice (two
+    models of one factory, say) is no loop."""
+    import jax.numpy as jnp
+
+    import cachewatch
+
+    use_store(sqlite_url)
+
+    def remade_step(x):
+        return x * 0.5 + 1.0
+
+    def held_step(x):
+        return x * 0.5 + 1.0
+
+    def twice_step(x):
+        return x - 1.0
+
+    x = y = jnp.ones(4)
+    for _ in range(40):
+        x = cachewatch.jit(remade_step)(x)
+    step = cachewatch.jit(held_step)  # the fix: made once, before the loop
+    for _ in range(40):
+        y = step(y)
+    for _ in range(2):
+        cachewatch.jit(twice_step)(x)
+    assert (x == y).all()
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        counted = {c.function.name: c for c in call_path_reads.path_counts(conn, Filters())}
+        told = {s.function.name: s for s in slow_path.slow_paths(counted.values())}
+    assert counted["remade_step"].slow == {"new_jit_object": 39}
+    assert counted["remade_step"].jit_object_seconds > 0
+    assert "held_step" not in counted
+    assert counted["twice_step"].slow == {"new_jit_object": 1}
+    assert set(told) == {"remade_step"}
+    remade = told["remade_step"]
+    assert remade.seconds == counted["remade_step"].jit_object_seconds
+    assert "39 of its 40 calls came through a jit object made for the call" in remade.text
+    assert "make the jit once, before the loop" in remade.fix

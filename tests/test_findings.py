@@ -454,3 +454,20 @@ def test_sizes_that_powers_of_two_cannot_make_fewer_are_not_told_to_be_padded_to
     assert "one for each power of two already" in told
     assert "pad to 65 for one compile" in told
     assert "instead of 4" not in told
+
+
+def test_a_step_jitted_anew_at_every_iteration_is_a_finding_and_the_fix_holds(tmp_path):
+    """``jax.jit(step)(...)`` in the loop compiles once (JAX's caches are keyed by the
+    function), so no storm says it; its price is jax.jit's set-up at every step, measured.
+    The fix, the jit made once before the loop, prints the same and leaves nothing."""
+    ran = run_program(tmp_path, "remade_jit")
+    assert ran.compiles["step"] == ran.logged["step"] == 1
+    (found,) = _findings(ran.url)
+    assert found.fix_kind == "hoist_jit"
+    assert found.varying == "a jit of `step` made anew for its calls"
+    assert "2999 of its 3000 calls came through a jit object made for the call" in found.fix
+    assert found.seconds > 0
+    fixed = run_program(tmp_path, "remade_jit_fixed")
+    assert fixed.stdout == ran.stdout
+    assert fixed.compiles["step"] == 1
+    assert _findings(fixed.url) == []

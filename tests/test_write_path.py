@@ -173,3 +173,43 @@ def test_writers_racing_with_one_batch_store_it_once(store_url, recorded):
     assert_counted_once(stored(store_url), batch)
     assert sum(a.stored_events for a in answers) <= len(batch.events) - len(firsts)
     assert sum(a.stored_stats for a in answers) <= len(batch.stats)
+
+
+def test_every_field_of_a_call_statistics_row_survives_the_wire_and_the_spool(sqlite_url):
+    """A spooled batch is read back with Batch.from_wire: a field of CallStats that did not
+    come back (the slow-path calls did not) was lost for every batch that waited in the
+    spool. Every field, set to something other than its default, comes back equal, and
+    is stored."""
+    import dataclasses
+    import json
+
+    from cachewatch.core.events import FunctionInfo, RunInfo
+
+    run = dataclasses.replace(current.run_info(), run_id="f" * 32)
+    function = FunctionInfo("s" * 40, "spooled", "spooled", "mod", "/x.py", 3)
+    row = CallStats(
+        run.run_id,
+        function,
+        1.0e9,
+        12,
+        2,
+        0.004,
+        "a" * 16,
+        {"100": [2, 12]},
+        6,
+        None,
+        {"unordered_effects": 3, "new_jit_object": 9},
+        0.00025,
+    )
+    defaults = CallStats(run.run_id, function, 1.0e9, 12, 2, 0.004)
+    changed = [f.name for f in dataclasses.fields(CallStats) if getattr(row, f.name) != getattr(defaults, f.name)]
+    # Every field is set but released_by (a release row has no calls) and the first six.
+    assert len(changed) == len(dataclasses.fields(CallStats)) - 7
+    back = Batch.from_wire(json.loads(json.dumps(Batch(run, [], [row]).to_wire())))
+    assert back.stats == [row]
+    assert isinstance(back.run, RunInfo)
+    SqlSink(sqlite_url).write(back)
+    with enginemod.connection(sqlite_url) as conn:
+        s = models.call_stats
+        stored = conn.execute(sa.select(s.c.slow_calls, s.c.jit_object_seconds)).one()
+    assert stored == ({"unordered_effects": 3, "new_jit_object": 9}, 0.00025)

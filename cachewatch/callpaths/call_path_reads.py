@@ -35,6 +35,8 @@ class PathCounts:
     # takes one path): of variants on JAX's Python path and on its C++ path.
     slow_call_seconds: float | None = None
     fast_call_seconds: float | None = None
+    # What making the jit objects counted under slow['new_jit_object'] took.
+    jit_object_seconds: float = 0.0
 
     @property
     def slow_calls(self) -> int:
@@ -52,12 +54,16 @@ def path_counts(
     Python path in the filtered part, most such calls first."""
     s = models.call_stats
     slow: dict[tuple[str, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    rows = sa.select(s.c.run_id, s.c.function_hash, s.c.slow_calls).where(s.c.slow_calls.is_not(None))
+    made: dict[tuple[str, str], float] = collections.defaultdict(float)
+    rows = sa.select(s.c.run_id, s.c.function_hash, s.c.slow_calls, s.c.jit_object_seconds).where(
+        s.c.slow_calls.is_not(None)
+    )
     if function_hashes is not None:
         rows = rows.where(s.c.function_hash.in_(list(function_hashes)))
-    for run_id, function_hash, counted in conn.execute(filters.apply(s, rows)):
+    for run_id, function_hash, counted, seconds in conn.execute(filters.apply(s, rows)):
         if isinstance(counted, dict):
             slow[(run_id, function_hash)].update({str(k): int(v) for k, v in counted.items() if isinstance(v, int)})
+        made[(run_id, function_hash)] += float(seconds or 0.0)
     wanted = sorted(key for key, counted in slow.items() if sum(counted.values()) > 0)
     if not wanted:
         return []
@@ -87,6 +93,7 @@ def path_counts(
             dict(variants[(run_id, h)]),
             call_seconds(run_id, h, "slow"),
             call_seconds(run_id, h, "fast"),
+            made[(run_id, h)],
         )
         for run_id, h in wanted
         if h in infos

@@ -36,6 +36,10 @@ WHY = {
         "calls made under a JAX transformation applied outside any jit (jax.grad, jax.value_and_grad or "
         "jax.vmap of the jit, run eagerly): each call is traced again in Python and no executable of its own runs"
     ),
+    "new_jit_object": (
+        "a new jit object made for each call (jax.jit({name}) run again before calling it): JAX's caches are "
+        "keyed by the function, so nothing recompiled, but jax.jit's own Python set-up ran each time"
+    ),
     "other": "an executable JAX's C++ path does not take",
 }
 FIX = {
@@ -57,6 +61,11 @@ FIX = {
         "in_axes=...)) for a vmap, made once, before the loop; a static argument of `{name}` stays static "
         "only if the new jit is told so again, by position (static_argnums), as the transformed function "
         "takes its arguments by position. Then call step"
+    ),
+    "new_jit_object": (
+        "make the jit once, before the loop (step = jax.jit({name}), or @jax.jit on its definition), and "
+        "call that; a jit made inside a helper called each step goes to module level, or to the __init__ of "
+        "the object that holds it"
     ),
     "other": "see which of its outputs or options differ from the jit's usual ones",
 }
@@ -108,15 +117,31 @@ def as_json(found: SlowPath) -> dict[str, object]:
     }
 
 
+# Jit objects made anew that make a finding: at least this many, and for at least half of
+# the function's calls (a jit made twice at import, or once per model, is no loop).
+NEW_OBJECTS_MIN = 10
+
+
+def _told_of(counts: PathCounts) -> bool:
+    """Whether a function's calls on the Python path are worth telling: any of JAX's own
+    reasons, or jit objects made anew for most of its calls."""
+    made = counts.slow.get("new_jit_object", 0)
+    if counts.slow_calls > made:
+        return True
+    return made >= max(NEW_OBJECTS_MIN, counts.calls / 2)
+
+
 def slow_paths(counts: Iterable[PathCounts]) -> list[SlowPath]:
     """Each function's slow-path calls with why and what to change, most seconds first."""
-    out = [_told(c) for c in counts if c.slow_calls]
+    out = [_told(c) for c in counts if c.slow_calls and _told_of(c)]
     return sorted(out, key=lambda s: (-(s.seconds or 0.0), -s.slow_calls, s.function.qualname))
 
 
 def _told(counts: PathCounts) -> SlowPath:
     name = short_name(counts.function.qualname or counts.function.name)
     reason = max(counts.slow, key=lambda r: counts.slow[r])
+    if reason == "new_jit_object":
+        return _remade(counts, name)
     slow_each, fast_each = counts.slow_call_seconds, counts.fast_call_seconds
     # Without per-path samples (paths not told at compile), every sample stands for the calls.
     each = slow_each if slow_each is not None else counts.call_seconds
@@ -155,4 +180,29 @@ def _told(counts: PathCounts) -> SlowPath:
         fix,
         slow_each,
         fast_each,
+    )
+
+
+def _remade(counts: PathCounts, name: str) -> SlowPath:
+    """A function given a new jit object for most of its calls: priced by what making the
+    objects took (measured), which is what making the jit once saves."""
+    made = counts.slow.get("new_jit_object", 0)
+    seconds = counts.jit_object_seconds
+    each = f" ({seconds / made * 1e6:.0f} µs each, measured)" if made and seconds else ""
+    text = (
+        f"{name}: {made} of its {counts.calls} calls came through a jit object made for the call, about "
+        f"{seconds_text(seconds)} in all{each}: {WHY['new_jit_object'].format(name=name)}."
+    )
+    fix = f"To stop making `{name}`'s jit again: {FIX['new_jit_object'].format(name=name)}."
+    return SlowPath(
+        counts.run_id,
+        counts.function,
+        counts.calls,
+        counts.compiles,
+        counts.slow_calls,
+        counts.fast_calls,
+        dict(counts.slow),
+        seconds,
+        text,
+        fix,
     )

@@ -98,6 +98,7 @@ class CallCounter(_Counter):
         "next_timed",
         "compiled_at",
         "naming_left",
+        "jit_object_seconds",
     )
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
@@ -129,6 +130,9 @@ class CallCounter(_Counter):
         # Calls JAX served through its Python path, by why (dispatch_path.py), and as flushed.
         self.slow: dict[str, int] = {}
         self.flushed_slow: dict[str, int] = {}
+        # What making jit objects anew for the function took since the last collection
+        # (each counted under slow['new_jit_object']).
+        self.jit_object_seconds = 0.0
         # After a compile, every call up to ``naming_until`` is named (not timed): whether
         # the program comes back to the signatures it compiled (a few bucketed lengths in
         # random order) or meets each once (a ragged loader's new sizes) is told by the
@@ -141,6 +145,17 @@ class CallCounter(_Counter):
         """Count ``calls`` served through JAX's Python path for ``reason`` (-1: a call
         counted here was the compiling one)."""
         self.slow[reason] = self.slow.get(reason, 0) + calls
+
+    def note_jit_object(self, seconds: float) -> None:
+        """One more jit object made anew for the function, and what making it took."""
+        with _pending_lock:
+            self.jit_object_seconds += seconds
+            self.slow["new_jit_object"] = self.slow.get("new_jit_object", 0) + 1
+
+    def take_jit_object_seconds(self) -> float:
+        with _pending_lock:
+            taken, self.jit_object_seconds = self.jit_object_seconds, 0.0
+        return taken
 
     def take_slow(self) -> dict[str, int]:
         """The slow-path calls since the last take, by reason (none left out as zero)."""
@@ -300,19 +315,31 @@ def collect_call_stats(run_id: str) -> list[CallStats]:
         stats.count_tail(calls)
         samples = stats.take_samples()
         slow = stats.take_slow()
+        made = stats.take_jit_object_seconds()
         if calls == stats.flushed_calls and not samples and not slow:
             continue
         new_calls = calls - stats.flushed_calls
         stats.flushed_calls = calls
         sample_every = stats.sample_every if stats.sampling else 0
         if not samples:
-            rows.append(_row(run_id, stats, now, new_calls, sample_every, slow=slow))
+            rows.append(_row(run_id, stats, now, new_calls, sample_every, slow=slow, made=made))
             continue
         for signature_hash, (buckets, seconds) in samples.items():
             rows.append(
-                _row(run_id, stats, now, new_calls, sample_every, signature_hash, buckets, seconds[0], slow=slow)
+                _row(
+                    run_id,
+                    stats,
+                    now,
+                    new_calls,
+                    sample_every,
+                    signature_hash,
+                    buckets,
+                    seconds[0],
+                    slow=slow,
+                    made=made,
+                )
             )
-            new_calls, slow = 0, {}  # the function's calls go on its first row
+            new_calls, slow, made = 0, {}, 0.0  # the function's calls go on its first row
     return rows
 
 
@@ -327,6 +354,7 @@ def _row(
     seconds: float = 0.0,
     *,
     slow: dict[str, int],
+    made: float = 0.0,
 ) -> CallStats:
     """One row of a function's calls, with one signature's timed samples when it has some."""
     return CallStats(
@@ -340,6 +368,7 @@ def _row(
         run_buckets=runtimes.to_json(buckets) if buckets is not None else None,
         sample_every=sample_every,
         slow_calls=slow or None,
+        jit_object_seconds=made or None,
     )
 
 

@@ -54,6 +54,7 @@ class HookState:
         # The variants of a running warm-up by signature hash (capture/compile_ahead.py): a call
         # of one being compiled waits instead of compiling it a second time.
         self.warming: dict[str, compile_ahead.Slot] = {}
+        self.jit_objects = 0  # jit objects made with this hook: past the first, each made anew
         _tracking.watch_names(self.trace_name, self.module_name, self.info)
 
 

@@ -713,7 +713,13 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
         guards.set_limit(state.info.function_hash, max_recompiles, on_limit)
     if hook is None:
         return _jax_jit(fun, **jit_options)
-    watched = _make_watched(fun, _jax_jit(hook, **jit_options), state)
+    began = time.perf_counter()
+    jitted = _jax_jit(hook, **jit_options)
+    took = time.perf_counter() - began  # JAX's own set-up of a jit object: what making it anew costs
+    watched = _make_watched(fun, jitted, state)
+    state.jit_objects += 1
+    if state.jit_objects > 1:  # made anew for a function jitted before, with the same options
+        _stats_for(state.info).note_jit_object(took)
     for callback in _on_watched:
         with _guard.guard("jit.on_watched"):
             callback(watched)

@@ -157,6 +157,9 @@ SlowReason = Literal[
     # called with tracers under a transformation applied outside any jit (jax.grad of a
     # jit, eagerly): no executable of its own ran, the call was traced again in Python
     "under_transformation",
+    # a jit object made anew for the call (jax.jit(f) run again before calling it): no
+    # recompile (JAX's caches are keyed by the function), but jax.jit's Python set-up ran
+    "new_jit_object",
     "other",  # an executable JAX's C++ path does not take
 ]
 SLOW_REASONS: tuple[str, ...] = get_args(SlowReason)
@@ -436,6 +439,8 @@ class CallStats:
     # Of ``calls``, those JAX served through its Python dispatch path (not its C++ fast
     # path), by why (``jaxcompat.SLOW_REASONS``); None where none were or paths are not watched.
     slow_calls: dict[str, int] | None = None
+    # What making the new jit objects counted under ``slow_calls['new_jit_object']`` took.
+    jit_object_seconds: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -450,6 +455,7 @@ class CallStats:
             "sample_every": self.sample_every,
             "released_by": self.released_by,
             "slow_calls": self.slow_calls,
+            "jit_object_seconds": self.jit_object_seconds,
         }
 
 
@@ -545,19 +551,14 @@ def _run_from_wire(data: dict[str, Any]) -> RunInfo:
     return RunInfo(**values)
 
 
+_STATS_FIELDS = frozenset(f.name for f in dataclasses.fields(CallStats)) - {"function"}
+
+
 def _stats_from_wire(data: dict[str, Any]) -> CallStats:
-    return CallStats(
-        run_id=data["run_id"],
-        function=FunctionInfo(**data["function"]),
-        timestamp=data["timestamp"],
-        calls=data["calls"],
-        sampled_calls=data["sampled_calls"],
-        sampled_seconds=data["sampled_seconds"],
-        signature_hash=data.get("signature_hash") or "",
-        run_buckets=data.get("run_buckets"),
-        sample_every=data.get("sample_every"),
-        released_by=data.get("released_by"),
-    )
+    # Every field as_dict wrote (a field left out here was lost with a spooled batch).
+    values = {name: value for name, value in data.items() if name in _STATS_FIELDS}
+    values["signature_hash"] = values.get("signature_hash") or ""
+    return CallStats(function=FunctionInfo(**data["function"]), **values)
 
 
 class PersistentCache(enum.StrEnum):

@@ -228,6 +228,8 @@ class CallStatsRow(Base):
     released_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # Of the calls, those JAX served through its Python path, by why (events.CallStats).
     slow_calls: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # What making the jit objects counted under slow_calls['new_jit_object'] took.
+    jit_object_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (
         Index("ix_call_stats_function_time", "function_hash", "timestamp"),

@@ -182,12 +182,15 @@ def _slow_path_finding(found: slow_path.SlowPath, length: float | None) -> Findi
     seconds = _price(found) or 0.0
     site = f"{found.function.file}:{found.function.line}" if found.function.file else None
     digest = hashlib.sha256("\0".join([found.run_id, "slow_path", found.function.function_hash]).encode())
+    name = short_name(found.function.qualname or found.function.name)
+    remade = reason == "new_jit_object"
     return Finding(
         finding_id=digest.hexdigest()[:16],
         run_id=found.run_id,
         cause="slow_path",
-        varying=f"every call of `{short_name(found.function.qualname or found.function.name)}` through JAX's "
-        f"Python dispatch path ({reason})",
+        varying=f"a jit of `{name}` made anew for its calls"
+        if remade
+        else f"every call of `{name}` through JAX's Python dispatch path ({reason})",
         entry=site,
         entry_text=short_site(site) if site else "",
         functions=(found.function.qualname or found.function.name,),
@@ -196,7 +199,7 @@ def _slow_path_finding(found: slow_path.SlowPath, length: float | None) -> Findi
         compile_seconds=0.0,
         share_of_run=min(1.0, seconds / length) if length else None,
         fix=f"{found.text} {found.fix}",
-        fix_kind="fast_path",
+        fix_kind="hoist_jit" if remade else "fast_path",
         library=None,
         storms=(),
         active=False,

@@ -246,6 +246,15 @@ class CallStatsIn(_In):
     released_by: Annotated[
         str | None, _text(64, "Set on a row recording a release of the function's executables: by what.")
     ] = None
+    jit_object_seconds: Annotated[
+        float | None,
+        Field(
+            ge=0,
+            le=MAX_SECONDS * MAX_COUNT,
+            allow_inf_nan=False,
+            description="What making the jit objects counted under slow_calls['new_jit_object'] took.",
+        ),
+    ] = None
 
 
 class BatchIn(_In):
