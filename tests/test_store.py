@@ -22,6 +22,7 @@ from cachewatch.core.events import Cause, new_event_id
 from cachewatch.payoff import cost_reads
 from cachewatch.store import engine as enginemod
 from cachewatch.store import models, rollup
+from cachewatch.storms import diagnosis
 
 
 def test_migrating_an_empty_store_gives_the_models_schema(store_url):
@@ -210,6 +211,27 @@ def test_upgrade_fills_the_rollup_from_existing_events(store_url, use_store, rev
     assert rollup.cost_bucket(0.0) == 0
     assert rollup.cost_bucket(0.005) == 0
     assert rollup.cost_bucket(1e9) == 15
+
+
+def test_an_upgrade_that_changes_the_judging_finds_every_runs_bursts_again(store_url, use_store):
+    """A store's kept bursts were judged by the rule of the cachewatch that wrote them;
+    the migration that comes with a new rule marks every run stale, so the next reader
+    judges its bursts again instead of showing the old verdicts."""
+    use_store(store_url)
+    scenarios.dtype_change()
+    assert cachewatch.flush(30)
+    with enginemod.connection(store_url) as conn:
+        diagnosis.detect_storms(conn)  # settles: the run's bursts are kept, nothing stale
+        assert conn.execute(sa.select(sa.func.count()).select_from(models.stale_storms)).scalar() == 0
+        runs = set(conn.execute(sa.select(models.runs.c.run_id)).scalars())
+    enginemod.dispose_engines()
+    from alembic import command
+
+    command.downgrade(enginemod.alembic_config(store_url), "0033")
+    enginemod.dispose_engines()
+    enginemod.upgrade(store_url)
+    with enginemod.connection(store_url) as conn:
+        assert set(conn.execute(sa.select(models.stale_storms.c.run_id)).scalars()) == runs
 
 
 def test_run_time_estimate_only_grows_and_values_early_calls(sqlite_url):

@@ -21,7 +21,9 @@ its keys stale, and what they are found again from:
 The marks are made by the write path (rollup.py, writes.py) and by retention
 (retention.py), in the writer's transaction: a write stays cheap, and what a kept result
 depends on changes with later writes and prunes, so it is found when read.
-``rollup.mark_all_kept_stale`` marks everything after a bulk load. A reader first finds
+``rollup.mark_all_kept_stale`` marks everything after a bulk load. A kept result holds
+no version of the rule that found it: a release that changes a rule marks the keys it
+touches stale in its migration (0034 marks every run's bursts, for a new judging). A reader first finds
 the stale keys' results again, then reads the kept ones:
 
     if settling.settle(conn, settling.REGRESSIONS, find_again):
