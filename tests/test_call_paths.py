@@ -276,5 +276,7 @@ def test_a_jit_made_anew_for_each_call_is_told_with_what_making_it_cost_and_the_
     assert set(told) == {"remade_step"}
     remade = told["remade_step"]
     assert remade.seconds == counted["remade_step"].jit_object_seconds
-    assert "39 of its 40 calls came through a jit object made for the call" in remade.text
+    assert remade.made_at is not None
+    assert remade.made_at.rsplit(":", 1)[0] == __file__  # the loop's line in this test
+    assert f"39 of its 40 calls came through a jit object made at {os.path.basename(remade.made_at)}" in remade.text
     assert "make the jit once, before the loop" in remade.fix

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from ..core import runtimes
 from ..core.events import FunctionInfo
+from ..core.texts import commonest
 from ..store import models, queries, rollup
 from ..store.columns import Filters
 
@@ -35,8 +36,10 @@ class PathCounts:
     # takes one path): of variants on JAX's Python path and on its C++ path.
     slow_call_seconds: float | None = None
     fast_call_seconds: float | None = None
-    # What making the jit objects counted under slow['new_jit_object'] took.
+    # What making the jit objects counted under slow['new_jit_object'] took, and the
+    # user's line that made them (the one most rows name).
     jit_object_seconds: float = 0.0
+    jit_made_at: str | None = None
 
     @property
     def slow_calls(self) -> int:
@@ -55,15 +58,18 @@ def path_counts(
     s = models.call_stats
     slow: dict[tuple[str, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
     made: dict[tuple[str, str], float] = collections.defaultdict(float)
-    rows = sa.select(s.c.run_id, s.c.function_hash, s.c.slow_calls, s.c.jit_object_seconds).where(
+    made_at: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+    rows = sa.select(s.c.run_id, s.c.function_hash, s.c.slow_calls, s.c.jit_object_seconds, s.c.jit_made_at).where(
         s.c.slow_calls.is_not(None)
     )
     if function_hashes is not None:
         rows = rows.where(s.c.function_hash.in_(list(function_hashes)))
-    for run_id, function_hash, counted, seconds in conn.execute(filters.apply(s, rows)):
+    for run_id, function_hash, counted, seconds, site in conn.execute(filters.apply(s, rows)):
         if isinstance(counted, dict):
             slow[(run_id, function_hash)].update({str(k): int(v) for k, v in counted.items() if isinstance(v, int)})
         made[(run_id, function_hash)] += float(seconds or 0.0)
+        if site:
+            made_at[(run_id, function_hash)].append(site)
     wanted = sorted(key for key, counted in slow.items() if sum(counted.values()) > 0)
     if not wanted:
         return []
@@ -94,6 +100,7 @@ def path_counts(
             call_seconds(run_id, h, "slow"),
             call_seconds(run_id, h, "fast"),
             made[(run_id, h)],
+            commonest(made_at[(run_id, h)]),
         )
         for run_id, h in wanted
         if h in infos

@@ -89,6 +89,8 @@ class SlowPath:
     # has no timed call on that path.
     slow_call_seconds: float | None = None
     fast_call_seconds: float | None = None
+    # Where the user's code made the jit objects counted under new_jit_object (file:line).
+    made_at: str | None = None
 
     @property
     def excess_seconds(self) -> float | None:
@@ -112,6 +114,7 @@ def as_json(found: SlowPath) -> dict[str, object]:
         "slow_call_seconds": found.slow_call_seconds,
         "fast_call_seconds": found.fast_call_seconds,
         "excess_seconds": found.excess_seconds,
+        "made_at": found.made_at,
         "text": found.text,
         "fix": found.fix,
     }
@@ -189,8 +192,10 @@ def _remade(counts: PathCounts, name: str) -> SlowPath:
     made = counts.slow.get("new_jit_object", 0)
     seconds = counts.jit_object_seconds
     each = f" ({seconds / made * 1e6:.0f} µs each, measured)" if made and seconds else ""
+    # The line by its file's name, as a finding's entry reads.
+    where = f" made at {counts.jit_made_at.rsplit('/', 1)[-1]}" if counts.jit_made_at else " made for the call"
     text = (
-        f"{name}: {made} of its {counts.calls} calls came through a jit object made for the call, about "
+        f"{name}: {made} of its {counts.calls} calls came through a jit object{where}, about "
         f"{seconds_text(seconds)} in all{each}: {WHY['new_jit_object'].format(name=name)}."
     )
     fix = f"To stop making `{name}`'s jit again: {FIX['new_jit_object'].format(name=name)}."
@@ -205,4 +210,5 @@ def _remade(counts: PathCounts, name: str) -> SlowPath:
         seconds,
         text,
         fix,
+        made_at=counts.jit_made_at,
     )

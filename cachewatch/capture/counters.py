@@ -99,6 +99,7 @@ class CallCounter(_Counter):
         "compiled_at",
         "naming_left",
         "jit_object_seconds",
+        "jit_made_at",
     )
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
@@ -133,6 +134,7 @@ class CallCounter(_Counter):
         # What making jit objects anew for the function took since the last collection
         # (each counted under slow['new_jit_object']).
         self.jit_object_seconds = 0.0
+        self.jit_made_at: str | None = None  # the user's line that made one (the first since then)
         # After a compile, every call up to ``naming_until`` is named (not timed): whether
         # the program comes back to the signatures it compiled (a few bucketed lengths in
         # random order) or meets each once (a ragged loader's new sizes) is told by the
@@ -146,15 +148,18 @@ class CallCounter(_Counter):
         counted here was the compiling one)."""
         self.slow[reason] = self.slow.get(reason, 0) + calls
 
-    def note_jit_object(self, seconds: float) -> None:
-        """One more jit object made anew for the function, and what making it took."""
+    def note_jit_object(self, seconds: float, made_at: str | None) -> None:
+        """One more jit object made anew for the function, what making it took, and where."""
         with _pending_lock:
             self.jit_object_seconds += seconds
+            self.jit_made_at = self.jit_made_at or made_at
             self.slow["new_jit_object"] = self.slow.get("new_jit_object", 0) + 1
 
-    def take_jit_object_seconds(self) -> float:
+    def take_jit_objects(self) -> tuple[float, str | None]:
+        """What making jit objects anew took since the last take, and where one was made."""
         with _pending_lock:
-            taken, self.jit_object_seconds = self.jit_object_seconds, 0.0
+            taken = self.jit_object_seconds, self.jit_made_at
+            self.jit_object_seconds, self.jit_made_at = 0.0, None
         return taken
 
     def take_slow(self) -> dict[str, int]:
@@ -315,14 +320,14 @@ def collect_call_stats(run_id: str) -> list[CallStats]:
         stats.count_tail(calls)
         samples = stats.take_samples()
         slow = stats.take_slow()
-        made = stats.take_jit_object_seconds()
+        made, made_at = stats.take_jit_objects()
         if calls == stats.flushed_calls and not samples and not slow:
             continue
         new_calls = calls - stats.flushed_calls
         stats.flushed_calls = calls
         sample_every = stats.sample_every if stats.sampling else 0
         if not samples:
-            rows.append(_row(run_id, stats, now, new_calls, sample_every, slow=slow, made=made))
+            rows.append(_row(run_id, stats, now, new_calls, sample_every, slow=slow, made=(made, made_at)))
             continue
         for signature_hash, (buckets, seconds) in samples.items():
             rows.append(
@@ -336,10 +341,10 @@ def collect_call_stats(run_id: str) -> list[CallStats]:
                     buckets,
                     seconds[0],
                     slow=slow,
-                    made=made,
+                    made=(made, made_at),
                 )
             )
-            new_calls, slow, made = 0, {}, 0.0  # the function's calls go on its first row
+            new_calls, slow, made, made_at = 0, {}, 0.0, None  # the function's calls go on its first row
     return rows
 
 
@@ -354,7 +359,7 @@ def _row(
     seconds: float = 0.0,
     *,
     slow: dict[str, int],
-    made: float = 0.0,
+    made: tuple[float, str | None] = (0.0, None),
 ) -> CallStats:
     """One row of a function's calls, with one signature's timed samples when it has some."""
     return CallStats(
@@ -368,7 +373,8 @@ def _row(
         run_buckets=runtimes.to_json(buckets) if buckets is not None else None,
         sample_every=sample_every,
         slow_calls=slow or None,
-        jit_object_seconds=made or None,
+        jit_object_seconds=made[0] or None,
+        jit_made_at=made[1],
     )
 
 

@@ -439,6 +439,14 @@ def _timed_call(jitted: Any, stats: CallCounter, state: HookState, args: tuple, 
     return out
 
 
+@_guard.guarded(where="jit.remade")
+def _note_jit_object(state: HookState, seconds: float) -> None:
+    """Count a jit object made anew; the line that made it is looked up once per
+    collection (a walk of the stack would cost as much again as making the object)."""
+    stats = _stats_for(state.info)
+    stats.note_jit_object(seconds, None if stats.jit_made_at else call_site(3))
+
+
 @_guard.guarded(default=False, where="jit.name")
 def _name_after_compile(state: HookState, stats: CallCounter, args: tuple, kwargs: dict) -> bool:
     """One call of the stretch after a compile: named (its signature given its calls), not
@@ -719,7 +727,7 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_options: Any) -> Any:
     watched = _make_watched(fun, jitted, state)
     state.jit_objects += 1
     if state.jit_objects > 1:  # made anew for a function jitted before, with the same options
-        _stats_for(state.info).note_jit_object(took)
+        _note_jit_object(state, took)
     for callback in _on_watched:
         with _guard.guard("jit.on_watched"):
             callback(watched)

@@ -439,8 +439,10 @@ class CallStats:
     # Of ``calls``, those JAX served through its Python dispatch path (not its C++ fast
     # path), by why (``jaxcompat.SLOW_REASONS``); None where none were or paths are not watched.
     slow_calls: dict[str, int] | None = None
-    # What making the new jit objects counted under ``slow_calls['new_jit_object']`` took.
+    # What making the new jit objects counted under ``slow_calls['new_jit_object']`` took,
+    # and the user's line that made one of them.
     jit_object_seconds: float | None = None
+    jit_made_at: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -456,6 +458,7 @@ class CallStats:
             "released_by": self.released_by,
             "slow_calls": self.slow_calls,
             "jit_object_seconds": self.jit_object_seconds,
+            "jit_made_at": self.jit_made_at,
         }
 
 

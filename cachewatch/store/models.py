@@ -228,8 +228,10 @@ class CallStatsRow(Base):
     released_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # Of the calls, those JAX served through its Python path, by why (events.CallStats).
     slow_calls: Mapped[dict | None] = mapped_column(JSON, nullable=True)
-    # What making the jit objects counted under slow_calls['new_jit_object'] took.
+    # What making the jit objects counted under slow_calls['new_jit_object'] took, and the
+    # user's line that made one of them.
     jit_object_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    jit_made_at: Mapped[str | None] = mapped_column(String(1024), nullable=True)
 
     __table_args__ = (
         Index("ix_call_stats_function_time", "function_hash", "timestamp"),

@@ -181,6 +181,8 @@ def _slow_path_finding(found: slow_path.SlowPath, length: float | None) -> Findi
     reason = max(found.reasons, key=lambda r: found.reasons[r])
     seconds = _price(found) or 0.0
     site = f"{found.function.file}:{found.function.line}" if found.function.file else None
+    if reason == "new_jit_object" and found.made_at:
+        site = found.made_at  # where the jit is made anew is where the fix goes
     digest = hashlib.sha256("\0".join([found.run_id, "slow_path", found.function.function_hash]).encode())
     name = short_name(found.function.qualname or found.function.name)
     remade = reason == "new_jit_object"
@@ -459,8 +461,11 @@ def _varying(driver: Driver, group: list[Storm], names: dict[str, str], library:
 def describe(finding: Finding) -> str:
     """One line for a finding, as the command line and the runner's summary print it."""
     share = f", {finding.share_of_run:.0%} of the run" if finding.share_of_run is not None else ""
-    if finding.cause == "slow_path":  # its entry is where the function is defined: its calls are not placed
-        defined = f", defined at {finding.entry_text}" if finding.entry_text else ""
+    if finding.cause == "slow_path":
+        # Its entry is where the function is defined (its calls are not placed), or, for a
+        # jit made anew, the line that makes it.
+        placed = "made at" if finding.fix_kind == "hoist_jit" else "defined at"
+        defined = f", {placed} {finding.entry_text}" if finding.entry_text else ""
         return f"{finding.varying}{defined}: {seconds_text(finding.seconds)}{share}."
     state = "ACTIVE" if finding.active else "ended"
     where = f" at {finding.entry_text}" if finding.entry_text else ""

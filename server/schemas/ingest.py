@@ -255,6 +255,7 @@ class CallStatsIn(_In):
             description="What making the jit objects counted under slow_calls['new_jit_object'] took.",
         ),
     ] = None
+    jit_made_at: Annotated[str | None, _text(1024, "The user's line that made one of those jit objects.")] = None
 
 
 class BatchIn(_In):

@@ -178,7 +178,8 @@ class SlowPathOut(BaseModel):
     fast_calls: int = Field(description="Calls through its C++ fast path: calls less compiles less slow calls.")
     reasons: dict[str, int] = Field(description="The slow-path calls by why (ordered_effects, unordered_effects, ...).")
     seconds: float | None = Field(
-        description="What those calls took: a call's median run time (sampled) times their count."
+        description="What those calls took: a call's median run time (sampled) times their count; for jit "
+        "objects made anew (new_jit_object), what making them took (measured)."
     )
     slow_call_seconds: float | None = Field(
         None, description="The median run time of a call of its variants on the Python path (None: none timed)."
@@ -190,6 +191,9 @@ class SlowPathOut(BaseModel):
         None,
         description="What the slow-path calls took beyond the same function's fast-path calls "
         "(None: no fast-path call of it to measure against).",
+    )
+    made_at: str | None = Field(
+        None, description="Where the user's code made the jit objects counted under new_jit_object (file:line)."
     )
     text: str
     fix: str
