@@ -467,6 +467,7 @@ def test_a_step_jitted_anew_at_every_iteration_is_a_finding_and_the_fix_holds(tm
     assert found.varying == "a jit of `step` made anew for its calls"
     made_at = f"remade_jit.py:{_line_of('remade_jit.py', 'state = jax.jit(step)(')}"
     assert f"2999 of its 3000 calls came through a jit object made at {made_at}" in found.fix
+    assert found.entry is not None
     assert found.entry.endswith(os.sep + made_at)  # placed where the jit is made, not where step is defined
     assert found.seconds > 0
     fixed = run_program(tmp_path, "remade_jit_fixed")
