@@ -402,12 +402,13 @@ def _timed_call(jitted: Any, stats: CallCounter, state: HookState, args: tuple, 
         stats.next_sample = stats.calls + stats.sample_every
         return jitted(*args, **kwargs)  # sampling is off; handed over only to end warm-up
     first_hit, stats.first_hit = stats.first_hit, False
-    if (
-        not first_hit
-        and stats.calls < min(stats.naming_until, stats.next_timed)
-        and _name_after_compile(state, stats, args, kwargs)
-    ):
-        return jitted(*args, **kwargs)
+    if not first_hit and stats.calls < min(stats.naming_until, stats.next_timed):
+        named = _name_after_compile(state, stats, args, kwargs)
+        if named:
+            return jitted(*args, **kwargs)
+        # A signature with no run time yet is timed, uncapped, as a first hit is: its
+        # calls can be counted only at a run time of its own.
+        first_hit = named is None
     stats.next_sample = stats.next_timed = stats.calls + stats.sample_every
     if stats.calls + 1 < stats.naming_until:
         stats.next_sample = stats.calls + 1  # the stretch named after a compile goes on
@@ -448,10 +449,10 @@ def _note_jit_object(state: HookState, seconds: float) -> None:
 
 
 @_guard.guarded(default=False, where="jit.name")
-def _name_after_compile(state: HookState, stats: CallCounter, args: tuple, kwargs: dict) -> bool:
+def _name_after_compile(state: HookState, stats: CallCounter, args: tuple, kwargs: dict) -> bool | None:
     """One call of the stretch after a compile: named (its signature given its calls), not
-    timed, while the stretch's share of the compile's seconds lasts (then it ends). False
-    where its signature has no run time yet: that call is timed instead, as a first hit is."""
+    timed, while the stretch's share of the compile's seconds lasts (then it ends): True.
+    None where its signature has no run time yet: that call is to be timed instead."""
     if len(stats.signatures) <= 1 or stats.naming_left <= 0.0:
         stats.naming_until = stats.calls
         stats.next_sample = stats.next_timed
@@ -460,7 +461,7 @@ def _name_after_compile(state: HookState, stats: CallCounter, args: tuple, kwarg
     signature_hash = sigmod.build(state.layout, args, kwargs).stable_hash()
     stats.naming_left -= time.perf_counter() - began
     if signature_hash not in stats.seconds_of:
-        return False
+        return None
     stats.add_count(signature_hash)
     stats.next_sample = stats.calls + 1 if stats.calls + 1 < stats.naming_until else stats.next_timed
     return True
