@@ -143,8 +143,29 @@ def slow_paths(counts: Iterable[PathCounts]) -> list[SlowPath]:
 def _told(counts: PathCounts) -> SlowPath:
     name = short_name(counts.function.qualname or counts.function.name)
     reason = max(counts.slow, key=lambda r: counts.slow[r])
-    if reason == "new_jit_object":
-        return _remade(counts, name)
+    remade = reason == "new_jit_object"
+    seconds, text, fix = _remade(counts, name) if remade else _through_python(counts, name, reason)
+    return SlowPath(
+        counts.run_id,
+        counts.function,
+        counts.calls,
+        counts.compiles,
+        counts.slow_calls,
+        counts.fast_calls,
+        dict(counts.slow),
+        seconds,
+        text,
+        fix,
+        # A jit made anew is priced by making it, not by its calls' paths.
+        None if remade else counts.slow_call_seconds,
+        None if remade else counts.fast_call_seconds,
+        counts.jit_made_at if remade else None,
+    )
+
+
+def _through_python(counts: PathCounts, name: str, reason: str) -> tuple[float | None, str, str]:
+    """What the calls on JAX's Python path took (sampled, against the function's own
+    fast-path calls where it has some), the text, and the fix for ``reason``."""
     slow_each, fast_each = counts.slow_call_seconds, counts.fast_call_seconds
     # Without per-path samples (paths not told at compile), every sample stands for the calls.
     each = slow_each if slow_each is not None else counts.call_seconds
@@ -170,23 +191,10 @@ def _told(counts: PathCounts) -> SlowPath:
         f"Python code again.{against}"
     )
     fix = f"To give `{name}` the fast path: {FIX.get(reason, FIX['other']).format(name=name)}."
-    return SlowPath(
-        counts.run_id,
-        counts.function,
-        counts.calls,
-        counts.compiles,
-        counts.slow_calls,
-        counts.fast_calls,
-        dict(counts.slow),
-        seconds,
-        text,
-        fix,
-        slow_each,
-        fast_each,
-    )
+    return seconds, text, fix
 
 
-def _remade(counts: PathCounts, name: str) -> SlowPath:
+def _remade(counts: PathCounts, name: str) -> tuple[float, str, str]:
     """A function given a new jit object for most of its calls: priced by what making the
     objects took (measured), which is what making the jit once saves."""
     made = counts.slow.get("new_jit_object", 0)
@@ -199,16 +207,4 @@ def _remade(counts: PathCounts, name: str) -> SlowPath:
         f"{seconds_text(seconds)} in all{each}: {WHY['new_jit_object'].format(name=name)}."
     )
     fix = f"To stop making `{name}`'s jit again: {FIX['new_jit_object'].format(name=name)}."
-    return SlowPath(
-        counts.run_id,
-        counts.function,
-        counts.calls,
-        counts.compiles,
-        counts.slow_calls,
-        counts.fast_calls,
-        dict(counts.slow),
-        seconds,
-        text,
-        fix,
-        made_at=counts.jit_made_at,
-    )
+    return seconds, text, fix
