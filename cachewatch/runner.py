@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .core import config as configmod
+from .core.texts import counted
 
 if TYPE_CHECKING:  # the analysis is imported once the program has run, not before it starts
     from .exports.dashboards import Logger
@@ -416,7 +417,7 @@ def _limits_broken(summary: RunSummaryView | None, args: argparse.Namespace) -> 
         return ["the run's compiles could not be read back, so the limits cannot be checked"]
     report = summary.figures.report
     if args.max_compiles is not None and report.compiles > args.max_compiles:
-        broken.append(f"{report.compiles} compiles, more than --max-compiles {args.max_compiles}")
+        broken.append(f"{counted(report.compiles, 'compile')}, more than --max-compiles {args.max_compiles}")
     if args.fail_on_storm and report.storms:
         names = ", ".join(s.short_name for s in report.storms)
         broken.append(f"recompilation storm ({names}) and --fail-on-storm")

@@ -391,3 +391,44 @@ def test_several_models_of_one_factory_jitted_once_each_are_a_first_pass(sqlite_
         told = conn.execute(sa.select(e.c.explanation).where(e.c.cause == Cause.NEW_FUNCTION_OBJECT)).scalars().all()
     assert len(told) == 5
     assert all("with arguments unlike any earlier one's" in text for text in told), told
+
+
+def test_a_first_pass_in_a_later_run_of_the_process_is_a_first_pass(sqlite_url, use_store):
+    """A notebook that begins a second run (configure with another run name) after a long
+    first one: the second run's compiles say which of its own calls compiled, as the store
+    counts calls per run. Numbered from the process's start, the first pass of the second
+    run read as a burst no call was served after: a storm."""
+    use_store(sqlite_url, run_name="first")
+
+    @cachewatch.jit
+    def evaluated_in_two_runs(w, x):
+        return jnp.tanh(x @ w).mean()
+
+    w = jnp.ones((4, 3))
+    for _ in range(400):
+        evaluated_in_two_runs(w, jnp.ones((8, 4)))
+    cachewatch.configure(run_name="second")
+    for _ in range(3):
+        for size in range(20, 27):
+            evaluated_in_two_runs(w, jnp.ones((size, 4)))
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        r = models.runs
+        runs = dict(conn.execute(sa.select(r.c.run_name, r.c.run_id)).all())
+        e, f, stats = models.compile_events, models.functions, models.call_stats
+        numbers = conn.execute(
+            sa.select(e.c.call_number)
+            .join(f, f.c.function_hash == e.c.function_hash)
+            .where(e.c.compiled, e.c.run_id == runs["second"], f.c.name == "evaluated_in_two_runs")
+            .order_by(e.c.timestamp)
+        ).scalars()
+        calls = {
+            name: conn.execute(sa.select(sa.func.sum(stats.c.calls)).where(stats.c.run_id == run)).scalar_one()
+            for name, run in runs.items()
+        }
+    assert list(numbers) == [1, 2, 3, 4, 5, 6, 7]  # the second run's own calls: its first pass
+    assert calls == {"first": 400, "second": 21}  # each run's calls under its own id
+    storms, passes = _storms_and_passes(sqlite_url, "evaluated_in_two_runs")
+    assert not storms
+    (found,) = passes
+    assert found.signatures == 6

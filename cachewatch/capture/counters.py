@@ -100,6 +100,7 @@ class CallCounter(_Counter):
         "naming_left",
         "jit_object_seconds",
         "jit_made_at",
+        "run_base",
     )
 
     def __init__(self, function: FunctionInfo, sample_every: int, max_per_second: float):
@@ -141,7 +142,14 @@ class CallCounter(_Counter):
         # calls each signature got, where one in ``sample_every`` would miss most
         # (storms/diagnosis.py). ``next_timed``: the call the sampling schedule times next.
         self.compiled_at = 0  # the call that compiled last
+        self.run_base = 0  # calls made before this run began (an earlier run of the process)
         self.naming_left = 0.0  # seconds the stretch may still spend naming
+
+    @property
+    def run_calls(self) -> int:
+        """The calls made in this run: the store counts calls per run, and a compile's
+        call number is compared with them (``call_number``)."""
+        return self.calls - self.run_base
 
     def note_slow(self, reason: str, calls: int = 1) -> None:
         """Count ``calls`` served through JAX's Python path for ``reason`` (-1: a call
@@ -387,9 +395,17 @@ current.on_configure(_resample)
 recorder.collect_stats_from(collect_call_stats)
 
 
+def _begin_run_counts() -> None:
+    for stats in all_call_stats():  # a new run of this process counts its calls from here
+        stats.run_base = stats.calls
+
+
+current.on_run_begun(_begin_run_counts)
+
+
 def _after_fork_in_child() -> None:
     for stats in all_call_stats():  # the parent's calls were the parent's to report
-        stats.flushed_calls = stats.counted_upto = stats.calls
+        stats.flushed_calls = stats.counted_upto = stats.run_base = stats.calls
         stats.take_samples()
 
 

@@ -551,7 +551,7 @@ def _sample_next_call(state: HookState, args: tuple, kwargs: dict, record: _trac
     stats = _stats_for(state.info)
     took = sum(t or 0.0 for t in (record.trace_seconds, record.lower_seconds, record.compile_seconds))
     repeating = stats.after_compile(sig.stable_hash() if sig is not None else None, took)
-    return building.Measured(while_repeating=repeating, call_number=stats.calls)
+    return building.Measured(while_repeating=repeating, call_number=stats.run_calls)
 
 
 def _to_event(

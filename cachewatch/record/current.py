@@ -28,6 +28,8 @@ _config: configmod.Config | None = None
 _overrides: dict[str, Any] = {}
 _store_changed: list[Callable[[configmod.Config], None]] = []
 _configured: list[Callable[[configmod.Config], None]] = []
+_run_ending: list[Callable[[], None]] = []
+_run_began: list[Callable[[], None]] = []
 
 
 def config() -> configmod.Config:
@@ -47,6 +49,9 @@ def config() -> configmod.Config:
 def configure(**settings: Any) -> configmod.Config:
     """Change settings; events already queued go to the store they were meant for."""
     global _config, _overrides
+    if _may_end_run(settings):
+        for ending in _run_ending:  # the recorder writes what the run counted, under its id
+            ending()
     with _lock:
         merged = {**_overrides, **settings}
         new = configmod.resolve(merged)  # raises ConfigError before anything changes
@@ -63,6 +68,37 @@ def configure(**settings: Any) -> configmod.Config:
         if info is not None and (new.run_name != info.run_name or _job_changed(new, info)):
             _new_run()
     return new
+
+
+def _may_end_run(settings: dict[str, Any]) -> bool:
+    """Whether configure(**settings) names another run or job (told before the lock is
+    taken: the run's last writes need the writer, which reads the run under that lock).
+    Whether a new run begins is told after them: only a run that wrote something has
+    ended; one that recorded nothing yet takes the new name."""
+    old = _config
+    if old is None:
+        return False
+    try:
+        new = configmod.resolve({**_overrides, **settings})
+    except configmod.ConfigError:
+        return False  # configure() itself raises it, with nothing changed
+    return new.run_name != old.run_name or (new.job, new.process_index, new.process_count) != (
+        old.job,
+        old.process_index,
+        old.process_count,
+    )
+
+
+def on_run_ending(callback: Callable[[], None]) -> None:
+    """Call ``callback()`` before configure() begins a new run in this process, while the
+    old one is still current (the recorder writes what it holds for it)."""
+    _run_ending.append(callback)
+
+
+def on_run_begun(callback: Callable[[], None]) -> None:
+    """Call ``callback()`` once a new run has begun in this process (configure() with a
+    new run name or job, a forked child): what counts per run starts again from there."""
+    _run_began.append(callback)
 
 
 def on_configure(callback: Callable[[configmod.Config], None]) -> None:
@@ -129,6 +165,8 @@ def _new_run() -> None:
     global _steady_since
     _run.begin(uuid.uuid4().hex)  # a later run in the same process starts now
     _steady_since = None
+    for began in _run_began:
+        began()
 
 
 # Warm-up: a run starts by building its model and optimizer and compiling each jitted

@@ -182,6 +182,18 @@ def flush(timeout: float = 5.0) -> FlushResult:
     )
 
 
+def _write_ending_run() -> None:
+    # The calls and events counted so far belong to the run that is ending: written under
+    # its id, not the next run's. A store that does not answer in time keeps them spooled.
+    with _guard.guard("recorder.run_ending"):
+        flush(RUN_ENDING_FLUSH_SECONDS)
+
+
+# How long configure() with a new run name waits for the old run's last writes.
+RUN_ENDING_FLUSH_SECONDS = 5.0
+current.on_run_ending(_write_ending_run)
+
+
 def dropped_events() -> int:
     writer = _writer
     return writer.dropped if writer is not None else 0

@@ -15,6 +15,7 @@ import re
 
 from ..core.events import Cause, FunctionInfo
 from ..core.figures import seconds_text
+from ..core.texts import counted
 from ..core.warmup import enclosing_function, loops_in
 from .finding_reads import StormCompile
 from .fixes import short_site
@@ -47,7 +48,7 @@ def finding_fix(
 ) -> tuple[str, str]:
     """One fix that applies at the entry, and its kind."""
     lead = max(group, key=lambda s: s.compiles)
-    price = f"{compiles} compiles, {seconds_text(seconds)}"
+    price = f"{counted(compiles, 'compile')}, {seconds_text(seconds)}"
     named = ", ".join(f"`{n}`" for n in functions[:4]) + (
         f" and {len(functions) - 4} more" if len(functions) > 4 else ""
     )

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 
 from ..core.events import Cause, FunctionInfo
 from ..core.figures import seconds_text
+from ..core.texts import counted
 from . import whatif_reads
 from .policies import Fit, OtherFix, Policy, Price, SizeRow, Whatif, WhatifError
 from .whatif_reads import CompileRecord, Leaf, RunEvidence
@@ -542,7 +543,7 @@ def other_fixes(ev: RunEvidence) -> tuple[OtherFix, ...]:
                     total,
                     total - len(wasted),
                     saved,
-                    f"pass typed arrays (jnp.float32(x)) instead of Python scalars: {total - len(wasted)} compiles "
+                    f"pass typed arrays (jnp.float32(x)) instead of Python scalars: {counted(total - len(wasted), 'compile')} "
                     f"instead of {total}; saves {seconds_text(saved)}",
                 )
             )
@@ -576,7 +577,7 @@ def fix_sentence(result: Whatif) -> str | None:
     buckets = ", ".join(str(b) for b in price.buckets)
     saved = max(0.0, result.recorded.compile_seconds - price.compile_seconds)
     text = (
-        f"pad {result.path} axis {result.axis} to {buckets}: {price.compiles} compiles instead of "
+        f"pad {result.path} axis {result.axis} to {buckets}: {counted(price.compiles, 'compile')} instead of "
         f"{result.recorded.compiles}, saves {seconds_text(saved)} of {seconds_text(result.recorded.compile_seconds)} "
         "compiling"
     )
