@@ -146,7 +146,7 @@ def test_op_by_op_barrage_is_a_storm(store):
 
     train_step(jnp.ones(3))
     train_step(jnp.ones(3))  # the training loop runs: set-up is over
-    for n in range(2, 10):
+    for n in (5, 2, 8, 3, 9, 4, 7, 6):
         jnp.zeros((n, 3)) + 1.0  # eager: JAX compiles its small ops for every new shape
     line = _line() - 1
     assert cachewatch.flush(30)
@@ -154,6 +154,25 @@ def test_op_by_op_barrage_is_a_storm(store):
     assert barrages
     assert any(f"Un-jitted code at {__file__}:{line}" in s.fix for s in barrages)
     assert all("Move that code inside a jitted function" in s.fix for s in barrages)
+
+
+def test_an_eager_barrage_over_a_count_that_grows_is_not_told_to_move_into_a_jit(store):
+    """A size that grows a step at a time is a new program at each step, jitted or not: the
+    line is told to keep it in a buffer of fixed capacity, not to move into a jit."""
+
+    @cachewatch.jit
+    def grown_step(x):
+        return x * 2.0
+
+    grown_step(jnp.ones(3))
+    grown_step(jnp.ones(3))  # the training loop runs: set-up is over
+    for n in range(12, 20):
+        jnp.ones((n, 5)) * 3.0  # one more row each step
+    line = _line() - 1
+    assert cachewatch.flush(30)
+    (told,) = [s for s in storms_for(store, "(op-by-op)") if s.call_site == f"{__file__}:{line}"]
+    assert "buffer of fixed capacity" in told.fix
+    assert "Move that code inside a jitted function" not in told.fix
 
 
 def test_storm_threshold_and_window(sqlite_url):

@@ -24,7 +24,7 @@ from test_dashboard import SCREENSHOTS, Tab, chromium  # noqa: F401  (chromium: 
 
 import cachewatch
 from cachewatch.cache import cache_directory, cache_reads, cache_view
-from cachewatch.capture import jit as jitmod
+from cachewatch.capture import sampling
 from cachewatch.core.events import Batch, CallStats, CompileEvent, FunctionInfo, RunInfo, held_bytes, new_event_id
 from cachewatch.record import current
 from cachewatch.store import columns
@@ -152,7 +152,7 @@ def test_calls_per_variant_at_the_default_sampling(sqlite_url, use_store, monkey
     which of them are timed and which named. The time allowed for naming is lifted, so a
     busy machine that stalls one naming cannot end the naming early."""
     use_store(sqlite_url)
-    monkeypatch.setattr(jitmod, "NAMING_SECONDS_PER_SECOND", 1.0)
+    monkeypatch.setattr(sampling, "NAMING_SECONDS_PER_SECOND", 1.0)
 
     def default_step(x):
         return x * 3

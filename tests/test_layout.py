@@ -416,6 +416,22 @@ def test_no_function_runs_to_sixty_lines():
     assert set(LONG_FUNCTIONS_ALLOWED) <= set(found), sorted(set(LONG_FUNCTIONS_ALLOWED) - set(found))
 
 
+# A module holds one job: past this many lines it holds several, and a newcomer cannot
+# read it through.
+LONGEST_MODULE = 700
+
+
+def test_no_module_runs_past_seven_hundred_lines():
+    root = Path(__file__).resolve().parent.parent
+    too_long = sorted(
+        f"{path.relative_to(root).as_posix()}: {n} lines"
+        for folder in ("cachewatch", "server")
+        for path in (root / folder).rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > LONGEST_MODULE
+    )
+    assert not too_long, "split these by what each part does:\n" + "\n".join(too_long)
+
+
 def test_the_length_check_counts_from_def_to_last_line():
     body = "\n".join(f"    x{i} = {i}" for i in range(LONGEST_FUNCTION - 2))
     short = f"def short():\n{body}\n"

@@ -10,8 +10,9 @@ from typing import Any
 
 from ..core.events import FunctionInfo, short_name
 from ..core.texts import commonest
-from .fixes import display_name, fix_for, short_site, site_fix
+from .fixes import display_name, fix_for, short_site
 from .results import Burst, BurstFunction
+from .site_fixes import site_fix
 from .storm_reads import Recompile
 
 

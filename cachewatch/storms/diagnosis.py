@@ -12,29 +12,26 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import logging
 import time
-from collections.abc import Callable
 from typing import Any, Protocol, TypedDict, Unpack
 
 import sqlalchemy as sa
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo
 from ..core.figures import seconds_text
-from ..core.warmup import WarmupWatch, in_a_loop, one_map_call
 from ..programs import program_texts
 from ..store import queries
 from ..store.columns import Filters
 from ..whatif import prices
-from . import bursts, kept_bursts, steady, storm_reads
-from .fixes import first_pass_fix, is_library_function, short_site
+from . import bursts, first_pass, kept_bursts, steady, storm_reads
+from .fixes import is_library_function, short_site
 from .results import (
     Burst,
     FirstPass,
     Storm,
 )
-from .sizes import grows, new_sizes
+from .site_fixes import first_pass_fix
 from .storm_reads import Recompile
 
 logger = logging.getLogger("cachewatch")
@@ -373,14 +370,14 @@ def _judged(
     code whose calls are not counted that would be a first pass: see _uncounted_growth)."""
     # Whether the program went on after a burst is read only for the runs where a burst
     # could be a first pass: a store of a fleet's runs is never read whole for one page.
-    possible = [_new_signatures_only(group, rows) for _, _, group, rows in groups]
+    possible = [first_pass.new_signatures_only(group, rows) for _, _, group, rows in groups]
     candidates = [(run_id, group) for (_, run_id, group, _), can in zip(groups, possible, strict=False) if can]
     work = steady.work(conn, {run for run, _ in candidates}, {r.function_hash for _, g in candidates for r in g})
     work.heard_until(heard_until)
     storms: _Judged = []
     passes: _Judged = []
     for (key, run_id, group, _), can in zip(groups, possible, strict=False):
-        if can and _first_pass(conn, work, run_id, group, heard_until):
+        if can and first_pass.is_first_pass(conn, work, run_id, group, heard_until):
             passes.append((key, run_id, group))
         elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
             # A storm is a function that keeps compiling: a line whose many primitives
@@ -477,165 +474,6 @@ def _group_key(row: Recompile, info: FunctionInfo | None) -> str:
     if library and row.call_site:
         return f"site:{row.call_site}"
     return row.function_hash
-
-
-def _first_pass(
-    conn: sa.Connection, work: steady.Work, run_id: str, group: list[Recompile], heard_until: float | None
-) -> bool:
-    """Whether a burst of new signatures is a first pass: the program went on, served from
-    the cache, or (code whose calls are not counted) it ran once through, with no loop
-    coming round to it; never a count that grows."""
-    served = _served_after(work, run_id, group, heard_until)
-    if _calls_counted(group):
-        # Calls counted one by one say whether the program went on; the clock would take a
-        # slow exit (or a wait of the user's) after the burst for work served from the cache.
-        went_on = served
-    else:
-        compiling = functools.partial(storm_reads.compile_seconds_between, conn, run_id)
-        went_on = _went_on(group, work.last_after(run_id, group[-1].timestamp), compiling, served)
-    if any(r.while_repeating for r in group) and not _served_its_new_shapes(conn, run_id, group):
-        return False
-    return (went_on or _one_pass(conn, run_id, group)) and not _uncounted_growth(conn, group)
-
-
-def _served_its_new_shapes(conn: sa.Connection, run_id: str, group: list[Recompile]) -> bool:
-    """Whether a burst that came back to signatures it had compiled between new ones
-    (``while_repeating``) had most of its new signatures served from the cache again: a
-    loop over batches of a few bucketed lengths in random order meets a length again
-    before it has met them all, and every length comes round again; a ragged loader's
-    short batches, a new size each epoch, are met once and never again (a storm, however
-    long the program was quiet after them). Calls are named after each compile
-    (capture/counters.py), so a signature served again has calls of its own; one never
-    named has none."""
-    if _calls_counted(group) is None:
-        return False
-    new = {r.signature_hash for r in group if r.signature_hash}
-    served = storm_reads.served_signatures(conn, run_id, group[0].function_hash, new)
-    return len(served) * 2 > len(new)
-
-
-def _uncounted_growth(conn: sa.Connection, group: list[Recompile]) -> bool:
-    """Whether a burst of code whose calls are not counted met a count that grows (each
-    size one step past the last: a list appended to in a loop): no finite set of shapes,
-    however long the program went on after it without that line. Read only for a burst
-    about to be judged a first pass; counted calls tell it without this."""
-    if _calls_counted(group) is not None:
-        return False
-    return grows(new_sizes(r.diff for r in storm_reads.with_diffs(conn, group)))
-
-
-def _calls_counted(group: list[Recompile]) -> tuple[int, int] | None:
-    """The numbers of the calls that made the burst's first and last compiles, where it is
-    one function's and its compiles say which call compiled; else None."""
-    first, last = group[0].call_number, group[-1].call_number
-    if first is None or last is None or len({r.function_hash for r in group}) != 1:
-        return None
-    return first, last
-
-
-def _served_after(work: steady.Work, run_id: str, group: list[Recompile], heard_until: float | None) -> bool:
-    """Whether the cache served the burst's function after it, as much as the burst itself:
-    counted exactly where the compiles say which call compiled (the calls counted since
-    the last one outnumber those from the first to the last); else told by statistics
-    covering only time after the burst."""
-    counted = _calls_counted(group)
-    if counted is not None:
-        first, last = counted
-        return work.calls(run_id, group[-1].function_hash, heard_until) - last >= last - first + 1
-    return work.served_after(run_id, {r.function_hash for r in group}, group[-1].timestamp)
-
-
-# The causes of compiles that a first pass over new shapes is made of: each a signature
-# the function had not compiled before.
-# A new trace context (the abstract mesh an eager grad's backward pass runs under) is a
-# signature not compiled before too.
-# A new jit object at a signature the function had not compiled (several models made by
-# one factory, each jitted once: the same code, other closures) is one too; one made anew
-# at a signature compiled before is never (its signature repeats).
-_NEW_SIGNATURE_CAUSES = frozenset(
-    {
-        Cause.NEW_SHAPE,
-        Cause.NEW_DTYPE,
-        Cause.WEAK_TYPE,
-        Cause.NEW_STATIC_VALUE,
-        Cause.NEW_STRUCTURE,
-        Cause.NEW_CONTEXT,
-        Cause.NEW_FUNCTION_OBJECT,
-    }
-)
-
-
-def _new_signatures_only(group: list[Recompile], rows: list[Recompile]) -> bool:
-    """What a first pass must be made of, told from the burst alone: every compile a
-    signature not compiled before in the run, and none compiled again later (whether it
-    came back to signatures it had compiled between new ones is told by
-    :func:`_served_its_new_shapes`)."""
-    if any(r.cause not in _NEW_SIGNATURE_CAUSES or not r.signature_hash for r in group):
-        return False
-    hashes = [(r.function_hash, r.signature_hash) for r in group]
-    if len(set(hashes)) != len(hashes):
-        return False
-    end = group[-1].timestamp
-    return not any(r.timestamp > end for r in rows)  # it compiled again after the burst
-
-
-def _one_pass(conn: sa.Connection, run_id: str, group: list[Recompile]) -> bool:
-    """Whether a burst of code whose calls are not counted (eager code, library jits)
-    ran as one pass: every compile of the run over its span has its user frames, and none
-    of the burst's came back to a call made before with the code around it having moved
-    on and returned (core.warmup.WarmupWatch over them all: no loop around it). A loop
-    that meets a new size each time it comes round is a storm however the run ends. A
-    function mapped over a pytree's leaves comes back once per leaf within one call: no
-    loop of the user's (:func:`core.warmup.one_map_call`)."""
-    if any(r.call_number is not None for r in group):
-        return False  # counted calls tell a first pass by the calls served after it
-    span = storm_reads.compiles_in_span(conn, run_id, group[0].timestamp, group[-1].timestamp)
-    if any(c.user_stack is None for c in span):
-        return False  # frames not recorded: no telling, as before
-    mine = {r.event_id for r in group}
-    watch = WarmupWatch()
-    made: set[tuple[tuple[str, ...], str]] = set()  # (the user's lines, function) compiled so far
-    for c in span:
-        lines = tuple(frame["site"] for frame in c.user_stack or ())
-        again = (lines, c.function_hash) in made
-        made.add((lines, c.function_hash))
-        came_back = watch.sees_work_again(c.call_site, c.function_hash, c.cause, "", c.user_stack)
-        # The same call compiling again inside a for or while is that loop coming round,
-        # though no other line compiled in between (a one-line loop body).
-        looped = came_back or (again and any(in_a_loop(line) for line in lines))
-        if c.event_id in mine and looped and not one_map_call(c.user_stack or ()):
-            return False
-    return True
-
-
-def _went_on(
-    group: list[Recompile],
-    last_heard: float | None,
-    compiling_after: Callable[[float, float], float],
-    served_after: bool = False,
-) -> bool:
-    """Whether the program went on after a burst, with no compile of this function, for
-    longer than the burst lasted: it repeated its work, and the cache served it. A
-    function that keeps compiling as the program goes on leaves no such quiet stretch.
-    ``served_after``: the cache served the function after the burst as much as during it
-    (the next epoch's evaluation pass; see :func:`_served_after`), which shows it however
-    short the stretch."""
-    if last_heard is None:
-        return False
-    if served_after:
-        return True
-    # Measured from the end of the burst's last compile (an event is stamped when its
-    # trace began) to the run's last word, less the time the run spent compiling other
-    # functions meanwhile (that is not the program repeating its work): longer than the
-    # burst itself, so more than the writer's own delay after a loop that compiled up to
-    # its end.
-    end = group[-1].timestamp
-    after = end + group[-1].seconds
-    quiet = last_heard - after - compiling_after(after, last_heard)
-    # The burst's own span less the compiles in it (its own, and a jit's first pass met in
-    # the same loop): work against work, not against compile time.
-    busy = after - group[0].timestamp - compiling_after(group[0].timestamp, end)
-    return quiet > busy
 
 
 def describe_storm(storm: Storm) -> str:

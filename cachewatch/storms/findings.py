@@ -49,7 +49,6 @@ from .finding_fixes import Driver, construction, finding_fix, outwards
 from .finding_reads import StormCompile
 from .fixes import (
     is_library_function,
-    library_of,
     made_anew,
     remade_parameter,
     remade_static_objects,
@@ -57,6 +56,7 @@ from .fixes import (
     static_attribute_values,
 )
 from .results import Storm
+from .site_fixes import library_of
 from .sizes import grows, new_sizes, operand_counts
 
 

@@ -5,7 +5,6 @@ line re-creates the jit, which library call remakes its own, which eager line co
 from __future__ import annotations
 
 import collections
-import linecache
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -14,7 +13,6 @@ from typing import Any, Protocol
 from ..core import sources
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, parse_described, short_name
 from ..core.texts import ADDRESS, commonest, shortened, static_made_anew, without_addresses
-from ..core.warmup import enclosing_function
 from ..explain.causes import REMADE_PARAMETER_ADVICE
 from .storm_reads import Recompile
 
@@ -27,176 +25,6 @@ def fix_for(name: str, qualname: str, module: str, cause: str, rows: Sequence[Re
     if is_library_function(module, file):
         return _library_fix(short_name(qualname), module, cause, [r for r in rows if r.cause == cause])
     return suggest_fix(short_name(qualname), cause, [r for r in rows if r.cause == cause])
-
-
-# Library functions that make a jit afresh each time they run, and what to call instead.
-# Keyed by the module and the qualified name of the maker (the part before ``<locals>``).
-KNOWN_REMADE: dict[tuple[str, str], str] = {
-    ("numpyro.infer.svi", "SVI.run"): (
-        "keep the SVI state and call `svi.update` in the loop instead of `svi.run`: "
-        "`state = svi.init(key, *args)` once, then `state, loss = update(state, *args)` each step, "
-        "with `update = jax.jit(svi.update)` made once before the loop"
-    ),
-}
-
-
-def site_fix(call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Recompile], dominant: str) -> str:
-    """What to change at one line of user code whose eager code and library calls keep compiling."""
-    per_function = collections.Counter(r.function_hash for r in rows)
-    if dominant in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED):
-        remade = collections.Counter(r.function_hash for r in rows if r.cause == dominant)
-        function_hash, count = remade.most_common(1)[0]
-        return _remade_library_fix(call_site, infos.get(function_hash), count, dominant)
-    names = [display_name(infos.get(h), h) for h, _ in per_function.most_common(4)]
-    listed = ", ".join(f"`{n}`" for n in names) + (
-        f" and {len(per_function) - 4} more" if len(per_function) > 4 else ""
-    )
-    what = _what_varied(infos, rows)
-    library = library_called(rows)
-    if library is not None:
-        return (
-            f"The line at {call_site} calls into {library}, and {listed} compiled {len(rows)} more times inside "
-            f"it{what}. That call is not one to wrap in jax.jit as it is made. What your code can change is what "
-            f"it hands {library}: the same shapes each time (pad to a fixed size, with the padding masked the way "
-            f"{library} supports it) and the same objects (one per model, reused, rather than one built per call); "
-            "otherwise nothing in your code removes these compiles."
-        )
-    callback = _host_callback(call_site)
-    if callback is not None:
-        return (
-            f"{call_site} runs inside `{callback}`, a host callback (jax.debug.callback and the like), on JAX "
-            f"arrays: {listed} compiled {len(rows)} more times there{what}. Convert the callback's arguments "
-            "to NumPy first (np.asarray(x)) and do that work in NumPy: nothing is compiled, and nothing needs "
-            "a fixed shape."
-        )
-    parameter = remade_parameter(rows, lambda h: display_name(infos.get(h), h).removesuffix(" (op-by-op)"))
-    if parameter is not None:
-        return _remade_parameter_fix(parameter, f" at {call_site}", len(rows))
-    eager = sum(1 for h in per_function if infos.get(h) is not None and infos[h].module == OP_BY_OP_MODULE)
-    runs = (
-        "op by op"
-        if eager == len(per_function)
-        else "outside any jit of yours (JAX's or a library's own jits)"
-        if not eager
-        else "op by op and through JAX's or a library's own jits"
-    )
-    return (
-        f"Un-jitted code at {call_site} runs {listed} {runs}, and JAX compiled them {len(rows)} more times"
-        f"{what}. Move that code inside a jitted function (or keep its shapes fixed: pad what varies to a "
-        "few sizes), so it compiles once as part of one program."
-    )
-
-
-def first_pass_fix(name: str, call_site: str | None, rows: Sequence[Recompile], signatures: int, cost: str) -> str:
-    """What a first pass of ``signatures`` new signatures calls for: nothing (each compiled
-    once, none again), or, at a line of un-jitted code (eager code over a pytree's leaves,
-    one call), jit that code should its one-time cost matter. Never padding: no size
-    varied over time."""
-    text = (
-        f"Nothing to fix: {name} compiled {signatures} new signatures once each ({cost}) and none of them "
-        "again; no size varied as the program went on, so there is nothing to pad."
-    )
-    if call_site is None or library_called(rows) is not None or _host_callback(call_site) is not None:
-        return text
-    return (
-        f"{text} Should that one-time cost matter, jit the call at {short_site(call_site)} (jax.jit around the "
-        "function it calls): it then compiles as one program per set of input shapes, not once per primitive "
-        "and shape."
-    )
-
-
-def _remade_library_fix(call_site: str, info: FunctionInfo | None, count: int, cause: str) -> str:
-    if info is None:
-        return f"A library jit reached from {call_site} is compiled again {count} times ({cause})."
-    name = short_name(info.qualname)
-    library = info.module.split(".", 1)[0] or "a library"
-    maker = info.qualname.split(".<locals>.", 1)[0] if ".<locals>." in info.qualname else ""
-    if cause == Cause.CACHE_CLEARED:
-        return (
-            f"`{name}` ({info.module}) is compiled again {count} times after its cache is cleared (called at "
-            f"{call_site}): find what clears it (jax.clear_caches(), a library's reset) and move it out of the loop."
-        )
-    made = (
-        f"`{name}` is a jit that {library} makes afresh each time `{maker}` runs"
-        if maker
-        else f"`{name}` ({info.module}) is wrapped by a new jit object on every call"
-    )
-    known = KNOWN_REMADE.get((info.module, maker))
-    fix = (
-        known
-        if known
-        else (
-            "call the library's own step function in the loop (one it jits once) instead of the one that "
-            "builds the jit, or jit your loop body once around the call so the library's code is part of "
-            "one program compiled once"
-        )
-    )
-    return (
-        f"{made} (called at {call_site}): each call compiles it again, {count} times here "
-        f"(new_function_object, the same program every time). Fix: {fix}."
-    )
-
-
-def _what_varied(infos: dict[str, FunctionInfo], rows: Sequence[Recompile]) -> str:
-    """ ", mostly because axis 0 of `gather`'s operands[1] took 9 sizes between 26 and 41"":
-    the operand axis whose size changed in the most compiles, named where it varied."""
-    sizes: dict[tuple[str, str, int], set[int]] = collections.defaultdict(set)
-    statics: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
-    for r in rows:
-        name = display_name(infos.get(r.function_hash), r.function_hash).removesuffix(" (op-by-op)")
-        for e in r.diff or []:
-            if e.get("change") == "shape" and e.get("axes"):
-                for side in ("before", "after"):
-                    dims = _dims(e.get(side))
-                    for axis in e["axes"]:
-                        if dims is not None and axis < len(dims):
-                            sizes[(name, e["path"], axis)].add(dims[axis])
-            elif e.get("change") == "static":
-                statics[(name, e["path"])].update(str(v) for v in (e.get("before"), e.get("after")) if v is not None)
-    if sizes:
-        (name, path, axis), seen = max(sizes.items(), key=lambda kv: len(kv[1]))
-        return (
-            f", mostly because axis {axis} of `{name}`'s {path} took {len(seen)} sizes between "
-            f"{min(seen)} and {max(seen)}"
-        )
-    if statics:
-        (name, path), values = max(statics.items(), key=lambda kv: len(kv[1]))
-        return f", mostly because `{name}`'s parameter {path} took {len(values)} different values"
-    return ""
-
-
-def _host_callback(call_site: str) -> str | None:
-    """The function around ``call_site`` when the same file passes it to a host callback
-    (``jax.debug.callback(log, ...)``, ``pure_callback``, ``io_callback``); None otherwise or
-    when the source cannot be read (a store read on another host)."""
-    around = enclosing_function(call_site)
-    if around is None or around[1] == "<module>":
-        return None
-    file, name, _ = around
-    text = "".join(linecache.getlines(file))
-    if re.search(rf"callback\(\s*(?:functools\.)?(?:partial\(\s*)?{re.escape(name)}\b", text):
-        return name
-    return None
-
-
-# Modules whose calls are the user's own eager code, not a call into a library: code that
-# calls jax.numpy can move inside a jit.
-NOT_A_LIBRARY = frozenset({"jax", "jaxlib", "numpy", "cachewatch", "builtins", ""})
-
-
-def library_of(module: str) -> str | None:
-    """The library a call into ``module`` is a call into (its top module), or None for the
-    user's own eager code (JAX, NumPy) and for no module."""
-    top = module.split(".", 1)[0]
-    return None if top in NOT_A_LIBRARY else top
-
-
-def library_called(rows: Sequence[Recompile]) -> str | None:
-    """The library (its top module) that most of the recompiles' call site called into,
-    where that is not JAX itself; None otherwise or when not recorded."""
-    called = collections.Counter(library_of(r.into) for r in rows)
-    top, count = called.most_common(1)[0] if called else (None, 0)
-    return top if count * 2 > len(rows) else None
 
 
 def short_site(site: str) -> str:
@@ -260,7 +88,7 @@ def remade_parameter(rows: Sequence[_Diffed], name_of: Callable[[str], str]) -> 
     )
 
 
-def _remade_parameter_fix(named: str, at: str, count: int) -> str:
+def remade_parameter_fix(named: str, at: str, count: int) -> str:
     return (
         f"{named} is made anew each time{at}, with the same text, and JAX compares it by "
         f"identity: it compiled the same program {count} more times. {REMADE_PARAMETER_ADVICE}"
@@ -270,7 +98,7 @@ def _remade_parameter_fix(named: str, at: str, count: int) -> str:
 def _op_by_op_fix(primitive: str, rows: Sequence[Recompile]) -> str:
     remade = remade_parameter(rows, lambda _: primitive)
     if remade is not None:
-        return _remade_parameter_fix(remade, _sites_text(rows), len(rows))
+        return remade_parameter_fix(remade, _sites_text(rows), len(rows))
     firsts = [(r.diff or [])[0] for r in rows if r.diff]
     what = ""
     if firsts:
