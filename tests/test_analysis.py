@@ -597,3 +597,28 @@ def test_a_storm_of_a_librarys_jit_advises_on_the_calls_not_on_its_options():
     assert "drop it from static_argnums" not in fix  # not the user's to change
     mine = fixes.fix_for("smooth", "smooth", "train", Cause.NEW_STATIC_VALUE, rows, file="/home/me/train.py")
     assert "drop it from static_argnums" in mine
+
+
+def test_a_function_traced_inside_another_jit_is_not_told_as_recompiled(store):
+    """A jit called inside another is traced there (a trace event with a cause, no compile
+    of its own); compiled once on its own, it has no recompile, and the report's recompile
+    causes, which the runner's summary prints as "recompiled for", leave those traces out."""
+
+    @cachewatch.jit
+    def nested_part(x):
+        return jnp.tanh(x) * 2.0
+
+    @cachewatch.jit
+    def nesting_step(x):
+        return nested_part(x).sum()
+
+    nesting_step(jnp.ones(3))
+    nesting_step(jnp.ones(5))  # nested_part traced again inside it, at a new shape
+    nested_part(jnp.ones(5))  # its one compile of its own, at a shape traced inside the other
+    assert cachewatch.flush(30)
+    with enginemod.connection(store) as conn:
+        (row,) = [r for r in queries.function_report(conn) if r["name"] == "nested_part"]
+    assert row["compiles"] == 1
+    assert row["recompiles"] == 0
+    assert sum(n for cause, n in row["causes"].items() if cause != Cause.FIRST_CALL) >= 1  # its traces
+    assert row["recompile_causes"] == {}

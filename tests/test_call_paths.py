@@ -101,7 +101,15 @@ def test_slow_paths_are_findings_with_their_reason_and_fix(ran):
     assert {f.functions[0] for f in slow} <= {*SLOW, "flagged_step", "loss_of"}
     # A finding is priced at what the Python path cost beyond the fast path, where that is known.
     assert all(f.seconds == flagged.excess_seconds for f in slow if f.functions[0] == "flagged_step")
-    assert all(f.fix_kind == "fast_path" and f.compiles == 0 and f.seconds > 0 for f in slow)
+    # The eagerly differentiated jit is told at the line that differentiates it.
+    assert all(f.fix_kind == "jit_transformed" for f in slow if f.functions[0] == "loss_of")
+    program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "call_paths.py")
+    with open(program) as f:
+        (line,) = [i for i, text in enumerate(f, 1) if "= jax.value_and_grad(loss)(w)" in text]
+    assert all(f.entry == f"{program}:{line}" for f in slow if f.functions[0] == "loss_of")
+    others = [f for f in slow if f.functions[0] != "loss_of"]
+    assert all(f.fix_kind == "fast_path" for f in others)
+    assert all(f.compiles == 0 and f.seconds > 0 for f in slow)
     assert not any("plain_step" in f.functions for f in found)
     # Ranked with the others by seconds.
     assert [f.seconds for f in found] == sorted((f.seconds for f in found), reverse=True)
@@ -280,3 +288,61 @@ def test_a_jit_made_anew_for_each_call_is_told_with_what_making_it_cost_and_the_
     assert remade.made_at.rsplit(":", 1)[0] == __file__  # the loop's line in this test
     assert f"39 of its 40 calls came through a jit object made at {os.path.basename(remade.made_at)}" in remade.text
     assert "make the jit once, before the loop" in remade.fix
+
+
+def test_jits_under_one_eager_transformation_are_one_finding_at_its_line_and_its_fix_ends_it(sqlite_url, use_store):
+    """``jax.grad(loss)(w)`` run eagerly around two jits (jax's physical-optimisation example's
+    shape): every call of each goes through JAX's Python path, traced again under the
+    gradient. One change at the line that applies the gradient gives them all the fast
+    path, so they are one finding there, priced at what both cost; applied, the same
+    gradients and nothing to tell."""
+    import jax
+    import jax.numpy as jnp
+
+    import cachewatch
+
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def spread_part(w):
+        return jnp.sum(jnp.sin(w) ** 2)
+
+    @cachewatch.jit
+    def pull_part(w):
+        return jnp.sum(jnp.cos(w) * w)
+
+    def eager_loss(w):
+        return spread_part(w) + pull_part(w)
+
+    w = jnp.linspace(0.0, 1.0, 8)
+    eager = []
+    for _ in range(200):
+        eager.append(jax.grad(eager_loss)(w))
+    line = _line() - 1
+    step = jax.jit(jax.grad(eager_loss))  # the fix, as the finding words it
+    fixed = [step(w) for _ in range(200)]
+    assert all(jnp.allclose(a, b) for a, b in zip(eager, fixed, strict=True))
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        counted = {c.function.name: c for c in call_path_reads.path_counts(conn, Filters())}
+        found = [f for f in findings.find(conn, Filters()) if f.cause == "slow_path"]
+    for name in ("spread_part", "pull_part"):
+        assert counted[name].transformed_at == f"{__file__}:{line}"
+        # Under the fixed step they are traced into its program: no call of theirs is counted.
+        assert counted[name].slow == {"under_transformation": 199}
+    (told,) = found
+    assert told.fix_kind == "jit_transformed"
+    assert told.entry == f"{__file__}:{line}"
+    assert {f.rsplit(".", 1)[-1] for f in told.functions} == {"spread_part", "pull_part"}
+    assert told.seconds > 0
+    assert "step = jax.jit(jax.grad(eager_loss))" in told.fix
+    assert "398 calls" in told.fix
+
+
+def _line() -> int:
+    import inspect
+
+    frame = inspect.currentframe()
+    assert frame is not None
+    assert frame.f_back is not None
+    return frame.f_back.f_lineno

@@ -166,6 +166,13 @@ EXPECTED: dict[str, Expected] = {
         "storms_at": ["board_grad = grad(bounce, 0)(board, x0, y0, vx, vy)"],
         "no_storm": False,
         "or_first_pass": True,
+        # The three jits' calls under the eager gradient, at its line (a visible share of the
+        # run as the machine's speed falls); and the backward passes' storm there, where the
+        # loop does not end on the cache.
+        "findings": [
+            ("board_grad = grad(bounce, 0)(board, x0, y0, vx, vy)", "jit_transformed"),
+            ("board_grad = grad(bounce, 0)(board, x0, y0, vx, vy)", "static_value"),
+        ],
         "notes": "`grad(bounce)` runs eagerly every step and differentiates through three module-level "
         "jits. `build_surface` returns a list of 24 [slope, intercept] pairs and `bounce` uses only "
         "the pair of the first segment the ball meets (Python `if` on concrete values), so the other "

@@ -201,6 +201,7 @@ def test_every_field_of_a_call_statistics_row_survives_the_wire_and_the_spool(sq
         {"unordered_effects": 3, "new_jit_object": 9},
         0.00025,
         "/home/me/train.py:41",
+        "/home/me/train.py:58",
     )
     defaults = CallStats(run.run_id, function, 1.0e9, 12, 2, 0.004)
     changed = [f.name for f in dataclasses.fields(CallStats) if getattr(row, f.name) != getattr(defaults, f.name)]
@@ -212,5 +213,12 @@ def test_every_field_of_a_call_statistics_row_survives_the_wire_and_the_spool(sq
     SqlSink(sqlite_url).write(back)
     with enginemod.connection(sqlite_url) as conn:
         s = models.call_stats
-        stored = conn.execute(sa.select(s.c.slow_calls, s.c.jit_object_seconds, s.c.jit_made_at)).one()
-    assert stored == ({"unordered_effects": 3, "new_jit_object": 9}, 0.00025, "/home/me/train.py:41")
+        stored = conn.execute(
+            sa.select(s.c.slow_calls, s.c.jit_object_seconds, s.c.jit_made_at, s.c.transformed_at)
+        ).one()
+    assert stored == (
+        {"unordered_effects": 3, "new_jit_object": 9},
+        0.00025,
+        "/home/me/train.py:41",
+        "/home/me/train.py:58",
+    )

@@ -40,6 +40,9 @@ class PathCounts:
     # user's line that made them (the one most rows name).
     jit_object_seconds: float = 0.0
     jit_made_at: str | None = None
+    # The user's line that applied a transformation around the calls counted under
+    # slow['under_transformation'] (the one most rows name).
+    transformed_at: str | None = None
 
     @property
     def slow_calls(self) -> int:
@@ -59,17 +62,20 @@ def path_counts(
     slow: dict[tuple[str, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
     made: dict[tuple[str, str], float] = collections.defaultdict(float)
     made_at: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
-    rows = sa.select(s.c.run_id, s.c.function_hash, s.c.slow_calls, s.c.jit_object_seconds, s.c.jit_made_at).where(
-        s.c.slow_calls.is_not(None)
-    )
+    transformed_at: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+    rows = sa.select(
+        s.c.run_id, s.c.function_hash, s.c.slow_calls, s.c.jit_object_seconds, s.c.jit_made_at, s.c.transformed_at
+    ).where(s.c.slow_calls.is_not(None))
     if function_hashes is not None:
         rows = rows.where(s.c.function_hash.in_(list(function_hashes)))
-    for run_id, function_hash, counted, seconds, site in conn.execute(filters.apply(s, rows)):
+    for run_id, function_hash, counted, seconds, site, transformed in conn.execute(filters.apply(s, rows)):
         if isinstance(counted, dict):
             slow[(run_id, function_hash)].update({str(k): int(v) for k, v in counted.items() if isinstance(v, int)})
         made[(run_id, function_hash)] += float(seconds or 0.0)
         if site:
             made_at[(run_id, function_hash)].append(site)
+        if transformed:
+            transformed_at[(run_id, function_hash)].append(transformed)
     wanted = sorted(key for key, counted in slow.items() if sum(counted.values()) > 0)
     if not wanted:
         return []
@@ -101,6 +107,7 @@ def path_counts(
             call_seconds(run_id, h, "fast"),
             made[(run_id, h)],
             commonest(made_at[(run_id, h)]),
+            commonest(transformed_at[(run_id, h)]),
         )
         for run_id, h in wanted
         if h in infos

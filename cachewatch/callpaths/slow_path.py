@@ -91,6 +91,9 @@ class SlowPath:
     fast_call_seconds: float | None = None
     # Where the user's code made the jit objects counted under new_jit_object (file:line).
     made_at: str | None = None
+    # Where the user's code applied the transformation the calls counted under
+    # under_transformation ran under (file:line).
+    transformed_at: str | None = None
 
     @property
     def excess_seconds(self) -> float | None:
@@ -115,6 +118,7 @@ def as_json(found: SlowPath) -> dict[str, object]:
         "fast_call_seconds": found.fast_call_seconds,
         "excess_seconds": found.excess_seconds,
         "made_at": found.made_at,
+        "transformed_at": found.transformed_at,
         "text": found.text,
         "fix": found.fix,
     }
@@ -160,6 +164,7 @@ def _told(counts: PathCounts) -> SlowPath:
         None if remade else counts.slow_call_seconds,
         None if remade else counts.fast_call_seconds,
         counts.jit_made_at if remade else None,
+        counts.transformed_at if reason == "under_transformation" else None,
     )
 
 

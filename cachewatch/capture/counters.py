@@ -100,6 +100,7 @@ class CallCounter(_Counter):
         "naming_left",
         "jit_object_seconds",
         "jit_made_at",
+        "transformed_at",
         "run_base",
     )
 
@@ -136,6 +137,9 @@ class CallCounter(_Counter):
         # (each counted under slow['new_jit_object']).
         self.jit_object_seconds = 0.0
         self.jit_made_at: str | None = None  # the user's line that made one (the first since then)
+        # The user's line that applied a transformation around calls under
+        # slow['under_transformation'] (the first since the last collection).
+        self.transformed_at: str | None = None
         # After a compile, every call up to ``naming_until`` is named (not timed): whether
         # the program comes back to the signatures it compiled (a few bucketed lengths in
         # random order) or meets each once (a ragged loader's new sizes) is told by the
@@ -168,6 +172,15 @@ class CallCounter(_Counter):
         with _pending_lock:
             taken = self.jit_object_seconds, self.jit_made_at
             self.jit_object_seconds, self.jit_made_at = 0.0, None
+        return taken
+
+    def note_transformed_at(self, site: str | None) -> None:
+        with _pending_lock:
+            self.transformed_at = self.transformed_at or site
+
+    def take_transformed_at(self) -> str | None:
+        with _pending_lock:
+            taken, self.transformed_at = self.transformed_at, None
         return taken
 
     def take_slow(self) -> dict[str, int]:
@@ -329,13 +342,16 @@ def collect_call_stats(run_id: str) -> list[CallStats]:
         samples = stats.take_samples()
         slow = stats.take_slow()
         made, made_at = stats.take_jit_objects()
+        transformed_at = stats.take_transformed_at()
         if calls == stats.flushed_calls and not samples and not slow:
             continue
         new_calls = calls - stats.flushed_calls
         stats.flushed_calls = calls
         sample_every = stats.sample_every if stats.sampling else 0
         if not samples:
-            rows.append(_row(run_id, stats, now, new_calls, sample_every, slow=slow, made=(made, made_at)))
+            rows.append(
+                _row(run_id, stats, now, new_calls, sample_every, slow=slow, made=(made, made_at), at=transformed_at)
+            )
             continue
         for signature_hash, (buckets, seconds) in samples.items():
             rows.append(
@@ -350,9 +366,11 @@ def collect_call_stats(run_id: str) -> list[CallStats]:
                     seconds[0],
                     slow=slow,
                     made=(made, made_at),
+                    at=transformed_at,
                 )
             )
-            new_calls, slow, made, made_at = 0, {}, 0.0, None  # the function's calls go on its first row
+            # The function's calls go on its first row.
+            new_calls, slow, made, made_at, transformed_at = 0, {}, 0.0, None, None
     return rows
 
 
@@ -368,6 +386,7 @@ def _row(
     *,
     slow: dict[str, int],
     made: tuple[float, str | None] = (0.0, None),
+    at: str | None = None,
 ) -> CallStats:
     """One row of a function's calls, with one signature's timed samples when it has some."""
     return CallStats(
@@ -383,6 +402,7 @@ def _row(
         slow_calls=slow or None,
         jit_object_seconds=made[0] or None,
         jit_made_at=made[1],
+        transformed_at=at,
     )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..core import _guard, jaxcompat
 from ..record import current
-from . import _tracking, counters
+from . import _tracking, counters, identity
 
 # The attribute cachewatch.jit sets on the function it hands jax.jit: its HookState.
 STATE_ATTR = "__cachewatch_state__"
@@ -77,6 +77,9 @@ def _note_slow(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     if reason is None:
         return  # traced into another jit's program: no dispatch of its own
     stats.note_slow(reason)
+    if reason == "under_transformation" and stats.transformed_at is None:
+        # Looked up once per collection: a walk of the stack costs more than the count.
+        stats.note_transformed_at(identity.transformation_site(identity.call_site(2)))
     _last.decision = (state.info.function_hash, reason, _tracking.activity)
 
 

@@ -282,6 +282,18 @@ def call_site(depth: int = 1) -> str | None:
     return site
 
 
+def transformation_site(site: str | None) -> str | None:
+    """The user's line that applied the JAX transformation a call runs under (an eager
+    ``jax.grad(f)(...)``): the nearest frame out from the call whose next frame in is JAX's
+    (the call itself, the first frame, calls the jit); the call's own line where no frame
+    further out calls into JAX."""
+    stack = stack_of(site) or []
+    for frame in stack[1:]:
+        if frame.get("into", "").split(".", 1)[0] == "jax":
+            return frame["site"]
+    return str(site) if site else None
+
+
 def stack_of(site: str | None) -> list[dict[str, str]] | None:
     """The user's frames a call site carries (None for a plain string)."""
     stack = getattr(site, "stack", None)

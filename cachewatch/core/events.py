@@ -443,6 +443,9 @@ class CallStats:
     # and the user's line that made one of them.
     jit_object_seconds: float | None = None
     jit_made_at: str | None = None
+    # The user's line that applied a transformation outside any jit (an eager jax.grad or
+    # jax.vmap) around the calls counted under ``slow_calls['under_transformation']``.
+    transformed_at: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -459,6 +462,7 @@ class CallStats:
             "slow_calls": self.slow_calls,
             "jit_object_seconds": self.jit_object_seconds,
             "jit_made_at": self.jit_made_at,
+            "transformed_at": self.transformed_at,
         }
 
 

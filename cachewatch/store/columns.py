@@ -76,6 +76,7 @@ class FunctionReport(TypedDict):
     compiles: int
     recompiles: int
     causes: dict[str, int]  # compiles and traces by cause
+    recompile_causes: dict[str, int]  # the recompiles alone by cause (no trace that compiled nothing)
     dominant_cause: str | None  # the most frequent cause other than first_call
     stale_captures: int
     compile_seconds: float  # trace + lowering + XLA compile, over all compiles

@@ -232,6 +232,9 @@ class CallStatsRow(Base):
     # user's line that made one of them.
     jit_object_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     jit_made_at: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    # The user's line that applied a transformation (an eager jax.grad, jax.vmap) around
+    # calls counted under slow_calls['under_transformation'].
+    transformed_at: Mapped[str | None] = mapped_column(String(1024), nullable=True)
 
     __table_args__ = (
         Index("ix_call_stats_function_time", "function_hash", "timestamp"),

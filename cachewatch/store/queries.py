@@ -67,6 +67,7 @@ def function_report(
     """
     rows: dict[str, dict[str, Any]] = {}
     causes: dict[str, dict[str, int]] = {}
+    recompile_causes: dict[str, dict[str, int]] = {}
     # Thousands of groups on a big store: plain tuples and locals keep this loop cheap.
     for function_hash, kind, cause, compiled, events, cost, first_ts, last_ts in _event_groups(
         conn, filters, function_hashes
@@ -91,6 +92,8 @@ def function_report(
             row["compiles"] += n
         if is_recompile(kind, cause, compiled):
             row["recompiles"] += n
+            again = recompile_causes.setdefault(function_hash, {})
+            again[cause] = again.get(cause, 0) + n
         per = causes[function_hash]
         per[cause] = per.get(cause, 0) + n
     if not rows:
@@ -103,7 +106,11 @@ def function_report(
     meta = {r.function_hash: r for r in conn.execute(meta_q)}
     report = [
         _report_row(
-            function_hash, meta.get(function_hash), row, causes.get(function_hash, {}), stats.get(function_hash)
+            function_hash,
+            meta.get(function_hash),
+            row,
+            (causes.get(function_hash, {}), recompile_causes.get(function_hash, {})),
+            stats.get(function_hash),
         )
         for function_hash, row in rows.items()
     ]
@@ -115,10 +122,12 @@ def _report_row(
     function_hash: str,
     info: sa.Row[*tuple[Any, ...]] | None,
     totals: dict[str, Any],
-    causes: dict[str, int],
+    causes_of: tuple[dict[str, int], dict[str, int]],
     stat: CallTotals | None,
 ) -> FunctionReport:
-    """A function's report row from its event totals and its call totals."""
+    """A function's report row from its event totals (with its events' causes, and its
+    recompiles' alone) and its call totals."""
+    causes, recompile_causes = causes_of
     compile_seconds = float(totals["compile_seconds"] or 0.0)
     compiles = int(totals["compiles"] or 0)
     return {
@@ -132,6 +141,7 @@ def _report_row(
         "compiles": compiles,
         "recompiles": int(totals["recompiles"] or 0),
         "causes": causes,
+        "recompile_causes": recompile_causes,
         "dominant_cause": _dominant(causes),
         "stale_captures": int(totals["stale_captures"] or 0),
         "compile_seconds": compile_seconds,
@@ -473,7 +483,7 @@ def function_row(conn: sa.Connection, function_hash: str, filters: Filters) -> F
     rows = function_report(conn, filters, function_hashes=[function_hash])
     if rows:
         return rows[0]
-    return _report_row(function_hash, info, _NO_EVENTS, {}, None)
+    return _report_row(function_hash, info, _NO_EVENTS, ({}, {}), None)
 
 
 def grouped(conn: sa.Connection, filters: Filters, *columns: str) -> list[tuple]:

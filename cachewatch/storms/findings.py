@@ -33,12 +33,11 @@ import dataclasses
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Any, TypedDict, Unpack
+from typing import TypedDict, Unpack
 
 import sqlalchemy as sa
 
-from ..callpaths import call_path_reads, slow_path
-from ..core.events import Cause, FunctionInfo, short_name
+from ..core.events import Cause, FunctionInfo
 from ..core.figures import seconds_text
 from ..core.texts import commonest
 from ..core.warmup import enclosing_function, loops_in
@@ -55,48 +54,10 @@ from .fixes import (
     short_site,
     static_attribute_values,
 )
-from .results import Storm
+from .path_findings import with_slow_paths
+from .results import Finding, Storm
 from .site_fixes import library_of
 from .sizes import grows, new_sizes, operand_counts
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    """One root cause of recompiles in one run, across the functions it drives."""
-
-    finding_id: str
-    run_id: str
-    cause: str  # the cause most of its compiles name
-    varying: str  # what changes: an argument axis, a static value, a re-created object
-    entry: str | None  # the user's line where it enters (file:line)
-    entry_text: str  # how the entry is told: "the loop at train.py:41", "train.py:12"
-    functions: tuple[str, ...]  # the functions it drives, most compiles first
-    function_hashes: tuple[str, ...]
-    compiles: int
-    compile_seconds: float
-    share_of_run: float | None  # of the run's length so far; None when unknown
-    fix: str
-    fix_kind: str
-    library: str | None  # the library the entry line calls into
-    storms: tuple[str, ...]  # the keys of the storms it gathers (its detail)
-    active: bool
-    # What it costs, what findings rank by: its compile seconds, or for calls on JAX's
-    # Python dispatch path (cause ``slow_path``), the time those calls took.
-    seconds: float = 0.0
-
-    def as_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        for name in ("functions", "function_hashes", "storms"):
-            out[name] = list(out[name])
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Finding:
-        fields = {**data}
-        for name in ("functions", "function_hashes", "storms"):
-            fields[name] = tuple(fields[name])
-        return cls(**fields)
-
 
 # The newest storms a listing of findings gathers: each is read once more with its compiles.
 STORMS_READ = 500
@@ -147,66 +108,6 @@ def find_with_storms(
         with_first_passes=False,
     )
     return Found(found.storms, with_slow_paths(conn, filters, of_storms(conn, found.storms)))
-
-
-# A jit's calls on JAX's Python path make a finding when they take this share of the run
-# (or, where the run's length is unknown, this many seconds).
-SLOW_PATH_SHARE = 0.01
-SLOW_PATH_SECONDS = 1.0
-
-
-def with_slow_paths(conn: sa.Connection, filters: Filters, found: list[Finding]) -> list[Finding]:
-    """``found`` with a finding for each jit whose calls on JAX's Python dispatch path took
-    a visible share of its run (callpaths/slow_path.py), ranked with them by seconds."""
-    paths = slow_path.slow_paths(call_path_reads.path_counts(conn, filters))
-    lengths = finding_reads.run_lengths(conn, {p.run_id for p in paths})
-    slow = [_slow_path_finding(p, lengths.get(p.run_id)) for p in paths if _visible(p, lengths.get(p.run_id))]
-    return sorted(found + slow, key=lambda f: (-f.seconds, -f.compiles, f.finding_id))
-
-
-def _price(found: slow_path.SlowPath) -> float | None:
-    """What the Python path cost: beyond the function's own fast-path calls where it has
-    some, else all the time those calls took."""
-    return found.excess_seconds if found.excess_seconds is not None else found.seconds
-
-
-def _visible(found: slow_path.SlowPath, length: float | None) -> bool:
-    price = _price(found)
-    if price is None:
-        return False
-    return price >= SLOW_PATH_SHARE * length if length else price >= SLOW_PATH_SECONDS
-
-
-def _slow_path_finding(found: slow_path.SlowPath, length: float | None) -> Finding:
-    reason = max(found.reasons, key=lambda r: found.reasons[r])
-    seconds = _price(found) or 0.0
-    site = f"{found.function.file}:{found.function.line}" if found.function.file else None
-    if reason == "new_jit_object" and found.made_at:
-        site = found.made_at  # where the jit is made anew is where the fix goes
-    digest = hashlib.sha256("\0".join([found.run_id, "slow_path", found.function.function_hash]).encode())
-    name = short_name(found.function.qualname or found.function.name)
-    remade = reason == "new_jit_object"
-    return Finding(
-        finding_id=digest.hexdigest()[:16],
-        run_id=found.run_id,
-        cause="slow_path",
-        varying=f"a jit of `{name}` made anew for its calls"
-        if remade
-        else f"every call of `{name}` through JAX's Python dispatch path ({reason})",
-        entry=site,
-        entry_text=short_site(site) if site else "",
-        functions=(found.function.qualname or found.function.name,),
-        function_hashes=(found.function.function_hash,),
-        compiles=0,
-        compile_seconds=0.0,
-        share_of_run=min(1.0, seconds / length) if length else None,
-        fix=f"{found.text} {found.fix}",
-        fix_kind="hoist_jit" if remade else "fast_path",
-        library=None,
-        storms=(),
-        active=False,
-        seconds=seconds,
-    )
 
 
 def of_storms(conn: sa.Connection, storms: Sequence[Storm]) -> list[Finding]:
@@ -463,8 +364,8 @@ def describe(finding: Finding) -> str:
     share = f", {finding.share_of_run:.0%} of the run" if finding.share_of_run is not None else ""
     if finding.cause == "slow_path":
         # Its entry is where the function is defined (its calls are not placed), or, for a
-        # jit made anew, the line that makes it.
-        placed = "made at" if finding.fix_kind == "hoist_jit" else "defined at"
+        # jit made anew, the line that makes it, or the line applying a transformation.
+        placed = {"hoist_jit": "made at", "jit_transformed": "at"}.get(finding.fix_kind, "defined at")
         defined = f", {placed} {finding.entry_text}" if finding.entry_text else ""
         return f"{finding.varying}{defined}: {seconds_text(finding.seconds)}{share}."
     state = "ACTIVE" if finding.active else "ended"

@@ -111,3 +111,41 @@ class FirstPass(Burst):
     def from_json(cls, data: dict[str, Any], **changed: Any) -> FirstPass:
         """The first pass :meth:`as_json` gave (less any of its fields ``changed`` names)."""
         return cls(**cls._json_fields(data, changed))
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One root cause of recompiles in one run, across the functions it drives."""
+
+    finding_id: str
+    run_id: str
+    cause: str  # the cause most of its compiles name
+    varying: str  # what changes: an argument axis, a static value, a re-created object
+    entry: str | None  # the user's line where it enters (file:line)
+    entry_text: str  # how the entry is told: "the loop at train.py:41", "train.py:12"
+    functions: tuple[str, ...]  # the functions it drives, most compiles first
+    function_hashes: tuple[str, ...]
+    compiles: int
+    compile_seconds: float
+    share_of_run: float | None  # of the run's length so far; None when unknown
+    fix: str
+    fix_kind: str
+    library: str | None  # the library the entry line calls into
+    storms: tuple[str, ...]  # the keys of the storms it gathers (its detail)
+    active: bool
+    # What it costs, what findings rank by: its compile seconds, or for calls on JAX's
+    # Python dispatch path (cause ``slow_path``), the time those calls took.
+    seconds: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for name in ("functions", "function_hashes", "storms"):
+            out[name] = list(out[name])
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Finding:
+        fields = {**data}
+        for name in ("functions", "function_hashes", "storms"):
+            fields[name] = tuple(fields[name])
+        return cls(**fields)

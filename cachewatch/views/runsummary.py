@@ -21,7 +21,6 @@ from typing import Any
 
 from ..core import config as configmod
 from ..core import figures
-from ..core.events import Cause
 from ..core.figures import seconds_text
 from ..core.texts import counted
 from ..store import columns, sinks
@@ -43,6 +42,7 @@ class TopFunction:
     causes: dict[str, int]  # most events first
     compile_seconds: float
     calls: int
+    recompile_causes: dict[str, int] = dataclasses.field(default_factory=dict)  # the recompiles alone, most first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +182,7 @@ def of_report(
                 causes=dict(sorted(r["causes"].items(), key=lambda kv: -kv[1])),
                 compile_seconds=r["compile_seconds"],
                 calls=r["calls"],
+                recompile_causes=dict(sorted(r["recompile_causes"].items(), key=lambda kv: -kv[1])),
             )
             for r in list(report)[:top]
             if r["compiles"]
@@ -264,9 +265,8 @@ def _figure_lines(head: str, found: RunFigures, flushed: bool) -> list[str]:
     if not flushed:
         lines.append("  Not every event was written in time: the figures may be short.")
     for f in report.functions:
-        causes = ", ".join(
-            f"{cause}={count}" for cause, count in f.causes.items() if count and cause != Cause.FIRST_CALL
-        )
+        # The recompiles' own causes: a trace inside another jit compiled nothing of its own.
+        causes = ", ".join(f"{cause}={count}" for cause, count in f.recompile_causes.items() if count)
         lines.append(
             f"  {f.name}: {counted(f.compiles, 'compile')}, {seconds_text(f.compile_seconds)}"
             + (f", {counted(f.calls, 'call')}" if f.calls else "")

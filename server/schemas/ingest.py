@@ -256,6 +256,12 @@ class CallStatsIn(_In):
         ),
     ] = None
     jit_made_at: Annotated[str | None, _text(1024, "The user's line that made one of those jit objects.")] = None
+    transformed_at: Annotated[
+        str | None,
+        _text(
+            1024, "The user's line that applied a transformation around calls under slow_calls['under_transformation']."
+        ),
+    ] = None
 
 
 class BatchIn(_In):

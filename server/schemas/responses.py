@@ -19,6 +19,11 @@ class FunctionOut(BaseModel):
     compiles: int
     recompiles: int = Field(description="Compiles whose cause is not first_call.")
     causes: dict[str, int] = Field(description="Cause -> number of events (stale captures not included).")
+    recompile_causes: dict[str, int] = Field(
+        default_factory=dict,
+        description="Cause -> recompiles (compiles whose cause is not first_call); traces that compiled "
+        "nothing are left out.",
+    )
     dominant_cause: str | None = Field(
         description="The most frequent cause other than first_call (first_call when that is all); null without events."
     )
@@ -194,6 +199,11 @@ class SlowPathOut(BaseModel):
     )
     made_at: str | None = Field(
         None, description="Where the user's code made the jit objects counted under new_jit_object (file:line)."
+    )
+    transformed_at: str | None = Field(
+        None,
+        description="Where the user's code applied the transformation (an eager jax.grad, jax.vmap) the calls "
+        "counted under under_transformation ran under (file:line).",
     )
     text: str
     fix: str
