@@ -287,8 +287,9 @@ def _lowered_inside(target: Target) -> str:
         return target.outside_call
     if target.primitive is not None:
         return (
-            "as a program JAX built for a transformation taken outside any jit (jax.grad, jvp or "
-            "linearize of eager code), told apart from the primitive run op by op"
+            "as a program JAX built around the primitive outside any jit (for eager code under a "
+            "transformation, jax.grad or jax.vmap, or for one of JAX's own operations), told apart from the "
+            "primitive run op by op"
         )
     return "traced inside a transformation (grad, vmap, a library's lifted transform) and run outside any jit"
 

@@ -147,6 +147,8 @@ class WastedRecompiles:
     seconds: float
     persistent_cache_would_serve: int  # the lowered module was the same too
     below_min_compile_time: int  # of those, compiled faster than the persistent cache keeps
+    module: str  # the function's (OP_BY_OP_MODULE for a primitive run op by op)
+    file: str  # where it is defined: the user's code, or a library's
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +215,8 @@ def wasted_recompiles(
         sa.select(
             e.c.function_hash,
             f.c.qualname,
+            f.c.module,
+            f.c.file,
             e.c.cause,
             sa.func.count().label("recompiles"),
             sa.func.sum(cost_expr(e)).label("seconds"),
@@ -222,7 +226,7 @@ def wasted_recompiles(
         .join(earlier, earlier.c.event_id == e.c.identical_to)
         .join(f, f.c.function_hash == e.c.function_hash)
         .where(*_wasted(e, earlier), *_where(e, filters))
-        .group_by(e.c.function_hash, f.c.qualname, e.c.cause)
+        .group_by(e.c.function_hash, f.c.qualname, f.c.module, f.c.file, e.c.cause)
     )
     if function_hashes is not None:
         query = query.where(e.c.function_hash.in_(function_hashes))
@@ -235,6 +239,8 @@ def wasted_recompiles(
             seconds=float(row.seconds or 0.0),
             persistent_cache_would_serve=int(row.persistent_cache_would_serve or 0),
             below_min_compile_time=int(row.below_min_compile_time or 0),
+            module=row.module or "",
+            file=row.file or "",
         )
         for row in conn.execute(query)
     ]

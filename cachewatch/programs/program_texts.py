@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..core import sources
-from ..core.events import MEMORY_PARTS, PROGRAM_FORMATS, Cause
+from ..core.events import MEMORY_PARTS, OP_BY_OP_MODULE, PROGRAM_FORMATS, Cause
 from ..store.columns import EventRow, Filters
 from . import program_reads
 
@@ -319,6 +319,16 @@ _IDENTICAL_FIXES = {
 }
 
 
+# A jit made anew that no line of the user's makes: one JAX makes for an operation run op
+# by op (under an eager jax.vmap of a model's init, say), or a library's.
+REMADE_NOT_YOURS_TOO = (
+    "where a library, or JAX for eager code under a transformation such as jax.vmap, makes it, jit your code "
+    "around it once so that it compiles as part of one program; a one-time set-up (a model's init) costs "
+    "this once"
+)
+REMADE_NOT_YOURS = f"none of your lines makes this jit; {REMADE_NOT_YOURS_TOO}"
+
+
 @dataclass(frozen=True)
 class IdenticalRecompiles(program_reads.WastedRecompiles):
     """Recompiles of one function and cause that produced the program it compiled before:
@@ -394,6 +404,10 @@ def identical_fix(row: program_reads.WastedRecompiles) -> str:
         f"{row.seconds:.3f} s wasted."
     )
     fix = _IDENTICAL_FIXES.get(row.cause)
+    if row.cause == Cause.NEW_FUNCTION_OBJECT and row.module == OP_BY_OP_MODULE:
+        fix = REMADE_NOT_YOURS
+    elif row.cause == Cause.NEW_FUNCTION_OBJECT and sources.is_library(row.file):
+        fix = f"{fix} where your code makes it (jax.jit(f) run again at each step); {REMADE_NOT_YOURS_TOO}"
     if fix:
         text += f" Fix: {fix}."
     served = row.persistent_cache_would_serve
