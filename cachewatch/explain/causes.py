@@ -357,8 +357,9 @@ def _classify_trace(
         return Verdict(
             Cause.NEW_FUNCTION_OBJECT,
             f"A new jit object was created around `{name}`{where}, which JAX had already traced: "
-            "its cache belongs to the old object, so it traced and compiled again. "
-            "Create the jit once, outside the loop, and reuse it.",
+            "its cache belongs to the old object, so it traced again (and compiles again where it is called "
+            "on its own, not inside another jit). Where the jit is made anew for each call, create it once, "
+            "outside the loop, and reuse it.",
             tuple(entries),
         )
     if sig.key in obj.keys:

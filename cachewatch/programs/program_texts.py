@@ -494,8 +494,9 @@ def compile_profile(
                 where=None,
                 text=(
                     f"{big / 2**20:.1f} MiB of constants are baked into the program (an array the function "
-                    "reads from a global or a closure): compiling and hashing them costs every compile. Pass "
-                    "the array as an argument instead."
+                    "reads from a global or a closure, or builds with NumPy while it is traced, np.arange(n) "
+                    "say): compiling and hashing them costs every compile. Pass the array as an argument, or "
+                    "build it with jax.numpy inside the function (jnp.arange(n) is computed in the program)."
                 ),
             )
         )
