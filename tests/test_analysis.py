@@ -601,8 +601,9 @@ def test_a_storm_of_a_librarys_jit_advises_on_the_calls_not_on_its_options():
 
 def test_a_function_traced_inside_another_jit_is_not_told_as_recompiled(store):
     """A jit called inside another is traced there (a trace event with a cause, no compile
-    of its own); compiled once on its own, it has no recompile, and the report's recompile
-    causes, which the runner's summary prints as "recompiled for", leave those traces out."""
+    of its own); compiled once on its own, at a shape of its own, it has no recompile: its
+    first compile in the run is a first call, and the report's recompile causes, which the
+    runner's summary prints as "recompiled for", leave the traces out."""
 
     @cachewatch.jit
     def nested_part(x):
@@ -614,7 +615,7 @@ def test_a_function_traced_inside_another_jit_is_not_told_as_recompiled(store):
 
     nesting_step(jnp.ones(3))
     nesting_step(jnp.ones(5))  # nested_part traced again inside it, at a new shape
-    nested_part(jnp.ones(5))  # its one compile of its own, at a shape traced inside the other
+    nested_part(jnp.ones(7))  # its one compile of its own
     assert cachewatch.flush(30)
     with enginemod.connection(store) as conn:
         (row,) = [r for r in queries.function_report(conn) if r["name"] == "nested_part"]
@@ -622,3 +623,6 @@ def test_a_function_traced_inside_another_jit_is_not_told_as_recompiled(store):
     assert row["recompiles"] == 0
     assert sum(n for cause, n in row["causes"].items() if cause != Cause.FIRST_CALL) >= 1  # its traces
     assert row["recompile_causes"] == {}
+    (compiled,) = [e for e in events_of(store, "nested_part") if e["compiled"]]
+    assert compiled["cause"] == Cause.FIRST_CALL
+    assert "traced before inside another jit" in compiled["explanation"]

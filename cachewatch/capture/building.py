@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
-from ..core.events import CompileEvent, DiffEntry, FunctionInfo, Kind, new_event_id
+from ..core.events import Cause, CompileEvent, DiffEntry, FunctionInfo, Kind, new_event_id
 from ..core.texts import static_made_anew
 from ..explain import signature as sigmod
 from ..record import current
@@ -83,6 +83,12 @@ def _no_cache_key(seq: int) -> tuple[bool | None, dict[str, str] | None]:
 cache_key_of: Callable[[int], tuple[bool | None, dict[str, str] | None]] = _no_cache_key
 
 
+# The causes a trace gives a signature unlike the function's earlier ones.
+_SIGNATURE_CAUSES = frozenset(
+    {Cause.NEW_SHAPE, Cause.NEW_DTYPE, Cause.WEAK_TYPE, Cause.NEW_STRUCTURE, Cause.NEW_STATIC_VALUE, Cause.NEW_CONTEXT}
+)
+
+
 def compile_event(
     record: CompileRecord,
     function: FunctionInfo,
@@ -102,6 +108,14 @@ def compile_event(
     recompile); ``measured``: what only the caller measured (the next call's sample, an
     eager baseline)."""
     compiled = record.compiles > 0
+    if compiled and current.first_compile_in_run(function.function_hash) and cause in _SIGNATURE_CAUSES:
+        # Traced before only inside other jits (the signature changed since), compiled on
+        # its own for the first time: no recompile.
+        cause = Cause.FIRST_CALL
+        explanation = (
+            f"First compile of `{function.qualname or function.name}` in this run, on its own; it was traced "
+            f"before inside another jit, which compiled it into that one's program. {explanation}"
+        )
     if compiled and ahead is None:
         # Tell the run before its warm-up flag is read: this compile may end warm-up.
         current.note_compile(

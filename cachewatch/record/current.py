@@ -127,7 +127,7 @@ class _Run:
     name or job. When warm-up ended stays a module global (``_steady_since``): jit's
     sampled calls read it through steady(), and a global is the cheaper read there."""
 
-    __slots__ = ("id", "info", "started", "seen_rank", "compiled_functions", "warmup_watch")
+    __slots__ = ("id", "info", "started", "seen_rank", "compiled_functions", "warmup_watch", "compiled_any")
 
     def __init__(self) -> None:
         self.id: str | None = None  # made on first use
@@ -138,6 +138,7 @@ class _Run:
         self.seen_rank: tuple[int, int] | None = None
         self.compiled_functions: set[str] = set()  # the user's functions compiled once in warm-up
         self.warmup_watch = WarmupWatch()  # what warm-up has compiled from where
+        self.compiled_any: set[str] = set()  # every function that compiled in this run
 
     def begin(self, run_id: str | None) -> None:
         """Start a new run now (``run_id`` None: made on first use); the rank seen stays."""
@@ -146,6 +147,7 @@ class _Run:
         self.started = time.time()
         self.compiled_functions.clear()
         self.warmup_watch = WarmupWatch()
+        self.compiled_any = set()
 
 
 _run = _Run()
@@ -212,6 +214,15 @@ def note_compile(
         ended = _run.warmup_watch.sees_work_again(call_site, function_hash, cause, module, stack, remade_static)
     if ended:
         mark_steady()
+
+
+def first_compile_in_run(function_hash: str) -> bool:
+    """Whether this compile is the function's first in the run (it is then noted)."""
+    with _lock:
+        if function_hash in _run.compiled_any:
+            return False
+        _run.compiled_any.add(function_hash)
+        return True
 
 
 def steady() -> bool:
