@@ -316,11 +316,12 @@ def test_jits_under_one_eager_transformation_are_one_finding_at_its_line_and_its
 
     w = jnp.linspace(0.0, 1.0, 8)
     eager = []
+    graded = jax.grad(eager_loss)
     for _ in range(200):
-        eager.append(jax.grad(eager_loss)(w))
+        eager.append(graded(w))
     line = _line() - 1
-    step = jax.jit(jax.grad(eager_loss))  # the fix, as the finding words it
-    fixed = [step(w) for _ in range(200)]
+    graded = jax.jit(jax.grad(eager_loss))  # the fix, as the finding words it
+    fixed = [graded(w) for _ in range(200)]
     assert all(jnp.allclose(a, b) for a, b in zip(eager, fixed, strict=True))
     assert cachewatch.flush(30)
     with enginemod.connection(sqlite_url) as conn:
@@ -335,7 +336,7 @@ def test_jits_under_one_eager_transformation_are_one_finding_at_its_line_and_its
     assert told.entry == f"{__file__}:{line}"
     assert {f.rsplit(".", 1)[-1] for f in told.functions} == {"spread_part", "pull_part"}
     assert told.seconds > 0
-    assert "step = jax.jit(jax.grad(eager_loss))" in told.fix
+    assert "`graded = jax.jit(jax.grad(eager_loss))` where it is made" in told.fix
     assert "398 calls" in told.fix
 
 

@@ -52,6 +52,9 @@ class Expected(TypedDict, total=False):
     # Every finding the run must lead with, one per root cause: the text of the user's line
     # where its cause enters, and the kind of fix that applies there (none: no finding).
     findings: list[tuple[str, str]]
+    # Findings told only where their share of the run passes a threshold, which the machine's
+    # speed moves (calls on JAX's Python path: 1% of the run): may be there or not.
+    findings_may: list[tuple[str, str]]
     # Advice no storm of the run may give (it cannot help the code in front of it).
     storm_fix_not: list[str]
 
@@ -128,6 +131,9 @@ EXPECTED: dict[str, Expected] = {
     "optax_flax_example": {
         "storms_at": [],
         "no_storm": True,
+        # `loss_grad_fn = jax.value_and_grad(loss)` of the jit `loss`, called eagerly each step:
+        # every call of `mse` traced again under it (a few percent of this short run).
+        "findings_may": [("loss_val, grads = loss_grad_fn(model)", "jit_transformed")],
         "notes": "`loss = jax.jit(mse)` is made once; `jax.value_and_grad(loss)` runs eagerly around "
         "it for 100 steps on the same 20 samples, and `nnx.Optimizer.update` runs op-by-op: all "
         "compile in the first step and are served for the other 99. No storm.",
@@ -166,13 +172,10 @@ EXPECTED: dict[str, Expected] = {
         "storms_at": ["board_grad = grad(bounce, 0)(board, x0, y0, vx, vy)"],
         "no_storm": False,
         "or_first_pass": True,
-        # The three jits' calls under the eager gradient, at its line (a visible share of the
-        # run as the machine's speed falls); and the backward passes' storm there, where the
-        # loop does not end on the cache.
-        "findings": [
-            ("board_grad = grad(bounce, 0)(board, x0, y0, vx, vy)", "jit_transformed"),
-            ("board_grad = grad(bounce, 0)(board, x0, y0, vx, vy)", "static_value"),
-        ],
+        # The three jits' calls under the eager gradient, at its line (a third of the run);
+        # and the backward passes' storm there, where the loop does not end on the cache.
+        "findings": [("board_grad = grad(bounce, 0)(board, x0, y0, vx, vy)", "jit_transformed")],
+        "findings_may": [("board_grad = grad(bounce, 0)(board, x0, y0, vx, vy)", "static_value")],
         "notes": "`grad(bounce)` runs eagerly every step and differentiates through three module-level "
         "jits. `build_surface` returns a list of 24 [slope, intercept] pairs and `bounce` uses only "
         "the pair of the first segment the ball meets (Python `if` on concrete values), so the other "
@@ -512,19 +515,20 @@ def test_storms_are_where_reading_the_program_puts_them(ran_corpus, program):
         assert not [words for words in expected.get("storm_fix_not", []) if words in storm.fix], storm.fix
 
 
+def _findings_at(program: str, expected: list[tuple[str, str]]) -> collections.Counter[tuple[str, str]]:
+    return collections.Counter((f"{_path(program)}:{_line_of(program, text)}", kind) for text, kind in expected)
+
+
 @pytest.mark.parametrize("program", [_as_read(name) for name in EXPECTED])
 def test_findings_are_one_per_root_cause_at_the_users_line(ran_corpus, program):
     ran = ran_corpus(program)
     expected = EXPECTED[program]
-    want = collections.Counter(
-        (f"{_path(program)}:{_line_of(program, text)}", kind) for text, kind in expected.get("findings", [])
-    )
+    want = _findings_at(program, expected.get("findings", []))
+    may = _findings_at(program, expected.get("findings_may", []))
     told = collections.Counter((f.entry, f.fix_kind) for f in ran.findings)
     described = [f"{f.entry_text} {f.fix_kind}: {findings.describe(f)[:300]}" for f in ran.findings]
-    if expected.get("or_first_pass"):
-        assert not told - want, described  # nowhere else; where the loop ended early, none
-    else:
-        assert told == want, described
+    assert not told - want - may, described  # nowhere else
+    assert not want - told, described
     for found in ran.findings:
         if found.library is not None:  # a call into a library cannot be jitted as called
             assert "inside a jitted function" not in found.fix, described

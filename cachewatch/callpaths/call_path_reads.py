@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -53,11 +54,14 @@ class PathCounts:
         return max(0, self.calls - self.compiles - self.slow_calls)
 
 
-def path_counts(
-    conn: sa.Connection, filters: Filters, function_hashes: Iterable[str] | None = None
-) -> list[PathCounts]:
-    """Per run, the functions (of ``function_hashes``, when given) with calls on JAX's
-    Python path in the filtered part, most such calls first."""
+_Keyed = dict[tuple[str, str], Any]  # by (run id, function hash)
+
+
+def _slow_rows(
+    conn: sa.Connection, filters: Filters, function_hashes: Iterable[str] | None
+) -> tuple[_Keyed, _Keyed, _Keyed, _Keyed]:
+    """By (run, function): the slow-path calls by why, what making jit objects anew took,
+    and the lines that made them and that applied a transformation around the calls."""
     s = models.call_stats
     slow: dict[tuple[str, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
     made: dict[tuple[str, str], float] = collections.defaultdict(float)
@@ -76,6 +80,15 @@ def path_counts(
             made_at[(run_id, function_hash)].append(site)
         if transformed:
             transformed_at[(run_id, function_hash)].append(transformed)
+    return slow, made, made_at, transformed_at
+
+
+def path_counts(
+    conn: sa.Connection, filters: Filters, function_hashes: Iterable[str] | None = None
+) -> list[PathCounts]:
+    """Per run, the functions (of ``function_hashes``, when given) with calls on JAX's
+    Python path in the filtered part, most such calls first."""
+    slow, made, made_at, transformed_at = _slow_rows(conn, filters, function_hashes)
     wanted = sorted(key for key, counted in slow.items() if sum(counted.values()) > 0)
     if not wanted:
         return []

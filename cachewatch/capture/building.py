@@ -89,6 +89,18 @@ _SIGNATURE_CAUSES = frozenset(
 )
 
 
+def _as_first_compile(function: FunctionInfo, cause: str, explanation: str) -> tuple[str, str]:
+    """A compile's cause and explanation, told as a first call where it is the function's
+    first compile in the run though traced before inside other jits (the signature changed
+    since): no recompile."""
+    if not current.first_compile_in_run(function.function_hash) or cause not in _SIGNATURE_CAUSES:
+        return cause, explanation
+    return Cause.FIRST_CALL, (
+        f"First compile of `{function.qualname or function.name}` in this run, on its own; it was traced "
+        f"before inside another jit, which compiled it into that one's program. {explanation}"
+    )
+
+
 def compile_event(
     record: CompileRecord,
     function: FunctionInfo,
@@ -108,14 +120,8 @@ def compile_event(
     recompile); ``measured``: what only the caller measured (the next call's sample, an
     eager baseline)."""
     compiled = record.compiles > 0
-    if compiled and current.first_compile_in_run(function.function_hash) and cause in _SIGNATURE_CAUSES:
-        # Traced before only inside other jits (the signature changed since), compiled on
-        # its own for the first time: no recompile.
-        cause = Cause.FIRST_CALL
-        explanation = (
-            f"First compile of `{function.qualname or function.name}` in this run, on its own; it was traced "
-            f"before inside another jit, which compiled it into that one's program. {explanation}"
-        )
+    if compiled:
+        cause, explanation = _as_first_compile(function, cause, explanation)
     if compiled and ahead is None:
         # Tell the run before its warm-up flag is read: this compile may end warm-up.
         current.note_compile(

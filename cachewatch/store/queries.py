@@ -50,21 +50,10 @@ class Totals:
     run_time_note: str | None
 
 
-def function_report(
-    conn: sa.Connection,
-    filters: Filters = Filters(),
-    function_hashes: list[str] | None = None,
-    *,
-    with_calls: bool = True,
-) -> list[FunctionReport]:
-    """One row per function, most compile seconds first (``with_calls=False``: without
-    reading the call statistics, every row as if its function had no call recorded).
-
-    ``compile_seconds`` is the whole cost of (re)compiling: trace + lowering + XLA
-    compile. ``run_seconds_mean`` is the run time of one call (cachewatch.core.runtimes: the
-    signatures' median sampled times, weighted by their calls); ``run_seconds_est`` is
-    that times the calls; ``run_time_note`` says why a function has none.
-    """
+def _tally_events(
+    conn: sa.Connection, filters: Filters, function_hashes: list[str] | None
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """Per function: its event totals, its events by cause, and its recompiles by cause."""
     rows: dict[str, dict[str, Any]] = {}
     causes: dict[str, dict[str, int]] = {}
     recompile_causes: dict[str, dict[str, int]] = {}
@@ -96,6 +85,25 @@ def function_report(
             again[cause] = again.get(cause, 0) + n
         per = causes[function_hash]
         per[cause] = per.get(cause, 0) + n
+    return rows, causes, recompile_causes
+
+
+def function_report(
+    conn: sa.Connection,
+    filters: Filters = Filters(),
+    function_hashes: list[str] | None = None,
+    *,
+    with_calls: bool = True,
+) -> list[FunctionReport]:
+    """One row per function, most compile seconds first (``with_calls=False``: without
+    reading the call statistics, every row as if its function had no call recorded).
+
+    ``compile_seconds`` is the whole cost of (re)compiling: trace + lowering + XLA
+    compile. ``run_seconds_mean`` is the run time of one call (cachewatch.core.runtimes: the
+    signatures' median sampled times, weighted by their calls); ``run_seconds_est`` is
+    that times the calls; ``run_time_note`` says why a function has none.
+    """
+    rows, causes, recompile_causes = _tally_events(conn, filters, function_hashes)
     if not rows:
         return []
     stats = {r.function_hash: r for r in call_totals(conn, filters, function_hashes)} if with_calls else {}

@@ -103,8 +103,13 @@ def _transformed_finding(
     names = [short_name(p.function.qualname or p.function.name) for p in group]
     listed = ", ".join(f"`{n}`" for n in names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     calls = sum(p.slow_calls for p in group)
-    applied = _transformation_at(site)
-    jitted = f"`step = jax.jit({applied})`" if applied else "`step = jax.jit(jax.grad(f))` (or the transformation used)"
+    applied, made = _transformation_at(site)
+    if applied and made:
+        jitted = f"`{made} = jax.jit({applied})` where it is made"
+    elif applied:
+        jitted = f"`step = jax.jit({applied})`"
+    else:
+        jitted = "`step = jax.jit(jax.grad(f))` (or the transformation used)"
     digest = hashlib.sha256("\0".join([run_id, "under_transformation", site]).encode())
     return Finding(
         finding_id=digest.hexdigest()[:16],
@@ -136,17 +141,24 @@ def _transformed_finding(
     )
 
 
-# An eager transformation as written at the line that applies it: `grad(bounce, 0)`,
-# `jax.value_and_grad(loss)`, `jax.vmap(f, in_axes=(0, None))`.
-_TRANSFORMATION = re.compile(
-    r"\b((?:jax\.)?(?:value_and_grad|grad|vmap|jacfwd|jacrev|hessian)\((?:[^()]|\([^()]*\))*\))\s*\("
-)
+# An eager transformation as written: `grad(bounce, 0)`, `jax.value_and_grad(loss)`,
+# `jax.vmap(f, in_axes=(0, None))`; applied and called at once at a line, or made there.
+_APPLIED = r"(?:jax\.)?(?:value_and_grad|grad|vmap|jacfwd|jacrev|hessian)\((?:[^()]|\([^()]*\))*\)"
+_TRANSFORMATION = re.compile(rf"\b({_APPLIED})\s*\(")
 
 
-def _transformation_at(site: str) -> str | None:
-    """The transformation the line at ``site`` applies and calls, as written; None where
-    its source cannot be read or it calls none."""
+def _transformation_at(site: str) -> tuple[str | None, str | None]:
+    """The transformation the line at ``site`` applies and calls, as written, or the one
+    the name it calls was made with in the same file (``loss_grad_fn = jax.value_and_grad(loss)``)
+    and that name; (None, None) where its source cannot be read or it calls none."""
     file, _, line = site.rpartition(":")
     text = linecache.getline(file, int(line)) if line.isdigit() else ""
     found = _TRANSFORMATION.search(text)
-    return found.group(1) if found else None
+    if found:
+        return found.group(1), None
+    source = "".join(linecache.getlines(file))
+    for name in re.findall(r"\b([A-Za-z_]\w*)\s*\(", text):
+        made = re.search(rf"^\s*{re.escape(name)}\s*=\s*({_APPLIED})\s*$", source, re.MULTILINE)
+        if made:
+            return made.group(1), name
+    return None, None

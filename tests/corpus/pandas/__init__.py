@@ -11,6 +11,9 @@ from typing import Any
 class Nothing:
     """A DataFrame, a Series, an index: any attribute, call or index gives another."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
     def __getattr__(self, name: str) -> Nothing:
         if name.startswith("__"):
             raise AttributeError(name)
@@ -23,7 +26,14 @@ class Nothing:
         return Nothing()
 
 
+# A capitalised name is a type (DataFrame, Series, Index): a class of its own, so that a
+# library's isinstance(x, pandas.DataFrame) check answers False instead of failing.
+_TYPES: dict[str, type[Nothing]] = {}
+
+
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
+    if name[:1].isupper():
+        return _TYPES.setdefault(name, type(name, (Nothing,), {}))
     return Nothing()
