@@ -1,7 +1,7 @@
-"""Stand-in for matplotlib, which the corpus programs import to plot their results and
-which is not installed: every call is accepted and draws nothing. It is found only by
-the corpus programs (their folder is first on sys.path when they run); it touches no
-array, so it compiles nothing and moves nothing off the device."""
+"""Stand-in for matplotlib, which the corpus programs import to plot their results: every
+call is accepted and draws nothing. It is found only by the corpus programs, and by them
+ahead of an installed matplotlib (evosax brings one): their folder is first on sys.path
+when they run. It touches no array, so it compiles nothing and moves nothing off the device."""
 
 from __future__ import annotations
 
