@@ -96,8 +96,9 @@ def on_run_ending(callback: Callable[[], None]) -> None:
 
 
 def on_run_begun(callback: Callable[[], None]) -> None:
-    """Call ``callback()`` once a new run has begun in this process (configure() with a
-    new run name or job, a forked child): what counts per run starts again from there."""
+    """Call ``callback()`` once configure() (with a new run name or job) has begun a new
+    run in this process: what counts per run starts again from there. A forked child's
+    new run is each concern's own fork handler's to begin."""
     _run_began.append(callback)
 
 

@@ -128,7 +128,7 @@ def _transformed_finding(
             f"outside any jit, and under it {listed} ran through JAX's Python path, traced again at each call: "
             f"{counted(calls, 'call')}, about {seconds_text(seconds)}. Nothing recompiled; the jits inside cannot "
             f"take their fast path while the transformation around them runs eagerly. Jit the transformed "
-            f"function once, before the loop: {jitted}, and call step with the same arguments; the jits "
+            f"function once, before the loop: {jitted}, and call `{made or 'step'}` with the same arguments; the jits "
             "inside become part of its one program. A static argument stays static only if the new jit is "
             "told so again (static_argnums), and Python `if`s on values inside (not on shapes) must become "
             "jax.lax.cond or jnp.where first: eagerly they read concrete values, under the jit they cannot."
