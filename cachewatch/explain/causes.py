@@ -481,7 +481,8 @@ def _sentence(name: str, entries: list[DiffEntry], history: FunctionHistory) -> 
         count = len(history.static_values.get(path, ())) + 1
         text = (
             f"Static argument {path} took a new value {after} (before: {before}); "
-            f"{count} distinct values so far, one compile each."
+            f"{count} distinct values so far, each traced anew (and compiled, where it is called on its own "
+            "rather than inside another jit)."
         )
     elif change == "passed_as":
         text = (
