@@ -18,7 +18,7 @@ from ..core.figures import seconds_text
 from ..core.texts import counted
 from ..core.warmup import enclosing_function, loops_in
 from .finding_reads import StormCompile
-from .fixes import short_site
+from .fixes import line_at, short_site
 from .results import Storm
 
 
@@ -228,7 +228,7 @@ def _list_conversion(call_site: str | None) -> tuple[str, str] | None:
     (JAX stacks its items: one compile per length); None otherwise or without its source."""
     if call_site is None:
         return None
-    text = _line_at(call_site)
+    text = line_at(call_site)
     found = re.search(r"\b((?:jnp|np|numpy|jax\.numpy)\.(?:array|asarray|stack)\(\s*\w+\s*\))", text) or re.search(
         # ``jnp.concatenate([context] + outs)``: a list that grows, joined whole
         r"\b((?:jnp|np|numpy|jax\.numpy)\.(?:concatenate|stack|vstack|hstack)\(\s*\[[^\]]*\]\s*\+\s*\w+\s*\))",
@@ -250,14 +250,8 @@ def _accumulator(call_site: str | None) -> tuple[str, str, str] | None:
     by itself and one more item; None otherwise or without its source."""
     if call_site is None:
         return None
-    found = _ACCUMULATES.match(_line_at(call_site).rstrip())
+    found = _ACCUMULATES.match(line_at(call_site).rstrip())
     return (short_site(call_site), found.group("call"), found.group("name")) if found else None
-
-
-def _line_at(call_site: str) -> str:
-    """The source text of a ``file:line`` call site ("" where it cannot be read)."""
-    file, _, line = call_site.rpartition(":")
-    return linecache.getline(file, int(line)) if line.isdigit() else ""
 
 
 def _reads_last(info: FunctionInfo | None) -> tuple[str, str] | None:

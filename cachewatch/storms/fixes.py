@@ -5,6 +5,7 @@ line re-creates the jit, which library call remakes its own, which eager line co
 from __future__ import annotations
 
 import collections
+import linecache
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,6 +31,12 @@ def fix_for(name: str, qualname: str, module: str, cause: str, rows: Sequence[Re
 def short_site(site: str) -> str:
     """``/home/u/proj/train.py:42`` -> ``train.py:42``."""
     return site.rsplit("/", 1)[-1]
+
+
+def line_at(call_site: str) -> str:
+    """The source text of a ``file:line`` call site ("" where it cannot be read)."""
+    file, _, line = call_site.rpartition(":")
+    return linecache.getline(file, int(line)) if line.isdigit() else ""
 
 
 def is_library_function(module: str, file: str) -> bool:

@@ -18,7 +18,7 @@ from ..core.figures import seconds_text
 from ..core.texts import counted
 from ..store.columns import Filters
 from . import finding_reads
-from .fixes import short_site
+from .fixes import line_at, short_site
 from .results import Finding
 
 # A jit's calls on JAX's Python path make a finding when they take this share of the run
@@ -151,12 +151,11 @@ def _transformation_at(site: str) -> tuple[str | None, str | None]:
     """The transformation the line at ``site`` applies and calls, as written, or the one
     the name it calls was made with in the same file (``loss_grad_fn = jax.value_and_grad(loss)``)
     and that name; (None, None) where its source cannot be read or it calls none."""
-    file, _, line = site.rpartition(":")
-    text = linecache.getline(file, int(line)) if line.isdigit() else ""
+    text = line_at(site)
     found = _TRANSFORMATION.search(text)
     if found:
         return found.group(1), None
-    source = "".join(linecache.getlines(file))
+    source = "".join(linecache.getlines(site.rpartition(":")[0]))
     for name in re.findall(r"\b([A-Za-z_]\w*)\s*\(", text):
         made = re.search(rf"^\s*{re.escape(name)}\s*=\s*({_APPLIED})\s*$", source, re.MULTILINE)
         if made:

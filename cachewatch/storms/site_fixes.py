@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, short_name
 from ..core.warmup import enclosing_function
-from .fixes import display_name, remade_parameter, remade_parameter_fix, short_site
+from .fixes import display_name, line_at, remade_parameter, remade_parameter_fix, short_site
 from .sizes import dims_of, grows, new_sizes, operand_counts
 from .storm_reads import Recompile
 
@@ -99,8 +99,7 @@ GROWING_FIX = (
 def _jit_made_at(call_site: str) -> str | None:
     """The ``jax.jit(...)`` the line at ``call_site`` makes and calls, as written (None: the
     line makes no jit, or its source cannot be read)."""
-    file, _, line = call_site.rpartition(":")
-    text = linecache.getline(file, int(line)).strip() if line.isdigit() else ""
+    text = line_at(call_site).strip()
     found = re.search(r"\b(?:jax\.|eqx\.filter_|equinox\.filter_)?jit\([^()]*(?:\([^()]*\)[^()]*)*\)", text)
     return found.group(0) if found else None
 
