@@ -287,6 +287,25 @@ EXPECTED: dict[str, Expected] = {
         "`window_adaptation.run` compiles BlackJAX's own scan once. `jax.random.split` with 2, 1,000, "
         "200 and 3 keys compiles once per count. Nothing in a loop compiles again: no storm.",
     },
+    "jaxmd_nve_simulation": {
+        "storms_at": ["PE += [energy_fn(state.position)]"],
+        "no_storm": False,
+        "findings": [("PE += [energy_fn(state.position)]", "jit_library_function")],
+        "storm_fix_not": ["not one to wrap in jax.jit", "functions defined in the loop"],
+        "notes": "`step` is jitted once (the `lax.fori_loop` around it is served from the cache after its "
+        "first call), but each of the 50 steps then calls `energy_fn` eagerly: JAX MD's `soft_sphere` makes "
+        "a new lambda at each call and hands it to `safe_mask`, a jit that takes it as a static argument, so "
+        "`safe_mask` compiles the same program again at every step. A storm at that line, inside jax_md; "
+        "`energy_fn = jit(energy_fn)` (JAX MD's functions are written to be jitted) compiles it once.",
+    },
+    "jaxmd_nve_neighbor_list": {
+        "storms_at": [],
+        "no_storm": True,
+        "notes": "`energy_fn` and `exact_energy_fn` are jitted once and called at one shape. The neighbor "
+        "list is allocated once, op by op (its capacity is read from the data), and the simulation's "
+        "`lax.fori_loop` runs eagerly 20 times with the same shapes: its scan compiles once. The neighbor "
+        "list never overflows at this temperature, so nothing is allocated again. A first pass, no storm.",
+    },
 }
 
 # How often reading the program says a function compiles, and why each compile after its
@@ -329,6 +348,8 @@ COMPILES: dict[str, dict[str, tuple[int, set[str]]]] = {
         "unroll": (2, {Cause.NEW_STATIC_VALUE}),  # K=10 under the vmap, K=T=100 at evaluation
         "init": (2, {Cause.NEW_STATIC_VALUE}),  # `self` static: one strategy object, then another
     },
+    # at each of the 50 steps' eager `energy_fn`, one per pair of species (three: a new lambda each)
+    "jaxmd_nve_simulation": {"safe_mask": (151, {Cause.NEW_STATIC_VALUE})},
     # `jax.random.split` of 2, 1,000, 200 and 3 keys: the count is static
     "blackjax_quickstart": {"_threefry_split": (4, {Cause.NEW_STATIC_VALUE})},
 }
@@ -365,6 +386,10 @@ ENV = {name: {"PYTHONOPTIMIZE": "1"} for name in EXPECTED if name.startswith("nu
 ENV.update(
     {name: {"KERAS_BACKEND": "jax", "KERAS_HOME": "keras_home"} for name in EXPECTED if name.startswith("keras_")}
 )
+
+
+# JAX MD's examples shrink themselves where READTHEDOCS is set (their documentation build).
+ENV.update({name: {"READTHEDOCS": "1"} for name in EXPECTED if name.startswith("jaxmd_")})
 
 
 class Ran:
@@ -588,3 +613,33 @@ def test_storms_are_told_for_what_the_program_changes(ran_corpus, program):
     ran = ran_corpus(program)
     told = {f.name: burst.dominant_cause for burst in (*ran.passes, *ran.storms) for f in burst.functions}
     assert {function: told.get(function) for function in STORM_CAUSES[program]} == STORM_CAUSES[program]
+
+
+def _energies(stdout: str) -> list[str]:
+    """The step, kinetic, potential and total energy columns JAX MD's NVE example prints
+    (its last column, seconds per step, is the clock's)."""
+    return [line.split("\t")[:4] for line in stdout.splitlines() if line[:1].isdigit()]
+
+
+def test_a_library_function_jitted_where_the_finding_says_compiles_once_and_changes_nothing(ran_corpus, tmp_path):
+    """JAX MD's NVE example, with the finding's fix applied as printed to a copy: the
+    statement it names, after the line it names. `safe_mask` is then traced inside the
+    jitted energy function and never compiled on its own; the energies are the same."""
+    program = "jaxmd_nve_simulation"
+    ran = ran_corpus(program)
+    (found,) = ran.findings
+    edit = re.search(r"`(\w+ = [\w.]+\(\w+\))` right after it is made \(line (\d+)\)", found.fix)
+    assert edit, found.fix
+    with open(_path(program)) as f:
+        lines = f.read().splitlines(keepends=True)
+    lines.insert(int(edit.group(2)), edit.group(1) + "\n")
+    copy = tmp_path / f"{program}.py"
+    copy.write_text("".join(lines))
+    url = f"sqlite:///{tmp_path / 'fixed.db'}"
+    # Its stand-ins (seaborn, matplotlib) are found beside the published program, not the copy.
+    env = {**ENV[program], "PYTHONPATH": CORPUS}
+    fixed = Ran(url, scenarios.run_program_file(str(copy), url, env, cwd=tmp_path))
+    assert _energies(fixed.stdout) == _energies(ran.stdout) != []
+    assert "safe_mask" not in fixed.logged and "safe_mask" not in fixed.compiles
+    assert sum(fixed.compiles.values()) == sum(fixed.logged.values()) < sum(ran.compiles.values()) - 140
+    assert fixed.storms == [] and fixed.findings == []

@@ -240,8 +240,9 @@ class Site(str):
     """A call site (``file:line``) that also carries the user's frames around it.
 
     ``stack``: the user's frames from the call site outwards, each ``{"site": "file:line"}``
-    with ``"into"``: the library module it called where the next frame in is a library's
-    (``numpyro.infer.svi``), up to :data:`STACK_FRAMES`. The line where one varying value
+    with ``"into"`` and ``"callee"`` where the next frame in is a library's: the library
+    module and the qualified name of the function it called (``numpyro.infer.mcmc``,
+    ``MCMC.run``), up to :data:`STACK_FRAMES`. The line where one varying value
     enters several functions (the loop, the call into a library) is the frame their
     stacks share; see cachewatch/storms/findings.py."""
 
@@ -260,20 +261,24 @@ def call_site(depth: int = 1) -> str | None:
     fallback = None
     stack: list[dict[str, str]] = []
     inner_module = ""  # the library module of the frame just inside the one walked
+    inner_function = ""  # and the function it runs
     while frame is not None and len(stack) < STACK_FRAMES:
         filename = frame.f_code.co_filename
         if not is_library_file(filename):
             where = {"site": f"{filename}:{frame.f_lineno}"}
             if inner_module:
                 where["into"] = inner_module
+                if inner_function:
+                    where["callee"] = inner_function
             stack.append(where)
-            inner_module = ""
+            inner_module = inner_function = ""
         else:
             if not stack and fallback is None and not filename.startswith((_PACKAGE_DIR, _JAX_DIR, "<frozen")):
                 fallback = f"{filename}:{frame.f_lineno}"
             module = frame.f_globals.get("__name__", "")
             # The outermost library frame inside a user's: the library the user called.
             inner_module = module if isinstance(module, str) and not module.startswith("cachewatch") else ""
+            inner_function = getattr(frame.f_code, "co_qualname", frame.f_code.co_name) if inner_module else ""
         frame = frame.f_back
     if not stack:
         return fallback

@@ -348,8 +348,9 @@ class CompileEvent:
     # written there and gone from it later was evicted by its size limit, or deleted.
     persistent_cache_dir: str | None = None
     # The user's frames from the call site outwards (``{"site": "file:line", "into":
-    # "library.module"}``, ``into`` where that frame called into a library): where a value
-    # that drives several functions' compiles enters (cachewatch/storms/findings.py).
+    # "library.module", "callee": "Class.method"}``, ``into`` and ``callee`` where that frame
+    # called into a library): where a value that drives several functions' compiles enters
+    # (cachewatch/storms/findings.py), and whether what it called can be jitted.
     user_stack: list[dict[str, str]] | None = None
     # How JAX serves this signature's later calls (capture/dispatch_path.py): ``fast`` (its
     # C++ path) or ``slow`` (its Python path, every call), and why for ``slow``.

@@ -20,6 +20,7 @@ from ..core.warmup import enclosing_function, loops_in
 from .finding_reads import StormCompile
 from .fixes import line_at, short_site
 from .results import Storm
+from .site_fixes import is_plain_function, jit_library_function_fix
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,38 +36,68 @@ class Driver:
     operands: bool = False  # for "size": the sizes are operand counts (a list that grows, joined whole)
 
 
+@dataclasses.dataclass(frozen=True)
+class Called:
+    """The user's line where a finding's cause enters, and what it calls there."""
+
+    site: str | None  # file:line
+    text: str  # how it is told ("train.py:87", "the loop at train.py:80 (lines 84, 87)")
+    library: str | None = None  # the library the line calls into (its top module)
+    callee: str | None = None  # the library function it calls (qualified name)
+    # Whether the functions made afresh (a driver's ``remade``) are made inside the library,
+    # not by the user's code around the call (a lambda the user's loop defines and hands it).
+    remade_inside: bool = False
+
+
 def finding_fix(
     driver: Driver,
     group: list[Storm],
     made: tuple[str, str, str] | None,
-    entry_text: str,
-    library: str | None,
+    called: Called,
     functions: tuple[str, ...],
     compiles: int,
     seconds: float,
     infos: dict[str, FunctionInfo],
 ) -> tuple[str, str]:
     """One fix that applies at the entry, and its kind."""
+    entry_text, library = called.text, called.library
     lead = max(group, key=lambda s: s.compiles)
     price = f"{counted(compiles, 'compile')}, {seconds_text(seconds)}"
     named = ", ".join(f"`{n}`" for n in functions[:4]) + (
         f" and {len(functions) - 4} more" if len(functions) > 4 else ""
     )
+    if driver.kind == "object" and made is not None:
+        name, where, when = made
+        recompiled = (
+            f"{named}, which takes it as a static argument (hashed by identity: its class defines no "
+            "__hash__ or __eq__), compiles again for each new one"
+            if lead.dominant_cause == Cause.NEW_STATIC_VALUE
+            else "the jit it holds compiles again with it"
+        )
+        return (
+            f"`{name}` is built anew at {short_site(where)} {when}, and {recompiled} ({price}, the same "
+            f"program each time). Build `{name}` once, before the loop that calls it, and reuse it: one "
+            "compile.",
+            "hoist_object",
+        )
+    if (
+        library is not None
+        and called.site
+        and is_plain_function(called.callee)
+        and driver.kind != "size"
+        and (called.remade_inside or not driver.remade)
+    ):
+        # A function the library made, called op by op: inside one jit, what it runs is
+        # traced, not compiled per call (JAX MD's energy functions, made to be jitted).
+        why = (
+            f", because {driver.remade} is made afresh at each call inside {library} and JAX compares it by identity"
+            if driver.remade
+            else ""
+        )
+        times = f"{compiles} more times ({seconds_text(seconds)})"
+        fix = jit_library_function_fix(called.site, library, called.callee or "", named, times, why)
+        return fix, "jit_library_function"
     if driver.kind == "object":
-        if made is not None:
-            name, where, when = made
-            recompiled = (
-                f"{named}, which takes it as a static argument (hashed by identity: its class defines no "
-                "__hash__ or __eq__), compiles again for each new one"
-                if lead.dominant_cause == Cause.NEW_STATIC_VALUE
-                else "the jit it holds compiles again with it"
-            )
-            return (
-                f"`{name}` is built anew at {short_site(where)} {when}, and {recompiled} ({price}, the same "
-                f"program each time). Build `{name}` once, before the loop that calls it, and reuse it: one "
-                "compile.",
-                "hoist_object",
-            )
         if driver.remade:
             return lead.fix, "hoist_function"
         return lead.fix, "library_api" if library else "hoist_jit"

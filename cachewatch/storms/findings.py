@@ -44,7 +44,7 @@ from ..core.warmup import enclosing_function, loops_in
 from ..store import queries
 from ..store.columns import Filters
 from . import diagnosis, finding_reads
-from .finding_fixes import Driver, construction, finding_fix, outwards
+from .finding_fixes import Called, Driver, construction, finding_fix, outwards
 from .finding_reads import StormCompile
 from .fixes import (
     is_library_function,
@@ -56,7 +56,7 @@ from .fixes import (
 )
 from .path_findings import with_slow_paths
 from .results import Finding, Storm
-from .site_fixes import library_of
+from .site_fixes import library_of, remade_inside
 from .sizes import grows, new_sizes, operand_counts
 
 # The newest storms a listing of findings gathers: each is read once more with its compiles.
@@ -208,9 +208,9 @@ def _same_cause(a: Storm, b: Storm, da: Driver, db: Driver) -> bool:
 # ------------------------------------------------------------------ where it enters
 
 
-def _entry(rows: Sequence[StormCompile]) -> tuple[str | None, str, str | None]:
+def _entry(rows: Sequence[StormCompile]) -> tuple[str | None, str, str | None, str | None]:
     """The user's line where what varies enters the compiles ``rows`` make: (the line, how
-    it is told, the library that line calls into).
+    it is told, the library that line calls into, the library function it calls).
 
     The innermost function of the user's that every compile's stack passes through; at it,
     the one line they all come from, or else the innermost loop around those lines. Without
@@ -218,28 +218,30 @@ def _entry(rows: Sequence[StormCompile]) -> tuple[str | None, str, str | None]:
     stacks = [r.user_stack for r in rows if r.user_stack]
     if not stacks or len(stacks) < len(rows):
         site = commonest(r.call_site for r in rows)
-        return site, short_site(site) if site else "", None
+        return site, short_site(site) if site else "", None, None
     per_compile = [[(_home(f["site"]), f) for f in stack] for stack in stacks]
     shared = set.intersection(*({home for home, _ in frames if home is not None} for frames in per_compile))
     if not shared:
         site = commonest(r.call_site for r in rows)
-        return site, short_site(site) if site else "", None
+        return site, short_site(site) if site else "", None, None
     # The innermost shared function, as the first stack nests them.
     home = next(h for h, _ in per_compile[0] if h in shared)
     at_home = [[f for h, f in frames if h == home][-1] for frames in per_compile]
     lines = collections.Counter(f["site"] for f in at_home)
     into = {library_of(f.get("into", "")) for f in at_home}
     library = into.pop() if len(into) == 1 else None
+    callees = {f.get("callee") for f in at_home}
+    callee = callees.pop() if len(callees) == 1 and library is not None else None
     if len(lines) == 1:
         site = next(iter(lines))
-        return site, short_site(site), library
+        return site, short_site(site), library, callee
     loop = _loop_around(home, [int(s.rpartition(":")[2]) for s in lines])
     if loop is not None:
         site = f"{home[0]}:{loop}"
         listed = ", ".join(str(int(s.rpartition(":")[2])) for s, _ in lines.most_common(4))
-        return site, f"the loop at {short_site(site)} (lines {listed})", library
+        return site, f"the loop at {short_site(site)} (lines {listed})", library, None
     site = lines.most_common(1)[0][0]
-    return site, short_site(site), library
+    return site, short_site(site), library, None
 
 
 def _home(site: str) -> tuple[str, str, int] | None:
@@ -282,8 +284,8 @@ def _finding(
     # Where a size or a value varies, a new jit object among the compiles (another model's
     # first call, made elsewhere) is not what it drives: it does not place the entry.
     driven = [r for r in rows if r.cause != Cause.NEW_FUNCTION_OBJECT] if driver.kind != "object" else rows
-    entry, entry_text, library = (
-        _entry(driven or rows) if rows else (lead.call_site, short_site(lead.call_site or ""), None)
+    entry, entry_text, library, callee = (
+        _entry(driven or rows) if rows else (lead.call_site, short_site(lead.call_site or ""), None, None)
     )
     if any(_users_own_jit(s, infos) for s in group):
         library = None  # the user's own jit behind a library's wrapper (nnx.jit, eqx.filter_jit) is theirs to fix
@@ -291,13 +293,15 @@ def _finding(
     length = run_lengths.get(run_id)
     compiles = sum(s.compiles for s in group)
     functions = tuple(names[h] for h, _ in per_function.most_common())
-    varying = _varying(driver, group, names, library)
+    inside = library is not None and driver.remade != "" and remade_inside(rows, entry)
+    varying = _varying(driver, group, names, library, inside)
     # A re-built object enters where it is built: the line to change.
     rebuilt = driver.kind == "object" and not driver.remade
     made = next(filter(None, map(construction, outwards(entry, rows))), None) if rebuilt else None
     if made is not None:
         entry, entry_text = made[1], short_site(made[1])
-    fix, kind = finding_fix(driver, group, made, entry_text, library, functions, compiles, seconds, infos)
+    called = Called(entry, entry_text, library, callee, inside)
+    fix, kind = finding_fix(driver, group, made, called, functions, compiles, seconds, infos)
     digest = hashlib.sha256("\0".join([run_id, driver.kind, entry or "", *sorted(s.key for s in group)]).encode())
     return Finding(
         finding_id=digest.hexdigest()[:16],
@@ -341,7 +345,7 @@ def _group_driver(group: list[Storm], drivers: dict[int, Driver]) -> Driver:
     return dataclasses.replace(lead, sizes=core, growing=growing)
 
 
-def _varying(driver: Driver, group: list[Storm], names: dict[str, str], library: str | None) -> str:
+def _varying(driver: Driver, group: list[Storm], names: dict[str, str], library: str | None, inside: bool) -> str:
     if library is not None and driver.kind != "object" and not (driver.kind == "size" and driver.growing):
         return f"what {library} is given at each call ({len(names)} functions compile inside it)"
     if driver.kind == "size":
@@ -349,7 +353,8 @@ def _varying(driver: Driver, group: list[Storm], names: dict[str, str], library:
         how = "a count that grows" if driver.growing else "a size that varies"
         return f"{how}: {len(sizes)} sizes between {sizes[0]} and {sizes[-1]}"
     if driver.kind == "object" and driver.remade:
-        return f"{driver.remade} made afresh at each pass (functions defined in the loop), the same program each time"
+        where = f"at each call inside {library}" if inside else "at each pass (functions defined in the loop)"
+        return f"{driver.remade} made afresh {where}, the same program each time"
     if driver.kind == "object":
         return "a jit (or the object that holds it) made afresh on every call, the same program each time"
     if driver.kind == "static" and not driver.values:

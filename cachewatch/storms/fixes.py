@@ -68,7 +68,7 @@ def _library_fix(name: str, module: str, cause: str, rows: Sequence[Recompile]) 
     )
 
 
-class _Diffed(Protocol):
+class Diffed(Protocol):
     """A recompile as storms (``Recompile``) and findings (``StormCompile``) read it."""
 
     @property
@@ -79,7 +79,7 @@ class _Diffed(Protocol):
     def diff(self) -> Sequence[Mapping[str, Any]] | None: ...
 
 
-def remade_parameter(rows: Sequence[_Diffed], name_of: Callable[[str], str]) -> str | None:
+def remade_parameter(rows: Sequence[Diffed], name_of: Callable[[str], str]) -> str | None:
     """ "`cond`'s parameter `branches`" where most of the recompiles are compiles of a
     primitive (named by ``name_of`` its function hash) whose static parameter was made
     anew (the same text, compared by identity: functions defined again at each pass and

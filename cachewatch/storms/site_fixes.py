@@ -5,14 +5,17 @@ line, the count that grows, the code to move inside a jit."""
 
 from __future__ import annotations
 
+import ast
+import builtins
 import collections
+import functools
 import linecache
 import re
 from collections.abc import Sequence
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, short_name
 from ..core.warmup import enclosing_function
-from .fixes import display_name, line_at, remade_parameter, remade_parameter_fix, short_site
+from .fixes import Diffed, display_name, line_at, remade_parameter, remade_parameter_fix, short_site
 from .sizes import dims_of, grows, new_sizes, operand_counts
 from .storm_reads import Recompile
 
@@ -40,6 +43,11 @@ def site_fix(call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Reco
     )
     what = _what_varied(infos, rows)
     library = library_called(rows)
+    callee = function_called(rows) if library is not None else None
+    why = _library_remade(rows, infos, library) if library is not None and callee is not None else None
+    if library is not None and callee is not None and why is not None:
+        times = f"{len(rows)} more times"
+        return jit_library_function_fix(call_site, library, callee, listed, times, why or what)
     if library is not None:
         return (
             f"The line at {call_site} calls into {library}, and {listed} compiled {len(rows)} more times inside "
@@ -190,6 +198,37 @@ def _what_varied(infos: dict[str, FunctionInfo], rows: Sequence[Recompile]) -> s
     return ""
 
 
+def _library_remade(rows: Sequence[Recompile], infos: dict[str, FunctionInfo], library: str) -> str | None:
+    """ ", because `safe_mask`'s parameter `fn` is made afresh at each call inside jax_md"",
+    where the recompiles repeat for a function the library makes anew; "" where nothing
+    is made anew; None where the user's code makes it (and hands it to the library)."""
+    remade = remade_parameter(rows, lambda h: display_name(infos.get(h), h).removesuffix(" (op-by-op)"))
+    if remade is None:
+        return ""
+    if not remade_inside(rows, rows[0].call_site):
+        return None
+    return f", because {remade} is made afresh at each call inside {library} and JAX compares it by identity"
+
+
+_FUNCTION_SHOWN = re.compile(r"<function ([\w.<>]+) at 0x")
+
+
+def remade_inside(rows: Sequence[Diffed], site: str | None) -> bool:
+    """Whether the static functions the compiles ``rows`` were given anew are made inside a
+    library rather than by the user's code at ``site``: made by a function (``soft_sphere.
+    <locals>.<lambda>``) that the user's file does not define. A function defined at a
+    module's top level, in a loop, is the user's; so is one whose maker cannot be told."""
+    afters = [str(e.get("after")) for r in rows for e in r.diff or [] if e.get("change") == "static"]
+    shown = [m.group(1) for m in map(_FUNCTION_SHOWN.search, afters) if m]
+    if not shown or site is None:
+        return False
+    makers = {name.split(".<locals>.")[0].rpartition(".")[2] for name in shown if ".<locals>." in name}
+    if len(makers) != 1:
+        return False
+    text = "".join(linecache.getlines(site.rpartition(":")[0]))
+    return bool(text) and re.search(rf"^\s*(?:async\s+)?def\s+{re.escape(makers.pop())}\(", text, re.MULTILINE) is None
+
+
 def _host_callback(call_site: str) -> str | None:
     """The function around ``call_site`` when the same file passes it to a host callback
     (``jax.debug.callback(log, ...)``, ``pure_callback``, ``io_callback``); None otherwise or
@@ -222,3 +261,99 @@ def library_called(rows: Sequence[Recompile]) -> str | None:
     called = collections.Counter(library_of(r.into) for r in rows)
     top, count = called.most_common(1)[0] if called else (None, 0)
     return top if count * 2 > len(rows) else None
+
+
+def function_called(rows: Sequence[Recompile]) -> str | None:
+    """The library function (its qualified name) most of the recompiles' call site called,
+    where it is a function or a closure a library made, not a method of an object the
+    library keeps state in (``MCMC.run``): a function that computes on arrays can be jitted
+    as it is called. None otherwise or when not recorded."""
+    called = collections.Counter(r.callee for r in rows if library_of(r.into) is not None)
+    top, count = called.most_common(1)[0] if called else ("", 0)
+    return top if count * 2 > len(rows) and is_plain_function(top) else None
+
+
+def is_plain_function(qualname: str | None) -> bool:
+    """A module's function (``kinetic_energy``) or one a function made (``pair.<locals>.fn``),
+    not a method (``MCMC.run``, ``Model.predict``, ``Sampler.<locals>.step`` is a function)."""
+    if not qualname:
+        return False
+    parts = qualname.split(".")
+    return len(parts) == 1 or parts[-2] == "<locals>"
+
+
+def jit_library_function_fix(call_site: str, library: str, callee: str, listed: str, times: str, why: str) -> str:
+    """At a line that calls a library's function op by op whose insides keep compiling: jit
+    the function, once, where it is made; inside a jit what the library runs is traced into
+    one program."""
+    called = called_at(call_site)
+    shown = short_name(callee)
+    jit = jit_as_imported(call_site)
+    how = f"wrap `{called}` in {jit} once, before the loop, and call the jitted function here"
+    if called is not None and called.isidentifier():
+        made = assigned_before(call_site, called)
+        how = (
+            f"`{called} = {jit}({called})` right after it is made (line {made})"
+            if made is not None
+            else f"`{called} = {jit}({called})` once, before the loop that calls it"
+        )
+    as_called = f" (as `{called}`)" if called and called != shown else ""
+    return (
+        f"The line at {short_site(call_site)} calls {library}'s function `{shown}`{as_called} op by op, and "
+        f"{listed} compiled {times} inside it{why}. Jit the function you call: {how}. Inside a jit, "
+        f"what {library} runs is traced into one program, compiled once per set of input shapes, not once per "
+        "call. That holds where it takes arrays and does not branch in Python on their values, as functions "
+        "written for jax.jit do; otherwise jit the function of yours that makes the call."
+    )
+
+
+def jit_as_imported(call_site: str) -> str:
+    """``jit`` where the file imports it by that name (``from jax import jit``), else ``jax.jit``."""
+    file = call_site.rpartition(":")[0]
+    text = "".join(linecache.getlines(file))
+    return "jit" if re.search(r"^\s*from jax import [^\n]*\bjit\b", text, re.MULTILINE) else "jax.jit"
+
+
+def called_at(call_site: str) -> str | None:
+    """The function the line at ``call_site`` calls, as written (``energy_fn`` in
+    ``PE += [energy_fn(state.position)]``, ``float(...)`` and other builtins looked through);
+    None where the line is not one whole statement or calls nothing else."""
+    text = line_at(call_site).strip()
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    calls = sorted(
+        (n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.col_offset, -(n.end_col_offset or 0))
+    )
+    for call in calls:
+        name = ast.unparse(call.func)
+        if not (isinstance(call.func, ast.Name) and call.func.id in dir(builtins)):
+            return name
+    return None
+
+
+def assigned_before(call_site: str, name: str) -> int | None:
+    """The last line above ``call_site`` in its file that assigns ``name`` (alone or in a
+    tuple: ``neighbor_fn, energy_fn = ...``); None where none does or the file cannot be read."""
+    file, _, line = call_site.rpartition(":")
+    if not line.isdigit():
+        return None
+    tree = _parsed(file)
+    if tree is None:
+        return None
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and node.lineno < int(line):
+            names = {t.id for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name)}
+            if name in names and (found is None or node.lineno > found):
+                found = node.lineno
+    return found
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(file: str) -> ast.Module | None:
+    try:
+        return ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return None

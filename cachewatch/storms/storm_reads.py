@@ -33,6 +33,7 @@ class Recompile:
     call_number: int | None = None  # which call of the function compiled (None: not counted)
     event_id: str = ""  # set where the diff is read later (see with_diffs)
     into: str = ""  # the library module the call site called into (read with the diff)
+    callee: str = ""  # and the qualified name of the function it called there
 
 
 _RECOMPILE_COLUMNS = (
@@ -88,7 +89,7 @@ def with_diffs(conn: sa.Connection, rows: list[Recompile]) -> list[Recompile]:
     per_run: dict[str, list[Recompile]] = collections.defaultdict(list)
     for r in wanted:
         per_run[r.run_id].append(r)
-    diffs: dict[str, tuple[Any, str]] = {}
+    diffs: dict[str, tuple[Any, tuple[str, str]]] = {}
     by_id: list[str] = []
     for run_id, found in per_run.items():
         if len(found) < DIFFS_BY_RANGE:
@@ -105,15 +106,19 @@ def with_diffs(conn: sa.Connection, rows: list[Recompile]) -> list[Recompile]:
         q = sa.select(e.c.event_id, e.c.diff, e.c.user_stack).where(e.c.event_id.in_(chunk))
         diffs.update((event_id, (diff, _into(stack))) for event_id, diff, stack in conn.execute(q))
     return [
-        replace(r, diff=read[0], into=read[1]) if r.event_id and (read := diffs.get(r.event_id)) else r for r in rows
+        replace(r, diff=read[0], into=read[1][0], callee=read[1][1])
+        if r.event_id and (read := diffs.get(r.event_id))
+        else r
+        for r in rows
     ]
 
 
-def _into(stack: Any) -> str:
-    """The library module the call site called into, from an event's user frames."""
+def _into(stack: Any) -> tuple[str, str]:
+    """The library module the call site called into and the function it called there, from
+    an event's user frames."""
     if isinstance(stack, list) and stack and isinstance(stack[0], dict):
-        return str(stack[0].get("into") or "")
-    return ""
+        return str(stack[0].get("into") or ""), str(stack[0].get("callee") or "")
+    return "", ""
 
 
 def recompiles_by_id(conn: sa.Connection, event_ids: list[str], diffs: bool = False) -> list[Recompile]:

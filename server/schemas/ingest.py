@@ -212,11 +212,12 @@ class EventIn(_In):
         Field(description="Why JAX gave the executable no fast path."),
     ] = None
     user_stack: Annotated[
-        list[dict[Literal["site", "into"], Annotated[str, _text(1024)]]] | None,
+        list[dict[Literal["site", "into", "callee"], Annotated[str, _text(1024)]]] | None,
         Field(
             max_length=16,
             description="The user's frames from the call site outwards: site (file:line) and, where that "
-            "line called into a library, into (the library's module).",
+            "line called into a library, into (the library's module) and callee (the qualified name of the "
+            "function it called).",
         ),
     ] = None
 

@@ -108,7 +108,7 @@ class FindingOut(BaseModel):
     fix: str
     fix_kind: str = Field(
         description="pad_and_mask, pad, jit_code, host_buffer, hoist_object, hoist_jit, hoist_function, library_api, "
-        "library_boundary, static_value, storm, or fast_path (calls on JAX's Python dispatch path, cause slow_path)."
+        "library_boundary, jit_library_function, jit_transformed, static_value, storm, or fast_path (calls on JAX's Python dispatch path, cause slow_path)."
     )
     library: str | None = Field(description="The library the entry line calls into, where it calls one.")
     storms: list[str] = Field(description="The keys of the storms it gathers (/api/v1/storms has them).")
@@ -319,7 +319,7 @@ class EventOut(BaseModel):
     call_path: str | None = Field(default=None, description="fast (JAX's C++ dispatch) or slow (its Python path).")
     slow_reason: str | None = Field(default=None, description="Why JAX gave the executable no fast path.")
     user_stack: list[dict[str, str]] | None = Field(
-        default=None, description="The user's frames from the call site outwards: {site, into}."
+        default=None, description="The user's frames from the call site outwards: {site, into, callee}."
     )
     cache_miss: dict[str, Any] | None = Field(
         default=None,

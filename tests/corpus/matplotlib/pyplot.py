@@ -1,10 +1,10 @@
-"""Stand-in for matplotlib.pyplot (see matplotlib/__init__.py): draws nothing."""
+"""Stand-in for matplotlib.pyplot (see _standin.py): draws nothing."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import Nothing
+from _standin import Nothing, module_getattr
 
 
 def subplots(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Nothing, Any]:
@@ -15,7 +15,4 @@ def subplots(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Nothing, An
     return Nothing(), [[Nothing() for _ in range(ncols)] for _ in range(nrows)]
 
 
-def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return Nothing()
+__getattr__ = module_getattr
