@@ -615,7 +615,7 @@ def test_storms_are_told_for_what_the_program_changes(ran_corpus, program):
     assert {function: told.get(function) for function in STORM_CAUSES[program]} == STORM_CAUSES[program]
 
 
-def _energies(stdout: str) -> list[str]:
+def _energies(stdout: str) -> list[list[str]]:
     """The step, kinetic, potential and total energy columns JAX MD's NVE example prints
     (its last column, seconds per step, is the clock's)."""
     return [line.split("\t")[:4] for line in stdout.splitlines() if line[:1].isdigit()]

@@ -102,7 +102,8 @@ def finding_fix(
             return lead.fix, "hoist_function"
         return lead.fix, "library_api" if library else "hoist_jit"
     if library is not None:
-        return _library_boundary(driver, group, entry_text, library, named, price), "library_boundary"
+        jittable = is_plain_function(called.callee)
+        return _library_boundary(driver, group, entry_text, library, named, price, jittable), "library_boundary"
     if driver.kind == "size":
         return _size_fix(driver, group, entry_text, named, price, infos)
     if driver.kind == "static":
@@ -224,15 +225,24 @@ def _growing_fix(
     return text
 
 
-def _library_boundary(driver: Driver, group: list[Storm], entry_text: str, library: str, named: str, price: str) -> str:
+def _library_boundary(
+    driver: Driver, group: list[Storm], entry_text: str, library: str, named: str, price: str, jittable: bool
+) -> str:
     """At a call into a library: what compiles inside it, what that costs, what the user's
-    own code can change, and never "jit it" (the call cannot be jitted as it is made)."""
+    own code can change, and never "jit it" where the call is a method of an object the
+    library keeps state in (``jittable``: a function, which jitting makes one program per size)."""
     inside = f"The line at {entry_text} calls into {library}, and {named} compile again inside it ({price})."
+    cannot = (
+        "Jitting the function it calls would make each size one program instead of one per operation, but "
+        "each new size would still compile"
+        if jittable
+        else "That call is not one to wrap in jax.jit as it is made"
+    )
     if driver.kind == "size" and driver.growing:
         sizes = sorted(driver.sizes)
         return (
             f"{inside} What changes is the size of what your code passes it: it grows over {len(sizes)} sizes "
-            f"between {sizes[0]} and {sizes[-1]}. That call is not one to wrap in jax.jit as it is made; what "
+            f"between {sizes[0]} and {sizes[-1]}. {cannot}; what "
             f"your code can change is the data it hands {library}: a fixed size (pad to {sizes[-1]}, or to "
             f"powers of two) with the padding masked out the way {library} supports it (in NumPyro, "
             "`numpyro.handlers.mask` or an observation mask), or fewer distinct sizes (refit every few steps). "
@@ -247,8 +257,7 @@ def _library_boundary(driver: Driver, group: list[Storm], entry_text: str, libra
     )
     return (
         f"{inside}{again} They are {library}'s own work for what each call is given (a new model, new "
-        "shapes, a new object): the call is not one to wrap in jax.jit as it is made. What your code can "
-        "change: where it repeats work, give the library the same again (keep one object per model and call "
+        f"shapes, a new object). {cannot}. What your code can change: where it repeats work, give the library the same again (keep one object per model and call "
         "it again rather than building a new one; keep the data one size). Where each call is given a "
         "different model, these compiles are that model's price, and nothing in your code removes them."
     )

@@ -46,8 +46,16 @@ def site_fix(call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Reco
     callee = function_called(rows) if library is not None else None
     why = _library_remade(rows, infos, library) if library is not None and callee is not None else None
     if library is not None and callee is not None and why is not None:
-        times = f"{len(rows)} more times"
-        return jit_library_function_fix(call_site, library, callee, listed, times, why or what)
+        fix = jit_library_function_fix(call_site, library, callee, listed, f"{len(rows)} more times", why or what)
+        diffs = [r.diff for r in rows]
+        if grows(new_sizes(diffs)):
+            return f"{fix} {GROWING_FIX}"
+        if dominant == Cause.NEW_SHAPE:
+            return (
+                f"{fix} Its sizes vary as well: jitted, it still compiles once for each new size; pad what you "
+                "pass it to a few sizes, with the padding masked, to make them fewer."
+            )
+        return fix
     if library is not None:
         return (
             f"The line at {call_site} calls into {library}, and {listed} compiled {len(rows)} more times inside "
@@ -289,7 +297,7 @@ def jit_library_function_fix(call_site: str, library: str, callee: str, listed: 
     called = called_at(call_site)
     shown = short_name(callee)
     jit = jit_as_imported(call_site)
-    how = f"wrap `{called}` in {jit} once, before the loop, and call the jitted function here"
+    how = f"wrap the function it calls in {jit} once, before the loop, and call the jitted function here"
     if called is not None and called.isidentifier():
         made = assigned_before(call_site, called)
         how = (
