@@ -1,6 +1,7 @@
 """What a line that calls into a library is told: whether what it calls can be jitted (a
 function, not a method of an object the library keeps state in), the name it is called by
-and where that name was made, and whether functions made anew come from the library."""
+and where that name was made, whether functions made anew come from the library, and
+whether the call ran once (a first pass, whatever the library compiled inside it)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import types
 import jax
 
 from cachewatch.capture import identity
+from cachewatch.core.warmup import USER_FRAMES, ran_once
 from cachewatch.storms.site_fixes import (
     assigned_before,
     called_at,
@@ -77,3 +79,29 @@ def test_functions_made_anew_inside_a_library_are_told_from_the_users_own(tmp_pa
     assert not remade_inside(_given("step.<locals>.<lambda>"), site)
     assert not remade_inside(_given("<lambda>"), site)
     assert not remade_inside([types.SimpleNamespace(diff=None)], site)
+
+
+def test_code_ran_once_only_where_every_frame_is_whole_and_outside_any_loop(tmp_path):
+    program = tmp_path / "setup.py"
+    program.write_text(
+        "def build(model):\n"  # 1
+        "  return lib.init(model)\n"  # 2
+        "state = build(model)\n"  # 3
+        "for i in range(3):\n"  # 4
+        "  state = build(model)\n"  # 5
+        "states = [build(m) for m in models]\n"  # 6
+        "app.run(main)\n"  # 7
+        "def main(argv):\n"  # 8
+        "  return build(model)\n"  # 9
+    )
+    at = lambda n, **more: {"site": f"{program}:{n}", **more}  # noqa: E731
+    assert ran_once([at(2, into="brax.positional"), at(3)])  # one top-level call into a library
+    assert ran_once([at(3, into="brax.positional")])
+    assert not ran_once([at(2, into="brax.positional"), at(5)])  # a loop comes round to it
+    assert not ran_once([at(2), at(6)])  # a comprehension does too
+    # A library calls the user's code back (absl's app.run): it may do so in a loop of its own.
+    assert not ran_once([at(2), at(9), at(7, into="absl.app")])
+    assert not ran_once([at(2), at(9)])  # the outermost frame is no top level: frames missing
+    assert not ran_once([at(3)] * USER_FRAMES)  # cut short at the frames kept
+    assert not ran_once([{"site": "/nowhere/gone.py:3"}])  # source unread: no telling
+    assert not ran_once([])

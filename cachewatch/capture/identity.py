@@ -23,6 +23,7 @@ import jax
 
 from ..core import sources
 from ..core.events import FunctionInfo
+from ..core.warmup import USER_FRAMES
 
 
 def unwrap_callable(fun: Callable[..., Any]) -> tuple[Callable[..., Any], str]:
@@ -242,14 +243,11 @@ class Site(str):
     ``stack``: the user's frames from the call site outwards, each ``{"site": "file:line"}``
     with ``"into"`` and ``"callee"`` where the next frame in is a library's: the library
     module and the qualified name of the function it called (``numpyro.infer.mcmc``,
-    ``MCMC.run``), up to :data:`STACK_FRAMES`. The line where one varying value
+    ``MCMC.run``), up to :data:`~cachewatch.core.warmup.USER_FRAMES`. The line where one varying value
     enters several functions (the loop, the call into a library) is the frame their
     stacks share; see cachewatch/storms/findings.py."""
 
     stack: tuple[dict[str, str], ...] = ()
-
-
-STACK_FRAMES = 8  # user frames kept per compile: the loop is rarely deeper
 
 
 def call_site(depth: int = 1) -> str | None:
@@ -262,7 +260,7 @@ def call_site(depth: int = 1) -> str | None:
     stack: list[dict[str, str]] = []
     inner_module = ""  # the library module of the frame just inside the one walked
     inner_function = ""  # and the function it runs
-    while frame is not None and len(stack) < STACK_FRAMES:
+    while frame is not None and len(stack) < USER_FRAMES:
         filename = frame.f_code.co_filename
         if not is_library_file(filename):
             where = {"site": f"{filename}:{frame.f_lineno}"}

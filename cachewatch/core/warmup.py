@@ -187,3 +187,29 @@ def _is_pytree_module(module: str) -> bool:
     """A module of pytree utilities: ``jax._src.tree``, ``jax._src.tree_util``,
     ``optax.tree_utils._tree_math``, dm-tree's ``tree``."""
     return any(part.strip("_").startswith("tree") for part in module.split(".")) if module else False
+
+
+# The user's frames kept with each compile (capture/identity.py): the loop is rarely deeper.
+USER_FRAMES = 8
+
+
+def ran_once(stack: Sequence[Mapping[str, str]]) -> bool:
+    """Whether the user's frames of a compile show code that ran once: every frame whole
+    (fewer than :data:`USER_FRAMES`, the outermost at a file's top level), none in a ``for``
+    or ``while`` or on a line with a comprehension or a ``map``, and none but the innermost
+    calling into a library (which may call the user's code back in a loop of its own).
+    The innermost frame's call into a library is one call, whatever the library does in it."""
+    if not stack or len(stack) >= USER_FRAMES:
+        return False
+    outermost = enclosing_function(stack[-1]["site"])
+    if outermost is None or outermost[1] != "<module>":
+        return False
+    for i, frame in enumerate(stack):
+        site = frame["site"]
+        file, _, line = site.rpartition(":")
+        text = linecache.getline(file, int(line)) if line.isdigit() else ""
+        if not text or in_a_loop(site) or " for " in text or "map(" in text:
+            return False
+        if i and frame.get("into"):
+            return False
+    return True

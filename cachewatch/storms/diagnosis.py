@@ -376,8 +376,10 @@ def _judged(
     work.heard_until(heard_until)
     storms: _Judged = []
     passes: _Judged = []
-    for (key, run_id, group, _), can in zip(groups, possible, strict=False):
-        if can and first_pass.is_first_pass(conn, work, run_id, group, heard_until):
+    for (key, run_id, group, rows), can in zip(groups, possible, strict=False):
+        if (can and first_pass.is_first_pass(conn, work, run_id, group, heard_until)) or (
+            not can and first_pass.from_code_that_ran_once(conn, run_id, group, rows, threshold)
+        ):
             passes.append((key, run_id, group))
         elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
             # A storm is a function that keeps compiling: a line whose many primitives

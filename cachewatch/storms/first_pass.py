@@ -16,7 +16,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from ..core.events import Cause
-from ..core.warmup import WarmupWatch, in_a_loop, one_map_call
+from ..core.warmup import WarmupWatch, in_a_loop, one_map_call, ran_once
 from . import steady, storm_reads
 from .sizes import grows, new_sizes
 from .storm_reads import Recompile
@@ -120,6 +120,25 @@ def new_signatures_only(group: list[Recompile], rows: list[Recompile]) -> bool:
         return False
     end = group[-1].timestamp
     return not any(r.timestamp > end for r in rows)  # it compiled again after the burst
+
+
+def from_code_that_ran_once(
+    conn: sa.Connection, run_id: str, group: list[Recompile], rows: list[Recompile], threshold: int
+) -> bool:
+    """Whether a burst of code whose calls are not counted came, compile by compile, from
+    user code that ran once (a top-level line, no loop around it: one eager call of a
+    library's set-up), and nothing compiled again after it: a first pass, though the
+    library compiled a few programs twice inside that one call (fewer than ``threshold``;
+    a library that re-creates a jit at each turn of a loop of its own is a storm)."""
+    if any(r.call_number is not None for r in group) or any(r.timestamp > group[-1].timestamp for r in rows):
+        return False
+    pairs = [(r.function_hash, r.signature_hash) for r in group]
+    if len(pairs) - len(set(pairs)) >= threshold:
+        return False
+    mine = {r.event_id for r in group}
+    span = storm_reads.compiles_in_span(conn, run_id, group[0].timestamp, group[-1].timestamp)
+    stacks = [c.user_stack for c in span if c.event_id in mine]
+    return len(stacks) == len(mine) and all(stack and ran_once(stack) for stack in stacks)
 
 
 def _one_pass(conn: sa.Connection, run_id: str, group: list[Recompile]) -> bool:
