@@ -54,8 +54,8 @@ def test_the_name_called_and_where_it_was_made_are_read_from_the_source(tmp_path
     site = f"{program}:5"
     assert called_at(site) == "energy_fn"  # float(...) and other builtins are looked through
     assert called_at(f"{program}:6") == "api.energy"
-    assert assigned_before(site, "energy_fn") == 3
-    assert assigned_before(f"{program}:3", "energy_fn") == 2  # a name in a tuple is assigned too
+    assert assigned_before(site, "energy_fn") == (3, 3)
+    assert assigned_before(f"{program}:3", "energy_fn") == (2, 2)  # a name in a tuple is assigned too
     assert assigned_before(site, "state") is None
     fix = jit_library_function_fix(site, "jax_md", "pair.<locals>.fn_mapped", "`safe_mask`", "9 more times", "")
     assert "`energy_fn = jit(energy_fn)` right after it is made (line 3)" in fix  # jit as the file imports it

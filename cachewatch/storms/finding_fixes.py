@@ -20,7 +20,7 @@ from ..core.warmup import enclosing_function, loops_in
 from .finding_reads import StormCompile
 from .fixes import line_at, short_site
 from .results import Storm
-from .site_fixes import is_plain_function, jit_library_function_fix
+from .site_fixes import JIT_IF_ARRAYS_ONLY, is_plain_function, jit_library_function_fix
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,26 +80,23 @@ def finding_fix(
             "compile.",
             "hoist_object",
         )
-    if (
-        library is not None
-        and called.site
-        and is_plain_function(called.callee)
-        and driver.kind != "size"
-        and (called.remade_inside or not driver.remade)
-    ):
-        # A function the library made, called op by op: inside one jit, what it runs is
-        # traced, not compiled per call (JAX MD's energy functions, made to be jitted).
-        why = (
-            f", because {driver.remade} is made afresh at each call inside {library} and JAX compares it by identity"
-            if driver.remade
-            else ""
-        )
+    if library is not None and called.site and is_plain_function(called.callee) and called.remade_inside:
+        # A function of the library's, called op by op, that hands its own jit a function
+        # made anew at each call: inside one jit that is traced, not compiled per call
+        # (JAX MD's energy functions, made to be jitted). A function that makes a jit
+        # anew (JAX MD's `allocate`, which reads sizes from the data) is no such case.
+        why = f", because {driver.remade} is made afresh at each call inside {library} and JAX compares it by identity"
         times = f"{compiles} more times ({seconds_text(seconds)})"
         fix = jit_library_function_fix(called.site, library, called.callee or "", named, times, why)
         return fix, "jit_library_function"
     if driver.kind == "object":
         if driver.remade:
             return lead.fix, "hoist_function"
+        if library is not None and sum(s.identical_programs for s in group) * 2 < compiles:
+            # A jit the library makes anew, but mostly for programs not compiled before (a
+            # new model or format per call): that is the models' price, not a cache missed.
+            jittable = is_plain_function(called.callee)
+            return _library_boundary(driver, group, entry_text, library, named, price, jittable), "library_boundary"
         return lead.fix, "library_api" if library else "hoist_jit"
     if library is not None:
         jittable = is_plain_function(called.callee)
@@ -232,12 +229,7 @@ def _library_boundary(
     own code can change, and never "jit it" where the call is a method of an object the
     library keeps state in (``jittable``: a function, which jitting makes one program per size)."""
     inside = f"The line at {entry_text} calls into {library}, and {named} compile again inside it ({price})."
-    cannot = (
-        "Jitting the function it calls would make each size one program instead of one per operation, but "
-        "each new size would still compile"
-        if jittable
-        else "That call is not one to wrap in jax.jit as it is made"
-    )
+    cannot = (JIT_IF_ARRAYS_ONLY if jittable else "That call is not one to wrap in jax.jit as it is made.")[:-1]
     if driver.kind == "size" and driver.growing:
         sizes = sorted(driver.sizes)
         return (

@@ -147,6 +147,10 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
     cause = storm.dominant_cause
     if cause in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED):
         return Driver("object", entry=_entry(rows)[0] or storm.call_site)
+    names = {f.function_hash: f.name.removesuffix(" (op-by-op)") for f in storm.functions}
+    remade = remade_parameter(rows, lambda h: names.get(h, h)) if cause == Cause.NEW_STATIC_VALUE else None
+    if remade is not None:  # lax.cond's branches defined in a loop, a library's lambda: the same program
+        return Driver("object", entry=_entry(rows)[0] or storm.call_site, remade=remade)
     sizes = new_sizes(r.diff for r in rows)
     if cause in (Cause.NEW_SHAPE, Cause.NEW_STATIC_VALUE) and len(set(sizes)) >= 2:
         return Driver("size", frozenset(sizes), grows(sizes))
@@ -159,10 +163,6 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
         values = {str(e.get("after")) for r in rows for e in r.diff if e.get("change") == "static"}
         if made_anew(values):  # a static `self`, an optimizer, made anew: compared by identity
             return Driver("object", entry=_entry(rows)[0] or storm.call_site)
-        names = {f.function_hash: f.name.removesuffix(" (op-by-op)") for f in storm.functions}
-        remade = remade_parameter(rows, lambda h: names.get(h, h))
-        if remade is not None:  # lax.cond's branches defined in a loop: traced anew each pass
-            return Driver("object", entry=_entry(rows)[0] or storm.call_site, remade=remade)
         return Driver("static", values=frozenset(values))
     if cause == Cause.NEW_STRUCTURE and remade_static_objects(r.diff for r in rows) is not None:
         return Driver("object", entry=_entry(rows)[0] or storm.call_site)
@@ -356,7 +356,11 @@ def _varying(driver: Driver, group: list[Storm], names: dict[str, str], library:
         where = f"at each call inside {library}" if inside else "at each pass (functions defined in the loop)"
         return f"{driver.remade} made afresh {where}, the same program each time"
     if driver.kind == "object":
-        return "a jit (or the object that holds it) made afresh on every call, the same program each time"
+        # Where most compiles were no program compiled before, each call brought its own
+        # (a new model per call, made by the library): not the same program again.
+        same = sum(s.identical_programs for s in group) * 2 >= sum(s.compiles for s in group)
+        each = "the same program each time" if same else "mostly a program not compiled before each time"
+        return f"a jit (or the object that holds it) made afresh on every call, {each}"
     if driver.kind == "static" and not driver.values:
         return "another program at the same argument types each time"
     if driver.kind == "static":

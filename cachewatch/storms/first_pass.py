@@ -122,18 +122,13 @@ def new_signatures_only(group: list[Recompile], rows: list[Recompile]) -> bool:
     return not any(r.timestamp > end for r in rows)  # it compiled again after the burst
 
 
-def from_code_that_ran_once(
-    conn: sa.Connection, run_id: str, group: list[Recompile], rows: list[Recompile], threshold: int
-) -> bool:
-    """Whether a burst of code whose calls are not counted came, compile by compile, from
-    user code that ran once (a top-level line, no loop around it: one eager call of a
-    library's set-up), and nothing compiled again after it: a first pass, though the
-    library compiled a few programs twice inside that one call (fewer than ``threshold``;
-    a library that re-creates a jit at each turn of a loop of its own is a storm)."""
-    if any(r.call_number is not None for r in group) or any(r.timestamp > group[-1].timestamp for r in rows):
-        return False
-    pairs = [(r.function_hash, r.signature_hash) for r in group]
-    if len(pairs) - len(set(pairs)) >= threshold:
+def from_code_that_ran_once(conn: sa.Connection, run_id: str, group: list[Recompile], rows: list[Recompile]) -> bool:
+    """Whether a burst came, compile by compile, from user code that ran once (a top-level
+    line with no loop around it, every frame whole: one eager call of a library's set-up or
+    energy function) and nothing compiled again after it: one pass, whatever the library
+    compiled inside that one call, twice over included (its first-pass text says so and
+    what it cost). A loop of the user's that comes round to it is never this."""
+    if any(r.timestamp > group[-1].timestamp for r in rows):
         return False
     mine = {r.event_id for r in group}
     span = storm_reads.compiles_in_span(conn, run_id, group[0].timestamp, group[-1].timestamp)

@@ -45,21 +45,13 @@ def site_fix(call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Reco
     library = library_called(rows)
     callee = function_called(rows) if library is not None else None
     why = _library_remade(rows, infos, library) if library is not None and callee is not None else None
-    if library is not None and callee is not None and why is not None:
-        fix = jit_library_function_fix(call_site, library, callee, listed, f"{len(rows)} more times", why or what)
-        diffs = [r.diff for r in rows]
-        if grows(new_sizes(diffs)):
-            return f"{fix} {GROWING_FIX}"
-        if dominant == Cause.NEW_SHAPE:
-            return (
-                f"{fix} Its sizes vary as well: jitted, it still compiles once for each new size; pad what you "
-                "pass it to a few sizes, with the padding masked, to make them fewer."
-            )
-        return fix
+    if library is not None and callee is not None and why:
+        return jit_library_function_fix(call_site, library, callee, listed, f"{len(rows)} more times", why)
     if library is not None:
+        cannot = JIT_IF_ARRAYS_ONLY if callee is not None else "That call is not one to wrap in jax.jit as it is made."
         return (
             f"The line at {call_site} calls into {library}, and {listed} compiled {len(rows)} more times inside "
-            f"it{what}. That call is not one to wrap in jax.jit as it is made. What your code can change is what "
+            f"it{what}. {cannot} What your code can change is what "
             f"it hands {library}: the same shapes each time (pad to a fixed size, with the padding masked the way "
             f"{library} supports it) and the same objects (one per model, reused, rather than one built per call); "
             "otherwise nothing in your code removes these compiles."
@@ -129,6 +121,12 @@ def first_pass_fix(name: str, call_site: str | None, rows: Sequence[Recompile], 
         f"Nothing to fix: {name} compiled {signatures} new signatures once each ({cost}) and none of them "
         "again; no size varied as the program went on, so there is nothing to pad."
     )
+    if len(rows) > signatures:  # code that ran once, inside which a library compiled some twice
+        text = (
+            f"Nothing repeats as the program goes on: {name} ran once and compiled {len(rows)} times there "
+            f"({cost}), {len(rows) - signatures} of them a signature compiled before within that one call; no "
+            "loop comes back to it, so there is nothing to pad."
+        )
     if call_site is None or library_called(rows) is not None or _host_callback(call_site) is not None:
         return text
     return (
@@ -166,7 +164,8 @@ def _remade_library_fix(call_site: str, info: FunctionInfo | None, count: int, c
     )
     return (
         f"{made} (called at {call_site}): each call compiles it again, {count} times here "
-        f"(new_function_object, the same program every time). Fix: {fix}."
+        f"(new_function_object: a new jit object, so JAX's cache cannot serve it even where the program is "
+        f"the same). Fix: {fix}."
     )
 
 
@@ -206,15 +205,13 @@ def _what_varied(infos: dict[str, FunctionInfo], rows: Sequence[Recompile]) -> s
     return ""
 
 
-def _library_remade(rows: Sequence[Recompile], infos: dict[str, FunctionInfo], library: str) -> str | None:
+def _library_remade(rows: Sequence[Recompile], infos: dict[str, FunctionInfo], library: str) -> str:
     """ ", because `safe_mask`'s parameter `fn` is made afresh at each call inside jax_md"",
-    where the recompiles repeat for a function the library makes anew; "" where nothing
-    is made anew; None where the user's code makes it (and hands it to the library)."""
+    where the recompiles repeat for a function the library makes anew; "" otherwise (none
+    made anew, or made by the user's code and handed to the library)."""
     remade = remade_parameter(rows, lambda h: display_name(infos.get(h), h).removesuffix(" (op-by-op)"))
-    if remade is None:
+    if remade is None or not remade_inside(rows, rows[0].call_site):
         return ""
-    if not remade_inside(rows, rows[0].call_site):
-        return None
     return f", because {remade} is made afresh at each call inside {library} and JAX compares it by identity"
 
 
@@ -271,6 +268,15 @@ def library_called(rows: Sequence[Recompile]) -> str | None:
     return top if count * 2 > len(rows) else None
 
 
+# For a library function whose inside compiles per size: jitting it may or may not be
+# possible (JAX MD's `allocate` reads capacities from the data), and never removes a size.
+JIT_IF_ARRAYS_ONLY = (
+    "Where the function it calls only computes on arrays (it reads no size from their values and takes "
+    "no Python branch on them), jitting it makes each size one program instead of one per operation; "
+    "each new size still compiles."
+)
+
+
 def function_called(rows: Sequence[Recompile]) -> str | None:
     """The library function (its qualified name) most of the recompiles' call site called,
     where it is a function or a closure a library made, not a method of an object the
@@ -300,8 +306,9 @@ def jit_library_function_fix(call_site: str, library: str, callee: str, listed: 
     how = f"wrap the function it calls in {jit} once, before the loop, and call the jitted function here"
     if called is not None and called.isidentifier():
         made = assigned_before(call_site, called)
+        lines = "" if made is None else f"line {made[0]}" if made[0] == made[1] else f"lines {made[0]}-{made[1]}"
         how = (
-            f"`{called} = {jit}({called})` right after it is made (line {made})"
+            f"`{called} = {jit}({called})` right after it is made ({lines})"
             if made is not None
             else f"`{called} = {jit}({called})` once, before the loop that calls it"
         )
@@ -341,9 +348,10 @@ def called_at(call_site: str) -> str | None:
     return None
 
 
-def assigned_before(call_site: str, name: str) -> int | None:
-    """The last line above ``call_site`` in its file that assigns ``name`` (alone or in a
-    tuple: ``neighbor_fn, energy_fn = ...``); None where none does or the file cannot be read."""
+def assigned_before(call_site: str, name: str) -> tuple[int, int] | None:
+    """The first and last lines of the last statement above ``call_site`` in its file that
+    assigns ``name`` (alone or in a tuple: ``neighbor_fn, energy_fn = ...``); None where none
+    does or the file cannot be read."""
     file, _, line = call_site.rpartition(":")
     if not line.isdigit():
         return None
@@ -354,8 +362,8 @@ def assigned_before(call_site: str, name: str) -> int | None:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and node.lineno < int(line):
             names = {t.id for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name)}
-            if name in names and (found is None or node.lineno > found):
-                found = node.lineno
+            if name in names and (found is None or node.lineno > found[0]):
+                found = (node.lineno, node.end_lineno or node.lineno)
     return found
 
 
