@@ -474,3 +474,16 @@ def test_a_step_jitted_anew_at_every_iteration_is_a_finding_and_the_fix_holds(tm
     assert fixed.stdout == ran.stdout
     assert fixed.compiles["step"] == 1
     assert _findings(fixed.url) == []
+
+
+def test_a_library_call_made_once_at_the_top_level_is_a_first_pass_whatever_compiled_twice_inside(tmp_path):
+    """JAX MD's energy, called eagerly once at the top level, compiles its jitted
+    `safe_mask` once per pair of species (a lambda made anew for each: the same program
+    again). Enough for a storm by count, but the line ran once: a first pass, no finding."""
+    ran = run_program(tmp_path, "once_energy")
+    assert sum(ran.compiles.values()) == sum(ran.logged.values())
+    assert ran.compiles["safe_mask"] >= 6  # the six pairs, each a compile (and the jitted loop's none)
+    line = f"{os.path.join(PROGRAMS, 'once_energy.py')}:{_line_of('once_energy.py', 'energy before')}"
+    assert [p.call_site for p in ran.passes] == [line]
+    assert ran.storms == []
+    assert _findings(ran.url) == []

@@ -378,7 +378,7 @@ def _judged(
     passes: _Judged = []
     for (key, run_id, group, rows), can in zip(groups, possible, strict=False):
         if (can and first_pass.is_first_pass(conn, work, run_id, group, heard_until)) or (
-            not can and first_pass.from_code_that_ran_once(conn, run_id, group, rows)
+            first_pass.from_code_that_ran_once(conn, run_id, group, rows)
         ):
             passes.append((key, run_id, group))
         elif max(collections.Counter(r.function_hash for r in group).values()) >= threshold:
