@@ -270,12 +270,7 @@ def _finding(
 ) -> Finding:
     lead = max(group, key=lambda s: (sum(1 for _ in s.functions), s.compiles))
     seconds = sum(r.seconds for r in rows)
-    per_function: collections.Counter[str] = collections.Counter()
-    names: dict[str, str] = {}
-    for storm in group:
-        for f in storm.functions:
-            per_function[f.function_hash] += f.compiles
-            names.setdefault(f.function_hash, f.name)
+    per_function, names = _functions_of(group)
     causes = collections.Counter(r.cause for r in rows) or collections.Counter(
         {s.dominant_cause: s.compiles for s in group}
     )
@@ -322,6 +317,17 @@ def _finding(
         active=any(s.active for s in group),
         seconds=seconds,
     )
+
+
+def _functions_of(group: list[Storm]) -> tuple[collections.Counter[str], dict[str, str]]:
+    """The group's functions: their compiles over its storms, and their names."""
+    per_function: collections.Counter[str] = collections.Counter()
+    names: dict[str, str] = {}
+    for storm in group:
+        for f in storm.functions:
+            per_function[f.function_hash] += f.compiles
+            names.setdefault(f.function_hash, f.name)
+    return per_function, names
 
 
 def _users_own_jit(storm: Storm, infos: dict[str, FunctionInfo]) -> bool:

@@ -43,19 +43,8 @@ def site_fix(call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Reco
     )
     what = _what_varied(infos, rows)
     library = library_called(rows)
-    callee = function_called(rows) if library is not None else None
-    why = _library_remade(rows, infos, library) if library is not None and callee is not None else None
-    if library is not None and callee is not None and why:
-        return jit_library_function_fix(call_site, library, callee, listed, f"{len(rows)} more times", why)
     if library is not None:
-        cannot = JIT_IF_ARRAYS_ONLY if callee is not None else "That call is not one to wrap in jax.jit as it is made."
-        return (
-            f"The line at {call_site} calls into {library}, and {listed} compiled {len(rows)} more times inside "
-            f"it{what}. {cannot} What your code can change is what "
-            f"it hands {library}: the same shapes each time (pad to a fixed size, with the padding masked the way "
-            f"{library} supports it) and the same objects (one per model, reused, rather than one built per call); "
-            "otherwise nothing in your code removes these compiles."
-        )
+        return _library_site_fix(call_site, infos, rows, library, listed, what)
     callback = _host_callback(call_site)
     if callback is not None:
         return (
@@ -90,6 +79,25 @@ def site_fix(call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Reco
     return (
         f"{head} Move that code inside a jitted function (or keep its shapes fixed: pad what varies to a "
         "few sizes), so it compiles once as part of one program."
+    )
+
+
+def _library_site_fix(
+    call_site: str, infos: dict[str, FunctionInfo], rows: Sequence[Recompile], library: str, listed: str, what: str
+) -> str:
+    """At a line that calls into a library: jit the library's function where the library
+    makes a function anew inside it, else what the user's code can change."""
+    callee = function_called(rows)
+    why = _library_remade(rows, infos, library) if callee is not None else ""
+    if callee is not None and why:
+        return jit_library_function_fix(call_site, library, callee, listed, f"{len(rows)} more times", why)
+    cannot = JIT_IF_ARRAYS_ONLY if callee is not None else "That call is not one to wrap in jax.jit as it is made."
+    return (
+        f"The line at {call_site} calls into {library}, and {listed} compiled {len(rows)} more times inside "
+        f"it{what}. {cannot} What your code can change is what "
+        f"it hands {library}: the same shapes each time (pad to a fixed size, with the padding masked the way "
+        f"{library} supports it) and the same objects (one per model, reused, rather than one built per call); "
+        "otherwise nothing in your code removes these compiles."
     )
 
 
