@@ -1,15 +1,16 @@
 """A corpus of public example programs, run unchanged under ``cachewatch run``.
 
 tests/corpus/ holds example programs JAX users train with, taken from the libraries' own
-repositories (JAX, NumPyro, Flax, Optax, Equinox, Keras; tests/corpus/SOURCES.md names each file
-and commit) and kept as published but for their sizes (steps, samples, warm-up). A notebook is
+repositories (JAX, NumPyro, Flax, Optax, Equinox, Diffrax, Haiku, jraph, BlackJAX, evosax,
+JAX MD, Keras; tests/corpus/SOURCES.md names each file and commit) and kept as published but for their sizes (steps, samples, warm-up). A notebook is
 kept as its code cells, concatenated in order and unchanged. Where a program reads
 what this machine lacks, a stand-in module lies next to it and the program is not touched:
 examples/datasets.py gives random arrays of MNIST's shapes instead of a download, and
-matplotlib/ draws nothing (found ahead of an installed one). The NumPyro examples assert the
+matplotlib/ and seaborn/ draw nothing (found ahead of installed ones). The NumPyro examples assert the
 NumPyro version they were published with (0.21.0); they run with PYTHONOPTIMIZE=1, which
 drops that assert (and their shape asserts), so that their text stays as published. The Keras
-examples do not choose a backend; they run with KERAS_BACKEND=jax.
+examples do not choose a backend; they run with KERAS_BACKEND=jax. JAX MD's examples run with
+READTHEDOCS=1, their own switch for the small sizes of their documentation build.
 
 Each program runs once beside JAX's own compile log. For every one: every compile JAX
 logged is recorded, no cause is ``cache_cleared`` and hardly any ``unknown``, no first
