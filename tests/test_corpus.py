@@ -307,6 +307,23 @@ EXPECTED: dict[str, Expected] = {
         "`lax.fori_loop` runs eagerly 20 times with the same shapes: its scan compiles once. The neighbor "
         "list never overflows at this temperature, so nothing is allocated again. A first pass, no storm.",
     },
+    "brax_basics": {
+        "storms_at": [],
+        "no_storm": True,
+        # `jax.jit(pipeline.step)` made anew at every step of three loops (2,100 calls on
+        # JAX's Python path): a finding where that passes 1% of the run, as the machine runs.
+        "findings_may": [
+            ("state = jax.jit(pipeline.step)(ball, state, None)", "hoist_jit"),
+            ("state = jax.jit(pipeline.step)(pendulum, state, None)", "hoist_jit"),
+            ("state = jax.jit(generalized_pipeline.step)(pointing_pendulum, state, act)", "hoist_jit"),
+        ],
+        "notes": "Three systems (a ball on the positional pipeline, two pendulums on the generalized "
+        "one), each stepped by `jax.jit(pipeline.step)` made anew at every step: JAX's cache still "
+        "serves it (one compile per system, and Brax's hash wrappers of the system bring one more), "
+        "through its Python path. The pendulum's `pipeline.init` runs eagerly once at the top "
+        "level: its operations compile at a few shapes inside that one call, a few twice, and it "
+        "never runs again. First passes, no storm.",
+    },
 }
 
 # How often reading the program says a function compiles, and why each compile after its
@@ -528,6 +545,8 @@ SLOW_PATHS: dict[str, dict[str, str]] = {
     },
     # `jax.jit(net.apply)` made anew for each of the 100 steps.
     "jraph_game_of_life": {"without_apply_rng.<locals>.apply_fn": "new_jit_object"},
+    # `jax.jit(pipeline.step)` made anew at each step of each loop.
+    "brax_basics": {"step": "new_jit_object"},
 }
 
 
