@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import scenarios
 
@@ -393,3 +395,12 @@ def test_more_operands_are_a_growing_list_for_concatenate_only():
     assert "it was given more operands (operands[2] added: f32[1,1]), as when a Python list" in joined
     assert "it was given more operands (operands[2] added: f32[1,1])" in scanned
     assert "Python list" not in scanned
+
+
+def test_a_compile_from_a_trace_made_inside_another_jit_is_no_first_call(tmp_path):
+    url = f"sqlite:///{tmp_path / 'split.db'}"
+    program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "split_reused.py")
+    done = scenarios.run_program_file(program, url, cwd=tmp_path)
+    assert done.stderr.count("Finished XLA compilation of jit(_threefry_split)") == 2
+    compiled = [(e["cause"], e["diff"]) for e in stored_events(url, ["_threefry_split"]) if e["compiled"]]
+    assert [cause for cause, _ in compiled] == [Cause.FIRST_CALL, Cause.NEW_STATIC_VALUE]

@@ -38,7 +38,7 @@ class Target:
     # Read off JAX's frames: the call site is only known while they are on the stack.
     call_site: str | None = None
     # Compiled without a trace of its own call: traced inside a transformation (grad, vmap,
-    # a library's lifted transform) and run outside any jit.
+    # a library's lifted transform) or another jit, and run outside any jit.
     lowered_only: bool = False
     # A watched function compiled outside its own call (its backward pass, say): how.
     outside_call: str = ""
@@ -216,6 +216,11 @@ def explain_lowered(target: Target) -> tuple[str, str, tuple[DiffEntry, ...]]:
             return _another_program(info.name, inside)
         if target.outside_call:
             return Cause.FIRST_CALL, f"First compile of `{info.name}` {inside} in this run.", ()
+        compiled = causes.compiled_signatures(info.function_hash) if sig is not None else []
+        if compiled and sig is not None:
+            # Its first compile without a trace, but the function compiled on its own before
+            # (JAX 0.12 reuses a trace made inside another jit): a recompile, no first call.
+            return _against_traced(info.name, inside, compiled, sig)
         if target.program is not None or not causes.seen(info.function_hash):
             causes.note(info.function_hash)
             return Cause.FIRST_CALL, f"First compile of this program of `{info.name}` in this run, {inside}.", ()
@@ -291,7 +296,10 @@ def _lowered_inside(target: Target) -> str:
             "transformation, jax.grad or jax.vmap, or for one of JAX's own operations), told apart from the "
             "primitive run op by op"
         )
-    return "traced inside a transformation (grad, vmap, a library's lifted transform) and run outside any jit"
+    return (
+        "traced earlier inside a transformation (grad, vmap, a library's lifted transform) or another jit, "
+        "and compiled from that trace to run outside any jit"
+    )
 
 
 def _lowered_same_types(
@@ -362,6 +370,29 @@ def _program_leaf(target: Target) -> str:
     """The ``(program)`` static leaf that keys another program at the same argument types."""
     named = target.printed if target.printed is not None else hash(target.program)
     return f"jaxpr {named & 0xFFFFFFFF:08x}"
+
+
+def _against_traced(
+    name: str, inside: str, compiled: list[sigmod.Signature], sig: sigmod.Signature
+) -> tuple[str, str, tuple[DiffEntry, ...]]:
+    """A compile without a trace of a function that compiled on its own before: which
+    array changed type against its closest traced signature, or, where none did, another
+    program at the same argument types (a static argument took a new value)."""
+    _, entries = sigmod.closest(compiled, sig)
+    # Only an array's type is read alike from a trace and from a lowered program (which
+    # shows static arguments as nothing and pytrees flattened).
+    changed = [e for e in entries if e.get("change") in ("shape", "dtype", "weak_type")]
+    if not changed:
+        return _another_program(name, inside)
+    first = changed[0]
+    return (
+        first["cause"],
+        (
+            f"`{name}` was compiled again, {inside}: argument {first['path']} changed "
+            f"{first['change'].replace('_', ' ')}: {first['before']} -> {first['after']}."
+        ),
+        tuple(changed),
+    )
 
 
 def _another_program(name: str, inside: str) -> tuple[str, str, tuple[DiffEntry, ...]]:

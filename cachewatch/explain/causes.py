@@ -99,6 +99,14 @@ def seen(function_hash: str) -> bool:
         return function_hash in _histories
 
 
+def compiled_signatures(function_hash: str) -> list[Signature]:
+    """The signatures this function was traced at earlier in this run, where it compiled on
+    its own at any of them ([] where it never compiled)."""
+    with _lock:
+        history = _histories.get(function_hash)
+        return list(history.signatures) if history is not None and history.compiled_any else []
+
+
 def note(function_hash: str) -> None:
     """Remember that this function compiled, with no signature to keep."""
     with _lock:
