@@ -147,10 +147,14 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
     cause = storm.dominant_cause
     if cause in (Cause.NEW_FUNCTION_OBJECT, Cause.CACHE_CLEARED):
         return Driver("object", entry=_entry(rows)[0] or storm.call_site)
-    names = {f.function_hash: f.name.removesuffix(" (op-by-op)") for f in storm.functions}
-    remade = remade_parameter(rows, lambda h: names.get(h, h)) if cause == Cause.NEW_STATIC_VALUE else None
-    if remade is not None:  # lax.cond's branches defined in a loop, a library's lambda: the same program
-        return Driver("object", entry=_entry(rows)[0] or storm.call_site, remade=remade)
+    values = {str(e.get("after")) for r in rows for e in r.diff if e.get("change") == "static"}
+    if cause == Cause.NEW_STATIC_VALUE:
+        if made_anew(values):  # a static `self`, an optimizer, made anew: compared by identity
+            return Driver("object", entry=_entry(rows)[0] or storm.call_site)
+        names = {f.function_hash: f.name.removesuffix(" (op-by-op)") for f in storm.functions}
+        remade = remade_parameter(rows, lambda h: names.get(h, h))
+        if remade is not None:  # lax.cond's branches defined in a loop, a library's lambda: one program
+            return Driver("object", entry=_entry(rows)[0] or storm.call_site, remade=remade)
     sizes = new_sizes(r.diff for r in rows)
     if cause in (Cause.NEW_SHAPE, Cause.NEW_STATIC_VALUE) and len(set(sizes)) >= 2:
         return Driver("size", frozenset(sizes), grows(sizes))
@@ -160,9 +164,6 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
     if grows(counts):
         return Driver("size", frozenset(counts), True, operands=True)
     if cause == Cause.NEW_STATIC_VALUE:
-        values = {str(e.get("after")) for r in rows for e in r.diff if e.get("change") == "static"}
-        if made_anew(values):  # a static `self`, an optimizer, made anew: compared by identity
-            return Driver("object", entry=_entry(rows)[0] or storm.call_site)
         return Driver("static", values=frozenset(values))
     if cause == Cause.NEW_STRUCTURE and remade_static_objects(r.diff for r in rows) is not None:
         return Driver("object", entry=_entry(rows)[0] or storm.call_site)
