@@ -229,7 +229,7 @@ def _library_boundary(
     own code can change, and never "jit it" where the call is a method of an object the
     library keeps state in (``jittable``: a function, which jitting makes one program per size)."""
     inside = f"The line at {entry_text} calls into {library}, and {named} compile again inside it ({price})."
-    cannot = (JIT_IF_ARRAYS_ONLY if jittable else "That call is not one to wrap in jax.jit as it is made.")[:-1]
+    cannot = JIT_IF_ARRAYS_ONLY.rstrip(".") if jittable else "That call is not one to wrap in jax.jit as it is made"
     if driver.kind == "size" and driver.growing:
         sizes = sorted(driver.sizes)
         return (
@@ -249,9 +249,10 @@ def _library_boundary(
     )
     return (
         f"{inside}{again} They are {library}'s own work for what each call is given (a new model, new "
-        f"shapes, a new object). {cannot}. What your code can change: where it repeats work, give the library the same again (keep one object per model and call "
-        "it again rather than building a new one; keep the data one size). Where each call is given a "
-        "different model, these compiles are that model's price, and nothing in your code removes them."
+        f"shapes, a new object). {cannot}. What your code can change: where it repeats work, give the library "
+        "the same again (keep one object per model and call it again rather than building a new one; keep "
+        "the data one size). Where each call is given a different model, these compiles are that model's "
+        "price, and nothing in your code removes them."
     )
 
 

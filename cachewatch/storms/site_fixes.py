@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import builtins
 import collections
-import functools
 import linecache
 import re
 from collections.abc import Sequence
@@ -297,7 +296,8 @@ def function_called(rows: Sequence[Recompile]) -> str | None:
 
 def is_plain_function(qualname: str | None) -> bool:
     """A module's function (``kinetic_energy``) or one a function made (``pair.<locals>.fn``),
-    not a method (``MCMC.run``, ``Model.predict``, ``Sampler.<locals>.step`` is a function)."""
+    not a method (``MCMC.run``, ``Model.predict``): only the last part of the name counts, so
+    ``Sampler.build.<locals>.step``, made by a method, is a function."""
     if not qualname:
         return False
     parts = qualname.split(".")
@@ -363,8 +363,9 @@ def assigned_before(call_site: str, name: str) -> tuple[int, int] | None:
     file, _, line = call_site.rpartition(":")
     if not line.isdigit():
         return None
-    tree = _parsed(file)
-    if tree is None:
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
         return None
     found = None
     for node in ast.walk(tree):
@@ -373,11 +374,3 @@ def assigned_before(call_site: str, name: str) -> tuple[int, int] | None:
             if name in names and (found is None or node.lineno > found[0]):
                 found = (node.lineno, node.end_lineno or node.lineno)
     return found
-
-
-@functools.lru_cache(maxsize=32)
-def _parsed(file: str) -> ast.Module | None:
-    try:
-        return ast.parse("".join(linecache.getlines(file)))
-    except (SyntaxError, ValueError):
-        return None
