@@ -391,8 +391,9 @@ def _judged(
 # What a kept description leaves out: each listing reads them anew.
 _READ_ANEW = ("active", "recurs_in_runs")
 # Raised when what a kept description says changes (not only its shape): 2, a jit's storm
-# names the line that drives it. Descriptions of another telling are told again.
-_TELLING = 2
+# names the line that drives it; 3, a first pass of a library function that made a function
+# anew for its jit says how to jit it. Descriptions of another telling are told again.
+_TELLING = 3
 
 
 def _description(told: Storm | FirstPass) -> dict[str, Any]:

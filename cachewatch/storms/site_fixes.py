@@ -134,7 +134,15 @@ def first_pass_fix(name: str, call_site: str | None, rows: Sequence[Recompile], 
             f"({cost}), {len(rows) - signatures} of them a signature compiled before within that one call; no "
             "loop comes back to it, so there is nothing to pad."
         )
-    if call_site is None or library_called(rows) is not None or _host_callback(call_site) is not None:
+    library = library_called(rows) if call_site is not None else None
+    if call_site is not None and library is not None and function_called(rows) and _library_remade(rows, {}, library):
+        # A library function that made a function anew for its own jit at each step of the
+        # one call: jitting it once makes that one program.
+        return (
+            f"{text} Should that one-time cost matter: {_jit_where_made(call_site, called_at(call_site))}; "
+            f"inside a jit, what {library} makes afresh at each step is traced into one program."
+        )
+    if call_site is None or library is not None or _host_callback(call_site) is not None:
         return text
     return (
         f"{text} Should that one-time cost matter, jit the call at {short_site(call_site)} (jax.jit around the "
@@ -310,16 +318,7 @@ def jit_library_function_fix(call_site: str, library: str, callee: str, listed: 
     one program."""
     called = called_at(call_site)
     shown = short_name(callee)
-    jit = jit_as_imported(call_site)
-    how = f"wrap the function it calls in {jit} once, before the loop, and call the jitted function here"
-    if called is not None and called.isidentifier():
-        made = assigned_before(call_site, called)
-        lines = "" if made is None else f"line {made[0]}" if made[0] == made[1] else f"lines {made[0]}-{made[1]}"
-        how = (
-            f"`{called} = {jit}({called})` right after it is made ({lines})"
-            if made is not None
-            else f"`{called} = {jit}({called})` once, before the loop that calls it"
-        )
+    how = _jit_where_made(call_site, called)
     as_called = f" (as `{called}`)" if called and called != shown else ""
     return (
         f"The line at {short_site(call_site)} calls {library}'s function `{shown}`{as_called} op by op, and "
@@ -328,6 +327,19 @@ def jit_library_function_fix(call_site: str, library: str, callee: str, listed: 
         "call. That holds where it takes arrays and does not branch in Python on their values, as functions "
         "written for jax.jit do; otherwise jit the function of yours that makes the call."
     )
+
+
+def _jit_where_made(call_site: str, called: str | None) -> str:
+    """How to jit the function the line calls: where its name was assigned, as the file
+    spells jit."""
+    jit = jit_as_imported(call_site)
+    if called is None or not called.isidentifier():
+        return f"wrap the function it calls in {jit} once, before the loop, and call the jitted function here"
+    made = assigned_before(call_site, called)
+    if made is None:
+        return f"`{called} = {jit}({called})` once, before the loop that calls it"
+    lines = f"line {made[0]}" if made[0] == made[1] else f"lines {made[0]}-{made[1]}"
+    return f"`{called} = {jit}({called})` right after it is made ({lines})"
 
 
 def jit_as_imported(call_site: str) -> str:
