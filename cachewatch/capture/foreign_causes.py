@@ -242,15 +242,7 @@ def explain_lowered(target: Target) -> tuple[str, str, tuple[DiffEntry, ...]]:
     _, entries = sigmod.closest(same_context or [e.signature for e in earlier], sig)
     if not entries:
         return _lowered_same_types(target, sig, inside, earlier, clears)
-    first = entries[0]
-    return (
-        first["cause"],
-        (
-            f"`{info.name}` was compiled again, {inside}: argument {first['path']} changed "
-            f"{first['change'].replace('_', ' ')}: {first['before']} -> {first['after']}."
-        ),
-        tuple(entries),
-    )
+    return _argument_changed(info.name, inside, entries)
 
 
 def _remember_lowered(target: Target) -> tuple[list[_Lowered], int]:
@@ -384,14 +376,19 @@ def _against_traced(
     changed = [e for e in entries if e.get("change") in ("shape", "dtype", "weak_type")]
     if not changed:
         return _another_program(name, inside)
-    first = changed[0]
+    return _argument_changed(name, inside, changed)
+
+
+def _argument_changed(name: str, inside: str, entries: list[DiffEntry]) -> tuple[str, str, tuple[DiffEntry, ...]]:
+    """A compile without a trace whose first differing argument names the cause."""
+    first = entries[0]
     return (
         first["cause"],
         (
             f"`{name}` was compiled again, {inside}: argument {first['path']} changed "
             f"{first['change'].replace('_', ' ')}: {first['before']} -> {first['after']}."
         ),
-        tuple(changed),
+        tuple(entries),
     )
 
 
