@@ -20,7 +20,7 @@ from ..core.warmup import enclosing_function, loops_in
 from .finding_reads import StormCompile
 from .fixes import line_at, short_site
 from .results import Storm
-from .site_fixes import JIT_IF_ARRAYS_ONLY, is_plain_function, jit_library_function_fix
+from .site_fixes import JIT_IF_ARRAYS_ONLY, is_plain_function, jit_library_function_fix, made_afresh_inside
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +85,7 @@ def finding_fix(
         # made anew at each call: inside one jit that is traced, not compiled per call
         # (JAX MD's energy functions, made to be jitted). A function that makes a jit
         # anew (JAX MD's `allocate`, which reads sizes from the data) is no such case.
-        why = f", because {driver.remade} is made afresh at each call inside {library} and JAX compares it by identity"
+        why = made_afresh_inside(driver.remade, library)
         times = f"{compiles} more times ({seconds_text(seconds)})"
         fix = jit_library_function_fix(called.site, library, called.callee or "", named, times, why)
         return fix, "jit_library_function"

@@ -130,6 +130,9 @@ def from_code_that_ran_once(conn: sa.Connection, run_id: str, group: list[Recomp
     what it cost). A loop of the user's that comes round to it is never this."""
     if any(r.timestamp > group[-1].timestamp for r in rows):
         return False
+    # The innermost frame is the call site: one in a loop settles it before the frames are read.
+    if any(in_a_loop(site) for site in {r.call_site for r in group if r.call_site}):
+        return False
     mine = {r.event_id for r in group}
     span = storm_reads.compiles_in_span(conn, run_id, group[0].timestamp, group[-1].timestamp)
     stacks = [c.user_stack for c in span if c.event_id in mine]

@@ -227,6 +227,11 @@ def _library_remade(rows: Sequence[Recompile], infos: dict[str, FunctionInfo], l
     remade = remade_parameter(rows, lambda h: display_name(infos.get(h), h).removesuffix(" (op-by-op)"))
     if remade is None or not remade_inside(rows, rows[0].call_site):
         return ""
+    return made_afresh_inside(remade, library)
+
+
+def made_afresh_inside(remade: str, library: str) -> str:
+    """ ", because `safe_mask`'s parameter `fn` is made afresh at each call inside jax_md ..."."""
     return f", because {remade} is made afresh at each call inside {library} and JAX compares it by identity"
 
 
