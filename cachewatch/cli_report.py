@@ -167,6 +167,9 @@ def _print_bursts(report: RunReport) -> None:
         print("\nFirst passes (each shape compiled once, none again; not storms):")
         for found in passes:
             print(f"  {diagnosis.describe_first_pass(found)}")
+            advice = diagnosis.first_pass_advice(found)
+            if advice:
+                print(f"    Fix: {here(advice)}")
     if report.slow_paths:
         print("\nCalls on JAX's Python dispatch path, not its C++ fast path:")
         for slow in report.slow_paths:

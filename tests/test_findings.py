@@ -5,6 +5,7 @@ beside JAX's compile log; the fix a finding gives is applied to the program and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -354,6 +355,31 @@ def test_the_users_own_jit_behind_a_librarys_wrapper_is_theirs_to_pad(tmp_path):
     assert _findings(fixed.url) == []
 
 
+def test_batches_cut_to_their_known_rows_met_once_each_are_a_first_pass_told_how_a_mask_spares_them(tmp_path):
+    """A boolean mask cuts each batch to its labelled rows before the jitted step: the step
+    and the eager conversion at that line meet a new size whenever a count comes first,
+    and the next epochs are served. The conversion's calls are not counted; the step's,
+    at the same line of the same loop, say the loop came round: no storm for either, and
+    the first pass says what a fixed shape with a mask would spare, which applied compiles
+    the step once and trains the same."""
+    ran = run_program(tmp_path, "masked_rows")
+    assert sum(ran.compiles.values()) == sum(ran.logged.values())
+    assert ran.storms == []
+    assert _findings(ran.url) == []
+    line = f"{os.path.join(PROGRAMS, 'masked_rows.py')}:{_line_of('masked_rows.py', 'params, state, loss = step(')}"
+    (step,) = [p for p in ran.passes if p.name == "step"]
+    eager = [p for p in ran.passes if p.call_site == line and p.name != "step"]
+    assert eager
+    assert all(f.name.endswith("(op-by-op)") for p in eager for f in p.functions)
+    assert step.compiles == ran.compiles["step"] - 1 >= 8
+    assert "as the loop at masked_rows.py:" in step.fix
+    assert "padding each batch to 128 with a mask" in step.fix
+    with make_client(ran.url) as client:
+        page = client.get("/storms").text
+    assert "padding each batch to 128 with a mask" in page.split('id="first-passes"', 1)[1]
+    _fix_compiles_once(tmp_path, ran, "masked_rows_fixed", "step")
+
+
 def test_eager_cond_branches_made_in_the_loop_are_a_storm_told_to_define_them_once_and_the_fix_holds(tmp_path):
     """No jit of the user's and no other compile between two of ``cond``'s: the same line
     compiling a parameter made anew (the same text) is the loop coming round, so warm-up
@@ -454,6 +480,33 @@ def test_sizes_that_powers_of_two_cannot_make_fewer_are_not_told_to_be_padded_to
     assert "one for each power of two already" in told
     assert "pad to 65 for one compile" in told
     assert "instead of 4" not in told
+
+
+def test_a_library_refit_on_data_that_grows_is_told_as_a_count_at_the_library_call(tmp_path):
+    """A sampler refit on one more observation each step (`mcmc.run(key, jnp.asarray(x[:n]))`):
+    most compiles at that line come from inside the library, a few from JAX converting the
+    argument on the same line, and among the sizes met is a broadcast's 1 beside the count.
+    The line is still the library's call, and the count still grows: the fix is the
+    library's data, never to jit the call."""
+    program = tmp_path / "refit.py"
+    program.write_text("for n in range(10, 22):\n    mcmc = make()\n    mcmc.run(key, jnp.asarray(xs[:n]))\n")
+    site = f"{program}:3"
+    sizes = [10, 11, 1, 12, 13, 14, 15, 16, 17, 18]
+    compiles = []
+    for i, c in enumerate(_shape_compiles("site:" + site, sizes, 0, site)):
+        into, callee = (
+            ("jax._src.numpy.array_constructors", "asarray") if i % 4 == 3 else ("numpyro.infer.mcmc", "MCMC.run")
+        )
+        compiles.append(dataclasses.replace(c, user_stack=[{"site": site, "into": into, "callee": callee}]))
+    (found,) = findings.gather(
+        [_storm("site:" + site, 0, 10, len(compiles))], {("r", "site:" + site, 0.0): compiles}, {"r": 100.0}
+    )
+    assert found.library == "numpyro"
+    assert found.fix_kind == "library_boundary"
+    assert found.varying == "a count that grows: 8 sizes between 11 and 18"
+    assert "it grows over 8 sizes between 11 and 18" in found.fix
+    assert "not one to wrap in jax.jit" in found.fix
+    assert "`numpyro.handlers.mask`" in found.fix
 
 
 def test_a_step_jitted_anew_at_every_iteration_is_a_finding_and_the_fix_holds(tmp_path):

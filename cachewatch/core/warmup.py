@@ -172,6 +172,20 @@ def in_a_loop(call_site: str) -> bool:
     return any(start <= number <= stop for start, stop in loops_in(file))
 
 
+def innermost_loop(call_site: str) -> tuple[str, int, int] | None:
+    """The innermost ``for`` or ``while`` around a ``file:line`` (file, first and last
+    line), or None outside any loop or where the source cannot be read."""
+    file, _, line = call_site.rpartition(":")
+    if not file or not line.isdigit():
+        return None
+    number = int(line)
+    around = [(start, stop) for start, stop in loops_in(file) if start <= number <= stop]
+    if not around:
+        return None
+    start, stop = max(around)
+    return (file, start, stop)
+
+
 def one_map_call(stack: Sequence[Mapping[str, str]]) -> bool:
     """Whether a compile that came back to its lines came back within one call that maps
     a function over a pytree's leaves (``jax.tree.map``, ``tree_util.tree_map``, a

@@ -352,7 +352,11 @@ class _Telling:
             line = burst.call_site if burst.of_line else None
             name = f"the code at {short_site(line)}" if line else f"`{burst.short_name}`"
             cost = seconds_text(seconds)
-            fix = first_pass_fix(name, line, group, signatures, cost) if self.described else ""
+            fix = (
+                first_pass_fix(name, line, storm_reads.with_diffs(self.conn, group), signatures, cost)
+                if self.described
+                else ""
+            )
             told.append(
                 FirstPass(**_burst_fields(burst, active=False, fix=fix), seconds=seconds, signatures=signatures)
             )
@@ -505,6 +509,12 @@ def describe_first_pass(found: FirstPass) -> str:
         f"{found.run_id[:8]} ({seconds_text(found.seconds)}), mostly {found.dominant_cause}; "
         "none compiled again."
     )
+
+
+def first_pass_advice(found: FirstPass) -> str:
+    """A first pass's fix where it offers one (what would spare its one-time cost: jit the
+    eager line, a fixed shape with a mask), else nothing: most need none."""
+    return found.fix if "Should " in found.fix else ""
 
 
 def storms(

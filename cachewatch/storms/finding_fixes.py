@@ -18,7 +18,7 @@ from ..core.figures import seconds_text
 from ..core.texts import counted
 from ..core.warmup import enclosing_function, loops_in
 from .finding_reads import StormCompile
-from .fixes import line_at, short_site
+from .fixes import line_at, next_pow2, short_site
 from .results import Storm
 from .site_fixes import JIT_IF_ARRAYS_ONLY, is_plain_function, jit_library_function_fix, made_afresh_inside
 
@@ -355,7 +355,3 @@ def construction(entry: str | None) -> tuple[str, str, str] | None:
     if any(start <= int(line) <= stop for start, stop in loops):
         return None
     return name, f"{file}:{built}", f"each time `{around[1]}` runs"
-
-
-def next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()

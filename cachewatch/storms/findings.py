@@ -57,7 +57,7 @@ from .fixes import (
 from .path_findings import with_slow_paths
 from .results import Finding, Storm
 from .site_fixes import library_of, remade_inside
-from .sizes import grows, new_sizes, operand_counts
+from .sizes import grown_sizes, grows, new_sizes, operand_counts
 
 # The newest storms a listing of findings gathers: each is read once more with its compiles.
 STORMS_READ = 500
@@ -157,7 +157,9 @@ def _driver(storm: Storm, rows: list[StormCompile]) -> Driver:
             return Driver("object", entry=_entry(rows)[0] or storm.call_site, remade=remade)
     sizes = new_sizes(r.diff for r in rows)
     if cause in (Cause.NEW_SHAPE, Cause.NEW_STATIC_VALUE) and len(set(sizes)) >= 2:
-        return Driver("size", frozenset(sizes), grows(sizes))
+        if grows(sizes):
+            return Driver("size", frozenset(grown_sizes(sizes)), True)
+        return Driver("size", frozenset(sizes), False)
     # A list that grows, joined whole: one more operand of `concatenate` each time.
     joins = all(f.name.startswith("concatenate") for f in storm.functions)
     counts = operand_counts(r.diff for r in rows) if joins and cause == Cause.NEW_STRUCTURE else []
@@ -229,10 +231,14 @@ def _entry(rows: Sequence[StormCompile]) -> tuple[str | None, str, str | None, s
     home = next(h for h, _ in per_compile[0] if h in shared)
     at_home = [[f for h, f in frames if h == home][-1] for frames in per_compile]
     lines = collections.Counter(f["site"] for f in at_home)
-    into = {library_of(f.get("into", "")) for f in at_home}
-    library = into.pop() if len(into) == 1 else None
-    callees = {f.get("callee") for f in at_home}
-    callee = callees.pop() if len(callees) == 1 and library is not None else None
+    # The library most of the compiles came from, at that line: JAX's own conversions of
+    # the arguments handed to it on the same line (`mcmc.run(key, jnp.asarray(x[:n]))`)
+    # come along and do not make the call any less a library's.
+    into = collections.Counter(library_of(f.get("into", "")) for f in at_home)
+    library, most = into.most_common(1)[0]
+    library = library if most * 2 > len(at_home) else None
+    callees = collections.Counter(f.get("callee") for f in at_home if library_of(f.get("into", "")) == library)
+    callee = callees.most_common(1)[0][0] if len(callees) == 1 and library is not None else None
     if len(lines) == 1:
         site = next(iter(lines))
         return site, short_site(site), library, callee

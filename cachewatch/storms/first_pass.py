@@ -16,7 +16,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from ..core.events import Cause
-from ..core.warmup import WarmupWatch, in_a_loop, one_map_call, ran_once
+from ..core.warmup import WarmupWatch, in_a_loop, innermost_loop, one_map_call, ran_once
 from . import steady, storm_reads
 from .sizes import grows, new_sizes
 from .storm_reads import Recompile
@@ -36,6 +36,7 @@ def is_first_pass(
     else:
         compiling = functools.partial(storm_reads.compile_seconds_between, conn, run_id)
         went_on = _went_on(group, work.last_after(run_id, group[-1].timestamp), compiling, served)
+        went_on = went_on or _served_beside(conn, run_id, group, heard_until)
     if any(r.while_repeating for r in group) and not _served_its_new_shapes(conn, run_id, group):
         return False
     return (went_on or _one_pass(conn, run_id, group)) and not _uncounted_growth(conn, group)
@@ -166,6 +167,46 @@ def _one_pass(conn: sa.Connection, run_id: str, group: list[Recompile]) -> bool:
         if c.event_id in mine and looped and not one_map_call(c.user_stack or ()):
             return False
     return True
+
+
+def _served_beside(conn: sa.Connection, run_id: str, group: list[Recompile], heard_until: float | None) -> bool:
+    """Whether code whose calls are not counted (eager code at a line of a loop: a batch
+    cut by a mask, then converted) met its new signatures beside a jit of the same loop
+    whose calls are counted, which compiled new signatures of its own up to the burst's
+    end and was then served from the cache as many calls as the burst spanned: the loop
+    came round again and again, and the line's code compiled nothing more. The same sizes
+    arrive at both; the jit's counted calls say what the eager code's cannot."""
+    loops = {loop for loop in map(innermost_loop, {r.call_site for r in group if r.call_site}) if loop}
+    if not loops or len(group) < 2:
+        return False
+    start, end = group[0].timestamp, group[-1].timestamp
+    step = (end - start) / (len(group) - 1)
+    beside: dict[str, list[storm_reads.CountedCompile]] = {}
+    for c in storm_reads.counted_compiles_in_span(conn, run_id, start, end + 2 * step):
+        if c.function_hash not in {r.function_hash for r in group} and _in_loops(c.call_site, loops):
+            beside.setdefault(c.function_hash, []).append(c)
+    for function_hash, compiles in beside.items():
+        if len(compiles) < 2:
+            continue  # one compile (its first) is no jit that met the burst's signatures
+        # Its compiles went on to the burst's end: no more of the burst's came after its
+        # last than it saw on average between two of its own.
+        after = sum(1 for r in group if r.timestamp > compiles[-1].timestamp)
+        if after > len(group) / len(compiles):
+            continue
+        first, last = compiles[0].call_number, compiles[-1].call_number
+        calls = sum(
+            f.calls
+            for f in storm_reads.flushes_of(conn, [run_id], [function_hash])
+            if heard_until is None or f.timestamp <= heard_until
+        )
+        if calls - last >= last - first + 1:
+            return True
+    return False
+
+
+def _in_loops(call_site: str, loops: set[tuple[str, int, int]]) -> bool:
+    file, _, line = call_site.rpartition(":")
+    return line.isdigit() and any(f == file and start <= int(line) <= stop for f, start, stop in loops)
 
 
 def _went_on(

@@ -347,9 +347,11 @@ def _paths(rows: Sequence[Recompile], change: str | None) -> str:
     return ", ".join(p for p, _ in counts.most_common(3))
 
 
-def _shape_fix(name: str, rows: Sequence[Recompile]) -> str:
+def _axis_sizes(rows: Sequence[Recompile]) -> tuple[dict[tuple[str, int], set[int]], dict[tuple[str, int], int]]:
+    """Per (argument, axis) that changed, the sizes it took; and the compiles in which it
+    changed alone, as a batch axis does."""
     sizes: dict[tuple[str, int], set[int]] = collections.defaultdict(set)
-    lone: dict[tuple[str, int], int] = collections.Counter()  # compiles where it changed as a batch axis
+    lone: dict[tuple[str, int], int] = collections.Counter()
     for r in rows:
         shape_entries = [e for e in r.diff or [] if e.get("change") == "shape"]
         if _one_batch_size(shape_entries):
@@ -365,21 +367,42 @@ def _shape_fix(name: str, rows: Sequence[Recompile]) -> str:
                 for axis in e["axes"]:
                     if axis < len(dims):
                         sizes[(e["path"], axis)].add(dims[axis])
-    if not sizes:
-        return (
-            f"Array arguments of `{name}` keep changing rank or shape; pad inputs to a fixed shape "
-            "or a few bucket sizes."
-        )
+    return sizes, lone
+
+
+def _batch_like(
+    rows: Sequence[Recompile], sizes: dict[tuple[str, int], set[int]], lone: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], set[int]]:
     # Bucketing is advice for a batch or sequence length: one axis (the same in every
     # argument it is in) that varies on its own, the leading axis or the second, behind a
     # batch axis that stays put ([batch, sequence] token ids). Shapes that change in
     # several arguments or axes together are other programs (layers of other widths),
     # and padding them to one size would change the model.
-    batch_like = {
+    return {
         key: seen
         for key, seen in sizes.items()
         if lone.get(key, 0) * 2 >= len(rows) and (key[1] == 0 or (key[1] == 1 and (key[0], 0) not in sizes))
     }
+
+
+def batch_axis(rows: Sequence[Recompile]) -> tuple[str, int, set[int]] | None:
+    """The one batch or sequence axis the compiles' shapes varied along (argument, axis,
+    the sizes it took), where there is one."""
+    batch_like = _batch_like(rows, *_axis_sizes(rows))
+    if not batch_like:
+        return None
+    (path, axis), seen = max(batch_like.items(), key=lambda kv: (len(kv[1]), -kv[0][1]))
+    return path, axis, seen
+
+
+def _shape_fix(name: str, rows: Sequence[Recompile]) -> str:
+    sizes, lone = _axis_sizes(rows)
+    if not sizes:
+        return (
+            f"Array arguments of `{name}` keep changing rank or shape; pad inputs to a fixed shape "
+            "or a few bucket sizes."
+        )
+    batch_like = _batch_like(rows, sizes, lone)
     if batch_like:
         return _bucket_fix(batch_like)
     ragged = _ragged_axes(rows, sizes)
@@ -400,7 +423,7 @@ def _bucket_fix(batch_like: dict[tuple[str, int], set[int]]) -> str:
     (path, axis), seen = max(batch_like.items(), key=lambda kv: (len(kv[1]), -kv[0][1]))
     along = [f"{p} axis {a}" for (p, a), other in batch_like.items() if (p, a) != (path, axis) and other == seen]
     low, high = min(seen), max(seen)
-    buckets = sorted({_next_pow2(s) for s in seen})
+    buckets = sorted({next_pow2(s) for s in seen})
     with_it = f"{', '.join(along[:3])}{' and more' if len(along) > 3 else ''}" if along else ""
     if len(buckets) >= len(seen):
         # One size a bucket already (padded to 2**k + 1, say): powers of two save nothing.
@@ -472,13 +495,13 @@ def _ragged_fix(name: str, rows: Sequence[Recompile], groups: list[list[str]]) -
         for group in groups:
             if group[0] in current:
                 seen[group[0]].add(current[group[0]])
-        combos.add(tuple(_next_pow2(current[g[0]]) for g in groups if g[0] in current))
+        combos.add(tuple(next_pow2(current[g[0]]) for g in groups if g[0] in current))
     parts = []
     for group in groups:
         sizes = seen[group[0]]
         if not sizes:
             continue
-        buckets = ", ".join(str(b) for b in sorted({_next_pow2(s) for s in sizes}))
+        buckets = ", ".join(str(b) for b in sorted({next_pow2(s) for s in sizes}))
         parts.append(
             f"{'/'.join(group)} axis 0: {len(sizes)} sizes between {min(sizes)} and {max(sizes)} (buckets {buckets})"
         )
@@ -517,7 +540,7 @@ def _dims(described: Any) -> tuple[int, ...] | None:
     return parsed[1] if parsed is not None else None
 
 
-def _next_pow2(n: int) -> int:
+def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 2 ** math.ceil(math.log2(n))
 
 

@@ -13,8 +13,17 @@ import re
 from collections.abc import Sequence
 
 from ..core.events import OP_BY_OP_MODULE, Cause, FunctionInfo, short_name
-from ..core.warmup import enclosing_function
-from .fixes import Diffed, display_name, line_at, remade_parameter, remade_parameter_fix, short_site
+from ..core.warmup import enclosing_function, in_a_loop
+from .fixes import (
+    Diffed,
+    batch_axis,
+    display_name,
+    line_at,
+    next_pow2,
+    remade_parameter,
+    remade_parameter_fix,
+    short_site,
+)
 from .sizes import dims_of, grows, new_sizes, operand_counts
 from .storm_reads import Recompile
 
@@ -122,8 +131,12 @@ def _jit_made_at(call_site: str) -> str | None:
 def first_pass_fix(name: str, call_site: str | None, rows: Sequence[Recompile], signatures: int, cost: str) -> str:
     """What a first pass of ``signatures`` new signatures calls for: nothing (each compiled
     once, none again), or, at a line of un-jitted code (eager code over a pytree's leaves,
-    one call), jit that code should its one-time cost matter. Never padding: no size
-    varied over time."""
+    one call), jit that code should its one-time cost matter; or, where one batch axis met
+    many sizes as a loop went on (a batch cut by a mask) until every size had come, what a
+    fixed shape with a mask would save."""
+    over_loop = _sizes_over_a_loop(name, rows, cost)
+    if over_loop:
+        return over_loop
     text = (
         f"Nothing to fix: {name} compiled {signatures} new signatures once each ({cost}) and none of them "
         "again; no size varied as the program went on, so there is nothing to pad."
@@ -148,6 +161,36 @@ def first_pass_fix(name: str, call_site: str | None, rows: Sequence[Recompile], 
         f"{text} Should that one-time cost matter, jit the call at {short_site(call_site)} (jax.jit around the "
         "function it calls): it then compiles as one program per set of input shapes, not once per primitive "
         "and shape."
+    )
+
+
+# Fewer sizes than this along one axis are a first pass's few shapes (a ragged last batch,
+# a test set), not sizes a loop keeps meeting.
+_MANY_SIZES = 4
+
+
+def _sizes_over_a_loop(name: str, rows: Sequence[Recompile], cost: str) -> str | None:
+    """A first pass whose compiles came from a line of a loop, along one batch axis of many
+    sizes: each compiled once as the loop came round to it, then served. True of this run,
+    not of a longer one (more data, shuffled batches meet more sizes): padding to a fixed
+    size with a mask makes it one compile."""
+    sites = collections.Counter(r.call_site for r in rows if r.call_site)
+    if not sites:
+        return None
+    site = sites.most_common(1)[0][0]
+    found = batch_axis(rows)
+    if not in_a_loop(site) or found is None or len(found[2]) < _MANY_SIZES:
+        return None
+    path, axis, seen = found
+    where = f"axis {axis} of its operands" if path.startswith("operands[") else f"axis {axis} of `{path}`"
+    low, high = min(seen), max(seen)
+    loop = "its loop" if short_site(site) in name else f"the loop at {short_site(site)}"
+    return (
+        f"No storm: {name} met {len(seen)} sizes of {where} ({low} to {high}) as {loop} "
+        f"came round, compiled each once ({cost}), and the cache served every later call; the compiles end once "
+        "every size has come. Should they matter (more data, or shuffled batches, meet more sizes): keep that "
+        f"shape fixed, padding each batch to {next_pow2(high)} with a mask that gives the padded rows no weight "
+        "wherever they would count (the loss's mean, a sum, a metric); one compile then serves every batch."
     )
 
 

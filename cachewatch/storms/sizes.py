@@ -57,12 +57,27 @@ def dims_of(described: Any) -> tuple[int, ...] | None:
 def grows(sizes: list[int]) -> bool:
     """Whether the sizes met are a count that grows: each new one larger than every one
     before, by the same step (one more observation, one more token), four or more of them.
-    Batch lengths that happened to rise are no such count."""
+    Batch lengths that happened to rise are no such count. A few new sizes below the
+    largest, no more than one for every four that grew, are other axes met along the way
+    (a broadcast's 1 beside the count inside a library's model code), not the count."""
+    firsts, below = _rising(sizes)
+    steps = {b - a for a, b in zip(firsts, firsts[1:], strict=False)}
+    return len(firsts) >= 4 and len(steps) == 1 and below * 4 <= len(firsts)
+
+
+def grown_sizes(sizes: list[int]) -> list[int]:
+    """The sizes of a count that grows (see :func:`grows`), without the few met beside it."""
+    return _rising(sizes)[0]
+
+
+def _rising(sizes: list[int]) -> tuple[list[int], int]:
+    """Each size larger than every one before it, in order; and how many new sizes came
+    below the largest met by then."""
     firsts: list[int] = []
+    below: set[int] = set()
     for n in sizes:
         if not firsts or n > firsts[-1]:
             firsts.append(n)
         elif n not in firsts:
-            return False  # a new size below the largest: it varies, it does not grow
-    steps = {b - a for a, b in zip(firsts, firsts[1:], strict=False)}
-    return len(firsts) >= 4 and len(steps) == 1
+            below.add(n)
+    return firsts, len(below)

@@ -500,3 +500,33 @@ def compiles_in_span(conn: sa.Connection, run_id: str, start: float, end: float)
         )
         for r in conn.execute(q)
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class CountedCompile:
+    """A compile of a function whose calls are counted: which call compiled, and where."""
+
+    function_hash: str
+    timestamp: float
+    call_site: str
+    call_number: int
+
+
+def counted_compiles_in_span(conn: sa.Connection, run_id: str, start: float, end: float) -> list[CountedCompile]:
+    """The run's compiles from ``start`` to ``end`` that say which call of their function
+    compiled (a jit whose calls are counted) and at which line, in time order."""
+    e = models.compile_events
+    q = (
+        sa.select(e.c.function_hash, e.c.timestamp, e.c.call_site, e.c.call_number)
+        .where(
+            e.c.run_id == run_id,
+            e.c.compiled,
+            e.c.call_number.is_not(None),
+            e.c.call_site.is_not(None),
+            e.c.timestamp.between(start, end),
+        )
+        .order_by(e.c.timestamp, e.c.id)
+    )
+    return [
+        CountedCompile(r.function_hash, float(r.timestamp), r.call_site, int(r.call_number)) for r in conn.execute(q)
+    ]

@@ -595,7 +595,7 @@ def storms_page(request: Request, conn: Connection) -> HTMLResponse:
         empty=empty,
         active_count=found.active,
         run_names=run_names,
-        first_passes=[(p, diagnosis.describe_first_pass(p)) for p in passes],
+        first_passes=[(p, diagnosis.describe_first_pass(p), diagnosis.first_pass_advice(p)) for p in passes],
         findings=[(f, findings.describe(f)) for f in leading],
         **_storm_rule(request),
     )
