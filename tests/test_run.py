@@ -387,6 +387,37 @@ def test_the_summary_says_what_the_program_left_in_jaxs_caches(tmp_path):
     assert summary["never_called_again"] >= 3  # shapes 3 and 4, and the one-call lambda
 
 
+def test_the_summary_tells_a_value_read_at_trace_time_that_changed_since(tmp_path):
+    """A global the loop anneals, read inside a jit: the program compiled once and keeps
+    using the first value. That is a wrong result, not a slow one, and the summary says so
+    with the fix; passed as an argument, the value is read at each call and nothing is told."""
+    body = """
+        import jax, jax.numpy as jnp
+        temperature = 1.0
+        @jax.jit
+        def loss(logits{arg}):
+            return jnp.mean(jax.nn.log_softmax(logits / temperature))
+        logits = jnp.linspace(-2.0, 2.0, 16)
+        for epoch in range(6):
+            temperature = 1.0 / (epoch + 1)
+            print(round(float(loss(logits{pass_it})), 4))
+    """
+    outputs = {}
+    for name, arg, pass_it in (("frozen", "", ""), ("passed", ", temperature", ", temperature")):
+        script = tmp_path / f"{name}.py"
+        script.write_text(textwrap.dedent(body.format(arg=arg, pass_it=pass_it)))
+        done = sh([*CLI, "run", "--store", f"sqlite:///{tmp_path / (name + '.db')}", str(script)])
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs[name] = (done.stdout.split(), done.stderr)
+    frozen, told = outputs["frozen"]
+    assert len(set(frozen)) == 1  # every epoch printed the first temperature's loss
+    assert "Stale value: `loss` read `temperature` when it was traced (1.0)" in told
+    assert "Pass `temperature` as an argument" in told
+    passed, quiet = outputs["passed"]
+    assert len(set(passed)) == len(passed)
+    assert "Stale value" not in quiet
+
+
 def test_fail_on_storm_fails_a_program_that_succeeded_and_never_one_that_failed(tmp_path):
     """The storm program (a batch size per step) under --fail-on-storm alone: its storm
     fails it with the limit's code and says why; without the flag it passes; a program that

@@ -634,3 +634,20 @@ def function_infos(conn: sa.Connection, function_hashes: Iterable[str]) -> dict[
         r.function_hash: FunctionInfo(r.function_hash, r.name, r.qualname, r.module, r.file, int(r.line or 0))
         for r in conn.execute(q.where(f.c.function_hash.in_(wanted)))
     }
+
+
+def latest_stale_captures(conn: sa.Connection, run_id: str, limit: int) -> list[str]:
+    """The newest stale-capture explanation of each of up to ``limit`` functions of a run
+    (a value a jitted function read at trace time that has changed since), newest first."""
+    e = models.compile_events
+    q = (
+        sa.select(e.c.function_hash, e.c.explanation)
+        .where(e.c.run_id == run_id, e.c.cause == Cause.STALE_CAPTURE)
+        .order_by(e.c.timestamp.desc(), e.c.id.desc())
+    )
+    told: dict[str, str] = {}
+    for row in conn.execute(q):
+        told.setdefault(row.function_hash, row.explanation or "")
+        if len(told) >= limit:
+            break
+    return list(told.values())

@@ -239,6 +239,12 @@ class RunSummary:
     warmup_compiles: int
     shared_programs: list[program_texts.SharedPrograms]
     held: cache_view.CacheReport
+    # Values jitted functions read at trace time that changed since: wrong results, not slow ones.
+    stale_captures: list[str] = dataclasses.field(default_factory=list)
+
+
+# Functions whose stale captured values a run's summary tells (`cachewatch events` lists every one).
+STALE_CAPTURES_TOLD = 3
 
 
 def run_summary(conn: sa.Connection, run_id: str, rule: diagnosis.StormRule) -> RunSummary:
@@ -248,6 +254,7 @@ def run_summary(conn: sa.Connection, run_id: str, rule: diagnosis.StormRule) -> 
         warmup_compiles=steady.warmup_compiles(conn, run_id),
         shared_programs=program_texts.shared_programs(conn, filters),
         held=cache_view.cache_report(cache_reads.read_cache(conn, filters)),
+        stale_captures=queries.latest_stale_captures(conn, run_id, STALE_CAPTURES_TOLD),
     )
 
 

@@ -88,6 +88,7 @@ class RunFigures:
     first_pass_compiles: int
     shared_program_compiles: int
     shared_programs: tuple[str, ...]  # the first few pairs' sentences
+    stale_captures: tuple[str, ...] = ()  # the newest explanation for each of a few functions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +118,7 @@ class RunSummaryView:
             "first_pass_compiles": found.first_pass_compiles if found else None,
             "shared_program_compiles": found.shared_program_compiles if found else None,
             "shared_programs": list(found.shared_programs) if found else [],
+            "stale_captures": list(found.stale_captures) if found else [],
             "live_executables": found.live_executables if found else None,
             "live_executable_bytes": found.live_executable_bytes if found else None,
             "never_called_again": found.never_called_again if found else None,
@@ -157,6 +159,7 @@ def of_summary(found: compose.RunSummary, *, top: int = TOP_FUNCTIONS) -> RunFig
         first_pass_compiles=sum(p.compiles for p in report.first_passes),
         shared_program_compiles=sum(s.compiles for s in found.shared_programs),
         shared_programs=tuple(s.text for s in found.shared_programs[:3]),
+        stale_captures=tuple(found.stale_captures),
     )
 
 
@@ -262,6 +265,8 @@ def _figure_lines(head: str, found: RunFigures, flushed: bool) -> list[str]:
             )
             + " (`cachewatch cache`)."
         )
+    # A compiled program that still uses an old value gives wrong results: told before any cost.
+    lines.extend(f"  Stale value: {text}" for text in found.stale_captures)
     if not flushed:
         lines.append("  Not every event was written in time: the figures may be short.")
     for f in report.functions:
