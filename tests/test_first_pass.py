@@ -273,6 +273,38 @@ def test_a_loop_that_keeps_meeting_new_sizes_between_its_usual_one_is_a_storm_th
     assert storm.dominant_cause == Cause.NEW_SHAPE
 
 
+def test_eager_code_beside_a_ragged_loaders_jit_is_judged_as_that_jit_is(sqlite_url, use_store):
+    """The ragged loader above, with each batch converted from NumPy op by op on the
+    step's own line: the conversion's calls are not counted, and the step's, served for
+    hundreds of calls afterwards, do not make it a first pass, since the step itself met
+    each new size once between its usual ones: both are storms."""
+    use_store(sqlite_url)
+
+    @cachewatch.jit
+    def ragged_convert_step(w, x):
+        return jnp.tanh(x @ w).sum()
+
+    w = jnp.ones((4, 3))
+    full = np.full((32, 4), 0.5, np.float32)
+    cachewatch.install()
+    try:
+        # Short batches of sizes that do not grow (a count that grows is never a first pass).
+        for short in (13, 9, 15, 11, 14, 10, 12):
+            for batch in (full, full, full[:short], full):
+                ragged_convert_step(w, jnp.asarray(batch * 2))
+        for _ in range(300):
+            ragged_convert_step(w, jnp.asarray(full * 2))
+    finally:
+        cachewatch.uninstall()
+    assert cachewatch.flush(30)
+    with enginemod.connection(sqlite_url) as conn:
+        storms, passes = diagnosis.storms_and_first_passes(conn, threshold=5, window=600)
+    assert [s.name for s in storms if s.name == "ragged_convert_step"]
+    eager = [s for s in storms if s.call_site and s.functions[0].name.endswith("(op-by-op)")]
+    assert eager, [s.short_name for s in storms]
+    assert not [p for p in passes if p.call_site and p.functions[0].name.endswith("(op-by-op)")]
+
+
 def test_batches_of_a_few_bucketed_lengths_in_random_order_are_a_first_pass(sqlite_url, use_store):
     """Flax's sst2 example pads each batch to a multiple of 16 tokens and draws the batches
     in random order: the loop meets a length again before it has met them all (its

@@ -199,8 +199,17 @@ def _served_beside(conn: sa.Connection, run_id: str, group: list[Recompile], hea
             for f in storm_reads.flushes_of(conn, [run_id], [function_hash])
             if heard_until is None or f.timestamp <= heard_until
         )
-        if calls - last >= last - first + 1:
-            return True
+        if calls - last < last - first + 1:
+            continue
+        # A jit that kept coming back to its usual signature between new ones (a ragged
+        # loader's short batches) is a storm itself, unless most of its new ones came round
+        # again: the line's code is judged as that jit is (see _served_its_new_shapes).
+        new = {c.signature_hash for c in compiles if c.signature_hash}
+        if any(c.while_repeating for c in compiles):
+            served = storm_reads.served_signatures(conn, run_id, function_hash, new)
+            if len(served) * 2 <= len(new):
+                continue
+        return True
     return False
 
 

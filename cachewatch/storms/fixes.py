@@ -446,6 +446,11 @@ def _bucket_fix(batch_like: dict[tuple[str, int], set[int]]) -> str:
         )
     elif with_it:
         text += f" Pad {with_it} with it."
+    if not axis:
+        text += (
+            " Give the padded rows no weight wherever rows are reduced (a mean, a sum, a metric: "
+            "`jnp.sum(jnp.where(mask, x, 0)) / jnp.sum(mask)`), or the padding changes the result."
+        )
     return text
 
 

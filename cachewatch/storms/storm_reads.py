@@ -510,6 +510,8 @@ class CountedCompile:
     timestamp: float
     call_site: str
     call_number: int
+    signature_hash: str
+    while_repeating: bool
 
 
 def counted_compiles_in_span(conn: sa.Connection, run_id: str, start: float, end: float) -> list[CountedCompile]:
@@ -517,7 +519,9 @@ def counted_compiles_in_span(conn: sa.Connection, run_id: str, start: float, end
     compiled (a jit whose calls are counted) and at which line, in time order."""
     e = models.compile_events
     q = (
-        sa.select(e.c.function_hash, e.c.timestamp, e.c.call_site, e.c.call_number)
+        sa.select(
+            e.c.function_hash, e.c.timestamp, e.c.call_site, e.c.call_number, e.c.signature_hash, e.c.while_repeating
+        )
         .where(
             e.c.run_id == run_id,
             e.c.compiled,
@@ -528,5 +532,13 @@ def counted_compiles_in_span(conn: sa.Connection, run_id: str, start: float, end
         .order_by(e.c.timestamp, e.c.id)
     )
     return [
-        CountedCompile(r.function_hash, float(r.timestamp), r.call_site, int(r.call_number)) for r in conn.execute(q)
+        CountedCompile(
+            r.function_hash,
+            float(r.timestamp),
+            r.call_site,
+            int(r.call_number),
+            r.signature_hash or "",
+            bool(r.while_repeating),
+        )
+        for r in conn.execute(q)
     ]
