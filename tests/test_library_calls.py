@@ -93,6 +93,9 @@ def test_code_ran_once_only_where_every_frame_is_whole_and_outside_any_loop(tmp_
         "app.run(main)\n"  # 7
         "def main(argv):\n"  # 8
         "  return build(model)\n"  # 9
+        "jac = jax.jacfwd(build)(model)\n"  # 10
+        "batched = jax.vmap(build)(models)\n"  # 11
+        "leaves = jax.tree.map(build, models)\n"  # 12
     )
     at = lambda n, **more: {"site": f"{program}:{n}", **more}  # noqa: E731
     assert ran_once([at(2, into="brax.positional"), at(3)])  # one top-level call into a library
@@ -101,6 +104,10 @@ def test_code_ran_once_only_where_every_frame_is_whole_and_outside_any_loop(tmp_
     assert not ran_once([at(2), at(6)])  # a comprehension does too
     # A library calls the user's code back (absl's app.run): it may do so in a loop of its own.
     assert not ran_once([at(2), at(9), at(7, into="absl.app")])
+    # JAX's transformations call it back a bounded number of times, over no data: once.
+    assert ran_once([at(2, into="brax.positional"), at(10, into="jax._src.api")])
+    assert ran_once([at(2, into="brax.positional"), at(11, into="jax._src.traceback_util")])
+    assert not ran_once([at(2), at(12, into="jax._src.tree")])  # a map over leaves: once per leaf
     assert not ran_once([at(2), at(9)])  # the outermost frame is no top level: frames missing
     assert not ran_once([at(3)] * USER_FRAMES)  # cut short at the frames kept
     assert not ran_once([{"site": "/nowhere/gone.py:3"}])  # source unread: no telling

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+import re
 from collections.abc import Mapping, Sequence
 
 from .events import OP_BY_OP_MODULE, Cause
@@ -211,7 +212,8 @@ def ran_once(stack: Sequence[Mapping[str, str]]) -> bool:
     """Whether the user's frames of a compile show code that ran once: every frame whole
     (fewer than :data:`USER_FRAMES`, the outermost at a file's top level), none in a ``for``
     or ``while`` or on a line with a comprehension or a ``map``, and none but the innermost
-    calling into a library (which may call the user's code back in a loop of its own).
+    calling into a library (which may call the user's code back in a loop of its own), or
+    else into one of JAX's transformations (:data:`TRANSFORMATIONS`).
     The innermost frame's call into a library is one call, whatever the library does in it."""
     if not stack or len(stack) >= USER_FRAMES:
         return False
@@ -222,8 +224,24 @@ def ran_once(stack: Sequence[Mapping[str, str]]) -> bool:
         site = frame["site"]
         file, _, line = site.rpartition(":")
         text = linecache.getline(file, int(line)) if line.isdigit() else ""
-        if not text or in_a_loop(site) or " for " in text or "map(" in text:
+        if not text or in_a_loop(site) or " for " in text or _maps(text):
             return False
-        if i and frame.get("into"):
+        if i and frame.get("into") and frame["into"] not in TRANSFORMATIONS:
             return False
     return True
+
+
+# ``map(``, ``jax.tree.map(``, ``tree_map(``, ``lax.map(``: a call per item or leaf. Not
+# ``vmap(``, ``pmap(``, ``xmap(`` or ``shard_map(``: transformations, which trace once.
+_MAP_CALL = re.compile(r"(\w*)map\(")
+_TRANSFORMING_MAPS = frozenset({"v", "p", "x", "shard_"})
+
+
+def _maps(text: str) -> bool:
+    return any(prefix not in _TRANSFORMING_MAPS for prefix in _MAP_CALL.findall(text))
+
+
+# JAX's own entry points that call the user's function back a bounded number of times
+# while transforming it (grad, jacfwd, vjp, vmap, jit through its api boundary, and
+# check_grads over its few directions): a frame calling into one loops over no data.
+TRANSFORMATIONS = frozenset({"jax._src.api", "jax._src.traceback_util", "jax._src.public_test_util"})
