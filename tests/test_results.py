@@ -124,6 +124,7 @@ def test_a_run_summary_of_an_http_store_says_where_to_look_and_no_more():
         "first_pass_compiles",
         "shared_program_compiles",
         "shared_programs",
+        "stale_captures",
         "live_executables",
         "live_executable_bytes",
         "never_called_again",

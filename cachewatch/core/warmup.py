@@ -21,6 +21,7 @@ import linecache
 import re
 from collections.abc import Mapping, Sequence
 
+from . import jaxcompat
 from .events import OP_BY_OP_MODULE, Cause
 
 # A compile of a jit made afresh: the code that makes the jit ran again.
@@ -213,7 +214,7 @@ def ran_once(stack: Sequence[Mapping[str, str]]) -> bool:
     (fewer than :data:`USER_FRAMES`, the outermost at a file's top level), none in a ``for``
     or ``while`` or on a line with a comprehension or a ``map``, and none but the innermost
     calling into a library (which may call the user's code back in a loop of its own), or
-    else into one of JAX's transformations (:data:`TRANSFORMATIONS`).
+    else into one of JAX's transformations (``jaxcompat.TRANSFORMATION_MODULES``).
     The innermost frame's call into a library is one call, whatever the library does in it."""
     if not stack or len(stack) >= USER_FRAMES:
         return False
@@ -226,7 +227,7 @@ def ran_once(stack: Sequence[Mapping[str, str]]) -> bool:
         text = linecache.getline(file, int(line)) if line.isdigit() else ""
         if not text or in_a_loop(site) or " for " in text or _maps(text):
             return False
-        if i and frame.get("into") and frame["into"] not in TRANSFORMATIONS:
+        if i and frame.get("into") and frame["into"] not in jaxcompat.TRANSFORMATION_MODULES:
             return False
     return True
 
@@ -239,9 +240,3 @@ _TRANSFORMING_MAPS = frozenset({"v", "p", "x", "shard_"})
 
 def _maps(text: str) -> bool:
     return any(prefix not in _TRANSFORMING_MAPS for prefix in _MAP_CALL.findall(text))
-
-
-# JAX's own entry points that call the user's function back a bounded number of times
-# while transforming it (grad, jacfwd, vjp, vmap, jit through its api boundary, and
-# check_grads over its few directions): a frame calling into one loops over no data.
-TRANSFORMATIONS = frozenset({"jax._src.api", "jax._src.traceback_util", "jax._src.public_test_util"})

@@ -53,6 +53,10 @@ _JAX_EVENT_CONSTANTS = {
     "lower": "JAXPR_TO_MLIR_MODULE_EVENT",
     "compile": "BACKEND_COMPILE_EVENT",
 }
+# JAX's own entry points that call a user's function back a bounded number of times while
+# transforming it (grad, jacfwd, vjp, vmap, jit through its api boundary, check_grads over
+# its few directions): the module a user's frame calls into, as recorded with the frame.
+TRANSFORMATION_MODULES = frozenset({"jax._src.api", "jax._src.traceback_util", "jax._src.public_test_util"})
 CACHE_KEY_LOGGER = "jax._src.cache_key"
 CACHE_KEY_MESSAGE = "get_cache_key hash of serialized %s: %s"
 # Attributes read off JAX's modules and objects: (module, attribute, ...) as the probes
