@@ -288,6 +288,16 @@ EXPECTED: dict[str, Expected] = {
         "`window_adaptation.run` compiles BlackJAX's own scan once. `jax.random.split` with 2, 1,000, "
         "200 and 3 keys compiles once per count. Nothing in a loop compiles again: no storm.",
     },
+    "jax_custom_derivative_rules": {
+        "storms_at": [],
+        "no_storm": True,
+        "notes": "A tutorial: each cell defines a function with a custom JVP or VJP and evaluates it "
+        "once, eagerly, from a top-level line: plainly, under `grad`, `grad(grad(...))`, `jvp`, `vmap` "
+        "or `jit(vmap(...))`. No line runs in a loop. `fixed_point`'s eager `lax.while_loop` is traced "
+        "anew at each of those lines (its body a closure made per call), so its program compiles "
+        "again under each transformation, the same program more than once: waste inside lines that "
+        "each ran once, no loop to fix. A first pass, no storm.",
+    },
     "jaxmd_nve_simulation": {
         "storms_at": ["PE += [energy_fn(state.position)]"],
         "no_storm": False,
