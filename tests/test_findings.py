@@ -24,6 +24,7 @@ from cachewatch.store.columns import Filters
 from cachewatch.storms import findings, fixes, steady
 from cachewatch.storms.finding_reads import StormCompile
 from cachewatch.storms.results import BurstFunction, Storm
+from cachewatch.storms.sizes import new_sizes
 from cachewatch.storms.storm_reads import Recompile
 
 
@@ -507,6 +508,28 @@ def test_a_library_refit_on_data_that_grows_is_told_as_a_count_at_the_library_ca
     assert "it grows over 8 sizes between 11 and 18" in found.fix
     assert "not one to wrap in jax.jit" in found.fix
     assert "`numpyro.handlers.mask`" in found.fix
+
+
+def test_a_count_of_prng_keys_joins_the_finding_of_the_sizes_it_drives():
+    """`jax.random.split(key, n)` then a vmapped draw per key, n varying per step: the
+    draw's keys are an extended dtype (`key<fry>[n]`), whose sizes must be read like any
+    array's, or the draw's storm stands apart from the split's and the sum's."""
+    assert new_sizes([[{"change": "shape", "before": "key<fry>[38]", "after": "key<fry>[40]", "axes": [0]}]]) == [40]
+    keys = [f"site:/u/pf.py:{n}" for n in (12, 13)]
+    sizes = [38, 40, 25, 51, 33, 47, 29]
+    compiles = {("r", key, 0.0): _shape_compiles(key, sizes, 0, key.removeprefix("site:")) for key in keys}
+    compiles[("r", keys[1], 0.0)] = [
+        dataclasses.replace(
+            c,
+            diff=[
+                {**e, "before": f"key<fry>[{e['before'][8:-1]}]", "after": f"key<fry>[{e['after'][8:-1]}]"}
+                for e in c.diff
+            ],
+        )
+        for c in compiles[("r", keys[1], 0.0)]
+    ]
+    found = findings.gather([_storm(key, 0, 10, 6) for key in keys], compiles, {"r": 100.0})
+    assert [sorted(f.storms) for f in found] == [sorted(keys)]
 
 
 def test_a_step_jitted_anew_at_every_iteration_is_a_finding_and_the_fix_holds(tmp_path):

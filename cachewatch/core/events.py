@@ -113,7 +113,8 @@ class DiffEntry(TypedDict):
 
 
 # How a diff or a signature names an array: ``float32[8,784]``, `` weak`` when weakly typed.
-_DESCRIBED = re.compile(r"^(?P<dtype>[A-Za-z0-9_]+)\[(?P<dims>[0-9, ]*)\](?P<weak> weak)?$")
+# An extended dtype names its implementation in angle brackets (a PRNG key array: key<fry>).
+_DESCRIBED = re.compile(r"^(?P<dtype>[A-Za-z0-9_]+(?:<[A-Za-z0-9_]+>)?)\[(?P<dims>[0-9, ]*)\](?P<weak> weak)?$")
 
 
 def describe_array(dtype: object, shape: Iterable[int | str], weak_type: bool) -> str:
