@@ -375,6 +375,8 @@ def test_batches_cut_to_their_known_rows_met_once_each_are_a_first_pass_told_how
     assert step.compiles == ran.compiles["step"] - 1 >= 8
     assert "as the loop at masked_rows.py:" in step.fix
     assert "padding each batch to 128 with a mask" in step.fix
+    # The run's summary tells it once for the line (the step and the conversion beside it).
+    assert ran.stderr.count("padding each batch to 128 with a mask") == 1
     with make_client(ran.url) as client:
         page = client.get("/storms").text
     assert "padding each batch to 128 with a mask" in page.split('id="first-passes"', 1)[1]

@@ -122,6 +122,7 @@ def test_a_run_summary_of_an_http_store_says_where_to_look_and_no_more():
         "identical_recompiles",
         "identical_seconds",
         "first_pass_compiles",
+        "first_pass_advice",
         "shared_program_compiles",
         "shared_programs",
         "stale_captures",

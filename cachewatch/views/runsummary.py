@@ -26,10 +26,12 @@ from ..core.texts import counted
 from ..store import columns, sinks
 from ..store import engine as enginemod
 from ..storms import diagnosis, findings
-from ..storms.results import Storm
+from ..storms.results import FirstPass, Storm
 from . import compose
 
 TOP_FUNCTIONS = 5
+# First passes whose fix the summary tells (`cachewatch report` tells every one's).
+FIRST_PASS_ADVICE_TOLD = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +91,8 @@ class RunFigures:
     shared_program_compiles: int
     shared_programs: tuple[str, ...]  # the first few pairs' sentences
     stale_captures: tuple[str, ...] = ()  # the newest explanation for each of a few functions
+    # What a fixed shape would spare the costliest first passes that offer it (most seconds first).
+    first_pass_advice: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +120,7 @@ class RunSummaryView:
             "identical_recompiles": found.identical_recompiles if found else None,
             "identical_seconds": found.identical_seconds if found else None,
             "first_pass_compiles": found.first_pass_compiles if found else None,
+            "first_pass_advice": list(found.first_pass_advice) if found else [],
             "shared_program_compiles": found.shared_program_compiles if found else None,
             "shared_programs": list(found.shared_programs) if found else [],
             "stale_captures": list(found.stale_captures) if found else [],
@@ -160,7 +165,19 @@ def of_summary(found: compose.RunSummary, *, top: int = TOP_FUNCTIONS) -> RunFig
         shared_program_compiles=sum(s.compiles for s in found.shared_programs),
         shared_programs=tuple(s.text for s in found.shared_programs[:3]),
         stale_captures=tuple(found.stale_captures),
+        first_pass_advice=_first_pass_advice(report.first_passes),
     )
+
+
+def _first_pass_advice(passes: Sequence[FirstPass]) -> tuple[str, ...]:
+    """The fixes of the costliest first passes that offer one, one per line of the user's
+    (a jit and the eager conversion beside it at one line are one cause)."""
+    told: dict[str | None, str] = {}
+    for found in sorted(passes, key=lambda p: -p.seconds):
+        advice = diagnosis.first_pass_advice(found)
+        if advice and found.call_site not in told:
+            told[found.call_site] = advice
+    return tuple(told.values())[:FIRST_PASS_ADVICE_TOLD]
 
 
 def of_report(
@@ -243,6 +260,7 @@ def _figure_lines(head: str, found: RunFigures, flushed: bool) -> list[str]:
             "a first pass over a few shapes, then served "
             "from the cache (no storm)."
         )
+        lines.extend(f"    {advice}" for advice in found.first_pass_advice)
     if found.identical_recompiles:
         lines.append(
             f"  {counted(found.identical_recompiles, 'recompile')} produced a program compiled before in the run "
