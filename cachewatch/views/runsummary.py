@@ -283,7 +283,7 @@ def _figure_lines(head: str, found: RunFigures, flushed: bool) -> list[str]:
             )
             + " (`cachewatch cache`)."
         )
-    # A compiled program that still uses an old value gives wrong results: told before any cost.
+    # A compiled program that still uses an old value gives wrong results: told above the costs per function.
     lines.extend(f"  Stale value: {text}" for text in found.stale_captures)
     if not flushed:
         lines.append("  Not every event was written in time: the figures may be short.")
