@@ -534,6 +534,28 @@ def test_a_count_of_prng_keys_joins_the_finding_of_the_sizes_it_drives():
     assert [sorted(f.storms) for f in found] == [sorted(keys)]
 
 
+def test_sizes_entering_at_a_loop_of_several_lines_are_told_to_jit_the_loops_body(tmp_path):
+    """Eager code on two lines of a loop meets the same varying lengths: the fix pads, and
+    jits the loop's body made one function, not "the code at the loop" (a loop is not what
+    jax.jit wraps)."""
+    program = tmp_path / "score.py"
+    program.write_text("for i in range(60):\n    tokens = draw(i)\n    score(tokens)\n")
+    sizes = [12, 30, 7, 25, 18, 39, 9]
+    keys = [f"site:{program}:{n}" for n in (2, 3)]
+    compiles = {
+        ("r", key, 0.0): [
+            dataclasses.replace(c, user_stack=[{"site": key.removeprefix("site:")}])
+            for c in _shape_compiles(key, sizes, 0, key.removeprefix("site:"))
+        ]
+        for key in keys
+    }
+    (found,) = findings.gather([_storm(key, 0, 10, 6) for key in keys], compiles, {"r": 100.0})
+    assert found.fix_kind == "pad"
+    assert f"make the body of the loop at {program.name}:1 (lines" in found.fix
+    assert "one function of what changes each pass, jitted once" in found.fix
+    assert "jit the code at the loop" not in found.fix
+
+
 def test_a_step_jitted_anew_at_every_iteration_is_a_finding_and_the_fix_holds(tmp_path):
     """``jax.jit(step)(...)`` in the loop compiles once (JAX's caches are keyed by the
     function), so no storm says it; its price is jax.jit's set-up at every step, measured.

@@ -147,10 +147,18 @@ def _size_fix(
     return (
         f"A size that varies ({len(sizes)} sizes between {sizes[0]} and {sizes[-1]}) enters at {entry_text}, "
         f"and {named} compile again at each one ({price}). Pad what varies to powers of two "
-        f"({', '.join(str(b) for b in buckets[:6])}) with a mask over the padding, and jit the code at "
-        f"{entry_text} once: {len(buckets)} size(s) to compile for instead of {len(sizes)}.",
+        f"({', '.join(str(b) for b in buckets[:6])}) with a mask over the padding, and {_jit_at(entry_text)}: "
+        f"{len(buckets)} size(s) to compile for instead of {len(sizes)}.",
         "pad",
     )
+
+
+def _jit_at(entry_text: str) -> str:
+    """Where to jit: the code at a line, or a loop's body, made one function (a loop is
+    not what jax.jit wraps)."""
+    if entry_text.startswith("the loop at "):
+        return f"make the body of {entry_text} one function of what changes each pass, jitted once"
+    return f"jit the code at {entry_text} once"
 
 
 def _host_list_fix(driver: Driver, group: list[Storm], conversions: list[tuple[str, str]], price: str) -> str | None:
