@@ -181,9 +181,10 @@ def _served_beside(conn: sa.Connection, run_id: str, group: list[Recompile], hea
         return False
     start, end = group[0].timestamp, group[-1].timestamp
     step = (end - start) / (len(group) - 1)
+    own = {r.function_hash for r in group}
     beside: dict[str, list[storm_reads.CountedCompile]] = {}
     for c in storm_reads.counted_compiles_in_span(conn, run_id, start, end + 2 * step):
-        if c.function_hash not in {r.function_hash for r in group} and _in_loops(c.call_site, loops):
+        if c.function_hash not in own and _in_loops(c.call_site, loops):
             beside.setdefault(c.function_hash, []).append(c)
     for function_hash, compiles in beside.items():
         if len(compiles) < 2:

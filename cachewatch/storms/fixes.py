@@ -389,8 +389,11 @@ def batch_axis(rows: Sequence[Recompile]) -> tuple[str, int, set[int]] | None:
     """The one batch or sequence axis the compiles' shapes varied along (argument, axis,
     the sizes it took), where there is one."""
     batch_like = _batch_like(rows, *_axis_sizes(rows))
-    if not batch_like:
-        return None
+    return _most_varied(batch_like) if batch_like else None
+
+
+def _most_varied(batch_like: dict[tuple[str, int], set[int]]) -> tuple[str, int, set[int]]:
+    """The axis that took the most sizes (the leading one where two took as many)."""
     (path, axis), seen = max(batch_like.items(), key=lambda kv: (len(kv[1]), -kv[0][1]))
     return path, axis, seen
 
@@ -420,7 +423,7 @@ def _shape_fix(name: str, rows: Sequence[Recompile]) -> str:
 
 def _bucket_fix(batch_like: dict[tuple[str, int], set[int]]) -> str:
     """Pad one batch or sequence axis to powers of two, naming the buckets."""
-    (path, axis), seen = max(batch_like.items(), key=lambda kv: (len(kv[1]), -kv[0][1]))
+    path, axis, seen = _most_varied(batch_like)
     along = [f"{p} axis {a}" for (p, a), other in batch_like.items() if (p, a) != (path, axis) and other == seen]
     low, high = min(seen), max(seen)
     buckets = sorted({next_pow2(s) for s in seen})
