@@ -148,7 +148,7 @@ def first_pass_fix(name: str, call_site: str | None, rows: Sequence[Recompile], 
             "loop comes back to it, so there is nothing to pad."
         )
     library = library_called(rows) if call_site is not None else None
-    if call_site is not None and library is not None and function_called(rows) and _library_remade(rows, {}, library):
+    if call_site is not None and library is not None and function_called(rows) and _remade_by_library(rows, {}):
         # A library function that made a function anew for its own jit at each step of the
         # one call: jitting it once makes that one program.
         return (
@@ -269,10 +269,15 @@ def _library_remade(rows: Sequence[Recompile], infos: dict[str, FunctionInfo], l
     """ ", because `safe_mask`'s parameter `fn` is made afresh at each call inside jax_md"",
     where the recompiles repeat for a function the library makes anew; "" otherwise (none
     made anew, or made by the user's code and handed to the library)."""
+    remade = _remade_by_library(rows, infos)
+    return made_afresh_inside(remade, library) if remade is not None else ""
+
+
+def _remade_by_library(rows: Sequence[Recompile], infos: dict[str, FunctionInfo]) -> str | None:
+    """The static parameter the recompiles were given anew ("`safe_mask`'s parameter `fn`"),
+    where the library made it, not the user's code; None otherwise."""
     remade = remade_parameter(rows, lambda h: display_name(infos.get(h), h).removesuffix(" (op-by-op)"))
-    if remade is None or not remade_inside(rows, rows[0].call_site):
-        return ""
-    return made_afresh_inside(remade, library)
+    return remade if remade is not None and remade_inside(rows, rows[0].call_site) else None
 
 
 def made_afresh_inside(remade: str, library: str) -> str:
